@@ -1,0 +1,87 @@
+//! Cluster membership records kept in the metadata group, and the admin requests nodes send
+//! each other (join, remove, status, compaction).
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{GroupId, NodeId};
+
+/// Record namespace (in group 0) of cluster members, keyed by node id.
+pub const NS_NODE: &str = "node";
+/// Record namespace (in group 0) of cluster-wide settings.
+pub const NS_CLUSTER: &str = "cluster";
+/// Key of the [`ClusterSettings`] record.
+pub const SETTINGS_KEY: &str = "settings";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NodeState {
+    Active,
+    /// Being or already drained: placement moves every replica away from it.
+    Removed,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeRecord {
+    pub id: NodeId,
+    pub rpc_addr: String,
+    pub http_addr: String,
+    pub state: NodeState,
+}
+
+/// Fixed when the cluster is initialised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterSettings {
+    /// Number of data shards (groups `1..=shards`).
+    pub shards: u32,
+    /// Replicas per group (capped by the number of active nodes).
+    pub replicas: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum AdminRequest {
+    ClusterInfo,
+    Join(NodeRecord),
+    RemoveNode(NodeId),
+    Status,
+    /// Snapshot groups with a long log behind them and compact their logs.
+    Compact,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum AdminResponse {
+    ClusterInfo {
+        settings: ClusterSettings,
+        nodes: Vec<NodeRecord>,
+    },
+    Done,
+    Status(NodeStatus),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeStatus {
+    pub node_id: NodeId,
+    pub groups: Vec<GroupStatus>,
+}
+
+/// One group as this node sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupStatus {
+    pub group: GroupId,
+    /// Leader, Follower, Candidate or Learner.
+    pub state: String,
+    pub term: u64,
+    pub leader: Option<NodeId>,
+    pub last_log_index: u64,
+    pub committed: u64,
+    pub applied: u64,
+    pub snapshot: u64,
+    pub purged: u64,
+    pub voters: Vec<NodeId>,
+    pub learners: Vec<NodeId>,
+}
+
+impl GroupStatus {
+    /// True when this node holds a replica (voter or learner) of the group.
+    pub fn hosts(&self, node: NodeId) -> bool {
+        self.voters.contains(&node) || self.learners.contains(&node)
+    }
+}

@@ -1,0 +1,90 @@
+//! `cluster::Error`: every condition the cluster reports to its callers, named by condition.
+//!
+//! The enum is serialisable so that an error raised on a remote node (a forwarded proposal or
+//! read) crosses gRPC typed and reaches the API layer as the same variant. The API layer
+//! (`node::api::error`) is the only place that maps these to HTTP statuses and wire codes.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{GroupId, NodeId};
+
+/// Result alias used throughout the cluster crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error, Serialize, Deserialize)]
+pub enum Error {
+    /// This node is not the leader of `group`; `leader` is the last known leader, if any.
+    #[error("node is not the leader of group {group}")]
+    NotLeader {
+        group: GroupId,
+        leader: Option<NodeId>,
+        leader_addr: Option<String>,
+    },
+    /// The group cannot serve now (no quorum, no leader, node shutting down).
+    #[error("group unavailable: {0}")]
+    Unavailable(String),
+    /// The operation did not finish in time; a write may or may not have taken effect.
+    #[error("timed out: {0}")]
+    Timeout(String),
+    /// The addressed object does not exist.
+    #[error("object not found")]
+    ObjectNotFound,
+    /// The operation conflicts with existing state.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// A field name that is not allowed (characters, length).
+    #[error("invalid field name: {0}")]
+    InvalidKey(String),
+    /// A field name reserved by the service (`objectId`, `createdAt`, `updatedAt`).
+    #[error("It is a reserved field: {0}")]
+    ReservedKey(String),
+    /// A malformed value or operator.
+    #[error("invalid value: {0}")]
+    InvalidValue(String),
+    /// A value or operator whose type does not fit the stored value.
+    #[error("type mismatch: {0}")]
+    TypeMismatch(String),
+    /// A malformed Pointer.
+    #[error("invalid pointer: {0}")]
+    InvalidPointer(String),
+    /// A GeoPoint outside latitude -90..90 / longitude -180..180.
+    #[error("invalid GeoPoint: {0}")]
+    InvalidGeoPoint(String),
+    /// A class name that is not allowed.
+    #[error("invalid class name: {0}")]
+    InvalidClassName(String),
+    /// A node or cluster administration request that cannot be carried out.
+    #[error("invalid cluster operation: {0}")]
+    InvalidOperation(String),
+    /// Local storage failed.
+    #[error("storage error: {0}")]
+    Storage(String),
+    /// Anything else that is the cluster's fault.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl Error {
+    /// True when the operation certainly did not take effect and may be retried elsewhere.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::NotLeader { .. })
+    }
+}
+
+impl From<rocksdb::Error> for Error {
+    fn from(e: rocksdb::Error) -> Self {
+        Error::Storage(e.to_string())
+    }
+}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Error::Storage(e.to_string())
+    }
+}
+
+impl From<serde_json::Error> for Error {
+    fn from(e: serde_json::Error) -> Self {
+        Error::Internal(format!("encoding: {e}"))
+    }
+}

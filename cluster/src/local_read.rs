@@ -1,0 +1,85 @@
+//! Reads served from this node's copy of a group, after the caller made them linearizable
+//! (the group's leader confirmed its leadership and applied up to the read index).
+
+use serde_json::Value;
+
+use crate::command::{ReadRequest, ReadResponse};
+use crate::error::Result;
+use crate::ids::GroupId;
+use crate::object::StoredObject;
+use crate::query::shard_exec::scan_shard;
+use crate::statemachine::StoredRecord;
+use crate::storage::keys::{self, CF_SM};
+use crate::storage::Store;
+
+pub fn serve_read(
+    store: &Store,
+    group: GroupId,
+    req: &ReadRequest,
+    now_ms: i64,
+) -> Result<ReadResponse> {
+    Ok(match req {
+        ReadRequest::GetObject {
+            app,
+            class,
+            object_id,
+        } => {
+            let obj = store
+                .get(CF_SM, &keys::object_key(group, app, class, object_id))?
+                .map(|b| StoredObject::decode(&b).map(|o| o.render(object_id)))
+                .transpose()?;
+            ReadResponse::Object(obj)
+        }
+        ReadRequest::GetRecord { ns, key } => {
+            ReadResponse::Record(get_record(store, group, ns, key, now_ms)?)
+        }
+        ReadRequest::ScanObjects(scan) => {
+            let (rows, count) = scan_shard(store, group, scan)?;
+            ReadResponse::Scan { rows, count }
+        }
+    })
+}
+
+/// A record's value unless it is absent or expired at `now_ms`.
+pub fn get_record(
+    store: &Store,
+    group: GroupId,
+    ns: &str,
+    key: &str,
+    now_ms: i64,
+) -> Result<Option<Value>> {
+    match store.get(CF_SM, &keys::record_key(group, ns, key))? {
+        Some(b) => {
+            let rec = StoredRecord::decode(&b)?;
+            Ok((!rec.expired_at(now_ms)).then_some(rec.value))
+        }
+        None => Ok(None),
+    }
+}
+
+/// Every live record of a namespace in this node's copy of `group` (possibly stale: for
+/// metadata that every node keeps locally, such as the member list).
+pub fn list_records(
+    store: &Store,
+    group: GroupId,
+    ns: &str,
+    now_ms: i64,
+) -> Result<Vec<(String, Value)>> {
+    let prefix = keys::record_ns_prefix(group, ns);
+    let mut end = prefix.clone();
+    if let Some(last) = end.last_mut() {
+        *last = 1;
+    }
+    let mut out = Vec::new();
+    store.scan(CF_SM, &prefix, &end, |k, v| {
+        let rec = StoredRecord::decode(v)?;
+        if !rec.expired_at(now_ms) {
+            out.push((
+                String::from_utf8_lossy(&k[prefix.len()..]).into_owned(),
+                rec.value,
+            ));
+        }
+        Ok(true)
+    })?;
+    Ok(out)
+}

@@ -1,0 +1,227 @@
+//! Objects as the state machine stores them, and the names that address them.
+//!
+//! A stored object keeps its user fields plus `created_ms`/`updated_ms` (milliseconds, UTC);
+//! the reserved fields `objectId`, `createdAt`, `updatedAt` are rendered on the way out. The
+//! encoding carries a version number so that later formats can be read next to old ones.
+
+use chrono::{DateTime, NaiveDateTime, TimeZone, Utc};
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::error::{Error, Result};
+
+/// Fields the service sets; a client may not write them.
+pub const RESERVED_FIELDS: [&str; 3] = ["objectId", "createdAt", "updatedAt"];
+
+/// Wire format of `createdAt`/`updatedAt` and of Date values: `YYYY-mm-dd HH:ii:ss`, UTC.
+pub const WIRE_TIME_FORMAT: &str = "%Y-%m-%d %H:%M:%S";
+
+/// Current encoding version of [`StoredObject`].
+const OBJECT_FORMAT_V1: u8 = 1;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredObject {
+    /// Encoding version.
+    pub v: u8,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+    pub fields: Map<String, Value>,
+}
+
+impl StoredObject {
+    pub fn new(now_ms: i64) -> Self {
+        StoredObject {
+            v: OBJECT_FORMAT_V1,
+            created_ms: now_ms,
+            updated_ms: now_ms,
+            fields: Map::new(),
+        }
+    }
+
+    /// The object as the API returns it: user fields with internal members removed, plus the
+    /// reserved fields.
+    pub fn render(&self, object_id: &str) -> Value {
+        let mut out = Map::with_capacity(self.fields.len() + 3);
+        for (k, v) in &self.fields {
+            out.insert(k.clone(), render_value(v));
+        }
+        out.insert("objectId".into(), Value::String(object_id.to_string()));
+        out.insert(
+            "createdAt".into(),
+            Value::String(format_wire_time(self.created_ms)),
+        );
+        out.insert(
+            "updatedAt".into(),
+            Value::String(format_wire_time(self.updated_ms)),
+        );
+        Value::Object(out)
+    }
+
+    pub fn encode(&self) -> Result<Vec<u8>> {
+        Ok(serde_json::to_vec(self)?)
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Self> {
+        let obj: StoredObject = serde_json::from_slice(bytes)?;
+        if obj.v != OBJECT_FORMAT_V1 {
+            return Err(Error::Storage(format!("unknown object format {}", obj.v)));
+        }
+        Ok(obj)
+    }
+}
+
+/// Strips what the state machine keeps inside typed values but never shows (the member ids
+/// of a Relation).
+fn render_value(v: &Value) -> Value {
+    match v {
+        Value::Object(m) if m.get("__type").and_then(Value::as_str) == Some("Relation") => {
+            let mut m = m.clone();
+            m.remove("objects");
+            Value::Object(m)
+        }
+        other => other.clone(),
+    }
+}
+
+/// Formats milliseconds since the epoch as `YYYY-mm-dd HH:ii:ss` UTC.
+pub fn format_wire_time(ms: i64) -> String {
+    match Utc.timestamp_millis_opt(ms).single() {
+        Some(t) => t.format(WIRE_TIME_FORMAT).to_string(),
+        None => String::new(),
+    }
+}
+
+/// Parses the three accepted Date forms (`2006-01-02T15:04:05.000Z`, `2006-01-02T15:04:05`,
+/// `2006-01-02 15:04:05`), all UTC.
+pub fn parse_wire_time(s: &str) -> Option<DateTime<Utc>> {
+    if let Ok(t) = DateTime::parse_from_rfc3339(s) {
+        return Some(t.with_timezone(&Utc));
+    }
+    for fmt in [
+        WIRE_TIME_FORMAT,
+        "%Y-%m-%dT%H:%M:%S%.f",
+        "%Y-%m-%dT%H:%M:%S%.fZ",
+    ] {
+        if let Ok(t) = NaiveDateTime::parse_from_str(s, fmt) {
+            return Some(t.and_utc());
+        }
+    }
+    None
+}
+
+/// A fresh objectId: 10 characters of `[0-9a-zA-Z]`, chosen by the proposing node.
+pub fn new_object_id() -> String {
+    const ALPHABET: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    let mut rng = rand::rng();
+    (0..10)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
+}
+
+/// True for a well-formed objectId (what [`new_object_id`] makes).
+pub fn is_object_id(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_alphanumeric())
+}
+
+/// Validates a class name: a letter first, then letters, digits and underscores, at most 64.
+/// System classes (a leading underscore) are addressed through their own endpoints.
+pub fn validate_class_name(name: &str) -> Result<()> {
+    let mut chars = name.chars();
+    let ok = name.len() <= 64
+        && chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidClassName(format!(
+            "invalid class name {name:?}: it must start with a letter and hold only letters, digits and _"
+        )))
+    }
+}
+
+/// Validates one segment of a field name (a column or a member in a dot path).
+pub fn validate_field_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 128
+        && !name.starts_with('_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidKey(format!(
+            "invalid field name {name:?}: use letters and digits"
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn renders_reserved_fields_in_wire_format() {
+        let mut o = StoredObject::new(1_700_000_000_123);
+        o.fields.insert("score".into(), json!(5));
+        o.updated_ms = 1_700_000_060_999;
+        let v = o.render("abcDEF1234");
+        assert_eq!(v["objectId"], "abcDEF1234");
+        assert_eq!(v["createdAt"], "2023-11-14 22:13:20");
+        assert_eq!(v["updatedAt"], "2023-11-14 22:14:20");
+        assert_eq!(v["score"], 5);
+    }
+
+    #[test]
+    fn relation_members_are_not_rendered() {
+        let mut o = StoredObject::new(0);
+        o.fields.insert(
+            "likes".into(),
+            json!({"__type":"Relation","className":"_User","objects":["a"]}),
+        );
+        assert_eq!(
+            o.render("x")["likes"],
+            json!({"__type":"Relation","className":"_User"})
+        );
+    }
+
+    #[test]
+    fn object_ids_have_the_documented_shape() {
+        for _ in 0..100 {
+            let id = new_object_id();
+            assert_eq!(id.len(), 10);
+            assert!(is_object_id(&id));
+        }
+    }
+
+    #[test]
+    fn wire_time_accepts_the_three_forms() {
+        let expect = "2024-02-03 04:05:06";
+        for s in [
+            "2024-02-03T04:05:06.000Z",
+            "2024-02-03T04:05:06",
+            "2024-02-03 04:05:06",
+        ] {
+            let t = parse_wire_time(s).map(|t| t.format(WIRE_TIME_FORMAT).to_string());
+            assert_eq!(t.as_deref(), Some(expect), "{s}");
+        }
+        assert!(parse_wire_time("yesterday").is_none());
+    }
+
+    #[test]
+    fn names_are_validated() {
+        assert!(validate_class_name("GameScore").is_ok());
+        assert!(validate_class_name("1Game").is_err());
+        assert!(validate_class_name("_User").is_err());
+        assert!(validate_field_name("score2").is_ok());
+        assert!(validate_field_name("my-key").is_err());
+        assert!(validate_field_name("").is_err());
+    }
+
+    #[test]
+    fn encoding_round_trips() {
+        let mut o = StoredObject::new(42);
+        o.fields.insert("a".into(), json!([1, "x"]));
+        assert_eq!(StoredObject::decode(&o.encode().unwrap()).unwrap(), o);
+    }
+}

@@ -1,0 +1,194 @@
+//! Placement: which nodes hold each group's replicas, and which of them leads.
+//!
+//! The desired replicas of a group are the `replicas` active nodes ranked highest by
+//! rendezvous hashing of (group, node); the first of them is the preferred leader, which
+//! spreads leaders across nodes. Each group's leader converges its own group towards that:
+//! missing nodes join as learners, caught-up learners become voters in one membership change,
+//! removed or surplus nodes leave, and leadership moves to the preferred node once it is
+//! caught up. The metadata group also keeps every other active node as a learner, so every
+//! node has the cluster's metadata locally.
+
+use openraft::async_runtime::WatchReceiver;
+use std::collections::{BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use openraft::{BasicNode, ChangeMembers};
+
+use crate::cluster::{led_groups, member_addrs, Cluster};
+use crate::ids::{placement_score, GroupId, NodeId, META_GROUP};
+
+const TICK: Duration = Duration::from_millis(1000);
+/// A learner this close to the leader's log may become a voter or leader.
+const CAUGHT_UP_ENTRIES: u64 = 64;
+const TRANSFER_COOLDOWN: Duration = Duration::from_secs(15);
+const CHANGE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The desired voters of `group` among `nodes`, best first.
+pub fn desired_voters(group: GroupId, nodes: &[NodeId], replicas: u32) -> Vec<NodeId> {
+    let mut ranked: Vec<NodeId> = nodes.to_vec();
+    ranked.sort_by_key(|&n| std::cmp::Reverse(placement_score(group, n)));
+    ranked.truncate(replicas.max(1) as usize);
+    ranked
+}
+
+/// Runs the placement loop of this node until shutdown.
+pub async fn run(cluster: Cluster) {
+    let mut shutdown = cluster.shutdown_signal();
+    let mut last_transfer: HashMap<GroupId, Instant> = HashMap::new();
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(TICK) => {}
+            _ = shutdown.changed() => return,
+        }
+        let addrs = member_addrs(&cluster);
+        for (id, addr) in &addrs {
+            cluster.inner.router.learn(*id, addr);
+        }
+        if addrs.is_empty() {
+            continue;
+        }
+        for group in led_groups(&cluster) {
+            if let Err(e) = reconcile(&cluster, group, &addrs, &mut last_transfer).await {
+                tracing::debug!(group, "placement step failed: {e}");
+            }
+        }
+    }
+}
+
+async fn reconcile(
+    cluster: &Cluster,
+    group: GroupId,
+    addrs: &HashMap<NodeId, String>,
+    last_transfer: &mut HashMap<GroupId, Instant>,
+) -> Result<(), String> {
+    let raft = cluster.group(group).map_err(|e| e.to_string())?;
+    let me = cluster.node_id();
+    let m = raft.metrics().borrow_watched().clone();
+    if m.current_leader != Some(me) {
+        return Ok(());
+    }
+    let membership = m.membership_config.membership().clone();
+    // One change at a time: wait while a joint configuration is in flight.
+    if membership.get_joint_config().len() > 1 {
+        return Ok(());
+    }
+    let active: Vec<NodeId> = addrs.keys().copied().collect();
+    let want_voters = desired_voters(group, &active, cluster.settings().replicas);
+    let want_all: BTreeSet<NodeId> = if group == META_GROUP {
+        active.iter().copied().collect()
+    } else {
+        want_voters.iter().copied().collect()
+    };
+    let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+    let learners: BTreeSet<NodeId> = membership.learner_ids().collect();
+    let last = m.last_log_index.unwrap_or(0);
+    let matched = |n: NodeId| -> u64 {
+        if n == me {
+            return last;
+        }
+        m.replication
+            .as_ref()
+            .and_then(|r| r.get(&n).cloned().flatten())
+            .map(|l| l.index)
+            .unwrap_or(0)
+    };
+    let caught_up = |n: NodeId| last.saturating_sub(matched(n)) <= CAUGHT_UP_ENTRIES;
+
+    // 1. Every wanted node holds a replica (as a learner first).
+    for &n in &want_all {
+        if !voters.contains(&n) && !learners.contains(&n) {
+            let addr = addrs.get(&n).cloned().unwrap_or_default();
+            tracing::info!(group, node = n, "adding a replica (learner)");
+            let add = raft.add_learner(n, BasicNode::new(addr), false);
+            tokio::time::timeout(CHANGE_TIMEOUT, add)
+                .await
+                .map_err(|_| "timeout".to_string())?
+                .map_err(|e| e.to_string())?;
+            return Ok(());
+        }
+    }
+    // 2. Voters become exactly the wanted set once the new ones have caught up.
+    let want_voter_set: BTreeSet<NodeId> = want_voters.iter().copied().collect();
+    if want_voter_set != voters {
+        if want_voter_set.iter().all(|&n| caught_up(n)) {
+            tracing::info!(group, ?want_voter_set, "changing voters");
+            let change = raft.change_membership(
+                ChangeMembers::ReplaceAllVoters(want_voter_set),
+                group == META_GROUP,
+            );
+            tokio::time::timeout(CHANGE_TIMEOUT, change)
+                .await
+                .map_err(|_| "timeout".to_string())?
+                .map_err(|e| e.to_string())?;
+        }
+        return Ok(());
+    }
+    // 3. Replicas nobody wants any more leave.
+    let surplus: BTreeSet<NodeId> = learners
+        .iter()
+        .copied()
+        .filter(|n| !want_all.contains(n))
+        .collect();
+    if !surplus.is_empty() {
+        tracing::info!(group, ?surplus, "removing replicas");
+        let change = raft.change_membership(ChangeMembers::RemoveNodes(surplus), false);
+        tokio::time::timeout(CHANGE_TIMEOUT, change)
+            .await
+            .map_err(|_| "timeout".to_string())?
+            .map_err(|e| e.to_string())?;
+        return Ok(());
+    }
+    // 4. Leadership moves to the preferred node when it is caught up.
+    if let Some(&preferred) = want_voters.first() {
+        let cooled = last_transfer
+            .get(&group)
+            .is_none_or(|t| t.elapsed() > TRANSFER_COOLDOWN);
+        if preferred != me && cooled && matched(preferred) == last && last > 0 {
+            last_transfer.insert(group, Instant::now());
+            tracing::info!(group, to = preferred, "transferring leadership");
+            raft.trigger()
+                .transfer_leader(preferred)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn desired_voters_are_stable_and_spread() {
+        let nodes = [1, 2, 3, 4];
+        assert_eq!(
+            desired_voters(5, &nodes, 3),
+            desired_voters(5, &[4, 3, 2, 1], 3)
+        );
+        assert_eq!(desired_voters(5, &nodes, 3).len(), 3);
+        assert_eq!(desired_voters(5, &[7], 3), vec![7]);
+        // Preferred leaders are spread over the nodes.
+        let mut leaders: HashMap<NodeId, u32> = HashMap::new();
+        for g in 0..=64 {
+            *leaders.entry(desired_voters(g, &nodes, 3)[0]).or_default() += 1;
+        }
+        assert_eq!(leaders.len(), 4, "{leaders:?}");
+        assert!(leaders.values().all(|&c| c >= 6), "{leaders:?}");
+    }
+
+    #[test]
+    fn adding_a_node_moves_only_some_groups() {
+        let before: Vec<_> = (1..=64).map(|g| desired_voters(g, &[1, 2, 3], 3)).collect();
+        let after: Vec<_> = (1..=64)
+            .map(|g| desired_voters(g, &[1, 2, 3, 4], 3))
+            .collect();
+        let moved = before.iter().zip(&after).filter(|(b, a)| {
+            let b: BTreeSet<_> = b.iter().collect();
+            let a: BTreeSet<_> = a.iter().collect();
+            b != a
+        });
+        let n = moved.count();
+        assert!(n > 20 && n < 64, "{n} of 64 groups moved");
+    }
+}

@@ -1,0 +1,52 @@
+//! Shard-local scans and their merge: the base the query engine builds on.
+//!
+//! A scan runs on each data shard (`shard_exec`): it filters the shard's objects of one class,
+//! sorts them and keeps the first `skip + limit`; the coordinating node merges the shards'
+//! rows under the same order (`merge`) and applies skip and limit once. Counts add up.
+
+pub mod eval;
+pub mod merge;
+pub mod shard_exec;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// One sort key: a field name and its direction.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SortKey {
+    pub field: String,
+    pub descending: bool,
+}
+
+/// A scan of one class on one shard.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScanRequest {
+    pub app: String,
+    pub class: String,
+    /// Plain equality constraints (`{field: value}`) every returned object satisfies.
+    pub equals: Map<String, Value>,
+    pub order: Vec<SortKey>,
+    pub skip: usize,
+    pub limit: usize,
+}
+
+impl ScanRequest {
+    /// Parses an `order` parameter: `a,-b` sorts by a ascending, then b descending.
+    pub fn parse_order(order: &str) -> Vec<SortKey> {
+        order
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|s| match s.strip_prefix('-') {
+                Some(f) => SortKey {
+                    field: f.to_string(),
+                    descending: true,
+                },
+                None => SortKey {
+                    field: s.trim_start_matches('+').to_string(),
+                    descending: false,
+                },
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,162 @@
+//! Server side of the peer services: `RaftService` hands Raft messages to the addressed
+//! group's local replica; `serve` runs it together with `NodeService` on the rpc listener.
+
+use futures::StreamExt;
+use openraft::raft::{AppendEntriesRequest, TransferLeaderRequest, VoteRequest};
+use tokio::io::AsyncWriteExt;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::convert::{decode, reply};
+use super::node_service::NodeServiceImpl;
+use super::pb::node_service_server::NodeServiceServer;
+use super::pb::raft_service_server::{RaftService, RaftServiceServer};
+use super::pb::{GroupMessage, Reply, SnapshotChunk};
+use super::MAX_MESSAGE_BYTES;
+use crate::cluster::Cluster;
+use crate::error::{Error, Result};
+use crate::raft::{SnapshotMeta, TypeConfig, Vote};
+use crate::statemachine::SnapshotFile;
+
+pub struct RaftServiceImpl {
+    cluster: Cluster,
+}
+
+/// Serves both peer services on `listener` until the node shuts down.
+pub async fn serve(cluster: Cluster, listener: tokio::net::TcpListener) {
+    let mut shutdown = cluster.shutdown_signal();
+    let raft = RaftServiceServer::new(RaftServiceImpl {
+        cluster: cluster.clone(),
+    })
+    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+    .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let node = NodeServiceServer::new(NodeServiceImpl::new(cluster))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    let result = tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .add_service(raft)
+        .add_service(node)
+        .serve_with_incoming_shutdown(incoming, async move {
+            let _ = shutdown.changed().await;
+        })
+        .await;
+    if let Err(e) = result {
+        tracing::error!("peer gRPC server stopped: {e}");
+    }
+}
+
+impl RaftServiceImpl {
+    async fn install_snapshot_stream(
+        &self,
+        mut stream: Streaming<SnapshotChunk>,
+    ) -> Result<openraft::raft::SnapshotResponse<TypeConfig>> {
+        let first = stream
+            .next()
+            .await
+            .ok_or_else(|| Error::InvalidOperation("empty snapshot stream".into()))?
+            .map_err(|s| Error::Unavailable(s.message().to_string()))?;
+        let (vote, meta): (Vote, SnapshotMeta) = decode(&first.header)?;
+        let group = first.group;
+        let raft = self.cluster.group(group)?;
+        let path = self
+            .cluster
+            .inner
+            .incoming_dir
+            .join(format!("g{group}-{}.part", rand::random::<u64>()));
+        let mut file = tokio::fs::File::create(&path).await?;
+        file.write_all(&first.data).await?;
+        let received: Result<()> = async {
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(|s| Error::Unavailable(s.message().to_string()))?;
+                file.write_all(&chunk.data).await?;
+            }
+            file.flush().await?;
+            file.sync_all().await?;
+            Ok(())
+        }
+        .await;
+        if let Err(e) = received {
+            let _ = tokio::fs::remove_file(&path).await;
+            return Err(e);
+        }
+        metrics::counter!("basalt_raft_snapshots_received_total").increment(1);
+        let snapshot = openraft::alias::SnapshotOf::<TypeConfig, SnapshotFile> {
+            meta,
+            snapshot: SnapshotFile { path: path.clone() },
+        };
+        let resp = raft
+            .install_full_snapshot(vote, snapshot)
+            .await
+            .map_err(|e| Error::Unavailable(e.to_string()));
+        // The install moved the file; a refused snapshot leaves it here.
+        let _ = tokio::fs::remove_file(&path).await;
+        resp
+    }
+}
+
+type RpcResult = std::result::Result<Response<Reply>, Status>;
+
+#[tonic::async_trait]
+impl RaftService for RaftServiceImpl {
+    async fn append_entries(&self, req: Request<GroupMessage>) -> RpcResult {
+        let msg = req.into_inner();
+        let result = async {
+            let rpc: AppendEntriesRequest<TypeConfig> = decode(&msg.payload)?;
+            self.cluster
+                .group(msg.group)?
+                .append_entries(rpc)
+                .await
+                .map_err(|e| Error::Unavailable(e.to_string()))
+        }
+        .await;
+        Ok(Response::new(reply(result)))
+    }
+
+    async fn vote(&self, req: Request<GroupMessage>) -> RpcResult {
+        let msg = req.into_inner();
+        let result = async {
+            let rpc: VoteRequest<TypeConfig> = decode(&msg.payload)?;
+            self.cluster
+                .group(msg.group)?
+                .vote(rpc)
+                .await
+                .map_err(|e| Error::Unavailable(e.to_string()))
+        }
+        .await;
+        Ok(Response::new(reply(result)))
+    }
+
+    async fn pre_vote(&self, req: Request<GroupMessage>) -> RpcResult {
+        let msg = req.into_inner();
+        let result = async {
+            let rpc: VoteRequest<TypeConfig> = decode(&msg.payload)?;
+            self.cluster
+                .group(msg.group)?
+                .pre_vote(rpc)
+                .await
+                .map_err(|e| Error::Unavailable(e.to_string()))
+        }
+        .await;
+        Ok(Response::new(reply(result)))
+    }
+
+    async fn transfer_leader(&self, req: Request<GroupMessage>) -> RpcResult {
+        let msg = req.into_inner();
+        let result = async {
+            let rpc: TransferLeaderRequest<TypeConfig> = decode(&msg.payload)?;
+            self.cluster
+                .group(msg.group)?
+                .handle_transfer_leader(rpc)
+                .await
+                .map_err(|e| Error::Unavailable(e.to_string()))
+        }
+        .await;
+        Ok(Response::new(reply(result)))
+    }
+
+    async fn install_snapshot(&self, req: Request<Streaming<SnapshotChunk>>) -> RpcResult {
+        let result = self.install_snapshot_stream(req.into_inner()).await;
+        Ok(Response::new(reply(result)))
+    }
+}

@@ -1,0 +1,298 @@
+//! `PeerRouter`: the client side of node-to-node gRPC. It keeps one lazily connected channel
+//! per peer, shared by every group (openraft-multi's `GroupRouter`), and sends forwarded
+//! proposals, reads and admin requests.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use openraft::error::{RPCError, ReplicationClosed, StreamingError, Unreachable};
+use openraft::network::RPCOption;
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
+    TransferLeaderResponse, VoteRequest, VoteResponse,
+};
+use openraft::AnyError;
+use openraft_multi::GroupRouter;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio::io::AsyncReadExt;
+use tonic::transport::{Channel, Endpoint};
+
+use super::convert::{from_reply, group_message, transport_error};
+use super::pb::node_service_client::NodeServiceClient;
+use super::pb::raft_service_client::RaftServiceClient;
+use super::pb::{Reply, SnapshotChunk};
+use super::MAX_MESSAGE_BYTES;
+use crate::admin::{AdminRequest, AdminResponse};
+use crate::command::{Command, Proposed, ReadRequest, ReadResponse};
+use crate::error::{Error, Result};
+use crate::ids::{GroupId, NodeId};
+use crate::raft::{TypeConfig, Vote};
+use crate::statemachine::SnapshotFile;
+
+const SNAPSHOT_CHUNK_BYTES: usize = 1 << 20;
+/// Deadline of a forwarded proposal or read: longer than an election, so a forward that
+/// waits for a new leader still answers.
+pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(8);
+
+/// The unary Raft RPCs.
+#[derive(Clone, Copy)]
+enum RaftRpc {
+    AppendEntries,
+    Vote,
+    PreVote,
+    TransferLeader,
+}
+
+#[derive(Clone, Default)]
+pub struct PeerRouter {
+    peers: Arc<Mutex<HashMap<NodeId, (String, Channel)>>>,
+}
+
+fn channel_for_addr(addr: &str) -> Result<Channel> {
+    let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+        .map_err(|e| Error::InvalidOperation(format!("bad peer address {addr:?}: {e}")))?
+        .connect_timeout(Duration::from_millis(500))
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(Duration::from_secs(5))
+        .keep_alive_timeout(Duration::from_secs(5));
+    Ok(endpoint.connect_lazy())
+}
+
+fn with_timeout<T>(msg: T, timeout: Duration) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(msg);
+    req.set_timeout(timeout);
+    req
+}
+
+fn unreachable(e: impl std::fmt::Display) -> Unreachable<TypeConfig> {
+    Unreachable::new(&AnyError::error(e.to_string()))
+}
+
+impl PeerRouter {
+    /// Records (or updates) the gRPC address of a node.
+    pub fn learn(&self, node: NodeId, addr: &str) {
+        let Ok(mut peers) = self.peers.lock() else {
+            return;
+        };
+        if peers.get(&node).is_some_and(|(a, _)| a == addr) {
+            return;
+        }
+        match channel_for_addr(addr) {
+            Ok(ch) => {
+                peers.insert(node, (addr.to_string(), ch));
+            }
+            Err(e) => tracing::warn!(node, addr, "cannot use peer address: {e}"),
+        }
+    }
+
+    fn channel(&self, node: NodeId) -> Result<Channel> {
+        self.peers
+            .lock()
+            .map_err(|_| Error::Internal("peer table poisoned".into()))?
+            .get(&node)
+            .map(|(_, ch)| ch.clone())
+            .ok_or_else(|| Error::Unavailable(format!("no address known for node {node}")))
+    }
+
+    async fn raft_call<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        target: NodeId,
+        group: GroupId,
+        rpc: &Req,
+        timeout: Duration,
+        kind: RaftRpc,
+    ) -> std::result::Result<Resp, RPCError<TypeConfig>> {
+        let ch = self.channel(target).map_err(unreachable)?;
+        let mut client = RaftServiceClient::new(ch)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let msg = group_message(group, rpc).map_err(unreachable)?;
+        let req = with_timeout(msg, timeout);
+        let reply: std::result::Result<tonic::Response<Reply>, tonic::Status> = match kind {
+            RaftRpc::AppendEntries => client.append_entries(req).await,
+            RaftRpc::Vote => client.vote(req).await,
+            RaftRpc::PreVote => client.pre_vote(req).await,
+            RaftRpc::TransferLeader => client.transfer_leader(req).await,
+        };
+        let reply = reply.map_err(unreachable)?;
+        from_reply(reply.into_inner()).map_err(|e| RPCError::Unreachable(unreachable(e)))
+    }
+
+    fn node_client(ch: Channel) -> NodeServiceClient<Channel> {
+        NodeServiceClient::new(ch)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+    }
+
+    /// Asks `node` to propose `cmd` to `group` as its leader (no further forwarding).
+    pub async fn propose(&self, node: NodeId, group: GroupId, cmd: &Command) -> Result<Proposed> {
+        let mut client = Self::node_client(self.channel(node)?);
+        let reply = client
+            .propose(with_timeout(group_message(group, cmd)?, FORWARD_TIMEOUT))
+            .await
+            .map_err(|s| transport_error(&s))?;
+        from_reply(reply.into_inner())
+    }
+
+    /// Asks `node` to serve a linearizable read of `group` as its leader.
+    pub async fn read(
+        &self,
+        node: NodeId,
+        group: GroupId,
+        req: &ReadRequest,
+    ) -> Result<ReadResponse> {
+        let mut client = Self::node_client(self.channel(node)?);
+        let reply = client
+            .read(with_timeout(group_message(group, req)?, FORWARD_TIMEOUT))
+            .await
+            .map_err(|s| transport_error(&s))?;
+        from_reply(reply.into_inner())
+    }
+
+    /// Sends an admin request to the node at `addr`.
+    pub async fn admin_at(
+        addr: &str,
+        req: &AdminRequest,
+        timeout: Duration,
+    ) -> Result<AdminResponse> {
+        let mut client = Self::node_client(channel_for_addr(addr)?);
+        let reply = client
+            .admin(with_timeout(group_message(0, req)?, timeout))
+            .await
+            .map_err(|s| transport_error(&s))?;
+        from_reply(reply.into_inner())
+    }
+
+    pub async fn admin(
+        &self,
+        node: NodeId,
+        req: &AdminRequest,
+        timeout: Duration,
+    ) -> Result<AdminResponse> {
+        let mut client = Self::node_client(self.channel(node)?);
+        let reply = client
+            .admin(with_timeout(group_message(0, req)?, timeout))
+            .await
+            .map_err(|s| transport_error(&s))?;
+        from_reply(reply.into_inner())
+    }
+
+    async fn send_snapshot(
+        &self,
+        target: NodeId,
+        group: GroupId,
+        vote: Vote,
+        snapshot: openraft::alias::SnapshotOf<TypeConfig, SnapshotFile>,
+        timeout: Duration,
+    ) -> Result<SnapshotResponse<TypeConfig>> {
+        let mut client = RaftServiceClient::new(self.channel(target)?)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let header = serde_json::to_vec(&(vote, &snapshot.meta))?;
+        let mut file = tokio::fs::File::open(&snapshot.snapshot.path).await?;
+        let (tx, rx) = tokio::sync::mpsc::channel::<SnapshotChunk>(4);
+        // Read the file in chunks as the stream is consumed: memory stays at a few chunks.
+        let reader = tokio::spawn(async move {
+            let mut first = Some(header);
+            loop {
+                let mut buf = vec![0u8; SNAPSHOT_CHUNK_BYTES];
+                let n = file.read(&mut buf).await?;
+                buf.truncate(n);
+                let chunk = SnapshotChunk {
+                    group,
+                    header: first.take().unwrap_or_default(),
+                    data: buf,
+                };
+                if tx.send(chunk).await.is_err() || n == 0 {
+                    return Ok::<(), std::io::Error>(());
+                }
+            }
+        });
+        let mut req = tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(rx));
+        req.set_timeout(timeout);
+        let result = client.install_snapshot(req).await;
+        reader.abort();
+        let reply = result.map_err(|s| transport_error(&s))?;
+        metrics::counter!("basalt_raft_snapshots_sent_total").increment(1);
+        from_reply(reply.into_inner())
+    }
+}
+
+impl GroupRouter<TypeConfig, GroupId> for PeerRouter {
+    type SnapshotData = SnapshotFile;
+
+    async fn append_entries(
+        &self,
+        target: NodeId,
+        group: GroupId,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> std::result::Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.raft_call(
+            target,
+            group,
+            &rpc,
+            option.hard_ttl(),
+            RaftRpc::AppendEntries,
+        )
+        .await
+    }
+
+    async fn vote(
+        &self,
+        target: NodeId,
+        group: GroupId,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> std::result::Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.raft_call(target, group, &rpc, option.hard_ttl(), RaftRpc::Vote)
+            .await
+    }
+
+    async fn pre_vote(
+        &self,
+        target: NodeId,
+        group: GroupId,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> std::result::Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.raft_call(target, group, &rpc, option.hard_ttl(), RaftRpc::PreVote)
+            .await
+    }
+
+    async fn full_snapshot(
+        &self,
+        target: NodeId,
+        group: GroupId,
+        vote: Vote,
+        snapshot: openraft::alias::SnapshotOf<TypeConfig, SnapshotFile>,
+        cancel: impl Future<Output = ReplicationClosed> + Send + 'static,
+        option: RPCOption,
+    ) -> std::result::Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        let send = self.send_snapshot(target, group, vote, snapshot, option.hard_ttl());
+        tokio::select! {
+            r = send => r.map_err(|e| StreamingError::Unreachable(unreachable(e))),
+            closed = cancel => Err(StreamingError::Closed(closed)),
+        }
+    }
+
+    async fn transfer_leader(
+        &self,
+        target: NodeId,
+        group: GroupId,
+        req: TransferLeaderRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> std::result::Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.raft_call(
+            target,
+            group,
+            &req,
+            option.hard_ttl(),
+            RaftRpc::TransferLeader,
+        )
+        .await
+    }
+}

@@ -1,0 +1,45 @@
+//! Deletes expired records in every group: proposes `ExpireRecords { now }`, so every replica
+//! deletes the same records.
+
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+
+use super::Job;
+use crate::cluster::{now_ms, Cluster};
+use crate::command::{Command, CommandResult};
+use crate::error::Result;
+
+pub struct TtlSweep {
+    pub every: Duration,
+}
+
+impl Job for TtlSweep {
+    fn name(&self) -> &'static str {
+        "ttl_sweep"
+    }
+
+    fn period(&self) -> Duration {
+        self.every
+    }
+
+    fn run<'a>(&'a self, cluster: &'a Cluster) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let now = now_ms();
+            let sweeps = (0..=cluster.shards())
+                .map(|g| cluster.propose(g, Command::ExpireRecords { now_ms: now }));
+            let mut first_error = None;
+            for r in futures::future::join_all(sweeps).await {
+                match r {
+                    Ok(p) => {
+                        if let CommandResult::Expired { count } = p.result {
+                            metrics::counter!("basalt_ttl_expired_records_total").increment(count);
+                        }
+                    }
+                    Err(e) => first_error = first_error.or(Some(e)),
+                }
+            }
+            first_error.map_or(Ok(()), Err)
+        })
+    }
+}

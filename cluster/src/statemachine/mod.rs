@@ -1,0 +1,164 @@
+//! The state machine of every group: objects, records with expiry, and applied state.
+//!
+//! Invariant: apply is deterministic. Everything it needs (objectIds, timestamps, the sweep's
+//! "now") comes inside the command; it reads no clock and draws no random numbers. One call
+//! of `apply` writes one RocksDB batch (data, TTL index, last-applied and membership) and only
+//! then answers the proposers. A rejected command writes nothing, and a later command in the
+//! same batch sees what an earlier one staged (`staged::Staged`).
+
+mod apply;
+pub use apply::StoredRecord;
+pub mod ops;
+pub mod snapshot;
+mod staged;
+
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use openraft::storage::{EntryResponder, RaftStateMachine};
+use openraft::EntryPayload;
+use serde::{Deserialize, Serialize};
+
+use crate::command::CommandResult;
+use crate::ids::GroupId;
+use crate::raft::{LogId, SnapshotMeta, StoredMembership, TypeConfig};
+use crate::storage::keys::{self, CF_SM};
+use crate::storage::Store;
+pub use snapshot::{ShardSnapshotBuilder, SnapshotFile};
+use staged::Staged;
+
+/// Last applied log id and membership, stored with the data in the same batch.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct AppliedState {
+    pub last_applied: Option<LogId>,
+    pub membership: StoredMembership,
+}
+
+impl AppliedState {
+    fn load(store: &Store, group: GroupId) -> crate::error::Result<Self> {
+        match store.get(CF_SM, &keys::meta_key(group, keys::SM_APPLIED))? {
+            Some(bytes) => Ok(serde_json::from_slice(&bytes)?),
+            None => Ok(AppliedState::default()),
+        }
+    }
+}
+
+pub struct ShardStateMachine {
+    group: GroupId,
+    store: Arc<Store>,
+    snapshot_dir: PathBuf,
+    applied: AppliedState,
+}
+
+impl ShardStateMachine {
+    /// Opens a group's state machine, finishing a snapshot install a crash interrupted.
+    pub fn open(
+        group: GroupId,
+        store: Arc<Store>,
+        snapshot_root: PathBuf,
+    ) -> crate::error::Result<Self> {
+        let snapshot_dir = snapshot_root.join(format!("g{group}"));
+        std::fs::create_dir_all(&snapshot_dir)?;
+        snapshot::resume_interrupted_install(group, &store)?;
+        let applied = AppliedState::load(&store, group)?;
+        Ok(ShardStateMachine {
+            group,
+            store,
+            snapshot_dir,
+            applied,
+        })
+    }
+}
+
+fn io_err(e: crate::error::Error) -> io::Error {
+    io::Error::other(e.to_string())
+}
+
+impl RaftStateMachine<TypeConfig> for ShardStateMachine {
+    type SnapshotData = SnapshotFile;
+    type SnapshotBuilder = ShardSnapshotBuilder;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), io::Error> {
+        Ok((
+            self.applied.last_applied.clone(),
+            self.applied.membership.clone(),
+        ))
+    }
+
+    async fn apply<Strm>(&mut self, mut entries: Strm) -> Result<(), io::Error>
+    where
+        Strm: Stream<Item = Result<EntryResponder<TypeConfig>, io::Error>> + Unpin + Send,
+    {
+        let started = std::time::Instant::now();
+        let mut staged = Staged::new(&self.store, self.group);
+        let mut next = self.applied.clone();
+        let mut replies = Vec::new();
+        while let Some(item) = entries.next().await {
+            let (entry, responder) = item?;
+            let result = match entry.payload {
+                EntryPayload::Blank => CommandResult::None,
+                EntryPayload::Normal(cmd) => {
+                    apply::apply_command(&mut staged, cmd).map_err(io_err)?
+                }
+                EntryPayload::Membership(m) => {
+                    next.membership = StoredMembership::new(Some(entry.log_id.clone()), m);
+                    CommandResult::None
+                }
+            };
+            next.last_applied = Some(entry.log_id);
+            if let Some(r) = responder {
+                replies.push((r, result));
+            }
+        }
+        let applied_bytes = serde_json::to_vec(&next).map_err(io::Error::other)?;
+        staged.put(
+            keys::meta_key(self.group, keys::SM_APPLIED).to_vec(),
+            applied_bytes,
+        );
+        let batch = staged.into_batch().map_err(io_err)?;
+        self.store.write(batch, false).map_err(io_err)?;
+        self.applied = next;
+        metrics::histogram!("basalt_raft_apply_seconds").record(started.elapsed().as_secs_f64());
+        for (r, result) in replies {
+            r.send(result);
+        }
+        Ok(())
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        ShardSnapshotBuilder::new(
+            self.group,
+            Arc::clone(&self.store),
+            self.snapshot_dir.clone(),
+        )
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: SnapshotFile,
+    ) -> Result<(), io::Error> {
+        let (group, store, dir, meta) = (
+            self.group,
+            Arc::clone(&self.store),
+            self.snapshot_dir.clone(),
+            meta.clone(),
+        );
+        let applied = tokio::task::spawn_blocking(move || {
+            snapshot::install(group, &store, &dir, &meta, snapshot)
+        })
+        .await
+        .map_err(io::Error::other)?
+        .map_err(io_err)?;
+        self.applied = applied;
+        Ok(())
+    }
+
+    async fn get_current_snapshot(
+        &mut self,
+    ) -> Result<Option<openraft::alias::SnapshotOf<TypeConfig, SnapshotFile>>, io::Error> {
+        snapshot::current(&self.snapshot_dir).map_err(io_err)
+    }
+}

@@ -1,0 +1,146 @@
+//! The key layout of Basalt's one RocksDB instance per node. Every key of the Raft and
+//! state-machine column families starts with the 4-byte big-endian group id, so one group's
+//! keys are one contiguous range (snapshots iterate it, snapshot installs delete it).
+//!
+//! | column family | key                                      | value                      |
+//! |---------------|------------------------------------------|----------------------------|
+//! | `raft_log`    | group · index (u64 BE)                   | versioned log entry        |
+//! | `raft_meta`   | group · `v`                              | vote                       |
+//! |               | group · `c`                              | committed log id           |
+//! |               | group · `p`                              | last purged log id         |
+//! |               | group · `i`                              | snapshot-install marker    |
+//! | `sm`          | group · `a`                              | applied log id, membership |
+//! |               | group · `o` · app 0 class 0 objectId     | object                     |
+//! |               | group · `r` · ns 0 key                   | record                     |
+//! |               | group · `t` · expiry ms (u64 BE) · ns 0 key | (empty): TTL index      |
+//! | `default`     | `node`                                   | this node's identity       |
+
+use crate::ids::GroupId;
+
+pub const CF_RAFT_LOG: &str = "raft_log";
+pub const CF_RAFT_META: &str = "raft_meta";
+pub const CF_SM: &str = "sm";
+
+pub const META_VOTE: u8 = b'v';
+pub const META_COMMITTED: u8 = b'c';
+pub const META_PURGED: u8 = b'p';
+pub const META_INSTALLING: u8 = b'i';
+
+pub const SM_APPLIED: u8 = b'a';
+pub const SM_OBJECT: u8 = b'o';
+pub const SM_RECORD: u8 = b'r';
+pub const SM_TTL: u8 = b't';
+
+/// Key of this node's identity in the default column family.
+pub const NODE_IDENTITY: &[u8] = b"node";
+
+pub fn group_prefix(group: GroupId) -> [u8; 4] {
+    group.to_be_bytes()
+}
+
+/// The first key after every key of `group`.
+pub fn group_end(group: GroupId) -> Vec<u8> {
+    match group.checked_add(1) {
+        Some(next) => next.to_be_bytes().to_vec(),
+        None => vec![0xff; 5],
+    }
+}
+
+pub fn log_key(group: GroupId, index: u64) -> [u8; 12] {
+    let mut k = [0u8; 12];
+    k[..4].copy_from_slice(&group.to_be_bytes());
+    k[4..].copy_from_slice(&index.to_be_bytes());
+    k
+}
+
+/// The log index of a `raft_log` key.
+pub fn log_index(key: &[u8]) -> Option<u64> {
+    let bytes: [u8; 8] = key.get(4..12)?.try_into().ok()?;
+    Some(u64::from_be_bytes(bytes))
+}
+
+pub fn meta_key(group: GroupId, tag: u8) -> [u8; 5] {
+    let mut k = [0u8; 5];
+    k[..4].copy_from_slice(&group.to_be_bytes());
+    k[4] = tag;
+    k
+}
+
+/// Prefix of a family of state-machine keys of one group.
+pub fn sm_family(group: GroupId, family: u8) -> Vec<u8> {
+    meta_key(group, family).to_vec()
+}
+
+fn with_parts(mut k: Vec<u8>, parts: &[&str]) -> Vec<u8> {
+    for (i, p) in parts.iter().enumerate() {
+        if i > 0 {
+            k.push(0);
+        }
+        k.extend_from_slice(p.as_bytes());
+    }
+    k
+}
+
+pub fn object_key(group: GroupId, app: &str, class: &str, object_id: &str) -> Vec<u8> {
+    with_parts(sm_family(group, SM_OBJECT), &[app, class, object_id])
+}
+
+/// Prefix of every object of one class in one group.
+pub fn class_prefix(group: GroupId, app: &str, class: &str) -> Vec<u8> {
+    let mut k = with_parts(sm_family(group, SM_OBJECT), &[app, class]);
+    k.push(0);
+    k
+}
+
+pub fn record_key(group: GroupId, ns: &str, key: &str) -> Vec<u8> {
+    with_parts(sm_family(group, SM_RECORD), &[ns, key])
+}
+
+/// Prefix of every record of a namespace in one group.
+pub fn record_ns_prefix(group: GroupId, ns: &str) -> Vec<u8> {
+    let mut k = with_parts(sm_family(group, SM_RECORD), &[ns]);
+    k.push(0);
+    k
+}
+
+pub fn ttl_key(group: GroupId, expires_at_ms: i64, ns: &str, key: &str) -> Vec<u8> {
+    let mut k = sm_family(group, SM_TTL);
+    k.extend_from_slice(&(expires_at_ms.max(0) as u64).to_be_bytes());
+    with_parts(k, &[ns, key])
+}
+
+/// Splits a TTL index key into (expiry, ns, key).
+pub fn parse_ttl_key(k: &[u8]) -> Option<(i64, String, String)> {
+    let ms = u64::from_be_bytes(k.get(5..13)?.try_into().ok()?) as i64;
+    let rest = std::str::from_utf8(k.get(13..)?).ok()?;
+    let (ns, key) = rest.split_once('\0')?;
+    Some((ms, ns.to_string(), key.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_are_contiguous_and_ordered() {
+        assert!(log_key(1, u64::MAX).as_slice() < group_end(1).as_slice());
+        assert!(log_key(2, 0).as_slice() >= group_end(1).as_slice());
+        assert!(log_key(1, 9) < log_key(1, 10));
+        assert_eq!(log_index(&log_key(3, 77)), Some(77));
+    }
+
+    #[test]
+    fn class_prefix_does_not_match_longer_class_names() {
+        let p = class_prefix(1, "app", "Game");
+        assert!(object_key(1, "app", "Game", "x").starts_with(&p));
+        assert!(!object_key(1, "app", "GameScore", "x").starts_with(&p));
+    }
+
+    #[test]
+    fn ttl_keys_sort_by_expiry_and_round_trip() {
+        let a = ttl_key(1, 1000, "sms", "k");
+        let b = ttl_key(1, 2000, "a", "b");
+        assert!(a < b);
+        assert_eq!(parse_ttl_key(&a), Some((1000, "sms".into(), "k".into())));
+    }
+}

@@ -1,0 +1,215 @@
+//! `Store`: the node's single RocksDB instance, its column families, and the WAL syncer.
+//!
+//! Log appends from every group are written without a sync (they are readable at once) and
+//! then handed to one syncer thread, which fsyncs the shared write-ahead log once for
+//! everything written so far and only then reports those appends durable: many proposals of
+//! many groups share one fsync (group commit). Votes and snapshot installs sync inline.
+
+use std::path::Path;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Instant;
+
+use rocksdb::{
+    ColumnFamily, ColumnFamilyDescriptor, Direction, IteratorMode, Options, ReadOptions,
+    WriteBatch, WriteOptions, DB,
+};
+
+use super::keys::{CF_RAFT_LOG, CF_RAFT_META, CF_SM};
+use crate::error::{Error, Result};
+
+/// Called once the WAL holding an earlier write is on disk (or the sync failed).
+pub type SyncCallback = Box<dyn FnOnce(std::io::Result<()>) + Send>;
+
+pub struct Store {
+    db: Arc<DB>,
+    sync_tx: mpsc::Sender<SyncCallback>,
+}
+
+impl Store {
+    /// Opens (or creates) the database under `path` with Basalt's column families.
+    pub fn open(path: &Path) -> Result<Arc<Store>> {
+        let mut opts = Options::default();
+        opts.create_if_missing(true);
+        opts.create_missing_column_families(true);
+        opts.set_max_background_jobs(2);
+        opts.set_keep_log_file_num(4);
+        let cfs = [CF_RAFT_LOG, CF_RAFT_META, CF_SM].map(|name| {
+            let mut o = Options::default();
+            o.set_compression_type(rocksdb::DBCompressionType::Lz4);
+            ColumnFamilyDescriptor::new(name, o)
+        });
+        let db = Arc::new(DB::open_cf_descriptors(&opts, path, cfs)?);
+        let (sync_tx, sync_rx) = mpsc::channel::<SyncCallback>();
+        let syncer_db = Arc::clone(&db);
+        std::thread::Builder::new()
+            .name("basalt-wal-sync".into())
+            .spawn(move || run_wal_syncer(&syncer_db, &sync_rx))?;
+        Ok(Arc::new(Store { db, sync_tx }))
+    }
+
+    pub fn cf(&self, name: &str) -> Result<&ColumnFamily> {
+        self.db
+            .cf_handle(name)
+            .ok_or_else(|| Error::Storage(format!("missing column family {name}")))
+    }
+
+    pub fn get(&self, cf: &str, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.db.get_cf(self.cf(cf)?, key)?)
+    }
+
+    pub fn get_default(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.db.get(key)?)
+    }
+
+    pub fn put_default_synced(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        let mut b = WriteBatch::default();
+        b.put(key, value);
+        self.write(b, true)
+    }
+
+    /// Writes a batch atomically; `sync` waits for the WAL fsync.
+    pub fn write(&self, batch: WriteBatch, sync: bool) -> Result<()> {
+        let mut wo = WriteOptions::default();
+        wo.set_sync(sync);
+        Ok(self.db.write_opt(batch, &wo)?)
+    }
+
+    /// Calls `callback` once every write made before this call is durable.
+    pub fn after_wal_sync(&self, callback: SyncCallback) {
+        if let Err(mpsc::SendError(cb)) = self.sync_tx.send(callback) {
+            cb(Err(std::io::Error::other("WAL syncer stopped")));
+        }
+    }
+
+    /// Visits the keys in `[start, end)` of `cf` in order until `visit` returns false.
+    pub fn scan(
+        &self,
+        cf: &str,
+        start: &[u8],
+        end: &[u8],
+        mut visit: impl FnMut(&[u8], &[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        let mut ro = ReadOptions::default();
+        ro.set_iterate_upper_bound(end.to_vec());
+        let it = self.db.iterator_cf_opt(
+            self.cf(cf)?,
+            ro,
+            IteratorMode::From(start, Direction::Forward),
+        );
+        for item in it {
+            let (k, v) = item?;
+            if !visit(&k, &v)? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// The last key/value in `[start, end)` of `cf`.
+    pub fn last_in_range(
+        &self,
+        cf: &str,
+        start: &[u8],
+        end: &[u8],
+    ) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        let mut ro = ReadOptions::default();
+        ro.set_iterate_lower_bound(start.to_vec());
+        let mut it = self.db.iterator_cf_opt(
+            self.cf(cf)?,
+            ro,
+            IteratorMode::From(end, Direction::Reverse),
+        );
+        match it.next() {
+            Some(item) => {
+                let (k, v) = item?;
+                if k.as_ref() < end {
+                    Ok(Some((k.to_vec(), v.to_vec())))
+                } else {
+                    // `From(end, Reverse)` may land on `end` itself; step once more.
+                    match it.next() {
+                        Some(item) => {
+                            let (k, v) = item?;
+                            Ok(Some((k.to_vec(), v.to_vec())))
+                        }
+                        None => Ok(None),
+                    }
+                }
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Like [`Store::scan`], but over one consistent point-in-time view of the database.
+    pub fn scan_snapshot(
+        &self,
+        cf: &str,
+        start: &[u8],
+        end: &[u8],
+        mut visit: impl FnMut(&[u8], &[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        let snap = self.db.snapshot();
+        let mut ro = ReadOptions::default();
+        ro.set_iterate_upper_bound(end.to_vec());
+        let it = snap.iterator_cf_opt(
+            self.cf(cf)?,
+            ro,
+            IteratorMode::From(start, Direction::Forward),
+        );
+        for item in it {
+            let (k, v) = item?;
+            if !visit(&k, &v)? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Flushes memtables and compacts the range of one column family.
+    pub fn compact_range(&self, cf: &str, start: &[u8], end: &[u8]) -> Result<()> {
+        self.db
+            .compact_range_cf(self.cf(cf)?, Some(start), Some(end));
+        Ok(())
+    }
+
+    /// Approximate bytes on disk plus in memtables, over all column families.
+    pub fn approximate_size(&self) -> u64 {
+        let mut total = 0;
+        for name in [CF_RAFT_LOG, CF_RAFT_META, CF_SM] {
+            if let Ok(cf) = self.cf(name) {
+                for prop in [
+                    "rocksdb.total-sst-files-size",
+                    "rocksdb.cur-size-all-mem-tables",
+                ] {
+                    total += self
+                        .db
+                        .property_int_value_cf(cf, prop)
+                        .ok()
+                        .flatten()
+                        .unwrap_or(0);
+                }
+            }
+        }
+        total
+    }
+}
+
+/// Waits for sync requests, takes every request pending at that moment, and answers them all
+/// with one WAL fsync.
+fn run_wal_syncer(db: &DB, rx: &mpsc::Receiver<SyncCallback>) {
+    while let Ok(first) = rx.recv() {
+        let mut pending = vec![first];
+        pending.extend(rx.try_iter());
+        let started = Instant::now();
+        let result = db.flush_wal(true);
+        metrics::histogram!("basalt_storage_wal_sync_seconds")
+            .record(started.elapsed().as_secs_f64());
+        metrics::histogram!("basalt_storage_wal_sync_batch_size").record(pending.len() as f64);
+        for cb in pending {
+            cb(match &result {
+                Ok(()) => Ok(()),
+                Err(e) => Err(std::io::Error::other(e.to_string())),
+            });
+        }
+    }
+}

@@ -1,0 +1,100 @@
+//! `basalt admin`: cluster administration through any node's gRPC address (`--rpc`).
+//!
+//! Placement is read from every member: for each group, the view of the node that reports
+//! itself its leader is the current one.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use basalt_cluster::admin::{AdminRequest, AdminResponse, GroupStatus, NodeState};
+use basalt_cluster::cluster::admin_at;
+use serde_json::json;
+
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum AdminCommand {
+    /// Print every group's state as the node sees it.
+    Status,
+    /// Print the cluster's members.
+    Members,
+    /// Print each group's leader, voters and learners, as their leaders see them.
+    Placement,
+    /// Move a node's replicas to the other nodes and mark it removed; waits until it holds none.
+    RemoveNode {
+        node_id: u64,
+        /// Seconds to wait for its replicas to move.
+        #[arg(long, default_value_t = 120)]
+        wait_secs: u64,
+    },
+}
+
+const TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Each group's status as reported by its leader (groups without a reachable leader are absent).
+pub async fn placement(rpc: &str) -> anyhow::Result<BTreeMap<u32, GroupStatus>> {
+    let AdminResponse::ClusterInfo { nodes, .. } =
+        admin_at(rpc, AdminRequest::ClusterInfo, TIMEOUT).await?
+    else {
+        anyhow::bail!("unexpected answer to ClusterInfo");
+    };
+    let mut out = BTreeMap::new();
+    for node in nodes
+        .iter()
+        .filter(|n| n.state == NodeState::Active || n.state == NodeState::Removed)
+    {
+        let Ok(AdminResponse::Status(status)) =
+            admin_at(&node.rpc_addr, AdminRequest::Status, Duration::from_secs(3)).await
+        else {
+            continue;
+        };
+        for g in status.groups {
+            if g.leader == Some(status.node_id) {
+                out.insert(g.group, g);
+            }
+        }
+    }
+    Ok(out)
+}
+
+pub async fn run(rpc: &str, cmd: AdminCommand) -> anyhow::Result<()> {
+    match cmd {
+        AdminCommand::Status => {
+            let resp = admin_at(rpc, AdminRequest::Status, TIMEOUT).await?;
+            println!("{}", serde_json::to_string_pretty(&resp)?);
+        }
+        AdminCommand::Members => {
+            let resp = admin_at(rpc, AdminRequest::ClusterInfo, TIMEOUT).await?;
+            println!("{}", serde_json::to_string_pretty(&resp)?);
+        }
+        AdminCommand::Placement => {
+            let p = placement(rpc).await?;
+            let rows: BTreeMap<String, _> = p
+                .iter()
+                .map(|(g, s)| {
+                    (
+                        g.to_string(),
+                        json!({"leader": s.leader, "voters": s.voters, "learners": s.learners}),
+                    )
+                })
+                .collect();
+            println!("{}", serde_json::to_string_pretty(&rows)?);
+        }
+        AdminCommand::RemoveNode { node_id, wait_secs } => {
+            admin_at(rpc, AdminRequest::RemoveNode(node_id), TIMEOUT).await?;
+            println!("node {node_id} marked removed; waiting for its replicas to move");
+            let deadline = Instant::now() + Duration::from_secs(wait_secs);
+            loop {
+                let p = placement(rpc).await?;
+                let left = p.values().filter(|g| g.hosts(node_id)).count();
+                if left == 0 && !p.is_empty() {
+                    println!("node {node_id} holds no replicas; it can be stopped");
+                    return Ok(());
+                }
+                if Instant::now() > deadline {
+                    anyhow::bail!("node {node_id} still holds {left} replicas");
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,87 @@
+//! Operational endpoints: `/health` (ready when every group has a leader) and `/metrics`
+//! (Prometheus text: per-group Raft state, proposal and HTTP latency, storage size).
+
+use std::sync::OnceLock;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::Json;
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde_json::json;
+
+use super::context::AppState;
+use super::error::ApiError;
+
+static PROMETHEUS: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the process-wide Prometheus recorder (once).
+pub fn install_metrics_recorder() -> anyhow::Result<()> {
+    if PROMETHEUS.get().is_some() {
+        return Ok(());
+    }
+    let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .set_buckets(&[
+            0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+        ])?
+        .install_recorder()?;
+    let _ = PROMETHEUS.set(handle);
+    Ok(())
+}
+
+pub async fn health(State(state): State<AppState>) -> impl IntoResponse {
+    let status = state.cluster.status();
+    let me = status.node_id;
+    let hosted: Vec<_> = status.groups.iter().filter(|g| g.hosts(me)).collect();
+    let with_leader = hosted.iter().filter(|g| g.leader.is_some()).count();
+    let ready = !hosted.is_empty() && with_leader == hosted.len();
+    let code = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    let body = json!({
+        "status": if ready { "ok" } else { "starting" },
+        "node": me,
+        "groups": status.groups.len(),
+        "hostedGroups": hosted.len(),
+        "groupsWithLeader": with_leader,
+        "leaderOf": hosted.iter().filter(|g| g.leader == Some(me)).map(|g| g.group).collect::<Vec<_>>(),
+    });
+    (code, Json(body))
+}
+
+pub async fn metrics(State(state): State<AppState>) -> Result<String, ApiError> {
+    let status = state.cluster.status();
+    for g in &status.groups {
+        let group = g.group.to_string();
+        metrics::gauge!("basalt_raft_term", "group" => group.clone()).set(g.term as f64);
+        metrics::gauge!("basalt_raft_leader", "group" => group.clone())
+            .set(g.leader.map_or(-1.0, |l| l as f64));
+        metrics::gauge!("basalt_raft_is_leader", "group" => group.clone()).set(
+            if g.leader == Some(status.node_id) {
+                1.0
+            } else {
+                0.0
+            },
+        );
+        metrics::gauge!("basalt_raft_last_log_index", "group" => group.clone())
+            .set(g.last_log_index as f64);
+        metrics::gauge!("basalt_raft_commit_index", "group" => group.clone())
+            .set(g.committed as f64);
+        metrics::gauge!("basalt_raft_applied_index", "group" => group.clone())
+            .set(g.applied as f64);
+        metrics::gauge!("basalt_raft_snapshot_index", "group" => group.clone())
+            .set(g.snapshot as f64);
+        metrics::gauge!("basalt_raft_voters", "group" => group).set(g.voters.len() as f64);
+    }
+    metrics::gauge!("basalt_storage_bytes").set(state.cluster.storage_bytes() as f64);
+    PROMETHEUS
+        .get()
+        .map(PrometheusHandle::render)
+        .ok_or_else(|| ApiError::Internal("metrics recorder not installed".into()))
+}
+
+pub async fn not_found() -> ApiError {
+    ApiError::RouteNotFound
+}

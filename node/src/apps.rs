@@ -1,0 +1,147 @@
+//! Apps and console accounts as records of the metadata group, and their keys.
+//!
+//! An app is found by its applicationId: first in this node's metadata replica, then (when a
+//! just-created app has not reached it yet) by a linearizable read of the metadata group.
+//! Console passwords are stored as argon2 hashes, never in plain text.
+
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use argon2::Argon2;
+use basalt_cluster::ids::META_GROUP;
+use basalt_cluster::Cluster;
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::api::error::ApiError;
+
+/// Record namespace of apps (keyed by applicationId).
+pub const NS_APP: &str = "app";
+/// Record namespace of console accounts (keyed by email).
+pub const NS_ACCOUNT: &str = "account";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AppRecord {
+    pub app_name: String,
+    pub application_id: String,
+    pub rest_key: String,
+    pub master_key: String,
+    pub access_key: String,
+    pub secret_key: String,
+    /// 1 enabled, 0 disabled.
+    pub status: i64,
+    pub not_allowed_create_table: i64,
+    /// Email of the console account that owns the app.
+    pub owner: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AccountRecord {
+    pub email: String,
+    pub password_hash: String,
+}
+
+/// A random key of `len` characters of `[0-9a-zA-Z]`.
+pub fn random_key(len: usize) -> String {
+    const ALPHABET: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    let mut rng = rand::rng();
+    (0..len)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
+}
+
+impl AppRecord {
+    pub fn generate(app_name: &str, owner: &str) -> Self {
+        AppRecord {
+            app_name: app_name.to_string(),
+            application_id: random_key(32),
+            rest_key: random_key(32),
+            master_key: random_key(32),
+            access_key: random_key(32),
+            secret_key: random_key(16),
+            status: 1,
+            not_allowed_create_table: 0,
+            owner: owner.to_string(),
+        }
+    }
+}
+
+pub fn hash_password(password: &str) -> Result<String, ApiError> {
+    let salt = SaltString::encode_b64(&rand::random::<[u8; 16]>())
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    Argon2::default()
+        .hash_password(password.as_bytes(), &salt)
+        .map(|h| h.to_string())
+        .map_err(|e| ApiError::Internal(e.to_string()))
+}
+
+pub fn verify_password(password: &str, hash: &str) -> bool {
+    PasswordHash::new(hash)
+        .map(|h| {
+            Argon2::default()
+                .verify_password(password.as_bytes(), &h)
+                .is_ok()
+        })
+        .unwrap_or(false)
+}
+
+/// Finds an app by applicationId.
+pub async fn find_app(
+    cluster: &Cluster,
+    application_id: &str,
+) -> Result<Option<AppRecord>, ApiError> {
+    let local = cluster.local_meta_record(NS_APP, application_id)?;
+    let value = match local {
+        Some(v) => Some(v),
+        None => {
+            cluster
+                .get_record(META_GROUP, NS_APP, application_id)
+                .await?
+        }
+    };
+    value
+        .map(|v| {
+            serde_json::from_value(v).map_err(|e| ApiError::Internal(format!("app record: {e}")))
+        })
+        .transpose()
+}
+
+pub async fn put_app(cluster: &Cluster, app: &AppRecord) -> Result<(), ApiError> {
+    let v = serde_json::to_value(app).map_err(|e| ApiError::Internal(e.to_string()))?;
+    cluster
+        .put_record(META_GROUP, NS_APP, &app.application_id, v, None)
+        .await?;
+    Ok(())
+}
+
+pub async fn put_account(cluster: &Cluster, email: &str, password: &str) -> Result<(), ApiError> {
+    let rec = AccountRecord {
+        email: email.to_string(),
+        password_hash: hash_password(password)?,
+    };
+    let v = serde_json::to_value(rec).map_err(|e| ApiError::Internal(e.to_string()))?;
+    cluster
+        .put_record(META_GROUP, NS_ACCOUNT, email, v, None)
+        .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_hashed_and_verified() {
+        let h = hash_password("s3cret").unwrap();
+        assert!(!h.contains("s3cret"));
+        assert!(verify_password("s3cret", &h));
+        assert!(!verify_password("wrong", &h));
+    }
+
+    #[test]
+    fn generated_keys_have_their_lengths() {
+        let app = AppRecord::generate("demo", "a@b.c");
+        assert_eq!(app.secret_key.len(), 16);
+        assert_eq!(app.application_id.len(), 32);
+        assert_ne!(app.rest_key, app.master_key);
+    }
+}

@@ -1,0 +1,167 @@
+//! `basalt dev`: a local cluster of N node processes for development.
+//!
+//! Node i serves HTTP on `http_port + i - 1` and gRPC on `rpc_port + i - 1`, with its data in
+//! `<data-dir>/node<i>`. Node 1 initialises the cluster, the others join it; started again on
+//! the same data dir, every node resumes its part of the same cluster. Ctrl-C or SIGTERM stops
+//! them all.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, Command};
+
+use crate::bootstrap::{describe, CREDENTIALS_FILE};
+
+/// Set in the environment of nodes started by `basalt dev` (the parent prints for them).
+pub const DEV_CHILD_ENV: &str = "BASALT_DEV_CHILD";
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct DevArgs {
+    /// Number of node processes.
+    #[arg(long, default_value_t = 1)]
+    pub nodes: u32,
+    /// Directory holding every node's data.
+    #[arg(long, default_value = "./data")]
+    pub data_dir: PathBuf,
+    /// HTTP port of node 1 (node i uses port + i - 1).
+    #[arg(long, default_value_t = 8080)]
+    pub http_port: u16,
+    /// gRPC port of node 1 (node i uses port + i - 1).
+    #[arg(long, default_value_t = 9080)]
+    pub rpc_port: u16,
+    /// Data shards of a new cluster.
+    #[arg(long, default_value_t = 16)]
+    pub shards: u32,
+    /// Replicas per group of a new cluster.
+    #[arg(long, default_value_t = 3)]
+    pub replicas: u32,
+}
+
+/// True when `GET /health` at `addr` answers 200.
+pub async fn health_ok(addr: &str) -> bool {
+    let attempt = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+        s.write_all(format!("GET /health HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+            .await
+            .ok()?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await.ok()?;
+        Some(buf.starts_with(b"HTTP/1.1 200") || buf.starts_with(b"HTTP/1.0 200"))
+    };
+    tokio::time::timeout(Duration::from_secs(2), attempt)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(false)
+}
+
+fn terminate(child: &Child) {
+    if let Some(pid) = child.id() {
+        let _ = std::process::Command::new("kill")
+            .arg("-TERM")
+            .arg(pid.to_string())
+            .status();
+    }
+}
+
+async fn stop_all(children: &mut [Child]) {
+    for c in children.iter() {
+        terminate(c);
+    }
+    for c in children.iter_mut() {
+        if tokio::time::timeout(Duration::from_secs(10), c.wait())
+            .await
+            .is_err()
+        {
+            let _ = c.kill().await;
+        }
+    }
+}
+
+fn spawn_node(exe: &Path, args: &DevArgs, i: u32) -> anyhow::Result<Child> {
+    let http = format!("127.0.0.1:{}", u32::from(args.http_port) + i - 1);
+    let rpc = format!("127.0.0.1:{}", u32::from(args.rpc_port) + i - 1);
+    let mut cmd = Command::new(exe);
+    cmd.arg("serve")
+        .arg("--node-id")
+        .arg(i.to_string())
+        .arg("--data-dir")
+        .arg(args.data_dir.join(format!("node{i}")))
+        .arg("--http-addr")
+        .arg(&http)
+        .arg("--rpc-addr")
+        .arg(&rpc)
+        .env(DEV_CHILD_ENV, "1")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    if i == 1 {
+        cmd.arg("--init")
+            .arg("--shards")
+            .arg(args.shards.to_string())
+            .arg("--replicas")
+            .arg(args.replicas.to_string());
+    } else {
+        cmd.arg("--join")
+            .arg(format!("127.0.0.1:{}", args.rpc_port));
+    }
+    Ok(cmd.spawn()?)
+}
+
+pub async fn run(args: DevArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(args.nodes >= 1, "--nodes must be at least 1");
+    std::fs::create_dir_all(&args.data_dir)?;
+    let exe = std::env::current_exe()?;
+    let mut children = Vec::new();
+    for i in 1..=args.nodes {
+        children.push(spawn_node(&exe, &args, i)?);
+    }
+    let result = wait_and_serve(&args, &mut children).await;
+    stop_all(&mut children).await;
+    println!("all nodes stopped");
+    result
+}
+
+async fn wait_and_serve(args: &DevArgs, children: &mut [Child]) -> anyhow::Result<()> {
+    let addrs: Vec<String> = (1..=args.nodes)
+        .map(|i| format!("127.0.0.1:{}", u32::from(args.http_port) + i - 1))
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let mut signal = Box::pin(crate::serve::shutdown_signal());
+    for addr in &addrs {
+        loop {
+            if health_ok(addr).await {
+                break;
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "node at {addr} did not become ready"
+            );
+            for c in children.iter_mut() {
+                if let Ok(Some(status)) = c.try_wait() {
+                    anyhow::bail!("a node exited during start-up ({status})");
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(300)) => {}
+                _ = &mut signal => return Ok(()),
+            }
+        }
+    }
+    let creds_path = args.data_dir.join("node1").join(CREDENTIALS_FILE);
+    while !creds_path.exists() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    if let Ok(text) = std::fs::read_to_string(&creds_path) {
+        if let Ok(doc) = serde_json::from_str(&text) {
+            println!("{}", describe(&doc));
+        }
+    }
+    for (i, addr) in addrs.iter().enumerate() {
+        println!("node {} serving HTTP at http://{addr}", i + 1);
+    }
+    println!("Ctrl-C stops the cluster.");
+    signal.await;
+    Ok(())
+}

@@ -1,0 +1,66 @@
+//! The `basalt` command: `serve` one node, `dev` a local cluster, `admin` a running cluster.
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "basalt",
+    version,
+    about = "Basalt: a distributed backend-as-a-service"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run one node of a cluster.
+    Serve(basalt::serve::ServeArgs),
+    /// Start a local cluster of N node processes and wait for Ctrl-C.
+    Dev(basalt::dev::DevArgs),
+    /// Administer a running cluster through one node's gRPC address.
+    Admin {
+        /// gRPC address of any node.
+        #[arg(long, default_value = "127.0.0.1:9080")]
+        rpc: String,
+        #[command(subcommand)]
+        command: basalt::admin::AdminCommand,
+    },
+}
+
+fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new("info,openraft=warn,h2=warn,tower=warn")
+            }),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("basalt: cannot start the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Cmd::Serve(args) => basalt::serve::run(args).await,
+            Cmd::Dev(args) => basalt::dev::run(args).await,
+            Cmd::Admin { rpc, command } => basalt::admin::run(&rpc, command).await,
+        }
+    });
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("basalt: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! `basalt serve`: one node — the cluster part and the HTTP API — until SIGTERM or Ctrl-C.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use basalt_cluster::{Bootstrap, Cluster, ClusterOptions, RaftTuning};
+
+use crate::api::context::{AppState, HeaderNames};
+use crate::api::ops::install_metrics_recorder;
+use crate::bootstrap::{bootstrap, describe};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// This node's id (a positive integer, unique in the cluster).
+    #[arg(long)]
+    pub node_id: u64,
+    /// Directory for this node's data.
+    #[arg(long, default_value = "./data")]
+    pub data_dir: PathBuf,
+    /// Address the REST API listens on.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub http_addr: SocketAddr,
+    /// Address the node-to-node gRPC service listens on.
+    #[arg(long, default_value = "127.0.0.1:9080")]
+    pub rpc_addr: SocketAddr,
+    /// Create a new cluster with this node as its first member.
+    #[arg(long, conflicts_with = "join")]
+    pub init: bool,
+    /// Join the cluster of the node at this gRPC address.
+    #[arg(long)]
+    pub join: Option<String>,
+    /// Data shards of a new cluster (fixed at --init).
+    #[arg(long, default_value_t = 16)]
+    pub shards: u32,
+    /// Replicas per group of a new cluster (capped by the number of nodes).
+    #[arg(long, default_value_t = 3)]
+    pub replicas: u32,
+    /// Brand word of the header names (`X-<brand>-Application-Id`).
+    #[arg(long, default_value = "Service")]
+    pub header_brand: String,
+    /// Largest JSON request body, in bytes.
+    #[arg(long, default_value_t = 16 << 20)]
+    pub max_body_bytes: usize,
+    /// Raft heartbeat interval in milliseconds.
+    #[arg(long, default_value_t = 250)]
+    pub heartbeat_ms: u64,
+    /// Smallest Raft election timeout in milliseconds (the largest is twice this).
+    #[arg(long, default_value_t = 1200)]
+    pub election_ms: u64,
+    /// Entries applied since the last snapshot that trigger a new one.
+    #[arg(long, default_value_t = 20_000)]
+    pub snapshot_logs: u64,
+    /// Entries kept in the log behind a snapshot.
+    #[arg(long, default_value_t = 1_000)]
+    pub keep_logs: u64,
+    /// Seconds between sweeps of expired records.
+    #[arg(long, default_value_t = 5)]
+    pub ttl_sweep_secs: u64,
+    /// Seconds between snapshot/compaction rounds.
+    #[arg(long, default_value_t = 600)]
+    pub compact_secs: u64,
+}
+
+pub async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    install_metrics_recorder()?;
+    let bootstrap_mode = match (&args.join, args.init) {
+        (Some(addr), _) => Bootstrap::Join { addr: addr.clone() },
+        (None, true) => Bootstrap::Init {
+            shards: args.shards,
+            replicas: args.replicas,
+        },
+        (None, false) => Bootstrap::Resume,
+    };
+    let opts = ClusterOptions {
+        node_id: args.node_id,
+        data_dir: args.data_dir.clone(),
+        rpc_listen: args.rpc_addr,
+        rpc_addr: args.rpc_addr.to_string(),
+        http_addr: args.http_addr.to_string(),
+        bootstrap: bootstrap_mode,
+        tuning: RaftTuning {
+            heartbeat_ms: args.heartbeat_ms,
+            election_min_ms: args.election_ms,
+            election_max_ms: args.election_ms * 2,
+            snapshot_logs: args.snapshot_logs,
+            keep_logs: args.keep_logs,
+        },
+        ttl_sweep_every: Duration::from_secs(args.ttl_sweep_secs.max(1)),
+        compact_every: Duration::from_secs(args.compact_secs.max(1)),
+    };
+    let cluster = Cluster::start(opts).await?;
+    let listener = tokio::net::TcpListener::bind(args.http_addr).await?;
+    tracing::info!(node = args.node_id, http = %args.http_addr, rpc = %args.rpc_addr, "node started");
+    let state = AppState {
+        cluster: cluster.clone(),
+        headers: HeaderNames::for_brand(&args.header_brand)?,
+        max_body_bytes: args.max_body_bytes,
+    };
+    if args.init {
+        let (c, dir, http) = (
+            cluster.clone(),
+            args.data_dir.clone(),
+            args.http_addr.to_string(),
+        );
+        tokio::spawn(async move {
+            match bootstrap(&c, &dir, &http).await {
+                Ok(doc) if std::env::var_os(crate::dev::DEV_CHILD_ENV).is_none() => {
+                    println!("{}", describe(&doc))
+                }
+                Ok(_) => {}
+                Err(e) => tracing::error!("{e}"),
+            }
+        });
+    }
+    crate::server::serve(listener, state, shutdown_signal()).await?;
+    cluster.shutdown().await;
+    Ok(())
+}
