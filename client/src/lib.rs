@@ -1,1 +1,315 @@
-//! placeholder
+//! A Rust client for Basalt's REST API (spec `rest-api.md`), used by the CLI, the tests, the
+//! jepsen harness and the benchmarks. It speaks only the public HTTP API.
+//!
+//! Errors separate what the server answered ([`Error::Api`], definite) from a request whose
+//! outcome is unknown ([`Error::Transport`]: the write may or may not have happened).
+
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde::Deserialize;
+use serde_json::Value;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The server answered with an error status.
+    #[error("HTTP {status}: code {code:?}: {message}")]
+    Api {
+        status: u16,
+        code: Option<i64>,
+        message: String,
+        body: Value,
+    },
+    /// No answer (connection refused, reset, timeout): the outcome is unknown.
+    #[error("transport: {0}")]
+    Transport(String),
+    /// The server answered something this client does not understand.
+    #[error("unexpected response: {0}")]
+    Decode(String),
+}
+
+impl Error {
+    /// The API error code, if the server sent one.
+    pub fn code(&self) -> Option<i64> {
+        match self {
+            Error::Api { code, .. } => *code,
+            _ => None,
+        }
+    }
+
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            Error::Api { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// True when the request may have taken effect although no success was seen.
+    pub fn is_indeterminate(&self) -> bool {
+        matches!(self, Error::Transport(_))
+            || matches!(
+                self,
+                Error::Api {
+                    status: 500..=599,
+                    ..
+                }
+            )
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// App credentials of standard mode (and optionally the master key).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AppKeys {
+    pub application_id: String,
+    pub rest_key: String,
+    #[serde(default)]
+    pub master_key: Option<String>,
+}
+
+/// A raw response: status, headers of interest, JSON body.
+#[derive(Debug, Clone)]
+pub struct Response {
+    pub status: u16,
+    pub body: Value,
+    pub location: Option<String>,
+    /// `X-Basalt-Version`: the Raft log index that committed a write.
+    pub version: Option<u64>,
+    /// `X-Basalt-Group`: the group that committed a write.
+    pub group: Option<u32>,
+}
+
+/// A created object.
+#[derive(Debug, Clone)]
+pub struct Created {
+    pub object_id: String,
+    pub created_at: String,
+    pub location: Option<String>,
+    pub version: Option<u64>,
+}
+
+#[derive(Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    base: String,
+    keys: Option<AppKeys>,
+    brand: String,
+}
+
+impl Client {
+    /// A client for the server at `base` (e.g. `http://127.0.0.1:8080`), authenticating as `keys`.
+    pub fn new(base: &str, keys: Option<AppKeys>) -> Result<Self> {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .pool_max_idle_per_host(64)
+            .build()
+            .map_err(|e| Error::Transport(e.to_string()))?;
+        Ok(Client {
+            http,
+            base: base.trim_end_matches('/').to_string(),
+            keys,
+            brand: "Service".into(),
+        })
+    }
+
+    /// The same client with another request timeout.
+    pub fn with_timeout(mut self, timeout: Duration) -> Result<Self> {
+        self.http = reqwest::Client::builder()
+            .timeout(timeout)
+            .pool_max_idle_per_host(64)
+            .build()
+            .map_err(|e| Error::Transport(e.to_string()))?;
+        Ok(self)
+    }
+
+    /// The same client using another header brand word (`X-<brand>-...`).
+    pub fn with_brand(mut self, brand: &str) -> Self {
+        self.brand = brand.to_string();
+        self
+    }
+
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// Sends a request with the app's keys (master key instead of the REST key when `master`).
+    pub async fn request(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        master: bool,
+    ) -> Result<Response> {
+        let mut req = self.http.request(method, format!("{}{}", self.base, path));
+        if let Some(k) = &self.keys {
+            req = req.header(
+                format!("X-{}-Application-Id", self.brand),
+                &k.application_id,
+            );
+            match (&k.master_key, master) {
+                (Some(mk), true) => req = req.header(format!("X-{}-Master-Key", self.brand), mk),
+                _ => req = req.header(format!("X-{}-REST-API-Key", self.brand), &k.rest_key),
+            }
+        }
+        if let Some(b) = body {
+            req = req
+                .header("Content-Type", "application/json")
+                .body(b.to_string());
+        }
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| Error::Transport(e.to_string()))?;
+        let status = resp.status();
+        let header = |name: &str| {
+            resp.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let location = header("location");
+        let version = header("x-basalt-version").and_then(|v| v.parse().ok());
+        let group = header("x-basalt-group").and_then(|v| v.parse().ok());
+        let text = resp
+            .text()
+            .await
+            .map_err(|e| Error::Transport(e.to_string()))?;
+        let body: Value = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or(Value::String(text))
+        };
+        if !status.is_success() {
+            return Err(api_error(status, body));
+        }
+        Ok(Response {
+            status: status.as_u16(),
+            body,
+            location,
+            version,
+            group,
+        })
+    }
+
+    pub async fn create_object(&self, class: &str, fields: &Value) -> Result<Created> {
+        let r = self
+            .request(
+                Method::POST,
+                &format!("/1/classes/{class}"),
+                Some(fields),
+                false,
+            )
+            .await?;
+        let object_id = str_field(&r.body, "objectId")?;
+        let created_at = str_field(&r.body, "createdAt")?;
+        Ok(Created {
+            object_id,
+            created_at,
+            location: r.location,
+            version: r.version,
+        })
+    }
+
+    /// The object, or `None` when the server answers 101 (not found).
+    pub async fn get_object(&self, class: &str, object_id: &str) -> Result<Option<Value>> {
+        match self
+            .request(
+                Method::GET,
+                &format!("/1/classes/{class}/{object_id}"),
+                None,
+                false,
+            )
+            .await
+        {
+            Ok(r) => Ok(Some(r.body)),
+            Err(e) if e.code() == Some(101) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub async fn update_object(
+        &self,
+        class: &str,
+        object_id: &str,
+        changes: &Value,
+    ) -> Result<Response> {
+        self.request(
+            Method::PUT,
+            &format!("/1/classes/{class}/{object_id}"),
+            Some(changes),
+            false,
+        )
+        .await
+    }
+
+    pub async fn delete_object(&self, class: &str, object_id: &str) -> Result<Response> {
+        self.request(
+            Method::DELETE,
+            &format!("/1/classes/{class}/{object_id}"),
+            None,
+            false,
+        )
+        .await
+    }
+
+    /// Atomically adds `amount` to a numeric field.
+    pub async fn increment(
+        &self,
+        class: &str,
+        object_id: &str,
+        field: &str,
+        amount: i64,
+    ) -> Result<Response> {
+        let body = serde_json::json!({ field: {"__op": "Increment", "amount": amount} });
+        self.update_object(class, object_id, &body).await
+    }
+
+    /// Lists objects of a class; `params` are query parameters (`where`, `limit`, `order`, ...).
+    pub async fn query(&self, class: &str, params: &[(&str, &str)]) -> Result<Value> {
+        let mut url = reqwest::Url::parse(&format!("{}/1/classes/{class}", self.base))
+            .map_err(|e| Error::Decode(e.to_string()))?;
+        url.query_pairs_mut().extend_pairs(params);
+        let path = format!("{}?{}", url.path(), url.query().unwrap_or(""));
+        Ok(self.request(Method::GET, &path, None, false).await?.body)
+    }
+
+    /// True when `GET /health` answers 200 (every hosted group has a leader).
+    pub async fn healthy(&self) -> bool {
+        matches!(self.http.get(format!("{}/health", self.base)).send().await, Ok(r) if r.status() == StatusCode::OK)
+    }
+
+    /// The Prometheus text of `GET /metrics`.
+    pub async fn metrics(&self) -> Result<String> {
+        let r = self
+            .http
+            .get(format!("{}/metrics", self.base))
+            .send()
+            .await
+            .map_err(|e| Error::Transport(e.to_string()))?;
+        r.text().await.map_err(|e| Error::Transport(e.to_string()))
+    }
+}
+
+fn str_field(body: &Value, name: &str) -> Result<String> {
+    body.get(name)
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .ok_or_else(|| Error::Decode(format!("missing {name} in {body}")))
+}
+
+fn api_error(status: StatusCode, body: Value) -> Error {
+    let code = body.get("code").and_then(Value::as_i64);
+    let message = body
+        .get("error")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    Error::Api {
+        status: status.as_u16(),
+        code,
+        message,
+        body,
+    }
+}

@@ -1,1 +1,91 @@
-fn main() {}
+//! `basalt-cli`: call Basalt's REST API from the shell.
+//!
+//! Keys come from `--credentials <file>` (the `credentials.json` a node writes at `--init`) or
+//! from `--app-id`/`--rest-key`.
+
+use basalt_client::{AppKeys, Client};
+use clap::{Parser, Subcommand};
+use serde_json::Value;
+
+#[derive(Parser)]
+#[command(name = "basalt-cli", about = "Call Basalt's REST API")]
+struct Cli {
+    /// Base URL of any node.
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    url: String,
+    /// A credentials.json written by `basalt serve --init`.
+    #[arg(long)]
+    credentials: Option<std::path::PathBuf>,
+    #[arg(long)]
+    app_id: Option<String>,
+    #[arg(long)]
+    rest_key: Option<String>,
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Create an object: `create GameScore '{"score":1}'`.
+    Create { class: String, json: String },
+    /// Read an object.
+    Get { class: String, id: String },
+    /// Update an object: `update GameScore ID '{"score":{"__op":"Increment","amount":1}}'`.
+    Update {
+        class: String,
+        id: String,
+        json: String,
+    },
+    /// Delete an object.
+    Delete { class: String, id: String },
+    /// List a class: `list GameScore --param limit=5 --param order=-score`.
+    List {
+        class: String,
+        #[arg(long = "param")]
+        params: Vec<String>,
+    },
+}
+
+fn keys(cli: &Cli) -> anyhow::Result<Option<AppKeys>> {
+    if let Some(path) = &cli.credentials {
+        let doc: Value = serde_json::from_str(&std::fs::read_to_string(path)?)?;
+        return Ok(Some(serde_json::from_value(doc["app"].clone())?));
+    }
+    Ok(match (&cli.app_id, &cli.rest_key) {
+        (Some(a), Some(r)) => Some(AppKeys {
+            application_id: a.clone(),
+            rest_key: r.clone(),
+            master_key: None,
+        }),
+        _ => None,
+    })
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let client = Client::new(&cli.url, keys(&cli)?)?;
+    let out: Value = match &cli.command {
+        Cmd::Create { class, json } => {
+            let c = client
+                .create_object(class, &serde_json::from_str(json)?)
+                .await?;
+            serde_json::json!({"objectId": c.object_id, "createdAt": c.created_at})
+        }
+        Cmd::Get { class, id } => client.get_object(class, id).await?.unwrap_or(Value::Null),
+        Cmd::Update { class, id, json } => {
+            client
+                .update_object(class, id, &serde_json::from_str(json)?)
+                .await?
+                .body
+        }
+        Cmd::Delete { class, id } => client.delete_object(class, id).await?.body,
+        Cmd::List { class, params } => {
+            let pairs: Vec<(&str, &str)> =
+                params.iter().filter_map(|p| p.split_once('=')).collect();
+            client.query(class, &pairs).await?
+        }
+    };
+    println!("{}", serde_json::to_string_pretty(&out)?);
+    Ok(())
+}

@@ -259,18 +259,12 @@ impl Cluster {
                 },
             };
             match outcome {
-                Err(Error::NotLeader {
-                    leader,
-                    leader_addr,
-                    ..
-                }) if Instant::now() < deadline => {
-                    hint = self
-                        .forward_target(leader, leader_addr, attempt + 1)
-                        .filter(|_| leader.is_some());
+                Err(e) if e.is_retryable() && Instant::now() < deadline => {
+                    hint = self.retry_hint(e, attempt);
                     attempt += 1;
                     tokio::time::sleep(backoff(attempt)).await;
                 }
-                Err(Error::NotLeader { .. }) => {
+                Err(e) if e.is_retryable() => {
                     break Err(Error::Unavailable(format!(
                         "group {group} has no reachable leader"
                     )))
@@ -282,6 +276,19 @@ impl Cluster {
         metrics::counter!("basalt_raft_proposals_total", "outcome" => outcome).increment(1);
         metrics::histogram!("basalt_raft_proposal_seconds").record(started.elapsed().as_secs_f64());
         result
+    }
+
+    /// Where the next attempt goes after a retryable failure: the leader a peer named, else
+    /// the local replica again (which knows whether a new leader was elected).
+    fn retry_hint(&self, e: Error, attempt: u32) -> Option<NodeId> {
+        match e {
+            Error::NotLeader {
+                leader: Some(l),
+                leader_addr,
+                ..
+            } => self.forward_target(Some(l), leader_addr, attempt + 1),
+            _ => None,
+        }
     }
 
     /// Where to send a request this node cannot serve: the named leader, else each known
@@ -358,19 +365,15 @@ impl Cluster {
                     other => other,
                 },
             };
+            // Reads change nothing: any failure to reach a leader may be retried.
+            let retry = |e: &Error| e.is_retryable() || matches!(e, Error::Unavailable(_));
             match outcome {
-                Err(Error::NotLeader {
-                    leader,
-                    leader_addr,
-                    ..
-                }) if Instant::now() < deadline => {
-                    hint = self
-                        .forward_target(leader, leader_addr, attempt + 1)
-                        .filter(|_| leader.is_some());
+                Err(e) if retry(&e) && Instant::now() < deadline => {
+                    hint = self.retry_hint(e, attempt);
                     attempt += 1;
                     tokio::time::sleep(backoff(attempt)).await;
                 }
-                Err(Error::NotLeader { .. }) => {
+                Err(e) if retry(&e) => {
                     return Err(Error::Unavailable(format!(
                         "group {group} has no reachable leader"
                     )))

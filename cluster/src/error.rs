@@ -20,6 +20,9 @@ pub enum Error {
         leader: Option<NodeId>,
         leader_addr: Option<String>,
     },
+    /// A peer could not be connected to: the request was never sent.
+    #[error("peer unreachable: {0}")]
+    PeerUnreachable(String),
     /// The group cannot serve now (no quorum, no leader, node shutting down).
     #[error("group unavailable: {0}")]
     Unavailable(String),
@@ -67,7 +70,7 @@ pub enum Error {
 impl Error {
     /// True when the operation certainly did not take effect and may be retried elsewhere.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Error::NotLeader { .. })
+        matches!(self, Error::NotLeader { .. } | Error::PeerUnreachable(_))
     }
 }
 

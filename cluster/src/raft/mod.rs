@@ -60,7 +60,8 @@ impl RaftTuning {
             election_timeout_max: self.election_max_ms,
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(self.snapshot_logs),
             max_in_snapshot_log_to_keep: self.keep_logs,
-            purge_batch_size: 256,
+            // Purge in batches of a quarter snapshot interval, so short intervals purge too.
+            purge_batch_size: (self.snapshot_logs / 4).clamp(1, 256),
             install_snapshot_timeout: 10_000,
             ..Default::default()
         };

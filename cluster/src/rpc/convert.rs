@@ -47,6 +47,9 @@ pub fn transport_error(status: &tonic::Status) -> Error {
         tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => {
             Error::Timeout(status.message().to_string())
         }
+        tonic::Code::Unavailable if status.message().contains("connect") => {
+            Error::PeerUnreachable(status.message().to_string())
+        }
         _ => Error::Unavailable(format!("peer: {}", status.message())),
     }
 }

@@ -102,7 +102,9 @@ impl From<ClusterError> for ApiError {
             ClusterError::InvalidGeoPoint(m) => ApiError::InvalidGeoPoint(m),
             ClusterError::InvalidClassName(m) => ApiError::InvalidClassName(m),
             ClusterError::Conflict(m) => ApiError::Duplicate(m),
-            ClusterError::Unavailable(m) => ApiError::Unavailable(m),
+            ClusterError::Unavailable(m) | ClusterError::PeerUnreachable(m) => {
+                ApiError::Unavailable(m)
+            }
             ClusterError::NotLeader { group, .. } => {
                 ApiError::Unavailable(format!("group {group} is electing a leader"))
             }

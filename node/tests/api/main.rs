@@ -1,0 +1,8 @@
+//! HTTP scenarios against one real `basalt` node: every implemented endpoint with its
+//! successes and documented errors. One file per API family, mirroring `src/api/`.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod objects;
+mod ops;

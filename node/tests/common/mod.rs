@@ -1,0 +1,302 @@
+//! Test harness: starts real `basalt serve` processes on loopback with their own data dirs,
+//! and stops (or kills) them. Only one cluster runs at a time in a test binary, so tests do not
+//! starve each other of the two cores. Node logs are printed when a test fails.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use basalt_client::{AppKeys, Client};
+use serde_json::Value;
+
+static ONE_CLUSTER_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+pub struct Node {
+    pub id: u64,
+    pub http: String,
+    pub rpc: String,
+    pub data_dir: PathBuf,
+    log: PathBuf,
+    child: Option<Child>,
+    args: Vec<String>,
+}
+
+impl Node {
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_basalt"))
+            .args(&self.args)
+            .env("RUST_LOG", "info,openraft=error")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log file"))
+            .stderr(log)
+            .spawn()
+            .expect("start basalt");
+        self.child = Some(child);
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+}
+
+pub struct TestCluster {
+    pub dir: tempfile::TempDir,
+    pub nodes: Vec<Node>,
+    pub keys: AppKeys,
+    common_args: Vec<String>,
+    _guard: MutexGuard<'static, ()>,
+}
+
+impl TestCluster {
+    /// Starts `n` nodes: node 1 with `--init` (plus `init_args`), the others joining it; every
+    /// node gets `common_args`. Returns once every node is healthy.
+    pub async fn start(n: usize, init_args: &[&str], common_args: &[&str]) -> TestCluster {
+        let guard = ONE_CLUSTER_AT_A_TIME
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut cluster = TestCluster {
+            dir,
+            nodes: Vec::new(),
+            keys: AppKeys {
+                application_id: String::new(),
+                rest_key: String::new(),
+                master_key: None,
+            },
+            common_args: common_args.iter().map(|s| s.to_string()).collect(),
+            _guard: guard,
+        };
+        let mut extra: Vec<String> = vec!["--init".into()];
+        extra.extend(init_args.iter().map(|s| s.to_string()));
+        cluster.add_node_with(extra).await;
+        let creds = cluster.nodes[0].data_dir.join("credentials.json");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !creds.exists() {
+            assert!(Instant::now() < deadline, "no credentials.json");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let doc: Value =
+            serde_json::from_str(&std::fs::read_to_string(&creds).expect("credentials"))
+                .expect("json");
+        cluster.keys = serde_json::from_value(doc["app"].clone()).expect("app keys");
+        for _ in 1..n {
+            cluster.add_node().await;
+        }
+        cluster
+            .wait_placement_settled(Duration::from_secs(90))
+            .await;
+        cluster
+    }
+
+    /// Waits until every group has a leader and min(3, running nodes) voters.
+    pub async fn wait_placement_settled(&self, timeout: Duration) {
+        let running: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].is_running())
+            .collect();
+        let want = running.len().min(3);
+        let first = running[0];
+        Self::eventually(timeout, "placement settles", || {
+            let p = self.placement(first);
+            let groups: Vec<&Value> = p
+                .as_object()
+                .map(|m| m.values().collect())
+                .unwrap_or_default();
+            let shards = self.expected_groups();
+            groups.len() == shards
+                && groups
+                    .iter()
+                    .all(|g| g["voters"].as_array().map_or(0, Vec::len) == want)
+        })
+        .await;
+    }
+
+    /// Number of groups (metadata + shards), from node 1's health.
+    fn expected_groups(&self) -> usize {
+        let status: Value =
+            serde_json::from_str(&self.admin(0, &["status"])).unwrap_or(Value::Null);
+        status["Status"]["groups"].as_array().map_or(0, Vec::len)
+    }
+
+    /// Adds a node that joins the cluster through node 1; returns its index.
+    pub async fn add_node(&mut self) -> usize {
+        let join = vec!["--join".to_string(), self.nodes[0].rpc.clone()];
+        self.add_node_with(join).await
+    }
+
+    async fn add_node_with(&mut self, extra: Vec<String>) -> usize {
+        let id = self.nodes.len() as u64 + 1;
+        let http = format!("127.0.0.1:{}", free_port());
+        let rpc = format!("127.0.0.1:{}", free_port());
+        let data_dir = self.dir.path().join(format!("node{id}"));
+        let mut args: Vec<String> = vec![
+            "serve".into(),
+            "--node-id".into(),
+            id.to_string(),
+            "--data-dir".into(),
+            data_dir.display().to_string(),
+            "--http-addr".into(),
+            http.clone(),
+            "--rpc-addr".into(),
+            rpc.clone(),
+        ];
+        args.extend(self.common_args.iter().cloned());
+        args.extend(extra);
+        let mut node = Node {
+            id,
+            http,
+            rpc,
+            log: self.dir.path().join(format!("node{id}.log")),
+            data_dir,
+            child: None,
+            args,
+        };
+        node.spawn();
+        self.nodes.push(node);
+        let i = self.nodes.len() - 1;
+        self.wait_healthy(i, Duration::from_secs(90)).await;
+        i
+    }
+
+    pub fn client(&self, i: usize) -> Client {
+        Client::new(
+            &format!("http://{}", self.nodes[i].http),
+            Some(self.keys.clone()),
+        )
+        .expect("client")
+    }
+
+    pub fn master_client(&self, i: usize) -> Client {
+        let mut keys = self.keys.clone();
+        if keys.master_key.is_none() {
+            let doc: Value = serde_json::from_str(
+                &std::fs::read_to_string(self.nodes[0].data_dir.join("credentials.json"))
+                    .expect("creds"),
+            )
+            .expect("json");
+            keys.master_key = doc["app"]["masterKey"].as_str().map(str::to_string);
+        }
+        Client::new(&format!("http://{}", self.nodes[i].http), Some(keys)).expect("client")
+    }
+
+    pub fn anonymous_client(&self, i: usize) -> Client {
+        Client::new(&format!("http://{}", self.nodes[i].http), None).expect("client")
+    }
+
+    pub async fn wait_healthy(&self, i: usize, timeout: Duration) {
+        let client = self.client(i);
+        let deadline = Instant::now() + timeout;
+        while !client.healthy().await {
+            assert!(
+                Instant::now() < deadline,
+                "node {} did not become healthy",
+                i + 1
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// `kill -9`.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.nodes[i].child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM, waiting for the process to exit.
+    pub fn stop(&mut self, i: usize) {
+        if let Some(mut c) = self.nodes[i].child.take() {
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(c.id().to_string())
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts a stopped node again with its original arguments and data dir.
+    pub async fn restart(&mut self, i: usize) {
+        assert!(self.nodes[i].child.is_none(), "node {} is running", i + 1);
+        self.nodes[i].spawn();
+    }
+
+    /// Runs `basalt admin --rpc <node i> <args>` and returns its stdout.
+    pub fn admin(&self, i: usize, args: &[&str]) -> String {
+        let out = Command::new(env!("CARGO_BIN_EXE_basalt"))
+            .arg("admin")
+            .arg("--rpc")
+            .arg(&self.nodes[i].rpc)
+            .args(args)
+            .output()
+            .expect("run basalt admin");
+        assert!(
+            out.status.success(),
+            "basalt admin {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Each group's leader, voters and learners (`basalt admin placement`).
+    pub fn placement(&self, i: usize) -> Value {
+        serde_json::from_str(&self.admin(i, &["placement"])).expect("placement json")
+    }
+
+    /// Polls `check` until it holds or `timeout` passes.
+    pub async fn eventually<F: FnMut() -> bool>(timeout: Duration, what: &str, mut check: F) {
+        let deadline = Instant::now() + timeout;
+        while !check() {
+            assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+
+    /// The value of a Prometheus sample (sum over label sets matching `prefix`).
+    pub async fn metric(&self, i: usize, prefix: &str) -> f64 {
+        let text = self.client(i).metrics().await.unwrap_or_default();
+        text.lines()
+            .filter(|l| l.starts_with(prefix))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        for i in 0..self.nodes.len() {
+            self.kill(i);
+        }
+        if std::thread::panicking() {
+            for n in &self.nodes {
+                let log = std::fs::read_to_string(&n.log).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(60).collect();
+                eprintln!("----- node {} log (last lines) -----", n.id);
+                for l in tail.into_iter().rev() {
+                    eprintln!("{l}");
+                }
+            }
+        }
+    }
+}
