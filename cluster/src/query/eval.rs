@@ -105,7 +105,7 @@ mod tests {
 
     #[test]
     fn ordering_by_several_keys() {
-        let mut rows = vec![
+        let mut rows = [
             json!({"objectId": "c", "a": 1, "b": 2}),
             json!({"objectId": "a", "a": 2, "b": 1}),
             json!({"objectId": "b", "a": 1, "b": 3}),

@@ -81,10 +81,7 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
     type SnapshotBuilder = ShardSnapshotBuilder;
 
     async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), io::Error> {
-        Ok((
-            self.applied.last_applied.clone(),
-            self.applied.membership.clone(),
-        ))
+        Ok((self.applied.last_applied, self.applied.membership.clone()))
     }
 
     async fn apply<Strm>(&mut self, mut entries: Strm) -> Result<(), io::Error>
@@ -103,7 +100,7 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
                     apply::apply_command(&mut staged, cmd).map_err(io_err)?
                 }
                 EntryPayload::Membership(m) => {
-                    next.membership = StoredMembership::new(Some(entry.log_id.clone()), m);
+                    next.membership = StoredMembership::new(Some(entry.log_id), m);
                     CommandResult::None
                 }
             };

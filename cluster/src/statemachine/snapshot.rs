@@ -279,7 +279,7 @@ fn load(group: GroupId, store: &Store, marker: &InstallMarker) -> Result<Applied
         }
     }
     let applied = AppliedState {
-        last_applied: marker.meta.last_log_id.clone(),
+        last_applied: marker.meta.last_log_id,
         membership: marker.meta.last_membership.clone(),
     };
     batch.put_cf(

@@ -126,7 +126,7 @@ impl RaftLogStorage<TypeConfig> for RocksLogStore {
             .map_err(io_err)?;
         let last_log_id = match last {
             Some((_, v)) => Some(decode::<Entry>(&v)?.log_id),
-            None => last_purged_log_id.clone(),
+            None => last_purged_log_id,
         };
         Ok(LogState {
             last_purged_log_id,

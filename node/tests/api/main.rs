@@ -1,6 +1,8 @@
 //! HTTP scenarios against one real `basalt` node: every implemented endpoint with its
 //! successes and documented errors. One file per API family, mirroring `src/api/`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #[path = "../common/mod.rs"]
 mod common;
 

@@ -1,6 +1,8 @@
 //! Multi-process cluster tests: real `basalt` processes on loopback, started, killed,
 //! restarted, joined and removed.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #[path = "../common/mod.rs"]
 mod common;
 
@@ -319,4 +321,147 @@ async fn a_joining_node_gets_replicas_and_a_removed_node_gives_them_up() {
             .expect("get after removal")
             .is_some());
     }
+}
+
+/// The scheduler runs on the metadata group's leader only, and another node takes over when
+/// that leader is killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scheduler_moves_to_the_new_metadata_leader() {
+    let mut cluster = TestCluster::start(3, &["--shards", "2"], &["--ttl-sweep-secs", "1"]).await;
+    let runs = |c: &TestCluster, i: usize| {
+        let c = c.client(i);
+        async move {
+            let text = c.metrics().await.unwrap_or_default();
+            text.lines()
+                .filter(|l| {
+                    l.starts_with("basalt_scheduler_runs_total")
+                        && l.contains("ttl_sweep")
+                        && l.contains("outcome=\"ok\"")
+                })
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum::<f64>()
+        }
+    };
+    let leader = cluster.placement(0)["0"]["leader"]
+        .as_u64()
+        .expect("metadata leader") as usize
+        - 1;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(
+        runs(&cluster, leader).await >= 2.0,
+        "the metadata leader runs the sweep"
+    );
+    for i in (0..3).filter(|&i| i != leader) {
+        assert_eq!(
+            runs(&cluster, i).await,
+            0.0,
+            "node {} is not the leader and runs nothing",
+            i + 1
+        );
+    }
+    cluster.kill(leader);
+    let others: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut total = 0.0;
+        for &i in &others {
+            total += runs(&cluster, i).await;
+        }
+        if total >= 2.0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no node took the scheduler over"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// `basalt dev` started again on the same data dir resumes the same cluster with its data.
+// The lock only keeps other tests' clusters from running at the same time.
+#[allow(clippy::await_holding_lock)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_resumes_the_same_cluster_on_restart() {
+    let _one = common::exclusive();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let http_port = common::free_port();
+    let rpc_port = common::free_port();
+    let start = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_basalt"))
+            .args(["dev", "--nodes", "1", "--shards", "2", "--data-dir"])
+            .arg(dir.path())
+            .args([
+                "--http-port",
+                &http_port.to_string(),
+                "--rpc-port",
+                &rpc_port.to_string(),
+            ])
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start basalt dev")
+    };
+    let creds = || -> basalt_client::AppKeys {
+        let doc: Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.path().join("node1/credentials.json"))
+                .expect("credentials"),
+        )
+        .expect("json");
+        serde_json::from_value(doc["app"].clone()).expect("keys")
+    };
+    let url = format!("http://127.0.0.1:{http_port}");
+    let wait_ready = |client: basalt_client::Client| async move {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !client.healthy().await {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "dev cluster not ready"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    let mut dev = start();
+    wait_ready(basalt_client::Client::new(&url, None).expect("client")).await;
+    TestCluster::eventually(Duration::from_secs(30), "credentials written", || {
+        dir.path().join("node1/credentials.json").exists()
+    })
+    .await;
+    let keys = creds();
+    let client = basalt_client::Client::new(&url, Some(keys.clone())).expect("client");
+    let id = client
+        .create_object("Note", &json!({"text": "kept"}))
+        .await
+        .expect("create")
+        .object_id;
+    client
+        .increment("Note", &id, "views", 3)
+        .await
+        .expect("increment");
+    let _ = std::process::Command::new("kill")
+        .arg("-TERM")
+        .arg(dev.id().to_string())
+        .status();
+    let _ = dev.wait();
+
+    let mut dev = start();
+    wait_ready(basalt_client::Client::new(&url, None).expect("client")).await;
+    assert_eq!(
+        creds().application_id,
+        keys.application_id,
+        "same cluster, same app"
+    );
+    let obj = client
+        .get_object("Note", &id)
+        .await
+        .expect("get")
+        .expect("object survived the restart");
+    assert_eq!(obj["text"], "kept");
+    assert_eq!(obj["views"], 3);
+    let _ = std::process::Command::new("kill")
+        .arg("-TERM")
+        .arg(dev.id().to_string())
+        .status();
+    let _ = dev.wait();
 }

@@ -13,6 +13,13 @@ use serde_json::Value;
 
 static ONE_CLUSTER_AT_A_TIME: Mutex<()> = Mutex::new(());
 
+/// Holds the one-cluster-at-a-time lock for a test that starts processes itself.
+pub fn exclusive() -> MutexGuard<'static, ()> {
+    ONE_CLUSTER_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())

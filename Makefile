@@ -1,0 +1,42 @@
+# Basalt: `make run` starts a one-node cluster with its data in ./data; `make test` runs the
+# whole suite. Everything builds with one cargo profile (release), so RocksDB's C++ build is
+# done once and shared by run, test, bench and jepsen.
+
+CARGO ?= cargo
+PROFILE_FLAGS := --release
+BASALT = $(or $(CARGO_TARGET_DIR),target)/release/basalt
+NODES ?= 1
+
+.PHONY: run dev test unit integration lint deps build bench clean-data
+
+## Install the system packages the build needs (libclang for rust-rocksdb's bindgen).
+deps:
+	@./scripts/install-deps.sh
+
+build: deps
+	$(CARGO) build $(PROFILE_FLAGS) --workspace --all-targets
+
+## Build and start a one-node cluster: HTTP on 127.0.0.1:8080, data in ./data.
+run: deps
+	$(CARGO) build $(PROFILE_FLAGS) -p basalt
+	$(BASALT) dev --nodes $(NODES) --data-dir ./data --http-port 8080
+
+## The same with three nodes (HTTP on 8080-8082).
+dev: NODES = 3
+dev: run
+
+## The whole suite: lints, unit tests, HTTP scenarios and multi-process cluster tests.
+test: deps lint
+	$(CARGO) test $(PROFILE_FLAGS) --workspace --all-targets
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy $(PROFILE_FLAGS) --workspace --all-targets -- -D warnings
+
+## Load benchmark against fresh 1-node and 3-node local clusters (see docs/performance.md).
+bench: deps
+	$(CARGO) build $(PROFILE_FLAGS) -p basalt -p basalt-bench
+	./scripts/bench.sh
+
+clean-data:
+	rm -rf ./data

@@ -1,0 +1,186 @@
+//! `basalt-bench`: drives creates and gets against a running Basalt cluster with C concurrent
+//! clients for a bounded time and prints throughput and latency percentiles.
+//!
+//! `cargo run -p basalt-bench --release -- --url http://127.0.0.1:8080 --credentials
+//! data/node1/credentials.json --concurrency 16 --seconds 10`. Several `--url`s spread clients
+//! over nodes. Workloads: `create`, `get` (reads objects created in a warm-up), `update`
+//! (Increment on a few hot objects), `mixed` (50% get, 50% create).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use basalt_client::{AppKeys, Client};
+use clap::Parser;
+use hdrhistogram::Histogram;
+use serde_json::{json, Value};
+
+#[derive(Parser, Debug, Clone)]
+#[command(name = "basalt-bench")]
+struct Args {
+    /// Base URL of a node; repeat to spread clients over nodes.
+    #[arg(long = "url", default_value = "http://127.0.0.1:8080")]
+    urls: Vec<String>,
+    /// credentials.json written by `basalt serve --init`.
+    #[arg(long)]
+    credentials: std::path::PathBuf,
+    /// Concurrent clients.
+    #[arg(long, default_value_t = 16)]
+    concurrency: usize,
+    /// Measured seconds per workload.
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+    /// Workloads to run, in order.
+    #[arg(long = "workload", default_values_t = vec!["create".to_string(), "get".to_string()])]
+    workloads: Vec<String>,
+    /// Size of the payload string field of created objects, in bytes.
+    #[arg(long, default_value_t = 100)]
+    payload: usize,
+    /// Label printed in the table (e.g. "1 node").
+    #[arg(long, default_value = "")]
+    label: String,
+}
+
+struct Outcome {
+    ops: u64,
+    errors: u64,
+    hist: Histogram<u64>,
+    elapsed: Duration,
+}
+
+async fn run_workload(
+    args: &Args,
+    clients: &[Client],
+    workload: &str,
+    ids: Arc<Vec<String>>,
+) -> anyhow::Result<Outcome> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let payload = "x".repeat(args.payload);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..args.concurrency {
+        let client = clients[c % clients.len()].clone();
+        let (stop, ids, payload, workload) = (
+            stop.clone(),
+            ids.clone(),
+            payload.clone(),
+            workload.to_string(),
+        );
+        let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+        tasks.push(tokio::spawn(async move {
+            let (mut ops, mut errors, mut i) = (0u64, 0u64, c);
+            while !stop.load(Ordering::Relaxed) {
+                i = i
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let t = Instant::now();
+                let ok = match workload.as_str() {
+                    "create" => client
+                        .create_object("BenchItem", &json!({"n": i % 1000, "payload": payload}))
+                        .await
+                        .is_ok(),
+                    "get" => client
+                        .get_object("BenchItem", &ids[i % ids.len()])
+                        .await
+                        .map(|o| o.is_some())
+                        .unwrap_or(false),
+                    "update" => client
+                        .increment("BenchItem", &ids[i % ids.len().min(8)], "n", 1)
+                        .await
+                        .is_ok(),
+                    _ => {
+                        if i % 2 == 0 {
+                            client
+                                .get_object("BenchItem", &ids[i % ids.len()])
+                                .await
+                                .map(|o| o.is_some())
+                                .unwrap_or(false)
+                        } else {
+                            client
+                                .create_object("BenchItem", &json!({"n": 1, "payload": payload}))
+                                .await
+                                .is_ok()
+                        }
+                    }
+                };
+                let us = t.elapsed().as_micros().max(1) as u64;
+                let _ = hist.record(us.min(60_000_000));
+                ops += 1;
+                if !ok {
+                    errors += 1;
+                }
+            }
+            (ops, errors, hist)
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(args.seconds)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut out = Outcome {
+        ops: 0,
+        errors: 0,
+        hist: Histogram::new_with_bounds(1, 60_000_000, 3)?,
+        elapsed: Duration::ZERO,
+    };
+    for t in tasks {
+        let (ops, errors, hist) = t.await?;
+        out.ops += ops;
+        out.errors += errors;
+        out.hist.add(&hist)?;
+    }
+    out.elapsed = started.elapsed();
+    Ok(out)
+}
+
+fn ms(us: u64) -> String {
+    format!("{:.2}", us as f64 / 1000.0)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let doc: Value = serde_json::from_str(
+        &std::fs::read_to_string(&args.credentials).context("reading credentials")?,
+    )?;
+    let keys: AppKeys =
+        serde_json::from_value(doc["app"].clone()).context("credentials.json has no app keys")?;
+    let clients: Vec<Client> = args
+        .urls
+        .iter()
+        .map(|u| Client::new(u, Some(keys.clone())))
+        .collect::<Result<_, _>>()?;
+
+    // Warm-up: objects for the read and update workloads (bounded count).
+    let mut ids = Vec::new();
+    for i in 0..200 {
+        let c = &clients[i % clients.len()];
+        ids.push(
+            c.create_object("BenchItem", &json!({"n": 0, "payload": "warm"}))
+                .await?
+                .object_id,
+        );
+    }
+    let ids = Arc::new(ids);
+
+    println!("| cluster | workload | clients | seconds | ops | errors | ops/s | p50 ms | p99 ms | p99.9 ms | max ms |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    for w in &args.workloads {
+        let o = run_workload(&args, &clients, w, ids.clone()).await?;
+        let secs = o.elapsed.as_secs_f64();
+        println!(
+            "| {} | {} | {} | {:.1} | {} | {} | {:.0} | {} | {} | {} | {} |",
+            args.label,
+            w,
+            args.concurrency,
+            secs,
+            o.ops,
+            o.errors,
+            o.ops as f64 / secs,
+            ms(o.hist.value_at_quantile(0.5)),
+            ms(o.hist.value_at_quantile(0.99)),
+            ms(o.hist.value_at_quantile(0.999)),
+            ms(o.hist.max()),
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what building Basalt needs on Debian/Ubuntu when it is missing: libclang (bindgen
+# for rust-rocksdb) and a C++ compiler. Uses sudo when not root. No-op when all is present.
+set -euo pipefail
+
+have_libclang() {
+  ls /usr/lib/llvm-*/lib/libclang*.so* /usr/lib/x86_64-linux-gnu/libclang*.so* /usr/lib/aarch64-linux-gnu/libclang*.so* >/dev/null 2>&1
+}
+
+missing=()
+have_libclang || missing+=(libclang-dev)
+command -v c++ >/dev/null 2>&1 || missing+=(g++)
+command -v make >/dev/null 2>&1 || missing+=(make)
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "install-deps: please install: ${missing[*]} (no apt-get on this system)" >&2
+  exit 1
+fi
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
