@@ -46,6 +46,14 @@ enum RaftRpc {
     TransferLeader,
 }
 
+/// The `NodeService` RPCs.
+#[derive(Clone, Copy)]
+enum NodeRpc {
+    Propose,
+    Read,
+    Admin,
+}
+
 #[derive(Clone, Default)]
 pub struct PeerRouter {
     peers: Arc<Mutex<HashMap<NodeId, (String, Channel)>>>,
@@ -127,14 +135,34 @@ impl PeerRouter {
             .max_encoding_message_size(MAX_MESSAGE_BYTES)
     }
 
+    /// Calls one `NodeService` method on `ch` and decodes its reply.
+    async fn node_call<Req: Serialize, Resp: DeserializeOwned>(
+        ch: Channel,
+        method: NodeRpc,
+        group: GroupId,
+        req: &Req,
+        timeout: Duration,
+    ) -> Result<Resp> {
+        let mut client = Self::node_client(ch);
+        let msg = with_timeout(group_message(group, req)?, timeout);
+        let reply = match method {
+            NodeRpc::Propose => client.propose(msg).await,
+            NodeRpc::Read => client.read(msg).await,
+            NodeRpc::Admin => client.admin(msg).await,
+        };
+        from_reply(reply.map_err(|s| transport_error(&s))?.into_inner())
+    }
+
     /// Asks `node` to propose `cmd` to `group` as its leader (no further forwarding).
     pub async fn propose(&self, node: NodeId, group: GroupId, cmd: &Command) -> Result<Proposed> {
-        let mut client = Self::node_client(self.channel(node)?);
-        let reply = client
-            .propose(with_timeout(group_message(group, cmd)?, FORWARD_TIMEOUT))
-            .await
-            .map_err(|s| transport_error(&s))?;
-        from_reply(reply.into_inner())
+        Self::node_call(
+            self.channel(node)?,
+            NodeRpc::Propose,
+            group,
+            cmd,
+            FORWARD_TIMEOUT,
+        )
+        .await
     }
 
     /// Asks `node` to serve a linearizable read of `group` as its leader.
@@ -144,12 +172,14 @@ impl PeerRouter {
         group: GroupId,
         req: &ReadRequest,
     ) -> Result<ReadResponse> {
-        let mut client = Self::node_client(self.channel(node)?);
-        let reply = client
-            .read(with_timeout(group_message(group, req)?, FORWARD_TIMEOUT))
-            .await
-            .map_err(|s| transport_error(&s))?;
-        from_reply(reply.into_inner())
+        Self::node_call(
+            self.channel(node)?,
+            NodeRpc::Read,
+            group,
+            req,
+            FORWARD_TIMEOUT,
+        )
+        .await
     }
 
     /// Sends an admin request to the node at `addr`.
@@ -158,12 +188,7 @@ impl PeerRouter {
         req: &AdminRequest,
         timeout: Duration,
     ) -> Result<AdminResponse> {
-        let mut client = Self::node_client(channel_for_addr(addr)?);
-        let reply = client
-            .admin(with_timeout(group_message(0, req)?, timeout))
-            .await
-            .map_err(|s| transport_error(&s))?;
-        from_reply(reply.into_inner())
+        Self::node_call(channel_for_addr(addr)?, NodeRpc::Admin, 0, req, timeout).await
     }
 
     pub async fn admin(
@@ -172,12 +197,7 @@ impl PeerRouter {
         req: &AdminRequest,
         timeout: Duration,
     ) -> Result<AdminResponse> {
-        let mut client = Self::node_client(self.channel(node)?);
-        let reply = client
-            .admin(with_timeout(group_message(0, req)?, timeout))
-            .await
-            .map_err(|s| transport_error(&s))?;
-        from_reply(reply.into_inner())
+        Self::node_call(self.channel(node)?, NodeRpc::Admin, 0, req, timeout).await
     }
 
     async fn send_snapshot(

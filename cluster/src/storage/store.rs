@@ -97,13 +97,7 @@ impl Store {
             ro,
             IteratorMode::From(start, Direction::Forward),
         );
-        for item in it {
-            let (k, v) = item?;
-            if !visit(&k, &v)? {
-                break;
-            }
-        }
-        Ok(())
+        visit_items(it, &mut visit)
     }
 
     /// The last key/value in `[start, end)` of `cf`.
@@ -156,13 +150,7 @@ impl Store {
             ro,
             IteratorMode::From(start, Direction::Forward),
         );
-        for item in it {
-            let (k, v) = item?;
-            if !visit(&k, &v)? {
-                break;
-            }
-        }
-        Ok(())
+        visit_items(it, &mut visit)
     }
 
     /// Flushes memtables and compacts the range of one column family.
@@ -192,6 +180,22 @@ impl Store {
         }
         total
     }
+}
+
+type KvItem = std::result::Result<(Box<[u8]>, Box<[u8]>), rocksdb::Error>;
+
+/// Feeds iterator items to `visit` until it returns false.
+fn visit_items(
+    it: impl Iterator<Item = KvItem>,
+    visit: &mut impl FnMut(&[u8], &[u8]) -> Result<bool>,
+) -> Result<()> {
+    for item in it {
+        let (k, v) = item?;
+        if !visit(&k, &v)? {
+            break;
+        }
+    }
+    Ok(())
 }
 
 /// Waits for sync requests, takes every request pending at that moment, and answers them all

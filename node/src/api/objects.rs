@@ -10,7 +10,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use basalt_cluster::object::{format_wire_time, new_object_id, validate_class_name};
+use basalt_cluster::object::{format_wire_time, is_object_id, new_object_id, validate_class_name};
 use basalt_cluster::query::ScanRequest;
 use basalt_cluster::update::parse_updates;
 use basalt_cluster::{now_ms, Command, CommandResult, Proposed};
@@ -26,6 +26,16 @@ const MAX_LIMIT: usize = 500;
 
 fn class_name(class: &str) -> Result<(), ApiError> {
     validate_class_name(class).map_err(ApiError::from)
+}
+
+/// An objectId that cannot exist (wrong characters or length) is simply not found; it never
+/// reaches the key layout.
+fn check_object_id(id: &str) -> Result<(), ApiError> {
+    if is_object_id(id) {
+        Ok(())
+    } else {
+        Err(ApiError::ObjectNotFound(id.chars().take(64).collect()))
+    }
 }
 
 fn body_bytes(body: Result<Bytes, BytesRejection>, state: &AppState) -> Result<Bytes, ApiError> {
@@ -87,6 +97,7 @@ pub async fn get_object(
     Path((class, object_id)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
     class_name(&class)?;
+    check_object_id(&object_id)?;
     let obj = state
         .cluster
         .get_object(&ctx.app.application_id, &class, &object_id)
@@ -102,6 +113,7 @@ pub async fn update_object(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     class_name(&class)?;
+    check_object_id(&object_id)?;
     let body = json_object(&body_bytes(body, &state)?)?;
     let updates = parse_updates(&body)?;
     let app = ctx.app.application_id;
@@ -133,6 +145,7 @@ pub async fn delete_object(
     Path((class, object_id)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
     class_name(&class)?;
+    check_object_id(&object_id)?;
     let app = ctx.app.application_id;
     let group = state.cluster.shard_for(&app, &class, &object_id);
     let cmd = Command::DeleteObject {
