@@ -20,7 +20,10 @@ pub enum Error {
         message: String,
         body: Value,
     },
-    /// No answer (connection refused, reset, timeout): the outcome is unknown.
+    /// The connection could not be opened: the request was never sent.
+    #[error("connect: {0}")]
+    Connect(String),
+    /// No answer (reset, timeout): the outcome is unknown.
     #[error("transport: {0}")]
     Transport(String),
     /// The server answered something this client does not understand.
@@ -158,10 +161,13 @@ impl Client {
                 .header("Content-Type", "application/json")
                 .body(b.to_string());
         }
-        let resp = req
-            .send()
-            .await
-            .map_err(|e| Error::Transport(e.to_string()))?;
+        let resp = req.send().await.map_err(|e| {
+            if e.is_connect() {
+                Error::Connect(e.to_string())
+            } else {
+                Error::Transport(e.to_string())
+            }
+        })?;
         let status = resp.status();
         let header = |name: &str| {
             resp.headers()

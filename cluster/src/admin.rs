@@ -44,6 +44,11 @@ pub enum AdminRequest {
     Status,
     /// Snapshot groups with a long log behind them and compact their logs.
     Compact,
+    /// Move leadership of `group` to node `to` (sent to the group's current leader).
+    TransferLeader {
+        group: GroupId,
+        to: NodeId,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

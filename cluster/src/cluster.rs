@@ -54,8 +54,11 @@ pub struct ClusterOptions {
     pub data_dir: PathBuf,
     /// Where the peer gRPC server listens.
     pub rpc_listen: SocketAddr,
-    /// The gRPC address peers use to reach this node.
+    /// The gRPC address peers use to reach this node (may differ from `rpc_listen` behind a
+    /// proxy or NAT).
     pub rpc_addr: String,
+    /// Local IP that outgoing peer connections are made from (None: the system's choice).
+    pub rpc_source_ip: Option<std::net::IpAddr>,
     /// The HTTP address clients use (recorded for `basalt dev` and admin output).
     pub http_addr: String,
     pub bootstrap: Bootstrap,
@@ -136,7 +139,7 @@ impl Cluster {
             store.put_default_synced(NODE_IDENTITY, &serde_json::to_vec(&id)?)?;
         }
 
-        let router = PeerRouter::default();
+        let router = PeerRouter::new(opts.rpc_source_ip);
         router.learn(opts.node_id, &opts.rpc_addr);
         let incoming_dir = opts.data_dir.join("snapshots").join("incoming");
         std::fs::create_dir_all(&incoming_dir)?;
@@ -336,6 +339,10 @@ impl Cluster {
                     leader_addr: f.leader_node.map(|n| n.addr),
                 })
             }
+            // Appended, then replaced by another leader's log: it may still commit.
+            Ok(Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(_)))) => Err(Error::Timeout(format!(
+                "proposal to group {group} was displaced by a leader change; it may or may not take effect"
+            ))),
             Ok(Err(RaftError::APIError(e))) => Err(Error::Internal(e.to_string())),
             Ok(Err(RaftError::Fatal(e))) => Err(Error::Unavailable(e.to_string())),
         }
@@ -573,6 +580,22 @@ impl Cluster {
             AdminRequest::Status => Ok(AdminResponse::Status(self.status())),
             AdminRequest::Compact => {
                 self.compact().await;
+                Ok(AdminResponse::Done)
+            }
+            AdminRequest::TransferLeader { group, to } => {
+                let raft = self.group(group)?;
+                let m = raft.metrics().borrow_watched().clone();
+                if m.current_leader != Some(self.inner.node_id) {
+                    return Err(Error::NotLeader {
+                        group,
+                        leader: m.current_leader,
+                        leader_addr: None,
+                    });
+                }
+                raft.trigger()
+                    .transfer_leader(to)
+                    .await
+                    .map_err(|e| Error::Unavailable(e.to_string()))?;
                 Ok(AdminResponse::Done)
             }
         }

@@ -18,6 +18,8 @@ pub enum AdminCommand {
     Members,
     /// Print each group's leader, voters and learners, as their leaders see them.
     Placement,
+    /// Move the leadership of every group to another of its voters, picked at random.
+    ShuffleLeaders,
     /// Move a node's replicas to the other nodes and mark it removed; waits until it holds none.
     RemoveNode {
         node_id: u64,
@@ -77,6 +79,40 @@ pub async fn run(rpc: &str, cmd: AdminCommand) -> anyhow::Result<()> {
                 })
                 .collect();
             println!("{}", serde_json::to_string_pretty(&rows)?);
+        }
+        AdminCommand::ShuffleLeaders => {
+            let AdminResponse::ClusterInfo { nodes, .. } =
+                admin_at(rpc, AdminRequest::ClusterInfo, TIMEOUT).await?
+            else {
+                anyhow::bail!("unexpected answer to ClusterInfo");
+            };
+            let mut moved = 0;
+            for (group, g) in placement(rpc).await? {
+                let Some(leader) = g.leader else { continue };
+                let others: Vec<u64> = g.voters.iter().copied().filter(|&v| v != leader).collect();
+                let Some(addr) = nodes
+                    .iter()
+                    .find(|n| n.id == leader)
+                    .map(|n| n.rpc_addr.clone())
+                else {
+                    continue;
+                };
+                if others.is_empty() {
+                    continue;
+                }
+                let to = others[rand::random_range(0..others.len())];
+                if admin_at(
+                    &addr,
+                    AdminRequest::TransferLeader { group, to },
+                    Duration::from_secs(3),
+                )
+                .await
+                .is_ok()
+                {
+                    moved += 1;
+                }
+            }
+            println!("moved the leadership of {moved} groups");
         }
         AdminCommand::RemoveNode { node_id, wait_secs } => {
             admin_at(rpc, AdminRequest::RemoveNode(node_id), TIMEOUT).await?;

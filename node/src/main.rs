@@ -16,7 +16,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Run one node of a cluster.
-    Serve(basalt::serve::ServeArgs),
+    Serve(Box<basalt::serve::ServeArgs>),
     /// Start a local cluster of N node processes and wait for Ctrl-C.
     Dev(basalt::dev::DevArgs),
     /// Administer a running cluster through one node's gRPC address.
@@ -51,7 +51,7 @@ fn main() -> std::process::ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Cmd::Serve(args) => basalt::serve::run(args).await,
+            Cmd::Serve(args) => basalt::serve::run(*args).await,
             Cmd::Dev(args) => basalt::dev::run(args).await,
             Cmd::Admin { rpc, command } => basalt::admin::run(&rpc, command).await,
         }

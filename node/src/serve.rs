@@ -24,6 +24,12 @@ pub struct ServeArgs {
     /// Address the node-to-node gRPC service listens on.
     #[arg(long, default_value = "127.0.0.1:9080")]
     pub rpc_addr: SocketAddr,
+    /// The gRPC address peers should dial (default: --rpc-addr); for proxies and NAT.
+    #[arg(long)]
+    pub rpc_advertise: Option<String>,
+    /// Local IP outgoing peer connections are made from (default: the system's choice).
+    #[arg(long)]
+    pub rpc_source_ip: Option<std::net::IpAddr>,
     /// Create a new cluster with this node as its first member.
     #[arg(long, conflicts_with = "join")]
     pub init: bool,
@@ -97,7 +103,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         node_id: args.node_id,
         data_dir: args.data_dir.clone(),
         rpc_listen: args.rpc_addr,
-        rpc_addr: args.rpc_addr.to_string(),
+        rpc_addr: args
+            .rpc_advertise
+            .clone()
+            .unwrap_or_else(|| args.rpc_addr.to_string()),
+        rpc_source_ip: args.rpc_source_ip,
         http_addr: args.http_addr.to_string(),
         bootstrap: bootstrap_mode,
         tuning: RaftTuning {

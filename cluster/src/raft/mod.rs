@@ -63,6 +63,9 @@ impl RaftTuning {
             // Purge in batches of a quarter snapshot interval, so short intervals purge too.
             purge_batch_size: (self.snapshot_logs / 4).clamp(1, 256),
             install_snapshot_timeout: 10_000,
+            // A node cut off from its peers must not inflate its term and depose healthy
+            // leaders when it returns (found by the jepsen partition runs).
+            enable_pre_vote: Some(true),
             ..Default::default()
         };
         config

@@ -32,7 +32,13 @@ pub async fn serve(cluster: Cluster, listener: tokio::net::TcpListener) {
     let node = NodeServiceServer::new(NodeServiceImpl::new(cluster))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    // Accepted sockets need TCP_NODELAY themselves (the builder's setting only applies to
+    // listeners it binds): without it, small Raft messages wait for delayed ACKs (~40 ms).
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener).map(|conn| {
+        conn.inspect(|stream| {
+            let _ = stream.set_nodelay(true);
+        })
+    });
     let result = tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .add_service(raft)

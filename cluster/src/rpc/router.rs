@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -57,11 +58,14 @@ enum NodeRpc {
 #[derive(Clone, Default)]
 pub struct PeerRouter {
     peers: Arc<Mutex<HashMap<NodeId, (String, Channel)>>>,
+    /// Local address outgoing peer connections are made from (None: the system's choice).
+    source_ip: Option<IpAddr>,
 }
 
-fn channel_for_addr(addr: &str) -> Result<Channel> {
+fn channel_for_addr(addr: &str, source_ip: Option<IpAddr>) -> Result<Channel> {
     let endpoint = Endpoint::from_shared(format!("http://{addr}"))
         .map_err(|e| Error::InvalidOperation(format!("bad peer address {addr:?}: {e}")))?
+        .local_address(source_ip)
         .connect_timeout(Duration::from_millis(500))
         .tcp_nodelay(true)
         .http2_keep_alive_interval(Duration::from_secs(5))
@@ -80,6 +84,13 @@ fn unreachable(e: impl std::fmt::Display) -> Unreachable<TypeConfig> {
 }
 
 impl PeerRouter {
+    pub fn new(source_ip: Option<IpAddr>) -> Self {
+        PeerRouter {
+            peers: Arc::default(),
+            source_ip,
+        }
+    }
+
     /// Records (or updates) the gRPC address of a node.
     pub fn learn(&self, node: NodeId, addr: &str) {
         let Ok(mut peers) = self.peers.lock() else {
@@ -88,7 +99,7 @@ impl PeerRouter {
         if peers.get(&node).is_some_and(|(a, _)| a == addr) {
             return;
         }
-        match channel_for_addr(addr) {
+        match channel_for_addr(addr, self.source_ip) {
             Ok(ch) => {
                 peers.insert(node, (addr.to_string(), ch));
             }
@@ -188,7 +199,14 @@ impl PeerRouter {
         req: &AdminRequest,
         timeout: Duration,
     ) -> Result<AdminResponse> {
-        Self::node_call(channel_for_addr(addr)?, NodeRpc::Admin, 0, req, timeout).await
+        Self::node_call(
+            channel_for_addr(addr, None)?,
+            NodeRpc::Admin,
+            0,
+            req,
+            timeout,
+        )
+        .await
     }
 
     pub async fn admin(

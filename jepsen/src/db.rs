@@ -1,0 +1,365 @@
+//! The cluster under test: real `basalt serve` processes on loopback, each with its own data
+//! dir and log, peers talking through the harness's proxies (`proxy`). Processes are killed,
+//! paused, restarted, removed and replaced here; every process started is reaped when the
+//! `Db` is dropped, also when a check fails or the run panics.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use basalt_client::{AppKeys, Client};
+use serde_json::Value;
+
+use crate::proxy::{source_ip, Net};
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+pub struct NodeProc {
+    /// Cluster node id (a replaced node gets a fresh one).
+    pub id: u64,
+    pub http: String,
+    pub rpc_listen: SocketAddr,
+    /// The proxy address peers dial.
+    pub rpc_proxy: SocketAddr,
+    pub data_dir: PathBuf,
+    pub log: PathBuf,
+    args: Vec<String>,
+    child: Option<Child>,
+    pub paused: bool,
+}
+
+pub struct Db {
+    pub bin: PathBuf,
+    pub dir: PathBuf,
+    pub nodes: Vec<NodeProc>,
+    pub net: Net,
+    pub keys: Option<AppKeys>,
+    next_id: u64,
+    shards: u32,
+}
+
+impl Db {
+    /// Starts an `n`-node cluster with `shards` data shards; returns once every node is healthy
+    /// and every group has min(3, n) voters.
+    pub async fn start(bin: &Path, dir: &Path, n: usize, shards: u32) -> anyhow::Result<Db> {
+        std::fs::create_dir_all(dir)?;
+        let mut db = Db {
+            bin: bin.to_path_buf(),
+            dir: dir.to_path_buf(),
+            nodes: Vec::new(),
+            net: Net::default(),
+            keys: None,
+            next_id: 1,
+            shards,
+        };
+        for i in 0..n {
+            db.add_node(i == 0).await?;
+        }
+        let creds = db.nodes[0].data_dir.join("credentials.json");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !creds.exists() {
+            if Instant::now() > deadline {
+                bail!("node 1 wrote no credentials.json");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let doc: Value = serde_json::from_str(&std::fs::read_to_string(&creds)?)?;
+        db.keys = Some(serde_json::from_value(doc["app"].clone())?);
+        db.wait_settled(Duration::from_secs(120)).await?;
+        Ok(db)
+    }
+
+    /// Adds a node with a fresh id (the first one initialises the cluster).
+    pub async fn add_node(&mut self, init: bool) -> anyhow::Result<usize> {
+        let index = self.nodes.len();
+        let id = self.next_id;
+        self.next_id += 1;
+        let http = format!("127.0.0.1:{}", free_port()?);
+        let rpc_listen: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
+        let rpc_proxy: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
+        self.net.start_proxy(index, rpc_proxy, rpc_listen).await?;
+        let data_dir = self.dir.join(format!("n{index}-id{id}"));
+        let mut args: Vec<String> = [
+            "serve",
+            "--node-id",
+            &id.to_string(),
+            "--data-dir",
+            &data_dir.display().to_string(),
+            "--http-addr",
+            &http,
+            "--rpc-addr",
+            &rpc_listen.to_string(),
+            "--rpc-advertise",
+            &rpc_proxy.to_string(),
+            "--rpc-source-ip",
+            &source_ip(index).to_string(),
+            "--snapshot-logs",
+            "2000",
+            "--keep-logs",
+            "200",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        if init {
+            args.extend([
+                "--init".to_string(),
+                "--shards".to_string(),
+                self.shards.to_string(),
+            ]);
+        } else {
+            args.extend(["--join".to_string(), self.nodes[0].rpc_proxy.to_string()]);
+        }
+        let log = self.dir.join(format!("node-{index}-id{id}.log"));
+        let mut node = NodeProc {
+            id,
+            http,
+            rpc_listen,
+            rpc_proxy,
+            data_dir,
+            log,
+            args,
+            child: None,
+            paused: false,
+        };
+        spawn(&self.bin, &mut node)?;
+        self.nodes.push(node);
+        self.wait_healthy(index, Duration::from_secs(90)).await?;
+        Ok(index)
+    }
+
+    pub fn client(&self, i: usize, timeout: Duration) -> anyhow::Result<Client> {
+        Ok(
+            Client::new(&format!("http://{}", self.nodes[i].http), self.keys.clone())?
+                .with_timeout(timeout)?,
+        )
+    }
+
+    pub async fn wait_healthy(&self, i: usize, timeout: Duration) -> anyhow::Result<()> {
+        let client = Client::new(&format!("http://{}", self.nodes[i].http), None)?
+            .with_timeout(Duration::from_secs(2))?;
+        let deadline = Instant::now() + timeout;
+        while !client.healthy().await {
+            if Instant::now() > deadline {
+                bail!("node {} did not become healthy", i + 1);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Ok(())
+    }
+
+    /// Waits until every group has a leader and min(3, live nodes) voters.
+    pub async fn wait_settled(&self, timeout: Duration) -> anyhow::Result<()> {
+        let live: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].child.is_some())
+            .collect();
+        let want = live.len().min(3);
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(&first) = live.first() {
+                if let Ok(p) = self.placement(first) {
+                    let groups: Vec<&Value> = p
+                        .as_object()
+                        .map(|m| m.values().collect())
+                        .unwrap_or_default();
+                    if groups.len() == self.shards as usize + 1
+                        && groups
+                            .iter()
+                            .all(|g| g["voters"].as_array().map_or(0, Vec::len) == want)
+                    {
+                        return Ok(());
+                    }
+                }
+            }
+            if Instant::now() > deadline {
+                bail!("placement did not settle");
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// `basalt admin --rpc <node i> <args>`.
+    pub fn admin(&self, i: usize, args: &[&str]) -> anyhow::Result<String> {
+        let out = Command::new(&self.bin)
+            .arg("admin")
+            .arg("--rpc")
+            .arg(self.nodes[i].rpc_listen.to_string())
+            .args(args)
+            .output()?;
+        if !out.status.success() {
+            bail!(
+                "basalt admin {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    pub fn placement(&self, i: usize) -> anyhow::Result<Value> {
+        Ok(serde_json::from_str(&self.admin(i, &["placement"])?)?)
+    }
+
+    /// The node (index) leading the most groups, among running nodes.
+    pub fn busiest_leader(&self) -> Option<usize> {
+        let live = (0..self.nodes.len())
+            .find(|&i| self.nodes[i].child.is_some() && !self.nodes[i].paused)?;
+        let p = self.placement(live).ok()?;
+        let mut counts = vec![0usize; self.nodes.len()];
+        for g in p.as_object()?.values() {
+            if let Some(l) = g["leader"].as_u64() {
+                if let Some(i) = self.nodes.iter().position(|n| n.id == l) {
+                    counts[i] += 1;
+                }
+            }
+        }
+        (0..counts.len()).max_by_key(|&i| counts[i])
+    }
+
+    pub fn is_running(&self, i: usize) -> bool {
+        self.nodes[i].child.is_some()
+    }
+
+    pub fn kill(&mut self, i: usize) {
+        let node = &mut self.nodes[i];
+        if node.paused {
+            signal(node, "-CONT");
+            node.paused = false;
+        }
+        if let Some(mut c) = node.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn restart(&mut self, i: usize) -> anyhow::Result<()> {
+        if self.nodes[i].child.is_none() {
+            spawn(&self.bin, &mut self.nodes[i])?;
+        }
+        Ok(())
+    }
+
+    pub fn pause(&mut self, i: usize) {
+        let node = &mut self.nodes[i];
+        if node.child.is_some() && !node.paused {
+            signal(node, "-STOP");
+            node.paused = true;
+        }
+    }
+
+    pub fn resume(&mut self, i: usize) {
+        let node = &mut self.nodes[i];
+        if node.paused {
+            signal(node, "-CONT");
+            node.paused = false;
+        }
+    }
+
+    /// Removes node `i` from the cluster (its replicas move away), stops it, and starts a
+    /// replacement with a fresh id and empty data dir in its slot.
+    pub async fn replace(&mut self, i: usize) -> anyhow::Result<()> {
+        let other = (0..self.nodes.len())
+            .find(|&j| j != i && self.is_running(j))
+            .context("no other live node")?;
+        let id = self.nodes[i].id.to_string();
+        self.admin(other, &["remove-node", &id, "--wait-secs", "120"])?;
+        self.kill(i);
+        // A fresh node: new id, new data dir, same slot (and proxy address).
+        let new_id = self.next_id;
+        self.next_id += 1;
+        let node = &mut self.nodes[i];
+        node.id = new_id;
+        node.data_dir = self.dir.join(format!("n{i}-id{new_id}"));
+        node.log = self.dir.join(format!("node-{i}-id{new_id}.log"));
+        let mut args: Vec<String> = Vec::new();
+        let mut it = node.args.iter();
+        while let Some(a) = it.next() {
+            match a.as_str() {
+                "--node-id" => {
+                    args.extend(["--node-id".to_string(), new_id.to_string()]);
+                    it.next();
+                }
+                "--data-dir" => {
+                    args.extend([
+                        "--data-dir".to_string(),
+                        node.data_dir.display().to_string(),
+                    ]);
+                    it.next();
+                }
+                "--init" => {}
+                "--shards" => {
+                    it.next();
+                }
+                "--join" => {
+                    it.next();
+                }
+                _ => args.push(a.clone()),
+            }
+        }
+        args.extend([
+            "--join".to_string(),
+            self.nodes[other].rpc_proxy.to_string(),
+        ]);
+        self.nodes[i].args = args;
+        spawn(&self.bin, &mut self.nodes[i])?;
+        self.wait_healthy(i, Duration::from_secs(90)).await
+    }
+
+    /// Ends every fault: resumes paused nodes, restarts killed ones, heals the network.
+    pub async fn heal_all(&mut self) -> anyhow::Result<()> {
+        self.net.heal();
+        for i in 0..self.nodes.len() {
+            self.resume(i);
+            self.restart(i)?;
+        }
+        for i in 0..self.nodes.len() {
+            self.wait_healthy(i, Duration::from_secs(90)).await?;
+        }
+        Ok(())
+    }
+
+    pub fn stop_all(&mut self) {
+        for i in 0..self.nodes.len() {
+            self.kill(i);
+        }
+        self.net.shutdown();
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        self.stop_all();
+    }
+}
+
+fn spawn(bin: &Path, node: &mut NodeProc) -> anyhow::Result<()> {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&node.log)?;
+    let child = Command::new(bin)
+        .args(&node.args)
+        .env("RUST_LOG", "info,openraft=error")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .with_context(|| format!("starting {}", bin.display()))?;
+    node.child = Some(child);
+    node.paused = false;
+    Ok(())
+}
+
+fn signal(node: &NodeProc, sig: &str) {
+    if let Some(c) = &node.child {
+        let _ = Command::new("kill")
+            .arg(sig)
+            .arg(c.id().to_string())
+            .status();
+    }
+}
