@@ -7,7 +7,10 @@ PROFILE_FLAGS := --release
 BASALT = $(or $(CARGO_TARGET_DIR),target)/release/basalt
 NODES ?= 1
 
-.PHONY: run dev test unit integration lint deps build bench clean-data
+JEPSEN_SECONDS ?= 120
+JEPSEN_NODES ?= 3
+
+.PHONY: run dev test lint deps build bench jepsen clean-data
 
 ## Install the system packages the build needs (libclang for rust-rocksdb's bindgen).
 deps:
@@ -25,7 +28,8 @@ run: deps
 dev: NODES = 3
 dev: run
 
-## The whole suite: lints, unit tests, HTTP scenarios and multi-process cluster tests.
+## The whole suite: lints, unit tests, HTTP scenarios, multi-process cluster tests and the
+## jepsen smoke run (about 40 s of load per workload under kill and partition nemeses).
 test: deps lint
 	$(CARGO) test $(PROFILE_FLAGS) --workspace --all-targets
 
@@ -37,6 +41,12 @@ lint:
 bench: deps
 	$(CARGO) build $(PROFILE_FLAGS) -p basalt -p basalt-bench
 	./scripts/bench.sh
+
+## Jepsen: every workload under every nemesis (JEPSEN_SECONDS of load each), then a table.
+## Run directories (history, node logs, summary, plot) go to ./jepsen-runs.
+jepsen: deps
+	$(CARGO) build $(PROFILE_FLAGS) -p basalt -p basalt-jepsen
+	$(or $(CARGO_TARGET_DIR),target)/release/basalt-jepsen --out jepsen-runs --nodes $(JEPSEN_NODES) --seconds $(JEPSEN_SECONDS) matrix
 
 clean-data:
 	rm -rf ./data

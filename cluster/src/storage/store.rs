@@ -23,7 +23,19 @@ pub type SyncCallback = Box<dyn FnOnce(std::io::Result<()>) + Send>;
 
 pub struct Store {
     db: Arc<DB>,
-    sync_tx: mpsc::Sender<SyncCallback>,
+    sync_tx: Option<mpsc::Sender<SyncCallback>>,
+    syncer: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Store {
+    /// Stops the syncer and waits for it, so the database is closed here, in order, and never
+    /// by a background thread racing the process's exit.
+    fn drop(&mut self) {
+        self.sync_tx.take();
+        if let Some(t) = self.syncer.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 impl Store {
@@ -42,10 +54,14 @@ impl Store {
         let db = Arc::new(DB::open_cf_descriptors(&opts, path, cfs)?);
         let (sync_tx, sync_rx) = mpsc::channel::<SyncCallback>();
         let syncer_db = Arc::clone(&db);
-        std::thread::Builder::new()
+        let syncer = std::thread::Builder::new()
             .name("basalt-wal-sync".into())
             .spawn(move || run_wal_syncer(&syncer_db, &sync_rx))?;
-        Ok(Arc::new(Store { db, sync_tx }))
+        Ok(Arc::new(Store {
+            db,
+            sync_tx: Some(sync_tx),
+            syncer: Some(syncer),
+        }))
     }
 
     pub fn cf(&self, name: &str) -> Result<&ColumnFamily> {
@@ -77,7 +93,10 @@ impl Store {
 
     /// Calls `callback` once every write made before this call is durable.
     pub fn after_wal_sync(&self, callback: SyncCallback) {
-        if let Err(mpsc::SendError(cb)) = self.sync_tx.send(callback) {
+        let Some(tx) = &self.sync_tx else {
+            return callback(Err(std::io::Error::other("WAL syncer stopped")));
+        };
+        if let Err(mpsc::SendError(cb)) = tx.send(callback) {
             cb(Err(std::io::Error::other("WAL syncer stopped")));
         }
     }

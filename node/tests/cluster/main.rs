@@ -189,17 +189,29 @@ async fn a_stopped_node_catches_up_by_snapshot() {
                 .object_id,
         );
     }
-    // The live nodes purged log entries that node 3 never received.
-    let status: Value = serde_json::from_str(&cluster.admin(0, &["status"])).expect("status");
-    let purged = status["Status"]["groups"]
-        .as_array()
-        .expect("groups")
-        .iter()
-        .filter(|g| g["group"].as_u64() != Some(0))
-        .map(|g| g["purged"].as_u64().unwrap_or(0))
-        .min()
-        .unwrap_or(0);
-    assert!(purged > 0, "logs were purged on node 1: {status}");
+    // The live nodes purge log entries that node 3 never received (a leader purges once its
+    // replication to the stopped node has failed again after the snapshot, so poll).
+    let purged_on = |node: usize| -> u64 {
+        let status: Value =
+            serde_json::from_str(&cluster.admin(node, &["status"])).unwrap_or(Value::Null);
+        status["Status"]["groups"]
+            .as_array()
+            .map(|gs| {
+                gs.iter()
+                    .filter(|g| g["group"].as_u64() != Some(0))
+                    .map(|g| g["purged"].as_u64().unwrap_or(0))
+                    .min()
+                    .unwrap_or(0)
+            })
+            .unwrap_or(0)
+    };
+    TestCluster::eventually(
+        Duration::from_secs(60),
+        "nodes 1 and 2 purge their logs",
+        || purged_on(0) > 0 && purged_on(1) > 0,
+    )
+    .await;
+    let purged = purged_on(0).min(purged_on(1));
     cluster.restart(2).await;
     cluster.wait_healthy(2, Duration::from_secs(60)).await;
     let node3 = cluster.client(2);

@@ -1,0 +1,74 @@
+//! The jepsen smoke run of `make test`: every workload for a short time (`JEPSEN_SMOKE_SECONDS`,
+//! default 40) under the kill and partition nemeses against a real 3-node cluster. Fails on an
+//! `invalid` verdict (or a run that cannot complete); `unknown` is reported, not failed.
+//! Run directories are kept under the target dir's `tmp/jepsen-smoke/`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use basalt_jepsen::nemesis::Fault;
+use basalt_jepsen::runner::{run, RunConfig};
+use basalt_jepsen::workload::Workload;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_workload_under_kill_and_partition() {
+    let seconds: u64 = std::env::var("JEPSEN_SMOKE_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(40);
+    let bin =
+        basalt_jepsen::basalt_bin().expect("basalt binary (cargo builds it with the workspace)");
+    let root = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("jepsen-smoke");
+    let _ = std::fs::remove_dir_all(&root);
+    let mut failures = Vec::new();
+    for workload in Workload::ALL {
+        let mut cfg = RunConfig {
+            workload,
+            faults: vec![
+                Fault::Kill,
+                Fault::PartitionMajority,
+                Fault::PartitionLeader,
+                Fault::PartitionAsymmetric,
+            ],
+            nodes: 3,
+            shards: 4,
+            seconds,
+            clients: 6,
+            max_ops: 100_000,
+            quiet: Duration::from_secs(3),
+            active: Duration::from_secs(7),
+            check_budget: Duration::from_secs(60),
+            out: Default::default(),
+            bin: bin.clone(),
+        };
+        cfg.out = root.join(cfg.name());
+        match run(&cfg).await {
+            Ok(report) => {
+                eprintln!(
+                    "{}: {} ({})",
+                    cfg.name(),
+                    report.verdict.name(),
+                    report.summary["ops"]
+                );
+                if report.verdict.name() == "invalid" {
+                    failures.push(format!(
+                        "{}: {}",
+                        cfg.name(),
+                        serde_json::to_string_pretty(&report.summary["result"]).unwrap_or_default()
+                    ));
+                }
+            }
+            Err(e) => failures.push(format!(
+                "{}: run failed: {e:#} (see {})",
+                cfg.name(),
+                cfg.out.display()
+            )),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "jepsen smoke found problems:\n{}",
+        failures.join("\n")
+    );
+}
