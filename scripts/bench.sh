@@ -12,8 +12,8 @@ run_cluster() {
   dir=$(mktemp -d)
   port=$((28080 + nodes * 10))
   "$TARGET/basalt" dev --nodes "$nodes" --data-dir "$dir" --http-port "$port" --rpc-port $((port + 1000)) >"$dir/dev.log" 2>&1 &
-  local pid=$!
-  trap 'kill $pid 2>/dev/null || true' EXIT
+  pid=$!
+  trap 'kill "${pid:-}" 2>/dev/null || true' EXIT
   for _ in $(seq 1 120); do
     grep -q "Ctrl-C stops" "$dir/dev.log" && break
     sleep 1
