@@ -30,7 +30,7 @@ pub struct RunConfig {
     pub max_ops: u64,
     pub quiet: Duration,
     pub active: Duration,
-    /// Time the checker may spend before answering `unknown`.
+    /// Time the checker may spend on each key before answering `unknown`.
     pub check_budget: Duration,
     pub out: PathBuf,
     /// The `basalt` binary.

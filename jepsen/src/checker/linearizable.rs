@@ -176,9 +176,9 @@ pub fn check_register(ops: &[&Op], initial: &Value, deadline: Instant) -> KeyOut
     }
 }
 
-/// Checks every key of a register history. `initial` is each register's initial value.
-pub fn check(ops: &[Op], initial: &Value, budget: std::time::Duration) -> Verdict {
-    let deadline = Instant::now() + budget;
+/// Checks every key of a register history. `initial` is each register's initial value;
+/// `budget_per_key` bounds the search on each key (exhausted: `unknown`, never `valid`).
+pub fn check(ops: &[Op], initial: &Value, budget_per_key: std::time::Duration) -> Verdict {
     let mut by_key: BTreeMap<String, Vec<&Op>> = BTreeMap::new();
     for o in ops {
         by_key
@@ -188,7 +188,7 @@ pub fn check(ops: &[Op], initial: &Value, budget: std::time::Duration) -> Verdic
     }
     let mut verdict = Verdict::Valid;
     for (key, key_ops) in &by_key {
-        match check_register(key_ops, initial, deadline) {
+        match check_register(key_ops, initial, Instant::now() + budget_per_key) {
             KeyOutcome::Linearizable => {}
             KeyOutcome::Timeout => {
                 verdict = verdict.and(Verdict::Unknown {
