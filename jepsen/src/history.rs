@@ -104,6 +104,17 @@ pub fn pair(events: &[Event]) -> Vec<Op> {
     ops
 }
 
+/// Operations grouped by key (operations without a key under "").
+pub fn by_key(ops: &[Op]) -> std::collections::BTreeMap<String, Vec<&Op>> {
+    let mut map: std::collections::BTreeMap<String, Vec<&Op>> = std::collections::BTreeMap::new();
+    for o in ops {
+        map.entry(o.key.clone().unwrap_or_default())
+            .or_default()
+            .push(o);
+    }
+    map
+}
+
 /// Collects events from concurrent clients.
 pub struct Recorder {
     start: Instant,

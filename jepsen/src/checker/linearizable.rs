@@ -8,7 +8,7 @@
 //! (an op may go next only if no unplaced required op returned before it was called) and the
 //! register's semantics, memoizing (placed set, register value) configurations already seen.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::time::Instant;
 
 use serde_json::{json, Value};
@@ -179,13 +179,7 @@ pub fn check_register(ops: &[&Op], initial: &Value, deadline: Instant) -> KeyOut
 /// Checks every key of a register history. `initial` is each register's initial value;
 /// `budget_per_key` bounds the search on each key (exhausted: `unknown`, never `valid`).
 pub fn check(ops: &[Op], initial: &Value, budget_per_key: std::time::Duration) -> Verdict {
-    let mut by_key: BTreeMap<String, Vec<&Op>> = BTreeMap::new();
-    for o in ops {
-        by_key
-            .entry(o.key.clone().unwrap_or_default())
-            .or_default()
-            .push(o);
-    }
+    let by_key = crate::history::by_key(ops);
     let mut verdict = Verdict::Valid;
     for (key, key_ops) in &by_key {
         match check_register(key_ops, initial, Instant::now() + budget_per_key) {

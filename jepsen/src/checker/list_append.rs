@@ -17,13 +17,7 @@ fn as_list(v: &Value) -> Vec<Value> {
 
 /// `finals` maps each key to its final read (after healing).
 pub fn check(ops: &[Op], finals: &BTreeMap<String, Value>) -> Verdict {
-    let mut by_key: BTreeMap<String, Vec<&Op>> = BTreeMap::new();
-    for o in ops {
-        by_key
-            .entry(o.key.clone().unwrap_or_default())
-            .or_default()
-            .push(o);
-    }
+    let mut by_key = crate::history::by_key(ops);
     for key in finals.keys() {
         by_key.entry(key.clone()).or_default();
     }
