@@ -104,13 +104,8 @@ pub struct Client {
 impl Client {
     /// A client for the server at `base` (e.g. `http://127.0.0.1:8080`), authenticating as `keys`.
     pub fn new(base: &str, keys: Option<AppKeys>) -> Result<Self> {
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(30))
-            .pool_max_idle_per_host(64)
-            .build()
-            .map_err(|e| Error::Transport(e.to_string()))?;
         Ok(Client {
-            http,
+            http: http_client(Duration::from_secs(30))?,
             base: base.trim_end_matches('/').to_string(),
             keys,
             brand: "Service".into(),
@@ -119,11 +114,7 @@ impl Client {
 
     /// The same client with another request timeout.
     pub fn with_timeout(mut self, timeout: Duration) -> Result<Self> {
-        self.http = reqwest::Client::builder()
-            .timeout(timeout)
-            .pool_max_idle_per_host(64)
-            .build()
-            .map_err(|e| Error::Transport(e.to_string()))?;
+        self.http = http_client(timeout)?;
         Ok(self)
     }
 
@@ -296,6 +287,15 @@ impl Client {
             .map_err(|e| Error::Transport(e.to_string()))?;
         r.text().await.map_err(|e| Error::Transport(e.to_string()))
     }
+}
+
+/// The HTTP client every `Client` uses: pooled connections, one request timeout.
+fn http_client(timeout: Duration) -> Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .timeout(timeout)
+        .pool_max_idle_per_host(64)
+        .build()
+        .map_err(|e| Error::Transport(e.to_string()))
 }
 
 fn str_field(body: &Value, name: &str) -> Result<String> {

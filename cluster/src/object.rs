@@ -112,9 +112,14 @@ pub fn parse_wire_time(s: &str) -> Option<DateTime<Utc>> {
 
 /// A fresh objectId: 10 characters of `[0-9a-zA-Z]`, chosen by the proposing node.
 pub fn new_object_id() -> String {
+    random_alphanumeric(10)
+}
+
+/// `len` random characters of `[0-9a-zA-Z]` (objectIds, app keys, tokens).
+pub fn random_alphanumeric(len: usize) -> String {
     const ALPHABET: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
     let mut rng = rand::rng();
-    (0..10)
+    (0..len)
         .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
         .collect()
 }

@@ -8,7 +8,6 @@ use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, Salt
 use argon2::Argon2;
 use basalt_cluster::ids::META_GROUP;
 use basalt_cluster::Cluster;
-use rand::Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::api::error::ApiError;
@@ -42,11 +41,7 @@ pub struct AccountRecord {
 
 /// A random key of `len` characters of `[0-9a-zA-Z]`.
 pub fn random_key(len: usize) -> String {
-    const ALPHABET: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
-    let mut rng = rand::rng();
-    (0..len)
-        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
-        .collect()
+    basalt_cluster::object::random_alphanumeric(len)
 }
 
 impl AppRecord {
