@@ -506,6 +506,73 @@ impl Cluster {
         }
     }
 
+    /// Writes a record in `group` unless a live record has its key (`Conflict` then).
+    pub async fn insert_record(
+        &self,
+        group: GroupId,
+        ns: &str,
+        key: &str,
+        value: Value,
+        expires_at_ms: Option<i64>,
+    ) -> Result<Proposed> {
+        self.propose(
+            group,
+            Command::InsertRecord {
+                ns: ns.into(),
+                key: key.into(),
+                value,
+                expires_at_ms,
+                now_ms: now_ms(),
+            },
+        )
+        .await
+    }
+
+    /// Merges `members` into an existing record of `group`; answers the merged value.
+    pub async fn merge_record(
+        &self,
+        group: GroupId,
+        ns: &str,
+        key: &str,
+        members: serde_json::Map<String, Value>,
+    ) -> Result<Value> {
+        let p = self
+            .propose(
+                group,
+                Command::MergeRecord {
+                    ns: ns.into(),
+                    key: key.into(),
+                    members,
+                },
+            )
+            .await?;
+        match p.result {
+            CommandResult::Record(v) => Ok(v),
+            other => Err(Error::Internal(format!(
+                "unexpected merge result {other:?}"
+            ))),
+        }
+    }
+
+    /// Live records of `group`'s namespace `ns` whose keys start with `prefix`, linearizably.
+    pub async fn list_records(
+        &self,
+        group: GroupId,
+        ns: &str,
+        prefix: &str,
+    ) -> Result<Vec<(String, Value)>> {
+        let req = ReadRequest::ListRecords {
+            ns: ns.into(),
+            prefix: prefix.into(),
+        };
+        match self.read(group, req).await? {
+            ReadResponse::Records(r) => Ok(r),
+            other => Err(Error::Internal(format!(
+                "unexpected read response {other:?}"
+            ))),
+        }
+    }
+
     /// Records of a namespace of the metadata group from this node's replica (may lag the
     /// leader slightly; every node keeps one).
     pub fn local_meta_records(&self, ns: &str) -> Result<Vec<(String, Value)>> {

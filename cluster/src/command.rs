@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use crate::error::Error;
 use crate::query::ScanRequest;
+use crate::schema::{ColumnChange, Need};
 use crate::update::FieldUpdate;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -49,6 +50,53 @@ pub enum Command {
     DeleteRecord { ns: String, key: String },
     /// Delete every record whose expiry is at or before `now_ms` (the TTL sweep).
     ExpireRecords { now_ms: i64 },
+    /// Write a record only when no live record (unexpired at `now_ms`) has its key; rejected
+    /// with `Conflict` otherwise. Used for nonces and other claims that must be unique.
+    InsertRecord {
+        ns: String,
+        key: String,
+        value: Value,
+        expires_at_ms: Option<i64>,
+        now_ms: i64,
+    },
+    /// Merge `members` into the JSON object of an existing record (rejected when absent);
+    /// answers the merged value.
+    MergeRecord {
+        ns: String,
+        key: String,
+        members: serde_json::Map<String, Value>,
+    },
+    /// Metadata group: admit a write's column requirements into the class schema, adding new
+    /// columns; creates the class when `may_create_class`, else rejects an unknown class.
+    EnsureColumns {
+        app: String,
+        class: String,
+        needs: Vec<(String, Need)>,
+        may_create_class: bool,
+    },
+    /// Metadata group: create a class schema with the given columns (schema endpoints).
+    CreateClass {
+        app: String,
+        class: String,
+        changes: Vec<ColumnChange>,
+    },
+    /// Metadata group: add or delete columns of an existing class.
+    AlterClass {
+        app: String,
+        class: String,
+        changes: Vec<ColumnChange>,
+    },
+    /// Metadata group: delete a class schema.
+    DropClass { app: String, class: String },
+    /// Data shard: delete up to `limit` objects of a class whose objectId sorts after `after`,
+    /// or, with `field`, remove that field from them. Answers `Purged` with where to go on.
+    PurgeClass {
+        app: String,
+        class: String,
+        field: Option<String>,
+        after: Option<String>,
+        limit: u32,
+    },
 }
 
 impl fmt::Display for Command {
@@ -80,6 +128,13 @@ impl fmt::Display for Command {
             Command::PutRecord { ns, key, .. } => write!(f, "PutRecord({ns}/{key})"),
             Command::DeleteRecord { ns, key } => write!(f, "DeleteRecord({ns}/{key})"),
             Command::ExpireRecords { now_ms } => write!(f, "ExpireRecords({now_ms})"),
+            Command::InsertRecord { ns, key, .. } => write!(f, "InsertRecord({ns}/{key})"),
+            Command::MergeRecord { ns, key, .. } => write!(f, "MergeRecord({ns}/{key})"),
+            Command::EnsureColumns { app, class, .. } => write!(f, "EnsureColumns({app}/{class})"),
+            Command::CreateClass { app, class, .. } => write!(f, "CreateClass({app}/{class})"),
+            Command::AlterClass { app, class, .. } => write!(f, "AlterClass({app}/{class})"),
+            Command::DropClass { app, class } => write!(f, "DropClass({app}/{class})"),
+            Command::PurgeClass { app, class, .. } => write!(f, "PurgeClass({app}/{class})"),
         }
     }
 }
@@ -101,6 +156,13 @@ pub enum CommandResult {
     Expired {
         count: u64,
     },
+    /// The value a record holds after the command.
+    Record(Value),
+    /// Objects purged by `PurgeClass`; `next` is the objectId to continue after, if more.
+    Purged {
+        count: u64,
+        next: Option<String>,
+    },
     Rejected(Error),
 }
 
@@ -117,6 +179,11 @@ pub enum ReadRequest {
         key: String,
     },
     ScanObjects(ScanRequest),
+    /// Live records of a namespace whose key starts with `prefix`.
+    ListRecords {
+        ns: String,
+        prefix: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -124,6 +191,8 @@ pub enum ReadResponse {
     /// A rendered object (with its reserved fields), or none.
     Object(Option<Value>),
     Record(Option<Value>),
+    /// `(key, value)` of each listed record, in key order.
+    Records(Vec<(String, Value)>),
     /// The shard's rows for a scan: at most `skip + limit`, in the requested order, and the
     /// number of matching objects on the shard.
     Scan {

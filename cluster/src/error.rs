@@ -62,6 +62,9 @@ pub enum Error {
     /// Local storage failed.
     #[error("storage error: {0}")]
     Storage(String),
+    /// A write the class schema refuses, or a refused schema change.
+    #[error("{0}")]
+    Schema(crate::schema::SchemaError),
     /// Anything else that is the cluster's fault.
     #[error("internal error: {0}")]
     Internal(String),

@@ -24,6 +24,7 @@ pub mod query;
 pub mod raft;
 mod rpc;
 mod scheduler;
+pub mod schema;
 pub mod statemachine;
 pub mod storage;
 pub mod update;

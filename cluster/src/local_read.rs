@@ -33,6 +33,9 @@ pub fn serve_read(
         ReadRequest::GetRecord { ns, key } => {
             ReadResponse::Record(get_record(store, group, ns, key, now_ms)?)
         }
+        ReadRequest::ListRecords { ns, prefix } => {
+            ReadResponse::Records(list_records_with_prefix(store, group, ns, prefix, now_ms)?)
+        }
         ReadRequest::ScanObjects(scan) => {
             let (rows, count) = scan_shard(store, group, scan)?;
             ReadResponse::Scan { rows, count }
@@ -65,13 +68,29 @@ pub fn list_records(
     ns: &str,
     now_ms: i64,
 ) -> Result<Vec<(String, Value)>> {
+    list_records_with_prefix(store, group, ns, "", now_ms)
+}
+
+/// Every live record of a namespace whose key starts with `key_prefix`.
+pub fn list_records_with_prefix(
+    store: &Store,
+    group: GroupId,
+    ns: &str,
+    key_prefix: &str,
+    now_ms: i64,
+) -> Result<Vec<(String, Value)>> {
     let prefix = keys::record_ns_prefix(group, ns);
     let mut end = prefix.clone();
     if let Some(last) = end.last_mut() {
         *last = 1;
     }
+    let mut start = prefix.clone();
+    start.extend_from_slice(key_prefix.as_bytes());
     let mut out = Vec::new();
-    store.scan(CF_SM, &prefix, &end, |k, v| {
+    store.scan(CF_SM, &start, &end, |k, v| {
+        if !k[prefix.len()..].starts_with(key_prefix.as_bytes()) {
+            return Ok(false);
+        }
         let rec = StoredRecord::decode(v)?;
         if !rec.expired_at(now_ms) {
             out.push((

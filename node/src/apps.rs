@@ -16,6 +16,12 @@ use crate::api::error::ApiError;
 pub const NS_APP: &str = "app";
 /// Record namespace of console accounts (keyed by email).
 pub const NS_ACCOUNT: &str = "account";
+/// Record namespace mapping an app's secret key to its applicationId (encrypted mode finds
+/// the app by secret key alone).
+pub const NS_APP_SECRET: &str = "app_secret";
+
+/// Length of the per-app safe token of encrypted mode.
+pub const SAFE_TOKEN_LEN: usize = 6;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -31,6 +37,21 @@ pub struct AppRecord {
     pub not_allowed_create_table: i64,
     /// Email of the console account that owns the app.
     pub owner: String,
+    /// Encrypted mode's 6-character API security code (never sent by clients).
+    #[serde(default)]
+    pub safe_token: String,
+    /// When true, only encrypted mode (and the master key) authenticate data requests.
+    #[serde(default)]
+    pub disable_standard_mode: bool,
+    /// Email verification of users on/off.
+    #[serde(default)]
+    pub email_verify: bool,
+    /// Wrap aggregation rows in `{"results": [...]}`.
+    #[serde(default)]
+    pub wrap_aggregates: bool,
+    /// Enterprise plan: query `limit` up to 1000.
+    #[serde(default)]
+    pub enterprise: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -56,7 +77,21 @@ impl AppRecord {
             status: 1,
             not_allowed_create_table: 0,
             owner: owner.to_string(),
+            safe_token: random_key(SAFE_TOKEN_LEN),
+            disable_standard_mode: false,
+            email_verify: false,
+            wrap_aggregates: false,
+            enterprise: false,
         }
+    }
+
+    /// The app as the app-management endpoints show it (everything but its owner).
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut v = serde_json::to_value(self).unwrap_or_default();
+        if let Some(m) = v.as_object_mut() {
+            m.remove("owner");
+        }
+        v
     }
 }
 
@@ -100,12 +135,85 @@ pub async fn find_app(
         .transpose()
 }
 
+/// Finds an app by its secret key (encrypted mode).
+pub async fn find_app_by_secret(
+    cluster: &Cluster,
+    secret_key: &str,
+) -> Result<Option<AppRecord>, ApiError> {
+    let index = match cluster.local_meta_record(NS_APP_SECRET, secret_key)? {
+        Some(v) => Some(v),
+        None => {
+            cluster
+                .get_record(META_GROUP, NS_APP_SECRET, secret_key)
+                .await?
+        }
+    };
+    match index.as_ref().and_then(|v| v["applicationId"].as_str()) {
+        Some(id) => find_app(cluster, id).await,
+        None => Ok(None),
+    }
+}
+
+/// Every app a console account owns, linearizably.
+pub async fn list_apps(cluster: &Cluster, owner: &str) -> Result<Vec<AppRecord>, ApiError> {
+    Ok(cluster
+        .list_records(META_GROUP, NS_APP, "")
+        .await?
+        .into_iter()
+        .filter_map(|(_, v)| serde_json::from_value::<AppRecord>(v).ok())
+        .filter(|a| a.owner == owner)
+        .collect())
+}
+
+/// Stores a new app: first its secret-key index, then the app (an index without its app is
+/// harmless: it finds nothing).
 pub async fn put_app(cluster: &Cluster, app: &AppRecord) -> Result<(), ApiError> {
     let v = serde_json::to_value(app).map_err(|e| ApiError::Internal(e.to_string()))?;
+    cluster
+        .put_record(
+            META_GROUP,
+            NS_APP_SECRET,
+            &app.secret_key,
+            serde_json::json!({"applicationId": app.application_id}),
+            None,
+        )
+        .await?;
     cluster
         .put_record(META_GROUP, NS_APP, &app.application_id, v, None)
         .await?;
     Ok(())
+}
+
+/// Changes members of an app record in the state machine; answers the updated app.
+pub async fn update_app(
+    cluster: &Cluster,
+    application_id: &str,
+    members: serde_json::Map<String, serde_json::Value>,
+) -> Result<AppRecord, ApiError> {
+    let v = cluster
+        .merge_record(META_GROUP, NS_APP, application_id, members)
+        .await
+        .map_err(|e| ApiError::from_cluster(e, application_id))?;
+    serde_json::from_value(v).map_err(|e| ApiError::Internal(format!("app record: {e}")))
+}
+
+/// Checks console credentials; answers the account's email when they are right.
+pub async fn verify_account(
+    cluster: &Cluster,
+    email: &str,
+    password: &str,
+) -> Result<bool, ApiError> {
+    let rec = match cluster.local_meta_record(NS_ACCOUNT, email)? {
+        Some(v) => Some(v),
+        None => cluster.get_record(META_GROUP, NS_ACCOUNT, email).await?,
+    };
+    let Some(rec) = rec.and_then(|v| serde_json::from_value::<AccountRecord>(v).ok()) else {
+        return Ok(false);
+    };
+    let password = password.to_string();
+    tokio::task::spawn_blocking(move || verify_password(&password, &rec.password_hash))
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))
 }
 
 pub async fn put_account(cluster: &Cluster, email: &str, password: &str) -> Result<(), ApiError> {
@@ -136,6 +244,9 @@ mod tests {
     fn generated_keys_have_their_lengths() {
         let app = AppRecord::generate("demo", "a@b.c");
         assert_eq!(app.secret_key.len(), 16);
+        assert_eq!(app.safe_token.len(), SAFE_TOKEN_LEN);
+        assert!(app.to_json().get("owner").is_none());
+        assert_eq!(app.to_json()["appName"], "demo");
         assert_eq!(app.application_id.len(), 32);
         assert_ne!(app.rest_key, app.master_key);
     }

@@ -111,6 +111,7 @@ fn credentials(
             "masterKey": a.master_key,
             "accessKey": a.access_key,
             "secretKey": a.secret_key,
+            "safeToken": a.safe_token,
         });
     }
     doc

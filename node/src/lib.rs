@@ -1,7 +1,7 @@
 //! The `basalt` node: serves the REST API over a cluster node.
 //!
 //! The request path in ten lines: `server` runs axum with the middleware stack around
-//! `api::routes()`; `api::context` authenticates the app from its headers; the handler in
+//! `api::routes()`; `api::context` authenticates the app (`auth`: keys, master key, signatures); the handler in
 //! `api/<family>.rs` validates the body, builds a `basalt_cluster::Command` (or a read) and
 //! calls `basalt_cluster::Cluster`, which routes it by (app, class, objectId) to the owning
 //! Raft group's leader and returns once the command is committed and applied; the handler
@@ -11,7 +11,9 @@
 pub mod admin;
 pub mod api;
 pub mod apps;
+pub mod auth;
 pub mod bootstrap;
 pub mod dev;
+pub mod pointers;
 pub mod serve;
 pub mod server;

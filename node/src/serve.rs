@@ -123,11 +123,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let cluster = Cluster::start(opts).await?;
     let listener = tokio::net::TcpListener::bind(args.http_addr).await?;
     tracing::info!(node = args.node_id, http = %args.http_addr, rpc = %args.rpc_addr, "node started");
-    let state = AppState {
-        cluster: cluster.clone(),
-        headers: HeaderNames::for_brand(&args.header_brand)?,
-        max_body_bytes: args.max_body_bytes,
-    };
+    let state = AppState::new(
+        cluster.clone(),
+        HeaderNames::for_brand(&args.header_brand)?,
+        args.max_body_bytes,
+    );
     if args.init {
         let (c, dir, http) = (
             cluster.clone(),

@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::apply_schema;
 use super::ops::apply_updates;
 use super::staged::Staged;
 use crate::command::{Command, CommandResult};
@@ -63,6 +64,38 @@ pub fn apply_command(st: &mut Staged<'_>, cmd: Command) -> Result<CommandResult>
         } => apply_put_record(st, &ns, &key, value, expires_at_ms),
         Command::DeleteRecord { ns, key } => apply_delete_record(st, &ns, &key),
         Command::ExpireRecords { now_ms } => apply_expire_records(st, now_ms),
+        Command::InsertRecord {
+            ns,
+            key,
+            value,
+            expires_at_ms,
+            now_ms,
+        } => apply_insert_record(st, &ns, &key, value, expires_at_ms, now_ms),
+        Command::MergeRecord { ns, key, members } => apply_merge_record(st, &ns, &key, members),
+        Command::EnsureColumns {
+            app,
+            class,
+            needs,
+            may_create_class,
+        } => apply_schema::apply_ensure_columns(st, &app, &class, &needs, may_create_class),
+        Command::CreateClass {
+            app,
+            class,
+            changes,
+        } => apply_schema::apply_create_class(st, &app, &class, &changes),
+        Command::AlterClass {
+            app,
+            class,
+            changes,
+        } => apply_schema::apply_alter_class(st, &app, &class, &changes),
+        Command::DropClass { app, class } => apply_schema::apply_drop_class(st, &app, &class),
+        Command::PurgeClass {
+            app,
+            class,
+            field,
+            after,
+            limit,
+        } => apply_purge_class(st, &app, &class, field.as_deref(), after.as_deref(), limit),
     }
 }
 
@@ -169,11 +202,118 @@ fn apply_put_record(
     Ok(CommandResult::Done)
 }
 
-fn apply_delete_record(st: &mut Staged<'_>, ns: &str, key: &str) -> Result<CommandResult> {
+pub(super) fn apply_delete_record(
+    st: &mut Staged<'_>,
+    ns: &str,
+    key: &str,
+) -> Result<CommandResult> {
     let rkey = keys::record_key(st.group, ns, key);
     unindex_record(st, &rkey, ns, key)?;
     st.delete(rkey);
     Ok(CommandResult::Done)
+}
+
+/// Reads a live record's value (absent or expired at `now_ms` is `None`).
+pub(super) fn live_record(
+    st: &Staged<'_>,
+    ns: &str,
+    key: &str,
+    now_ms: Option<i64>,
+) -> Result<Option<StoredRecord>> {
+    let Some(bytes) = st.get(&keys::record_key(st.group, ns, key))? else {
+        return Ok(None);
+    };
+    let rec = StoredRecord::decode(&bytes)?;
+    Ok((!now_ms.is_some_and(|now| rec.expired_at(now))).then_some(rec))
+}
+
+fn apply_insert_record(
+    st: &mut Staged<'_>,
+    ns: &str,
+    key: &str,
+    value: Value,
+    expires_at_ms: Option<i64>,
+    now_ms: i64,
+) -> Result<CommandResult> {
+    if live_record(st, ns, key, Some(now_ms))?.is_some() {
+        return Ok(CommandResult::Rejected(Error::Conflict(format!(
+            "{ns} {key} exists"
+        ))));
+    }
+    apply_put_record(st, ns, key, value, expires_at_ms)
+}
+
+fn apply_merge_record(
+    st: &mut Staged<'_>,
+    ns: &str,
+    key: &str,
+    members: serde_json::Map<String, Value>,
+) -> Result<CommandResult> {
+    let Some(mut rec) = live_record(st, ns, key, None)? else {
+        return Ok(CommandResult::Rejected(Error::ObjectNotFound));
+    };
+    let Value::Object(fields) = &mut rec.value else {
+        return Ok(CommandResult::Rejected(Error::InvalidOperation(format!(
+            "{ns} {key} is not an object"
+        ))));
+    };
+    fields.extend(members);
+    let merged = rec.value.clone();
+    st.put(
+        keys::record_key(st.group, ns, key),
+        serde_json::to_vec(&rec)?,
+    );
+    Ok(CommandResult::Record(merged))
+}
+
+fn apply_purge_class(
+    st: &mut Staged<'_>,
+    app: &str,
+    class: &str,
+    field: Option<&str>,
+    after: Option<&str>,
+    limit: u32,
+) -> Result<CommandResult> {
+    let prefix = keys::class_prefix(st.group, app, class);
+    let start = match after {
+        // The first key after `after`'s object.
+        Some(id) => {
+            let mut k = keys::object_key(st.group, app, class, id);
+            k.push(0);
+            k
+        }
+        None => prefix.clone(),
+    };
+    let mut end = prefix.clone();
+    if let Some(last) = end.last_mut() {
+        *last = 1;
+    }
+    let limit = limit.max(1) as usize;
+    let found = st.keys_in_range_limited(&start, &end, limit + 1)?;
+    let more = found.len() > limit;
+    let mut count = 0;
+    let mut last_id = None;
+    for key in found.into_iter().take(limit) {
+        last_id = Some(String::from_utf8_lossy(&key[prefix.len()..]).into_owned());
+        match field {
+            None => {
+                st.delete(key);
+                count += 1;
+            }
+            Some(f) => {
+                let Some(bytes) = st.get(&key)? else { continue };
+                let mut obj = StoredObject::decode(&bytes)?;
+                if obj.fields.remove(f).is_some() {
+                    st.put(key, obj.encode()?);
+                    count += 1;
+                }
+            }
+        }
+    }
+    Ok(CommandResult::Purged {
+        count,
+        next: if more { last_id } else { None },
+    })
 }
 
 fn apply_expire_records(st: &mut Staged<'_>, now_ms: i64) -> Result<CommandResult> {
@@ -338,5 +478,206 @@ mod tests {
         let mut st = Staged::new(&store, 1);
         let r = apply_command(&mut st, Command::ExpireRecords { now_ms: 6000 }).unwrap();
         assert_eq!(r, CommandResult::Expired { count: 1 });
+    }
+
+    #[test]
+    fn insert_record_claims_a_key_once_until_it_expires() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mut st = Staged::new(&store, 1);
+        let insert = |now: i64| Command::InsertRecord {
+            ns: "nonce".into(),
+            key: "app/n1".into(),
+            value: json!(1),
+            expires_at_ms: Some(100),
+            now_ms: now,
+        };
+        assert_eq!(
+            apply_command(&mut st, insert(10)).unwrap(),
+            CommandResult::Done
+        );
+        assert!(matches!(
+            apply_command(&mut st, insert(50)).unwrap(),
+            CommandResult::Rejected(Error::Conflict(_))
+        ));
+        // Expired (even before the sweep ran): the key may be claimed again.
+        assert_eq!(
+            apply_command(&mut st, insert(100)).unwrap(),
+            CommandResult::Done
+        );
+    }
+
+    #[test]
+    fn merge_record_changes_only_the_given_members() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mut st = Staged::new(&store, 1);
+        let merge = Command::MergeRecord {
+            ns: "app".into(),
+            key: "a1".into(),
+            members: json!({"status": 0}).as_object().unwrap().clone(),
+        };
+        assert_eq!(
+            apply_command(&mut st, merge.clone()).unwrap(),
+            CommandResult::Rejected(Error::ObjectNotFound)
+        );
+        apply_command(
+            &mut st,
+            Command::PutRecord {
+                ns: "app".into(),
+                key: "a1".into(),
+                value: json!({"status": 1, "appName": "x"}),
+                expires_at_ms: None,
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            apply_command(&mut st, merge).unwrap(),
+            CommandResult::Record(json!({"status": 0, "appName": "x"}))
+        );
+    }
+
+    #[test]
+    fn purge_class_pages_through_objects_and_strips_fields() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mut st = Staged::new(&store, 1);
+        for i in 0..5 {
+            apply_command(
+                &mut st,
+                create(&format!("o{i}"), 1, json!({"a": i, "b": 1})),
+            )
+            .unwrap();
+        }
+        // Another class with a name that extends this one's is never touched.
+        apply_command(
+            &mut st,
+            Command::CreateObject {
+                app: "a".into(),
+                class: "CC".into(),
+                object_id: "z".into(),
+                now_ms: 1,
+                updates: parse_updates(json!({"a": 1}).as_object().unwrap()).unwrap(),
+            },
+        )
+        .unwrap();
+        store.write(st.into_batch().unwrap(), false).unwrap();
+        let purge = |field: Option<&str>, after: Option<String>| Command::PurgeClass {
+            app: "a".into(),
+            class: "C".into(),
+            field: field.map(str::to_string),
+            after,
+            limit: 2,
+        };
+        let mut st = Staged::new(&store, 1);
+        let r = apply_command(&mut st, purge(Some("a"), None)).unwrap();
+        assert_eq!(
+            r,
+            CommandResult::Purged {
+                count: 2,
+                next: Some("o1".into())
+            }
+        );
+        let r = apply_command(&mut st, purge(Some("a"), Some("o1".into()))).unwrap();
+        assert_eq!(
+            r,
+            CommandResult::Purged {
+                count: 2,
+                next: Some("o3".into())
+            }
+        );
+        let r = apply_command(&mut st, purge(Some("a"), Some("o3".into()))).unwrap();
+        assert_eq!(
+            r,
+            CommandResult::Purged {
+                count: 1,
+                next: None
+            }
+        );
+        store.write(st.into_batch().unwrap(), false).unwrap();
+        let o = object(&store, "o4").unwrap();
+        assert!(o.fields.get("a").is_none() && o.fields["b"] == json!(1));
+        // Deleting sees the staged deletes of the same batch.
+        let mut st = Staged::new(&store, 1);
+        let mut after = None;
+        let mut total = 0;
+        loop {
+            match apply_command(&mut st, purge(None, after)).unwrap() {
+                CommandResult::Purged { count, next } => {
+                    total += count;
+                    after = next;
+                }
+                other => panic!("{other:?}"),
+            }
+            if after.is_none() {
+                break;
+            }
+        }
+        assert_eq!(total, 5);
+        store.write(st.into_batch().unwrap(), false).unwrap();
+        assert!(object(&store, "o0").is_none() && object(&store, "o4").is_none());
+        assert!(store
+            .get(CF_SM, &keys::object_key(1, "a", "CC", "z"))
+            .unwrap()
+            .is_some());
+    }
+
+    #[test]
+    fn ensure_columns_fixes_types_and_refuses_a_class_it_may_not_create() {
+        use crate::schema::{Column, ColumnType, Need};
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mut st = Staged::new(&store, 0);
+        let ensure = |t: ColumnType, may: bool| Command::EnsureColumns {
+            app: "a".into(),
+            class: "Game".into(),
+            needs: vec![("score".into(), Need::Exactly(Column::of(t)))],
+            may_create_class: may,
+        };
+        assert!(matches!(
+            apply_command(&mut st, ensure(ColumnType::Number, false)).unwrap(),
+            CommandResult::Rejected(Error::Schema(
+                crate::schema::SchemaError::ClassCreationNotAllowed(_)
+            ))
+        ));
+        assert_eq!(
+            apply_command(&mut st, ensure(ColumnType::Number, true)).unwrap(),
+            CommandResult::Done
+        );
+        assert_eq!(
+            apply_command(&mut st, ensure(ColumnType::Number, false)).unwrap(),
+            CommandResult::Done
+        );
+        assert!(matches!(
+            apply_command(&mut st, ensure(ColumnType::String, true)).unwrap(),
+            CommandResult::Rejected(Error::Schema(crate::schema::SchemaError::TypeMismatch(_)))
+        ));
+        assert!(matches!(
+            apply_command(
+                &mut st,
+                Command::DropClass {
+                    app: "a".into(),
+                    class: "Nope".into()
+                }
+            )
+            .unwrap(),
+            CommandResult::Rejected(Error::Schema(crate::schema::SchemaError::ClassNotFound(_)))
+        ));
+        assert_eq!(
+            apply_command(
+                &mut st,
+                Command::DropClass {
+                    app: "a".into(),
+                    class: "Game".into()
+                }
+            )
+            .unwrap(),
+            CommandResult::Done
+        );
+        // Dropped: the column may take another type.
+        assert_eq!(
+            apply_command(&mut st, ensure(ColumnType::String, true)).unwrap(),
+            CommandResult::Done
+        );
     }
 }

@@ -7,6 +7,7 @@
 //! same batch sees what an earlier one staged (`staged::Staged`).
 
 mod apply;
+mod apply_schema;
 pub use apply::StoredRecord;
 pub mod ops;
 pub mod snapshot;

@@ -57,6 +57,43 @@ impl<'a> Staged<'a> {
         Ok(keys.into_iter().collect())
     }
 
+    /// The first `limit` keys in `[start, end)` as they would be after the staged writes.
+    pub fn keys_in_range_limited(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        limit: usize,
+    ) -> Result<Vec<Vec<u8>>> {
+        // Staged deletes may hide stored keys: read enough stored keys to cover them.
+        let hidden = self
+            .overlay
+            .range(start.to_vec()..end.to_vec())
+            .filter(|(_, v)| v.is_none())
+            .count();
+        let want = limit.saturating_add(hidden);
+        let mut keys = std::collections::BTreeSet::new();
+        let mut truncated_at: Option<Vec<u8>> = None;
+        self.store.scan(CF_SM, start, end, |k, _| {
+            if keys.len() >= want {
+                truncated_at = Some(k.to_vec());
+                return Ok(false);
+            }
+            keys.insert(k.to_vec());
+            Ok(true)
+        })?;
+        for (k, v) in self.overlay.range(start.to_vec()..end.to_vec()) {
+            if truncated_at.as_ref().is_some_and(|t| k >= t) {
+                break;
+            }
+            if v.is_some() {
+                keys.insert(k.clone());
+            } else {
+                keys.remove(k);
+            }
+        }
+        Ok(keys.into_iter().take(limit).collect())
+    }
+
     pub fn into_batch(self) -> Result<WriteBatch> {
         let cf = self.store.cf(CF_SM)?;
         let mut batch = WriteBatch::default();

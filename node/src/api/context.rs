@@ -1,91 +1,171 @@
-//! Request context: shared state of the HTTP server and the authenticated app of a request.
+//! Request context: the shared state of the HTTP server, the authentication middleware of app
+//! requests (which stores an `auth::RequestCtx` for the handlers), the console-account
+//! extractor of app management, and extractors that answer malformed input with API codes.
 //!
-//! Header names carry a configurable brand word (`X-<Brand>-Application-Id`, default
-//! `Service`); HTTP header names are case-insensitive. Standard mode authenticates with the
-//! application id and REST key; the master key may stand in for the REST key.
+//! A signed (encrypted-mode) request's body is part of its signature, so the middleware reads
+//! it, within the body limit, before the handler runs and hands it on unchanged.
 
-use axum::extract::FromRequestParts;
+use std::sync::{Arc, OnceLock};
+
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{FromRequestParts, Path, Query, Request, State};
 use axum::http::request::Parts;
-use axum::http::HeaderName;
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::Router;
 use basalt_cluster::Cluster;
+use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use super::error::ApiError;
-use crate::apps::{find_app, AppRecord};
-
-/// Names of the authentication headers for one brand word.
-#[derive(Debug, Clone)]
-pub struct HeaderNames {
-    pub application_id: HeaderName,
-    pub rest_key: HeaderName,
-    pub master_key: HeaderName,
-}
-
-impl HeaderNames {
-    pub fn for_brand(brand: &str) -> anyhow::Result<Self> {
-        let name = |suffix: &str| {
-            HeaderName::try_from(format!("x-{}-{suffix}", brand.to_ascii_lowercase()))
-        };
-        Ok(HeaderNames {
-            application_id: name("application-id")?,
-            rest_key: name("rest-api-key")?,
-            master_key: name("master-key")?,
-        })
-    }
-}
+use crate::auth::{self, header, AuthError};
+pub use crate::auth::{HeaderNames, RequestCtx};
 
 #[derive(Clone)]
 pub struct AppState {
     pub cluster: Cluster,
     pub headers: HeaderNames,
     pub max_body_bytes: usize,
+    /// The finished router, for `/1/batch` to run its operations through (set once at start).
+    pub router: Arc<OnceLock<Router>>,
 }
 
-/// The app a request acts for, and whether it carried the master key.
+impl AppState {
+    pub fn new(cluster: Cluster, headers: HeaderNames, max_body_bytes: usize) -> Self {
+        AppState {
+            cluster,
+            headers,
+            max_body_bytes,
+            router: Arc::new(OnceLock::new()),
+        }
+    }
+}
+
+/// Middleware of app data routes: authenticates with app keys or a signature.
+pub async fn require_app(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    authenticated(state, req, next, false).await
+}
+
+/// Middleware of master-key routes (schemas): as `require_app`, plus the master key (10061).
+pub async fn require_master(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    authenticated(state, req, next, true).await
+}
+
+async fn authenticated(state: AppState, req: Request, next: Next, need_master: bool) -> Response {
+    // A batch operation runs with its batch's already-authenticated context.
+    if let Some(ctx) = req.extensions().get::<RequestCtx>() {
+        if need_master && !ctx.master {
+            return ApiError::MasterKeyRequired.into_response();
+        }
+        return next.run(req).await;
+    }
+    let (mut parts, body) = req.into_parts();
+    let signed = auth::is_signed(&state.headers, &parts.headers);
+    let (bytes, body) = if signed {
+        match axum::body::to_bytes(body, state.max_body_bytes).await {
+            Ok(b) => (b, None),
+            Err(_) => return ApiError::BodyTooLarge(state.max_body_bytes).into_response(),
+        }
+    } else {
+        (Bytes::new(), Some(body))
+    };
+    let creds = auth::Request {
+        method: &parts.method,
+        path: parts.uri.path(),
+        headers: &parts.headers,
+        body: &bytes,
+    };
+    let ctx = match auth::authenticate(&state.cluster, &state.headers, &creds, need_master).await {
+        Ok(ctx) => ctx,
+        Err(AuthError::Unauthorized(why)) => {
+            tracing::debug!(reason = why, path = parts.uri.path(), "unauthorized");
+            return ApiError::Unauthorized.into_response();
+        }
+        Err(AuthError::MasterKeyRequired) => return ApiError::MasterKeyRequired.into_response(),
+        Err(AuthError::Api(e)) => return e.into_response(),
+    };
+    if ctx.app.status == 0 {
+        return ApiError::AppDisabled.into_response();
+    }
+    parts.extensions.insert(ctx);
+    let body = body.unwrap_or_else(|| Body::from(bytes));
+    next.run(Request::from_parts(parts, body)).await
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for RequestCtx {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        parts
+            .extensions
+            .get::<RequestCtx>()
+            .cloned()
+            .ok_or_else(|| ApiError::Internal("route without authentication middleware".into()))
+    }
+}
+
+/// A console account authenticated by `X-<Brand>-Email` / `X-<Brand>-Password`.
 #[derive(Debug, Clone)]
-pub struct RequestCtx {
-    pub app: AppRecord,
-    pub master: bool,
+pub struct ConsoleAccount {
+    pub email: String,
 }
 
-fn header<'a>(parts: &'a Parts, name: &HeaderName) -> Option<&'a str> {
-    parts
-        .headers
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-}
-
-/// Compares secrets in time independent of where they differ.
-fn same_secret(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
-}
-
-impl FromRequestParts<AppState> for RequestCtx {
+impl FromRequestParts<AppState> for ConsoleAccount {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let names = &state.headers;
-        let app_id = header(parts, &names.application_id).ok_or(ApiError::Unauthorized)?;
-        let app = find_app(&state.cluster, app_id)
-            .await?
-            .ok_or(ApiError::Unauthorized)?;
-        let master = match (
-            header(parts, &names.master_key),
-            header(parts, &names.rest_key),
-        ) {
-            (Some(mk), _) if same_secret(mk, &app.master_key) => true,
-            (Some(_), _) => return Err(ApiError::Unauthorized),
-            (None, Some(rk)) if same_secret(rk, &app.rest_key) => false,
-            _ => return Err(ApiError::Unauthorized),
-        };
-        Ok(RequestCtx { app, master })
+        let email = header(&parts.headers, &state.headers.email).ok_or(ApiError::Unauthorized)?;
+        let password =
+            header(&parts.headers, &state.headers.password).ok_or(ApiError::Unauthorized)?;
+        if crate::apps::verify_account(&state.cluster, email, password).await? {
+            Ok(ConsoleAccount {
+                email: email.to_string(),
+            })
+        } else {
+            Err(ApiError::Unauthorized)
+        }
     }
+}
+
+/// Path parameters; a path that does not decode answers 107 instead of axum's plain text.
+pub struct ApiPath<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for ApiPath<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Path(t)| ApiPath(t))
+            .map_err(|e| ApiError::InvalidBody(format!("invalid request path: {}", e.body_text())))
+    }
+}
+
+/// Query parameters; a query string that does not decode answers 102.
+pub struct ApiQuery<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Query(t)| ApiQuery(t))
+            .map_err(|e| ApiError::InvalidQuery(format!("invalid query string: {}", e.body_text())))
+    }
+}
+
+/// The body of a request, or the documented error for one over the limit.
+pub fn body_bytes(
+    body: Result<Bytes, BytesRejection>,
+    state: &AppState,
+) -> Result<Bytes, ApiError> {
+    body.map_err(|r| match r.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::BodyTooLarge(state.max_body_bytes),
+        _ => ApiError::InvalidBody(r.body_text()),
+    })
 }
 
 /// Parses a request body that must be a JSON object (107 otherwise).
@@ -102,16 +182,17 @@ pub fn json_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     }
 }
 
+/// The `Host` of a request, for `Location` headers.
+pub fn host(headers: &axum::http::HeaderMap) -> &str {
+    headers
+        .get("host")
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("localhost")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn brand_sets_header_names() {
-        let h = HeaderNames::for_brand("Bmob").unwrap();
-        assert_eq!(h.application_id.as_str(), "x-bmob-application-id");
-        assert_eq!(h.rest_key.as_str(), "x-bmob-rest-api-key");
-    }
 
     #[test]
     fn bodies_must_be_json_objects() {
@@ -123,12 +204,5 @@ mod tests {
         ));
         assert!(matches!(json_object(b"[1]"), Err(ApiError::InvalidBody(_))));
         assert!(json_object(br#"{"a":1}"#).is_ok());
-    }
-
-    #[test]
-    fn secrets_compare_exactly() {
-        assert!(same_secret("abc", "abc"));
-        assert!(!same_secret("abc", "abd"));
-        assert!(!same_secret("abc", "abcd"));
     }
 }

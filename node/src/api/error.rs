@@ -6,6 +6,7 @@
 
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use basalt_cluster::schema::SchemaError;
 use basalt_cluster::Error as ClusterError;
 use serde_json::json;
 
@@ -37,12 +38,48 @@ pub enum ApiError {
     InvalidGeoPoint(String),
     #[error("{0}")]
     Duplicate(String),
+    #[error("{0}")]
+    ClassNotFound(String),
+    #[error("{0}")]
+    ClassExists(String),
+    #[error("{0}")]
+    ClassCreationNotAllowed(String),
+    #[error("requests must be an array of operations.")]
+    BatchNotArray,
+    #[error("{0}")]
+    BatchInvalidRequest(String),
+    #[error("a batch holds at most {0} operations.")]
+    BatchTooLarge(usize),
+    #[error("this app is disabled.")]
+    AppDisabled,
+    #[error("the app name must be shorter than 30 characters.")]
+    AppNameTooLong,
+    #[error("this request needs the app's master key.")]
+    MasterKeyRequired,
+    #[error("{0}")]
+    ClassNameMismatch(String),
+    #[error("{0}")]
+    ReservedColumn(String),
+    #[error("{0}")]
+    ColumnExists(String),
+    #[error("{0}")]
+    TargetClassRequired(String),
+    #[error("{0}")]
+    TargetClassMissing(String),
+    #[error("{0}")]
+    UnknownColumnType(String),
+    #[error("{0}")]
+    UnknownColumn(String),
+    #[error("{0}")]
+    BuiltInColumn(String),
     #[error("the service is unavailable, try again: {0}")]
     Unavailable(String),
     #[error("the request timed out; a write may or may not have taken effect: {0}")]
     Timeout(String),
     #[error("not found")]
     RouteNotFound,
+    #[error("method not allowed")]
+    MethodNotAllowed,
     #[error("internal: {0}")]
     Internal(String),
 }
@@ -64,7 +101,25 @@ impl ApiError {
             ApiError::TypeMismatch(_) => 111,
             ApiError::InvalidGeoPoint(_) => 117,
             ApiError::Duplicate(_) => 137,
+            ApiError::ClassNotFound(_) => 104,
+            ApiError::ClassExists(_) => 103,
+            ApiError::ClassCreationNotAllowed(_) => 302,
+            ApiError::BatchNotArray => 112,
+            ApiError::BatchInvalidRequest(_) => 113,
+            ApiError::BatchTooLarge(_) => 114,
+            ApiError::AppDisabled => 10008,
+            ApiError::AppNameTooLong => 10032,
+            ApiError::MasterKeyRequired => 10061,
+            ApiError::ClassNameMismatch(_) => 10062,
+            ApiError::ReservedColumn(_) => 10063,
+            ApiError::ColumnExists(_) => 10064,
+            ApiError::TargetClassRequired(_) => 10065,
+            ApiError::TargetClassMissing(_) => 10066,
+            ApiError::UnknownColumnType(_) => 10069,
+            ApiError::UnknownColumn(_) => 10071,
+            ApiError::BuiltInColumn(_) => 10073,
             ApiError::RouteNotFound => 404,
+            ApiError::MethodNotAllowed => 405,
             ApiError::Unavailable(_) | ApiError::Timeout(_) => 503,
             ApiError::Internal(_) => 500,
         }
@@ -75,6 +130,7 @@ impl ApiError {
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::ObjectNotFound(_) | ApiError::RouteNotFound => StatusCode::NOT_FOUND,
             ApiError::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Unavailable(_) | ApiError::Timeout(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             _ => StatusCode::BAD_REQUEST,
@@ -109,9 +165,31 @@ impl From<ClusterError> for ApiError {
                 ApiError::Unavailable(format!("group {group} is electing a leader"))
             }
             ClusterError::Timeout(m) => ApiError::Timeout(m),
+            ClusterError::Schema(e) => e.into(),
             ClusterError::InvalidOperation(m)
             | ClusterError::Storage(m)
             | ClusterError::Internal(m) => ApiError::Internal(m),
+        }
+    }
+}
+
+impl From<SchemaError> for ApiError {
+    fn from(e: SchemaError) -> Self {
+        let m = e.to_string();
+        match e {
+            SchemaError::TypeMismatch(_) => ApiError::TypeMismatch(m),
+            SchemaError::ClassNotFound(_) => ApiError::ClassNotFound(m),
+            SchemaError::ClassCreationNotAllowed(_) => ApiError::ClassCreationNotAllowed(m),
+            SchemaError::ClassExists(_) => ApiError::ClassExists(m),
+            SchemaError::ClassNameMismatch(_) => ApiError::ClassNameMismatch(m),
+            SchemaError::ReservedField(_) => ApiError::ReservedColumn(m),
+            SchemaError::FieldExists(_) => ApiError::ColumnExists(m),
+            SchemaError::MissingTargetClass(_) => ApiError::TargetClassRequired(m),
+            SchemaError::TargetClassMissing(..) => ApiError::TargetClassMissing(m),
+            SchemaError::UnknownType(..) => ApiError::UnknownColumnType(m),
+            SchemaError::UnknownField(_) => ApiError::UnknownColumn(m),
+            SchemaError::BuiltInColumn(..) => ApiError::BuiltInColumn(m),
+            SchemaError::Invalid(_) => ApiError::InvalidBody(m),
         }
     }
 }
@@ -157,13 +235,61 @@ mod tests {
             (ApiError::TypeMismatch("x".into()), 400, 111),
             (ApiError::InvalidGeoPoint("x".into()), 400, 117),
             (ApiError::Duplicate("x".into()), 400, 137),
+            (ApiError::ClassNotFound("x".into()), 400, 104),
+            (ApiError::ClassExists("x".into()), 400, 103),
+            (ApiError::ClassCreationNotAllowed("x".into()), 400, 302),
+            (ApiError::BatchNotArray, 400, 112),
+            (ApiError::BatchInvalidRequest("x".into()), 400, 113),
+            (ApiError::BatchTooLarge(50), 400, 114),
+            (ApiError::AppDisabled, 400, 10008),
+            (ApiError::AppNameTooLong, 400, 10032),
+            (ApiError::MasterKeyRequired, 400, 10061),
+            (ApiError::ClassNameMismatch("x".into()), 400, 10062),
+            (ApiError::ReservedColumn("x".into()), 400, 10063),
+            (ApiError::ColumnExists("x".into()), 400, 10064),
+            (ApiError::TargetClassRequired("x".into()), 400, 10065),
+            (ApiError::TargetClassMissing("x".into()), 400, 10066),
+            (ApiError::UnknownColumnType("x".into()), 400, 10069),
+            (ApiError::UnknownColumn("x".into()), 400, 10071),
+            (ApiError::BuiltInColumn("x".into()), 400, 10073),
             (ApiError::RouteNotFound, 404, 404),
+            (ApiError::MethodNotAllowed, 405, 405),
             (ApiError::Unavailable("x".into()), 503, 503),
             (ApiError::Timeout("x".into()), 503, 503),
             (ApiError::Internal("x".into()), 500, 500),
         ];
         for (e, status, code) in table {
             assert_eq!((e.status().as_u16(), e.code()), (status, code), "{e:?}");
+        }
+    }
+
+    #[test]
+    fn schema_refusals_map_to_their_codes() {
+        let cases = [
+            (SchemaError::TypeMismatch("x".into()), 111),
+            (SchemaError::ClassNotFound("x".into()), 104),
+            (SchemaError::ClassCreationNotAllowed("x".into()), 302),
+            (SchemaError::ClassNameMismatch("x".into()), 10062),
+            (SchemaError::ReservedField("x".into()), 10063),
+            (SchemaError::FieldExists("x".into()), 10064),
+            (SchemaError::MissingTargetClass("x".into()), 10065),
+            (
+                SchemaError::TargetClassMissing("x".into(), "y".into()),
+                10066,
+            ),
+            (SchemaError::UnknownType("x".into(), "y".into()), 10069),
+            (SchemaError::UnknownField("x".into()), 10071),
+            (
+                SchemaError::BuiltInColumn("x".into(), "_User".into()),
+                10073,
+            ),
+        ];
+        for (e, code) in cases {
+            assert_eq!(
+                ApiError::from(ClusterError::Schema(e.clone())).code(),
+                code,
+                "{e:?}"
+            );
         }
     }
 

@@ -1,20 +1,29 @@
-//! The HTTP surface on one screen: every implemented path of the spec and its handler.
+//! The HTTP surface on one screen: every implemented path of the spec, its handler and the
+//! authentication it needs.
 //!
-//! Grouped by family; each family's handlers live in the file of the same name.
+//! Three families by authentication: app routes (`context::require_app`: app keys or a signed
+//! request), master-key routes (`context::require_master`: schemas), and console routes (app
+//! management, `context::ConsoleAccount`). `/health` and `/metrics` need none. Each family's
+//! handlers live in the file of the same name.
 
+pub mod apps;
+pub mod batch;
 pub mod context;
 pub mod error;
 pub mod objects;
 pub mod ops;
+pub mod schemas;
+pub mod timestamp;
 
-use axum::routing::get;
+use axum::middleware::from_fn_with_state;
+use axum::routing::{get, post};
 use axum::Router;
 
-use context::AppState;
+use context::{require_app, require_master, AppState};
 
 pub fn routes(state: AppState) -> Router {
-    Router::new()
-        // Objects (spec 4.1).
+    // Objects, batch and server time (spec 4.1): app keys or a signed request.
+    let app_routes = Router::new()
         .route(
             "/1/classes/{class}",
             get(objects::query_objects).post(objects::create_object),
@@ -25,9 +34,38 @@ pub fn routes(state: AppState) -> Router {
                 .put(objects::update_object)
                 .delete(objects::delete_object),
         )
+        .route("/1/batch", post(batch::run_batch))
+        .route("/1/timestamp", get(timestamp::get_timestamp))
+        .route_layer(from_fn_with_state(state.clone(), require_app));
+    // Schemas (spec 4.9): the master key.
+    let master_routes = Router::new()
+        .route("/1/schemas", get(schemas::list_schemas))
+        .route(
+            "/1/schemas/{class}",
+            get(schemas::get_schema)
+                .post(schemas::create_schema)
+                .put(schemas::update_schema)
+                .delete(schemas::delete_schema),
+        )
+        .route_layer(from_fn_with_state(state.clone(), require_master));
+    // App management (spec 4.8): the console account's email and password.
+    let console_routes = Router::new()
+        .route(
+            "/1/apps",
+            get(apps::list_apps_of_account).post(apps::create_app),
+        )
+        .route(
+            "/1/apps/{app_id}",
+            get(apps::get_app).put(apps::update_app_settings),
+        );
+    Router::new()
+        .merge(app_routes)
+        .merge(master_routes)
+        .merge(console_routes)
         // Operations: health and Prometheus metrics (not part of the spec).
         .route("/health", get(ops::health))
         .route("/metrics", get(ops::metrics))
         .fallback(ops::not_found)
+        .method_not_allowed_fallback(ops::method_not_allowed)
         .with_state(state)
 }

@@ -85,3 +85,7 @@ pub async fn metrics(State(state): State<AppState>) -> Result<String, ApiError> 
 pub async fn not_found() -> ApiError {
     ApiError::RouteNotFound
 }
+
+pub async fn method_not_allowed() -> ApiError {
+    ApiError::MethodNotAllowed
+}

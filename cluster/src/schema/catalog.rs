@@ -1,0 +1,183 @@
+//! Schema operations on a running cluster: what the API layer calls to check a write against
+//! its class schema and to serve the schema endpoints.
+//!
+//! A write's column requirements are first checked against this node's replica of the metadata
+//! group; only when a column (or the class) is new, or the replica disagrees, is an
+//! `EnsureColumns` command proposed to the metadata group, which decides authoritatively. So the
+//! steady state costs no extra Raft round, and the first write of a column costs one.
+
+use serde_json::Value;
+
+use super::{schema_key, ClassSchema, ColumnChange, Need, SchemaError, NS_SCHEMA, SYSTEM_CLASSES};
+use crate::command::{Command, CommandResult};
+use crate::error::{Error, Result};
+use crate::ids::META_GROUP;
+use crate::Cluster;
+
+/// Objects removed per `PurgeClass` command (one Raft entry each).
+const PURGE_BATCH: u32 = 500;
+
+fn decode(v: Value) -> Result<ClassSchema> {
+    serde_json::from_value(v).map_err(|e| Error::Internal(format!("schema record: {e}")))
+}
+
+impl Cluster {
+    /// The class schema as this node's metadata replica has it (may lag the leader).
+    pub fn local_class_schema(&self, app: &str, class: &str) -> Result<Option<ClassSchema>> {
+        self.local_meta_record(NS_SCHEMA, &schema_key(app, class))?
+            .map(decode)
+            .transpose()
+    }
+
+    /// The class schema, linearizably. System classes always exist.
+    pub async fn class_schema(&self, app: &str, class: &str) -> Result<Option<ClassSchema>> {
+        match self
+            .get_record(META_GROUP, NS_SCHEMA, &schema_key(app, class))
+            .await?
+        {
+            Some(v) => Ok(Some(decode(v)?)),
+            None if SYSTEM_CLASSES.contains(&class) => Ok(Some(ClassSchema::new(class))),
+            None => Ok(None),
+        }
+    }
+
+    /// Every class schema of an app, linearizably, in class-name order.
+    pub async fn class_schemas(&self, app: &str) -> Result<Vec<ClassSchema>> {
+        self.list_records(META_GROUP, NS_SCHEMA, &format!("{app}/"))
+            .await?
+            .into_iter()
+            .map(|(_, v)| decode(v))
+            .collect()
+    }
+
+    /// Makes sure the class schema admits a write with these column requirements, adding new
+    /// columns (and the class, when `may_create_class`). Refusals are `Error::Schema`.
+    pub async fn ensure_columns(
+        &self,
+        app: &str,
+        class: &str,
+        needs: &[(String, Need)],
+        may_create_class: bool,
+    ) -> Result<()> {
+        if let Some(local) = self.local_class_schema(app, class)? {
+            let exists = |c: &str| {
+                SYSTEM_CLASSES.contains(&c)
+                    || matches!(self.local_class_schema(app, c), Ok(Some(_)))
+            };
+            if matches!(local.admit(needs, &exists), Ok(added) if added.is_empty()) {
+                return Ok(());
+            }
+        }
+        let cmd = Command::EnsureColumns {
+            app: app.into(),
+            class: class.into(),
+            needs: needs.to_vec(),
+            may_create_class,
+        };
+        self.propose(META_GROUP, cmd).await.map(|_| ())
+    }
+
+    /// Creates a class with the given columns; answers the rendered schema.
+    pub async fn create_class(
+        &self,
+        app: &str,
+        class: &str,
+        changes: Vec<ColumnChange>,
+    ) -> Result<Value> {
+        let cmd = Command::CreateClass {
+            app: app.into(),
+            class: class.into(),
+            changes,
+        };
+        self.schema_command(cmd).await
+    }
+
+    /// Adds and deletes columns; a deleted column's values are removed from every object of
+    /// the class on every shard. Answers the rendered schema.
+    pub async fn alter_class(
+        &self,
+        app: &str,
+        class: &str,
+        changes: Vec<ColumnChange>,
+    ) -> Result<Value> {
+        let deleted: Vec<String> = changes
+            .iter()
+            .filter_map(|c| match c {
+                ColumnChange::Delete(name) => Some(name.clone()),
+                ColumnChange::Add(..) => None,
+            })
+            .collect();
+        let cmd = Command::AlterClass {
+            app: app.into(),
+            class: class.into(),
+            changes,
+        };
+        let rendered = self.schema_command(cmd).await?;
+        for field in deleted {
+            self.purge_class(app, class, Some(&field)).await?;
+        }
+        Ok(rendered)
+    }
+
+    /// Deletes a class: its schema, then its objects on every shard.
+    pub async fn drop_class(&self, app: &str, class: &str) -> Result<()> {
+        if SYSTEM_CLASSES.contains(&class) {
+            return Err(Error::Schema(SchemaError::Invalid(format!(
+                "the system class {class} cannot be deleted"
+            ))));
+        }
+        let cmd = Command::DropClass {
+            app: app.into(),
+            class: class.into(),
+        };
+        self.propose(META_GROUP, cmd).await?;
+        self.purge_class(app, class, None).await?;
+        Ok(())
+    }
+
+    async fn schema_command(&self, cmd: Command) -> Result<Value> {
+        match self.propose(META_GROUP, cmd).await?.result {
+            CommandResult::Record(v) => Ok(v),
+            other => Err(Error::Internal(format!(
+                "unexpected schema result {other:?}"
+            ))),
+        }
+    }
+
+    /// Deletes every object of a class (or, with `field`, that field of every object) on
+    /// every shard, in bounded commands. Answers how many objects changed.
+    pub async fn purge_class(&self, app: &str, class: &str, field: Option<&str>) -> Result<u64> {
+        let shards = (1..=self.shards()).map(|group| async move {
+            let mut after: Option<String> = None;
+            let mut total = 0;
+            loop {
+                let cmd = Command::PurgeClass {
+                    app: app.into(),
+                    class: class.into(),
+                    field: field.map(str::to_string),
+                    after: after.clone(),
+                    limit: PURGE_BATCH,
+                };
+                match self.propose(group, cmd).await?.result {
+                    CommandResult::Purged { count, next } => {
+                        total += count;
+                        match next {
+                            Some(n) => after = Some(n),
+                            None => return Ok::<u64, Error>(total),
+                        }
+                    }
+                    other => {
+                        return Err(Error::Internal(format!(
+                            "unexpected purge result {other:?}"
+                        )))
+                    }
+                }
+            }
+        });
+        let mut total = 0;
+        for r in futures::future::join_all(shards).await {
+            total += r?;
+        }
+        Ok(total)
+    }
+}

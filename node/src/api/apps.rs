@@ -1,0 +1,188 @@
+//! App management (spec 4.8 and 2.7): list, read, create and change the apps of the console
+//! account named by the `X-<Brand>-Email` / `X-<Brand>-Password` headers.
+//!
+//! An account sees only its own apps; another account's app is not found. Keys are generated
+//! at creation and never change; the settings later features use (safe token, standard mode
+//! off, email verification, wrapped aggregates, enterprise limit) are set with PUT.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::Json;
+use serde_json::{json, Map, Value};
+
+use super::context::{body_bytes, json_object, ApiPath, AppState, ConsoleAccount};
+use super::error::ApiError;
+use crate::apps::{find_app, list_apps, put_app, update_app, AppRecord, SAFE_TOKEN_LEN};
+
+/// App names must be shorter than this many characters (spec 8).
+const MAX_APP_NAME_CHARS: usize = 30;
+
+/// Members PUT may carry but never change (they are echoed back by clients).
+const READ_ONLY: [&str; 5] = [
+    "applicationId",
+    "restKey",
+    "masterKey",
+    "accessKey",
+    "secretKey",
+];
+
+fn flag_01(name: &str, v: &Value) -> Result<Value, ApiError> {
+    match v.as_i64() {
+        Some(n @ (0 | 1)) => Ok(json!(n)),
+        _ => Err(ApiError::InvalidBody(format!("{name} must be 0 or 1."))),
+    }
+}
+
+fn flag_bool(name: &str, v: &Value) -> Result<Value, ApiError> {
+    match v {
+        Value::Bool(b) => Ok(json!(b)),
+        Value::Number(n) if n.as_i64() == Some(0) || n.as_i64() == Some(1) => {
+            Ok(json!(n.as_i64() == Some(1)))
+        }
+        _ => Err(ApiError::InvalidBody(format!("{name} must be a boolean."))),
+    }
+}
+
+/// Validates the settable members of a POST or PUT body into record members.
+fn settings(body: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
+    let mut out = Map::new();
+    for (k, v) in body {
+        let value = match k.as_str() {
+            "appName" => {
+                let name = v
+                    .as_str()
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .ok_or_else(|| {
+                        ApiError::InvalidBody("appName must be a non-empty string.".into())
+                    })?;
+                if name.chars().count() >= MAX_APP_NAME_CHARS {
+                    return Err(ApiError::AppNameTooLong);
+                }
+                json!(name)
+            }
+            "status" | "notAllowedCreateTable" => flag_01(k, v)?,
+            "disableStandardMode" | "emailVerify" | "wrapAggregates" | "enterprise" => {
+                flag_bool(k, v)?
+            }
+            "safeToken" => match v.as_str() {
+                Some(t)
+                    if t.chars().count() == SAFE_TOKEN_LEN
+                        && t.chars().all(|c| c.is_ascii_alphanumeric()) =>
+                {
+                    json!(t)
+                }
+                _ => {
+                    return Err(ApiError::InvalidBody(format!(
+                        "safeToken must be {SAFE_TOKEN_LEN} letters or digits."
+                    )))
+                }
+            },
+            k if READ_ONLY.contains(&k) => continue,
+            other => {
+                return Err(ApiError::InvalidBody(format!(
+                    "unknown app member {other:?}."
+                )))
+            }
+        };
+        out.insert(k.clone(), value);
+    }
+    Ok(out)
+}
+
+async fn owned_app(
+    state: &AppState,
+    account: &ConsoleAccount,
+    id: &str,
+) -> Result<AppRecord, ApiError> {
+    match find_app(&state.cluster, id).await? {
+        Some(app) if app.owner == account.email => Ok(app),
+        _ => Err(ApiError::ObjectNotFound(format!("app {id}"))),
+    }
+}
+
+pub async fn list_apps_of_account(
+    State(state): State<AppState>,
+    account: ConsoleAccount,
+) -> Result<Json<Value>, ApiError> {
+    let apps = list_apps(&state.cluster, &account.email).await?;
+    let results: Vec<Value> = apps.iter().map(AppRecord::to_json).collect();
+    Ok(Json(json!({ "results": results })))
+}
+
+pub async fn get_app(
+    State(state): State<AppState>,
+    account: ConsoleAccount,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(owned_app(&state, &account, &id).await?.to_json()))
+}
+
+pub async fn create_app(
+    State(state): State<AppState>,
+    account: ConsoleAccount,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let body = json_object(&body_bytes(body, &state)?)?;
+    let members = settings(&body)?;
+    let name = members
+        .get("appName")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::InvalidBody("appName is required.".into()))?;
+    let mut app = AppRecord::generate(name, &account.email);
+    let mut v = serde_json::to_value(&app).map_err(|e| ApiError::Internal(e.to_string()))?;
+    if let Some(m) = v.as_object_mut() {
+        m.extend(members);
+    }
+    app = serde_json::from_value(v).map_err(|e| ApiError::Internal(e.to_string()))?;
+    put_app(&state.cluster, &app).await?;
+    Ok(Json(app.to_json()))
+}
+
+pub async fn update_app_settings(
+    State(state): State<AppState>,
+    account: ConsoleAccount,
+    ApiPath(id): ApiPath<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let body = json_object(&body_bytes(body, &state)?)?;
+    let members = settings(&body)?;
+    owned_app(&state, &account, &id).await?;
+    let app = update_app(&state.cluster, &id, members).await?;
+    Ok(Json(app.to_json()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(v: Value) -> Result<Map<String, Value>, ApiError> {
+        settings(v.as_object().unwrap())
+    }
+
+    #[test]
+    fn settings_are_validated() {
+        assert!(matches!(
+            check(json!({"appName": "a".repeat(30)})),
+            Err(ApiError::AppNameTooLong)
+        ));
+        assert!(check(json!({"appName": "a".repeat(29)})).is_ok());
+        assert!(matches!(
+            check(json!({"status": 2})),
+            Err(ApiError::InvalidBody(_))
+        ));
+        assert!(matches!(
+            check(json!({"safeToken": "12345"})),
+            Err(ApiError::InvalidBody(_))
+        ));
+        assert!(matches!(
+            check(json!({"owner": "x@y"})),
+            Err(ApiError::InvalidBody(_))
+        ));
+        let m =
+            check(json!({"restKey": "ignored", "emailVerify": 1, "safeToken": "abc123"})).unwrap();
+        assert_eq!(m.get("emailVerify"), Some(&json!(true)));
+        assert!(m.get("restKey").is_none());
+    }
+}

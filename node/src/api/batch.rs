@@ -1,0 +1,205 @@
+//! `POST /1/batch` (spec 4.1): up to 50 create, update and delete operations, run in the order
+//! sent, each through the same route and handler as the single request, so each goes to its
+//! own shard and answers exactly as it would alone.
+//!
+//! The envelope is checked whole before anything runs (112 `requests` not an array, 113 an
+//! element that is not an object or has a bad method or path, 114 more than 50). An operation
+//! runs with the batch's authenticated context (its `token`, if any, as the session); a
+//! failing operation answers `{"error":{"code","error"}}` in its slot and the others proceed.
+
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::{header, Method, Request, StatusCode};
+use axum::Json;
+use serde_json::{json, Map, Value};
+use tower::ServiceExt;
+
+use super::context::{body_bytes, json_object, AppState, RequestCtx};
+use super::error::{ApiError, BUSY_MESSAGE};
+
+/// Operations per batch (spec 8).
+pub const MAX_OPERATIONS: usize = 50;
+
+/// Path prefixes a batch operation may address.
+const PATH_PREFIXES: [&str; 4] = ["/1/classes/", "/1/users", "/1/roles", "/1/installations"];
+
+/// One checked batch element.
+#[derive(Debug, PartialEq)]
+struct Operation {
+    method: Method,
+    path: String,
+    body: Option<Value>,
+    token: Option<String>,
+}
+
+fn parse_operation(i: usize, v: &Value) -> Result<Operation, ApiError> {
+    let bad = |why: &str| ApiError::BatchInvalidRequest(format!("requests[{i}]: {why}"));
+    let o = v.as_object().ok_or_else(|| bad("not an object"))?;
+    let method = match o
+        .get("method")
+        .and_then(Value::as_str)
+        .map(str::to_ascii_uppercase)
+    {
+        Some(m) if m == "POST" => Method::POST,
+        Some(m) if m == "PUT" => Method::PUT,
+        Some(m) if m == "DELETE" => Method::DELETE,
+        _ => return Err(bad("method must be POST, PUT or DELETE")),
+    };
+    let path = o
+        .get("path")
+        .and_then(Value::as_str)
+        .filter(|p| {
+            PATH_PREFIXES.iter().any(|pre| p.starts_with(pre))
+                && !p.contains(['?', '#'])
+                && p.parse::<axum::http::Uri>().is_ok()
+        })
+        .ok_or_else(|| {
+            bad("path must be a /1/classes, /1/users, /1/roles or /1/installations path")
+        })?;
+    let token = match o.get("token") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(t)) => Some(t.clone()),
+        Some(_) => return Err(bad("token must be a string")),
+    };
+    Ok(Operation {
+        method,
+        path: path.to_string(),
+        body: o.get("body").cloned().filter(|b| !b.is_null()),
+        token,
+    })
+}
+
+fn parse_envelope(body: &Map<String, Value>) -> Result<Vec<Operation>, ApiError> {
+    let requests = match body.get("requests") {
+        Some(Value::Array(r)) => r,
+        _ => return Err(ApiError::BatchNotArray),
+    };
+    if requests.len() > MAX_OPERATIONS {
+        return Err(ApiError::BatchTooLarge(MAX_OPERATIONS));
+    }
+    requests
+        .iter()
+        .enumerate()
+        .map(|(i, v)| parse_operation(i, v))
+        .collect()
+}
+
+pub async fn run_batch(
+    State(state): State<AppState>,
+    ctx: RequestCtx,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let body = json_object(&body_bytes(body, &state)?)?;
+    let ops = parse_envelope(&body)?;
+    let router = state
+        .router
+        .get()
+        .cloned()
+        .ok_or_else(|| ApiError::Internal("batch router not set".into()))?;
+    let mut results = Vec::with_capacity(ops.len());
+    for op in ops {
+        results.push(run_operation(&router, &state, &ctx, op).await);
+    }
+    Ok(Json(Value::Array(results)))
+}
+
+async fn run_operation(
+    router: &axum::Router,
+    state: &AppState,
+    ctx: &RequestCtx,
+    op: Operation,
+) -> Value {
+    let mut op_ctx = ctx.clone();
+    if op.token.is_some() {
+        op_ctx.session_token = op.token;
+    }
+    let bytes = op.body.map(|b| b.to_string()).unwrap_or_default();
+    let req = Request::builder()
+        .method(op.method)
+        .uri(&op.path)
+        .header(header::CONTENT_TYPE, "application/json")
+        .extension(op_ctx)
+        .body(Body::from(bytes));
+    let req = match req {
+        Ok(r) => r,
+        Err(e) => return slot_error(113, &format!("invalid operation: {e}")),
+    };
+    let resp = match router.clone().oneshot(req).await {
+        Ok(r) => r,
+        Err(never) => match never {},
+    };
+    let status = resp.status();
+    let bytes = match axum::body::to_bytes(resp.into_body(), state.max_body_bytes).await {
+        Ok(b) => b,
+        Err(e) => return slot_error(500, &format!("reading the answer: {e}")),
+    };
+    let answer: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    if status.is_success() {
+        json!({ "success": answer })
+    } else {
+        let code = answer["code"]
+            .as_u64()
+            .unwrap_or(u64::from(status.as_u16()));
+        let error =
+            answer["error"]
+                .as_str()
+                .unwrap_or(if status == StatusCode::INTERNAL_SERVER_ERROR {
+                    BUSY_MESSAGE
+                } else {
+                    "request failed"
+                });
+        slot_error(code, error)
+    }
+}
+
+fn slot_error(code: u64, error: &str) -> Value {
+    json!({"error": {"code": code, "error": error}})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn envelope(v: Value) -> Result<Vec<Operation>, ApiError> {
+        parse_envelope(v.as_object().unwrap())
+    }
+
+    #[test]
+    fn envelope_errors_have_their_codes() {
+        assert_eq!(envelope(json!({})).unwrap_err().code(), 112);
+        assert_eq!(envelope(json!({"requests": {}})).unwrap_err().code(), 112);
+        let op = json!({"method": "POST", "path": "/1/classes/A", "body": {}});
+        let many: Vec<Value> = (0..51).map(|_| op.clone()).collect();
+        assert_eq!(
+            envelope(json!({ "requests": many })).unwrap_err().code(),
+            114
+        );
+        let fifty: Vec<Value> = (0..50).map(|_| op.clone()).collect();
+        assert_eq!(envelope(json!({ "requests": fifty })).unwrap().len(), 50);
+        for bad in [
+            json!(1),
+            json!({"method": "GET", "path": "/1/classes/A"}),
+            json!({"method": "POST", "path": "/1/batch"}),
+            json!({"method": "POST", "path": "/1/classes/A?x=1"}),
+            json!({"method": "POST"}),
+            json!({"method": "PUT", "path": "/1/classes/A/x", "token": 5}),
+        ] {
+            let e = envelope(json!({ "requests": [op.clone(), bad.clone()] })).unwrap_err();
+            assert_eq!(e.code(), 113, "{bad}");
+        }
+    }
+
+    #[test]
+    fn methods_are_case_insensitive_and_token_is_kept() {
+        let ops = envelope(json!({"requests": [
+            {"method": "delete", "path": "/1/classes/A/abc", "token": "t"},
+            {"method": "Put", "path": "/1/users/abc", "body": {"a": 1}},
+        ]}))
+        .unwrap();
+        assert_eq!(ops[0].method, Method::DELETE);
+        assert_eq!(ops[0].token.as_deref(), Some("t"));
+        assert_eq!(ops[0].body, None);
+        assert_eq!(ops[1].method, Method::PUT);
+    }
+}

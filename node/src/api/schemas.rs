@@ -1,0 +1,182 @@
+//! Schemas (spec 4.9 and 2.8): list, read, create, change and delete class schemas. Every
+//! route needs the master key (10061), which `context::require_master` checks.
+//!
+//! The rules (types, targets, reserved and built-in columns) are `basalt_cluster::schema`'s and
+//! are applied in the metadata group; deleting a column or a class also removes the data on
+//! every shard.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::Json;
+use basalt_cluster::object::{validate_class_name, validate_field_name};
+use basalt_cluster::schema::{Column, ColumnChange, ColumnType, SchemaError, SYSTEM_CLASSES};
+use serde_json::{json, Map, Value};
+
+use super::context::{body_bytes, json_object, ApiPath, AppState, RequestCtx};
+use super::error::ApiError;
+
+fn schema_class(class: &str) -> Result<(), ApiError> {
+    if SYSTEM_CLASSES.contains(&class) {
+        return Ok(());
+    }
+    validate_class_name(class).map_err(ApiError::from)
+}
+
+/// Parses `{className?, fields?}` into column changes; `deletes` allows `{__op: "Delete"}`.
+fn column_changes(
+    class: &str,
+    body: &Map<String, Value>,
+    deletes: bool,
+) -> Result<Vec<ColumnChange>, ApiError> {
+    if let Some(name) = body.get("className") {
+        if name.as_str() != Some(class) {
+            return Err(SchemaError::ClassNameMismatch(name.to_string()).into());
+        }
+    }
+    let fields = match body.get("fields") {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Object(f)) => f,
+        Some(_) => return Err(ApiError::InvalidBody("fields must be an object.".into())),
+    };
+    let mut changes = Vec::with_capacity(fields.len());
+    for (name, spec) in fields {
+        validate_field_name(name)?;
+        let spec = spec
+            .as_object()
+            .ok_or_else(|| ApiError::InvalidBody(format!("field {name} must be an object.")))?;
+        if let Some(op) = spec.get("__op") {
+            if deletes && op.as_str() == Some("Delete") {
+                changes.push(ColumnChange::Delete(name.clone()));
+                continue;
+            }
+            return Err(ApiError::InvalidBody(format!(
+                "field {name}: unsupported __op {op}."
+            )));
+        }
+        let type_name = spec.get("type").and_then(Value::as_str).unwrap_or_default();
+        let kind = ColumnType::parse(type_name)
+            .ok_or_else(|| SchemaError::UnknownType(name.clone(), type_name.to_string()))?;
+        let target = match spec.get("targetClass") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(t)) => Some(t.clone()),
+            Some(_) => {
+                return Err(ApiError::InvalidBody(format!(
+                    "field {name}: targetClass must be a class name."
+                )))
+            }
+        };
+        changes.push(ColumnChange::Add(
+            name.clone(),
+            Column {
+                kind,
+                target_class: target,
+            },
+        ));
+    }
+    Ok(changes)
+}
+
+pub async fn list_schemas(
+    State(state): State<AppState>,
+    ctx: RequestCtx,
+) -> Result<Json<Value>, ApiError> {
+    let schemas = state.cluster.class_schemas(&ctx.app.application_id).await?;
+    let results: Vec<Value> = schemas.iter().map(|s| s.render()).collect();
+    Ok(Json(json!({ "results": results })))
+}
+
+pub async fn get_schema(
+    State(state): State<AppState>,
+    ctx: RequestCtx,
+    ApiPath(class): ApiPath<String>,
+) -> Result<Json<Value>, ApiError> {
+    schema_class(&class)?;
+    match state
+        .cluster
+        .class_schema(&ctx.app.application_id, &class)
+        .await?
+    {
+        Some(s) => Ok(Json(s.render())),
+        None => Err(SchemaError::ClassNotFound(class).into()),
+    }
+}
+
+pub async fn create_schema(
+    State(state): State<AppState>,
+    ctx: RequestCtx,
+    ApiPath(class): ApiPath<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    schema_class(&class)?;
+    if SYSTEM_CLASSES.contains(&class.as_str()) {
+        return Err(SchemaError::ClassExists(class).into());
+    }
+    let body = json_object(&body_bytes(body, &state)?)?;
+    let changes = column_changes(&class, &body, false)?;
+    let app = &ctx.app.application_id;
+    Ok(Json(
+        state.cluster.create_class(app, &class, changes).await?,
+    ))
+}
+
+pub async fn update_schema(
+    State(state): State<AppState>,
+    ctx: RequestCtx,
+    ApiPath(class): ApiPath<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    schema_class(&class)?;
+    let body = json_object(&body_bytes(body, &state)?)?;
+    let changes = column_changes(&class, &body, true)?;
+    let app = &ctx.app.application_id;
+    Ok(Json(state.cluster.alter_class(app, &class, changes).await?))
+}
+
+pub async fn delete_schema(
+    State(state): State<AppState>,
+    ctx: RequestCtx,
+    ApiPath(class): ApiPath<String>,
+) -> Result<Json<Value>, ApiError> {
+    schema_class(&class)?;
+    state
+        .cluster
+        .drop_class(&ctx.app.application_id, &class)
+        .await?;
+    Ok(Json(json!({"msg": "ok"})))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn changes(v: Value, deletes: bool) -> Result<Vec<ColumnChange>, ApiError> {
+        column_changes("Game", v.as_object().unwrap(), deletes)
+    }
+
+    #[test]
+    fn bodies_become_column_changes_or_their_codes() {
+        let ok = changes(
+            json!({"className": "Game", "fields": {"score": {"type": "Number"}, "old": {"__op": "Delete"}}}),
+            true,
+        )
+        .unwrap();
+        assert_eq!(ok.len(), 2);
+        let code = |v: Value, d: bool| changes(v, d).unwrap_err().code();
+        assert_eq!(code(json!({"className": "Other"}), true), 10062);
+        assert_eq!(
+            code(json!({"fields": {"x": {"type": "Blob"}}}), true),
+            10069
+        );
+        assert_eq!(code(json!({"fields": {"x": {}}}), true), 10069);
+        assert_eq!(
+            code(json!({"fields": {"bad-name": {"type": "String"}}}), true),
+            105
+        );
+        assert_eq!(
+            code(json!({"fields": {"x": {"__op": "Delete"}}}), false),
+            107
+        );
+        assert_eq!(code(json!({"fields": 3}), true), 107);
+    }
+}
