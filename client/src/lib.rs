@@ -4,11 +4,15 @@
 //! Errors separate what the server answered ([`Error::Api`], definite) from a request whose
 //! outcome is unknown ([`Error::Transport`]: the write may or may not have happened).
 
+pub mod signing;
+
 use std::time::Duration;
 
 use reqwest::{Method, StatusCode};
 use serde::Deserialize;
 use serde_json::Value;
+
+pub use signing::{Formula, SignedKeys};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -98,6 +102,9 @@ pub struct Client {
     http: reqwest::Client,
     base: String,
     keys: Option<AppKeys>,
+    signing: Option<SignedKeys>,
+    console: Option<(String, String)>,
+    session: Option<String>,
     brand: String,
 }
 
@@ -108,8 +115,29 @@ impl Client {
             http: http_client(Duration::from_secs(30))?,
             base: base.trim_end_matches('/').to_string(),
             keys,
+            signing: None,
+            console: None,
+            session: None,
             brand: "Service".into(),
         })
+    }
+
+    /// The same client signing its requests (encrypted mode) instead of sending the REST key.
+    pub fn with_signing(mut self, keys: SignedKeys) -> Self {
+        self.signing = Some(keys);
+        self
+    }
+
+    /// The same client sending console-account headers (app management).
+    pub fn with_console(mut self, email: &str, password: &str) -> Self {
+        self.console = Some((email.to_string(), password.to_string()));
+        self
+    }
+
+    /// The same client sending a session token.
+    pub fn with_session(mut self, token: Option<&str>) -> Self {
+        self.session = token.map(str::to_string);
+        self
     }
 
     /// The same client with another request timeout.
@@ -137,20 +165,38 @@ impl Client {
         master: bool,
     ) -> Result<Response> {
         let mut req = self.http.request(method, format!("{}{}", self.base, path));
-        if let Some(k) = &self.keys {
-            req = req.header(
-                format!("X-{}-Application-Id", self.brand),
-                &k.application_id,
-            );
+        let brand = &self.brand;
+        let body_text = body.map(Value::to_string);
+        if let Some(s) = &self.signing {
+            let bare_path = path.split('?').next().unwrap_or(path);
+            let bytes = body_text.as_deref().unwrap_or("").as_bytes();
+            let ts = signing::timestamp_now(s.formula);
+            for (name, value) in signing::sign(s, bare_path, bytes, &ts, &signing::new_nonce()) {
+                req = req.header(format!("X-{brand}-{name}"), value);
+            }
+            if let (Some(mk), true) = (
+                self.keys.as_ref().and_then(|k| k.master_key.as_ref()),
+                master,
+            ) {
+                req = req.header(format!("X-{brand}-Master-Key"), mk);
+            }
+        } else if let Some(k) = &self.keys {
+            req = req.header(format!("X-{brand}-Application-Id"), &k.application_id);
             match (&k.master_key, master) {
-                (Some(mk), true) => req = req.header(format!("X-{}-Master-Key", self.brand), mk),
-                _ => req = req.header(format!("X-{}-REST-API-Key", self.brand), &k.rest_key),
+                (Some(mk), true) => req = req.header(format!("X-{brand}-Master-Key"), mk),
+                _ => req = req.header(format!("X-{brand}-REST-API-Key"), &k.rest_key),
             }
         }
-        if let Some(b) = body {
+        if let Some((email, password)) = &self.console {
             req = req
-                .header("Content-Type", "application/json")
-                .body(b.to_string());
+                .header(format!("X-{brand}-Email"), email)
+                .header(format!("X-{brand}-Password"), password);
+        }
+        if let Some(t) = &self.session {
+            req = req.header(format!("X-{brand}-Session-Token"), t);
+        }
+        if let Some(b) = body_text {
+            req = req.header("Content-Type", "application/json").body(b);
         }
         let resp = req.send().await.map_err(|e| {
             if e.is_connect() {

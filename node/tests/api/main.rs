@@ -6,5 +6,9 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod apps;
+mod auth;
+mod batch;
 mod objects;
 mod ops;
+mod schemas;

@@ -427,3 +427,177 @@ async fn listing_orders_pages_and_counts_across_shards() {
         "limit above 500 is capped, not refused"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typed_values_dot_paths_and_include() {
+    let cluster = TestCluster::start(1, &["--shards", "4"], &["--max-body-bytes", "65536"]).await;
+    let client = cluster.client(0);
+
+    // Dates in all three input forms come back in the wire form.
+    for (iso, want) in [
+        ("2024-05-06T07:08:09.123Z", "2024-05-06 07:08:09"),
+        ("2024-05-06T07:08:09", "2024-05-06 07:08:09"),
+        ("2024-05-06 07:08:09", "2024-05-06 07:08:09"),
+    ] {
+        let c = client
+            .create_object("Event", &json!({"at": {"__type": "Date", "iso": iso}}))
+            .await
+            .unwrap_or_else(|e| panic!("{iso}: {e}"));
+        let o = client
+            .get_object("Event", &c.object_id)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(o["at"], json!({"__type": "Date", "iso": want}), "{iso}");
+    }
+
+    // Every typed value, nested objects and arrays round-trip; a Relation hides its members.
+    let author = client
+        .create_object("Author", &json!({"name": "ann", "age": 40}))
+        .await
+        .unwrap();
+    let author_ptr =
+        json!({"__type": "Pointer", "className": "Author", "objectId": author.object_id});
+    let ghost_ptr = json!({"__type": "Pointer", "className": "Author", "objectId": "ghost00000"});
+    let file =
+        json!({"__type": "File", "group": "g", "filename": "a.png", "url": "http://files/a.png"});
+    let geo = json!({"__type": "GeoPoint", "latitude": -33.5, "longitude": 151.25});
+    let post = client
+        .create_object(
+            "Post",
+            &json!({
+                "author": author_ptr, "editor": ghost_ptr, "cover": file, "place": geo,
+                "readers": [author_ptr, ghost_ptr],
+                "stats": {"views": 1, "by": {"day": 2}},
+                "items": [{"name": "a", "n": 1}, {"name": "b", "n": 2}],
+                "fans": {"__op": "AddRelation", "objects": [author_ptr]},
+            }),
+        )
+        .await
+        .expect("create post");
+    let p = client
+        .get_object("Post", &post.object_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        p["author"], author_ptr,
+        "without include a Pointer stays a Pointer"
+    );
+    assert_eq!(p["cover"], file);
+    assert_eq!(p["place"], geo);
+    assert_eq!(
+        p["fans"],
+        json!({"__type": "Relation", "className": "Author"})
+    );
+
+    // Dot paths into objects and into array elements.
+    client
+        .update_object(
+            "Post",
+            &post.object_id,
+            &json!({"stats.views": {"__op": "Increment", "amount": 4}, "stats.by.week": 9, "items.1.name": "B"}),
+        )
+        .await
+        .expect("dot paths");
+    let p = client
+        .get_object("Post", &post.object_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(p["stats"], json!({"views": 5, "by": {"day": 2, "week": 9}}));
+    assert_eq!(p["items"][1], json!({"name": "B", "n": 2}));
+    assert_eq!(p["items"][0]["name"], "a");
+
+    // include expands pointers (and arrays of pointers) one level; a missing target stays a
+    // Pointer; `key[a|b]` keeps only those fields.
+    let q = format!(
+        "/1/classes/Post/{}?include=author,editor,readers",
+        post.object_id
+    );
+    let p = client
+        .request(Method::GET, &q, None, false)
+        .await
+        .unwrap()
+        .body;
+    assert_eq!(p["author"]["__type"], "Object");
+    assert_eq!(p["author"]["className"], "Author");
+    assert_eq!(p["author"]["name"], "ann");
+    assert_eq!(p["author"]["objectId"], author.object_id.as_str());
+    assert_eq!(p["editor"], ghost_ptr);
+    assert_eq!(p["readers"][0]["name"], "ann");
+    assert_eq!(p["readers"][1], ghost_ptr);
+    let q = format!("/1/classes/Post/{}?include=author[name]", post.object_id);
+    let p = client
+        .request(Method::GET, &q, None, false)
+        .await
+        .unwrap()
+        .body;
+    assert_eq!(p["author"]["name"], "ann");
+    assert!(p["author"].get("age").is_none());
+    let listed = client
+        .query("Post", &[("include", "author")])
+        .await
+        .unwrap();
+    assert_eq!(listed["results"][0]["author"]["name"], "ann");
+
+    // Trailing slashes address the same resources.
+    let r = client
+        .request(
+            Method::GET,
+            &format!("/1/classes/Post/{}/", post.object_id),
+            None,
+            false,
+        )
+        .await
+        .expect("trailing slash");
+    assert_eq!(r.body["objectId"], post.object_id.as_str());
+    assert!(client
+        .request(Method::GET, "/1/classes/Post/", None, false)
+        .await
+        .is_ok());
+
+    // Bodies over the configured limit: 413, code 107, nothing written.
+    let big = json!({"blob": "x".repeat(70_000)});
+    match client.create_object("Big", &big).await {
+        Err(e) => assert_eq!((e.status(), e.code()), (Some(413), Some(107)), "{e}"),
+        Ok(c) => panic!("oversize body accepted: {c:?}"),
+    }
+    assert_eq!(
+        client.query("Big", &[("count", "1")]).await.unwrap()["count"],
+        0
+    );
+
+    // A malformed path or query string gets a code, not a plain-text answer.
+    let raw = reqwest::Client::new()
+        .get(format!(
+            "http://{}/1/classes/Post/%FF%FE",
+            cluster.nodes[0].http
+        ))
+        .header("X-Service-Application-Id", &cluster.keys.application_id)
+        .header("X-Service-REST-API-Key", &cluster.keys.rest_key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(raw.status().as_u16(), 400);
+    let body: Value = raw.json().await.expect("json error body");
+    assert_eq!(body["code"], 107);
+    let raw = reqwest::Client::new()
+        .get(format!(
+            "http://{}/1/classes/Post?limit=%FF",
+            cluster.nodes[0].http
+        ))
+        .header("X-Service-Application-Id", &cluster.keys.application_id)
+        .header("X-Service-REST-API-Key", &cluster.keys.rest_key)
+        .send()
+        .await
+        .unwrap();
+    let body: Value = raw.json().await.expect("json error body");
+    assert_eq!(body["code"], 102);
+    let raw = reqwest::Client::new()
+        .patch(format!("http://{}/1/classes/Post", cluster.nodes[0].http))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(raw.status().as_u16(), 405);
+}

@@ -38,4 +38,24 @@ async fn health_metrics_and_unknown_routes() {
         .await
         .expect("get");
     assert_eq!(resp.status().as_u16(), 404);
+
+    // Server time: unix seconds and Beijing time (UTC+8); app keys required.
+    let before = chrono::Utc::now().timestamp();
+    let t = client
+        .request(reqwest::Method::GET, "/1/timestamp/", None, false)
+        .await
+        .expect("timestamp")
+        .body;
+    let ts = t["timestamp"].as_i64().expect("integer timestamp");
+    assert!((before - 2..=before + 2).contains(&ts), "{t}");
+    let beijing = chrono::DateTime::from_timestamp(ts, 0).unwrap() + chrono::Duration::hours(8);
+    assert_eq!(
+        t["datetime"],
+        beijing.format("%Y-%m-%d %H:%M:%S").to_string()
+    );
+    let anon = cluster
+        .anonymous_client(0)
+        .request(reqwest::Method::GET, "/1/timestamp", None, false)
+        .await;
+    assert_eq!(anon.err().and_then(|e| e.status()), Some(401));
 }

@@ -199,6 +199,48 @@ impl TestCluster {
         Client::new(&format!("http://{}", self.nodes[i].http), Some(keys)).expect("client")
     }
 
+    /// The credentials document node 1 wrote at bootstrap.
+    pub fn credentials(&self) -> Value {
+        serde_json::from_str(
+            &std::fs::read_to_string(self.nodes[0].data_dir.join("credentials.json"))
+                .expect("credentials"),
+        )
+        .expect("json")
+    }
+
+    /// A client sending the console account's headers (app management).
+    pub fn console_client(&self, i: usize) -> Client {
+        let doc = self.credentials();
+        self.anonymous_client(i).with_console(
+            doc["console"]["email"].as_str().expect("email"),
+            doc["console"]["password"].as_str().expect("password"),
+        )
+    }
+
+    /// Creates an app through `POST /1/apps` on node `i`; returns its JSON.
+    pub async fn create_app(&self, i: usize, name: &str) -> Value {
+        self.console_client(i)
+            .request(
+                reqwest::Method::POST,
+                "/1/apps",
+                Some(&serde_json::json!({ "appName": name })),
+                false,
+            )
+            .await
+            .expect("create app")
+            .body
+    }
+
+    /// A client of node `i` with the keys (REST and master) of an app's JSON.
+    pub fn app_client(&self, i: usize, app: &Value) -> Client {
+        let keys = AppKeys {
+            application_id: app["applicationId"].as_str().expect("id").into(),
+            rest_key: app["restKey"].as_str().expect("rest").into(),
+            master_key: app["masterKey"].as_str().map(str::to_string),
+        };
+        Client::new(&format!("http://{}", self.nodes[i].http), Some(keys)).expect("client")
+    }
+
     pub fn anonymous_client(&self, i: usize) -> Client {
         Client::new(&format!("http://{}", self.nodes[i].http), None).expect("client")
     }
@@ -287,6 +329,34 @@ impl TestCluster {
             .filter(|l| l.starts_with(prefix))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum()
+    }
+}
+
+/// Asserts that a request failed with `status` and API `code`.
+pub fn assert_api_error<T: std::fmt::Debug>(
+    r: Result<T, basalt_client::Error>,
+    status: u16,
+    code: i64,
+    what: &str,
+) {
+    match r {
+        Err(e) => assert_eq!(
+            (e.status(), e.code()),
+            (Some(status), Some(code)),
+            "{what}: {e}"
+        ),
+        Ok(v) => panic!("{what}: expected error {code}, got {v:?}"),
+    }
+}
+
+/// Asserts that a request was refused with 401 `{"error":"unauthorized"}`.
+pub fn assert_unauthorized<T: std::fmt::Debug>(r: Result<T, basalt_client::Error>, what: &str) {
+    match r {
+        Err(basalt_client::Error::Api { status, body, .. }) => {
+            assert_eq!(status, 401, "{what}: {body}");
+            assert_eq!(body, serde_json::json!({"error": "unauthorized"}), "{what}");
+        }
+        other => panic!("{what}: expected 401, got {other:?}"),
     }
 }
 

@@ -1,0 +1,224 @@
+//! App management (spec 4.8, 2.7): console authentication, create/list/read/change apps, the
+//! app settings' effects (status, notAllowedCreateTable) and isolation between apps.
+
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use super::common::{assert_api_error, assert_unauthorized, TestCluster};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apps_are_managed_by_the_console_account_and_isolated() {
+    let cluster = TestCluster::start(1, &["--shards", "4"], &[]).await;
+    let console = cluster.console_client(0);
+
+    // Console headers are required and checked (the password is stored hashed).
+    let anon = cluster.anonymous_client(0);
+    assert_unauthorized(
+        anon.request(Method::GET, "/1/apps", None, false).await,
+        "no account",
+    );
+    let wrong = cluster
+        .anonymous_client(0)
+        .with_console("admin@basalt.local", "wrong");
+    assert_unauthorized(
+        wrong.request(Method::GET, "/1/apps", None, false).await,
+        "bad password",
+    );
+    // App keys are not console credentials.
+    assert_unauthorized(
+        cluster
+            .client(0)
+            .request(Method::GET, "/1/apps", None, false)
+            .await,
+        "app keys",
+    );
+
+    // Create: generated keys, defaults, 200.
+    let created = console
+        .request(
+            Method::POST,
+            "/1/apps",
+            Some(&json!({"appName": "Demo"})),
+            false,
+        )
+        .await
+        .expect("create");
+    assert_eq!(created.status, 200);
+    let app = created.body;
+    assert_eq!(app["appName"], "Demo");
+    assert_eq!(app["status"], 1);
+    assert_eq!(app["notAllowedCreateTable"], 0);
+    assert_eq!(app["secretKey"].as_str().unwrap().len(), 16);
+    assert_eq!(app["safeToken"].as_str().unwrap().len(), 6);
+    for k in ["applicationId", "restKey", "masterKey", "accessKey"] {
+        assert!(app[k].as_str().is_some_and(|s| s.len() >= 16), "{k}");
+    }
+    assert!(app.get("owner").is_none());
+    let id = app["applicationId"].as_str().unwrap().to_string();
+
+    // Validation.
+    let post = |body: Value| {
+        let c = console.clone();
+        async move { c.request(Method::POST, "/1/apps", Some(&body), false).await }
+    };
+    assert_api_error(
+        post(json!({"appName": "x".repeat(30)})).await,
+        400,
+        10032,
+        "long name",
+    );
+    assert!(post(json!({"appName": "x".repeat(29), "status": 0}))
+        .await
+        .is_ok());
+    assert_api_error(post(json!({"status": 1})).await, 400, 107, "no name");
+    assert_api_error(
+        post(json!({"appName": "A", "status": 7})).await,
+        400,
+        107,
+        "bad status",
+    );
+    assert_api_error(
+        post(json!({"appName": "A", "owner": "x"})).await,
+        400,
+        107,
+        "unknown member",
+    );
+
+    // List and read.
+    let list = console
+        .request(Method::GET, "/1/apps", None, false)
+        .await
+        .unwrap()
+        .body;
+    let names: Vec<&str> = list["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a["appName"].as_str())
+        .collect();
+    assert!(
+        names.contains(&"Default") && names.contains(&"Demo"),
+        "{names:?}"
+    );
+    let one = console
+        .request(Method::GET, &format!("/1/apps/{id}"), None, false)
+        .await
+        .unwrap()
+        .body;
+    assert_eq!(one, app);
+    assert_api_error(
+        console
+            .request(Method::GET, "/1/apps/nope", None, false)
+            .await,
+        404,
+        101,
+        "unknown app",
+    );
+
+    // The new app's keys work at once, and apps do not see each other's data.
+    let demo = cluster.app_client(0, &app);
+    let default = cluster.client(0);
+    let mine = demo
+        .create_object("Shared", &json!({"v": "demo"}))
+        .await
+        .unwrap();
+    let theirs = default
+        .create_object("Shared", &json!({"v": 1}))
+        .await
+        .unwrap();
+    assert!(default
+        .get_object("Shared", &mine.object_id)
+        .await
+        .unwrap()
+        .is_none());
+    assert!(demo
+        .get_object("Shared", &theirs.object_id)
+        .await
+        .unwrap()
+        .is_none());
+    let listed = demo.query("Shared", &[]).await.unwrap();
+    assert_eq!(listed["results"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        listed["results"][0]["v"], "demo",
+        "each app has its own schema too"
+    );
+    assert_api_error(
+        default
+            .update_object("Shared", &mine.object_id, &json!({"v": 2}))
+            .await,
+        404,
+        101,
+        "update across apps",
+    );
+    assert_api_error(
+        default.delete_object("Shared", &mine.object_id).await,
+        404,
+        101,
+        "delete across apps",
+    );
+
+    // PUT changes only the given members; keys never change.
+    let put = |body: Value| {
+        let (c, path) = (console.clone(), format!("/1/apps/{id}"));
+        async move { c.request(Method::PUT, &path, Some(&body), false).await }
+    };
+    let changed = put(json!({"appName": "Demo 2", "restKey": "ignored"}))
+        .await
+        .unwrap()
+        .body;
+    assert_eq!(changed["appName"], "Demo 2");
+    assert_eq!(changed["restKey"], app["restKey"]);
+    assert_eq!(changed["status"], 1);
+    assert_api_error(
+        put(json!({"appName": "y".repeat(31)})).await,
+        400,
+        10032,
+        "long name",
+    );
+
+    // status 0 disables the app's data requests (10008); 1 enables them again.
+    put(json!({"status": 0})).await.unwrap();
+    assert_api_error(demo.query("Shared", &[]).await, 400, 10008, "disabled app");
+    assert_api_error(
+        demo.create_object("Shared", &json!({"v": "x"})).await,
+        400,
+        10008,
+        "disabled app write",
+    );
+    assert!(
+        default.query("Shared", &[]).await.is_ok(),
+        "other apps unaffected"
+    );
+    put(json!({"status": 1})).await.unwrap();
+    assert!(demo.query("Shared", &[]).await.is_ok());
+
+    // notAllowedCreateTable: unknown classes need the master key (302); known ones do not.
+    put(json!({"notAllowedCreateTable": 1})).await.unwrap();
+    assert_api_error(
+        demo.create_object("Brand", &json!({"a": 1})).await,
+        400,
+        302,
+        "new class without master key",
+    );
+    assert!(demo
+        .create_object("Shared", &json!({"v": "ok", "newColumn": 1}))
+        .await
+        .is_ok());
+    let by_master = demo
+        .request(
+            Method::POST,
+            "/1/classes/Brand",
+            Some(&json!({"a": 1})),
+            true,
+        )
+        .await
+        .expect("master key may create classes");
+    assert_eq!(by_master.status, 201);
+    assert!(demo.create_object("Brand", &json!({"a": 2})).await.is_ok());
+    assert_eq!(
+        demo.query("Brand", &[("count", "1"), ("limit", "0")])
+            .await
+            .unwrap()["count"],
+        2
+    );
+}

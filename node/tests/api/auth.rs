@@ -1,0 +1,239 @@
+//! Authentication (spec 5, decisions "Headers and authentication"): standard mode with a
+//! configured header brand, the master key, and encrypted mode with both signature formulas,
+//! freshness, replayed nonces, the per-app safe token and the standard-mode switch.
+
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use basalt_client::signing::{self, Formula, SignedKeys};
+use basalt_client::{AppKeys, Client};
+
+use super::common::{assert_api_error, assert_unauthorized, TestCluster};
+
+fn keys_of(app: &Value) -> SignedKeys {
+    SignedKeys::new(
+        app["secretKey"].as_str().unwrap(),
+        app["safeToken"].as_str().unwrap(),
+        Formula::JsSdk,
+    )
+}
+
+/// Sends one signed POST with explicit timestamp and nonce; answers (status, body).
+async fn signed_post(
+    base: &str,
+    keys: &SignedKeys,
+    path: &str,
+    body: &str,
+    ts: &str,
+    nonce: &str,
+    sent_body: Option<&str>,
+) -> (u16, Value) {
+    let mut req = reqwest::Client::new()
+        .post(format!("{base}{path}"))
+        .header("Content-Type", "application/json")
+        .body(sent_body.unwrap_or(body).to_string());
+    for (name, value) in signing::sign(keys, path, body.as_bytes(), ts, nonce) {
+        req = req.header(format!("X-Bmob-{name}"), value);
+    }
+    let resp = req.send().await.expect("send");
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standard_master_and_encrypted_modes() {
+    let cluster = TestCluster::start(1, &["--shards", "4"], &["--header-brand", "Bmob"]).await;
+    let base = format!("http://{}", cluster.nodes[0].http);
+    let console = cluster.console_client(0).with_brand("Bmob");
+    let app = console
+        .request(
+            Method::POST,
+            "/1/apps",
+            Some(&json!({"appName": "Signed"})),
+            false,
+        )
+        .await
+        .expect("create app")
+        .body;
+    let id = app["applicationId"].as_str().unwrap();
+    let keys = AppKeys {
+        application_id: id.into(),
+        rest_key: app["restKey"].as_str().unwrap().into(),
+        master_key: app["masterKey"].as_str().map(str::to_string),
+    };
+
+    // Standard mode under the configured brand; header names in any case.
+    let std_client = Client::new(&base, Some(keys.clone()))
+        .unwrap()
+        .with_brand("Bmob");
+    let obj = std_client
+        .create_object("Note", &json!({"t": "a"}))
+        .await
+        .expect("create");
+    let raw = reqwest::Client::new()
+        .get(format!("{base}/1/classes/Note/{}", obj.object_id))
+        .header("x-bmob-application-id", id)
+        .header("X-BMOB-REST-API-KEY", &keys.rest_key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(raw.status().as_u16(), 200);
+    // The default brand's headers mean nothing on this server.
+    let other_brand = Client::new(&base, Some(keys.clone())).unwrap();
+    assert_unauthorized(other_brand.query("Note", &[]).await, "wrong brand");
+    let mut bad = keys.clone();
+    bad.rest_key = "wrong".into();
+    let bad_client = Client::new(&base, Some(bad.clone()))
+        .unwrap()
+        .with_brand("Bmob");
+    assert_unauthorized(bad_client.query("Note", &[]).await, "wrong REST key");
+    // With the right master key the REST key is not needed.
+    assert!(bad_client
+        .request(Method::GET, "/1/classes/Note", None, true)
+        .await
+        .is_ok());
+    bad.master_key = Some("wrong".into());
+    let bad_master = Client::new(&base, Some(bad)).unwrap().with_brand("Bmob");
+    assert_unauthorized(
+        bad_master
+            .request(Method::GET, "/1/classes/Note", None, true)
+            .await,
+        "wrong master key",
+    );
+    let master = std_client
+        .request(Method::GET, "/1/classes/Note", None, true)
+        .await;
+    assert_eq!(master.expect("master key").status, 200);
+
+    // Encrypted mode, both formulas, the app found by its secret key alone.
+    for formula in [Formula::Spec, Formula::JsSdk] {
+        let mut k = keys_of(&app);
+        k.formula = formula;
+        let signed = Client::new(&base, None)
+            .unwrap()
+            .with_brand("Bmob")
+            .with_signing(k);
+        let c = signed
+            .create_object("Note", &json!({"t": format!("{formula:?}")}))
+            .await
+            .unwrap_or_else(|e| panic!("{formula:?}: {e}"));
+        let got = signed
+            .get_object("Note", &c.object_id)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got["t"], format!("{formula:?}"));
+        signed
+            .update_object("Note", &c.object_id, &json!({"t": "x"}))
+            .await
+            .unwrap();
+        signed.delete_object("Note", &c.object_id).await.unwrap();
+    }
+
+    // Timestamps in seconds or milliseconds, within 10 s; the body is covered by the JS formula.
+    let k = keys_of(&app);
+    let now_s = signing::timestamp_now(Formula::JsSdk);
+    let now_ms = signing::timestamp_now(Formula::Spec);
+    let body = r#"{"t":"signed"}"#;
+    let post = |ts: String, nonce: String, sent: Option<&'static str>| {
+        let (base, k) = (base.clone(), k.clone());
+        async move { signed_post(&base, &k, "/1/classes/Note", body, &ts, &nonce, sent).await }
+    };
+    assert_eq!(post(now_s.clone(), signing::new_nonce(), None).await.0, 201);
+    assert_eq!(
+        post(now_ms.clone(), signing::new_nonce(), None).await.0,
+        201
+    );
+    let stale = (now_s.parse::<i64>().unwrap() - 20).to_string();
+    let future = (now_s.parse::<i64>().unwrap() + 20).to_string();
+    for (ts, what) in [
+        (stale, "stale"),
+        (future, "future"),
+        ("abc".into(), "not a number"),
+    ] {
+        let (status, body) = post(ts, signing::new_nonce(), None).await;
+        assert_eq!(
+            (status, body),
+            (401, json!({"error": "unauthorized"})),
+            "{what}"
+        );
+    }
+    let (status, _) = post(
+        now_s.clone(),
+        signing::new_nonce(),
+        Some(r#"{"t":"tampered"}"#),
+    )
+    .await;
+    assert_eq!(status, 401, "a body other than the signed one");
+
+    // A nonce is accepted once in its window.
+    let nonce = signing::new_nonce();
+    assert_eq!(post(now_s.clone(), nonce.clone(), None).await.0, 201);
+    let (status, _) = post(now_s.clone(), nonce, None).await;
+    assert_eq!(status, 401, "replayed nonce");
+
+    // A signature with another safe token, a wrong secret key, an unknown SDK type.
+    let mut wrong = keys_of(&app);
+    wrong.safe_token = "zzzzzz".into();
+    let c = Client::new(&base, None)
+        .unwrap()
+        .with_brand("Bmob")
+        .with_signing(wrong);
+    assert_unauthorized(c.query("Note", &[]).await, "wrong safe token");
+    let mut wrong = keys_of(&app);
+    wrong.secret_key = "0000000000000000".into();
+    let c = Client::new(&base, None)
+        .unwrap()
+        .with_brand("Bmob")
+        .with_signing(wrong);
+    assert_unauthorized(c.query("Note", &[]).await, "unknown secret key");
+    let mut wrong = keys_of(&app);
+    wrong.sdk_type = "cobol".into();
+    let c = Client::new(&base, None)
+        .unwrap()
+        .with_brand("Bmob")
+        .with_signing(wrong);
+    assert_unauthorized(c.query("Note", &[]).await, "unknown SDK type");
+
+    // The safe token is per app and changeable; standard mode can be switched off.
+    let app_path = format!("/1/apps/{id}");
+    console
+        .request(
+            Method::PUT,
+            &app_path,
+            Some(&json!({"safeToken": "n3wTok", "disableStandardMode": true})),
+            false,
+        )
+        .await
+        .expect("change settings");
+    let old = Client::new(&base, None)
+        .unwrap()
+        .with_brand("Bmob")
+        .with_signing(keys_of(&app));
+    assert_unauthorized(old.query("Note", &[]).await, "old safe token");
+    let mut new_keys = keys_of(&app);
+    new_keys.safe_token = "n3wTok".into();
+    let signed = Client::new(&base, None)
+        .unwrap()
+        .with_brand("Bmob")
+        .with_signing(new_keys);
+    assert!(signed.query("Note", &[]).await.is_ok(), "new safe token");
+    assert_unauthorized(std_client.query("Note", &[]).await, "standard mode off");
+    assert!(
+        std_client
+            .request(Method::GET, "/1/classes/Note", None, true)
+            .await
+            .is_ok(),
+        "the master key still works"
+    );
+    console
+        .request(Method::PUT, &app_path, Some(&json!({"status": 0})), false)
+        .await
+        .unwrap();
+    assert_api_error(
+        signed.query("Note", &[]).await,
+        400,
+        10008,
+        "disabled, signed",
+    );
+}
