@@ -10,7 +10,7 @@ NODES ?= 1
 JEPSEN_SECONDS ?= 120
 JEPSEN_NODES ?= 3
 
-.PHONY: run dev test lint deps build bench jepsen clean-data
+.PHONY: run dev test lint deps build bench jepsen fuzz clean-data
 
 ## Install the system packages the build needs (libclang for rust-rocksdb's bindgen).
 deps:
@@ -47,6 +47,12 @@ bench: deps
 jepsen: deps
 	$(CARGO) build $(PROFILE_FLAGS) -p basalt -p basalt-jepsen
 	$(or $(CARGO_TARGET_DIR),target)/release/basalt-jepsen --out jepsen-runs --nodes $(JEPSEN_NODES) --seconds $(JEPSEN_SECONDS) matrix
+
+## Longer run of the request-decoding fuzzer (property tests in node/tests/fuzz.rs; make test
+## runs 256 cases per property).
+FUZZ_CASES ?= 100000
+fuzz: deps
+	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test $(PROFILE_FLAGS) -p basalt --test fuzz
 
 clean-data:
 	rm -rf ./data

@@ -26,7 +26,7 @@ const PATH_PREFIXES: [&str; 4] = ["/1/classes/", "/1/users", "/1/roles", "/1/ins
 
 /// One checked batch element.
 #[derive(Debug, PartialEq)]
-struct Operation {
+pub struct Operation {
     method: Method,
     path: String,
     body: Option<Value>,
@@ -70,7 +70,7 @@ fn parse_operation(i: usize, v: &Value) -> Result<Operation, ApiError> {
     })
 }
 
-fn parse_envelope(body: &Map<String, Value>) -> Result<Vec<Operation>, ApiError> {
+pub fn parse_envelope(body: &Map<String, Value>) -> Result<Vec<Operation>, ApiError> {
     let requests = match body.get("requests") {
         Some(Value::Array(r)) => r,
         _ => return Err(ApiError::BatchNotArray),

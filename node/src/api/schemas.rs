@@ -24,7 +24,7 @@ fn schema_class(class: &str) -> Result<(), ApiError> {
 }
 
 /// Parses `{className?, fields?}` into column changes; `deletes` allows `{__op: "Delete"}`.
-fn column_changes(
+pub fn column_changes(
     class: &str,
     body: &Map<String, Value>,
     deletes: bool,

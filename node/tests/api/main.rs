@@ -9,6 +9,7 @@ mod common;
 mod apps;
 mod auth;
 mod batch;
+mod multi_node;
 mod objects;
 mod ops;
 mod schemas;

@@ -1,0 +1,155 @@
+//! The write side on three nodes: every node serves every app, schema and signature check with
+//! the same answer, whichever node holds the metadata or the shard.
+
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use basalt_client::signing::{self, Formula, SignedKeys};
+
+use super::common::{assert_api_error, TestCluster};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_agree_on_apps_schemas_and_nonces() {
+    let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
+
+    // An app created through node 1 is usable at once through node 3.
+    let app = cluster.create_app(0, "Everywhere").await;
+    let on3 = cluster.app_client(2, &app);
+    let c = on3
+        .create_object("Thing", &json!({"n": 1}))
+        .await
+        .expect("write via node 3");
+    for i in 0..3 {
+        let o = cluster
+            .app_client(i, &app)
+            .get_object("Thing", &c.object_id)
+            .await
+            .unwrap();
+        assert_eq!(o.expect("visible")["n"], 1, "node {}", i + 1);
+    }
+
+    // Concurrent first writes of one new column with different types, through different
+    // nodes: exactly one type wins, and every later write of another type is refused.
+    let values = [json!(1), json!("one"), json!(true)];
+    let writes = (0..3).map(|i| {
+        let client = cluster.app_client(i, &app);
+        let v = values[i].clone();
+        async move { client.create_object("Race", &json!({ "col": v })).await }
+    });
+    let results = futures::future::join_all(writes).await;
+    let won: Vec<usize> = (0..3).filter(|&i| results[i].is_ok()).collect();
+    assert_eq!(won.len(), 1, "exactly one type wins: {results:?}");
+    for (i, r) in results.iter().enumerate() {
+        if let Err(e) = r {
+            assert_eq!(e.code(), Some(111), "node {}: {e}", i + 1);
+        }
+    }
+    let schema = cluster
+        .app_client(1, &app)
+        .request(Method::GET, "/1/schemas/Race", None, true)
+        .await
+        .unwrap()
+        .body;
+    let want = ["Number", "String", "Bool"][won[0]];
+    assert_eq!(schema["fields"]["col"]["type"], want);
+
+    // A signed request's nonce is refused on every node once used on one.
+    let keys = SignedKeys::new(
+        app["secretKey"].as_str().unwrap(),
+        app["safeToken"].as_str().unwrap(),
+        Formula::JsSdk,
+    );
+    let nonce = signing::new_nonce();
+    let ts = signing::timestamp_now(Formula::JsSdk);
+    let send = |node: usize| {
+        let url = format!("http://{}/1/classes/Thing", cluster.nodes[node].http);
+        let headers = signing::sign(&keys, "/1/classes/Thing", b"", &ts, &nonce);
+        async move {
+            let mut req = reqwest::Client::new().get(url);
+            for (name, value) in headers {
+                req = req.header(format!("X-Service-{name}"), value);
+            }
+            req.send().await.unwrap().status().as_u16()
+        }
+    };
+    assert_eq!(send(0).await, 200);
+    assert_eq!(send(1).await, 401, "replayed on node 2");
+    assert_eq!(send(2).await, 401, "replayed on node 3");
+
+    // A batch through node 2 touches every shard; deleting the class through node 3 removes
+    // the objects on every shard.
+    let ops: Vec<Value> = (0..40)
+        .map(|i| json!({"method": "POST", "path": "/1/classes/Spread", "body": {"i": i}}))
+        .collect();
+    let r = cluster
+        .app_client(1, &app)
+        .request(
+            Method::POST,
+            "/1/batch",
+            Some(&json!({ "requests": ops })),
+            false,
+        )
+        .await
+        .unwrap();
+    let groups: std::collections::HashSet<u32> = {
+        let ids: Vec<String> = r
+            .body
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["success"]["objectId"].as_str().unwrap().to_string())
+            .collect();
+        let mut g = std::collections::HashSet::new();
+        for id in ids {
+            let resp = cluster
+                .app_client(0, &app)
+                .update_object("Spread", &id, &json!({"seen": true}))
+                .await
+                .unwrap();
+            g.insert(resp.group.unwrap());
+        }
+        g
+    };
+    assert!(
+        groups.len() >= 3,
+        "40 objects spread over the shards: {groups:?}"
+    );
+    let master3 = cluster.app_client(2, &app);
+    master3
+        .request(Method::DELETE, "/1/schemas/Spread", None, true)
+        .await
+        .expect("drop");
+    for i in 0..3 {
+        let n = cluster
+            .app_client(i, &app)
+            .query("Spread", &[("count", "1"), ("limit", "0")])
+            .await
+            .unwrap();
+        assert_eq!(n["count"], 0, "node {}", i + 1);
+    }
+
+    // Disabling the app through node 1 disables it everywhere.
+    cluster
+        .console_client(0)
+        .request(
+            Method::PUT,
+            &format!("/1/apps/{}", app["applicationId"].as_str().unwrap()),
+            Some(&json!({"status": 0})),
+            false,
+        )
+        .await
+        .unwrap();
+    for i in 0..3 {
+        let client = cluster.app_client(i, &app);
+        let mut last = client.query("Thing", &[]).await;
+        // A follower's metadata replica may lag by a heartbeat.
+        for _ in 0..50 {
+            if last.as_ref().err().and_then(|e| e.code()) == Some(10008) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            last = client.query("Thing", &[]).await;
+        }
+        assert_api_error(last, 400, 10008, &format!("node {}", i + 1));
+    }
+}
