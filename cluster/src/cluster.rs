@@ -422,18 +422,30 @@ impl Cluster {
             .map_err(|e| Error::Internal(e.to_string()))?
     }
 
-    /// Reads one object, linearizably.
+    /// Reads one object, linearizably (no access check: the service's own reads).
     pub async fn get_object(
         &self,
         app: &str,
         class: &str,
         object_id: &str,
     ) -> Result<Option<Value>> {
+        self.get_object_as(app, class, object_id, None).await
+    }
+
+    /// Reads one object as `principals` would see it: absent when they may not read it.
+    pub async fn get_object_as(
+        &self,
+        app: &str,
+        class: &str,
+        object_id: &str,
+        principals: Option<Vec<String>>,
+    ) -> Result<Option<Value>> {
         let group = self.shard_for(app, class, object_id);
         let req = ReadRequest::GetObject {
             app: app.into(),
             class: class.into(),
             object_id: object_id.into(),
+            principals,
         };
         match self.read(group, req).await? {
             ReadResponse::Object(o) => Ok(o),
@@ -441,6 +453,50 @@ impl Cluster {
                 "unexpected read response {other:?}"
             ))),
         }
+    }
+
+    /// Reads one object as stored, internal fields included, linearizably.
+    pub async fn get_stored_object(
+        &self,
+        app: &str,
+        class: &str,
+        object_id: &str,
+    ) -> Result<Option<crate::object::StoredObject>> {
+        let group = self.shard_for(app, class, object_id);
+        let req = ReadRequest::GetStoredObject {
+            app: app.into(),
+            class: class.into(),
+            object_id: object_id.into(),
+        };
+        match self.read(group, req).await? {
+            ReadResponse::Stored(o) => Ok(o),
+            other => Err(Error::Internal(format!(
+                "unexpected read response {other:?}"
+            ))),
+        }
+    }
+
+    /// Compare-and-set of a record of `group` (see `Command::CasRecord`); `Conflict` when the
+    /// live value is not `expected`.
+    pub async fn cas_record(
+        &self,
+        group: GroupId,
+        ns: &str,
+        key: &str,
+        expected: Option<Value>,
+        value: Option<Value>,
+    ) -> Result<Proposed> {
+        self.propose(
+            group,
+            Command::CasRecord {
+                ns: ns.into(),
+                key: key.into(),
+                expected,
+                value,
+                now_ms: now_ms(),
+            },
+        )
+        .await
     }
 
     /// Scans a class on every shard concurrently and merges the results. Any shard that fails

@@ -25,19 +25,24 @@ pub enum Command {
         now_ms: i64,
         updates: Vec<FieldUpdate>,
     },
-    /// Apply updates to an existing object.
+    /// Apply updates to an existing object. With `principals`, the object's ACL must grant
+    /// one of them write access (else the object is treated as absent); `None` checks nothing.
     UpdateObject {
         app: String,
         class: String,
         object_id: String,
         now_ms: i64,
         updates: Vec<FieldUpdate>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        principals: Option<Vec<String>>,
     },
-    /// Delete an object.
+    /// Delete an object (`principals` as for `UpdateObject`).
     DeleteObject {
         app: String,
         class: String,
         object_id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        principals: Option<Vec<String>>,
     },
     /// Write a record (metadata, tokens, codes) in namespace `ns`, optionally expiring.
     PutRecord {
@@ -65,6 +70,16 @@ pub enum Command {
         ns: String,
         key: String,
         members: serde_json::Map<String, Value>,
+    },
+    /// Compare-and-set a record: applies only when the live value (unexpired at `now_ms`)
+    /// equals `expected` (`None`: absent); `value` `None` deletes. Rejected with `Conflict`
+    /// otherwise. Used for uniqueness reservations.
+    CasRecord {
+        ns: String,
+        key: String,
+        expected: Option<Value>,
+        value: Option<Value>,
+        now_ms: i64,
     },
     /// Metadata group: admit a write's column requirements into the class schema, adding new
     /// columns; creates the class when `may_create_class`, else rejects an unknown class.
@@ -122,6 +137,7 @@ impl fmt::Display for Command {
                 app,
                 class,
                 object_id,
+                ..
             } => {
                 write!(f, "DeleteObject({app}/{class}/{object_id})")
             }
@@ -130,6 +146,7 @@ impl fmt::Display for Command {
             Command::ExpireRecords { now_ms } => write!(f, "ExpireRecords({now_ms})"),
             Command::InsertRecord { ns, key, .. } => write!(f, "InsertRecord({ns}/{key})"),
             Command::MergeRecord { ns, key, .. } => write!(f, "MergeRecord({ns}/{key})"),
+            Command::CasRecord { ns, key, .. } => write!(f, "CasRecord({ns}/{key})"),
             Command::EnsureColumns { app, class, .. } => write!(f, "EnsureColumns({app}/{class})"),
             Command::CreateClass { app, class, .. } => write!(f, "CreateClass({app}/{class})"),
             Command::AlterClass { app, class, .. } => write!(f, "AlterClass({app}/{class})"),
@@ -169,16 +186,25 @@ pub enum CommandResult {
 /// A read served by a group's leader after it confirmed its leadership (read index).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ReadRequest {
+    /// An object; absent when `principals` may not read it.
     GetObject {
         app: String,
         class: String,
         object_id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        principals: Option<Vec<String>>,
     },
     GetRecord {
         ns: String,
         key: String,
     },
     ScanObjects(ScanRequest),
+    /// An object as stored, internal fields included (for the service's own checks).
+    GetStoredObject {
+        app: String,
+        class: String,
+        object_id: String,
+    },
     /// Live records of a namespace whose key starts with `prefix`.
     ListRecords {
         ns: String,
@@ -193,6 +219,7 @@ pub enum ReadResponse {
     Record(Option<Value>),
     /// `(key, value)` of each listed record, in key order.
     Records(Vec<(String, Value)>),
+    Stored(Option<crate::object::StoredObject>),
     /// The shard's rows for a scan: at most `skip + limit`, in the requested order, and the
     /// number of matching objects on the shard.
     Scan {

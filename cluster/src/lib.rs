@@ -11,6 +11,7 @@
 //! `placement` keeps each group's replicas on the right nodes and `scheduler` runs timed work
 //! on the metadata group's leader.
 
+pub mod acl;
 pub mod admin;
 pub mod cluster;
 pub mod command;

@@ -3,6 +3,7 @@
 
 use serde_json::Value;
 
+use crate::acl::{allows, Access};
 use crate::command::{ReadRequest, ReadResponse};
 use crate::error::Result;
 use crate::ids::GroupId;
@@ -23,13 +24,26 @@ pub fn serve_read(
             app,
             class,
             object_id,
+            principals,
         } => {
             let obj = store
                 .get(CF_SM, &keys::object_key(group, app, class, object_id))?
-                .map(|b| StoredObject::decode(&b).map(|o| o.render(object_id)))
-                .transpose()?;
+                .map(|b| StoredObject::decode(&b))
+                .transpose()?
+                .filter(|o| allows(&o.fields, principals.as_deref(), Access::Read))
+                .map(|o| o.render(object_id));
             ReadResponse::Object(obj)
         }
+        ReadRequest::GetStoredObject {
+            app,
+            class,
+            object_id,
+        } => ReadResponse::Stored(
+            store
+                .get(CF_SM, &keys::object_key(group, app, class, object_id))?
+                .map(|b| StoredObject::decode(&b))
+                .transpose()?,
+        ),
         ReadRequest::GetRecord { ns, key } => {
             ReadResponse::Record(get_record(store, group, ns, key, now_ms)?)
         }

@@ -43,7 +43,9 @@ impl StoredObject {
     /// reserved fields.
     pub fn render(&self, object_id: &str) -> Value {
         let mut out = Map::with_capacity(self.fields.len() + 3);
-        for (k, v) in &self.fields {
+        // Fields named with a leading underscore are the service's own (a user's password hash
+        // and sessions); clients can never write or see them.
+        for (k, v) in self.fields.iter().filter(|(k, _)| !k.starts_with('_')) {
             out.insert(k.clone(), render_value(v));
         }
         out.insert("objectId".into(), Value::String(object_id.to_string()));
@@ -175,6 +177,16 @@ mod tests {
         assert_eq!(v["createdAt"], "2023-11-14 22:13:20");
         assert_eq!(v["updatedAt"], "2023-11-14 22:14:20");
         assert_eq!(v["score"], 5);
+    }
+
+    #[test]
+    fn internal_fields_are_not_rendered() {
+        let mut o = StoredObject::new(0);
+        o.fields.insert("_password".into(), json!("hash"));
+        o.fields.insert("name".into(), json!("n"));
+        let v = o.render("x");
+        assert!(v.get("_password").is_none());
+        assert_eq!(v["name"], "n");
     }
 
     #[test]

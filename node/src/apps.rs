@@ -4,13 +4,12 @@
 //! just-created app has not reached it yet) by a linearizable read of the metadata group.
 //! Console passwords are stored as argon2 hashes, never in plain text.
 
-use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
-use argon2::Argon2;
 use basalt_cluster::ids::META_GROUP;
 use basalt_cluster::Cluster;
 use serde::{Deserialize, Serialize};
 
 use crate::api::error::ApiError;
+pub use crate::auth::password::{hash_password, verify_password};
 
 /// Record namespace of apps (keyed by applicationId).
 pub const NS_APP: &str = "app";
@@ -93,25 +92,6 @@ impl AppRecord {
         }
         v
     }
-}
-
-pub fn hash_password(password: &str) -> Result<String, ApiError> {
-    let salt = SaltString::encode_b64(&rand::random::<[u8; 16]>())
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
-    Argon2::default()
-        .hash_password(password.as_bytes(), &salt)
-        .map(|h| h.to_string())
-        .map_err(|e| ApiError::Internal(e.to_string()))
-}
-
-pub fn verify_password(password: &str, hash: &str) -> bool {
-    PasswordHash::new(hash)
-        .map(|h| {
-            Argon2::default()
-                .verify_password(password.as_bytes(), &h)
-                .is_ok()
-        })
-        .unwrap_or(false)
 }
 
 /// Finds an app by applicationId.
@@ -231,14 +211,6 @@ pub async fn put_account(cluster: &Cluster, email: &str, password: &str) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn passwords_are_hashed_and_verified() {
-        let h = hash_password("s3cret").unwrap();
-        assert!(!h.contains("s3cret"));
-        assert!(verify_password("s3cret", &h));
-        assert!(!verify_password("wrong", &h));
-    }
 
     #[test]
     fn generated_keys_have_their_lengths() {

@@ -17,3 +17,4 @@ pub mod dev;
 pub mod pointers;
 pub mod serve;
 pub mod server;
+pub mod users;

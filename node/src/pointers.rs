@@ -2,7 +2,7 @@
 //! (spec 2.2 and 4.3), one level deep.
 //!
 //! Used by the object handlers after a get or a query. Targets are read linearizably from their
-//! shards, each distinct target once, concurrently. An expanded value is the whole object with
+//! shards, each distinct target once, concurrently, with the caller's principals. An expanded value is the whole object with
 //! `__type: "Object"` and its `className`; a pointer whose target is gone stays a Pointer.
 
 use std::collections::HashMap;
@@ -68,12 +68,14 @@ fn pointers_of<'a>(v: &'a Value, out: &mut Vec<(&'a str, &'a str)>) {
     }
 }
 
-/// Expands the included keys of every object in `objects`.
+/// Expands the included keys of every object in `objects`, as `principals` may read them (a
+/// target they may not read stays a Pointer).
 pub async fn expand(
     cluster: &Cluster,
     app: &str,
     objects: &mut [Value],
     include: &[IncludeKey],
+    principals: Option<Vec<String>>,
 ) -> Result<(), ApiError> {
     if include.is_empty() {
         return Ok(());
@@ -93,7 +95,9 @@ pub async fn expand(
             }
         }
     }
-    let reads = wanted.iter().map(|(c, id)| cluster.get_object(app, c, id));
+    let reads = wanted
+        .iter()
+        .map(|(c, id)| cluster.get_object_as(app, c, id, principals.clone()));
     let mut targets: HashMap<(String, String), Value> = HashMap::new();
     for (t, r) in wanted.iter().zip(futures::future::join_all(reads).await) {
         if let Some(o) = r? {

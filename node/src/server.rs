@@ -1,5 +1,6 @@
-//! The HTTP server: the middleware stack (trailing-slash trimming, per-route latency metrics,
-//! body limit) around `api::routes()`, served until shutdown.
+//! The HTTP server: the middleware stack (path normalization: trailing slashes and system-class
+//! aliases; per-route latency metrics; body limit) around `api::routes()`, served until
+//! shutdown.
 //!
 //! The finished router is also handed to `AppState::router`, through which `/1/batch` runs its
 //! operations.
@@ -31,21 +32,46 @@ async fn observe(req: Request, next: Next) -> Response {
     resp
 }
 
-/// `/1/timestamp/` and `/1/classes/X/` address the same resources as without the slash
-/// (decisions.md). Runs before routing.
-fn trim_trailing_slash(mut req: Request) -> Request {
-    let path = req.uri().path();
-    if path.len() > 1 && path.ends_with('/') {
-        let trimmed = path.trim_end_matches('/');
-        let trimmed = if trimmed.is_empty() { "/" } else { trimmed };
+/// The path a client sent, before `normalize_path` rewrote it (a signature covers it).
+#[derive(Debug, Clone)]
+pub struct SentPath(pub String);
+
+/// System classes addressed as classes, and the endpoints they stand for (decisions.md).
+const CLASS_ALIASES: [(&str, &str); 3] = [
+    ("/1/classes/_User", "/1/users"),
+    ("/1/classes/_Role", "/1/roles"),
+    ("/1/classes/_Installation", "/1/installations"),
+];
+
+/// The path routed for a sent path: without trailing slashes (`/1/timestamp/`), and with
+/// `/1/classes/_User[/<id>]` as `/1/users[/<id>]` (likewise `_Role`, `_Installation`).
+pub fn routed_path(path: &str) -> String {
+    let trimmed = path.trim_end_matches('/');
+    let trimmed = if trimmed.is_empty() { "/" } else { trimmed };
+    for (alias, target) in CLASS_ALIASES {
+        if let Some(rest) = trimmed.strip_prefix(alias) {
+            if rest.is_empty() || rest.starts_with('/') {
+                return format!("{target}{rest}");
+            }
+        }
+    }
+    trimmed.to_string()
+}
+
+/// Rewrites a request's path to its routed form (runs before routing), keeping the sent one.
+fn normalize_path(mut req: Request) -> Request {
+    let sent = req.uri().path().to_string();
+    let routed = routed_path(&sent);
+    if routed != sent {
         let rebuilt = match req.uri().query() {
-            Some(q) => format!("{trimmed}?{q}"),
-            None => trimmed.to_string(),
+            Some(q) => format!("{routed}?{q}"),
+            None => routed,
         };
         if let Ok(uri) = rebuilt.parse::<Uri>() {
             *req.uri_mut() = uri;
         }
     }
+    req.extensions_mut().insert(SentPath(sent));
     req
 }
 
@@ -64,7 +90,7 @@ pub async fn serve(
     state: AppState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let service = tower::util::MapRequestLayer::new(trim_trailing_slash).layer(app(state));
+    let service = tower::util::MapRequestLayer::new(normalize_path).layer(app(state));
     axum::serve(
         listener,
         <_ as ServiceExt<Request>>::into_make_service(service),
@@ -78,19 +104,28 @@ pub async fn serve(
 mod tests {
     use super::*;
 
-    fn trimmed(uri: &str) -> String {
+    fn routed(uri: &str) -> String {
         let req = Request::builder()
             .uri(uri)
             .body(axum::body::Body::empty())
             .unwrap();
-        trim_trailing_slash(req).uri().to_string()
+        normalize_path(req).uri().to_string()
     }
 
     #[test]
     fn trailing_slashes_are_trimmed_and_queries_kept() {
-        assert_eq!(trimmed("/1/timestamp/"), "/1/timestamp");
-        assert_eq!(trimmed("/1/classes/A//?limit=1"), "/1/classes/A?limit=1");
-        assert_eq!(trimmed("/"), "/");
-        assert_eq!(trimmed("/1/classes/A"), "/1/classes/A");
+        assert_eq!(routed("/1/timestamp/"), "/1/timestamp");
+        assert_eq!(routed("/1/classes/A//?limit=1"), "/1/classes/A?limit=1");
+        assert_eq!(routed("/"), "/");
+        assert_eq!(routed("/1/classes/A"), "/1/classes/A");
+    }
+
+    #[test]
+    fn system_classes_are_aliases_of_their_endpoints() {
+        assert_eq!(routed("/1/classes/_User"), "/1/users");
+        assert_eq!(routed("/1/classes/_User/abc?x=1"), "/1/users/abc?x=1");
+        assert_eq!(routed("/1/classes/_Role/r1"), "/1/roles/r1");
+        assert_eq!(routed("/1/classes/_Installation/"), "/1/installations");
+        assert_eq!(routed("/1/classes/_Users"), "/1/classes/_Users");
     }
 }

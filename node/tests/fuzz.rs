@@ -140,6 +140,7 @@ proptest! {
                     object_id: "0123456789".into(),
                     now_ms: 1,
                     updates: updates.clone(),
+                    principals: Some(vec!["*".into()]),
                 };
                 let bytes = serde_json::to_vec(&cmd).unwrap();
                 let back: Command = serde_json::from_slice(&bytes).unwrap();

@@ -28,6 +28,10 @@ pub struct ScanRequest {
     pub order: Vec<SortKey>,
     pub skip: usize,
     pub limit: usize,
+    /// The caller's principals: objects they may not read are skipped before counting and
+    /// paging. `None` (master key) sees everything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principals: Option<Vec<String>>,
 }
 
 impl ScanRequest {

@@ -4,6 +4,7 @@ use serde_json::Value;
 
 use super::eval::{compare_objects, matches_equals};
 use super::ScanRequest;
+use crate::acl::{allows, Access};
 use crate::error::Result;
 use crate::ids::GroupId;
 use crate::object::StoredObject;
@@ -23,7 +24,11 @@ pub fn scan_shard(store: &Store, group: GroupId, req: &ScanRequest) -> Result<(V
     let mut count = 0u64;
     store.scan(CF_SM, &prefix, &end, |k, v| {
         let object_id = String::from_utf8_lossy(&k[prefix.len()..]).into_owned();
-        let obj = StoredObject::decode(v)?.render(&object_id);
+        let stored = StoredObject::decode(v)?;
+        if !allows(&stored.fields, req.principals.as_deref(), Access::Read) {
+            return Ok(true);
+        }
+        let obj = stored.render(&object_id);
         if matches_equals(&obj, &req.equals) {
             count += 1;
             if keep > 0 {

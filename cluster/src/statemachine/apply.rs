@@ -9,6 +9,7 @@ use serde_json::Value;
 use super::apply_schema;
 use super::ops::apply_updates;
 use super::staged::Staged;
+use crate::acl::{allows, Access};
 use crate::command::{Command, CommandResult};
 use crate::error::{Error, Result};
 use crate::object::StoredObject;
@@ -50,12 +51,29 @@ pub fn apply_command(st: &mut Staged<'_>, cmd: Command) -> Result<CommandResult>
             object_id,
             now_ms,
             updates,
-        } => apply_update(st, &app, &class, &object_id, now_ms, &updates),
+            principals,
+        } => apply_update(
+            st,
+            &app,
+            &class,
+            &object_id,
+            now_ms,
+            &updates,
+            principals.as_deref(),
+        ),
         Command::DeleteObject {
             app,
             class,
             object_id,
-        } => apply_delete(st, &app, &class, &object_id),
+            principals,
+        } => apply_delete(st, &app, &class, &object_id, principals.as_deref()),
+        Command::CasRecord {
+            ns,
+            key,
+            expected,
+            value,
+            now_ms,
+        } => apply_cas_record(st, &ns, &key, expected, value, now_ms),
         Command::PutRecord {
             ns,
             key,
@@ -140,17 +158,28 @@ fn apply_update(
     object_id: &str,
     now_ms: i64,
     updates: &[FieldUpdate],
+    principals: Option<&[String]>,
 ) -> Result<CommandResult> {
     let key = keys::object_key(st.group, app, class, object_id);
     let Some(bytes) = st.get(&key)? else {
         return Ok(CommandResult::Rejected(Error::ObjectNotFound));
     };
     let mut obj = StoredObject::decode(&bytes)?;
+    // A caller without write access sees the object as absent.
+    if !allows(&obj.fields, principals, Access::Write) {
+        return Ok(CommandResult::Rejected(Error::ObjectNotFound));
+    }
     if let Err(e) = apply_updates(&mut obj.fields, updates) {
         return Ok(CommandResult::Rejected(e));
     }
-    // Timestamps never go backwards, even if proposers' clocks differ.
-    obj.updated_ms = now_ms.max(obj.updated_ms);
+    // Timestamps never go backwards, even if proposers' clocks differ. Changes to internal
+    // fields only (a login adding a session) are not changes a client sees.
+    if updates
+        .iter()
+        .any(|u| !u.path.first().is_some_and(|c| c.starts_with('_')))
+    {
+        obj.updated_ms = now_ms.max(obj.updated_ms);
+    }
     st.put(key, obj.encode()?);
     Ok(CommandResult::Updated {
         updated_ms: obj.updated_ms,
@@ -162,9 +191,17 @@ fn apply_delete(
     app: &str,
     class: &str,
     object_id: &str,
+    principals: Option<&[String]>,
 ) -> Result<CommandResult> {
     let key = keys::object_key(st.group, app, class, object_id);
-    if st.get(&key)?.is_none() {
+    let Some(bytes) = st.get(&key)? else {
+        return Ok(CommandResult::Rejected(Error::ObjectNotFound));
+    };
+    if !allows(
+        &StoredObject::decode(&bytes)?.fields,
+        principals,
+        Access::Write,
+    ) {
         return Ok(CommandResult::Rejected(Error::ObjectNotFound));
     }
     st.delete(key);
@@ -241,6 +278,26 @@ fn apply_insert_record(
         ))));
     }
     apply_put_record(st, ns, key, value, expires_at_ms)
+}
+
+fn apply_cas_record(
+    st: &mut Staged<'_>,
+    ns: &str,
+    key: &str,
+    expected: Option<Value>,
+    value: Option<Value>,
+    now_ms: i64,
+) -> Result<CommandResult> {
+    let current = live_record(st, ns, key, Some(now_ms))?.map(|r| r.value);
+    if current != expected {
+        return Ok(CommandResult::Rejected(Error::Conflict(format!(
+            "{ns} {key} changed"
+        ))));
+    }
+    match value {
+        Some(v) => apply_put_record(st, ns, key, v, None),
+        None => apply_delete_record(st, ns, key),
+    }
 }
 
 fn apply_merge_record(
@@ -361,6 +418,7 @@ mod tests {
             object_id: id.into(),
             now_ms: now,
             updates: parse_updates(body.as_object().unwrap()).unwrap(),
+            principals: None,
         }
     }
 
@@ -428,6 +486,7 @@ mod tests {
                 app: "a".into(),
                 class: "C".into(),
                 object_id: "nope".into(),
+                principals: None,
             },
         )
         .unwrap();

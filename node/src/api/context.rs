@@ -71,9 +71,13 @@ async fn authenticated(state: AppState, req: Request, next: Next, need_master: b
     } else {
         (Bytes::new(), Some(body))
     };
+    let sent = parts
+        .extensions
+        .get::<crate::server::SentPath>()
+        .map(|p| p.0.clone());
     let creds = auth::Request {
         method: &parts.method,
-        path: parts.uri.path(),
+        path: sent.as_deref().unwrap_or(parts.uri.path()),
         headers: &parts.headers,
         body: &bytes,
     };

@@ -52,6 +52,22 @@ pub enum ApiError {
     BatchTooLarge(usize),
     #[error("this app is disabled.")]
     AppDisabled,
+    #[error("username or password incorrect.")]
+    LoginFailed,
+    #[error("{0}")]
+    MissingCredentials(String),
+    #[error("{0}")]
+    MissingLoginData(String),
+    #[error("username {0:?} already taken.")]
+    UsernameTaken(String),
+    #[error("email {0:?} already taken.")]
+    EmailTaken(String),
+    #[error("mobilePhoneNumber {0:?} already taken.")]
+    PhoneTaken(String),
+    #[error("this user cannot be changed without its session token or the master key.")]
+    SessionRequired,
+    #[error("old password incorrect.")]
+    WrongOldPassword,
     #[error("the app name must be shorter than 30 characters.")]
     AppNameTooLong,
     #[error("this request needs the app's master key.")]
@@ -108,6 +124,14 @@ impl ApiError {
             ApiError::BatchInvalidRequest(_) => 113,
             ApiError::BatchTooLarge(_) => 114,
             ApiError::AppDisabled => 10008,
+            ApiError::LoginFailed => 101,
+            ApiError::MissingCredentials(_) => 108,
+            ApiError::MissingLoginData(_) => 109,
+            ApiError::UsernameTaken(_) => 202,
+            ApiError::EmailTaken(_) => 203,
+            ApiError::PhoneTaken(_) => 209,
+            ApiError::SessionRequired => 206,
+            ApiError::WrongOldPassword => 210,
             ApiError::AppNameTooLong => 10032,
             ApiError::MasterKeyRequired => 10061,
             ApiError::ClassNameMismatch(_) => 10062,
@@ -128,7 +152,9 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
-            ApiError::ObjectNotFound(_) | ApiError::RouteNotFound => StatusCode::NOT_FOUND,
+            ApiError::ObjectNotFound(_) | ApiError::LoginFailed | ApiError::RouteNotFound => {
+                StatusCode::NOT_FOUND
+            }
             ApiError::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Unavailable(_) | ApiError::Timeout(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -242,6 +268,14 @@ mod tests {
             (ApiError::BatchInvalidRequest("x".into()), 400, 113),
             (ApiError::BatchTooLarge(50), 400, 114),
             (ApiError::AppDisabled, 400, 10008),
+            (ApiError::LoginFailed, 404, 101),
+            (ApiError::MissingCredentials("x".into()), 400, 108),
+            (ApiError::MissingLoginData("x".into()), 400, 109),
+            (ApiError::UsernameTaken("x".into()), 400, 202),
+            (ApiError::EmailTaken("x".into()), 400, 203),
+            (ApiError::PhoneTaken("x".into()), 400, 209),
+            (ApiError::SessionRequired, 400, 206),
+            (ApiError::WrongOldPassword, 400, 210),
             (ApiError::AppNameTooLong, 400, 10032),
             (ApiError::MasterKeyRequired, 400, 10061),
             (ApiError::ClassNameMismatch("x".into()), 400, 10062),

@@ -14,9 +14,10 @@ pub mod objects;
 pub mod ops;
 pub mod schemas;
 pub mod timestamp;
+pub mod users;
 
 use axum::middleware::from_fn_with_state;
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::Router;
 
 use context::{require_app, require_master, AppState};
@@ -34,6 +35,27 @@ pub fn routes(state: AppState) -> Router {
                 .put(objects::update_object)
                 .delete(objects::delete_object),
         )
+        // Users (spec 4.5); `/1/classes/_User` is rewritten to `/1/users` before routing.
+        .route("/1/users", get(users::query_users).post(users::sign_up))
+        .route(
+            "/1/users/{id}",
+            get(users::get_user)
+                .put(users::update_user)
+                .delete(users::delete_user),
+        )
+        .route(
+            "/1/login",
+            get(users::log_in_by_query).post(users::log_in_by_body),
+        )
+        .route(
+            "/1/updateUserPassword/{id}",
+            post(users::update_user_password).put(users::update_user_password),
+        )
+        .route(
+            "/1/updatePassword/{id}",
+            put(users::update_user_password).post(users::update_user_password),
+        )
+        .route("/1/checkSession/{id}", get(users::check_session))
         .route("/1/batch", post(batch::run_batch))
         .route("/1/timestamp", get(timestamp::get_timestamp))
         .route_layer(from_fn_with_state(state.clone(), require_app));

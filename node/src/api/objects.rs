@@ -1,8 +1,11 @@
 //! Objects (spec 4.1): create, get, update, delete and list objects of a class.
 //!
-//! Handlers validate input, check the write against the class schema (`admit_write`), build a
-//! `Command` or `ScanRequest`, call the cluster and shape the JSON. Every write answers with the
-//! Raft log index that committed it in `X-Basalt-Version` (and its group in `X-Basalt-Group`).
+//! Handlers validate the path, then call the class-generic operations below (which the users
+//! endpoints reuse for `_User`): check the write against the class schema (`admit_write`),
+//! build a `Command` or `ScanRequest` carrying the caller's principals (ACLs are checked on the
+//! shard, atomically with the data), call the cluster and shape the JSON. Every write answers
+//! with the Raft log index that committed it in `X-Basalt-Version` (and its group in
+//! `X-Basalt-Group`).
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -21,6 +24,7 @@ use serde_json::{json, Value};
 use super::context::{body_bytes, host, json_object, ApiPath, ApiQuery, AppState, RequestCtx};
 use super::error::ApiError;
 use crate::pointers::{expand, parse_include};
+use crate::users::session::principals;
 
 /// Default and largest `limit` of a list (spec 4.3; a larger limit is capped), and the
 /// largest for an app on the enterprise plan.
@@ -34,12 +38,18 @@ fn class_name(class: &str) -> Result<(), ApiError> {
 
 /// An objectId that cannot exist (wrong characters or length) is simply not found; it never
 /// reaches the key layout.
-fn check_object_id(id: &str) -> Result<(), ApiError> {
+pub fn check_object_id(id: &str) -> Result<(), ApiError> {
     if is_object_id(id) {
         Ok(())
     } else {
         Err(ApiError::ObjectNotFound(id.chars().take(64).collect()))
     }
+}
+
+fn version_headers(resp: &mut Response, group: u32, p: &Proposed) {
+    let h = resp.headers_mut();
+    h.insert("x-basalt-version", HeaderValue::from(p.log_index));
+    h.insert("x-basalt-group", HeaderValue::from(group));
 }
 
 /// Checks a write against its class schema, fixing the types of new columns (111 on a type
@@ -59,10 +69,54 @@ pub async fn admit_write(
     Ok(())
 }
 
-fn version_headers(resp: &mut Response, group: u32, p: &Proposed) {
-    let h = resp.headers_mut();
-    h.insert("x-basalt-version", HeaderValue::from(p.log_index));
-    h.insert("x-basalt-group", HeaderValue::from(group));
+/// Creates an object of `class` with already-parsed updates (schema checked here); answers the
+/// new objectId, its creation time and the commit.
+pub async fn create_in(
+    state: &AppState,
+    ctx: &RequestCtx,
+    class: &str,
+    object_id: &str,
+    updates: Vec<FieldUpdate>,
+) -> Result<(i64, u32, Proposed), ApiError> {
+    admit_write(state, ctx, class, &updates).await?;
+    let now = now_ms();
+    let app = ctx.app.application_id.clone();
+    let group = state.cluster.shard_for(&app, class, object_id);
+    let cmd = Command::CreateObject {
+        app,
+        class: class.to_string(),
+        object_id: object_id.to_string(),
+        now_ms: now,
+        updates,
+    };
+    let p = state.cluster.propose(group, cmd).await?;
+    let created_ms = match p.result {
+        CommandResult::Created { created_ms, .. } => created_ms,
+        _ => now,
+    };
+    Ok((created_ms, group, p))
+}
+
+/// The 201 answer of a creation.
+pub fn created_response(
+    headers: &HeaderMap,
+    path: &str,
+    created_ms: i64,
+    object_id: &str,
+    extra: Option<(&str, Value)>,
+    group: u32,
+    p: &Proposed,
+) -> Response {
+    let mut body = json!({"createdAt": format_wire_time(created_ms), "objectId": object_id});
+    if let Some((k, v)) = extra {
+        body[k] = v;
+    }
+    let mut resp = (StatusCode::CREATED, Json(body)).into_response();
+    if let Ok(v) = HeaderValue::from_str(&format!("http://{}{path}", host(headers))) {
+        resp.headers_mut().insert("location", v);
+    }
+    version_headers(&mut resp, group, p);
+    resp
 }
 
 pub async fn create_object(
@@ -75,36 +129,42 @@ pub async fn create_object(
     class_name(&class)?;
     let body = json_object(&body_bytes(body, &state)?)?;
     let updates = parse_updates(&body)?;
-    admit_write(&state, &ctx, &class, &updates).await?;
     let object_id = new_object_id();
-    let now = now_ms();
-    let app = ctx.app.application_id;
-    let group = state.cluster.shard_for(&app, &class, &object_id);
-    let cmd = Command::CreateObject {
-        app,
-        class: class.clone(),
-        object_id: object_id.clone(),
-        now_ms: now,
-        updates,
-    };
-    let p = state.cluster.propose(group, cmd).await?;
-    let created_ms = match p.result {
-        CommandResult::Created { created_ms, .. } => created_ms,
-        _ => now,
-    };
-    let location = format!("http://{}/1/classes/{class}/{object_id}", host(&headers));
-    let body = json!({"createdAt": format_wire_time(created_ms), "objectId": object_id});
-    let mut resp = (StatusCode::CREATED, Json(body)).into_response();
-    if let Ok(v) = HeaderValue::from_str(&location) {
-        resp.headers_mut().insert("location", v);
-    }
-    version_headers(&mut resp, group, &p);
-    Ok(resp)
+    let (created_ms, group, p) = create_in(&state, &ctx, &class, &object_id, updates).await?;
+    let path = format!("/1/classes/{class}/{object_id}");
+    Ok(created_response(
+        &headers, &path, created_ms, &object_id, None, group, &p,
+    ))
 }
 
 #[derive(Debug, Default, Deserialize)]
 pub struct GetParams {
-    include: Option<String>,
+    pub include: Option<String>,
+}
+
+/// Reads an object as the caller may see it (101 when absent or not readable), expanding
+/// `include`d pointers.
+pub async fn get_in(
+    state: &AppState,
+    ctx: &RequestCtx,
+    class: &str,
+    object_id: &str,
+    include: Option<&str>,
+) -> Result<Value, ApiError> {
+    check_object_id(object_id)?;
+    let app = &ctx.app.application_id;
+    let who = principals(&state.cluster, ctx).await?;
+    let obj = state
+        .cluster
+        .get_object_as(app, class, object_id, who.clone())
+        .await
+        .map_err(|e| ApiError::from_cluster(e, object_id))?
+        .ok_or_else(|| ApiError::ObjectNotFound(object_id.to_string()))?;
+    let mut objs = [obj];
+    let include = parse_include(include.unwrap_or(""));
+    expand(&state.cluster, app, &mut objs, &include, who).await?;
+    let [obj] = objs;
+    Ok(obj)
 }
 
 pub async fn get_object(
@@ -114,19 +174,44 @@ pub async fn get_object(
     ApiQuery(params): ApiQuery<GetParams>,
 ) -> Result<Json<Value>, ApiError> {
     class_name(&class)?;
-    check_object_id(&object_id)?;
-    let app = &ctx.app.application_id;
-    let obj = state
-        .cluster
-        .get_object(app, &class, &object_id)
-        .await
-        .map_err(|e| ApiError::from_cluster(e, &object_id))?
-        .ok_or_else(|| ApiError::ObjectNotFound(object_id.clone()))?;
-    let mut objs = [obj];
-    let include = parse_include(params.include.as_deref().unwrap_or(""));
-    expand(&state.cluster, app, &mut objs, &include).await?;
-    let [obj] = objs;
+    let obj = get_in(&state, &ctx, &class, &object_id, params.include.as_deref()).await?;
     Ok(Json(obj))
+}
+
+/// Applies updates to an object the caller may write (101 otherwise); `principals` `None`
+/// writes without an ACL check (the master key, or the users endpoints after their own check).
+pub async fn update_in(
+    state: &AppState,
+    ctx: &RequestCtx,
+    class: &str,
+    object_id: &str,
+    updates: Vec<FieldUpdate>,
+    principals: Option<Vec<String>>,
+) -> Result<Response, ApiError> {
+    check_object_id(object_id)?;
+    admit_write(state, ctx, class, &updates).await?;
+    let app = ctx.app.application_id.clone();
+    let group = state.cluster.shard_for(&app, class, object_id);
+    let cmd = Command::UpdateObject {
+        app,
+        class: class.to_string(),
+        object_id: object_id.to_string(),
+        now_ms: now_ms(),
+        updates,
+        principals,
+    };
+    let p = state
+        .cluster
+        .propose(group, cmd)
+        .await
+        .map_err(|e| ApiError::from_cluster(e, object_id))?;
+    let updated_ms = match p.result {
+        CommandResult::Updated { updated_ms } => updated_ms,
+        _ => now_ms(),
+    };
+    let mut resp = Json(json!({"updatedAt": format_wire_time(updated_ms)})).into_response();
+    version_headers(&mut resp, group, &p);
+    Ok(resp)
 }
 
 pub async fn update_object(
@@ -139,26 +224,33 @@ pub async fn update_object(
     check_object_id(&object_id)?;
     let body = json_object(&body_bytes(body, &state)?)?;
     let updates = parse_updates(&body)?;
-    admit_write(&state, &ctx, &class, &updates).await?;
-    let app = ctx.app.application_id;
-    let group = state.cluster.shard_for(&app, &class, &object_id);
-    let cmd = Command::UpdateObject {
+    let who = principals(&state.cluster, &ctx).await?;
+    update_in(&state, &ctx, &class, &object_id, updates, who).await
+}
+
+/// Deletes an object the caller may write (101 otherwise; `principals` as for `update_in`).
+pub async fn delete_in(
+    state: &AppState,
+    ctx: &RequestCtx,
+    class: &str,
+    object_id: &str,
+    principals: Option<Vec<String>>,
+) -> Result<Response, ApiError> {
+    check_object_id(object_id)?;
+    let app = ctx.app.application_id.clone();
+    let group = state.cluster.shard_for(&app, class, object_id);
+    let cmd = Command::DeleteObject {
         app,
-        class,
-        object_id: object_id.clone(),
-        now_ms: now_ms(),
-        updates,
+        class: class.to_string(),
+        object_id: object_id.to_string(),
+        principals,
     };
     let p = state
         .cluster
         .propose(group, cmd)
         .await
-        .map_err(|e| ApiError::from_cluster(e, &object_id))?;
-    let updated_ms = match p.result {
-        CommandResult::Updated { updated_ms } => updated_ms,
-        _ => now_ms(),
-    };
-    let mut resp = Json(json!({"updatedAt": format_wire_time(updated_ms)})).into_response();
+        .map_err(|e| ApiError::from_cluster(e, object_id))?;
+    let mut resp = Json(json!({"msg": "ok"})).into_response();
     version_headers(&mut resp, group, &p);
     Ok(resp)
 }
@@ -169,22 +261,8 @@ pub async fn delete_object(
     ApiPath((class, object_id)): ApiPath<(String, String)>,
 ) -> Result<Response, ApiError> {
     class_name(&class)?;
-    check_object_id(&object_id)?;
-    let app = ctx.app.application_id;
-    let group = state.cluster.shard_for(&app, &class, &object_id);
-    let cmd = Command::DeleteObject {
-        app,
-        class,
-        object_id: object_id.clone(),
-    };
-    let p = state
-        .cluster
-        .propose(group, cmd)
-        .await
-        .map_err(|e| ApiError::from_cluster(e, &object_id))?;
-    let mut resp = Json(json!({"msg": "ok"})).into_response();
-    version_headers(&mut resp, group, &p);
-    Ok(resp)
+    let who = principals(&state.cluster, &ctx).await?;
+    delete_in(&state, &ctx, &class, &object_id, who).await
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -209,15 +287,15 @@ fn parse_count(name: &str, v: &Option<String>) -> Result<Option<usize>, ApiError
         .map(|o| o.map(|n| n.max(0) as usize))
 }
 
-/// Lists a class: `where` with plain equality constraints, `order`, `skip`, `limit` (default
-/// 100, capped at 500) and `count=1`. The full operator set comes with the query engine.
-pub async fn query_objects(
-    State(state): State<AppState>,
-    ctx: RequestCtx,
-    ApiPath(class): ApiPath<String>,
-    ApiQuery(params): ApiQuery<ListParams>,
-) -> Result<Json<Value>, ApiError> {
-    class_name(&class)?;
+/// Lists a class as the caller may see it: `where` with plain equality constraints, `order`,
+/// `skip`, `limit` (default 100, capped at 500) and `count=1`; objects the caller may not read
+/// are left out before paging and counting. The full operator set comes with the query engine.
+pub async fn list_in(
+    state: &AppState,
+    ctx: &RequestCtx,
+    class: &str,
+    params: ListParams,
+) -> Result<Value, ApiError> {
     let equals = match params
         .filter
         .as_deref()
@@ -236,6 +314,7 @@ pub async fn query_objects(
     };
     if let Some((k, _)) = equals.iter().find(|(k, v)| {
         k.starts_with('$')
+            || k.starts_with('_')
             || v.as_object()
                 .is_some_and(|o| o.keys().any(|k| k.starts_with('$')))
     }) {
@@ -253,21 +332,39 @@ pub async fn query_objects(
         .min(max);
     let skip = parse_count("skip", &params.skip)?.unwrap_or(0);
     let with_count = params.count.as_deref() == Some("1");
+    let who = principals(&state.cluster, ctx).await?;
     let req = ScanRequest {
-        app: ctx.app.application_id,
-        class,
+        app: ctx.app.application_id.clone(),
+        class: class.to_string(),
         equals,
         order: ScanRequest::parse_order(params.order.as_deref().unwrap_or("")),
         skip,
         limit,
+        principals: who.clone(),
     };
-    let app = req.app.clone();
     let (mut rows, count) = state.cluster.scan_objects(req).await?;
     let include = parse_include(params.include.as_deref().unwrap_or(""));
-    expand(&state.cluster, &app, &mut rows, &include).await?;
+    expand(
+        &state.cluster,
+        &ctx.app.application_id,
+        &mut rows,
+        &include,
+        who,
+    )
+    .await?;
     let mut out = json!({"results": rows});
     if with_count {
         out["count"] = json!(count);
     }
-    Ok(Json(out))
+    Ok(out)
+}
+
+pub async fn query_objects(
+    State(state): State<AppState>,
+    ctx: RequestCtx,
+    ApiPath(class): ApiPath<String>,
+    ApiQuery(params): ApiQuery<ListParams>,
+) -> Result<Json<Value>, ApiError> {
+    class_name(&class)?;
+    Ok(Json(list_in(&state, &ctx, &class, params).await?))
 }

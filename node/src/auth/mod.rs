@@ -6,6 +6,7 @@
 //! request is claimed cluster-wide with an `InsertRecord` on the shard that owns it, so a
 //! replay is refused on every node for the whole freshness window.
 
+pub mod password;
 pub mod signature;
 
 use axum::http::{HeaderMap, HeaderName, Method};

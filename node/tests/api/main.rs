@@ -6,6 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod acl;
 mod apps;
 mod auth;
 mod batch;
@@ -13,3 +14,4 @@ mod multi_node;
 mod objects;
 mod ops;
 mod schemas;
+mod users;

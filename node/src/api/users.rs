@@ -1,0 +1,397 @@
+//! Users (spec 4.5, 2.3): register, log in, read, list, update, delete, change the password and
+//! check a session. `/1/classes/_User[/<id>]` is rewritten to these paths before routing.
+//!
+//! A user is an object of `_User` (read and listed through the object operations, with ACLs);
+//! what is particular to users — password hashing, sessions, the 206 rule for changes and
+//! cluster-wide unique login names — is here and in `users::{session, unique}`.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use basalt_cluster::object::{new_object_id, StoredObject};
+use basalt_cluster::update::{parse_updates, FieldUpdate, UpdateOp};
+use basalt_cluster::{now_ms, Command, CommandResult};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use super::context::{body_bytes, json_object, ApiPath, ApiQuery, AppState, RequestCtx};
+use super::error::ApiError;
+use super::objects::{
+    check_object_id, create_in, created_response, delete_in, get_in, list_in, update_in, GetParams,
+    ListParams,
+};
+use crate::auth::password::{hash_password, verify_password};
+use crate::users::session::{add_session, new_token, only_session, session_user};
+use crate::users::unique::{self, Unique};
+use crate::users::{login_fields, PASSWORD_FIELD, SERVICE_FIELDS, USER_CLASS};
+
+async fn hash(password: String) -> Result<String, ApiError> {
+    tokio::task::spawn_blocking(move || hash_password(&password))
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?
+}
+
+async fn verify(password: String, stored: &StoredObject) -> Result<bool, ApiError> {
+    let Some(h) = stored.fields.get(PASSWORD_FIELD).and_then(Value::as_str) else {
+        return Ok(false);
+    };
+    let h = h.to_string();
+    tokio::task::spawn_blocking(move || verify_password(&password, &h))
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))
+}
+
+fn set(path: &str, v: Value) -> FieldUpdate {
+    FieldUpdate {
+        path: vec![path.to_string()],
+        op: UpdateOp::Set(v),
+    }
+}
+
+/// Takes a non-empty string member out of a body; 107 when it is not a string.
+fn take_string(body: &mut Map<String, Value>, key: &str) -> Result<Option<String>, ApiError> {
+    match body.remove(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if s.is_empty() => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(ApiError::InvalidBody(format!("{key} must be a string."))),
+    }
+}
+
+/// Refuses fields only the service sets, unless the master key is used.
+fn check_service_fields(ctx: &RequestCtx, body: &Map<String, Value>) -> Result<(), ApiError> {
+    if ctx.master {
+        return Ok(());
+    }
+    match SERVICE_FIELDS.iter().find(|f| body.contains_key(**f)) {
+        Some(f) => Err(ApiError::ReservedKey((*f).to_string())),
+        None => Ok(()),
+    }
+}
+
+/// Login names must be strings.
+fn check_login_field_types(body: &Map<String, Value>) -> Result<(), ApiError> {
+    for kind in [Unique::Username, Unique::Email, Unique::Phone] {
+        match body.get(kind.field()) {
+            None | Some(Value::String(_)) | Some(Value::Null) => {}
+            Some(_) => {
+                return Err(ApiError::InvalidBody(format!(
+                    "{} must be a string.",
+                    kind.field()
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Claims every value; on a refusal gives back what was claimed.
+async fn reserve_all(
+    state: &AppState,
+    app: &str,
+    values: &[(Unique, String)],
+    user_id: &str,
+) -> Result<(), ApiError> {
+    for (i, (kind, v)) in values.iter().enumerate() {
+        if let Err(e) = unique::reserve(&state.cluster, app, *kind, v, user_id).await {
+            release_all(state, app, &values[..i], user_id).await;
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+async fn release_all(state: &AppState, app: &str, values: &[(Unique, String)], user_id: &str) {
+    for (kind, v) in values {
+        if let Err(e) = unique::release(&state.cluster, app, *kind, v, user_id).await {
+            tracing::warn!("releasing {} {v:?}: {e}", kind.field());
+        }
+    }
+}
+
+/// `POST /1/users`: registers a user; 201 `{createdAt, objectId, sessionToken}`.
+pub async fn sign_up(
+    State(state): State<AppState>,
+    ctx: RequestCtx,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let mut body = json_object(&body_bytes(body, &state)?)?;
+    check_service_fields(&ctx, &body)?;
+    check_login_field_types(&body)?;
+    let password = take_string(&mut body, "password")?;
+    let username = body
+        .get("username")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty());
+    let (Some(_), Some(password)) = (username, password) else {
+        return Err(ApiError::MissingCredentials(
+            "username and password are required.".into(),
+        ));
+    };
+    let mut updates = parse_updates(&body)?;
+    let app = ctx.app.application_id.clone();
+    let user_id = new_object_id();
+    let token = new_token(&user_id);
+    let now = now_ms();
+    if ctx.app.email_verify && body.get("email").is_some_and(Value::is_string) {
+        updates.push(set("emailVerified", json!(false)));
+    }
+    updates.push(set(PASSWORD_FIELD, json!(hash(password).await?)));
+    updates.extend(add_session(&StoredObject::new(now), &token, now));
+    let names = login_fields(&body);
+    reserve_all(&state, &app, &names, &user_id).await?;
+    match create_in(&state, &ctx, USER_CLASS, &user_id, updates).await {
+        Ok((created_ms, group, p)) => {
+            let path = format!("/1/users/{user_id}");
+            let extra = Some(("sessionToken", json!(token)));
+            Ok(created_response(
+                &headers, &path, created_ms, &user_id, extra, group, &p,
+            ))
+        }
+        Err(e) => {
+            release_all(&state, &app, &names, &user_id).await;
+            Err(e)
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct LoginParams {
+    username: Option<String>,
+    password: Option<String>,
+}
+
+/// `GET /1/login?username=&password=`.
+pub async fn log_in_by_query(
+    State(state): State<AppState>,
+    ctx: RequestCtx,
+    ApiQuery(p): ApiQuery<LoginParams>,
+) -> Result<Json<Value>, ApiError> {
+    log_in(&state, &ctx, p.username, p.password).await.map(Json)
+}
+
+/// `POST /1/login` with `{username, password}`.
+pub async fn log_in_by_body(
+    State(state): State<AppState>,
+    ctx: RequestCtx,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let mut body = json_object(&body_bytes(body, &state)?)?;
+    let username = take_string(&mut body, "username")?;
+    let password = take_string(&mut body, "password")?;
+    log_in(&state, &ctx, username, password).await.map(Json)
+}
+
+/// Logs in with a username, email or phone number and a password: the whole user (no
+/// password) plus a new `sessionToken`. Any mismatch is 101.
+async fn log_in(
+    state: &AppState,
+    ctx: &RequestCtx,
+    name: Option<String>,
+    password: Option<String>,
+) -> Result<Value, ApiError> {
+    let name = name.filter(|s| !s.is_empty()).ok_or_else(|| {
+        ApiError::MissingLoginData("username (or email or mobilePhoneNumber) is required.".into())
+    })?;
+    let password = password
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| ApiError::MissingCredentials("password is required.".into()))?;
+    let app = &ctx.app.application_id;
+    let mut user_id = None;
+    for kind in [Unique::Username, Unique::Email, Unique::Phone] {
+        if let Some(id) = unique::owner(&state.cluster, app, kind, &name).await? {
+            user_id = Some(id);
+            break;
+        }
+    }
+    let user_id = user_id.ok_or(ApiError::LoginFailed)?;
+    let stored = state
+        .cluster
+        .get_stored_object(app, USER_CLASS, &user_id)
+        .await?
+        .ok_or(ApiError::LoginFailed)?;
+    if !verify(password, &stored).await? {
+        return Err(ApiError::LoginFailed);
+    }
+    let token = new_token(&user_id);
+    let now = now_ms();
+    let cmd = Command::UpdateObject {
+        app: app.clone(),
+        class: USER_CLASS.into(),
+        object_id: user_id.clone(),
+        now_ms: now,
+        updates: add_session(&stored, &token, now),
+        principals: None,
+    };
+    let group = state.cluster.shard_for(app, USER_CLASS, &user_id);
+    match state.cluster.propose(group, cmd).await {
+        Ok(p) if matches!(p.result, CommandResult::Updated { .. }) => {}
+        Ok(_) => return Err(ApiError::Internal("login: unexpected result".into())),
+        Err(e) => return Err(ApiError::from_cluster(e, &user_id)),
+    }
+    let mut user = stored.render(&user_id);
+    user["sessionToken"] = json!(token);
+    Ok(user)
+}
+
+pub async fn get_user(
+    State(state): State<AppState>,
+    ctx: RequestCtx,
+    ApiPath(id): ApiPath<String>,
+    ApiQuery(params): ApiQuery<GetParams>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(
+        get_in(&state, &ctx, USER_CLASS, &id, params.include.as_deref()).await?,
+    ))
+}
+
+pub async fn query_users(
+    State(state): State<AppState>,
+    ctx: RequestCtx,
+    ApiQuery(params): ApiQuery<ListParams>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(list_in(&state, &ctx, USER_CLASS, params).await?))
+}
+
+/// The stored user when the request may change it: the master key, or that user's live
+/// session (206 otherwise; 101 when there is no such user).
+async fn authorize_change(
+    state: &AppState,
+    ctx: &RequestCtx,
+    user_id: &str,
+) -> Result<StoredObject, ApiError> {
+    check_object_id(user_id)?;
+    let app = &ctx.app.application_id;
+    if !ctx.master {
+        let token = ctx
+            .session_token
+            .as_deref()
+            .ok_or(ApiError::SessionRequired)?;
+        match session_user(&state.cluster, app, token).await? {
+            Some((id, _)) if id == user_id => {}
+            _ => return Err(ApiError::SessionRequired),
+        }
+    }
+    state
+        .cluster
+        .get_stored_object(app, USER_CLASS, user_id)
+        .await?
+        .ok_or_else(|| ApiError::ObjectNotFound(user_id.to_string()))
+}
+
+/// `PUT /1/users/<id>`: only the given keys change; a new password ends the user's other
+/// sessions; new login names are claimed first and the old ones released after.
+pub async fn update_user(
+    State(state): State<AppState>,
+    ctx: RequestCtx,
+    ApiPath(id): ApiPath<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let stored = authorize_change(&state, &ctx, &id).await?;
+    let mut body = json_object(&body_bytes(body, &state)?)?;
+    check_service_fields(&ctx, &body)?;
+    check_login_field_types(&body)?;
+    let password = take_string(&mut body, "password")?;
+    let mut updates = parse_updates(&body)?;
+    let now = now_ms();
+    if let Some(p) = password {
+        updates.push(set(PASSWORD_FIELD, json!(hash(p).await?)));
+        updates.push(only_session(ctx.session_token.as_deref(), now));
+    }
+    let app = ctx.app.application_id.clone();
+    let old = login_fields(&stored.fields);
+    let claimed: Vec<(Unique, String)> = login_fields(&body)
+        .into_iter()
+        .filter(|n| {
+            !old.iter()
+                .any(|o| o.0 == n.0 && o.0.normalize(&o.1) == n.0.normalize(&n.1))
+        })
+        .collect();
+    let email_changed = claimed.iter().any(|(k, _)| *k == Unique::Email);
+    if email_changed && ctx.app.email_verify {
+        updates.push(set("emailVerified", json!(false)));
+    }
+    // Names the update removes or replaces.
+    let given_up: Vec<(Unique, String)> = old
+        .iter()
+        .filter(|(k, _)| body.contains_key(k.field()))
+        .filter(|o| {
+            !login_fields(&body)
+                .iter()
+                .any(|n| n.0 == o.0 && n.0.normalize(&n.1) == o.0.normalize(&o.1))
+        })
+        .cloned()
+        .collect();
+    reserve_all(&state, &app, &claimed, &id).await?;
+    match update_in(&state, &ctx, USER_CLASS, &id, updates, None).await {
+        Ok(resp) => {
+            release_all(&state, &app, &given_up, &id).await;
+            Ok(resp)
+        }
+        Err(e) => {
+            release_all(&state, &app, &claimed, &id).await;
+            Err(e)
+        }
+    }
+}
+
+/// `DELETE /1/users/<id>`: `{"msg":"ok"}`; the user's login names become free.
+pub async fn delete_user(
+    State(state): State<AppState>,
+    ctx: RequestCtx,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Response, ApiError> {
+    let stored = authorize_change(&state, &ctx, &id).await?;
+    let resp = delete_in(&state, &ctx, USER_CLASS, &id, None).await?;
+    let app = ctx.app.application_id.clone();
+    release_all(&state, &app, &login_fields(&stored.fields), &id).await;
+    Ok(resp)
+}
+
+/// `POST|PUT /1/updateUserPassword/<id>` `{oldPassword, newPassword}`: 210 for a wrong old
+/// password; the user's other sessions end.
+pub async fn update_user_password(
+    State(state): State<AppState>,
+    ctx: RequestCtx,
+    ApiPath(id): ApiPath<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let stored = authorize_change(&state, &ctx, &id).await?;
+    let mut body = json_object(&body_bytes(body, &state)?)?;
+    let old = take_string(&mut body, "oldPassword")?;
+    let new = take_string(&mut body, "newPassword")?;
+    let (Some(old), Some(new)) = (old, new) else {
+        return Err(ApiError::InvalidBody(
+            "oldPassword and newPassword are required.".into(),
+        ));
+    };
+    if !verify(old, &stored).await? {
+        return Err(ApiError::WrongOldPassword);
+    }
+    let updates = vec![
+        set(PASSWORD_FIELD, json!(hash(new).await?)),
+        only_session(ctx.session_token.as_deref(), now_ms()),
+    ];
+    update_in(&state, &ctx, USER_CLASS, &id, updates, None).await?;
+    Ok(Json(json!({"msg": "ok"})).into_response())
+}
+
+/// `GET /1/checkSession/<objectId>`: whether the session header is a live session of that user.
+pub async fn check_session(
+    State(state): State<AppState>,
+    ctx: RequestCtx,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<Value>, ApiError> {
+    let live = match ctx.session_token.as_deref() {
+        Some(t) => matches!(
+            session_user(&state.cluster, &ctx.app.application_id, t).await?,
+            Some((uid, _)) if uid == id
+        ),
+        None => false,
+    };
+    Ok(Json(json!({"msg": if live { "ok" } else { "fail" }})))
+}

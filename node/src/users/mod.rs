@@ -1,0 +1,46 @@
+//! Users (spec 2.3, 4.5): accounts stored as objects of the system class `_User`, their
+//! sessions, and the uniqueness of their usernames, emails and phone numbers.
+//!
+//! A user object keeps two internal fields no client can write or see: `_password` (an argon2
+//! hash) and `_sessions` (token → expiry in ms). A session token is 32 random characters followed
+//! by the user's objectId, so checking one is a single linearizable read of the user. Callers:
+//! `api::users` (the endpoints) and every data handler (`principals`, for ACLs).
+
+pub mod session;
+pub mod unique;
+
+use serde_json::{Map, Value};
+
+/// The system class of users.
+pub const USER_CLASS: &str = "_User";
+
+/// Internal field holding the password hash.
+pub const PASSWORD_FIELD: &str = "_password";
+
+/// Internal field holding the user's sessions (token → expiry, ms since the epoch).
+pub const SESSIONS_FIELD: &str = "_sessions";
+
+/// Fields of a user only the service sets (105 when a client sends them, master key aside).
+pub const SERVICE_FIELDS: [&str; 4] = [
+    "sessionToken",
+    "emailVerified",
+    "mobilePhoneVerified",
+    "authData",
+];
+
+/// A user's login names and what makes each unique.
+pub fn login_fields(fields: &Map<String, Value>) -> Vec<(unique::Unique, String)> {
+    let mut out = Vec::new();
+    for kind in [
+        unique::Unique::Username,
+        unique::Unique::Email,
+        unique::Unique::Phone,
+    ] {
+        if let Some(v) = fields.get(kind.field()).and_then(Value::as_str) {
+            if !v.is_empty() {
+                out.push((kind, v.to_string()));
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,148 @@
+//! Sessions: tokens, their lifetime, and the principals a request acts as (for ACLs).
+//!
+//! A session lives in its user's `_sessions` field with its expiry (7 days); logging in adds one
+//! (pruning expired ones and keeping at most `MAX_SESSIONS`), changing or resetting the password
+//! keeps only the session that did it, deleting the user ends them all.
+
+use basalt_cluster::object::{is_object_id, random_alphanumeric, StoredObject};
+use basalt_cluster::update::{FieldUpdate, UpdateOp};
+use basalt_cluster::{now_ms, Cluster};
+use serde_json::{json, Map, Value};
+
+use super::{SESSIONS_FIELD, USER_CLASS};
+use crate::api::error::ApiError;
+use crate::auth::RequestCtx;
+
+/// How long a session lasts (decisions.md).
+pub const SESSION_TTL_MS: i64 = 7 * 24 * 3600 * 1000;
+
+/// Sessions kept per user; logging in beyond that ends the oldest.
+pub const MAX_SESSIONS: usize = 50;
+
+const RANDOM_LEN: usize = 32;
+
+/// A new session token for a user.
+pub fn new_token(user_id: &str) -> String {
+    format!("{}{user_id}", random_alphanumeric(RANDOM_LEN))
+}
+
+/// The user a token names (its shape only; whether it is live is `session_user`'s job).
+pub fn token_user(token: &str) -> Option<&str> {
+    token
+        .get(RANDOM_LEN..)
+        .filter(|id| is_object_id(id) && token.is_char_boundary(RANDOM_LEN))
+}
+
+/// Whether `token` is a live session of the stored user.
+pub fn has_session(user: &StoredObject, token: &str, now: i64) -> bool {
+    user.fields
+        .get(SESSIONS_FIELD)
+        .and_then(|s| s.get(token))
+        .and_then(Value::as_i64)
+        .is_some_and(|exp| exp > now)
+}
+
+/// The updates that add a session (and drop expired and surplus ones) to a user.
+pub fn add_session(user: &StoredObject, token: &str, now: i64) -> Vec<FieldUpdate> {
+    let mut live: Vec<(String, i64)> = user
+        .fields
+        .get(SESSIONS_FIELD)
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(t, e)| Some((t.clone(), e.as_i64()?)))
+                .collect()
+        })
+        .unwrap_or_default();
+    live.sort_by_key(|(_, exp)| std::cmp::Reverse(*exp));
+    let mut updates: Vec<FieldUpdate> = live
+        .iter()
+        .enumerate()
+        .filter(|(i, (_, exp))| *exp <= now || *i + 1 >= MAX_SESSIONS)
+        .map(|(_, (t, _))| FieldUpdate {
+            path: vec![SESSIONS_FIELD.into(), t.clone()],
+            op: UpdateOp::Delete,
+        })
+        .collect();
+    updates.push(FieldUpdate {
+        path: vec![SESSIONS_FIELD.into(), token.into()],
+        op: UpdateOp::Set(json!(now + SESSION_TTL_MS)),
+    });
+    updates
+}
+
+/// The update that leaves `token` as the user's only session (password change or reset;
+/// `None` ends every session).
+pub fn only_session(token: Option<&str>, now: i64) -> FieldUpdate {
+    let mut m = Map::new();
+    if let Some(t) = token {
+        m.insert(t.to_string(), json!(now + SESSION_TTL_MS));
+    }
+    FieldUpdate {
+        path: vec![SESSIONS_FIELD.into()],
+        op: UpdateOp::Set(Value::Object(m)),
+    }
+}
+
+/// The user behind a request's session token, when it is live.
+pub async fn session_user(
+    cluster: &Cluster,
+    app: &str,
+    token: &str,
+) -> Result<Option<(String, StoredObject)>, ApiError> {
+    let Some(user_id) = token_user(token) else {
+        return Ok(None);
+    };
+    let Some(user) = cluster.get_stored_object(app, USER_CLASS, user_id).await? else {
+        return Ok(None);
+    };
+    Ok(has_session(&user, token, now_ms()).then(|| (user_id.to_string(), user)))
+}
+
+/// Who a request acts as, for ACLs: `None` with the master key (no check), else `*`, plus
+/// the session's user when the token is live. An unknown or expired token acts as anonymous.
+pub async fn principals(
+    cluster: &Cluster,
+    ctx: &RequestCtx,
+) -> Result<Option<Vec<String>>, ApiError> {
+    if ctx.master {
+        return Ok(None);
+    }
+    let mut out = vec!["*".to_string()];
+    if let Some(token) = &ctx.session_token {
+        if let Some((user_id, _)) = session_user(cluster, &ctx.app.application_id, token).await? {
+            out.push(user_id);
+        }
+    }
+    Ok(Some(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_name_their_user() {
+        let t = new_token("abcDEF1234");
+        assert_eq!(t.len(), 42);
+        assert_eq!(token_user(&t), Some("abcDEF1234"));
+        assert_eq!(token_user("short"), None);
+        assert_eq!(token_user(&format!("{}{}", "x".repeat(32), "bad-id")), None);
+    }
+
+    #[test]
+    fn sessions_expire_and_are_pruned() {
+        let mut user = StoredObject::new(0);
+        user.fields
+            .insert(SESSIONS_FIELD.into(), json!({"old": 50, "live": 5_000}));
+        assert!(has_session(&user, "live", 100));
+        assert!(!has_session(&user, "old", 100));
+        assert!(!has_session(&user, "none", 100));
+        let ups = add_session(&user, "new", 100);
+        assert!(ups
+            .iter()
+            .any(|u| u.path == [SESSIONS_FIELD, "old"] && u.op == UpdateOp::Delete));
+        assert!(!ups.iter().any(|u| u.path == [SESSIONS_FIELD, "live"]));
+        assert!(ups.iter().any(|u| u.path == [SESSIONS_FIELD, "new"]));
+    }
+}

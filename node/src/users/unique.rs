@@ -1,0 +1,190 @@
+//! Cluster-wide uniqueness of usernames (202), emails (203) and phone numbers (209).
+//!
+//! Each value is claimed by a reservation record in the shard that owns the hashed value
+//! (namespace `unique`, key `app/kind/value`, value `{userId, since}`), written with a
+//! compare-and-set before the user object is created or changed, and released (again by
+//! compare-and-set, so only its owner can) when the user gives the value up, is deleted, or the
+//! write fails. Two registrations racing for a name through different nodes meet at the same
+//! record, and only one claim succeeds. A reservation whose user never appeared (its node died
+//! between claim and create) is taken over once it is older than `PENDING_MS` and no user holds
+//! the value.
+
+use basalt_cluster::{now_ms, Cluster, Error as ClusterError};
+use serde_json::{json, Value};
+
+use super::USER_CLASS;
+use crate::api::error::ApiError;
+
+/// Record namespace of reservations.
+pub const NS_UNIQUE: &str = "unique";
+
+/// How long a claim may wait for its user object before it counts as abandoned.
+pub const PENDING_MS: i64 = 30_000;
+
+/// A value that must be unique among an app's users.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unique {
+    Username,
+    Email,
+    Phone,
+}
+
+impl Unique {
+    /// The user field holding the value.
+    pub fn field(self) -> &'static str {
+        match self {
+            Unique::Username => "username",
+            Unique::Email => "email",
+            Unique::Phone => "mobilePhoneNumber",
+        }
+    }
+
+    /// The form the value is compared in (emails ignore case).
+    pub fn normalize(self, v: &str) -> String {
+        match self {
+            Unique::Email => v.trim().to_lowercase(),
+            _ => v.to_string(),
+        }
+    }
+
+    fn taken(self, v: &str) -> ApiError {
+        match self {
+            Unique::Username => ApiError::UsernameTaken(v.to_string()),
+            Unique::Email => ApiError::EmailTaken(v.to_string()),
+            Unique::Phone => ApiError::PhoneTaken(v.to_string()),
+        }
+    }
+}
+
+fn key(app: &str, kind: Unique, value: &str) -> String {
+    format!("{app}/{}/{}", kind.field(), kind.normalize(value))
+}
+
+fn group(cluster: &Cluster, app: &str, k: &str) -> u32 {
+    cluster.shard_for(app, "_unique", k)
+}
+
+/// The user holding a value, if any.
+pub async fn owner(
+    cluster: &Cluster,
+    app: &str,
+    kind: Unique,
+    value: &str,
+) -> Result<Option<String>, ApiError> {
+    let k = key(app, kind, value);
+    let rec = cluster
+        .get_record(group(cluster, app, &k), NS_UNIQUE, &k)
+        .await?;
+    Ok(rec.and_then(|r| r["userId"].as_str().map(str::to_string)))
+}
+
+/// Claims `value` for `user_id`; the documented code when another user holds it.
+pub async fn reserve(
+    cluster: &Cluster,
+    app: &str,
+    kind: Unique,
+    value: &str,
+    user_id: &str,
+) -> Result<(), ApiError> {
+    let k = key(app, kind, value);
+    let g = group(cluster, app, &k);
+    let mine = json!({"userId": user_id, "since": now_ms()});
+    for _ in 0..3 {
+        match cluster
+            .cas_record(g, NS_UNIQUE, &k, None, Some(mine.clone()))
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(ClusterError::Conflict(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let Some(current) = cluster.get_record(g, NS_UNIQUE, &k).await? else {
+            continue; // released meanwhile: claim again
+        };
+        if current["userId"].as_str() == Some(user_id) {
+            return Ok(());
+        }
+        if !abandoned(cluster, app, kind, value, &current).await? {
+            return Err(kind.taken(value));
+        }
+        match cluster
+            .cas_record(g, NS_UNIQUE, &k, Some(current), Some(mine.clone()))
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(ClusterError::Conflict(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(kind.taken(value))
+}
+
+/// True when a reservation's user never appeared (or no longer holds the value) and the claim is
+/// old enough not to be a registration still under way.
+async fn abandoned(
+    cluster: &Cluster,
+    app: &str,
+    kind: Unique,
+    value: &str,
+    rec: &Value,
+) -> Result<bool, ApiError> {
+    if now_ms() - rec["since"].as_i64().unwrap_or(0) < PENDING_MS {
+        return Ok(false);
+    }
+    let Some(holder) = rec["userId"].as_str() else {
+        return Ok(true);
+    };
+    let user = cluster.get_stored_object(app, USER_CLASS, holder).await?;
+    let holds = user
+        .as_ref()
+        .and_then(|u| u.fields.get(kind.field()))
+        .and_then(Value::as_str)
+        .is_some_and(|v| kind.normalize(v) == kind.normalize(value));
+    Ok(!holds)
+}
+
+/// Gives up `user_id`'s claim on `value` (nothing when another user holds it).
+pub async fn release(
+    cluster: &Cluster,
+    app: &str,
+    kind: Unique,
+    value: &str,
+    user_id: &str,
+) -> Result<(), ApiError> {
+    let k = key(app, kind, value);
+    let g = group(cluster, app, &k);
+    let Some(current) = cluster.get_record(g, NS_UNIQUE, &k).await? else {
+        return Ok(());
+    };
+    if current["userId"].as_str() != Some(user_id) {
+        return Ok(());
+    }
+    match cluster
+        .cas_record(g, NS_UNIQUE, &k, Some(current), None)
+        .await
+    {
+        Ok(_) | Err(ClusterError::Conflict(_)) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn emails_are_unique_regardless_of_case() {
+        assert_eq!(
+            key("a", Unique::Email, " Ann@X.org"),
+            key("a", Unique::Email, "ann@x.org")
+        );
+        assert_ne!(
+            key("a", Unique::Username, "Ann"),
+            key("a", Unique::Username, "ann")
+        );
+        assert_ne!(
+            key("a", Unique::Username, "x"),
+            key("b", Unique::Username, "x")
+        );
+    }
+}

@@ -1,0 +1,194 @@
+//! ACLs (spec 2.6, 5.6): an object's ACL decides who reads and writes it, on every path that
+//! touches data — get, list, count, update, delete, include and batch — and the master key
+//! bypasses it. A denied read or write answers as if the object were absent (101).
+
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use super::common::{assert_api_error, TestCluster};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acls_govern_every_data_path() {
+    let cluster = TestCluster::start(1, &["--shards", "4"], &[]).await;
+    let client = cluster.client(0);
+    let register = |name: &str| {
+        let c = client.clone();
+        let body = json!({"username": name, "password": "p"});
+        async move {
+            let b = c
+                .request(Method::POST, "/1/users", Some(&body), false)
+                .await
+                .unwrap()
+                .body;
+            (
+                b["objectId"].as_str().unwrap().to_string(),
+                b["sessionToken"].as_str().unwrap().to_string(),
+            )
+        }
+    };
+    let (ann, ann_t) = register("ann").await;
+    let (bob, bob_t) = register("bob").await;
+    let as_ann = client.clone().with_session(Some(&ann_t));
+    let as_bob = client.clone().with_session(Some(&bob_t));
+    let anon = client.clone();
+
+    let make = |acl: Value, label: &str| {
+        let c = as_ann.clone();
+        let body = json!({"label": label, "ACL": acl});
+        async move { c.create_object("Doc", &body).await.unwrap().object_id }
+    };
+    let public = as_ann
+        .create_object("Doc", &json!({"label": "public"}))
+        .await
+        .unwrap()
+        .object_id;
+    let private = make(
+        json!({ann.clone(): {"read": true, "write": true}}),
+        "private",
+    )
+    .await;
+    let readable = make(
+        json!({"*": {"read": true}, ann.clone(): {"write": true}}),
+        "readable",
+    )
+    .await;
+    let shared = make(
+        json!({ann.clone(): {"read": true, "write": true}, bob.clone(): {"read": true}}),
+        "shared",
+    )
+    .await;
+
+    // get
+    let sees = |c: &basalt_client::Client, id: &str| {
+        let (c, id) = (c.clone(), id.to_string());
+        async move { c.get_object("Doc", &id).await.unwrap().is_some() }
+    };
+    assert!(sees(&anon, &public).await && sees(&anon, &readable).await);
+    assert!(!sees(&anon, &private).await && !sees(&anon, &shared).await);
+    assert!(sees(&as_ann, &private).await && sees(&as_ann, &shared).await);
+    assert!(!sees(&as_bob, &private).await && sees(&as_bob, &shared).await);
+    let master_get = cluster
+        .master_client(0)
+        .request(
+            Method::GET,
+            &format!("/1/classes/Doc/{private}"),
+            None,
+            true,
+        )
+        .await;
+    assert_eq!(master_get.unwrap().body["label"], "private");
+
+    // list and count: filtered before paging, so pages are full.
+    let labels = |c: &basalt_client::Client, params: Vec<(&'static str, &'static str)>| {
+        let c = c.clone();
+        async move {
+            let r = c.query("Doc", &params).await.unwrap();
+            let mut l: Vec<String> = r["results"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|o| o["label"].as_str().unwrap().to_string())
+                .collect();
+            l.sort();
+            (l, r["count"].clone())
+        }
+    };
+    assert_eq!(
+        labels(&anon, vec![("count", "1")]).await,
+        (vec!["public".into(), "readable".into()], json!(2))
+    );
+    assert_eq!(labels(&as_bob, vec![("count", "1")]).await.1, json!(3));
+    assert_eq!(labels(&as_ann, vec![("count", "1")]).await.1, json!(4));
+    assert_eq!(
+        labels(
+            &anon,
+            vec![("limit", "1"), ("skip", "1"), ("order", "label")]
+        )
+        .await
+        .0,
+        vec!["readable".to_string()]
+    );
+
+    // update and delete need write access; a denied write is 101 and changes nothing.
+    assert_api_error(
+        anon.update_object("Doc", &readable, &json!({"x": 1})).await,
+        404,
+        101,
+        "anon update",
+    );
+    assert_api_error(
+        as_bob.update_object("Doc", &shared, &json!({"x": 1})).await,
+        404,
+        101,
+        "read-only user",
+    );
+    assert_api_error(
+        as_bob.delete_object("Doc", &private).await,
+        404,
+        101,
+        "no access delete",
+    );
+    as_ann
+        .update_object("Doc", &shared, &json!({"x": 1}))
+        .await
+        .expect("owner update");
+    assert!(
+        anon.update_object("Doc", &public, &json!({"x": 1}))
+            .await
+            .is_ok(),
+        "no ACL: public"
+    );
+    let s = as_ann.get_object("Doc", &shared).await.unwrap().unwrap();
+    assert_eq!(s["x"], 1);
+
+    // include: a pointer the caller may not read stays a Pointer.
+    let ptr = |id: &str| json!({"__type": "Pointer", "className": "Doc", "objectId": id});
+    let holder = anon
+        .create_object("Holder", &json!({"a": ptr(&private), "b": ptr(&public)}))
+        .await
+        .unwrap()
+        .object_id;
+    let path = format!("/1/classes/Holder/{holder}?include=a,b");
+    let h = anon
+        .request(Method::GET, &path, None, false)
+        .await
+        .unwrap()
+        .body;
+    assert_eq!(h["a"], ptr(&private));
+    assert_eq!(h["b"]["label"], "public");
+    let h = as_ann
+        .request(Method::GET, &path, None, false)
+        .await
+        .unwrap()
+        .body;
+    assert_eq!(h["a"]["label"], "private");
+
+    // batch: each element acts with its token.
+    let r = anon
+        .request(Method::POST, "/1/batch", Some(&json!({"requests": [
+            {"method": "PUT", "path": format!("/1/classes/Doc/{private}"), "body": {"y": 1}},
+            {"method": "PUT", "path": format!("/1/classes/Doc/{private}"), "body": {"y": 2}, "token": ann_t},
+            {"method": "DELETE", "path": format!("/1/classes/Doc/{shared}"), "token": bob_t},
+        ]})), false)
+        .await
+        .unwrap();
+    assert_eq!(r.body[0]["error"]["code"], 101);
+    assert!(r.body[1]["success"]["updatedAt"].is_string());
+    assert_eq!(r.body[2]["error"]["code"], 101);
+    assert_eq!(
+        as_ann.get_object("Doc", &private).await.unwrap().unwrap()["y"],
+        2
+    );
+    assert!(as_ann.get_object("Doc", &shared).await.unwrap().is_some());
+
+    // An expired or unknown session acts as anonymous; the owner may delete.
+    let forged = client
+        .clone()
+        .with_session(Some("0123456789abcdef0123456789abcdefXXXXXXXXXX"));
+    assert!(!sees(&forged, &private).await);
+    as_ann
+        .delete_object("Doc", &private)
+        .await
+        .expect("owner delete");
+    assert!(!sees(&as_ann, &private).await);
+}

@@ -1,0 +1,372 @@
+//! Users and sessions (spec 4.5, 2.3, decisions "Users and sessions"): register, log in (GET and
+//! POST, by username or email), read and list without secrets, change with the user's session
+//! or the master key only (206), password changes ending other sessions, uniqueness (202/203)
+//! including concurrent registrations, checkSession, and the `_User` class alias.
+
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use super::common::{assert_api_error, TestCluster};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_register_log_in_and_change_with_their_session() {
+    let cluster = TestCluster::start(1, &["--shards", "4"], &[]).await;
+    let client = cluster.client(0);
+    let post = |path: &str, body: Value| {
+        let (c, path) = (client.clone(), path.to_string());
+        async move { c.request(Method::POST, &path, Some(&body), false).await }
+    };
+
+    // Register: 201, Location, objectId, createdAt, sessionToken.
+    let r = post(
+        "/1/users",
+        json!({"username": "ann", "password": "pw1", "email": "Ann@Example.org", "age": 30}),
+    )
+    .await
+    .expect("register");
+    assert_eq!(r.status, 201);
+    let ann = r.body["objectId"].as_str().unwrap().to_string();
+    let ann_token = r.body["sessionToken"].as_str().unwrap().to_string();
+    assert!(r.body["createdAt"].is_string());
+    assert!(r
+        .location
+        .as_deref()
+        .is_some_and(|l| l.ends_with(&format!("/1/users/{ann}"))));
+
+    // Missing fields, duplicates (usernames exact, emails without case), service fields.
+    assert_api_error(
+        post("/1/users", json!({"username": "x"})).await,
+        400,
+        108,
+        "no password",
+    );
+    assert_api_error(
+        post("/1/users", json!({"password": "x"})).await,
+        400,
+        108,
+        "no username",
+    );
+    assert_api_error(
+        post("/1/users", json!({"username": "ann", "password": "p"})).await,
+        400,
+        202,
+        "username taken",
+    );
+    assert_api_error(
+        post(
+            "/1/users",
+            json!({"username": "ann2", "password": "p", "email": "ann@example.ORG"}),
+        )
+        .await,
+        400,
+        203,
+        "email taken",
+    );
+    assert_api_error(
+        post(
+            "/1/users",
+            json!({"username": "eve", "password": "p", "emailVerified": true}),
+        )
+        .await,
+        400,
+        105,
+        "service field",
+    );
+    assert_api_error(
+        post("/1/users", json!({"username": 5, "password": "p"})).await,
+        400,
+        107,
+        "username type",
+    );
+    // The refused registrations left their names free.
+    post("/1/users", json!({"username": "ann2", "password": "p"}))
+        .await
+        .expect("ann2 is free");
+
+    // Reading never shows password or sessionToken.
+    let got = client
+        .request(Method::GET, &format!("/1/users/{ann}"), None, false)
+        .await
+        .unwrap()
+        .body;
+    assert_eq!(got["username"], "ann");
+    assert_eq!(got["age"], 30);
+    for secret in ["password", "sessionToken", "_password", "_sessions"] {
+        assert!(got.get(secret).is_none(), "{secret} shown: {got}");
+    }
+    let alias = client
+        .request(Method::GET, &format!("/1/classes/_User/{ann}"), None, false)
+        .await
+        .unwrap()
+        .body;
+    assert_eq!(alias, got, "/1/classes/_User is /1/users");
+    let list = client
+        .request(Method::GET, "/1/users?count=1", None, false)
+        .await
+        .unwrap()
+        .body;
+    assert_eq!(list["count"], 2);
+    assert!(list["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|u| u.get("password").is_none()));
+
+    // Log in by GET and POST, by username or email; wrong credentials 101, missing 108/109.
+    let login = client
+        .request(
+            Method::GET,
+            "/1/login?username=ann&password=pw1",
+            None,
+            false,
+        )
+        .await
+        .expect("login");
+    assert_eq!(login.body["objectId"], ann.as_str());
+    assert_eq!(login.body["age"], 30);
+    assert!(login.body.get("password").is_none());
+    let t2 = login.body["sessionToken"].as_str().unwrap().to_string();
+    assert_ne!(t2, ann_token);
+    assert_eq!(
+        login.body["updatedAt"], got["updatedAt"],
+        "logging in changes nothing visible"
+    );
+    let by_email = post(
+        "/1/login",
+        json!({"username": "ann@example.org", "password": "pw1"}),
+    )
+    .await
+    .expect("email login");
+    let t3 = by_email.body["sessionToken"].as_str().unwrap().to_string();
+    assert_api_error(
+        client
+            .request(
+                Method::GET,
+                "/1/login?username=ann&password=nope",
+                None,
+                false,
+            )
+            .await,
+        404,
+        101,
+        "wrong password",
+    );
+    assert_api_error(
+        post("/1/login", json!({"username": "nobody", "password": "x"})).await,
+        404,
+        101,
+        "unknown user",
+    );
+    assert_api_error(
+        post("/1/login", json!({"username": "ann"})).await,
+        400,
+        108,
+        "no password",
+    );
+    assert_api_error(
+        post("/1/login", json!({"password": "x"})).await,
+        400,
+        109,
+        "no login name",
+    );
+
+    // Changes need that user's session or the master key (206).
+    let as_ann = |token: &str| client.clone().with_session(Some(token));
+    let path = format!("/1/users/{ann}");
+    assert_api_error(
+        client
+            .request(Method::PUT, &path, Some(&json!({"age": 31})), false)
+            .await,
+        400,
+        206,
+        "no session",
+    );
+    let ann2_login = post("/1/login", json!({"username": "ann2", "password": "p"}))
+        .await
+        .unwrap();
+    let other = ann2_login.body["sessionToken"].as_str().unwrap();
+    assert_api_error(
+        as_ann(other)
+            .request(Method::PUT, &path, Some(&json!({"age": 31})), false)
+            .await,
+        400,
+        206,
+        "another user's session",
+    );
+    assert_api_error(
+        as_ann("bmob")
+            .request(Method::PUT, &path, Some(&json!({"age": 31})), false)
+            .await,
+        400,
+        206,
+        "the no-session placeholder",
+    );
+    let up = as_ann(&ann_token)
+        .request(Method::PUT, &path, Some(&json!({"age": 31})), false)
+        .await
+        .expect("own session");
+    assert!(up.body["updatedAt"].is_string());
+    client
+        .request(Method::PUT, &path, Some(&json!({"nick": "a"})), true)
+        .await
+        .expect("master key");
+
+    // checkSession.
+    let check = |token: &str| {
+        let c = as_ann(token);
+        let path = format!("/1/checkSession/{ann}");
+        async move {
+            c.request(Method::GET, &path, None, false)
+                .await
+                .unwrap()
+                .body["msg"]
+                .clone()
+        }
+    };
+    assert_eq!(check(&t2).await, "ok");
+    assert_eq!(check(other).await, "fail");
+
+    // Password change: 210 for a wrong old one; other sessions end, this one stays.
+    let pw_path = format!("/1/updateUserPassword/{ann}");
+    assert_api_error(
+        as_ann(&t2)
+            .request(
+                Method::POST,
+                &pw_path,
+                Some(&json!({"oldPassword": "bad", "newPassword": "pw2"})),
+                false,
+            )
+            .await,
+        400,
+        210,
+        "wrong old password",
+    );
+    assert_api_error(
+        client
+            .request(
+                Method::POST,
+                &pw_path,
+                Some(&json!({"oldPassword": "pw1", "newPassword": "pw2"})),
+                false,
+            )
+            .await,
+        400,
+        206,
+        "no session",
+    );
+    let ok = as_ann(&t2)
+        .request(
+            Method::PUT,
+            &pw_path,
+            Some(&json!({"oldPassword": "pw1", "newPassword": "pw2"})),
+            false,
+        )
+        .await
+        .expect("change password");
+    assert_eq!(ok.body, json!({"msg": "ok"}));
+    assert_eq!(check(&t2).await, "ok");
+    assert_eq!(check(&t3).await, "fail");
+    assert_eq!(check(&ann_token).await, "fail");
+    assert_api_error(
+        post("/1/login", json!({"username": "ann", "password": "pw1"})).await,
+        404,
+        101,
+        "old password",
+    );
+    post("/1/login", json!({"username": "ann", "password": "pw2"}))
+        .await
+        .expect("new password");
+
+    // Renaming claims the new name and frees the old one.
+    as_ann(&t2)
+        .request(
+            Method::PUT,
+            &path,
+            Some(&json!({"username": "anna"})),
+            false,
+        )
+        .await
+        .expect("rename");
+    assert_api_error(
+        as_ann(&t2)
+            .request(
+                Method::PUT,
+                &path,
+                Some(&json!({"username": "ann2"})),
+                false,
+            )
+            .await,
+        400,
+        202,
+        "rename to a taken name",
+    );
+    post("/1/login", json!({"username": "anna", "password": "pw2"}))
+        .await
+        .expect("login under the new name");
+    post("/1/users", json!({"username": "ann", "password": "p"}))
+        .await
+        .expect("the old name is free");
+
+    // Delete: 206 without the session, then {"msg":"ok"} and the names are free again.
+    assert_api_error(
+        client.request(Method::DELETE, &path, None, false).await,
+        400,
+        206,
+        "delete without session",
+    );
+    let del = as_ann(&t2)
+        .request(Method::DELETE, &path, None, false)
+        .await
+        .expect("delete");
+    assert_eq!(del.body, json!({"msg": "ok"}));
+    assert_api_error(
+        client.request(Method::GET, &path, None, false).await,
+        404,
+        101,
+        "deleted",
+    );
+    post(
+        "/1/users",
+        json!({"username": "anna", "password": "p", "email": "ann@example.org"}),
+    )
+    .await
+    .expect("names freed");
+
+    // A batch updates a user with the element's token.
+    let bob = post("/1/users", json!({"username": "bob", "password": "b"}))
+        .await
+        .unwrap()
+        .body;
+    let bob_id = bob["objectId"].as_str().unwrap();
+    let r = post("/1/batch", json!({"requests": [
+        {"method": "PUT", "path": format!("/1/users/{bob_id}"), "body": {"age": 5}},
+        {"method": "PUT", "path": format!("/1/classes/_User/{bob_id}"), "body": {"age": 6}, "token": bob["sessionToken"]},
+    ]}))
+    .await
+    .unwrap();
+    assert_eq!(r.body[0]["error"]["code"], 206);
+    assert!(r.body[1]["success"]["updatedAt"].is_string(), "{}", r.body);
+    let b = client
+        .request(Method::GET, &format!("/1/users/{bob_id}"), None, false)
+        .await
+        .unwrap()
+        .body;
+    assert_eq!(b["age"], 6);
+
+    // Concurrent registrations of the same names: exactly one user per name.
+    let attempts = (0..40).map(|i| {
+        let c = client.clone();
+        async move {
+            let body = json!({"username": format!("racer{}", i % 4), "password": "p"});
+            c.request(Method::POST, "/1/users", Some(&body), false)
+                .await
+        }
+    });
+    let results = futures::future::join_all(attempts).await;
+    let won = results.iter().filter(|r| r.is_ok()).count();
+    assert_eq!(won, 4, "one registration per name");
+    assert!(results
+        .iter()
+        .filter_map(|r| r.as_ref().err())
+        .all(|e| e.code() == Some(202)));
+}
