@@ -8,10 +8,11 @@ pub mod signing;
 
 use std::time::Duration;
 
-use reqwest::{Method, StatusCode};
+use reqwest::StatusCode;
 use serde::Deserialize;
 use serde_json::Value;
 
+pub use reqwest::Method;
 pub use signing::{Formula, SignedKeys};
 
 #[derive(Debug, thiserror::Error)]

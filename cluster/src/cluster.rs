@@ -476,6 +476,31 @@ impl Cluster {
         }
     }
 
+    /// Every object of a class as stored, from every shard (for small system classes).
+    pub async fn scan_stored_objects(
+        &self,
+        app: &str,
+        class: &str,
+    ) -> Result<Vec<(String, crate::object::StoredObject)>> {
+        let req = ReadRequest::ScanStoredObjects {
+            app: app.into(),
+            class: class.into(),
+        };
+        let reads = (1..=self.shards()).map(|g| self.read(g, req.clone()));
+        let mut out = Vec::new();
+        for r in futures::future::join_all(reads).await {
+            match r? {
+                ReadResponse::StoredObjects(objs) => out.extend(objs),
+                other => {
+                    return Err(Error::Internal(format!(
+                        "unexpected read response {other:?}"
+                    )))
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Compare-and-set of a record of `group` (see `Command::CasRecord`); `Conflict` when the
     /// live value is not `expected`.
     pub async fn cas_record(

@@ -199,6 +199,12 @@ pub enum ReadRequest {
         key: String,
     },
     ScanObjects(ScanRequest),
+    /// Every object of a class on the shard as stored, relation members included (for the
+    /// service's own lookups over small system classes such as `_Role`).
+    ScanStoredObjects {
+        app: String,
+        class: String,
+    },
     /// An object as stored, internal fields included (for the service's own checks).
     GetStoredObject {
         app: String,
@@ -220,6 +226,7 @@ pub enum ReadResponse {
     /// `(key, value)` of each listed record, in key order.
     Records(Vec<(String, Value)>),
     Stored(Option<crate::object::StoredObject>),
+    StoredObjects(Vec<(String, crate::object::StoredObject)>),
     /// The shard's rows for a scan: at most `skip + limit`, in the requested order, and the
     /// number of matching objects on the shard.
     Scan {

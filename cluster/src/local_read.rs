@@ -44,6 +44,20 @@ pub fn serve_read(
                 .map(|b| StoredObject::decode(&b))
                 .transpose()?,
         ),
+        ReadRequest::ScanStoredObjects { app, class } => {
+            let prefix = keys::class_prefix(group, app, class);
+            let mut end = prefix.clone();
+            if let Some(last) = end.last_mut() {
+                *last = 1;
+            }
+            let mut out = Vec::new();
+            store.scan(CF_SM, &prefix, &end, |k, v| {
+                let id = String::from_utf8_lossy(&k[prefix.len()..]).into_owned();
+                out.push((id, StoredObject::decode(v)?));
+                Ok(true)
+            })?;
+            ReadResponse::StoredObjects(out)
+        }
         ReadRequest::GetRecord { ns, key } => {
             ReadResponse::Record(get_record(store, group, ns, key, now_ms)?)
         }

@@ -6,6 +6,10 @@
 //!   node must find every acknowledged create and nothing never attempted.
 //! - `list-append`: `Add` of unique values to an array field on a few objects, and reads
 //!   (prefix consistency, no duplicates, no lost appends).
+//! - `unique-users`: concurrent registrations of the same usernames through every node (each
+//!   round of ten operations per client draws from `USERNAMES_PER_ROUND` fresh names, so names
+//!   stay contested all run long); after healing no two users share a name and no acknowledged
+//!   registration is lost.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -20,6 +24,8 @@ use crate::history::{Kind, Op};
 
 pub const REGISTER_KEYS: usize = 5;
 pub const LIST_KEYS: usize = 3;
+/// Usernames the unique-users workload contends for in each round of ten operations.
+pub const USERNAMES_PER_ROUND: u32 = 4;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Workload {
@@ -27,14 +33,16 @@ pub enum Workload {
     Counter,
     Set,
     ListAppend,
+    UniqueUsers,
 }
 
 impl Workload {
-    pub const ALL: [Workload; 4] = [
+    pub const ALL: [Workload; 5] = [
         Workload::Register,
         Workload::Counter,
         Workload::Set,
         Workload::ListAppend,
+        Workload::UniqueUsers,
     ];
 
     pub fn name(&self) -> &'static str {
@@ -43,6 +51,7 @@ impl Workload {
             Workload::Counter => "counter",
             Workload::Set => "set",
             Workload::ListAppend => "list-append",
+            Workload::UniqueUsers => "unique-users",
         }
     }
 
@@ -59,6 +68,7 @@ impl Workload {
             Workload::Counter => "JCounter",
             Workload::Set => "JSetElement",
             Workload::ListAppend => "JList",
+            Workload::UniqueUsers => "_User",
         }
     }
 }
@@ -76,7 +86,7 @@ pub async fn setup(w: Workload, client: &Client) -> anyhow::Result<Setup> {
         Workload::Register => (REGISTER_KEYS, json!({"v": 0})),
         Workload::Counter => (1, json!({"value": 0})),
         Workload::ListAppend => (LIST_KEYS, json!({"items": []})),
-        Workload::Set => (0, Value::Null),
+        Workload::Set | Workload::UniqueUsers => (0, Value::Null),
     };
     for i in 0..n {
         let created = client.create_object(w.class(), &init).await?;
@@ -119,6 +129,15 @@ pub fn next_op(
             }
         }
         Workload::Set => ("add".into(), None, unique),
+        Workload::UniqueUsers => (
+            "register".into(),
+            None,
+            json!(format!(
+                "user{}x{}",
+                seq / 10,
+                rng.random_range(0..USERNAMES_PER_ROUND)
+            )),
+        ),
         Workload::ListAppend => {
             if rng.random_bool(0.6) {
                 ("append".into(), key(rng), unique)
@@ -160,6 +179,15 @@ pub async fn perform(
             )
             .await
             .map(|_| Value::Null),
+        (Workload::UniqueUsers, "register") => client
+            .request(
+                basalt_client::Method::POST,
+                "/1/users",
+                Some(&json!({"username": value, "password": "jepsen"})),
+                false,
+            )
+            .await
+            .map(|r| r.body["objectId"].clone()),
         (Workload::Set, "add") => client
             .create_object(class, &json!({"tag": value}))
             .await
@@ -193,6 +221,8 @@ pub struct Finals {
     pub values: BTreeMap<String, Value>,
     /// For `set`: every tag found by listing and by reading acknowledged ids through every node.
     pub elements: BTreeSet<String>,
+    /// For `unique-users`: every `(username, objectId)` the final listing returned.
+    pub users: Vec<(String, String)>,
     /// Problems the final reads found directly (an acknowledged object missing on some node).
     pub problems: Vec<Value>,
 }
@@ -260,6 +290,22 @@ pub async fn final_reads(
                 }
             }
         }
+        Workload::UniqueUsers => {
+            finals.users = list_users(&clients[0]).await?;
+            // Every acknowledged registration by id through every node.
+            for o in ops
+                .iter()
+                .filter(|o| o.f == "register" && o.outcome == Kind::Ok)
+            {
+                let Some(id) = acked_id(o) else { continue };
+                for (n, c) in clients.iter().enumerate() {
+                    let found = c.get_object(class, &id).await?;
+                    if found.as_ref().map(|u| &u["username"]) != Some(&o.value) {
+                        finals.problems.push(json!({"kind": "missing-on-node", "node": n + 1, "username": o.value, "objectId": id, "read": found}));
+                    }
+                }
+            }
+        }
         _ => {
             let field = match w {
                 Workload::Register => "v",
@@ -289,7 +335,35 @@ pub async fn final_reads(
     Ok(finals)
 }
 
-/// The objectId an acknowledged set `add` returned.
+/// Every user, page by page in objectId order.
+async fn list_users(client: &Client) -> anyhow::Result<Vec<(String, String)>> {
+    let mut users = Vec::new();
+    let mut skip = 0usize;
+    loop {
+        let page = client
+            .query(
+                "_User",
+                &[
+                    ("limit", "500"),
+                    ("skip", &skip.to_string()),
+                    ("order", "objectId"),
+                ],
+            )
+            .await?;
+        let rows = page["results"].as_array().cloned().unwrap_or_default();
+        for r in &rows {
+            if let (Some(n), Some(id)) = (r["username"].as_str(), r["objectId"].as_str()) {
+                users.push((n.to_string(), id.to_string()));
+            }
+        }
+        if rows.len() < 500 {
+            return Ok(users);
+        }
+        skip += rows.len();
+    }
+}
+
+/// The objectId an acknowledged set `add` or `register` returned.
 fn acked_id(o: &Op) -> Option<String> {
     o.result.as_str().map(str::to_string)
 }
@@ -329,6 +403,7 @@ pub fn check(w: Workload, ops: &[Op], finals: &Finals, budget: Duration) -> Verd
         }
         Workload::Set => checker::set::check(ops, &finals.elements),
         Workload::ListAppend => checker::list_append::check(ops, &finals.values),
+        Workload::UniqueUsers => checker::unique::check(ops, &finals.users),
     };
     direct.and(v)
 }

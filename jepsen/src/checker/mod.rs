@@ -6,6 +6,7 @@ pub mod counter;
 pub mod linearizable;
 pub mod list_append;
 pub mod set;
+pub mod unique;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

@@ -68,6 +68,8 @@ pub enum ApiError {
     SessionRequired,
     #[error("old password incorrect.")]
     WrongOldPassword,
+    #[error("{0}")]
+    InvalidRole(String),
     #[error("the app name must be shorter than 30 characters.")]
     AppNameTooLong,
     #[error("this request needs the app's master key.")]
@@ -132,6 +134,7 @@ impl ApiError {
             ApiError::PhoneTaken(_) => 209,
             ApiError::SessionRequired => 206,
             ApiError::WrongOldPassword => 210,
+            ApiError::InvalidRole(_) => 139,
             ApiError::AppNameTooLong => 10032,
             ApiError::MasterKeyRequired => 10061,
             ApiError::ClassNameMismatch(_) => 10062,
@@ -276,6 +279,7 @@ mod tests {
             (ApiError::PhoneTaken("x".into()), 400, 209),
             (ApiError::SessionRequired, 400, 206),
             (ApiError::WrongOldPassword, 400, 210),
+            (ApiError::InvalidRole("x".into()), 400, 139),
             (ApiError::AppNameTooLong, 400, 10032),
             (ApiError::MasterKeyRequired, 400, 10061),
             (ApiError::ClassNameMismatch("x".into()), 400, 10062),

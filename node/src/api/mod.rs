@@ -12,6 +12,7 @@ pub mod context;
 pub mod error;
 pub mod objects;
 pub mod ops;
+pub mod roles;
 pub mod schemas;
 pub mod timestamp;
 pub mod users;
@@ -56,6 +57,14 @@ pub fn routes(state: AppState) -> Router {
             put(users::update_user_password).post(users::update_user_password),
         )
         .route("/1/checkSession/{id}", get(users::check_session))
+        // Roles (spec 4.6); `/1/classes/_Role` is rewritten to `/1/roles`.
+        .route("/1/roles", get(roles::query_roles).post(roles::create_role))
+        .route(
+            "/1/roles/{id}",
+            get(roles::get_role)
+                .put(roles::update_role)
+                .delete(roles::delete_role),
+        )
         .route("/1/batch", post(batch::run_batch))
         .route("/1/timestamp", get(timestamp::get_timestamp))
         .route_layer(from_fn_with_state(state.clone(), require_app));

@@ -100,7 +100,8 @@ pub async fn session_user(
 }
 
 /// Who a request acts as, for ACLs: `None` with the master key (no check), else `*`, plus
-/// the session's user when the token is live. An unknown or expired token acts as anonymous.
+/// the session's user and its roles when the token is live. An unknown or expired token acts
+/// as anonymous.
 pub async fn principals(
     cluster: &Cluster,
     ctx: &RequestCtx,
@@ -109,8 +110,10 @@ pub async fn principals(
         return Ok(None);
     }
     let mut out = vec!["*".to_string()];
+    let app = &ctx.app.application_id;
     if let Some(token) = &ctx.session_token {
-        if let Some((user_id, _)) = session_user(cluster, &ctx.app.application_id, token).await? {
+        if let Some((user_id, _)) = session_user(cluster, app, token).await? {
+            out.extend(super::roles::roles_of(cluster, app, &user_id).await?);
             out.push(user_id);
         }
     }

@@ -1,7 +1,8 @@
-//! Cluster-wide uniqueness of usernames (202), emails (203) and phone numbers (209).
+//! Cluster-wide uniqueness of usernames (202), emails (203), phone numbers (209) and role
+//! names (139).
 //!
 //! Each value is claimed by a reservation record in the shard that owns the hashed value
-//! (namespace `unique`, key `app/kind/value`, value `{userId, since}`), written with a
+//! (namespace `unique`, key `app/class.field/value`, value `{userId, since}`), written with a
 //! compare-and-set before the user object is created or changed, and released (again by
 //! compare-and-set, so only its owner can) when the user gives the value up, is deleted, or the
 //! write fails. Two registrations racing for a name through different nodes meet at the same
@@ -27,6 +28,8 @@ pub enum Unique {
     Username,
     Email,
     Phone,
+    /// A role's name (139 when taken).
+    RoleName,
 }
 
 impl Unique {
@@ -36,6 +39,15 @@ impl Unique {
             Unique::Username => "username",
             Unique::Email => "email",
             Unique::Phone => "mobilePhoneNumber",
+            Unique::RoleName => "name",
+        }
+    }
+
+    /// The class of the objects holding such values.
+    pub fn class(self) -> &'static str {
+        match self {
+            Unique::RoleName => crate::users::roles::ROLE_CLASS,
+            _ => USER_CLASS,
         }
     }
 
@@ -52,12 +64,18 @@ impl Unique {
             Unique::Username => ApiError::UsernameTaken(v.to_string()),
             Unique::Email => ApiError::EmailTaken(v.to_string()),
             Unique::Phone => ApiError::PhoneTaken(v.to_string()),
+            Unique::RoleName => ApiError::InvalidRole(format!("role name {v:?} already taken.")),
         }
     }
 }
 
 fn key(app: &str, kind: Unique, value: &str) -> String {
-    format!("{app}/{}/{}", kind.field(), kind.normalize(value))
+    format!(
+        "{app}/{}.{}/{}",
+        kind.class(),
+        kind.field(),
+        kind.normalize(value)
+    )
 }
 
 fn group(cluster: &Cluster, app: &str, k: &str) -> u32 {
@@ -134,7 +152,7 @@ async fn abandoned(
     let Some(holder) = rec["userId"].as_str() else {
         return Ok(true);
     };
-    let user = cluster.get_stored_object(app, USER_CLASS, holder).await?;
+    let user = cluster.get_stored_object(app, kind.class(), holder).await?;
     let holds = user
         .as_ref()
         .and_then(|u| u.fields.get(kind.field()))

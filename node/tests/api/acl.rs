@@ -192,3 +192,220 @@ async fn acls_govern_every_data_path() {
         .expect("owner delete");
     assert!(!sees(&as_ann, &private).await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn roles_grant_their_members_and_child_roles_access() {
+    let cluster = TestCluster::start(1, &["--shards", "4"], &[]).await;
+    let client = cluster.client(0);
+    let register = |name: &str| {
+        let c = client.clone();
+        let body = json!({"username": name, "password": "p"});
+        async move {
+            let b = c
+                .request(Method::POST, "/1/users", Some(&body), false)
+                .await
+                .unwrap()
+                .body;
+            (
+                b["objectId"].as_str().unwrap().to_string(),
+                b["sessionToken"].as_str().unwrap().to_string(),
+            )
+        }
+    };
+    let (boss, boss_t) = register("boss").await;
+    let (helper, helper_t) = register("helper").await;
+    let (_, stranger_t) = register("stranger").await;
+    let as_boss = client.clone().with_session(Some(&boss_t));
+    let as_helper = client.clone().with_session(Some(&helper_t));
+    let as_stranger = client.clone().with_session(Some(&stranger_t));
+    let user_ptr = |id: &str| json!({"__type": "Pointer", "className": "_User", "objectId": id});
+    let role_ptr = |id: &str| json!({"__type": "Pointer", "className": "_Role", "objectId": id});
+
+    // Roles: name required, valid and unique (139); relations hidden; 201 + Location.
+    let owner_acl = json!({boss.clone(): {"read": true, "write": true}, "*": {"read": true}});
+    let helpers = as_boss
+        .request(
+            Method::POST,
+            "/1/roles",
+            Some(&json!({
+                "name": "helpers", "ACL": owner_acl,
+                "users": {"__op": "AddRelation", "objects": [user_ptr(&helper)]},
+            })),
+            false,
+        )
+        .await
+        .expect("create role");
+    assert_eq!(helpers.status, 201);
+    assert!(helpers
+        .location
+        .as_deref()
+        .is_some_and(|l| l.contains("/1/roles/")));
+    let helpers_id = helpers.body["objectId"].as_str().unwrap().to_string();
+    let admins = as_boss
+        .request(
+            Method::POST,
+            "/1/classes/_Role",
+            Some(&json!({
+                "name": "admins", "ACL": owner_acl,
+                "roles": {"__op": "AddRelation", "objects": [role_ptr(&helpers_id)]},
+            })),
+            false,
+        )
+        .await
+        .expect("create parent role through the alias");
+    let admins_id = admins.body["objectId"].as_str().unwrap().to_string();
+    let post_role = |body: Value| {
+        let c = as_boss.clone();
+        async move {
+            c.request(Method::POST, "/1/roles", Some(&body), false)
+                .await
+        }
+    };
+    assert_api_error(
+        post_role(json!({"ACL": owner_acl})).await,
+        400,
+        139,
+        "no name",
+    );
+    assert_api_error(
+        post_role(json!({"name": "bad/name"})).await,
+        400,
+        139,
+        "bad name",
+    );
+    assert_api_error(
+        post_role(json!({"name": "helpers"})).await,
+        400,
+        139,
+        "taken name",
+    );
+    assert_api_error(
+        post_role(json!({"name": "x", "users": {"__op": "AddRelation", "objects": [role_ptr(&helpers_id)]}})).await,
+        400, 111, "users must point to users",
+    );
+    let shown = client
+        .request(Method::GET, &format!("/1/roles/{helpers_id}"), None, false)
+        .await
+        .unwrap()
+        .body;
+    assert_eq!(shown["name"], "helpers");
+    assert!(
+        shown.get("users").is_none() && shown.get("roles").is_none(),
+        "{shown}"
+    );
+
+    // An object readable by admins: helpers inherit it (child role of admins).
+    let secret = as_boss
+        .create_object(
+            "Vault",
+            &json!({"v": 1, "ACL": {"role:admins": {"read": true, "write": true}}}),
+        )
+        .await
+        .unwrap()
+        .object_id;
+    assert!(
+        as_helper
+            .get_object("Vault", &secret)
+            .await
+            .unwrap()
+            .is_some(),
+        "inherited role"
+    );
+    assert!(as_stranger
+        .get_object("Vault", &secret)
+        .await
+        .unwrap()
+        .is_none());
+    assert!(
+        as_boss
+            .get_object("Vault", &secret)
+            .await
+            .unwrap()
+            .is_none(),
+        "boss owns the role, is not in it"
+    );
+    as_helper
+        .update_object("Vault", &secret, &json!({"v": 2}))
+        .await
+        .expect("role write");
+    assert_eq!(
+        as_helper.query("Vault", &[("count", "1")]).await.unwrap()["count"],
+        1
+    );
+    assert_eq!(
+        as_stranger.query("Vault", &[("count", "1")]).await.unwrap()["count"],
+        0
+    );
+
+    // Membership changes take effect at once; names never change.
+    let helpers_path = format!("/1/roles/{helpers_id}");
+    assert_api_error(
+        as_stranger
+            .request(
+                Method::PUT,
+                &helpers_path,
+                Some(&json!({"users": {"__op": "RemoveRelation", "objects": [user_ptr(&helper)]}})),
+                false,
+            )
+            .await,
+        404,
+        101,
+        "role ACL denies strangers",
+    );
+    as_boss
+        .request(
+            Method::PUT,
+            &helpers_path,
+            Some(&json!({"users": {"__op": "RemoveRelation", "objects": [user_ptr(&helper)]}})),
+            false,
+        )
+        .await
+        .expect("remove member");
+    assert!(
+        as_helper
+            .get_object("Vault", &secret)
+            .await
+            .unwrap()
+            .is_none(),
+        "membership removed"
+    );
+    assert_api_error(
+        as_boss
+            .request(
+                Method::PUT,
+                &helpers_path,
+                Some(&json!({"name": "renamed"})),
+                false,
+            )
+            .await,
+        400,
+        139,
+        "name is immutable",
+    );
+
+    // Delete needs a session with write access.
+    let admins_path = format!("/1/roles/{admins_id}");
+    assert_api_error(
+        client
+            .request(Method::DELETE, &admins_path, None, false)
+            .await,
+        400,
+        206,
+        "no session",
+    );
+    assert_api_error(
+        as_stranger
+            .request(Method::DELETE, &admins_path, None, false)
+            .await,
+        404,
+        101,
+        "no write access",
+    );
+    as_boss
+        .request(Method::DELETE, &admins_path, None, false)
+        .await
+        .expect("delete role");
+    post_role(json!({"name": "admins"}))
+        .await
+        .expect("the name is free again");
+}
