@@ -70,6 +70,8 @@ pub enum ApiError {
     WrongOldPassword,
     #[error("{0}")]
     InvalidRole(String),
+    #[error("{0}")]
+    AuthDataTaken(String),
     #[error("the app name must be shorter than 30 characters.")]
     AppNameTooLong,
     #[error("this request needs the app's master key.")]
@@ -135,6 +137,7 @@ impl ApiError {
             ApiError::SessionRequired => 206,
             ApiError::WrongOldPassword => 210,
             ApiError::InvalidRole(_) => 139,
+            ApiError::AuthDataTaken(_) => 208,
             ApiError::AppNameTooLong => 10032,
             ApiError::MasterKeyRequired => 10061,
             ApiError::ClassNameMismatch(_) => 10062,
@@ -280,6 +283,7 @@ mod tests {
             (ApiError::SessionRequired, 400, 206),
             (ApiError::WrongOldPassword, 400, 210),
             (ApiError::InvalidRole("x".into()), 400, 139),
+            (ApiError::AuthDataTaken("x".into()), 400, 208),
             (ApiError::AppNameTooLong, 400, 10032),
             (ApiError::MasterKeyRequired, 400, 10061),
             (ApiError::ClassNameMismatch("x".into()), 400, 10062),

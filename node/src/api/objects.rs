@@ -103,12 +103,12 @@ pub fn created_response(
     path: &str,
     created_ms: i64,
     object_id: &str,
-    extra: Option<(&str, Value)>,
+    extra: Vec<(&str, Value)>,
     group: u32,
     p: &Proposed,
 ) -> Response {
     let mut body = json!({"createdAt": format_wire_time(created_ms), "objectId": object_id});
-    if let Some((k, v)) = extra {
+    for (k, v) in extra {
         body[k] = v;
     }
     let mut resp = (StatusCode::CREATED, Json(body)).into_response();
@@ -133,7 +133,13 @@ pub async fn create_object(
     let (created_ms, group, p) = create_in(&state, &ctx, &class, &object_id, updates).await?;
     let path = format!("/1/classes/{class}/{object_id}");
     Ok(created_response(
-        &headers, &path, created_ms, &object_id, None, group, &p,
+        &headers,
+        &path,
+        created_ms,
+        &object_id,
+        Vec::new(),
+        group,
+        &p,
     ))
 }
 

@@ -105,7 +105,13 @@ pub async fn create_role(
         Ok((created_ms, group, p)) => {
             let path = format!("/1/roles/{id}");
             Ok(created_response(
-                &headers, &path, created_ms, &id, None, group, &p,
+                &headers,
+                &path,
+                created_ms,
+                &id,
+                Vec::new(),
+                group,
+                &p,
             ))
         }
         Err(e) => {

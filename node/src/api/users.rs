@@ -1,5 +1,5 @@
-//! Users (spec 4.5, 2.3): register, log in, read, list, update, delete, change the password and
-//! check a session. `/1/classes/_User[/<id>]` is rewritten to these paths before routing.
+//! Users (spec 4.5, 2.3): register, log in, read, list, update, delete, change the password,
+//! check a session, and register/log in/link/unlink with third-party `authData`. `/1/classes/_User[/<id>]` is rewritten to these paths before routing.
 //!
 //! A user is an object of `_User` (read and listed through the object operations, with ACLs);
 //! what is particular to users — password hashing, sessions, the 206 rule for changes and
@@ -11,7 +11,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use basalt_cluster::object::{new_object_id, StoredObject};
+use basalt_cluster::object::{new_object_id, random_alphanumeric, StoredObject};
 use basalt_cluster::update::{parse_updates, FieldUpdate, UpdateOp};
 use basalt_cluster::{now_ms, Command, CommandResult};
 use serde::Deserialize;
@@ -25,6 +25,7 @@ use super::objects::{
 };
 use crate::auth::password::{hash_password, verify_password};
 use crate::users::session::{add_session, new_token, only_session, session_user};
+use crate::users::third_party::{identity_of, parse_auth_data, Link, AUTH_DATA_FIELD, PLATFORMS};
 use crate::users::unique::{self, Unique};
 use crate::users::{login_fields, PASSWORD_FIELD, SERVICE_FIELDS, USER_CLASS};
 
@@ -120,6 +121,10 @@ pub async fn sign_up(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let mut body = json_object(&body_bytes(body, &state)?)?;
+    if let Some(auth) = body.remove("authData") {
+        let links = parse_auth_data(&auth)?;
+        return third_party_sign_up(&state, &ctx, &headers, body, links).await;
+    }
     check_service_fields(&ctx, &body)?;
     check_login_field_types(&body)?;
     let password = take_string(&mut body, "password")?;
@@ -147,7 +152,7 @@ pub async fn sign_up(
     match create_in(&state, &ctx, USER_CLASS, &user_id, updates).await {
         Ok((created_ms, group, p)) => {
             let path = format!("/1/users/{user_id}");
-            let extra = Some(("sessionToken", json!(token)));
+            let extra = vec![("sessionToken", json!(token))];
             Ok(created_response(
                 &headers, &path, created_ms, &user_id, extra, group, &p,
             ))
@@ -217,25 +222,116 @@ async fn log_in(
     if !verify(password, &stored).await? {
         return Err(ApiError::LoginFailed);
     }
-    let token = new_token(&user_id);
+    start_session(state, ctx, &user_id, &stored).await
+}
+
+/// Adds a session to a user; answers the user (no password) with its `sessionToken`.
+async fn start_session(
+    state: &AppState,
+    ctx: &RequestCtx,
+    user_id: &str,
+    stored: &StoredObject,
+) -> Result<Value, ApiError> {
+    let app = &ctx.app.application_id;
+    let token = new_token(user_id);
     let now = now_ms();
     let cmd = Command::UpdateObject {
         app: app.clone(),
         class: USER_CLASS.into(),
-        object_id: user_id.clone(),
+        object_id: user_id.to_string(),
         now_ms: now,
-        updates: add_session(&stored, &token, now),
+        updates: add_session(stored, &token, now),
         principals: None,
     };
-    let group = state.cluster.shard_for(app, USER_CLASS, &user_id);
+    let group = state.cluster.shard_for(app, USER_CLASS, user_id);
     match state.cluster.propose(group, cmd).await {
         Ok(p) if matches!(p.result, CommandResult::Updated { .. }) => {}
         Ok(_) => return Err(ApiError::Internal("login: unexpected result".into())),
-        Err(e) => return Err(ApiError::from_cluster(e, &user_id)),
+        Err(e) => return Err(ApiError::from_cluster(e, user_id)),
     }
-    let mut user = stored.render(&user_id);
+    let mut user = stored.render(user_id);
     user["sessionToken"] = json!(token);
     Ok(user)
+}
+
+/// Register or log in with a platform account (`POST /1/users {"authData": ...}`): a linked
+/// account logs its user in (200); otherwise a new user with those links is created (201,
+/// a random username unless one is given).
+async fn third_party_sign_up(
+    state: &AppState,
+    ctx: &RequestCtx,
+    headers: &HeaderMap,
+    mut body: Map<String, Value>,
+    links: Vec<Link>,
+) -> Result<Response, ApiError> {
+    let app = ctx.app.application_id.clone();
+    let sets: Vec<(&'static str, String, Value)> = links
+        .into_iter()
+        .filter_map(|l| match l {
+            Link::Set { platform, id, data } => Some((platform, id, data)),
+            Link::Unset { .. } => None,
+        })
+        .collect();
+    if sets.is_empty() {
+        return Err(ApiError::InvalidBody("authData links no account.".into()));
+    }
+    for (platform, id, _) in &sets {
+        let kind = Unique::AuthData(platform);
+        if let Some(uid) = unique::owner(&state.cluster, &app, kind, id).await? {
+            if let Some(stored) = state
+                .cluster
+                .get_stored_object(&app, USER_CLASS, &uid)
+                .await?
+            {
+                let user = start_session(state, ctx, &uid, &stored).await?;
+                return Ok(Json(user).into_response());
+            }
+        }
+    }
+    check_service_fields(ctx, &body)?;
+    check_login_field_types(&body)?;
+    let password = take_string(&mut body, "password")?;
+    let username = match body.get("username").and_then(Value::as_str) {
+        Some(u) if !u.is_empty() => u.to_string(),
+        _ => random_alphanumeric(10),
+    };
+    body.insert("username".into(), json!(username));
+    let mut updates = parse_updates(&body)?;
+    if let Some(p) = password {
+        updates.push(set(PASSWORD_FIELD, json!(hash(p).await?)));
+    }
+    for (platform, _, data) in &sets {
+        updates.push(FieldUpdate {
+            path: vec![AUTH_DATA_FIELD.into(), (*platform).into()],
+            op: UpdateOp::Set(data.clone()),
+        });
+    }
+    let user_id = new_object_id();
+    let token = new_token(&user_id);
+    let now = now_ms();
+    updates.extend(add_session(&StoredObject::new(now), &token, now));
+    let mut names = login_fields(&body);
+    names.extend(
+        sets.iter()
+            .map(|(p, id, _)| (Unique::AuthData(p), id.clone())),
+    );
+    reserve_all(state, &app, &names, &user_id).await?;
+    match create_in(state, ctx, USER_CLASS, &user_id, updates).await {
+        Ok((created_ms, group, p)) => {
+            let path = format!("/1/users/{user_id}");
+            let extra = vec![
+                ("sessionToken", json!(token)),
+                ("username", json!(username)),
+            ];
+            Ok(created_response(
+                headers, &path, created_ms, &user_id, extra, group, &p,
+            ))
+        }
+        Err(e) => {
+            release_all(state, &app, &names, &user_id).await;
+            Err(e)
+        }
+    }
 }
 
 pub async fn get_user(
@@ -284,7 +380,8 @@ async fn authorize_change(
 }
 
 /// `PUT /1/users/<id>`: only the given keys change; a new password ends the user's other
-/// sessions; new login names are claimed first and the old ones released after.
+/// sessions; new login names and linked accounts are claimed first, the ones given up released
+/// after (`{"authData": {"<platform>": null}}` unlinks).
 pub async fn update_user(
     State(state): State<AppState>,
     ctx: RequestCtx,
@@ -293,6 +390,10 @@ pub async fn update_user(
 ) -> Result<Response, ApiError> {
     let stored = authorize_change(&state, &ctx, &id).await?;
     let mut body = json_object(&body_bytes(body, &state)?)?;
+    let links = match body.remove("authData") {
+        Some(v) => parse_auth_data(&v)?,
+        None => Vec::new(),
+    };
     check_service_fields(&ctx, &body)?;
     check_login_field_types(&body)?;
     let password = take_string(&mut body, "password")?;
@@ -304,28 +405,44 @@ pub async fn update_user(
     }
     let app = ctx.app.application_id.clone();
     let old = login_fields(&stored.fields);
-    let claimed: Vec<(Unique, String)> = login_fields(&body)
-        .into_iter()
-        .filter(|n| {
-            !old.iter()
-                .any(|o| o.0 == n.0 && o.0.normalize(&o.1) == n.0.normalize(&n.1))
-        })
+    let new = login_fields(&body);
+    let same = |a: &(Unique, String), b: &(Unique, String)| {
+        a.0 == b.0 && a.0.normalize(&a.1) == b.0.normalize(&b.1)
+    };
+    let mut claimed: Vec<(Unique, String)> = new
+        .iter()
+        .filter(|n| !old.iter().any(|o| same(o, n)))
+        .cloned()
         .collect();
     let email_changed = claimed.iter().any(|(k, _)| *k == Unique::Email);
     if email_changed && ctx.app.email_verify {
         updates.push(set("emailVerified", json!(false)));
     }
     // Names the update removes or replaces.
-    let given_up: Vec<(Unique, String)> = old
+    let mut given_up: Vec<(Unique, String)> = old
         .iter()
         .filter(|(k, _)| body.contains_key(k.field()))
-        .filter(|o| {
-            !login_fields(&body)
-                .iter()
-                .any(|n| n.0 == o.0 && n.0.normalize(&n.1) == o.0.normalize(&o.1))
-        })
+        .filter(|o| !new.iter().any(|n| same(o, n)))
         .cloned()
         .collect();
+    for link in links {
+        let (platform, op) = match link {
+            Link::Set { platform, id, data } => {
+                claimed.push((Unique::AuthData(platform), id));
+                (platform, UpdateOp::Set(data))
+            }
+            Link::Unset { platform } => {
+                if let Some(current) = linked_identity(&stored, platform) {
+                    given_up.push((Unique::AuthData(platform), current));
+                }
+                (platform, UpdateOp::Delete)
+            }
+        };
+        updates.push(FieldUpdate {
+            path: vec![AUTH_DATA_FIELD.into(), platform.into()],
+            op,
+        });
+    }
     reserve_all(&state, &app, &claimed, &id).await?;
     match update_in(&state, &ctx, USER_CLASS, &id, updates, None).await {
         Ok(resp) => {
@@ -339,6 +456,14 @@ pub async fn update_user(
     }
 }
 
+/// The account id a user has linked for a platform.
+fn linked_identity(user: &StoredObject, platform: &str) -> Option<String> {
+    user.fields
+        .get(AUTH_DATA_FIELD)
+        .and_then(|a| a.get(platform))
+        .and_then(|d| identity_of(platform, d))
+}
+
 /// `DELETE /1/users/<id>`: `{"msg":"ok"}`; the user's login names become free.
 pub async fn delete_user(
     State(state): State<AppState>,
@@ -348,7 +473,13 @@ pub async fn delete_user(
     let stored = authorize_change(&state, &ctx, &id).await?;
     let resp = delete_in(&state, &ctx, USER_CLASS, &id, None).await?;
     let app = ctx.app.application_id.clone();
-    release_all(&state, &app, &login_fields(&stored.fields), &id).await;
+    let mut names = login_fields(&stored.fields);
+    for (platform, _) in PLATFORMS {
+        if let Some(account) = linked_identity(&stored, platform) {
+            names.push((Unique::AuthData(platform), account));
+        }
+    }
+    release_all(&state, &app, &names, &id).await;
     Ok(resp)
 }
 

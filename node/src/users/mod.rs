@@ -8,6 +8,7 @@
 
 pub mod roles;
 pub mod session;
+pub mod third_party;
 pub mod unique;
 
 use serde_json::{Map, Value};

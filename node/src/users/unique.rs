@@ -30,6 +30,8 @@ pub enum Unique {
     Phone,
     /// A role's name (139 when taken).
     RoleName,
+    /// A third-party identity of a platform (`authData`; 208 when another user holds it).
+    AuthData(&'static str),
 }
 
 impl Unique {
@@ -40,6 +42,32 @@ impl Unique {
             Unique::Email => "email",
             Unique::Phone => "mobilePhoneNumber",
             Unique::RoleName => "name",
+            Unique::AuthData(_) => "authData",
+        }
+    }
+
+    /// The part of the reservation key naming what is unique.
+    fn key_part(self) -> String {
+        match self {
+            Unique::AuthData(platform) => format!("{}.authData.{platform}", self.class()),
+            other => format!("{}.{}", other.class(), other.field()),
+        }
+    }
+
+    /// Whether a stored object currently holds `value`.
+    fn held_by(self, obj: &basalt_cluster::object::StoredObject, value: &str) -> bool {
+        match self {
+            Unique::AuthData(platform) => obj
+                .fields
+                .get(super::third_party::AUTH_DATA_FIELD)
+                .and_then(|a| a.get(platform))
+                .and_then(|d| super::third_party::identity_of(platform, d))
+                .is_some_and(|id| id == value),
+            other => obj
+                .fields
+                .get(other.field())
+                .and_then(Value::as_str)
+                .is_some_and(|v| other.normalize(v) == other.normalize(value)),
         }
     }
 
@@ -65,17 +93,15 @@ impl Unique {
             Unique::Email => ApiError::EmailTaken(v.to_string()),
             Unique::Phone => ApiError::PhoneTaken(v.to_string()),
             Unique::RoleName => ApiError::InvalidRole(format!("role name {v:?} already taken.")),
+            Unique::AuthData(p) => {
+                ApiError::AuthDataTaken(format!("this {p} account is linked to another user."))
+            }
         }
     }
 }
 
 fn key(app: &str, kind: Unique, value: &str) -> String {
-    format!(
-        "{app}/{}.{}/{}",
-        kind.class(),
-        kind.field(),
-        kind.normalize(value)
-    )
+    format!("{app}/{}/{}", kind.key_part(), kind.normalize(value))
 }
 
 fn group(cluster: &Cluster, app: &str, k: &str) -> u32 {
@@ -153,12 +179,7 @@ async fn abandoned(
         return Ok(true);
     };
     let user = cluster.get_stored_object(app, kind.class(), holder).await?;
-    let holds = user
-        .as_ref()
-        .and_then(|u| u.fields.get(kind.field()))
-        .and_then(Value::as_str)
-        .is_some_and(|v| kind.normalize(v) == kind.normalize(value));
-    Ok(!holds)
+    Ok(!user.is_some_and(|u| kind.held_by(&u, value)))
 }
 
 /// Gives up `user_id`'s claim on `value` (nothing when another user holds it).

@@ -370,3 +370,109 @@ async fn users_register_log_in_and_change_with_their_session() {
         .filter_map(|r| r.as_ref().err())
         .all(|e| e.code() == Some(202)));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn third_party_accounts_register_log_in_link_and_unlink() {
+    let cluster = TestCluster::start(1, &["--shards", "4"], &[]).await;
+    let client = cluster.client(0);
+    let post = |body: Value| {
+        let c = client.clone();
+        async move {
+            c.request(Method::POST, "/1/users", Some(&body), false)
+                .await
+        }
+    };
+    let weixin = json!({"weixin": {"openid": "wx-1", "access_token": "secret"}});
+
+    // A new account: 201, Location, a random username, a session.
+    let first = post(json!({ "authData": weixin }))
+        .await
+        .expect("register by authData");
+    assert_eq!(first.status, 201);
+    assert!(first.location.is_some());
+    let uid = first.body["objectId"].as_str().unwrap().to_string();
+    let username = first.body["username"].as_str().unwrap().to_string();
+    assert_eq!(username.len(), 10);
+    let token = first.body["sessionToken"].as_str().unwrap().to_string();
+
+    // The same account again logs that user in: 200 with the user and a new session.
+    let again = post(json!({ "authData": weixin }))
+        .await
+        .expect("log in by authData");
+    assert_eq!(again.status, 200);
+    assert_eq!(again.body["objectId"], uid.as_str());
+    assert_eq!(again.body["username"], username.as_str());
+    assert!(again.body["sessionToken"].is_string());
+    assert!(again.body.get("authData").is_none() && again.body.get("_authData").is_none());
+
+    // Bad authData: unknown platform or missing id field (107).
+    assert_api_error(
+        post(json!({"authData": {"myspace": {"id": "x"}}})).await,
+        400,
+        107,
+        "platform",
+    );
+    assert_api_error(
+        post(json!({"authData": {"weibo": {"openid": "x"}}})).await,
+        400,
+        107,
+        "id field",
+    );
+
+    // Link a second platform to a password user; the same account cannot go to another user
+    // (208); unlinking frees it.
+    let ann = post(json!({"username": "ann", "password": "p"}))
+        .await
+        .unwrap()
+        .body;
+    let ann_id = ann["objectId"].as_str().unwrap().to_string();
+    let as_ann = client.clone().with_session(ann["sessionToken"].as_str());
+    let ann_path = format!("/1/users/{ann_id}");
+    as_ann
+        .request(
+            Method::PUT,
+            &ann_path,
+            Some(&json!({"authData": {"weibo": {"uid": "wb-9"}}})),
+            false,
+        )
+        .await
+        .expect("link");
+    let by_weibo = post(json!({"authData": {"weibo": {"uid": "wb-9"}}}))
+        .await
+        .expect("login by linked account");
+    assert_eq!(by_weibo.body["objectId"], ann_id.as_str());
+    assert_api_error(
+        as_ann
+            .request(
+                Method::PUT,
+                &ann_path,
+                Some(&json!({ "authData": weixin })),
+                false,
+            )
+            .await,
+        400,
+        208,
+        "account linked to another user",
+    );
+    let as_first = client.clone().with_session(Some(&token));
+    as_first
+        .request(
+            Method::PUT,
+            &format!("/1/users/{uid}"),
+            Some(&json!({"authData": {"weixin": null}})),
+            false,
+        )
+        .await
+        .expect("unlink");
+    as_ann
+        .request(
+            Method::PUT,
+            &ann_path,
+            Some(&json!({ "authData": weixin })),
+            false,
+        )
+        .await
+        .expect("the unlinked account is free");
+    let now_ann = post(json!({ "authData": weixin })).await.unwrap();
+    assert_eq!(now_ann.body["objectId"], ann_id.as_str());
+}
