@@ -14,6 +14,7 @@ pub mod apps;
 pub mod auth;
 pub mod bootstrap;
 pub mod dev;
+pub mod mail;
 pub mod pointers;
 pub mod serve;
 pub mod server;

@@ -48,6 +48,16 @@ pub struct ServeArgs {
     /// Largest JSON request body, in bytes.
     #[arg(long, default_value_t = 16 << 20)]
     pub max_body_bytes: usize,
+    /// SMTP relay for mails (`smtp://host:port`); without one, mails go to
+    /// `<data-dir>/outbox/` and the log.
+    #[arg(long)]
+    pub smtp_url: Option<String>,
+    /// Sender address of mails.
+    #[arg(long, default_value = "Basalt <noreply@basalt.local>")]
+    pub smtp_from: String,
+    /// Base URL of links in mails (default: `http://<http-addr>`).
+    #[arg(long)]
+    pub public_url: Option<String>,
     /// Raft heartbeat interval in milliseconds.
     #[arg(long, default_value_t = 250)]
     pub heartbeat_ms: u64,
@@ -127,6 +137,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         cluster.clone(),
         HeaderNames::for_brand(&args.header_brand)?,
         args.max_body_bytes,
+        mailer(&args)?,
+        args.public_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{}", args.http_addr)),
     );
     if args.init {
         let (c, dir, http) = (
@@ -147,4 +161,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     crate::server::serve(listener, state, shutdown_signal()).await?;
     cluster.shutdown().await;
     Ok(())
+}
+
+/// The mailer `--smtp-url` asks for, or the dev outbox.
+fn mailer(args: &ServeArgs) -> anyhow::Result<std::sync::Arc<dyn crate::mail::Mailer>> {
+    Ok(match &args.smtp_url {
+        Some(url) => std::sync::Arc::new(crate::mail::SmtpMailer::new(url, &args.smtp_from)?),
+        None => std::sync::Arc::new(crate::mail::OutboxMailer::new(args.data_dir.join("outbox"))),
+    })
 }

@@ -30,15 +30,27 @@ pub struct AppState {
     pub max_body_bytes: usize,
     /// The finished router, for `/1/batch` to run its operations through (set once at start).
     pub router: Arc<OnceLock<Router>>,
+    /// Where emailed links go (SMTP relay or the dev outbox).
+    pub mailer: Arc<dyn crate::mail::Mailer>,
+    /// The base URL of links in mails (`--public-url`).
+    pub public_url: String,
 }
 
 impl AppState {
-    pub fn new(cluster: Cluster, headers: HeaderNames, max_body_bytes: usize) -> Self {
+    pub fn new(
+        cluster: Cluster,
+        headers: HeaderNames,
+        max_body_bytes: usize,
+        mailer: Arc<dyn crate::mail::Mailer>,
+        public_url: String,
+    ) -> Self {
         AppState {
             cluster,
             headers,
             max_body_bytes,
             router: Arc::new(OnceLock::new()),
+            mailer,
+            public_url,
         }
     }
 }

@@ -72,6 +72,10 @@ pub enum ApiError {
     InvalidRole(String),
     #[error("{0}")]
     AuthDataTaken(String),
+    #[error("email verification is not enabled for this app.")]
+    EmailVerifyOff,
+    #[error("no user has the email {0:?}.")]
+    EmailNotFound(String),
     #[error("the app name must be shorter than 30 characters.")]
     AppNameTooLong,
     #[error("this request needs the app's master key.")]
@@ -138,6 +142,8 @@ impl ApiError {
             ApiError::WrongOldPassword => 210,
             ApiError::InvalidRole(_) => 139,
             ApiError::AuthDataTaken(_) => 208,
+            ApiError::EmailVerifyOff => 120,
+            ApiError::EmailNotFound(_) => 205,
             ApiError::AppNameTooLong => 10032,
             ApiError::MasterKeyRequired => 10061,
             ApiError::ClassNameMismatch(_) => 10062,
@@ -284,6 +290,8 @@ mod tests {
             (ApiError::WrongOldPassword, 400, 210),
             (ApiError::InvalidRole("x".into()), 400, 139),
             (ApiError::AuthDataTaken("x".into()), 400, 208),
+            (ApiError::EmailVerifyOff, 400, 120),
+            (ApiError::EmailNotFound("x".into()), 400, 205),
             (ApiError::AppNameTooLong, 400, 10032),
             (ApiError::MasterKeyRequired, 400, 10061),
             (ApiError::ClassNameMismatch("x".into()), 400, 10062),

@@ -9,6 +9,7 @@
 pub mod apps;
 pub mod batch;
 pub mod context;
+pub mod email;
 pub mod error;
 pub mod objects;
 pub mod ops;
@@ -57,6 +58,11 @@ pub fn routes(state: AppState) -> Router {
             put(users::update_user_password).post(users::update_user_password),
         )
         .route("/1/checkSession/{id}", get(users::check_session))
+        .route("/1/requestEmailVerify", post(email::request_email_verify))
+        .route(
+            "/1/requestPasswordReset",
+            post(email::request_password_reset),
+        )
         // Roles (spec 4.6); `/1/classes/_Role` is rewritten to `/1/roles`.
         .route("/1/roles", get(roles::query_roles).post(roles::create_role))
         .route(
@@ -93,6 +99,12 @@ pub fn routes(state: AppState) -> Router {
         .merge(app_routes)
         .merge(master_routes)
         .merge(console_routes)
+        // Pages opened from emailed links: the token is the credential.
+        .route("/email/verify/{token}", get(email::follow_verify_link))
+        .route(
+            "/email/reset/{token}",
+            get(email::show_reset_page).post(email::reset_password),
+        )
         // Operations: health and Prometheus metrics (not part of the spec).
         .route("/health", get(ops::health))
         .route("/metrics", get(ops::metrics))

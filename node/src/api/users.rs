@@ -151,6 +151,15 @@ pub async fn sign_up(
     reserve_all(&state, &app, &names, &user_id).await?;
     match create_in(&state, &ctx, USER_CLASS, &user_id, updates).await {
         Ok((created_ms, group, p)) => {
+            if let (true, Some(email)) = (
+                ctx.app.email_verify,
+                body.get("email").and_then(Value::as_str),
+            ) {
+                if let Err(e) = super::email::send_verification(&state, &ctx, &user_id, email).await
+                {
+                    tracing::warn!("verification mail to {email:?}: {e}");
+                }
+            }
             let path = format!("/1/users/{user_id}");
             let extra = vec![("sessionToken", json!(token))];
             Ok(created_response(
@@ -447,6 +456,12 @@ pub async fn update_user(
     match update_in(&state, &ctx, USER_CLASS, &id, updates, None).await {
         Ok(resp) => {
             release_all(&state, &app, &given_up, &id).await;
+            let new_email = claimed.iter().find(|(k, _)| *k == Unique::Email);
+            if let (true, Some((_, email))) = (ctx.app.email_verify, new_email) {
+                if let Err(e) = super::email::send_verification(&state, &ctx, &id, email).await {
+                    tracing::warn!("verification mail to {email:?}: {e}");
+                }
+            }
             Ok(resp)
         }
         Err(e) => {

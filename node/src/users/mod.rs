@@ -6,6 +6,7 @@
 //! by the user's objectId, so checking one is a single linearizable read of the user. Callers:
 //! `api::users` (the endpoints) and every data handler (`principals`, for ACLs).
 
+pub mod email_links;
 pub mod roles;
 pub mod session;
 pub mod third_party;

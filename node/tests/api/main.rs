@@ -10,6 +10,7 @@ mod acl;
 mod apps;
 mod auth;
 mod batch;
+mod email;
 mod multi_node;
 mod objects;
 mod ops;

@@ -3,6 +3,8 @@
 //! starve each other of the two cores. Node logs are printed when a test fails.
 #![allow(dead_code)]
 
+pub mod smtp;
+
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};

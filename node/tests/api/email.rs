@@ -1,0 +1,172 @@
+//! Emailed links (spec 3, 4.5): verification on registration and on request (120, 205), the
+//! verification link setting `emailVerified`, and the password-reset link's page and form —
+//! delivered over real SMTP to a local sink.
+
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use super::common::smtp::SmtpSink;
+use super::common::{assert_api_error, TestCluster};
+
+fn link_in(mail: &str, kind: &str) -> String {
+    let start = mail.find("http://").expect("a link");
+    let url: String = mail[start..]
+        .chars()
+        .take_while(|c| !c.is_whitespace())
+        .collect();
+    assert!(url.contains(&format!("/email/{kind}/")), "{url}");
+    url
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verification_and_reset_links_arrive_and_work() {
+    let sink = SmtpSink::start().await;
+    let smtp = sink.url();
+    let cluster = TestCluster::start(1, &["--shards", "4"], &["--smtp-url", &smtp]).await;
+    let client = cluster.client(0);
+    let post = |path: &str, body: Value| {
+        let (c, path) = (client.clone(), path.to_string());
+        async move { c.request(Method::POST, &path, Some(&body), false).await }
+    };
+
+    // Verification off: no emailVerified, and requesting a link is 120.
+    let u0 = post(
+        "/1/users",
+        json!({"username": "off", "password": "p", "email": "off@x.org"}),
+    )
+    .await
+    .unwrap();
+    let id0 = u0.body["objectId"].as_str().unwrap();
+    let got = client
+        .request(Method::GET, &format!("/1/users/{id0}"), None, false)
+        .await
+        .unwrap()
+        .body;
+    assert!(got.get("emailVerified").is_none(), "{got}");
+    assert_api_error(
+        post("/1/requestEmailVerify", json!({"email": "off@x.org"})).await,
+        400,
+        120,
+        "verification off",
+    );
+
+    // Turn verification on for the app.
+    cluster
+        .console_client(0)
+        .request(
+            Method::PUT,
+            &format!("/1/apps/{}", cluster.keys.application_id),
+            Some(&json!({"emailVerify": true})),
+            false,
+        )
+        .await
+        .expect("enable verification");
+
+    // Registering with an email: emailVerified false and a link mailed; following it verifies.
+    let u = post(
+        "/1/users",
+        json!({"username": "ann", "password": "p", "email": "ann@x.org"}),
+    )
+    .await
+    .unwrap();
+    let id = u.body["objectId"].as_str().unwrap().to_string();
+    let user = |id: String| {
+        let c = client.clone();
+        async move {
+            c.request(Method::GET, &format!("/1/users/{id}"), None, false)
+                .await
+                .unwrap()
+                .body
+        }
+    };
+    assert_eq!(user(id.clone()).await["emailVerified"], false);
+    let mail = sink.wait_for("ann@x.org").await;
+    let link = link_in(&mail, "verify");
+    let page = reqwest::get(&link).await.unwrap();
+    assert_eq!(page.status().as_u16(), 200);
+    assert!(page.text().await.unwrap().contains("verified"));
+    assert_eq!(user(id.clone()).await["emailVerified"], true);
+    assert_eq!(
+        reqwest::get(&link).await.unwrap().status().as_u16(),
+        404,
+        "a link works once"
+    );
+
+    // On request: 205 for an unknown email; a known one gets a new link.
+    assert_api_error(
+        post("/1/requestEmailVerify", json!({"email": "nobody@x.org"})).await,
+        400,
+        205,
+        "unknown email",
+    );
+    post("/1/requestEmailVerify", json!({"email": "ann@x.org"}))
+        .await
+        .expect("request verify");
+
+    // Changing the email resets emailVerified and mails the new address.
+    let token = u.body["sessionToken"].as_str().unwrap();
+    client
+        .clone()
+        .with_session(Some(token))
+        .request(
+            Method::PUT,
+            &format!("/1/users/{id}"),
+            Some(&json!({"email": "ann2@x.org"})),
+            false,
+        )
+        .await
+        .unwrap();
+    assert_eq!(user(id.clone()).await["emailVerified"], false);
+    sink.wait_for("ann2@x.org").await;
+
+    // Password reset: 205 unknown; the link opens a form whose POST sets the password and ends
+    // every session.
+    assert_api_error(
+        post("/1/requestPasswordReset", json!({"email": "none@x.org"})).await,
+        400,
+        205,
+        "unknown email",
+    );
+    let before = sink.messages().len();
+    post("/1/requestPasswordReset", json!({"email": "ann2@x.org"}))
+        .await
+        .expect("request reset");
+    let mail = loop {
+        let m = sink.messages();
+        if m.len() > before && m.last().is_some_and(|t| t.contains("/email/reset/")) {
+            break m.last().cloned().unwrap();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let link = link_in(&mail, "reset");
+    let form = reqwest::get(&link).await.unwrap().text().await.unwrap();
+    assert!(form.contains("<form") && form.contains("name=\"password\""));
+    let done = reqwest::Client::new()
+        .post(&link)
+        .form(&[("password", "n3w")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(done.status().as_u16(), 200);
+    let check = client
+        .clone()
+        .with_session(Some(token))
+        .request(Method::GET, &format!("/1/checkSession/{id}"), None, false)
+        .await
+        .unwrap();
+    assert_eq!(check.body["msg"], "fail", "the reset ended the session");
+    post("/1/login", json!({"username": "ann", "password": "n3w"}))
+        .await
+        .expect("new password");
+    assert_api_error(
+        post("/1/login", json!({"username": "ann", "password": "p"})).await,
+        404,
+        101,
+        "old password",
+    );
+    assert_eq!(
+        reqwest::get(&link).await.unwrap().status().as_u16(),
+        404,
+        "a reset link works once"
+    );
+}
