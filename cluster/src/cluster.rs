@@ -449,9 +449,7 @@ impl Cluster {
         };
         match self.read(group, req).await? {
             ReadResponse::Object(o) => Ok(o),
-            other => Err(Error::Internal(format!(
-                "unexpected read response {other:?}"
-            ))),
+            other => Err(unexpected(other)),
         }
     }
 
@@ -470,9 +468,7 @@ impl Cluster {
         };
         match self.read(group, req).await? {
             ReadResponse::Stored(o) => Ok(o),
-            other => Err(Error::Internal(format!(
-                "unexpected read response {other:?}"
-            ))),
+            other => Err(unexpected(other)),
         }
     }
 
@@ -491,11 +487,7 @@ impl Cluster {
         for r in futures::future::join_all(reads).await {
             match r? {
                 ReadResponse::StoredObjects(objs) => out.extend(objs),
-                other => {
-                    return Err(Error::Internal(format!(
-                        "unexpected read response {other:?}"
-                    )))
-                }
+                other => return Err(unexpected(other)),
             }
         }
         Ok(out)
@@ -537,11 +529,7 @@ impl Cluster {
                     shards.push(rows);
                     count += c;
                 }
-                other => {
-                    return Err(Error::Internal(format!(
-                        "unexpected read response {other:?}"
-                    )))
-                }
+                other => return Err(unexpected(other)),
             }
         }
         Ok((merge_rows(shards, &req.order, req.skip, req.limit), count))
@@ -581,9 +569,7 @@ impl Cluster {
             .await?
         {
             ReadResponse::Record(r) => Ok(r),
-            other => Err(Error::Internal(format!(
-                "unexpected read response {other:?}"
-            ))),
+            other => Err(unexpected(other)),
         }
     }
 
@@ -648,9 +634,7 @@ impl Cluster {
         };
         match self.read(group, req).await? {
             ReadResponse::Records(r) => Ok(r),
-            other => Err(Error::Internal(format!(
-                "unexpected read response {other:?}"
-            ))),
+            other => Err(unexpected(other)),
         }
     }
 
@@ -918,4 +902,9 @@ pub(crate) fn member_addrs(cluster: &Cluster) -> HashMap<NodeId, String> {
 /// Sends an admin request to the node at the gRPC address `addr` (for tools and tests).
 pub async fn admin_at(addr: &str, req: AdminRequest, timeout: Duration) -> Result<AdminResponse> {
     PeerRouter::admin_at(addr, &req, timeout).await
+}
+
+/// The error for a read answered with another variant than its request asks for.
+fn unexpected(r: ReadResponse) -> Error {
+    Error::Internal(format!("unexpected read response {r:?}"))
 }
