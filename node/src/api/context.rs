@@ -26,7 +26,8 @@ pub use crate::auth::{HeaderNames, RequestCtx};
 #[derive(Clone)]
 pub struct AppState {
     pub cluster: Cluster,
-    pub headers: HeaderNames,
+    /// Shared: the state is cloned for every extractor of every request.
+    pub headers: Arc<HeaderNames>,
     pub max_body_bytes: usize,
     /// The finished router, for `/1/batch` to run its operations through (set once at start).
     pub router: Arc<OnceLock<Router>>,
@@ -46,7 +47,7 @@ impl AppState {
     ) -> Self {
         AppState {
             cluster,
-            headers,
+            headers: Arc::new(headers),
             max_body_bytes,
             router: Arc::new(OnceLock::new()),
             mailer,

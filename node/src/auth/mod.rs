@@ -65,7 +65,8 @@ impl HeaderNames {
 /// The app a request acts for and the credentials it carried.
 #[derive(Debug, Clone)]
 pub struct RequestCtx {
-    pub app: AppRecord,
+    /// Shared: handlers take the context out of the request's extensions by cloning.
+    pub app: std::sync::Arc<AppRecord>,
     /// The request carried the app's master key.
     pub master: bool,
     /// The request was signed (encrypted mode).
@@ -162,7 +163,7 @@ pub async fn authenticate(
         .filter(|t| !NO_SESSION.contains(t))
         .map(str::to_string);
     Ok(RequestCtx {
-        app,
+        app: std::sync::Arc::new(app),
         master,
         encrypted,
         session_token,
