@@ -621,6 +621,42 @@ impl Cluster {
         }
     }
 
+    /// Deletes a live record and answers its value: `Ok(None)` when there was none. Each record
+    /// is taken at most once, however many callers race for it.
+    pub async fn take_record(&self, group: GroupId, ns: &str, key: &str) -> Result<Option<Value>> {
+        let cmd = Command::TakeRecord {
+            ns: ns.into(),
+            key: key.into(),
+            now_ms: now_ms(),
+        };
+        match self.propose(group, cmd).await {
+            Ok(p) => match p.result {
+                CommandResult::Record(v) => Ok(Some(v)),
+                other => Err(Error::Internal(format!("unexpected take result {other:?}"))),
+            },
+            Err(Error::ObjectNotFound) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Counts one use of the quota `ns/key` against every window; `Err(QuotaExceeded)` (and
+    /// nothing counted) when a window is full.
+    pub async fn take_quota(
+        &self,
+        group: GroupId,
+        ns: &str,
+        key: &str,
+        windows: Vec<crate::command::QuotaWindow>,
+    ) -> Result<()> {
+        let cmd = Command::TakeQuota {
+            ns: ns.into(),
+            key: key.into(),
+            now_ms: now_ms(),
+            windows,
+        };
+        self.propose(group, cmd).await.map(|_| ())
+    }
+
     /// Live records of `group`'s namespace `ns` whose keys start with `prefix`, linearizably.
     pub async fn list_records(
         &self,

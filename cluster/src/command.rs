@@ -81,6 +81,22 @@ pub enum Command {
         value: Option<Value>,
         now_ms: i64,
     },
+    /// Delete a live record (unexpired at `now_ms`) and answer its value as `Record`; rejected
+    /// with `ObjectNotFound` when there is none. A single-use token is taken exactly once.
+    TakeRecord {
+        ns: String,
+        key: String,
+        now_ms: i64,
+    },
+    /// Count one use of a quota: applies only when, for every window, fewer than its `max` uses
+    /// fall in `(now_ms - length_ms, now_ms]`; the record keeps the use times of the longest
+    /// window and expires when that window has passed. Rejected with `QuotaExceeded` otherwise.
+    TakeQuota {
+        ns: String,
+        key: String,
+        now_ms: i64,
+        windows: Vec<QuotaWindow>,
+    },
     /// Metadata group: admit a write's column requirements into the class schema, adding new
     /// columns; creates the class when `may_create_class`, else rejects an unknown class.
     EnsureColumns {
@@ -147,6 +163,8 @@ impl fmt::Display for Command {
             Command::InsertRecord { ns, key, .. } => write!(f, "InsertRecord({ns}/{key})"),
             Command::MergeRecord { ns, key, .. } => write!(f, "MergeRecord({ns}/{key})"),
             Command::CasRecord { ns, key, .. } => write!(f, "CasRecord({ns}/{key})"),
+            Command::TakeRecord { ns, key, .. } => write!(f, "TakeRecord({ns}/{key})"),
+            Command::TakeQuota { ns, key, .. } => write!(f, "TakeQuota({ns}/{key})"),
             Command::EnsureColumns { app, class, .. } => write!(f, "EnsureColumns({app}/{class})"),
             Command::CreateClass { app, class, .. } => write!(f, "CreateClass({app}/{class})"),
             Command::AlterClass { app, class, .. } => write!(f, "AlterClass({app}/{class})"),
@@ -154,6 +172,13 @@ impl fmt::Display for Command {
             Command::PurgeClass { app, class, .. } => write!(f, "PurgeClass({app}/{class})"),
         }
     }
+}
+
+/// One window of a quota: at most `max` uses in any `length_ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuotaWindow {
+    pub length_ms: i64,
+    pub max: u32,
 }
 
 /// The outcome of applying one command. A rejected command changed nothing.

@@ -35,6 +35,9 @@ pub enum Error {
     /// The operation conflicts with existing state.
     #[error("conflict: {0}")]
     Conflict(String),
+    /// A quota window is full (`TakeQuota`); the message names the window.
+    #[error("quota exceeded: {0}")]
+    QuotaExceeded(String),
     /// A field name that is not allowed (characters, length).
     #[error("invalid field name: {0}")]
     InvalidKey(String),

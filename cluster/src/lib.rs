@@ -31,6 +31,6 @@ pub mod storage;
 pub mod update;
 
 pub use cluster::{now_ms, Bootstrap, Cluster, ClusterOptions};
-pub use command::{Command, CommandResult, Proposed, ReadRequest, ReadResponse};
+pub use command::{Command, CommandResult, Proposed, QuotaWindow, ReadRequest, ReadResponse};
 pub use error::{Error, Result};
 pub use raft::RaftTuning;

@@ -55,7 +55,11 @@ pub struct ServeArgs {
     /// Sender address of mails.
     #[arg(long, default_value = "Basalt <noreply@basalt.local>")]
     pub smtp_from: String,
-    /// Base URL of links in mails (default: `http://<http-addr>`).
+    /// URL that receives each SMS as a JSON POST (the operator's gateway); without one, SMS
+    /// go to `<data-dir>/sms-outbox/` and the log.
+    #[arg(long)]
+    pub sms_webhook_url: Option<String>,
+    /// Base URL of links in mails and of captcha pictures (default: `http://<http-addr>`).
     #[arg(long)]
     pub public_url: Option<String>,
     /// Raft heartbeat interval in milliseconds.
@@ -138,6 +142,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         HeaderNames::for_brand(&args.header_brand)?,
         args.max_body_bytes,
         mailer(&args)?,
+        sms_provider(&args)?,
         args.public_url
             .clone()
             .unwrap_or_else(|| format!("http://{}", args.http_addr)),
@@ -168,5 +173,16 @@ fn mailer(args: &ServeArgs) -> anyhow::Result<std::sync::Arc<dyn crate::mail::Ma
     Ok(match &args.smtp_url {
         Some(url) => std::sync::Arc::new(crate::mail::SmtpMailer::new(url, &args.smtp_from)?),
         None => std::sync::Arc::new(crate::mail::OutboxMailer::new(args.data_dir.join("outbox"))),
+    })
+}
+
+/// The SMS provider `--sms-webhook-url` asks for, or the dev outbox.
+fn sms_provider(
+    args: &ServeArgs,
+) -> anyhow::Result<std::sync::Arc<dyn crate::sms::provider::SmsProvider>> {
+    use crate::sms::provider::{OutboxProvider, WebhookProvider};
+    Ok(match &args.sms_webhook_url {
+        Some(url) => std::sync::Arc::new(WebhookProvider::new(url)?),
+        None => std::sync::Arc::new(OutboxProvider::new(args.data_dir.join("sms-outbox"))),
     })
 }

@@ -90,6 +90,13 @@ pub fn apply_command(st: &mut Staged<'_>, cmd: Command) -> Result<CommandResult>
             now_ms,
         } => apply_insert_record(st, &ns, &key, value, expires_at_ms, now_ms),
         Command::MergeRecord { ns, key, members } => apply_merge_record(st, &ns, &key, members),
+        Command::TakeRecord { ns, key, now_ms } => apply_take_record(st, &ns, &key, now_ms),
+        Command::TakeQuota {
+            ns,
+            key,
+            now_ms,
+            windows,
+        } => apply_take_quota(st, &ns, &key, now_ms, &windows),
         Command::EnsureColumns {
             app,
             class,
@@ -300,6 +307,56 @@ fn apply_cas_record(
     }
 }
 
+fn apply_take_record(
+    st: &mut Staged<'_>,
+    ns: &str,
+    key: &str,
+    now_ms: i64,
+) -> Result<CommandResult> {
+    let Some(rec) = live_record(st, ns, key, Some(now_ms))? else {
+        return Ok(CommandResult::Rejected(Error::ObjectNotFound));
+    };
+    apply_delete_record(st, ns, key)?;
+    Ok(CommandResult::Record(rec.value))
+}
+
+/// The use times of a quota record (`{"uses": [ms, ...]}`); anything else counts as none.
+fn quota_uses(rec: Option<StoredRecord>) -> Vec<i64> {
+    rec.and_then(|r| {
+        r.value
+            .get("uses")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_i64).collect::<Vec<i64>>())
+    })
+    .unwrap_or_default()
+}
+
+fn apply_take_quota(
+    st: &mut Staged<'_>,
+    ns: &str,
+    key: &str,
+    now_ms: i64,
+    windows: &[crate::command::QuotaWindow],
+) -> Result<CommandResult> {
+    let longest = windows.iter().map(|w| w.length_ms).max().unwrap_or(0);
+    let mut uses = quota_uses(live_record(st, ns, key, Some(now_ms))?);
+    uses.retain(|&t| t > now_ms - longest && t <= now_ms);
+    for w in windows {
+        let in_window = uses.iter().filter(|&&t| t > now_ms - w.length_ms).count();
+        if in_window >= w.max as usize {
+            return Ok(CommandResult::Rejected(Error::QuotaExceeded(format!(
+                "{} per {} s",
+                w.max,
+                w.length_ms / 1000
+            ))));
+        }
+    }
+    uses.push(now_ms);
+    let value = serde_json::json!({ "uses": uses });
+    apply_put_record(st, ns, key, value.clone(), Some(now_ms + longest))?;
+    Ok(CommandResult::Record(value))
+}
+
 fn apply_merge_record(
     st: &mut Staged<'_>,
     ns: &str,
@@ -427,6 +484,79 @@ mod tests {
             .get(CF_SM, &keys::object_key(1, "a", "C", id))
             .unwrap()
             .map(|b| StoredObject::decode(&b).unwrap())
+    }
+
+    fn take_quota(now: i64) -> Command {
+        Command::TakeQuota {
+            ns: "q".into(),
+            key: "k".into(),
+            now_ms: now,
+            windows: vec![
+                crate::command::QuotaWindow {
+                    length_ms: 60_000,
+                    max: 1,
+                },
+                crate::command::QuotaWindow {
+                    length_ms: 3_600_000,
+                    max: 3,
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn a_quota_counts_uses_per_sliding_window() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mut st = Staged::new(&store, 1);
+        let full = |r: CommandResult| matches!(r, CommandResult::Rejected(Error::QuotaExceeded(_)));
+        assert!(!full(apply_command(&mut st, take_quota(1_000)).unwrap()));
+        assert!(
+            full(apply_command(&mut st, take_quota(30_000)).unwrap()),
+            "1 per minute"
+        );
+        assert!(!full(apply_command(&mut st, take_quota(61_001)).unwrap()));
+        assert!(!full(apply_command(&mut st, take_quota(130_000)).unwrap()));
+        assert!(
+            full(apply_command(&mut st, take_quota(200_000)).unwrap()),
+            "3 per hour"
+        );
+        // The refused attempts were not counted: an hour after the first use one is free again.
+        assert!(!full(
+            apply_command(&mut st, take_quota(3_601_001)).unwrap()
+        ));
+        let rec = live_record(&st, "q", "k", Some(3_601_001))
+            .unwrap()
+            .unwrap();
+        assert_eq!(rec.value["uses"], json!([61_001, 130_000, 3_601_001]));
+        assert_eq!(rec.expires_at_ms, Some(3_601_001 + 3_600_000));
+    }
+
+    #[test]
+    fn a_record_is_taken_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mut st = Staged::new(&store, 1);
+        apply_put_record(&mut st, "t", "tok", json!({"x": 1}), Some(100)).unwrap();
+        let take = |now| Command::TakeRecord {
+            ns: "t".into(),
+            key: "tok".into(),
+            now_ms: now,
+        };
+        assert_eq!(
+            apply_command(&mut st, take(50)).unwrap(),
+            CommandResult::Record(json!({"x": 1}))
+        );
+        assert_eq!(
+            apply_command(&mut st, take(60)).unwrap(),
+            CommandResult::Rejected(Error::ObjectNotFound)
+        );
+        apply_put_record(&mut st, "t", "tok", json!({"x": 2}), Some(100)).unwrap();
+        assert_eq!(
+            apply_command(&mut st, take(100)).unwrap(),
+            CommandResult::Rejected(Error::ObjectNotFound),
+            "an expired record cannot be taken"
+        );
     }
 
     #[test]

@@ -91,7 +91,7 @@ fn settings(body: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
     Ok(out)
 }
 
-async fn owned_app(
+pub(crate) async fn owned_app(
     state: &AppState,
     account: &ConsoleAccount,
     id: &str,

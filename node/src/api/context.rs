@@ -33,7 +33,9 @@ pub struct AppState {
     pub router: Arc<OnceLock<Router>>,
     /// Where emailed links go (SMTP relay or the dev outbox).
     pub mailer: Arc<dyn crate::mail::Mailer>,
-    /// The base URL of links in mails (`--public-url`).
+    /// Where SMS go (webhook or the dev outbox).
+    pub sms: Arc<dyn crate::sms::provider::SmsProvider>,
+    /// The base URL of links in mails and of captcha pictures (`--public-url`).
     pub public_url: String,
 }
 
@@ -43,6 +45,7 @@ impl AppState {
         headers: HeaderNames,
         max_body_bytes: usize,
         mailer: Arc<dyn crate::mail::Mailer>,
+        sms: Arc<dyn crate::sms::provider::SmsProvider>,
         public_url: String,
     ) -> Self {
         AppState {
@@ -51,6 +54,7 @@ impl AppState {
             max_body_bytes,
             router: Arc::new(OnceLock::new()),
             mailer,
+            sms,
             public_url,
         }
     }

@@ -8,18 +8,17 @@ use axum::extract::{Form, State};
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 use axum::Json;
+use basalt_cluster::now_ms;
 use basalt_cluster::update::{FieldUpdate, UpdateOp};
-use basalt_cluster::{now_ms, Command};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::context::{body_bytes, json_object, ApiPath, AppState, RequestCtx};
 use super::error::ApiError;
-use crate::auth::password::hash_password;
 use crate::users::email_links::{consume_link, find_link, send_link, EmailLink, Purpose};
 use crate::users::session::only_session;
 use crate::users::unique::{self, Unique};
-use crate::users::{PASSWORD_FIELD, USER_CLASS};
+use crate::users::{hash_password, set_user_fields, PASSWORD_FIELD, USER_CLASS};
 
 /// Mails a verification link to a user's email (after registration or an email change).
 pub async fn send_verification(
@@ -118,30 +117,6 @@ fn expired() -> Response {
 }
 
 /// Applies internal updates to a user (no ACL check: the link is the credential).
-async fn update_user_fields(
-    state: &AppState,
-    link: &EmailLink,
-    updates: Vec<FieldUpdate>,
-) -> Result<(), ApiError> {
-    let group = state
-        .cluster
-        .shard_for(&link.app, USER_CLASS, &link.user_id);
-    let cmd = Command::UpdateObject {
-        app: link.app.clone(),
-        class: USER_CLASS.into(),
-        object_id: link.user_id.clone(),
-        now_ms: now_ms(),
-        updates,
-        principals: None,
-    };
-    state
-        .cluster
-        .propose(group, cmd)
-        .await
-        .map_err(|e| ApiError::from_cluster(e, &link.user_id))?;
-    Ok(())
-}
-
 /// `GET /email/verify/<token>`: sets `emailVerified` when the user still has that email.
 pub async fn follow_verify_link(
     State(state): State<AppState>,
@@ -167,7 +142,7 @@ pub async fn follow_verify_link(
         path: vec!["emailVerified".into()],
         op: UpdateOp::Set(json!(true)),
     };
-    update_user_fields(&state, &link, vec![verified]).await?;
+    set_user_fields(&state.cluster, &link.app, &link.user_id, vec![verified]).await?;
     consume_link(&state.cluster, &token).await?;
     Ok(page(
         StatusCode::OK,
@@ -219,9 +194,7 @@ pub async fn reset_password(
             ))
         }
     };
-    let hash = tokio::task::spawn_blocking(move || hash_password(&password))
-        .await
-        .map_err(|e| ApiError::Internal(e.to_string()))??;
+    let hash = hash_password(password).await?;
     let updates = vec![
         FieldUpdate {
             path: vec![PASSWORD_FIELD.into()],
@@ -229,7 +202,7 @@ pub async fn reset_password(
         },
         only_session(None, now_ms()),
     ];
-    update_user_fields(&state, &link, updates).await?;
+    set_user_fields(&state.cluster, &link.app, &link.user_id, updates).await?;
     consume_link(&state.cluster, &token).await?;
     Ok(page(
         StatusCode::OK,

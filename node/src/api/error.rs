@@ -76,6 +76,16 @@ pub enum ApiError {
     EmailVerifyOff,
     #[error("no user has the email {0:?}.")]
     EmailNotFound(String),
+    #[error("SMS code incorrect or expired.")]
+    WrongSmsCode,
+    #[error("this mobilePhoneNumber has reached its SMS limit ({0}).")]
+    SmsLimit(String),
+    #[error("no SMS template named {0:?}.")]
+    UnknownTemplate(String),
+    #[error("captcha code incorrect, or the captcha expired or was used.")]
+    CaptchaFailed,
+    #[error("this template needs a validate_token from verifyCaptcha.")]
+    CaptchaRequired,
     #[error("the app name must be shorter than 30 characters.")]
     AppNameTooLong,
     #[error("this request needs the app's master key.")]
@@ -144,6 +154,11 @@ impl ApiError {
             ApiError::AuthDataTaken(_) => 208,
             ApiError::EmailVerifyOff => 120,
             ApiError::EmailNotFound(_) => 205,
+            ApiError::WrongSmsCode => 207,
+            ApiError::SmsLimit(_) => 10010,
+            ApiError::UnknownTemplate(_) => 10022,
+            ApiError::CaptchaFailed => 10023,
+            ApiError::CaptchaRequired => 10024,
             ApiError::AppNameTooLong => 10032,
             ApiError::MasterKeyRequired => 10061,
             ApiError::ClassNameMismatch(_) => 10062,
@@ -196,6 +211,7 @@ impl From<ClusterError> for ApiError {
             ClusterError::InvalidGeoPoint(m) => ApiError::InvalidGeoPoint(m),
             ClusterError::InvalidClassName(m) => ApiError::InvalidClassName(m),
             ClusterError::Conflict(m) => ApiError::Duplicate(m),
+            ClusterError::QuotaExceeded(m) => ApiError::SmsLimit(m),
             ClusterError::Unavailable(m) | ClusterError::PeerUnreachable(m) => {
                 ApiError::Unavailable(m)
             }
@@ -292,6 +308,11 @@ mod tests {
             (ApiError::AuthDataTaken("x".into()), 400, 208),
             (ApiError::EmailVerifyOff, 400, 120),
             (ApiError::EmailNotFound("x".into()), 400, 205),
+            (ApiError::WrongSmsCode, 400, 207),
+            (ApiError::SmsLimit("x".into()), 400, 10010),
+            (ApiError::UnknownTemplate("x".into()), 400, 10022),
+            (ApiError::CaptchaFailed, 400, 10023),
+            (ApiError::CaptchaRequired, 400, 10024),
             (ApiError::AppNameTooLong, 400, 10032),
             (ApiError::MasterKeyRequired, 400, 10061),
             (ApiError::ClassNameMismatch("x".into()), 400, 10062),

@@ -3,11 +3,12 @@
 //!
 //! Three families by authentication: app routes (`context::require_app`: app keys or a signed
 //! request), master-key routes (`context::require_master`: schemas), and console routes (app
-//! management, `context::ConsoleAccount`). `/health` and `/metrics` need none. Each family's
+//! management and SMS templates, `context::ConsoleAccount`). `/health` and `/metrics` need none. Each family's
 //! handlers live in the file of the same name.
 
 pub mod apps;
 pub mod batch;
+pub mod captcha;
 pub mod context;
 pub mod email;
 pub mod error;
@@ -15,6 +16,7 @@ pub mod objects;
 pub mod ops;
 pub mod roles;
 pub mod schemas;
+pub mod sms;
 pub mod timestamp;
 pub mod users;
 
@@ -39,6 +41,7 @@ pub fn routes(state: AppState) -> Router {
         )
         // Users (spec 4.5); `/1/classes/_User` is rewritten to `/1/users` before routing.
         .route("/1/users", get(users::query_users).post(users::sign_up))
+        .route("/1/usersv1", post(users::sign_up))
         .route(
             "/1/users/{id}",
             get(users::get_user)
@@ -63,6 +66,20 @@ pub fn routes(state: AppState) -> Router {
             "/1/requestPasswordReset",
             post(email::request_password_reset),
         )
+        // SMS codes and captchas (spec 4.10).
+        .route("/1/requestSmsCode", post(sms::request_sms_code))
+        .route("/1/verifySmsCode", post(sms::verify_sms_code_in_body))
+        .route(
+            "/1/verifySmsCode/{code}",
+            post(sms::verify_sms_code_in_path),
+        )
+        .route("/1/querySms/{sms_id}", get(sms::query_sms))
+        .route(
+            "/1/resetPasswordBySmsCode/{code}",
+            put(sms::reset_password_by_sms_code).post(sms::reset_password_by_sms_code),
+        )
+        .route("/1/requestCaptcha", post(captcha::request_captcha))
+        .route("/1/verifyCaptcha", post(captcha::verify_captcha))
         // Roles (spec 4.6); `/1/classes/_Role` is rewritten to `/1/roles`.
         .route("/1/roles", get(roles::query_roles).post(roles::create_role))
         .route(
@@ -94,6 +111,14 @@ pub fn routes(state: AppState) -> Router {
         .route(
             "/1/apps/{app_id}",
             get(apps::get_app).put(apps::update_app_settings),
+        )
+        .route(
+            "/1/apps/{app_id}/smsTemplates",
+            get(sms::list_templates).post(sms::put_template),
+        )
+        .route(
+            "/1/apps/{app_id}/smsTemplates/{name}",
+            axum::routing::delete(sms::delete_template),
         );
     Router::new()
         .merge(app_routes)
@@ -105,6 +130,8 @@ pub fn routes(state: AppState) -> Router {
             "/email/reset/{token}",
             get(email::show_reset_page).post(email::reset_password),
         )
+        // Captcha pictures: the token is the credential.
+        .route("/captcha/{name}", get(captcha::captcha_picture))
         // Operations: health and Prometheus metrics (not part of the spec).
         .route("/health", get(ops::health))
         .route("/metrics", get(ops::metrics))

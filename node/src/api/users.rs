@@ -23,16 +23,14 @@ use super::objects::{
     check_object_id, create_in, created_response, delete_in, get_in, list_in, update_in, GetParams,
     ListParams,
 };
-use crate::auth::password::{hash_password, verify_password};
+use crate::auth::password::verify_password;
 use crate::users::session::{add_session, new_token, only_session, session_user};
 use crate::users::third_party::{identity_of, parse_auth_data, Link, AUTH_DATA_FIELD, PLATFORMS};
 use crate::users::unique::{self, Unique};
 use crate::users::{login_fields, PASSWORD_FIELD, SERVICE_FIELDS, USER_CLASS};
 
 async fn hash(password: String) -> Result<String, ApiError> {
-    tokio::task::spawn_blocking(move || hash_password(&password))
-        .await
-        .map_err(|e| ApiError::Internal(e.to_string()))?
+    crate::users::hash_password(password).await
 }
 
 async fn verify(password: String, stored: &StoredObject) -> Result<bool, ApiError> {
@@ -125,6 +123,11 @@ pub async fn sign_up(
         let links = parse_auth_data(&auth)?;
         return third_party_sign_up(&state, &ctx, &headers, body, links).await;
     }
+    if body.contains_key("smsCode") {
+        return phone_sign_up(&state, &ctx, body)
+            .await
+            .map(|u| Json(u).into_response());
+    }
     check_service_fields(&ctx, &body)?;
     check_login_field_types(&body)?;
     let password = take_string(&mut body, "password")?;
@@ -177,6 +180,21 @@ pub async fn sign_up(
 pub struct LoginParams {
     username: Option<String>,
     password: Option<String>,
+    #[serde(rename = "mobilePhoneNumber")]
+    mobile_phone_number: Option<String>,
+    #[serde(rename = "smsCode")]
+    sms_code: Option<String>,
+}
+
+impl LoginParams {
+    fn from_body(body: &mut Map<String, Value>) -> Result<Self, ApiError> {
+        Ok(LoginParams {
+            username: take_string(body, "username")?,
+            password: take_string(body, "password")?,
+            mobile_phone_number: take_string(body, "mobilePhoneNumber")?,
+            sms_code: take_string(body, "smsCode")?,
+        })
+    }
 }
 
 /// `GET /1/login?username=&password=`.
@@ -185,29 +203,45 @@ pub async fn log_in_by_query(
     ctx: RequestCtx,
     ApiQuery(p): ApiQuery<LoginParams>,
 ) -> Result<Json<Value>, ApiError> {
-    log_in(&state, &ctx, p.username, p.password).await.map(Json)
+    log_in(&state, &ctx, p).await.map(Json)
 }
 
-/// `POST /1/login` with `{username, password}`.
+/// `POST /1/login` with `{username, password}` or `{mobilePhoneNumber, smsCode}`.
 pub async fn log_in_by_body(
     State(state): State<AppState>,
     ctx: RequestCtx,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let mut body = json_object(&body_bytes(body, &state)?)?;
-    let username = take_string(&mut body, "username")?;
-    let password = take_string(&mut body, "password")?;
-    log_in(&state, &ctx, username, password).await.map(Json)
+    let params = LoginParams::from_body(&mut body)?;
+    log_in(&state, &ctx, params).await.map(Json)
 }
 
-/// Logs in with a username, email or phone number and a password: the whole user (no
-/// password) plus a new `sessionToken`. Any mismatch is 101.
-async fn log_in(
-    state: &AppState,
-    ctx: &RequestCtx,
-    name: Option<String>,
-    password: Option<String>,
-) -> Result<Value, ApiError> {
+/// Logs in with a username, email or phone number and a password, or with a phone number and
+/// an SMS code: the whole user (no password) plus a new `sessionToken`. Any mismatch is 101
+/// (207 for a wrong SMS code).
+async fn log_in(state: &AppState, ctx: &RequestCtx, p: LoginParams) -> Result<Value, ApiError> {
+    if let Some(code) = p.sms_code.filter(|c| !c.is_empty()) {
+        let number = p
+            .mobile_phone_number
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| {
+                ApiError::MissingLoginData("mobilePhoneNumber is required with smsCode.".into())
+            })?;
+        let app = &ctx.app.application_id;
+        let user_id = unique::owner(&state.cluster, app, Unique::Phone, &number)
+            .await?
+            .ok_or(ApiError::LoginFailed)?;
+        crate::sms::take_code(&state.cluster, app, &number, &code).await?;
+        let stored = state
+            .cluster
+            .get_stored_object(app, USER_CLASS, &user_id)
+            .await?
+            .ok_or(ApiError::LoginFailed)?;
+        return start_session(state, ctx, &user_id, &stored, phone_verified()).await;
+    }
+    let name = p.username.or(p.mobile_phone_number);
+    let password = p.password;
     let name = name.filter(|s| !s.is_empty()).ok_or_else(|| {
         ApiError::MissingLoginData("username (or email or mobilePhoneNumber) is required.".into())
     })?;
@@ -231,25 +265,40 @@ async fn log_in(
     if !verify(password, &stored).await? {
         return Err(ApiError::LoginFailed);
     }
-    start_session(state, ctx, &user_id, &stored).await
+    start_session(state, ctx, &user_id, &stored, Vec::new()).await
 }
 
-/// Adds a session to a user; answers the user (no password) with its `sessionToken`.
+/// The update marking a user's phone number verified (it received a code).
+fn phone_verified() -> Vec<FieldUpdate> {
+    vec![set("mobilePhoneVerified", json!(true))]
+}
+
+/// Adds a session to a user, with `extra` updates (fields set to plain values); answers the user
+/// (no password) with its `sessionToken`.
 async fn start_session(
     state: &AppState,
     ctx: &RequestCtx,
     user_id: &str,
     stored: &StoredObject,
+    extra: Vec<FieldUpdate>,
 ) -> Result<Value, ApiError> {
     let app = &ctx.app.application_id;
     let token = new_token(user_id);
     let now = now_ms();
+    let mut updates = add_session(stored, &token, now);
+    let mut shown = Map::new();
+    for u in &extra {
+        if let (Some(k), UpdateOp::Set(v)) = (u.path.first(), &u.op) {
+            shown.insert(k.clone(), v.clone());
+        }
+    }
+    updates.extend(extra);
     let cmd = Command::UpdateObject {
         app: app.clone(),
         class: USER_CLASS.into(),
         object_id: user_id.to_string(),
         now_ms: now,
-        updates: add_session(stored, &token, now),
+        updates,
         principals: None,
     };
     let group = state.cluster.shard_for(app, USER_CLASS, user_id);
@@ -259,6 +308,102 @@ async fn start_session(
         Err(e) => return Err(ApiError::from_cluster(e, user_id)),
     }
     let mut user = stored.render(user_id);
+    for (k, v) in shown {
+        user[k] = v;
+    }
+    user["sessionToken"] = json!(token);
+    Ok(user)
+}
+
+/// Phone one-step register or log in (`POST /1/users` or `/1/usersv1` with `{mobilePhoneNumber,
+/// smsCode, ...}`): takes the code, then logs in the user holding the number, or creates one
+/// (username defaulting to the number, other body fields kept). Either way 200 with the whole
+/// user, `mobilePhoneVerified: true` and a `sessionToken`.
+async fn phone_sign_up(
+    state: &AppState,
+    ctx: &RequestCtx,
+    mut body: Map<String, Value>,
+) -> Result<Value, ApiError> {
+    let code = take_string(&mut body, "smsCode")?
+        .ok_or_else(|| ApiError::MissingLoginData("smsCode is required.".into()))?;
+    check_service_fields(ctx, &body)?;
+    check_login_field_types(&body)?;
+    let number = body
+        .get("mobilePhoneNumber")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| ApiError::MissingLoginData("mobilePhoneNumber is required.".into()))?
+        .to_string();
+    let app = ctx.app.application_id.clone();
+    crate::sms::take_code(&state.cluster, &app, &number, &code).await?;
+    let password = take_string(&mut body, "password")?;
+    if !body.get("username").is_some_and(Value::is_string) {
+        body.insert("username".into(), json!(number));
+    }
+    let password_hash = match password {
+        Some(p) => Some(hash(p).await?),
+        None => None,
+    };
+    // A registration of the same number racing this one makes the claim fail: log in the user
+    // it created instead (it appears within the reservation's pending time).
+    for attempt in 0..20 {
+        if let Some(uid) = unique::owner(&state.cluster, &app, Unique::Phone, &number).await? {
+            if let Some(stored) = state
+                .cluster
+                .get_stored_object(&app, USER_CLASS, &uid)
+                .await?
+            {
+                return start_session(state, ctx, &uid, &stored, phone_verified()).await;
+            }
+        }
+        match create_phone_user(state, ctx, &body, password_hash.clone()).await {
+            Err(ApiError::PhoneTaken(_)) if attempt < 19 => {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            other => return other,
+        }
+    }
+    Err(ApiError::PhoneTaken(number))
+}
+
+/// Creates the user of a phone sign-up; answers it rendered with its session.
+async fn create_phone_user(
+    state: &AppState,
+    ctx: &RequestCtx,
+    body: &Map<String, Value>,
+    password_hash: Option<String>,
+) -> Result<Value, ApiError> {
+    let app = ctx.app.application_id.clone();
+    let mut updates = parse_updates(body)?;
+    updates.extend(phone_verified());
+    if let Some(h) = password_hash {
+        updates.push(set(PASSWORD_FIELD, json!(h)));
+    }
+    let email = body.get("email").and_then(Value::as_str);
+    if ctx.app.email_verify && email.is_some() {
+        updates.push(set("emailVerified", json!(false)));
+    }
+    let user_id = new_object_id();
+    let token = new_token(&user_id);
+    let now = now_ms();
+    updates.extend(add_session(&StoredObject::new(now), &token, now));
+    let names = login_fields(body);
+    reserve_all(state, &app, &names, &user_id).await?;
+    if let Err(e) = create_in(state, ctx, USER_CLASS, &user_id, updates).await {
+        release_all(state, &app, &names, &user_id).await;
+        return Err(e);
+    }
+    if let (true, Some(email)) = (ctx.app.email_verify, email) {
+        if let Err(e) = super::email::send_verification(state, ctx, &user_id, email).await {
+            tracing::warn!("verification mail to {email:?}: {e}");
+        }
+    }
+    let stored = state
+        .cluster
+        .get_stored_object(&app, USER_CLASS, &user_id)
+        .await?
+        .ok_or_else(|| ApiError::Internal("a created user is missing".into()))?;
+    let mut user = stored.render(&user_id);
     user["sessionToken"] = json!(token);
     Ok(user)
 }
@@ -292,7 +437,7 @@ async fn third_party_sign_up(
                 .get_stored_object(&app, USER_CLASS, &uid)
                 .await?
             {
-                let user = start_session(state, ctx, &uid, &stored).await?;
+                let user = start_session(state, ctx, &uid, &stored, Vec::new()).await?;
                 return Ok(Json(user).into_response());
             }
         }
@@ -426,6 +571,11 @@ pub async fn update_user(
     let email_changed = claimed.iter().any(|(k, _)| *k == Unique::Email);
     if email_changed && ctx.app.email_verify {
         updates.push(set("emailVerified", json!(false)));
+    }
+    // A new number has not received a code yet.
+    if claimed.iter().any(|(k, _)| *k == Unique::Phone) && !body.contains_key("mobilePhoneVerified")
+    {
+        updates.push(set("mobilePhoneVerified", json!(false)));
     }
     // Names the update removes or replaces.
     let mut given_up: Vec<(Unique, String)> = old

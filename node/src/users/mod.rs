@@ -12,7 +12,11 @@ pub mod session;
 pub mod third_party;
 pub mod unique;
 
+use basalt_cluster::update::FieldUpdate;
+use basalt_cluster::{now_ms, Cluster, Command};
 use serde_json::{Map, Value};
+
+use crate::api::error::ApiError;
 
 /// The system class of users.
 pub const USER_CLASS: &str = "_User";
@@ -46,4 +50,34 @@ pub fn login_fields(fields: &Map<String, Value>) -> Vec<(unique::Unique, String)
         }
     }
     out
+}
+
+/// An argon2 hash of a password, computed off the async workers.
+pub async fn hash_password(password: String) -> Result<String, ApiError> {
+    tokio::task::spawn_blocking(move || crate::auth::password::hash_password(&password))
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?
+}
+
+/// Applies updates to a user as the service (no ACL check): password resets, verification
+/// flags. 101 when the user is gone.
+pub async fn set_user_fields(
+    cluster: &Cluster,
+    app: &str,
+    user_id: &str,
+    updates: Vec<FieldUpdate>,
+) -> Result<(), ApiError> {
+    let cmd = Command::UpdateObject {
+        app: app.to_string(),
+        class: USER_CLASS.into(),
+        object_id: user_id.to_string(),
+        now_ms: now_ms(),
+        updates,
+        principals: None,
+    };
+    cluster
+        .propose(cluster.shard_for(app, USER_CLASS, user_id), cmd)
+        .await
+        .map_err(|e| ApiError::from_cluster(e, user_id))?;
+    Ok(())
 }

@@ -1,4 +1,4 @@
-//! HTTP scenarios against one real `basalt` node: every implemented endpoint with its
+//! HTTP scenarios against real `basalt` nodes (one, or three where the issue asks): every implemented endpoint with its
 //! successes and documented errors. One file per API family, mirroring `src/api/`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -15,4 +15,5 @@ mod multi_node;
 mod objects;
 mod ops;
 mod schemas;
+mod sms;
 mod users;

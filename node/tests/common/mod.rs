@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod smtp;
+pub mod webhook;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

@@ -1,0 +1,221 @@
+//! Captchas (spec 4.10): `requestCaptcha` stores a captcha (its text, picture size and drawing
+//! seed) under a random token until its ttl; the picture is drawn on demand at `captcha_url`
+//! (`image`). `verifyCaptcha` takes the captcha — one attempt per captcha, right or wrong — and,
+//! when the text matches, stores a single-use `validate_token` that `requestSmsCode` takes for
+//! templates needing a captcha. Both records live in the shard owning their token and expire by
+//! the TTL sweep of the leader-elected scheduler. Callers: `api::captcha`, `sms`.
+
+pub mod image;
+
+use basalt_cluster::object::random_alphanumeric;
+use basalt_cluster::{now_ms, Cluster};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::api::error::ApiError;
+
+/// Record namespace of issued captchas.
+pub const NS_CAPTCHA: &str = "captcha";
+/// Record namespace of validate tokens.
+pub const NS_CAPTCHA_PASS: &str = "captcha_pass";
+
+/// How long a validate token works.
+pub const PASS_TTL_MS: i64 = 10 * 60 * 1000;
+
+/// Length of captcha and validate tokens.
+const TOKEN_LEN: usize = 32;
+
+/// The picture and lifetime a client asked for (spec 8 ranges).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaptchaParams {
+    pub width: u32,
+    pub height: u32,
+    pub size: u32,
+    pub ttl_s: u32,
+}
+
+impl CaptchaParams {
+    /// From a `requestCaptcha` body: defaults 85×30, 4 characters, 60 s; 107 outside the
+    /// ranges 60–200, 30–100, 3–6, 60–180.
+    pub fn from_body(body: &Map<String, Value>) -> Result<Self, ApiError> {
+        let field = |name: &str, default: u32, lo: u32, hi: u32| -> Result<u32, ApiError> {
+            let out_of_range =
+                || ApiError::InvalidBody(format!("{name} must be an integer from {lo} to {hi}."));
+            match body.get(name) {
+                None | Some(Value::Null) => Ok(default),
+                Some(v) => {
+                    let n = v
+                        .as_u64()
+                        .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
+                        .ok_or_else(out_of_range)?;
+                    u32::try_from(n)
+                        .ok()
+                        .filter(|n| (lo..=hi).contains(n))
+                        .ok_or_else(out_of_range)
+                }
+            }
+        };
+        Ok(CaptchaParams {
+            width: field("width", 85, 60, 200)?,
+            height: field("height", 30, 30, 100)?,
+            size: field("size", 4, 3, 6)?,
+            ttl_s: field("ttl", 60, 60, 180)?,
+        })
+    }
+}
+
+/// What a captcha record holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Captcha {
+    pub app: String,
+    pub text: String,
+    pub seed: u64,
+    pub width: u32,
+    pub height: u32,
+}
+
+fn group(cluster: &Cluster, token: &str) -> u32 {
+    cluster.shard_for("_captcha", "_token", token)
+}
+
+fn well_formed(token: &str) -> bool {
+    token.len() == TOKEN_LEN && token.bytes().all(|b| b.is_ascii_alphanumeric())
+}
+
+fn internal(e: impl std::fmt::Display) -> ApiError {
+    ApiError::Internal(e.to_string())
+}
+
+/// Stores a new captcha for `app`; answers its token and text.
+pub async fn issue(
+    cluster: &Cluster,
+    app: &str,
+    p: CaptchaParams,
+) -> Result<(String, String), ApiError> {
+    let token = random_alphanumeric(TOKEN_LEN);
+    let captcha = Captcha {
+        app: app.to_string(),
+        text: image::random_text(p.size as usize),
+        seed: rand::random(),
+        width: p.width,
+        height: p.height,
+    };
+    let value = serde_json::to_value(&captcha).map_err(internal)?;
+    let expires = now_ms() + i64::from(p.ttl_s) * 1000;
+    cluster
+        .put_record(
+            group(cluster, &token),
+            NS_CAPTCHA,
+            &token,
+            value,
+            Some(expires),
+        )
+        .await?;
+    Ok((token, captcha.text))
+}
+
+/// The PNG of a live captcha, if any.
+pub async fn picture(cluster: &Cluster, token: &str) -> Result<Option<Vec<u8>>, ApiError> {
+    if !well_formed(token) {
+        return Ok(None);
+    }
+    let Some(v) = cluster
+        .get_record(group(cluster, token), NS_CAPTCHA, token)
+        .await?
+    else {
+        return Ok(None);
+    };
+    let c: Captcha = serde_json::from_value(v).map_err(internal)?;
+    image::render_png(&c.text, c.width, c.height, c.seed)
+        .map(Some)
+        .map_err(ApiError::Internal)
+}
+
+/// Checks a captcha's text (ignoring case) and ends the captcha; on a match answers a new
+/// validate token. 10023 for a wrong text or an unknown, expired or used captcha.
+pub async fn verify(
+    cluster: &Cluster,
+    app: &str,
+    token: &str,
+    text: &str,
+) -> Result<String, ApiError> {
+    if !well_formed(token) {
+        return Err(ApiError::CaptchaFailed);
+    }
+    let taken = cluster
+        .take_record(group(cluster, token), NS_CAPTCHA, token)
+        .await?;
+    let captcha: Captcha = match taken.map(serde_json::from_value) {
+        Some(Ok(c)) => c,
+        Some(Err(e)) => return Err(internal(e)),
+        None => return Err(ApiError::CaptchaFailed),
+    };
+    if captcha.app != app || !captcha.text.eq_ignore_ascii_case(text.trim()) {
+        return Err(ApiError::CaptchaFailed);
+    }
+    let pass = random_alphanumeric(TOKEN_LEN);
+    cluster
+        .put_record(
+            group(cluster, &pass),
+            NS_CAPTCHA_PASS,
+            &pass,
+            serde_json::json!({ "app": app }),
+            Some(now_ms() + PASS_TTL_MS),
+        )
+        .await?;
+    Ok(pass)
+}
+
+/// Takes a validate token of `app`: true once per token, while it is live.
+pub async fn take_pass(cluster: &Cluster, app: &str, pass: &str) -> Result<bool, ApiError> {
+    if !well_formed(pass) {
+        return Ok(false);
+    }
+    let taken = cluster
+        .take_record(group(cluster, pass), NS_CAPTCHA_PASS, pass)
+        .await?;
+    Ok(taken.is_some_and(|v| v["app"].as_str() == Some(app)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn params(v: Value) -> Result<CaptchaParams, ApiError> {
+        CaptchaParams::from_body(v.as_object().unwrap())
+    }
+
+    #[test]
+    fn parameters_default_and_stay_in_range() {
+        assert_eq!(
+            params(json!({})).unwrap(),
+            CaptchaParams {
+                width: 85,
+                height: 30,
+                size: 4,
+                ttl_s: 60
+            }
+        );
+        let p = params(json!({"width": 200, "height": "100", "size": 6, "ttl": 180})).unwrap();
+        assert_eq!((p.width, p.height, p.size, p.ttl_s), (200, 100, 6, 180));
+        for bad in [
+            json!({"width": 59}),
+            json!({"width": 201}),
+            json!({"height": 29}),
+            json!({"size": 7}),
+            json!({"size": 2}),
+            json!({"ttl": 59}),
+            json!({"ttl": 181}),
+            json!({"width": -1}),
+            json!({"width": 1.5}),
+            json!({"width": "wide"}),
+            json!({"width": 4294967396u64}),
+        ] {
+            assert!(
+                matches!(params(bad.clone()), Err(ApiError::InvalidBody(_))),
+                "{bad}"
+            );
+        }
+    }
+}

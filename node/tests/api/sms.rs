@@ -1,0 +1,627 @@
+//! SMS codes and captchas (spec 4.5, 4.10) on a 3-node cluster, delivered through a local
+//! webhook receiver: sending within the cluster-wide quota (10010), templates (10022) and
+//! captcha-guarded templates (10023, 10024), verification (207), `querySms`, phone one-step
+//! register/login, login and password reset by code.
+
+use basalt_client::Client;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use super::common::webhook::SmsReceiver;
+use super::common::{assert_api_error, TestCluster};
+
+async fn post(c: &Client, path: &str, body: Value) -> Result<Value, basalt_client::Error> {
+    c.request(Method::POST, path, Some(&body), false)
+        .await
+        .map(|r| r.body)
+}
+
+async fn send_code(c: &Client, number: &str) -> i64 {
+    let r = post(c, "/1/requestSmsCode", json!({"mobilePhoneNumber": number}))
+        .await
+        .unwrap();
+    r["smsId"].as_i64().unwrap_or_else(|| panic!("smsId: {r}"))
+}
+
+async fn sms_state(c: &Client, sms_id: i64) -> Value {
+    c.request(Method::GET, &format!("/1/querySms/{sms_id}"), None, false)
+        .await
+        .unwrap()
+        .body
+}
+
+/// Waits until `querySms` reports a final delivery state; answers the whole state.
+async fn delivered(c: &Client, sms_id: i64) -> Value {
+    for _ in 0..100 {
+        let s = sms_state(c, sms_id).await;
+        if s["sms_state"] != "SENDING" {
+            return s;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("SMS {sms_id} still SENDING");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sms_codes_templates_and_captchas() {
+    let receiver = SmsReceiver::start().await;
+    let hook = receiver.url();
+    let cluster = TestCluster::start(3, &["--shards", "4"], &["--sms-webhook-url", &hook]).await;
+    let c: Vec<Client> = (0..3).map(|i| cluster.client(i)).collect();
+    let app_id = cluster.keys.application_id.clone();
+
+    // Malformed requests.
+    for body in [
+        json!({}),
+        json!({"mobilePhoneNumber": 13800138000u64}),
+        json!({"mobilePhoneNumber": "12ab"}),
+    ] {
+        assert_api_error(
+            post(&c[0], "/1/requestSmsCode", body.clone()).await,
+            400,
+            107,
+            &body.to_string(),
+        );
+    }
+
+    // A code goes out through the webhook with the default template.
+    let n1 = "+8613800000001";
+    let id1 = send_code(&c[0], n1).await;
+    let m = receiver.message(id1).await;
+    assert_eq!(m["mobilePhoneNumber"], n1);
+    assert_eq!(m["appId"], app_id.as_str());
+    let content = m["content"].as_str().unwrap();
+    assert!(content.contains("10 minutes"), "{content}");
+    assert_eq!(
+        m["countedLength"].as_u64().unwrap() as usize,
+        content.chars().count() + 6
+    );
+    assert_eq!(
+        m["segments"],
+        if content.chars().count() + 6 <= 70 {
+            1
+        } else {
+            2
+        }
+    );
+    let code1 = receiver.code(id1).await;
+
+    // One per minute per number, whichever node is asked.
+    for node in [&c[1], &c[2], &c[0]] {
+        assert_api_error(
+            post(node, "/1/requestSmsCode", json!({"mobilePhoneNumber": n1})).await,
+            400,
+            10010,
+            "second code within a minute",
+        );
+    }
+
+    // State: delivered, not yet verified (asked on another node).
+    let s = delivered(&c[2], id1).await;
+    assert_eq!(s, json!({"sms_state": "SUCCESS", "verify_state": false}));
+    assert_api_error(
+        c[0].request(Method::GET, "/1/querySms/12345", None, false)
+            .await,
+        404,
+        101,
+        "unknown smsId",
+    );
+
+    // Verification: wrong code 207, right code once, then 207.
+    let wrong = if code1 == "000000" {
+        "111111"
+    } else {
+        "000000"
+    };
+    assert_api_error(
+        post(
+            &c[1],
+            &format!("/1/verifySmsCode/{wrong}"),
+            json!({"mobilePhoneNumber": n1}),
+        )
+        .await,
+        400,
+        207,
+        "wrong code",
+    );
+    assert_api_error(
+        post(
+            &c[1],
+            &format!("/1/verifySmsCode/{code1}"),
+            json!({"mobilePhoneNumber": "+8613800000009"}),
+        )
+        .await,
+        400,
+        207,
+        "right code, other number",
+    );
+    let ok = post(
+        &c[1],
+        &format!("/1/verifySmsCode/{code1}"),
+        json!({"mobilePhoneNumber": n1}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(ok, json!({"msg": "ok"}));
+    assert_eq!(sms_state(&c[0], id1).await["verify_state"], true);
+    assert_api_error(
+        post(
+            &c[2],
+            "/1/verifySmsCode",
+            json!({"mobilePhoneNumber": n1, "smsCode": code1}),
+        )
+        .await,
+        400,
+        207,
+        "a code works once",
+    );
+
+    // The code may also travel in the body.
+    let n2 = "+8613800000002";
+    let id2 = send_code(&c[1], n2).await;
+    let code2 = receiver.code(id2).await;
+    let ok = post(
+        &c[0],
+        "/1/verifySmsCode",
+        json!({"mobilePhoneNumber": n2, "smsCode": code2}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(ok, json!({"msg": "ok"}));
+
+    // A refused delivery is FAIL.
+    let id_fail = send_code(&c[0], "+8613800000000").await;
+    assert_eq!(delivered(&c[1], id_fail).await["sms_state"], "FAIL");
+
+    // Templates: unknown 10022; console-made ones render their placeholders.
+    assert_api_error(
+        post(
+            &c[0],
+            "/1/requestSmsCode",
+            json!({"mobilePhoneNumber": "+8613800000003", "template": "nope"}),
+        )
+        .await,
+        400,
+        10022,
+        "unknown template",
+    );
+    let console = cluster.console_client(0);
+    let templates = format!("/1/apps/{app_id}/smsTemplates");
+    for bad in [
+        json!({"name": "x", "content": "no code"}),
+        json!({"content": "%smscode%"}),
+    ] {
+        assert_api_error(
+            console
+                .request(Method::POST, &templates, Some(&bad), false)
+                .await,
+            400,
+            107,
+            &bad.to_string(),
+        );
+    }
+    console
+        .request(
+            Method::POST,
+            &templates,
+            Some(&json!({"name": "signup", "content": "[%appname%] code %smscode%, valid %ttl% min"})),
+            false,
+        )
+        .await
+        .unwrap();
+    let app = console
+        .request(Method::GET, &format!("/1/apps/{app_id}"), None, false)
+        .await
+        .unwrap()
+        .body;
+    let app_name = app["appName"].as_str().unwrap();
+    let id3 = post(
+        &c[2],
+        "/1/requestSmsCode",
+        json!({"mobilePhoneNumber": "+8613800000003", "template": "signup"}),
+    )
+    .await
+    .unwrap()["smsId"]
+        .as_i64()
+        .unwrap();
+    let code3 = receiver.code(id3).await;
+    let m3 = receiver.message(id3).await;
+    assert_eq!(
+        m3["content"],
+        format!("[{app_name}] code {code3}, valid 10 min")
+    );
+    assert_eq!(m3["template"], "signup");
+
+    // A captcha-guarded template.
+    console
+        .request(
+            Method::POST,
+            &templates,
+            Some(&json!({"name": "guarded", "content": "%smscode%", "captcha": true})),
+            false,
+        )
+        .await
+        .unwrap();
+    let listed = console
+        .request(Method::GET, &templates, None, false)
+        .await
+        .unwrap()
+        .body;
+    let names: Vec<&str> = listed["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert_eq!(names, ["guarded", "signup"]);
+    let guarded = |number: &str, token: Option<&str>| {
+        let mut body = json!({"mobilePhoneNumber": number, "template": "guarded"});
+        if let Some(t) = token {
+            body["validate_token"] = json!(t);
+        }
+        body
+    };
+    assert_api_error(
+        post(&c[0], "/1/requestSmsCode", guarded("+8613800000004", None)).await,
+        400,
+        10024,
+        "no validate_token",
+    );
+    assert_api_error(
+        post(
+            &c[0],
+            "/1/requestSmsCode",
+            guarded("+8613800000004", Some("x")),
+        )
+        .await,
+        400,
+        10024,
+        "bogus validate_token",
+    );
+
+    // requestCaptcha: a PNG of the asked size at captcha_url; sizes outside the ranges are 107.
+    assert_api_error(
+        post(&c[0], "/1/requestCaptcha", json!({"width": 201})).await,
+        400,
+        107,
+        "too wide",
+    );
+    let cap = post(
+        &c[0],
+        "/1/requestCaptcha",
+        json!({"width": 120, "height": 40, "size": 5}),
+    )
+    .await
+    .unwrap();
+    assert!(
+        cap.get("captcha_code").is_none(),
+        "only the master key sees the text"
+    );
+    let url = cap["captcha_url"].as_str().unwrap();
+    let png = reqwest::get(url).await.unwrap();
+    assert_eq!(png.status(), 200);
+    assert_eq!(png.headers()["content-type"], "image/png");
+    let bytes = png.bytes().await.unwrap();
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+    let width = u32::from_be_bytes(bytes[16..20].try_into().unwrap());
+    let height = u32::from_be_bytes(bytes[20..24].try_into().unwrap());
+    assert_eq!((width, height), (120, 40));
+    // One attempt per captcha: a wrong text ends it.
+    let token = cap["captcha_token"].as_str().unwrap();
+    assert_api_error(
+        post(
+            &c[1],
+            "/1/verifyCaptcha",
+            json!({"captcha_code": "2222", "captcha_token": token}),
+        )
+        .await,
+        400,
+        10023,
+        "wrong captcha text",
+    );
+    let gone = reqwest::get(url).await.unwrap();
+    assert_eq!(gone.status(), 404, "a used captcha has no picture");
+
+    // The master key sees the text: pass the captcha and send with the template, once.
+    let cap = c[0]
+        .request(Method::POST, "/1/requestCaptcha", Some(&json!({})), true)
+        .await
+        .unwrap()
+        .body;
+    let text = cap["captcha_code"].as_str().unwrap();
+    assert_eq!(text.len(), 4, "default size");
+    let pass = post(
+        &c[2],
+        "/1/verifyCaptcha",
+        json!({"captcha_code": text.to_lowercase(), "captcha_token": cap["captcha_token"]}),
+    )
+    .await
+    .unwrap();
+    let pass = pass["validate_token"].as_str().unwrap();
+    assert_api_error(
+        post(
+            &c[1],
+            "/1/verifyCaptcha",
+            json!({"captcha_code": text, "captcha_token": cap["captcha_token"]}),
+        )
+        .await,
+        400,
+        10023,
+        "a captcha is verified once",
+    );
+    let id4 = post(
+        &c[1],
+        "/1/requestSmsCode",
+        guarded("+8613800000004", Some(pass)),
+    )
+    .await
+    .unwrap()["smsId"]
+        .as_i64()
+        .unwrap();
+    receiver.message(id4).await;
+    assert_api_error(
+        post(
+            &c[2],
+            "/1/requestSmsCode",
+            guarded("+8613800000005", Some(pass)),
+        )
+        .await,
+        400,
+        10024,
+        "a validate_token works once",
+    );
+
+    // Deleting a template.
+    let del = format!("{templates}/signup");
+    console
+        .request(Method::DELETE, &del, None, false)
+        .await
+        .unwrap();
+    assert_api_error(
+        console.request(Method::DELETE, &del, None, false).await,
+        404,
+        101,
+        "deleted twice",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn phone_sign_up_login_and_reset_by_code() {
+    let receiver = SmsReceiver::start().await;
+    let hook = receiver.url();
+    let cluster = TestCluster::start(3, &["--shards", "4"], &["--sms-webhook-url", &hook]).await;
+    let c: Vec<Client> = (0..3).map(|i| cluster.client(i)).collect();
+
+    // One-step register at /1/usersv1: 200 with the whole user, verified, with a session.
+    let n1 = "13900000001";
+    let id = send_code(&c[0], n1).await;
+    let code = receiver.code(id).await;
+    assert_api_error(
+        post(
+            &c[1],
+            "/1/usersv1",
+            json!({"mobilePhoneNumber": n1, "smsCode": "000000"}),
+        )
+        .await
+        .map(|_| ()),
+        400,
+        207,
+        "wrong code",
+    );
+    let r = c[1]
+        .request(
+            Method::POST,
+            "/1/usersv1",
+            Some(&json!({"mobilePhoneNumber": n1, "smsCode": code, "nickname": "Ann"})),
+            false,
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    let user = r.body;
+    assert_eq!(user["username"], n1);
+    assert_eq!(user["mobilePhoneNumber"], n1);
+    assert_eq!(user["mobilePhoneVerified"], true);
+    assert_eq!(user["nickname"], "Ann");
+    assert!(user.get("password").is_none());
+    let token = user["sessionToken"].as_str().unwrap();
+    let uid = user["objectId"].as_str().unwrap();
+    let check = c[2]
+        .clone()
+        .with_session(Some(token))
+        .request(Method::GET, &format!("/1/checkSession/{uid}"), None, false)
+        .await
+        .unwrap()
+        .body;
+    assert_eq!(check, json!({"msg": "ok"}));
+
+    // One-step with a number that has a user logs that user in (POST /1/users).
+    let n2 = "13900000002";
+    let signed_up = post(
+        &c[0],
+        "/1/users",
+        json!({"username": "bob", "password": "pw1", "mobilePhoneNumber": n2}),
+    )
+    .await
+    .unwrap();
+    let bob = signed_up["objectId"].as_str().unwrap().to_string();
+    let id = send_code(&c[2], n2).await;
+    let code = receiver.code(id).await;
+    let r = c[0]
+        .request(
+            Method::POST,
+            "/1/users",
+            Some(&json!({"mobilePhoneNumber": n2, "smsCode": code})),
+            false,
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body["objectId"], bob.as_str());
+    assert_eq!(r.body["username"], "bob");
+    assert_eq!(r.body["mobilePhoneVerified"], true);
+
+    // Login with a code: 101 for a number without a user, 207 for a wrong code.
+    let n3 = "13900000003";
+    post(
+        &c[0],
+        "/1/users",
+        json!({"username": "cat", "password": "old", "mobilePhoneNumber": n3}),
+    )
+    .await
+    .unwrap();
+    assert_api_error(
+        post(
+            &c[1],
+            "/1/login",
+            json!({"mobilePhoneNumber": "13900000999", "smsCode": "123456"}),
+        )
+        .await,
+        404,
+        101,
+        "no such user",
+    );
+    let id = send_code(&c[1], n3).await;
+    let code = receiver.code(id).await;
+    let wrong = if code == "999999" { "888888" } else { "999999" };
+    assert_api_error(
+        post(
+            &c[1],
+            "/1/login",
+            json!({"mobilePhoneNumber": n3, "smsCode": wrong}),
+        )
+        .await,
+        400,
+        207,
+        "wrong login code",
+    );
+    let logged = post(
+        &c[2],
+        "/1/login",
+        json!({"mobilePhoneNumber": n3, "smsCode": code}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(logged["username"], "cat");
+    assert_eq!(logged["mobilePhoneVerified"], true);
+    let cat_token = logged["sessionToken"].as_str().unwrap().to_string();
+    let cat = logged["objectId"].as_str().unwrap().to_string();
+    // The number also logs in with the password.
+    let by_number = post(
+        &c[0],
+        "/1/login",
+        json!({"username": n3, "password": "old"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(by_number["objectId"], cat.as_str());
+
+    // Reset by code (number taken from the code): new password works, old one and the
+    // sessions end.
+    let n4 = "13900000004";
+    post(
+        &c[0],
+        "/1/users",
+        json!({"username": "dan", "password": "old", "mobilePhoneNumber": n4}),
+    )
+    .await
+    .unwrap();
+    let dan = post(
+        &c[0],
+        "/1/login",
+        json!({"username": "dan", "password": "old"}),
+    )
+    .await
+    .unwrap();
+    let dan_token = dan["sessionToken"].as_str().unwrap().to_string();
+    let dan_id = dan["objectId"].as_str().unwrap().to_string();
+    let id = send_code(&c[2], n4).await;
+    let code = receiver.code(id).await;
+    assert_api_error(
+        c[1].request(
+            Method::PUT,
+            "/1/resetPasswordBySmsCode/000001",
+            Some(&json!({"password": "new", "mobilePhoneNumber": n4})),
+            false,
+        )
+        .await,
+        400,
+        207,
+        "wrong reset code",
+    );
+    let ok = c[1]
+        .request(
+            Method::PUT,
+            &format!("/1/resetPasswordBySmsCode/{code}"),
+            Some(&json!({"password": "new"})),
+            false,
+        )
+        .await
+        .unwrap()
+        .body;
+    assert_eq!(ok, json!({"msg": "ok"}));
+    assert_api_error(
+        post(
+            &c[0],
+            "/1/login",
+            json!({"username": "dan", "password": "old"}),
+        )
+        .await,
+        404,
+        101,
+        "old password",
+    );
+    let again = post(
+        &c[2],
+        "/1/login",
+        json!({"username": "dan", "password": "new"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(again["mobilePhoneVerified"], true);
+    let check = c[0]
+        .clone()
+        .with_session(Some(&dan_token))
+        .request(
+            Method::GET,
+            &format!("/1/checkSession/{dan_id}"),
+            None,
+            false,
+        )
+        .await
+        .unwrap()
+        .body;
+    assert_eq!(check, json!({"msg": "fail"}), "reset ends the sessions");
+    // The code was used up by the reset.
+    assert_api_error(
+        c[1].request(
+            Method::PUT,
+            &format!("/1/resetPasswordBySmsCode/{code}"),
+            Some(&json!({"password": "x", "mobilePhoneNumber": n4})),
+            false,
+        )
+        .await,
+        400,
+        207,
+        "reset code reused",
+    );
+
+    // Changing the number makes it unverified.
+    let changed = c[0]
+        .clone()
+        .with_session(Some(&cat_token))
+        .request(
+            Method::PUT,
+            &format!("/1/users/{cat}"),
+            Some(&json!({"mobilePhoneNumber": "13900000033"})),
+            false,
+        )
+        .await;
+    assert!(changed.is_ok(), "{changed:?}");
+    let now = c[1]
+        .request(Method::GET, &format!("/1/users/{cat}"), None, false)
+        .await
+        .unwrap()
+        .body;
+    assert_eq!(now["mobilePhoneVerified"], false);
+}
