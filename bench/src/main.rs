@@ -4,7 +4,8 @@
 //! `cargo run -p basalt-bench --release -- --url http://127.0.0.1:8080 --credentials
 //! data/node1/credentials.json --concurrency 16 --seconds 10`. Several `--url`s spread clients
 //! over nodes. Workloads: `create`, `get` (reads objects created in a warm-up), `update`
-//! (Increment on a few hot objects), `mixed` (50% get, 50% create).
+//! (Increment on a few hot objects), `mixed` (50% get, 50% create), `login` (POST /1/login of a
+//! user registered in the warm-up: the cost of argon2 verification plus a session write).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -49,11 +50,15 @@ struct Outcome {
     elapsed: Duration,
 }
 
+/// Password of the warm-up user of the `login` workload.
+const BENCH_PASSWORD: &str = "bench-password";
+
 async fn run_workload(
     args: &Args,
     clients: &[Client],
     workload: &str,
     ids: Arc<Vec<String>>,
+    user: &str,
 ) -> anyhow::Result<Outcome> {
     let stop = Arc::new(AtomicBool::new(false));
     let payload = "x".repeat(args.payload);
@@ -61,11 +66,12 @@ async fn run_workload(
     let mut tasks = Vec::new();
     for c in 0..args.concurrency {
         let client = clients[c % clients.len()].clone();
-        let (stop, ids, payload, workload) = (
+        let (stop, ids, payload, workload, user) = (
             stop.clone(),
             ids.clone(),
             payload.clone(),
             workload.to_string(),
+            user.to_string(),
         );
         let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
         tasks.push(tokio::spawn(async move {
@@ -87,6 +93,15 @@ async fn run_workload(
                         .unwrap_or(false),
                     "update" => client
                         .increment("BenchItem", &ids[i % ids.len().min(8)], "n", 1)
+                        .await
+                        .is_ok(),
+                    "login" => client
+                        .request(
+                            basalt_client::Method::POST,
+                            "/1/login",
+                            Some(&json!({"username": &user, "password": BENCH_PASSWORD})),
+                            false,
+                        )
                         .await
                         .is_ok(),
                     _ => {
@@ -161,11 +176,23 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     let ids = Arc::new(ids);
+    let user = format!("bench-{}", std::process::id());
+    if args.workloads.iter().any(|w| w == "login") {
+        clients[0]
+            .request(
+                basalt_client::Method::POST,
+                "/1/users",
+                Some(&json!({"username": &user, "password": BENCH_PASSWORD})),
+                false,
+            )
+            .await
+            .context("registering the login workload's user")?;
+    }
 
     println!("| cluster | workload | clients | seconds | ops | errors | ops/s | p50 ms | p99 ms | p99.9 ms | max ms |");
     println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for w in &args.workloads {
-        let o = run_workload(&args, &clients, w, ids.clone()).await?;
+        let o = run_workload(&args, &clients, w, ids.clone(), &user).await?;
         let secs = o.elapsed.as_secs_f64();
         println!(
             "| {} | {} | {} | {:.1} | {} | {} | {:.0} | {} | {} | {} | {} |",

@@ -34,6 +34,9 @@ pub enum Error {
     /// The server answered something this client does not understand.
     #[error("unexpected response: {0}")]
     Decode(String),
+    /// The client was set up wrongly (no request was sent).
+    #[error("invalid client configuration: {0}")]
+    Config(String),
 }
 
 impl Error {
@@ -102,6 +105,9 @@ pub struct Created {
 pub struct Client {
     http: reqwest::Client,
     base: String,
+    /// Further nodes: API requests rotate over `base` and these (`over_nodes`).
+    others: std::sync::Arc<Vec<String>>,
+    next: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     keys: Option<AppKeys>,
     signing: Option<SignedKeys>,
     console: Option<(String, String)>,
@@ -115,12 +121,46 @@ impl Client {
         Ok(Client {
             http: http_client(Duration::from_secs(30))?,
             base: base.trim_end_matches('/').to_string(),
+            others: Default::default(),
+            next: Default::default(),
             keys,
             signing: None,
             console: None,
             session: None,
             brand: "Service".into(),
         })
+    }
+
+    /// A client spreading its API requests round-robin over several nodes of one cluster
+    /// (every node serves the whole API). `base()`, health and metrics use the first.
+    pub fn over_nodes(bases: &[String], keys: Option<AppKeys>) -> Result<Self> {
+        let first = bases
+            .first()
+            .ok_or_else(|| Error::Config("over_nodes needs at least one node".into()))?;
+        let mut c = Client::new(first, keys)?;
+        c.others = std::sync::Arc::new(
+            bases[1..]
+                .iter()
+                .map(|b| b.trim_end_matches('/').to_string())
+                .collect(),
+        );
+        Ok(c)
+    }
+
+    /// The node the next API request goes to.
+    fn node(&self) -> &str {
+        if self.others.is_empty() {
+            return &self.base;
+        }
+        let i = self
+            .next
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            % (self.others.len() + 1);
+        if i == 0 {
+            &self.base
+        } else {
+            &self.others[i - 1]
+        }
     }
 
     /// The same client signing its requests (encrypted mode) instead of sending the REST key.
@@ -165,7 +205,7 @@ impl Client {
         body: Option<&Value>,
         master: bool,
     ) -> Result<Response> {
-        let mut req = self.http.request(method, format!("{}{}", self.base, path));
+        let mut req = self.http.request(method, format!("{}{}", self.node(), path));
         let brand = &self.brand;
         let body_text = body.map(Value::to_string);
         if let Some(s) = &self.signing {
@@ -312,7 +352,7 @@ impl Client {
 
     /// Lists objects of a class; `params` are query parameters (`where`, `limit`, `order`, ...).
     pub async fn query(&self, class: &str, params: &[(&str, &str)]) -> Result<Value> {
-        let mut url = reqwest::Url::parse(&format!("{}/1/classes/{class}", self.base))
+        let mut url = reqwest::Url::parse(&format!("{}/1/classes/{class}", self.node()))
             .map_err(|e| Error::Decode(e.to_string()))?;
         url.query_pairs_mut().extend_pairs(params);
         let path = format!("{}?{}", url.path(), url.query().unwrap_or(""));

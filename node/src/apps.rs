@@ -9,7 +9,6 @@ use basalt_cluster::Cluster;
 use serde::{Deserialize, Serialize};
 
 use crate::api::error::ApiError;
-pub use crate::auth::password::{hash_password, verify_password};
 
 /// Record namespace of apps (keyed by applicationId).
 pub const NS_APP: &str = "app";
@@ -190,16 +189,13 @@ pub async fn verify_account(
     let Some(rec) = rec.and_then(|v| serde_json::from_value::<AccountRecord>(v).ok()) else {
         return Ok(false);
     };
-    let password = password.to_string();
-    tokio::task::spawn_blocking(move || verify_password(&password, &rec.password_hash))
-        .await
-        .map_err(|e| ApiError::Internal(e.to_string()))
+    crate::auth::password::verify(password.to_string(), rec.password_hash).await
 }
 
 pub async fn put_account(cluster: &Cluster, email: &str, password: &str) -> Result<(), ApiError> {
     let rec = AccountRecord {
         email: email.to_string(),
-        password_hash: hash_password(password)?,
+        password_hash: crate::auth::password::hash(password.to_string()).await?,
     };
     let v = serde_json::to_value(rec).map_err(|e| ApiError::Internal(e.to_string()))?;
     cluster

@@ -18,7 +18,8 @@ use super::error::ApiError;
 use crate::users::email_links::{consume_link, find_link, send_link, EmailLink, Purpose};
 use crate::users::session::only_session;
 use crate::users::unique::{self, Unique};
-use crate::users::{hash_password, set_user_fields, PASSWORD_FIELD, USER_CLASS};
+use crate::auth::password;
+use crate::users::{set_user_fields, PASSWORD_FIELD, USER_CLASS};
 
 /// Mails a verification link to a user's email (after registration or an email change).
 pub async fn send_verification(
@@ -194,7 +195,7 @@ pub async fn reset_password(
             ))
         }
     };
-    let hash = hash_password(password).await?;
+    let hash = password::hash(password).await?;
     let updates = vec![
         FieldUpdate {
             path: vec![PASSWORD_FIELD.into()],

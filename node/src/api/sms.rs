@@ -16,7 +16,8 @@ use super::error::ApiError;
 use crate::sms::{self, CodeRequest, Template};
 use crate::users::session::only_session;
 use crate::users::unique::{self, Unique};
-use crate::users::{hash_password, set_user_fields, PASSWORD_FIELD};
+use crate::auth::password;
+use crate::users::{set_user_fields, PASSWORD_FIELD};
 
 /// A string member of a body (107 when present but not a string).
 fn string<'a>(body: &'a Map<String, Value>, key: &str) -> Result<Option<&'a str>, ApiError> {
@@ -124,7 +125,7 @@ pub async fn reset_password_by_sms_code(
         .await?
         .ok_or_else(|| ApiError::ObjectNotFound(format!("user with mobilePhoneNumber {number}")))?;
     sms::take_code(&state.cluster, app, &number, &code).await?;
-    let hash = hash_password(password.to_string()).await?;
+    let hash = password::hash(password.to_string()).await?;
     let set = |k: &str, v: Value| FieldUpdate {
         path: vec![k.to_string()],
         op: UpdateOp::Set(v),

@@ -23,24 +23,20 @@ use super::objects::{
     check_object_id, create_in, created_response, delete_in, get_in, list_in, update_in, GetParams,
     ListParams,
 };
-use crate::auth::password::verify_password;
 use crate::users::session::{add_session, new_token, only_session, session_user};
 use crate::users::third_party::{identity_of, parse_auth_data, Link, AUTH_DATA_FIELD, PLATFORMS};
 use crate::users::unique::{self, Unique};
 use crate::users::{login_fields, PASSWORD_FIELD, SERVICE_FIELDS, USER_CLASS};
 
 async fn hash(password: String) -> Result<String, ApiError> {
-    crate::users::hash_password(password).await
+    crate::auth::password::hash(password).await
 }
 
 async fn verify(password: String, stored: &StoredObject) -> Result<bool, ApiError> {
     let Some(h) = stored.fields.get(PASSWORD_FIELD).and_then(Value::as_str) else {
         return Ok(false);
     };
-    let h = h.to_string();
-    tokio::task::spawn_blocking(move || verify_password(&password, &h))
-        .await
-        .map_err(|e| ApiError::Internal(e.to_string()))
+    crate::auth::password::verify(password, h.to_string()).await
 }
 
 fn set(path: &str, v: Value) -> FieldUpdate {

@@ -1,11 +1,45 @@
 //! Password hashing for console accounts and app users: argon2 (PHC strings with their own
-//! salt), never plain text. Verification is CPU-heavy: async callers run it with
-//! `spawn_blocking`.
+//! salt), never plain text. Hashing and verifying are CPU-heavy on purpose: async callers use
+//! `hash` and `verify`, which run them on the blocking pool, at most `max(1, cores / 2)` at a
+//! time, so a burst of logins or registrations queues instead of starving the Raft tasks of
+//! CPU (which would cost the groups their leaders).
+
+use std::sync::OnceLock;
 
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::Argon2;
+use tokio::sync::Semaphore;
 
 use crate::api::error::ApiError;
+
+fn workers() -> &'static Semaphore {
+    static WORKERS: OnceLock<Semaphore> = OnceLock::new();
+    WORKERS.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Semaphore::new((cores / 2).max(1))
+    })
+}
+
+/// Runs CPU-heavy password work on the blocking pool, within the concurrency bound.
+async fn bounded<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Result<T, ApiError> {
+    let _permit = workers()
+        .acquire()
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))
+}
+
+/// `hash_password` for async callers.
+pub async fn hash(password: String) -> Result<String, ApiError> {
+    bounded(move || hash_password(&password)).await?
+}
+
+/// `verify_password` for async callers.
+pub async fn verify(password: String, hash: String) -> Result<bool, ApiError> {
+    bounded(move || verify_password(&password, &hash)).await
+}
 
 pub fn hash_password(password: &str) -> Result<String, ApiError> {
     let salt = SaltString::encode_b64(&rand::random::<[u8; 16]>())

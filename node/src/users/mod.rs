@@ -52,13 +52,6 @@ pub fn login_fields(fields: &Map<String, Value>) -> Vec<(unique::Unique, String)
     out
 }
 
-/// An argon2 hash of a password, computed off the async workers.
-pub async fn hash_password(password: String) -> Result<String, ApiError> {
-    tokio::task::spawn_blocking(move || crate::auth::password::hash_password(&password))
-        .await
-        .map_err(|e| ApiError::Internal(e.to_string()))?
-}
-
 /// Applies updates to a user as the service (no ACL check): password resets, verification
 /// flags. 101 when the user is gone.
 pub async fn set_user_fields(

@@ -9,8 +9,8 @@ use super::common::{assert_api_error, TestCluster};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acls_govern_every_data_path() {
-    let cluster = TestCluster::start(1, &["--shards", "4"], &[]).await;
-    let client = cluster.client(0);
+    let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
+    let client = cluster.spread_client();
     let register = |name: &str| {
         let c = client.clone();
         let body = json!({"username": name, "password": "p"});
@@ -195,8 +195,8 @@ async fn acls_govern_every_data_path() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn roles_grant_their_members_and_child_roles_access() {
-    let cluster = TestCluster::start(1, &["--shards", "4"], &[]).await;
-    let client = cluster.client(0);
+    let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
+    let client = cluster.spread_client();
     let register = |name: &str| {
         let c = client.clone();
         let body = json!({"username": name, "password": "p"});

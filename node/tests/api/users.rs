@@ -1,7 +1,8 @@
 //! Users and sessions (spec 4.5, 2.3, decisions "Users and sessions"): register, log in (GET and
 //! POST, by username or email), read and list without secrets, change with the user's session
 //! or the master key only (206), password changes ending other sessions, uniqueness (202/203)
-//! including concurrent registrations, checkSession, and the `_User` class alias.
+//! including 200 concurrent registrations through three nodes, checkSession, and the `_User`
+//! class alias. Requests rotate over the nodes of a 3-node cluster.
 
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -10,8 +11,8 @@ use super::common::{assert_api_error, TestCluster};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn users_register_log_in_and_change_with_their_session() {
-    let cluster = TestCluster::start(1, &["--shards", "4"], &[]).await;
-    let client = cluster.client(0);
+    let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
+    let client = cluster.spread_client();
     let post = |path: &str, body: Value| {
         let (c, path) = (client.clone(), path.to_string());
         async move { c.request(Method::POST, &path, Some(&body), false).await }
@@ -353,28 +354,48 @@ async fn users_register_log_in_and_change_with_their_session() {
         .body;
     assert_eq!(b["age"], 6);
 
-    // Concurrent registrations of the same names: exactly one user per name.
-    let attempts = (0..40).map(|i| {
+    // 200 concurrent registrations of 20 names, spread over the 3 nodes: exactly one user per
+    // name, every other attempt 202.
+    let attempts = (0..200).map(|i| {
         let c = client.clone();
         async move {
-            let body = json!({"username": format!("racer{}", i % 4), "password": "p"});
+            let body = json!({"username": format!("racer{}", i % 20), "password": "p"});
             c.request(Method::POST, "/1/users", Some(&body), false)
                 .await
         }
     });
     let results = futures::future::join_all(attempts).await;
     let won = results.iter().filter(|r| r.is_ok()).count();
-    assert_eq!(won, 4, "one registration per name");
-    assert!(results
+    let other: Vec<String> = results
         .iter()
         .filter_map(|r| r.as_ref().err())
-        .all(|e| e.code() == Some(202)));
+        .filter(|e| e.code() != Some(202))
+        .map(|e| e.to_string())
+        .collect();
+    assert!(other.is_empty(), "{other:?}");
+    assert_eq!(won, 20, "one registration per name");
+    let listed = client
+        .request(Method::GET, "/1/users?limit=500", None, false)
+        .await
+        .unwrap()
+        .body;
+    let mut racers: Vec<&str> = listed["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|u| u["username"].as_str())
+        .filter(|n| n.starts_with("racer"))
+        .collect();
+    racers.sort_unstable();
+    let before = racers.len();
+    racers.dedup();
+    assert_eq!((before, racers.len()), (20, 20), "20 distinct users exist");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn third_party_accounts_register_log_in_link_and_unlink() {
-    let cluster = TestCluster::start(1, &["--shards", "4"], &[]).await;
-    let client = cluster.client(0);
+    let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
+    let client = cluster.spread_client();
     let post = |body: Value| {
         let c = client.clone();
         async move {

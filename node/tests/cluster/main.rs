@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use basalt_client::signing::{Formula, SignedKeys};
 use common::TestCluster;
 use serde_json::{json, Value};
 
@@ -385,6 +386,46 @@ async fn the_scheduler_moves_to_the_new_metadata_leader() {
         assert!(
             std::time::Instant::now() < deadline,
             "no node took the scheduler over"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // The new runner really cleans up: signed requests leave nonce records that expire within
+    // about 20 s (as SMS codes, quota windows, captchas and emailed links do later); the
+    // survivors' sweep deletes them.
+    let app = cluster
+        .console_client(others[0])
+        .request(
+            reqwest::Method::GET,
+            &format!("/1/apps/{}", cluster.keys.application_id),
+            None,
+            false,
+        )
+        .await
+        .expect("app")
+        .body;
+    let signed = cluster.anonymous_client(others[0]).with_signing(SignedKeys::new(
+        app["secretKey"].as_str().expect("secret key"),
+        app["safeToken"].as_str().expect("safe token"),
+        Formula::JsSdk,
+    ));
+    for i in 0..5 {
+        signed
+            .create_object("Signed", &json!({ "i": i }))
+            .await
+            .expect("signed create");
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut expired = 0.0;
+        for &i in &others {
+            expired += cluster.metric(i, "basalt_ttl_expired_records_total").await;
+        }
+        if expired >= 5.0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the new scheduler did not remove the expired nonces"
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }

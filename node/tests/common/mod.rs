@@ -189,6 +189,16 @@ impl TestCluster {
         .expect("client")
     }
 
+    /// A client whose requests rotate over every started node.
+    pub fn spread_client(&self) -> Client {
+        let bases: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("http://{}", n.http))
+            .collect();
+        Client::over_nodes(&bases, Some(self.keys.clone())).expect("client")
+    }
+
     pub fn master_client(&self, i: usize) -> Client {
         let mut keys = self.keys.clone();
         if keys.master_key.is_none() {
