@@ -152,10 +152,8 @@ impl Client {
         if self.others.is_empty() {
             return &self.base;
         }
-        let i = self
-            .next
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            % (self.others.len() + 1);
+        let i =
+            self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % (self.others.len() + 1);
         if i == 0 {
             &self.base
         } else {
@@ -205,7 +203,9 @@ impl Client {
         body: Option<&Value>,
         master: bool,
     ) -> Result<Response> {
-        let mut req = self.http.request(method, format!("{}{}", self.node(), path));
+        let mut req = self
+            .http
+            .request(method, format!("{}{}", self.node(), path));
         let brand = &self.brand;
         let body_text = body.map(Value::to_string);
         if let Some(s) = &self.signing {

@@ -15,10 +15,10 @@ use serde_json::{json, Value};
 
 use super::context::{body_bytes, json_object, ApiPath, AppState, RequestCtx};
 use super::error::ApiError;
+use crate::auth::password;
 use crate::users::email_links::{consume_link, find_link, send_link, EmailLink, Purpose};
 use crate::users::session::only_session;
 use crate::users::unique::{self, Unique};
-use crate::auth::password;
 use crate::users::{set_user_fields, PASSWORD_FIELD, USER_CLASS};
 
 /// Mails a verification link to a user's email (after registration or an email change).

@@ -13,10 +13,10 @@ use serde_json::{json, Map, Value};
 use super::apps::owned_app;
 use super::context::{body_bytes, json_object, ApiPath, AppState, ConsoleAccount, RequestCtx};
 use super::error::ApiError;
+use crate::auth::password;
 use crate::sms::{self, CodeRequest, Template};
 use crate::users::session::only_session;
 use crate::users::unique::{self, Unique};
-use crate::auth::password;
 use crate::users::{set_user_fields, PASSWORD_FIELD};
 
 /// A string member of a body (107 when present but not a string).

@@ -21,7 +21,9 @@ fn workers() -> &'static Semaphore {
 }
 
 /// Runs CPU-heavy password work on the blocking pool, within the concurrency bound.
-async fn bounded<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Result<T, ApiError> {
+async fn bounded<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ApiError> {
     let _permit = workers()
         .acquire()
         .await

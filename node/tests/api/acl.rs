@@ -5,27 +5,13 @@
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use super::common::{assert_api_error, TestCluster};
+use super::common::{assert_api_error, register_user, TestCluster};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acls_govern_every_data_path() {
     let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
     let client = cluster.spread_client();
-    let register = |name: &str| {
-        let c = client.clone();
-        let body = json!({"username": name, "password": "p"});
-        async move {
-            let b = c
-                .request(Method::POST, "/1/users", Some(&body), false)
-                .await
-                .unwrap()
-                .body;
-            (
-                b["objectId"].as_str().unwrap().to_string(),
-                b["sessionToken"].as_str().unwrap().to_string(),
-            )
-        }
-    };
+    let register = |name: &'static str| register_user(&client, name);
     let (ann, ann_t) = register("ann").await;
     let (bob, bob_t) = register("bob").await;
     let as_ann = client.clone().with_session(Some(&ann_t));
@@ -197,21 +183,7 @@ async fn acls_govern_every_data_path() {
 async fn roles_grant_their_members_and_child_roles_access() {
     let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
     let client = cluster.spread_client();
-    let register = |name: &str| {
-        let c = client.clone();
-        let body = json!({"username": name, "password": "p"});
-        async move {
-            let b = c
-                .request(Method::POST, "/1/users", Some(&body), false)
-                .await
-                .unwrap()
-                .body;
-            (
-                b["objectId"].as_str().unwrap().to_string(),
-                b["sessionToken"].as_str().unwrap().to_string(),
-            )
-        }
-    };
+    let register = |name: &'static str| register_user(&client, name);
     let (boss, boss_t) = register("boss").await;
     let (helper, helper_t) = register("helper").await;
     let (_, stranger_t) = register("stranger").await;

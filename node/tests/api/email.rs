@@ -1,6 +1,7 @@
 //! Emailed links (spec 3, 4.5): verification on registration and on request (120, 205), the
 //! verification link setting `emailVerified`, and the password-reset link's page and form —
-//! delivered over real SMTP to a local sink.
+//! delivered over real SMTP to a local sink, on a 3-node cluster with requests rotating over the
+//! nodes.
 
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -22,8 +23,8 @@ fn link_in(mail: &str, kind: &str) -> String {
 async fn verification_and_reset_links_arrive_and_work() {
     let sink = SmtpSink::start().await;
     let smtp = sink.url();
-    let cluster = TestCluster::start(1, &["--shards", "4"], &["--smtp-url", &smtp]).await;
-    let client = cluster.client(0);
+    let cluster = TestCluster::start(3, &["--shards", "4"], &["--smtp-url", &smtp]).await;
+    let client = cluster.spread_client();
     let post = |path: &str, body: Value| {
         let (c, path) = (client.clone(), path.to_string());
         async move { c.request(Method::POST, &path, Some(&body), false).await }

@@ -403,11 +403,13 @@ async fn the_scheduler_moves_to_the_new_metadata_leader() {
         .await
         .expect("app")
         .body;
-    let signed = cluster.anonymous_client(others[0]).with_signing(SignedKeys::new(
-        app["secretKey"].as_str().expect("secret key"),
-        app["safeToken"].as_str().expect("safe token"),
-        Formula::JsSdk,
-    ));
+    let signed = cluster
+        .anonymous_client(others[0])
+        .with_signing(SignedKeys::new(
+            app["secretKey"].as_str().expect("secret key"),
+            app["safeToken"].as_str().expect("safe token"),
+            Formula::JsSdk,
+        ));
     for i in 0..5 {
         signed
             .create_object("Signed", &json!({ "i": i }))

@@ -345,6 +345,23 @@ impl TestCluster {
     }
 }
 
+/// Registers a user with password `p`; answers its objectId and session token.
+pub async fn register_user(c: &Client, name: &str) -> (String, String) {
+    let body = serde_json::json!({"username": name, "password": "p"});
+    let b = c
+        .request(reqwest::Method::POST, "/1/users", Some(&body), false)
+        .await
+        .expect("register")
+        .body;
+    (
+        b["objectId"].as_str().expect("objectId").to_string(),
+        b["sessionToken"]
+            .as_str()
+            .expect("sessionToken")
+            .to_string(),
+    )
+}
+
 /// Asserts that a request failed with `status` and API `code`.
 pub fn assert_api_error<T: std::fmt::Debug>(
     r: Result<T, basalt_client::Error>,
