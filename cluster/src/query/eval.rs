@@ -1,25 +1,14 @@
-//! Evaluation of scan constraints and sort order against rendered objects.
+//! Value lookup by dot path and the sort order of rendered objects (the `where` itself is
+//! `filter`).
 //!
 //! Values of different JSON types order by type (null < bool < number < string < array <
 //! object); Dates compare by their `iso` string, which sorts chronologically in wire format.
 
 use std::cmp::Ordering;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::SortKey;
-
-/// True when `object` holds every `field: value` pair of `equals`. An array field matches a
-/// scalar constraint when it contains it.
-pub fn matches_equals(object: &Value, equals: &Map<String, Value>) -> bool {
-    equals
-        .iter()
-        .all(|(field, want)| match lookup(object, field) {
-            Some(Value::Array(items)) if !want.is_array() => items.contains(want),
-            Some(got) => got == want,
-            None => false,
-        })
-}
 
 /// The value at a dot path of an object.
 pub fn lookup<'a>(object: &'a Value, path: &str) -> Option<&'a Value> {
@@ -86,22 +75,6 @@ pub fn compare_objects(a: &Value, b: &Value, order: &[SortKey]) -> Ordering {
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn equality_matches_scalars_arrays_and_paths() {
-        let o = json!({"a": 1, "tags": ["x", "y"], "s": {"n": "v"}});
-        assert!(matches_equals(&o, json!({"a": 1}).as_object().unwrap()));
-        assert!(matches_equals(
-            &o,
-            json!({"tags": "x"}).as_object().unwrap()
-        ));
-        assert!(matches_equals(&o, json!({"s.n": "v"}).as_object().unwrap()));
-        assert!(!matches_equals(&o, json!({"a": 2}).as_object().unwrap()));
-        assert!(!matches_equals(
-            &o,
-            json!({"missing": 1}).as_object().unwrap()
-        ));
-    }
 
     #[test]
     fn ordering_by_several_keys() {

@@ -2,14 +2,16 @@
 //!
 //! A scan runs on each data shard (`shard_exec`): it filters the shard's objects of one class,
 //! sorts them and keeps the first `skip + limit`; the coordinating node merges the shards'
-//! rows under the same order (`merge`) and applies skip and limit once. Counts add up.
+//! rows under the same order (`merge`) and applies skip and limit once. Counts add up. The
+//! `where` is a `filter::Filter`; its sub-queries run first on the coordinator (`resolve`).
 
 pub mod eval;
+pub mod filter;
 pub mod merge;
+pub mod resolve;
 pub mod shard_exec;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
 
 /// One sort key: a field name and its direction.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -23,8 +25,9 @@ pub struct SortKey {
 pub struct ScanRequest {
     pub app: String,
     pub class: String,
-    /// Plain equality constraints (`{field: value}`) every returned object satisfies.
-    pub equals: Map<String, Value>,
+    /// The `where` every returned object satisfies, its sub-queries already resolved.
+    #[serde(default)]
+    pub filter: filter::Filter,
     pub order: Vec<SortKey>,
     pub skip: usize,
     pub limit: usize,

@@ -2,10 +2,10 @@
 
 use serde_json::Value;
 
-use super::eval::{compare_objects, matches_equals};
+use super::eval::compare_objects;
 use super::ScanRequest;
 use crate::acl::{allows, Access};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::ids::GroupId;
 use crate::object::StoredObject;
 use crate::storage::keys::{self, CF_SM};
@@ -20,6 +20,15 @@ pub fn scan_shard(store: &Store, group: GroupId, req: &ScanRequest) -> Result<(V
         *last = 1;
     }
     let keep = req.skip.saturating_add(req.limit);
+    if req.filter.sub_queries() {
+        return Err(Error::InvalidValue(
+            "a query reached a shard with unresolved sub-queries".into(),
+        ));
+    }
+    let filter = req
+        .filter
+        .prepare()
+        .map_err(|e| Error::InvalidValue(e.to_string()))?;
     let mut rows: Vec<Value> = Vec::new();
     let mut count = 0u64;
     store.scan(CF_SM, &prefix, &end, |k, v| {
@@ -29,7 +38,7 @@ pub fn scan_shard(store: &Store, group: GroupId, req: &ScanRequest) -> Result<(V
             return Ok(true);
         }
         let obj = stored.render(&object_id);
-        if matches_equals(&obj, &req.equals) {
+        if filter.matches(&obj) {
             count += 1;
             if keep > 0 {
                 rows.push(obj);

@@ -14,10 +14,11 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use basalt_cluster::object::{format_wire_time, is_object_id, new_object_id, validate_class_name};
+use basalt_cluster::query::filter::Filter;
 use basalt_cluster::query::ScanRequest;
 use basalt_cluster::schema::infer::requirements;
 use basalt_cluster::update::{parse_updates, FieldUpdate};
-use basalt_cluster::{now_ms, Command, CommandResult, Proposed};
+use basalt_cluster::{now_ms, Command, CommandResult, Error as ClusterError, Proposed};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -293,16 +294,17 @@ fn parse_count(name: &str, v: &Option<String>) -> Result<Option<usize>, ApiError
         .map(|o| o.map(|n| n.max(0) as usize))
 }
 
-/// Lists a class as the caller may see it: `where` with plain equality constraints, `order`,
-/// `skip`, `limit` (default 100, capped at 500) and `count=1`; objects the caller may not read
-/// are left out before paging and counting. The full operator set comes with the query engine.
+/// Lists a class as the caller may see it: `where` with the operators of spec 4.3
+/// (`cluster::query::filter`; sub-queries resolved first), `order`, `skip`, `limit` (default
+/// 100, capped at 500) and `count=1`; objects the caller may not read are left out before paging
+/// and counting.
 pub async fn list_in(
     state: &AppState,
     ctx: &RequestCtx,
     class: &str,
     params: ListParams,
 ) -> Result<Value, ApiError> {
-    let equals = match params
+    let where_json = match params
         .filter
         .as_deref()
         .map(str::trim)
@@ -318,15 +320,11 @@ pub async fn list_in(
             }
         },
     };
-    if let Some((k, _)) = equals.iter().find(|(k, v)| {
-        k.starts_with('$')
-            || k.starts_with('_')
-            || v.as_object()
-                .is_some_and(|o| o.keys().any(|k| k.starts_with('$')))
-    }) {
-        return Err(ApiError::InvalidQuery(format!(
-            "query operators are not supported yet ({k})."
-        )));
+    let filter = Filter::parse(&where_json).map_err(|e| ApiError::InvalidQuery(e.to_string()))?;
+    if filter.any_path(&|p| p.starts_with('_')) {
+        return Err(ApiError::InvalidQuery(
+            "fields starting with _ cannot be queried.".into(),
+        ));
     }
     let max = if ctx.app.enterprise {
         MAX_LIMIT_ENTERPRISE
@@ -339,10 +337,18 @@ pub async fn list_in(
     let skip = parse_count("skip", &params.skip)?.unwrap_or(0);
     let with_count = params.count.as_deref() == Some("1");
     let who = principals(&state.cluster, ctx).await?;
+    let filter = state
+        .cluster
+        .resolve_filter(&ctx.app.application_id, filter, who.as_deref())
+        .await
+        .map_err(|e| match e {
+            ClusterError::InvalidValue(m) => ApiError::InvalidQuery(m),
+            other => other.into(),
+        })?;
     let req = ScanRequest {
         app: ctx.app.application_id.clone(),
         class: class.to_string(),
-        equals,
+        filter,
         order: ScanRequest::parse_order(params.order.as_deref().unwrap_or("")),
         skip,
         limit,

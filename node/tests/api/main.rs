@@ -14,6 +14,7 @@ mod email;
 mod multi_node;
 mod objects;
 mod ops;
+mod queries;
 mod schemas;
 mod sms;
 mod users;

@@ -1,0 +1,156 @@
+//! The coordinator's first step of a query: sub-queries run before the main scan and are pushed
+//! down to the shards as plain sets. `$inQuery` / `$notInQuery` become `$in` / `$nin` of Pointers
+//! to the matching objects, `$select` / `$dontSelect` `$in` / `$nin` of the selected key's
+//! values, and `$relatedTo` the set of objectIds the parent's relation holds. Each sub-query
+//! is itself a scatter-gather scan with the caller's principals, so it sees only what the caller
+//! may read; one that matches more than `MAX_SUB_QUERY_ROWS` objects fails the query.
+
+use futures::future::BoxFuture;
+use serde_json::{json, Value};
+
+use super::eval::lookup;
+use super::filter::{Cond, Filter, SubQuery};
+use super::ScanRequest;
+use crate::acl::{allows, Access};
+use crate::error::{Error, Result};
+use crate::Cluster;
+
+/// Most objects a sub-query may match.
+pub const MAX_SUB_QUERY_ROWS: usize = 10_000;
+
+impl Cluster {
+    /// `filter` with every sub-query replaced by the set it stands for.
+    pub fn resolve_filter<'a>(
+        &'a self,
+        app: &'a str,
+        filter: Filter,
+        principals: Option<&'a [String]>,
+    ) -> BoxFuture<'a, Result<Filter>> {
+        Box::pin(async move {
+            Ok(match filter {
+                Filter::And(fs) => Filter::And(self.resolve_all(app, fs, principals).await?),
+                Filter::Or(fs) => Filter::Or(self.resolve_all(app, fs, principals).await?),
+                Filter::RelatedTo {
+                    class,
+                    object_id,
+                    key,
+                } => Filter::IdIn(
+                    self.related_ids(app, &class, &object_id, &key, principals)
+                        .await?,
+                ),
+                Filter::Field { path, cond } => Filter::Field {
+                    cond: self.resolve_cond(app, cond, principals).await?,
+                    path,
+                },
+                plain @ (Filter::All | Filter::IdIn(_)) => plain,
+            })
+        })
+    }
+
+    async fn resolve_all(
+        &self,
+        app: &str,
+        fs: Vec<Filter>,
+        principals: Option<&[String]>,
+    ) -> Result<Vec<Filter>> {
+        let mut out = Vec::with_capacity(fs.len());
+        for f in fs {
+            out.push(self.resolve_filter(app, f, principals).await?);
+        }
+        Ok(out)
+    }
+
+    async fn resolve_cond(
+        &self,
+        app: &str,
+        cond: Cond,
+        principals: Option<&[String]>,
+    ) -> Result<Cond> {
+        let pointers = |rows: Vec<Value>, class: &str| -> Vec<Value> {
+            rows.iter()
+                .filter_map(|r| r.get("objectId").and_then(Value::as_str))
+                .map(|id| json!({"__type": "Pointer", "className": class, "objectId": id}))
+                .collect()
+        };
+        let selected = |rows: Vec<Value>, key: &str| -> Vec<Value> {
+            rows.iter()
+                .filter_map(|r| lookup(r, key).cloned())
+                .collect()
+        };
+        Ok(match cond {
+            Cond::InQuery(q) => {
+                let class = q.class.clone();
+                Cond::In(pointers(self.sub_query(app, q, principals).await?, &class))
+            }
+            Cond::NotInQuery(q) => {
+                let class = q.class.clone();
+                Cond::Nin(pointers(self.sub_query(app, q, principals).await?, &class))
+            }
+            Cond::Select { key, query } => Cond::In(selected(
+                self.sub_query(app, query, principals).await?,
+                &key,
+            )),
+            Cond::DontSelect { key, query } => Cond::Nin(selected(
+                self.sub_query(app, query, principals).await?,
+                &key,
+            )),
+            plain => plain,
+        })
+    }
+
+    /// Every object of the sub-query the caller may read (at most `MAX_SUB_QUERY_ROWS`).
+    async fn sub_query(
+        &self,
+        app: &str,
+        q: SubQuery,
+        principals: Option<&[String]>,
+    ) -> Result<Vec<Value>> {
+        let filter = self.resolve_filter(app, *q.filter, principals).await?;
+        let req = ScanRequest {
+            app: app.to_string(),
+            class: q.class.clone(),
+            filter,
+            order: Vec::new(),
+            skip: 0,
+            limit: MAX_SUB_QUERY_ROWS + 1,
+            principals: principals.map(<[String]>::to_vec),
+        };
+        let (rows, _) = self.scan_objects(req).await?;
+        if rows.len() > MAX_SUB_QUERY_ROWS {
+            return Err(Error::InvalidValue(format!(
+                "a sub-query on {} matches more than {MAX_SUB_QUERY_ROWS} objects",
+                q.class
+            )));
+        }
+        Ok(rows)
+    }
+
+    /// The objectIds `key` relation of `class/object_id` holds (none when the caller may not
+    /// read that object or it does not exist).
+    async fn related_ids(
+        &self,
+        app: &str,
+        class: &str,
+        object_id: &str,
+        key: &str,
+        principals: Option<&[String]>,
+    ) -> Result<Vec<String>> {
+        let Some(parent) = self.get_stored_object(app, class, object_id).await? else {
+            return Ok(Vec::new());
+        };
+        if !allows(&parent.fields, principals, Access::Read) {
+            return Ok(Vec::new());
+        }
+        Ok(parent
+            .fields
+            .get(key)
+            .and_then(|r| r.get("objects"))
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+}

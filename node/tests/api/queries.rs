@@ -1,0 +1,289 @@
+//! Query operators of spec 4.3 on a 3-node cluster, objects spread over every shard: each
+//! `where` answers exactly the objects a direct computation over the created data selects.
+
+use std::collections::BTreeSet;
+
+use basalt_client::Client;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use super::common::{assert_api_error, TestCluster};
+
+const WORDS: [&str; 4] = ["Alpha", "beta", "Gamma", "delta"];
+
+fn date(day: u32) -> Value {
+    json!({"__type": "Date", "iso": format!("2026-01-{day:02}T00:00:00.000Z")})
+}
+
+fn geo(lat: f64, lng: f64) -> Value {
+    json!({"__type": "GeoPoint", "latitude": lat, "longitude": lng})
+}
+
+/// The `name`s of the objects a `where` selects (limit 500).
+async fn names(c: &Client, class: &str, w: Value) -> BTreeSet<String> {
+    let path = format!(
+        "/1/classes/{class}?limit=500&where={}",
+        urlencode(&w.to_string())
+    );
+    let r = c
+        .request(Method::GET, &path, None, false)
+        .await
+        .unwrap_or_else(|e| panic!("{w}: {e}"));
+    r.body["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn set(items: impl IntoIterator<Item = String>) -> BTreeSet<String> {
+    items.into_iter().collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn where_operators_select_exactly_the_matching_objects() {
+    let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
+    let c = cluster.spread_client();
+
+    // Owners, and 40 items pointing at them.
+    let mut owners = Vec::new();
+    for o in ["ann", "bob", "cy"] {
+        let id = c
+            .create_object("Owner", &json!({"name": o}))
+            .await
+            .unwrap()
+            .object_id;
+        owners.push(id);
+    }
+    let owner_ptr =
+        |i: usize| json!({"__type": "Pointer", "className": "Owner", "objectId": owners[i % 3]});
+    let mut items = Vec::new();
+    for n in 0..40usize {
+        let mut body = json!({
+            "name": format!("item{n:02}"),
+            "n": n,
+            "half": n as f64 / 2.0,
+            "word": WORDS[n % 4],
+            "tags": [format!("t{}", n % 3), format!("u{}", n % 5)],
+            "day": date(1 + (n as u32 % 28)),
+            "nested": {"a": {"b": n % 3}},
+            "owner": owner_ptr(n),
+        });
+        if n % 7 == 0 {
+            body["rare"] = json!(true);
+        }
+        let id = c.create_object("Item", &body).await.unwrap().object_id;
+        items.push((n, id));
+    }
+    let all = |pred: &dyn Fn(usize) -> bool| {
+        set((0..40).filter(|&n| pred(n)).map(|n| format!("item{n:02}")))
+    };
+
+    let cases: Vec<(Value, BTreeSet<String>)> = vec![
+        (json!({"n": 5}), all(&|n| n == 5)),
+        (json!({"n": {"$lt": 3}}), all(&|n| n < 3)),
+        (
+            json!({"n": {"$lte": 3, "$gt": 1}}),
+            all(&|n| n > 1 && n <= 3),
+        ),
+        (json!({"half": {"$gte": 19.0}}), all(&|n| n >= 38)),
+        (json!({"n": {"$ne": 0}}), all(&|n| n != 0)),
+        (
+            json!({"n": {"$in": [1, 2, 39, 77]}}),
+            all(&|n| [1, 2, 39].contains(&n)),
+        ),
+        (json!({"n": {"$nin": [1, 2]}}), all(&|n| n != 1 && n != 2)),
+        (json!({"rare": {"$exists": true}}), all(&|n| n % 7 == 0)),
+        (json!({"rare": {"$exists": false}}), all(&|n| n % 7 != 0)),
+        (json!({"tags": "t1"}), all(&|n| n % 3 == 1)),
+        (
+            json!({"tags": {"$all": ["t0", "u0"]}}),
+            all(&|n| n % 15 == 0),
+        ),
+        (
+            json!({"tags": {"$in": ["u4", "t2"]}}),
+            all(&|n| n % 5 == 4 || n % 3 == 2),
+        ),
+        (json!({"word": {"$regex": "^[ab]"}}), all(&|n| n % 4 == 1)),
+        (
+            json!({"word": {"$regex": "^[ab]", "$options": "i"}}),
+            all(&|n| n % 4 < 2),
+        ),
+        (json!({"word": {"$regex": "^(a+)+$"}}), all(&|_| false)),
+        (
+            json!({"day": {"$gte": date(20)}}),
+            all(&|n| 1 + (n % 28) >= 20),
+        ),
+        (json!({"day": {"$lt": date(3)}}), all(&|n| 1 + (n % 28) < 3)),
+        (json!({"nested.a.b": 2}), all(&|n| n % 3 == 2)),
+        (json!({"owner": owner_ptr(1)}), all(&|n| n % 3 == 1)),
+        (
+            json!({"$or": [{"n": {"$lt": 2}}, {"n": {"$gt": 37}}]}),
+            all(&|n| !(2..=37).contains(&n)),
+        ),
+        (
+            json!({"$and": [{"n": {"$gt": 10}}, {"n": {"$lt": 13}}], "word": "Gamma"}),
+            all(&|n| n > 10 && n < 13 && n % 4 == 2),
+        ),
+        (
+            json!({"owner": {"$inQuery": {"className": "Owner", "where": {"name": {"$in": ["ann", "cy"]}}}}}),
+            all(&|n| n % 3 != 1),
+        ),
+        (
+            json!({"owner": {"$notInQuery": {"className": "Owner", "where": {"name": "ann"}}}}),
+            all(&|n| n % 3 != 0),
+        ),
+        (
+            json!({"n": {"$select": {"query": {"className": "Item", "where": {"rare": true}}, "key": "n"}}}),
+            all(&|n| n % 7 == 0),
+        ),
+        (
+            json!({"n": {"$dontSelect": {"query": {"className": "Item", "where": {"n": {"$gt": 5}}}, "key": "n"}}}),
+            all(&|n| n <= 5),
+        ),
+    ];
+    for (w, want) in cases {
+        assert_eq!(names(&c, "Item", w.clone()).await, want, "{w}");
+    }
+
+    // createdAt compares with Dates (timestamps have whole seconds, so the expected sets come
+    // from the stored values).
+    let listed = c
+        .request(Method::GET, "/1/classes/Item?limit=500", None, false)
+        .await
+        .unwrap()
+        .body;
+    let created: Vec<(String, String)> = listed["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            (
+                o["name"].as_str().unwrap().to_string(),
+                o["createdAt"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let pivot = created
+        .iter()
+        .find(|(name, _)| name == "item20")
+        .unwrap()
+        .1
+        .clone();
+    let iso = pivot.replace(' ', "T") + ".000Z";
+    let since = json!({"createdAt": {"$gte": {"__type": "Date", "iso": iso}}});
+    let before = json!({"createdAt": {"$lt": {"__type": "Date", "iso": iso}}});
+    let want_since = set(created
+        .iter()
+        .filter(|(_, t)| *t >= pivot)
+        .map(|(n, _)| n.clone()));
+    let want_before = set(created
+        .iter()
+        .filter(|(_, t)| *t < pivot)
+        .map(|(n, _)| n.clone()));
+    assert!(want_since.contains("item20") && want_since.contains("item39"));
+    assert_eq!(names(&c, "Item", since).await, want_since);
+    assert_eq!(names(&c, "Item", before).await, want_before);
+
+    // count with a where, and count only.
+    let r = c
+        .request(
+            Method::GET,
+            &format!(
+                "/1/classes/Item?count=1&limit=0&where={}",
+                urlencode(r#"{"n":{"$lt":10}}"#)
+            ),
+            None,
+            false,
+        )
+        .await
+        .unwrap()
+        .body;
+    assert_eq!(r["count"], 10);
+    assert_eq!(r["results"], json!([]));
+
+    // $relatedTo after AddRelation.
+    let post = c
+        .create_object("Post", &json!({"name": "p"}))
+        .await
+        .unwrap()
+        .object_id;
+    let likers: Vec<Value> = [3usize, 17, 29]
+        .iter()
+        .map(|&n| json!({"__type": "Pointer", "className": "Item", "objectId": items[n].1}))
+        .collect();
+    c.request(
+        Method::PUT,
+        &format!("/1/classes/Post/{post}"),
+        Some(&json!({"likes": {"__op": "AddRelation", "objects": likers}})),
+        false,
+    )
+    .await
+    .unwrap();
+    let related = json!({"$relatedTo": {"object": {"__type": "Pointer", "className": "Post", "objectId": post}, "key": "likes"}});
+    assert_eq!(
+        names(&c, "Item", related).await,
+        set(["item03", "item17", "item29"].map(String::from))
+    );
+
+    // Geo: distances from SFO.
+    for (name, lat, lng) in [
+        ("sf", 37.7749, -122.4194),
+        ("sacramento", 38.5816, -121.4944),
+        ("honolulu", 21.3069, -157.8583),
+    ] {
+        c.create_object("Place", &json!({"name": name, "loc": geo(lat, lng)}))
+            .await
+            .unwrap();
+    }
+    let sfo = geo(37.6189, -122.3750);
+    let near = |km: f64| json!({"loc": {"$nearSphere": sfo, "$maxDistanceInKilometers": km}});
+    let places = |v: &[&str]| set(v.iter().map(|s| s.to_string()));
+    assert_eq!(
+        names(&c, "Place", near(4800.0)).await,
+        places(&["sf", "sacramento", "honolulu"])
+    );
+    assert_eq!(
+        names(&c, "Place", near(3700.0)).await,
+        places(&["sf", "sacramento"])
+    );
+    assert_eq!(names(&c, "Place", near(100.0)).await, places(&["sf"]));
+    assert_eq!(names(&c, "Place", near(10.0)).await, places(&[]));
+    let boxed = json!({"loc": {"$within": {"$box": [geo(37.0, -123.0), geo(39.0, -121.0)]}}});
+    assert_eq!(
+        names(&c, "Place", boxed).await,
+        places(&["sf", "sacramento"])
+    );
+
+    // Malformed wheres are 102.
+    for bad in [
+        json!({"n": {"$bogus": 1}}),
+        json!({"n": {"$in": 3}}),
+        json!({"s": {"$regex": "("}}),
+        json!({"$or": {"n": 1}}),
+        json!({"$or": [{"n": 1, "limit": 3}]}),
+        json!({"_password": "x"}),
+        json!({"owner": {"$inQuery": {"className": "Owner", "limit": 1}}}),
+        json!({"loc": {"$nearSphere": geo(100.0, 0.0)}}),
+    ] {
+        let path = format!("/1/classes/Item?where={}", urlencode(&bad.to_string()));
+        assert_api_error(
+            c.request(Method::GET, &path, None, false).await,
+            400,
+            102,
+            &bad.to_string(),
+        );
+    }
+}
