@@ -30,6 +30,8 @@ use crate::error::{Error, Result};
 use crate::ids::{shard_for, GroupId, NodeId, META_GROUP};
 use crate::local_read;
 use crate::network::GroupNetwork;
+use crate::object::trim_query_times;
+use crate::query::eval::RowOrder;
 use crate::query::{merge::merge_rows, ScanRequest};
 use crate::raft::{GroupRaft, RaftTuning};
 use crate::rpc::router::{PeerRouter, FORWARD_TIMEOUT};
@@ -532,7 +534,10 @@ impl Cluster {
                 other => return Err(unexpected(other)),
             }
         }
-        Ok((merge_rows(shards, &req.order, req.skip, req.limit), count))
+        let order = RowOrder::new(&req.order, &req.filter);
+        let mut rows = merge_rows(shards, &order, req.skip, req.limit);
+        rows.iter_mut().for_each(trim_query_times);
+        Ok((rows, count))
     }
 
     /// Writes a record in `group`, optionally expiring at `expires_at_ms`.

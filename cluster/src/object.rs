@@ -60,6 +60,22 @@ impl StoredObject {
         Value::Object(out)
     }
 
+    /// The object as the query engine filters and sorts it: like `render`, with `createdAt` and
+    /// `updatedAt` to the millisecond (`QUERY_TIME_FORMAT`). The coordinator cuts them back to
+    /// the wire form (`trim_query_times`) before rows leave the cluster.
+    pub fn render_for_query(&self, object_id: &str) -> Value {
+        let mut v = self.render(object_id);
+        for (k, ms) in [
+            ("createdAt", self.created_ms),
+            ("updatedAt", self.updated_ms),
+        ] {
+            if let Some(t) = Utc.timestamp_millis_opt(ms).single() {
+                v[k] = Value::String(t.format(QUERY_TIME_FORMAT).to_string());
+            }
+        }
+        v
+    }
+
     pub fn encode(&self) -> Result<Vec<u8>> {
         Ok(serde_json::to_vec(self)?)
     }
@@ -70,6 +86,16 @@ impl StoredObject {
             return Err(Error::Storage(format!("unknown object format {}", obj.v)));
         }
         Ok(obj)
+    }
+}
+
+/// Cuts `createdAt`/`updatedAt` of a row from `render_for_query` back to the wire form.
+pub fn trim_query_times(row: &mut Value) {
+    for k in ["createdAt", "updatedAt"] {
+        if let Some(Value::String(t)) = row.get_mut(k) {
+            let cut = wire_time_of(t).len();
+            t.truncate(cut);
+        }
     }
 }
 
@@ -84,6 +110,26 @@ fn render_value(v: &Value) -> Value {
         }
         other => other.clone(),
     }
+}
+
+/// `createdAt`/`updatedAt` as queries compare and sort them: the wire form plus milliseconds
+/// (`YYYY-mm-dd HH:ii:ss.SSS`), which orders after the whole second it extends, so that a bound
+/// of `HH:ii:ss` selects as the spec says (objects are stored with sub-second precision).
+pub const QUERY_TIME_FORMAT: &str = "%Y-%m-%d %H:%M:%S%.3f";
+
+/// A Date bound of a query in the form stored values compare with: whole seconds in the wire
+/// form, a fraction only when it has one.
+pub fn query_time(t: DateTime<Utc>) -> String {
+    if t.timestamp_subsec_millis() == 0 {
+        t.format(WIRE_TIME_FORMAT).to_string()
+    } else {
+        t.format(QUERY_TIME_FORMAT).to_string()
+    }
+}
+
+/// Cuts a `QUERY_TIME_FORMAT` timestamp back to the wire form.
+pub fn wire_time_of(query_time: &str) -> &str {
+    query_time.get(..19).unwrap_or(query_time)
 }
 
 /// Formats milliseconds since the epoch as `YYYY-mm-dd HH:ii:ss` UTC.

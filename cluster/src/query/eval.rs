@@ -8,6 +8,7 @@ use std::cmp::Ordering;
 
 use serde_json::Value;
 
+use super::filter::{Filter, GeoPoint};
 use super::SortKey;
 
 /// The value at a dot path of an object.
@@ -50,8 +51,50 @@ pub fn compare_values(a: &Value, b: &Value) -> Ordering {
     }
 }
 
-/// Order of two objects under `order`; ties break on objectId so that the merge of shard
-/// results is deterministic.
+/// The order of a query's rows: its `order` keys, or, when it has none and its `where` has a
+/// `$nearSphere`, distance from that point (nearest first). Ties break on objectId so that the
+/// merge of shard results is deterministic.
+#[derive(Debug, Clone)]
+pub struct RowOrder {
+    keys: Vec<SortKey>,
+    near: Option<(String, GeoPoint)>,
+}
+
+impl RowOrder {
+    pub fn new(keys: &[SortKey], filter: &Filter) -> RowOrder {
+        RowOrder {
+            keys: keys.to_vec(),
+            near: if keys.is_empty() {
+                filter.near().map(|(p, g)| (p.to_string(), g))
+            } else {
+                None
+            },
+        }
+    }
+
+    pub fn compare(&self, a: &Value, b: &Value) -> Ordering {
+        match &self.near {
+            Some((path, point)) => {
+                let d = |v: &Value| {
+                    lookup(v, path)
+                        .and_then(GeoPoint::from_value)
+                        .map_or(f64::INFINITY, |g| point.radians_to(&g))
+                };
+                d(a).total_cmp(&d(b))
+                    .then_with(|| object_id(a).cmp(object_id(b)))
+            }
+            None => compare_objects(a, b, &self.keys),
+        }
+    }
+}
+
+fn object_id(v: &Value) -> &str {
+    v.get("objectId")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+/// Order of two objects under `order`; ties break on objectId.
 pub fn compare_objects(a: &Value, b: &Value, order: &[SortKey]) -> Ordering {
     for key in order {
         let x = lookup(a, &key.field).unwrap_or(&Value::Null);
@@ -62,13 +105,7 @@ pub fn compare_objects(a: &Value, b: &Value, order: &[SortKey]) -> Ordering {
             return o;
         }
     }
-    let id = |v: &Value| {
-        v.get("objectId")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string()
-    };
-    id(a).cmp(&id(b))
+    object_id(a).cmp(object_id(b))
 }
 
 #[cfg(test)]

@@ -17,14 +17,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::eval::{compare_values, lookup};
-use crate::object::{parse_wire_time, WIRE_TIME_FORMAT};
+use crate::object::{parse_wire_time, query_time};
 
 /// Largest compiled size of a `$regex` (bytes of the automaton).
 pub const REGEX_SIZE_LIMIT: usize = 1 << 20;
 /// Longest `$regex` pattern, in bytes.
 pub const REGEX_MAX_LEN: usize = 1000;
-/// Earth's mean radius used for `$nearSphere` distances.
-pub const EARTH_RADIUS_KM: f64 = 6371.0;
+/// Earth's mean radius (GRS80, as `geo`'s haversine) used for `$nearSphere` distances.
+pub const EARTH_RADIUS_KM: f64 = 6371.0088;
 /// `$nearSphere` radius when the query gives none (spec 8).
 pub const DEFAULT_NEAR_KM: f64 = 100.0;
 /// Kilometres per mile.
@@ -62,13 +62,14 @@ impl GeoPoint {
             .then_some(p)
     }
 
-    /// Great-circle distance in radians (haversine).
+    /// Great-circle distance in radians (haversine on the unit sphere, `geo`).
     pub fn radians_to(&self, other: &GeoPoint) -> f64 {
-        let (la1, la2) = (self.latitude.to_radians(), other.latitude.to_radians());
-        let dla = la2 - la1;
-        let dlo = (other.longitude - self.longitude).to_radians();
-        let h = (dla / 2.0).sin().powi(2) + la1.cos() * la2.cos() * (dlo / 2.0).sin().powi(2);
-        2.0 * h.sqrt().min(1.0).asin()
+        use geo::{Distance, HaversineMeasure, Point};
+        const UNIT_SPHERE: HaversineMeasure = HaversineMeasure::new(1.0);
+        UNIT_SPHERE.distance(
+            Point::new(self.longitude, self.latitude),
+            Point::new(other.longitude, other.latitude),
+        )
     }
 }
 
@@ -273,7 +274,7 @@ fn stored_form(v: &Value) -> Result<Value, FilterError> {
             let iso = v.get("iso").and_then(Value::as_str).unwrap_or_default();
             let t = parse_wire_time(iso)
                 .ok_or_else(|| FilterError::Invalid(format!("invalid Date {iso:?}")))?;
-            Ok(serde_json::json!({"__type": "Date", "iso": t.format(WIRE_TIME_FORMAT).to_string()}))
+            Ok(serde_json::json!({"__type": "Date", "iso": query_time(t)}))
         }
         other => Ok(other.clone()),
     }

@@ -2,18 +2,17 @@
 
 use serde_json::Value;
 
-use super::eval::compare_objects;
-use super::SortKey;
+use super::eval::RowOrder;
 
 /// Merges each shard's ordered rows, then applies `skip` and `limit` once.
 pub fn merge_rows(
     shards: Vec<Vec<Value>>,
-    order: &[SortKey],
+    order: &RowOrder,
     skip: usize,
     limit: usize,
 ) -> Vec<Value> {
     let mut all: Vec<Value> = shards.into_iter().flatten().collect();
-    all.sort_by(|a, b| compare_objects(a, b, order));
+    all.sort_by(|a, b| order.compare(a, b));
     all.into_iter().skip(skip).take(limit).collect()
 }
 
@@ -32,7 +31,8 @@ mod tests {
             json!({"objectId": "b", "n": 2}),
             json!({"objectId": "d", "n": 4}),
         ];
-        let order = crate::query::ScanRequest::parse_order("n");
+        let keys = crate::query::ScanRequest::parse_order("n");
+        let order = RowOrder::new(&keys, &crate::query::filter::Filter::All);
         let rows = merge_rows(vec![s1, s2], &order, 1, 2);
         let ns: Vec<_> = rows.iter().map(|r| r["n"].as_i64().unwrap()).collect();
         assert_eq!(ns, [2, 3]);

@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use super::eval::compare_objects;
+use super::eval::RowOrder;
 use super::ScanRequest;
 use crate::acl::{allows, Access};
 use crate::error::{Error, Result};
@@ -29,6 +29,7 @@ pub fn scan_shard(store: &Store, group: GroupId, req: &ScanRequest) -> Result<(V
         .filter
         .prepare()
         .map_err(|e| Error::InvalidValue(e.to_string()))?;
+    let order = RowOrder::new(&req.order, &req.filter);
     let mut rows: Vec<Value> = Vec::new();
     let mut count = 0u64;
     store.scan(CF_SM, &prefix, &end, |k, v| {
@@ -37,21 +38,21 @@ pub fn scan_shard(store: &Store, group: GroupId, req: &ScanRequest) -> Result<(V
         if !allows(&stored.fields, req.principals.as_deref(), Access::Read) {
             return Ok(true);
         }
-        let obj = stored.render(&object_id);
+        let obj = stored.render_for_query(&object_id);
         if filter.matches(&obj) {
             count += 1;
             if keep > 0 {
                 rows.push(obj);
                 // Keep memory bounded: trim to the best `keep` whenever the buffer doubles.
                 if rows.len() >= keep.saturating_mul(2).max(64) {
-                    rows.sort_by(|a, b| compare_objects(a, b, &req.order));
+                    rows.sort_by(|a, b| order.compare(a, b));
                     rows.truncate(keep);
                 }
             }
         }
         Ok(true)
     })?;
-    rows.sort_by(|a, b| compare_objects(a, b, &req.order));
+    rows.sort_by(|a, b| order.compare(a, b));
     rows.truncate(keep);
     Ok((rows, count))
 }

@@ -24,7 +24,7 @@ use serde_json::{json, Value};
 
 use super::context::{body_bytes, host, json_object, ApiPath, ApiQuery, AppState, RequestCtx};
 use super::error::ApiError;
-use crate::pointers::{expand, parse_include};
+use crate::pointers::{expand, parse_include, parse_keys, project};
 use crate::users::session::principals;
 
 /// Default and largest `limit` of a list (spec 4.3; a larger limit is capped), and the
@@ -168,7 +168,7 @@ pub async fn get_in(
         .map_err(|e| ApiError::from_cluster(e, object_id))?
         .ok_or_else(|| ApiError::ObjectNotFound(object_id.to_string()))?;
     let mut objs = [obj];
-    let include = parse_include(include.unwrap_or(""));
+    let include = parse_include(include.unwrap_or(""))?;
     expand(&state.cluster, app, &mut objs, &include, who).await?;
     let [obj] = objs;
     Ok(obj)
@@ -281,6 +281,7 @@ pub struct ListParams {
     order: Option<String>,
     count: Option<String>,
     include: Option<String>,
+    keys: Option<String>,
 }
 
 fn parse_count(name: &str, v: &Option<String>) -> Result<Option<usize>, ApiError> {
@@ -355,7 +356,8 @@ pub async fn list_in(
         principals: who.clone(),
     };
     let (mut rows, count) = state.cluster.scan_objects(req).await?;
-    let include = parse_include(params.include.as_deref().unwrap_or(""));
+    let include = parse_include(params.include.as_deref().unwrap_or(""))?;
+    project(&mut rows, &parse_keys(params.keys.as_deref().unwrap_or("")));
     expand(
         &state.cluster,
         &ctx.app.application_id,

@@ -267,6 +267,37 @@ async fn where_operators_select_exactly_the_matching_objects() {
         places(&["sf", "sacramento"])
     );
 
+    // $nearSphere orders by distance unless order says otherwise.
+    let ordered = |w: Value, order: &'static str| {
+        let c = c.clone();
+        async move {
+            let path = format!(
+                "/1/classes/Place?order={order}&where={}",
+                urlencode(&w.to_string())
+            );
+            let r = c.request(Method::GET, &path, None, false).await.unwrap();
+            r.body["results"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|o| o["name"].as_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        ordered(near(4800.0), "").await,
+        ["sf", "sacramento", "honolulu"]
+    );
+    assert_eq!(ordered(near(3700.0), "").await, ["sf", "sacramento"]);
+    assert_eq!(
+        ordered(near(4800.0), "-name").await,
+        ["sf", "sacramento", "honolulu"]
+    );
+    assert_eq!(
+        ordered(near(4800.0), "name").await,
+        ["honolulu", "sacramento", "sf"]
+    );
+
     // Malformed wheres are 102.
     for bad in [
         json!({"n": {"$bogus": 1}}),
@@ -286,4 +317,172 @@ async fn where_operators_select_exactly_the_matching_objects() {
             &bad.to_string(),
         );
     }
+}
+
+/// Creates `objects` in `class` through `/1/batch`, 50 at a time; their objectIds in order.
+async fn create_many(c: &Client, class: &str, objects: &[Value]) -> Vec<String> {
+    let mut ids = Vec::new();
+    for chunk in objects.chunks(50) {
+        let requests: Vec<Value> = chunk
+            .iter()
+            .map(|b| json!({"method": "POST", "path": format!("/1/classes/{class}"), "body": b}))
+            .collect();
+        let r = c
+            .request(
+                Method::POST,
+                "/1/batch",
+                Some(&json!({"requests": requests})),
+                false,
+            )
+            .await
+            .unwrap();
+        for slot in r.body.as_array().unwrap() {
+            ids.push(slot["success"]["objectId"].as_str().unwrap().to_string());
+        }
+    }
+    ids
+}
+
+async fn get(c: &Client, path: &str) -> Value {
+    c.request(Method::GET, path, None, false)
+        .await
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+        .body
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paging_order_keys_and_nested_include() {
+    let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
+    let c = cluster.spread_client();
+
+    // 150 objects: no limit gives 100, limit is capped at 500, count counts them all.
+    let bodies: Vec<Value> = (0..150)
+        .map(|i| json!({"i": i, "grp": i % 4, "label": format!("L{:03}", 149 - i)}))
+        .collect();
+    create_many(&c, "Row", &bodies).await;
+    let r = get(&c, "/1/classes/Row").await;
+    assert_eq!(r["results"].as_array().unwrap().len(), 100);
+    assert!(r.get("count").is_none());
+    let r = get(&c, "/1/classes/Row?limit=9999&count=1").await;
+    assert_eq!(r["results"].as_array().unwrap().len(), 150);
+    assert_eq!(r["count"], 150);
+    let r = get(&c, "/1/classes/Row?count=1&limit=0").await;
+    assert_eq!(r, json!({"results": [], "count": 150}));
+
+    // order by several keys with skip and limit, across shards.
+    let ints = |r: &Value| -> Vec<i64> {
+        r["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["i"].as_i64().unwrap())
+            .collect()
+    };
+    let r = get(&c, "/1/classes/Row?order=-grp,i&skip=3&limit=5").await;
+    let mut want: Vec<i64> = (0..150).collect();
+    want.sort_by_key(|&i| (-(i % 4), i));
+    assert_eq!(ints(&r), want[3..8]);
+    let r = get(&c, "/1/classes/Row?order=label&limit=3").await;
+    assert_eq!(ints(&r), [149, 148, 147]);
+    // createdAt orders to the millisecond although it shows whole seconds.
+    for i in 0..6 {
+        c.create_object("Seq", &json!({"i": i})).await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+    }
+    let r = get(&c, "/1/classes/Seq?order=-createdAt").await;
+    assert_eq!(ints(&r), [5, 4, 3, 2, 1, 0]);
+    let r = get(&c, "/1/classes/Seq?order=createdAt").await;
+    assert_eq!(ints(&r), [0, 1, 2, 3, 4, 5]);
+    assert_eq!(r["results"][0]["createdAt"].as_str().unwrap().len(), 19);
+
+    // keys restricts fields; objectId, createdAt and updatedAt stay.
+    let r = get(&c, "/1/classes/Row?keys=i&limit=1&order=i").await;
+    let row = r["results"][0].as_object().unwrap();
+    let mut fields: Vec<&str> = row.keys().map(String::as_str).collect();
+    fields.sort();
+    assert_eq!(fields, ["createdAt", "i", "objectId", "updatedAt"]);
+
+    // Nested include, arrays of pointers, field restriction per level.
+    let users: Vec<(String, String)> = {
+        let mut v = Vec::new();
+        for name in ["wen", "ola"] {
+            v.push(super::common::register_user(&c, name).await);
+        }
+        v
+    };
+    let user_ptr =
+        |i: usize| json!({"__type": "Pointer", "className": "_User", "objectId": users[i].0});
+    let tags = create_many(
+        &c,
+        "Tag",
+        &[
+            json!({"t": "x", "by": user_ptr(0)}),
+            json!({"t": "y", "by": user_ptr(1)}),
+        ],
+    )
+    .await;
+    let tag_ptr = |i: usize| json!({"__type": "Pointer", "className": "Tag", "objectId": tags[i]});
+    let post = c
+        .create_object(
+            "Post",
+            &json!({"title": "hello", "likes": 7, "secret": "s", "author": user_ptr(0), "tags": [tag_ptr(0), tag_ptr(1)]}),
+        )
+        .await
+        .unwrap()
+        .object_id;
+    c.create_object(
+        "Comment",
+        &json!({"text": "hi", "post": {"__type": "Pointer", "className": "Post", "objectId": post}, "n": 3}),
+    )
+    .await
+    .unwrap();
+    let r = get(
+        &c,
+        "/1/classes/Comment?include=post[likes].author[username|email],post.tags.by,n",
+    )
+    .await;
+    let p = &r["results"][0]["post"];
+    assert_eq!(p["__type"], "Object");
+    assert_eq!(p["className"], "Post");
+    assert_eq!(p["likes"], 7);
+    assert!(p.get("title").is_none() && p.get("secret").is_none(), "{p}");
+    assert_eq!(p["author"]["__type"], "Object");
+    assert_eq!(p["author"]["username"], "wen");
+    assert!(p["author"].get("password").is_none());
+    assert!(p["author"].get("sessionToken").is_none());
+    let tag_names: Vec<&str> = p["tags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["t"].as_str().unwrap())
+        .collect();
+    assert_eq!(tag_names, ["x", "y"]);
+    assert_eq!(p["tags"][1]["by"]["username"], "ola");
+    assert_eq!(
+        r["results"][0]["n"], 3,
+        "include on a non-pointer is ignored"
+    );
+    // Without include, pointers stay pointers.
+    let r = get(&c, "/1/classes/Comment").await;
+    assert_eq!(r["results"][0]["post"]["__type"], "Pointer");
+    // A malformed include key is 102.
+    assert_api_error(
+        c.request(
+            Method::GET,
+            "/1/classes/Comment?include=post[likes",
+            None,
+            false,
+        )
+        .await,
+        400,
+        102,
+        "bad include",
+    );
+
+    // GET /1/users takes the same parameters.
+    let w = urlencode(&json!({"username": {"$in": ["ola", "nobody"]}}).to_string());
+    let r = get(&c, &format!("/1/users?where={w}&keys=username&count=1")).await;
+    assert_eq!(r["count"], 1);
+    assert_eq!(r["results"][0]["username"], "ola");
+    assert!(r["results"][0].get("password").is_none());
 }
