@@ -31,6 +31,7 @@ use crate::ids::{shard_for, GroupId, NodeId, META_GROUP};
 use crate::local_read;
 use crate::network::GroupNetwork;
 use crate::object::trim_query_times;
+use crate::query::aggregate::{merge_partials, AggregateRequest, PartialGroup};
 use crate::query::eval::RowOrder;
 use crate::query::{merge::merge_rows, ScanRequest};
 use crate::raft::{GroupRaft, RaftTuning};
@@ -538,6 +539,20 @@ impl Cluster {
         let mut rows = merge_rows(shards, &order, req.skip, req.limit);
         rows.iter_mut().for_each(trim_query_times);
         Ok((rows, count))
+    }
+
+    /// Runs an aggregation on every shard concurrently and merges the partial groups (a shard
+    /// that fails or cannot be reached fails the whole aggregation).
+    pub async fn aggregate_objects(&self, req: AggregateRequest) -> Result<Vec<PartialGroup>> {
+        let reads = (1..=self.shards()).map(|g| self.read(g, ReadRequest::Aggregate(req.clone())));
+        let mut shards = Vec::new();
+        for r in futures::future::join_all(reads).await {
+            match r? {
+                ReadResponse::Groups(groups) => shards.push(groups),
+                other => return Err(unexpected(other)),
+            }
+        }
+        merge_partials(shards)
     }
 
     /// Writes a record in `group`, optionally expiring at `expires_at_ms`.

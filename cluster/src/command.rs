@@ -224,6 +224,8 @@ pub enum ReadRequest {
         key: String,
     },
     ScanObjects(ScanRequest),
+    /// The shard's partial groups of an aggregation.
+    Aggregate(crate::query::aggregate::AggregateRequest),
     /// Every object of a class on the shard as stored, relation members included (for the
     /// service's own lookups over small system classes such as `_Role`).
     ScanStoredObjects {
@@ -258,6 +260,7 @@ pub enum ReadResponse {
         rows: Vec<Value>,
         count: u64,
     },
+    Groups(Vec<crate::query::aggregate::PartialGroup>),
 }
 
 /// A committed proposal: its result and the index of the log entry that carries it in its group.

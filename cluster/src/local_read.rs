@@ -8,7 +8,7 @@ use crate::command::{ReadRequest, ReadResponse};
 use crate::error::Result;
 use crate::ids::GroupId;
 use crate::object::StoredObject;
-use crate::query::shard_exec::scan_shard;
+use crate::query::shard_exec::{aggregate_shard, scan_shard};
 use crate::statemachine::StoredRecord;
 use crate::storage::keys::{self, CF_SM};
 use crate::storage::Store;
@@ -68,6 +68,7 @@ pub fn serve_read(
             let (rows, count) = scan_shard(store, group, scan)?;
             ReadResponse::Scan { rows, count }
         }
+        ReadRequest::Aggregate(agg) => ReadResponse::Groups(aggregate_shard(store, group, agg)?),
     })
 }
 

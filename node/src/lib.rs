@@ -17,6 +17,7 @@ pub mod captcha;
 pub mod dev;
 pub mod mail;
 pub mod pointers;
+pub mod query;
 pub mod serve;
 pub mod server;
 pub mod sms;

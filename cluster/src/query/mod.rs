@@ -4,7 +4,9 @@
 //! sorts them and keeps the first `skip + limit`; the coordinating node merges the shards'
 //! rows under the same order (`merge`) and applies skip and limit once. Counts add up. The
 //! `where` is a `filter::Filter`; its sub-queries run first on the coordinator (`resolve`).
+//! Aggregations fold per shard and merge on the coordinator (`aggregate`).
 
+pub mod aggregate;
 pub mod eval;
 pub mod filter;
 pub mod merge;

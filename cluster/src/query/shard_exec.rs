@@ -1,8 +1,12 @@
-//! Runs a scan on one shard's local state: filter, sort, keep the first `skip + limit`.
+//! Runs a query on one shard's local state: visits the class's objects the caller may read
+//! that match the filter (`for_each_match`), then either keeps the first `skip + limit` under
+//! the requested order (`scan_shard`) or folds them into partial groups (`aggregate_shard`).
 
 use serde_json::Value;
 
+use super::aggregate::{AggregateRequest, Folder, PartialGroup};
 use super::eval::RowOrder;
+use super::filter::Filter;
 use super::ScanRequest;
 use crate::acl::{allows, Access};
 use crate::error::{Error, Result};
@@ -11,35 +15,59 @@ use crate::object::StoredObject;
 use crate::storage::keys::{self, CF_SM};
 use crate::storage::Store;
 
-/// The shard's matching objects (rendered, ordered, at most `skip + limit`) and their count.
-pub fn scan_shard(store: &Store, group: GroupId, req: &ScanRequest) -> Result<(Vec<Value>, u64)> {
-    let prefix = keys::class_prefix(group, &req.app, &req.class);
+/// Calls `visit` with each object of `app`/`class` on the shard that `principals` may read and
+/// `filter` selects, rendered as the query engine sees it (`render_for_query`).
+pub fn for_each_match(
+    store: &Store,
+    group: GroupId,
+    app: &str,
+    class: &str,
+    filter: &Filter,
+    principals: Option<&[String]>,
+    mut visit: impl FnMut(Value) -> Result<()>,
+) -> Result<()> {
+    if filter.sub_queries() {
+        return Err(Error::InvalidValue(
+            "a query reached a shard with unresolved sub-queries".into(),
+        ));
+    }
+    let filter = filter
+        .prepare()
+        .map_err(|e| Error::InvalidValue(e.to_string()))?;
+    let prefix = keys::class_prefix(group, app, class);
     let mut end = prefix.clone();
     // The class prefix ends in a 0 separator; the next byte value bounds it.
     if let Some(last) = end.last_mut() {
         *last = 1;
     }
-    let keep = req.skip.saturating_add(req.limit);
-    if req.filter.sub_queries() {
-        return Err(Error::InvalidValue(
-            "a query reached a shard with unresolved sub-queries".into(),
-        ));
-    }
-    let filter = req
-        .filter
-        .prepare()
-        .map_err(|e| Error::InvalidValue(e.to_string()))?;
-    let order = RowOrder::new(&req.order, &req.filter);
-    let mut rows: Vec<Value> = Vec::new();
-    let mut count = 0u64;
     store.scan(CF_SM, &prefix, &end, |k, v| {
         let object_id = String::from_utf8_lossy(&k[prefix.len()..]).into_owned();
         let stored = StoredObject::decode(v)?;
-        if !allows(&stored.fields, req.principals.as_deref(), Access::Read) {
+        if !allows(&stored.fields, principals, Access::Read) {
             return Ok(true);
         }
         let obj = stored.render_for_query(&object_id);
         if filter.matches(&obj) {
+            visit(obj)?;
+        }
+        Ok(true)
+    })
+}
+
+/// The shard's matching objects (ordered, at most `skip + limit`) and their count.
+pub fn scan_shard(store: &Store, group: GroupId, req: &ScanRequest) -> Result<(Vec<Value>, u64)> {
+    let keep = req.skip.saturating_add(req.limit);
+    let order = RowOrder::new(&req.order, &req.filter);
+    let mut rows: Vec<Value> = Vec::new();
+    let mut count = 0u64;
+    for_each_match(
+        store,
+        group,
+        &req.app,
+        &req.class,
+        &req.filter,
+        req.principals.as_deref(),
+        |obj| {
             count += 1;
             if keep > 0 {
                 rows.push(obj);
@@ -49,10 +77,30 @@ pub fn scan_shard(store: &Store, group: GroupId, req: &ScanRequest) -> Result<(V
                     rows.truncate(keep);
                 }
             }
-        }
-        Ok(true)
-    })?;
+            Ok(())
+        },
+    )?;
     rows.sort_by(|a, b| order.compare(a, b));
     rows.truncate(keep);
     Ok((rows, count))
+}
+
+/// The shard's partial groups for an aggregation.
+pub fn aggregate_shard(
+    store: &Store,
+    group: GroupId,
+    req: &AggregateRequest,
+) -> Result<Vec<PartialGroup>> {
+    let columns = req.spec.columns();
+    let mut folder = Folder::default();
+    for_each_match(
+        store,
+        group,
+        &req.app,
+        &req.class,
+        &req.filter,
+        req.principals.as_deref(),
+        |obj| folder.add(&req.spec, &columns, &obj),
+    )?;
+    Ok(folder.into_partials())
 }

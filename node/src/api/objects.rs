@@ -14,24 +14,20 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use basalt_cluster::object::{format_wire_time, is_object_id, new_object_id, validate_class_name};
+use basalt_cluster::query::aggregate::{AggregateSpec, Metric};
 use basalt_cluster::query::filter::Filter;
 use basalt_cluster::query::ScanRequest;
 use basalt_cluster::schema::infer::requirements;
 use basalt_cluster::update::{parse_updates, FieldUpdate};
-use basalt_cluster::{now_ms, Command, CommandResult, Error as ClusterError, Proposed};
+use basalt_cluster::{now_ms, Command, CommandResult, Proposed};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::context::{body_bytes, host, json_object, ApiPath, ApiQuery, AppState, RequestCtx};
 use super::error::ApiError;
-use crate::pointers::{expand, parse_include, parse_keys, project};
+use crate::pointers::{expand, parse_include, parse_keys};
+use crate::query::{self, add_metrics, Aggregation, Query};
 use crate::users::session::principals;
-
-/// Default and largest `limit` of a list (spec 4.3; a larger limit is capped), and the
-/// largest for an app on the enterprise plan.
-const DEFAULT_LIMIT: usize = 100;
-const MAX_LIMIT: usize = 500;
-const MAX_LIMIT_ENTERPRISE: usize = 1000;
 
 fn class_name(class: &str) -> Result<(), ApiError> {
     validate_class_name(class).map_err(ApiError::from)
@@ -282,6 +278,13 @@ pub struct ListParams {
     count: Option<String>,
     include: Option<String>,
     keys: Option<String>,
+    groupby: Option<String>,
+    groupcount: Option<String>,
+    sum: Option<String>,
+    average: Option<String>,
+    max: Option<String>,
+    min: Option<String>,
+    having: Option<String>,
 }
 
 fn parse_count(name: &str, v: &Option<String>) -> Result<Option<usize>, ApiError> {
@@ -295,82 +298,73 @@ fn parse_count(name: &str, v: &Option<String>) -> Result<Option<usize>, ApiError
         .map(|o| o.map(|n| n.max(0) as usize))
 }
 
-/// Lists a class as the caller may see it: `where` with the operators of spec 4.3
-/// (`cluster::query::filter`; sub-queries resolved first), `order`, `skip`, `limit` (default
-/// 100, capped at 500) and `count=1`; objects the caller may not read are left out before paging
-/// and counting.
+/// A JSON-object parameter (`where`, `having`) as a filter; absent or empty is no filter.
+fn filter_param(name: &str, v: &Option<String>) -> Result<Filter, ApiError> {
+    let Some(text) = v.as_deref().map(str::trim).filter(|s| !s.is_empty()) else {
+        return Ok(Filter::All);
+    };
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(m)) => {
+            Filter::parse(&m).map_err(|e| ApiError::InvalidQuery(e.to_string()))
+        }
+        _ => Err(ApiError::InvalidQuery(format!(
+            "{name} must be a JSON object."
+        ))),
+    }
+}
+
+/// The query the parameters of spec 4.3 and 4.4 describe.
+fn query_of(class: &str, p: &ListParams) -> Result<Query, ApiError> {
+    let mut spec = AggregateSpec {
+        group_by: parse_keys(p.groupby.as_deref().unwrap_or("")),
+        group_count: matches!(p.groupcount.as_deref().map(str::trim), Some("true" | "1")),
+        ..Default::default()
+    };
+    for (metric, v) in [
+        (Metric::Sum, &p.sum),
+        (Metric::Average, &p.average),
+        (Metric::Max, &p.max),
+        (Metric::Min, &p.min),
+    ] {
+        add_metrics(&mut spec, metric, v.as_deref().unwrap_or(""));
+    }
+    let aggregated = !spec.group_by.is_empty() || spec.group_count || !spec.metrics.is_empty();
+    if p.having.is_some() && !aggregated {
+        return Err(ApiError::InvalidQuery(
+            "having needs groupby, groupcount or an aggregate.".into(),
+        ));
+    }
+    Ok(Query {
+        class: class.to_string(),
+        filter: filter_param("where", &p.filter)?,
+        order: ScanRequest::parse_order(p.order.as_deref().unwrap_or("")),
+        skip: parse_count("skip", &p.skip)?.unwrap_or(0),
+        limit: parse_count("limit", &p.limit)?,
+        count: p.count.as_deref() == Some("1"),
+        keys: parse_keys(p.keys.as_deref().unwrap_or("")),
+        include: parse_include(p.include.as_deref().unwrap_or(""))?,
+        aggregation: if aggregated {
+            Some(Aggregation {
+                spec,
+                having: filter_param("having", &p.having)?,
+            })
+        } else {
+            None
+        },
+    })
+}
+
+/// Lists a class as the caller may see it, with the parameters of spec 4.3 (`where`, `order`,
+/// `skip`, `limit`, `count`, `keys`, `include`) or aggregates it (spec 4.4); see `query::run`.
 pub async fn list_in(
     state: &AppState,
     ctx: &RequestCtx,
     class: &str,
     params: ListParams,
 ) -> Result<Value, ApiError> {
-    let where_json = match params
-        .filter
-        .as_deref()
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-    {
-        None => Default::default(),
-        Some(w) => match serde_json::from_str::<Value>(w) {
-            Ok(Value::Object(m)) => m,
-            _ => {
-                return Err(ApiError::InvalidQuery(
-                    "where must be a JSON object.".into(),
-                ))
-            }
-        },
-    };
-    let filter = Filter::parse(&where_json).map_err(|e| ApiError::InvalidQuery(e.to_string()))?;
-    if filter.any_path(&|p| p.starts_with('_')) {
-        return Err(ApiError::InvalidQuery(
-            "fields starting with _ cannot be queried.".into(),
-        ));
-    }
-    let max = if ctx.app.enterprise {
-        MAX_LIMIT_ENTERPRISE
-    } else {
-        MAX_LIMIT
-    };
-    let limit = parse_count("limit", &params.limit)?
-        .unwrap_or(DEFAULT_LIMIT)
-        .min(max);
-    let skip = parse_count("skip", &params.skip)?.unwrap_or(0);
-    let with_count = params.count.as_deref() == Some("1");
-    let who = principals(&state.cluster, ctx).await?;
-    let filter = state
-        .cluster
-        .resolve_filter(&ctx.app.application_id, filter, who.as_deref())
-        .await
-        .map_err(|e| match e {
-            ClusterError::InvalidValue(m) => ApiError::InvalidQuery(m),
-            other => other.into(),
-        })?;
-    let req = ScanRequest {
-        app: ctx.app.application_id.clone(),
-        class: class.to_string(),
-        filter,
-        order: ScanRequest::parse_order(params.order.as_deref().unwrap_or("")),
-        skip,
-        limit,
-        principals: who.clone(),
-    };
-    let (mut rows, count) = state.cluster.scan_objects(req).await?;
-    let include = parse_include(params.include.as_deref().unwrap_or(""))?;
-    project(&mut rows, &parse_keys(params.keys.as_deref().unwrap_or("")));
-    expand(
-        &state.cluster,
-        &ctx.app.application_id,
-        &mut rows,
-        &include,
-        who,
-    )
-    .await?;
-    let mut out = json!({"results": rows});
-    if with_count {
-        out["count"] = json!(count);
-    }
-    Ok(out)
+    let q = query_of(class, &params)?;
+    let outcome = query::run(state, ctx, q).await?;
+    Ok(query::rest_body(outcome, ctx.app.wrap_aggregates))
 }
 
 pub async fn query_objects(

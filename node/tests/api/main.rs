@@ -7,6 +7,7 @@
 mod common;
 
 mod acl;
+mod aggregates;
 mod apps;
 mod auth;
 mod batch;

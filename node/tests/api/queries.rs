@@ -37,7 +37,7 @@ async fn names(c: &Client, class: &str, w: Value) -> BTreeSet<String> {
         .collect()
 }
 
-fn urlencode(s: &str) -> String {
+pub(super) fn urlencode(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
@@ -320,7 +320,7 @@ async fn where_operators_select_exactly_the_matching_objects() {
 }
 
 /// Creates `objects` in `class` through `/1/batch`, 50 at a time; their objectIds in order.
-async fn create_many(c: &Client, class: &str, objects: &[Value]) -> Vec<String> {
+pub(super) async fn create_many(c: &Client, class: &str, objects: &[Value]) -> Vec<String> {
     let mut ids = Vec::new();
     for chunk in objects.chunks(50) {
         let requests: Vec<Value> = chunk
@@ -343,7 +343,7 @@ async fn create_many(c: &Client, class: &str, objects: &[Value]) -> Vec<String> 
     ids
 }
 
-async fn get(c: &Client, path: &str) -> Value {
+pub(super) async fn get(c: &Client, path: &str) -> Value {
     c.request(Method::GET, path, None, false)
         .await
         .unwrap_or_else(|e| panic!("{path}: {e}"))

@@ -1,0 +1,163 @@
+//! The query model both query languages build (the REST parameters of spec 4.3/4.4 in
+//! `api::objects`, BQL in `bql`) and its execution over the cluster.
+//!
+//! `run` applies the limit caps, finds the caller's principals, resolves sub-queries on the
+//! coordinator (`Cluster::resolve_filter`), sends the scan or the aggregation to every shard
+//! (`Cluster::scan_objects` / `aggregate_objects`: scatter-gather with the shards' partial
+//! results merged here), then restricts `keys` and expands `include` (`pointers`).
+
+use basalt_cluster::query::aggregate::{finish, AggregateRequest, AggregateSpec, Metric};
+use basalt_cluster::query::filter::Filter;
+use basalt_cluster::query::{ScanRequest, SortKey};
+use basalt_cluster::Error as ClusterError;
+use serde_json::{Map, Value};
+
+use crate::api::context::{AppState, RequestCtx};
+use crate::api::error::ApiError;
+use crate::pointers::{expand, project, IncludeKey};
+use crate::users::session::principals;
+
+/// Default and largest `limit` of a query (spec 4.3; a larger limit is capped), and the
+/// largest for an app on the enterprise plan.
+pub const DEFAULT_LIMIT: usize = 100;
+pub const MAX_LIMIT: usize = 500;
+pub const MAX_LIMIT_ENTERPRISE: usize = 1000;
+
+/// One query of a class.
+#[derive(Debug, Clone, Default)]
+pub struct Query {
+    pub class: String,
+    /// The `where`, sub-queries not yet resolved.
+    pub filter: Filter,
+    pub order: Vec<SortKey>,
+    pub skip: usize,
+    /// `None`: the default limit.
+    pub limit: Option<usize>,
+    /// Also count every matching object.
+    pub count: bool,
+    /// Fields to return (empty: all).
+    pub keys: Vec<String>,
+    pub include: Vec<IncludeKey>,
+    pub aggregation: Option<Aggregation>,
+}
+
+/// The aggregation part of a query (spec 4.4).
+#[derive(Debug, Clone, Default)]
+pub struct Aggregation {
+    pub spec: AggregateSpec,
+    /// A `where` over the result rows.
+    pub having: Filter,
+}
+
+/// What a query found.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Objects, and their total count when asked for.
+    Rows {
+        rows: Vec<Value>,
+        count: Option<u64>,
+    },
+    /// Aggregated rows.
+    Groups(Vec<Value>),
+}
+
+/// Parses the metric parameters of spec 4.4 (`sum=a,b&max=c` ...) into `spec`.
+pub fn add_metrics(spec: &mut AggregateSpec, metric: Metric, columns: &str) {
+    for c in columns.split(',').map(str::trim).filter(|c| !c.is_empty()) {
+        if !spec.metrics.contains(&(metric, c.to_string())) {
+            spec.metrics.push((metric, c.to_string()));
+        }
+    }
+}
+
+fn invalid_query(e: ClusterError) -> ApiError {
+    match e {
+        ClusterError::InvalidValue(m) => ApiError::InvalidQuery(m),
+        other => other.into(),
+    }
+}
+
+/// Rejects paths into the service's own fields (`_password`, `_sessions`, ...).
+pub fn check_paths(filter: &Filter) -> Result<(), ApiError> {
+    if filter.any_path(&|p| p.starts_with('_')) {
+        return Err(ApiError::InvalidQuery(
+            "fields starting with _ cannot be queried.".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Runs `q` as the caller of `ctx`.
+pub async fn run(state: &AppState, ctx: &RequestCtx, q: Query) -> Result<Outcome, ApiError> {
+    check_paths(&q.filter)?;
+    let max = if ctx.app.enterprise {
+        MAX_LIMIT_ENTERPRISE
+    } else {
+        MAX_LIMIT
+    };
+    let limit = q.limit.unwrap_or(DEFAULT_LIMIT).min(max);
+    let app = &ctx.app.application_id;
+    let who = principals(&state.cluster, ctx).await?;
+    let filter = state
+        .cluster
+        .resolve_filter(app, q.filter, who.as_deref())
+        .await
+        .map_err(invalid_query)?;
+    if let Some(agg) = q.aggregation {
+        let groups = state
+            .cluster
+            .aggregate_objects(AggregateRequest {
+                app: app.clone(),
+                class: q.class,
+                filter,
+                spec: agg.spec.clone(),
+                principals: who,
+            })
+            .await
+            .map_err(invalid_query)?;
+        let rows = finish(&agg.spec, groups, &agg.having, &q.order, q.skip, limit)
+            .map_err(invalid_query)?;
+        return Ok(Outcome::Groups(rows));
+    }
+    let req = ScanRequest {
+        app: app.clone(),
+        class: q.class,
+        filter,
+        order: q.order,
+        skip: q.skip,
+        limit,
+        principals: who.clone(),
+    };
+    let (mut rows, count) = state
+        .cluster
+        .scan_objects(req)
+        .await
+        .map_err(invalid_query)?;
+    project(&mut rows, &q.keys);
+    expand(&state.cluster, app, &mut rows, &q.include, who).await?;
+    Ok(Outcome::Rows {
+        rows,
+        count: q.count.then_some(count),
+    })
+}
+
+/// The REST answer of an outcome: `{results[, count]}` for objects; aggregated rows as a bare
+/// array, or `{results}` when the app wraps aggregates (decisions.md).
+pub fn rest_body(outcome: Outcome, wrap_aggregates: bool) -> Value {
+    match outcome {
+        Outcome::Rows { rows, count } => {
+            let mut m = Map::new();
+            m.insert("results".into(), Value::Array(rows));
+            if let Some(c) = count {
+                m.insert("count".into(), Value::from(c));
+            }
+            Value::Object(m)
+        }
+        Outcome::Groups(rows) if wrap_aggregates => {
+            let mut m = Map::new();
+            m.insert("results".into(), Value::Array(rows));
+            Value::Object(m)
+        }
+        Outcome::Groups(rows) => Value::Array(rows),
+    }
+}
