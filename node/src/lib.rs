@@ -13,6 +13,7 @@ pub mod api;
 pub mod apps;
 pub mod auth;
 pub mod bootstrap;
+pub mod bql;
 pub mod captcha;
 pub mod dev;
 pub mod mail;

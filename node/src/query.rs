@@ -35,10 +35,12 @@ pub struct Query {
     pub limit: Option<usize>,
     /// Also count every matching object.
     pub count: bool,
-    /// Fields to return (empty: all).
+    /// Fields to return (empty: all); included keys are always returned.
     pub keys: Vec<String>,
     pub include: Vec<IncludeKey>,
     pub aggregation: Option<Aggregation>,
+    /// A lower cap on `limit` than the app's (BQL returns at most 1000 rows).
+    pub max_limit: Option<usize>,
 }
 
 /// The aggregation part of a query (spec 4.4).
@@ -90,10 +92,10 @@ pub fn check_paths(filter: &Filter) -> Result<(), ApiError> {
 /// Runs `q` as the caller of `ctx`.
 pub async fn run(state: &AppState, ctx: &RequestCtx, q: Query) -> Result<Outcome, ApiError> {
     check_paths(&q.filter)?;
-    let max = if ctx.app.enterprise {
-        MAX_LIMIT_ENTERPRISE
-    } else {
-        MAX_LIMIT
+    let max = match q.max_limit {
+        Some(m) => m,
+        None if ctx.app.enterprise => MAX_LIMIT_ENTERPRISE,
+        None => MAX_LIMIT,
     };
     let limit = q.limit.unwrap_or(DEFAULT_LIMIT).min(max);
     let app = &ctx.app.application_id;
@@ -133,7 +135,12 @@ pub async fn run(state: &AppState, ctx: &RequestCtx, q: Query) -> Result<Outcome
         .scan_objects(req)
         .await
         .map_err(invalid_query)?;
-    project(&mut rows, &q.keys);
+    // Included keys are returned even when `keys` leaves them out.
+    let mut keys = q.keys;
+    if !keys.is_empty() {
+        keys.extend(q.include.iter().map(|i| i.key.clone()));
+    }
+    project(&mut rows, &keys);
     expand(&state.cluster, app, &mut rows, &q.include, who).await?;
     Ok(Outcome::Rows {
         rows,

@@ -153,13 +153,20 @@ fn is_date(v: &Value) -> bool {
     v.get("__type").and_then(Value::as_str) == Some("Date")
 }
 
+fn is_file(v: &Value) -> bool {
+    v.get("__type").and_then(Value::as_str) == Some("File")
+}
+
 fn is_pointer(v: &Value) -> bool {
     v.get("__type").and_then(Value::as_str) == Some("Pointer")
 }
 
 /// The comparable form of a value: Dates become their ISO string (so they compare with
-/// `createdAt`/`updatedAt`), Pointers their `className/objectId`.
+/// `createdAt`/`updatedAt`), Pointers their `className/objectId`, Files their `url`.
 fn comparable(v: &Value) -> Value {
+    if is_file(v) {
+        return v.get("url").cloned().unwrap_or(Value::Null);
+    }
     if is_date(v) {
         return v.get("iso").cloned().unwrap_or(Value::Null);
     }
@@ -174,7 +181,13 @@ fn comparable(v: &Value) -> Value {
 fn same(a: &Value, b: &Value) -> bool {
     match (a, b) {
         (Value::Number(_), Value::Number(_)) => compare_values(a, b) == Ordering::Equal,
-        _ if is_pointer(a) || is_pointer(b) || is_date(a) || is_date(b) => {
+        _ if is_pointer(a)
+            || is_pointer(b)
+            || is_date(a)
+            || is_date(b)
+            || is_file(a)
+            || is_file(b) =>
+        {
             comparable(a) == comparable(b)
         }
         _ => a == b,

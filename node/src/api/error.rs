@@ -106,6 +106,8 @@ pub enum ApiError {
     UnknownColumn(String),
     #[error("{0}")]
     BuiltInColumn(String),
+    #[error("bad BQL: {0}")]
+    Bql(String),
     #[error("the service is unavailable, try again: {0}")]
     Unavailable(String),
     #[error("the request timed out; a write may or may not have taken effect: {0}")]
@@ -169,6 +171,7 @@ impl ApiError {
             ApiError::UnknownColumnType(_) => 10069,
             ApiError::UnknownColumn(_) => 10071,
             ApiError::BuiltInColumn(_) => 10073,
+            ApiError::Bql(_) => 601,
             ApiError::RouteNotFound => 404,
             ApiError::MethodNotAllowed => 405,
             ApiError::Unavailable(_) | ApiError::Timeout(_) => 503,
@@ -295,6 +298,7 @@ mod tests {
             (ApiError::BatchNotArray, 400, 112),
             (ApiError::BatchInvalidRequest("x".into()), 400, 113),
             (ApiError::BatchTooLarge(50), 400, 114),
+            (ApiError::Bql("x at position 3".into()), 400, 601),
             (ApiError::AppDisabled, 400, 10008),
             (ApiError::LoginFailed, 404, 101),
             (ApiError::MissingCredentials("x".into()), 400, 108),

@@ -9,6 +9,7 @@
 pub mod apps;
 pub mod batch;
 pub mod captcha;
+pub mod cloud_query;
 pub mod context;
 pub mod email;
 pub mod error;
@@ -90,6 +91,7 @@ pub fn routes(state: AppState) -> Router {
         )
         .route("/1/batch", post(batch::run_batch))
         .route("/1/timestamp", get(timestamp::get_timestamp))
+        .route("/1/cloudQuery", get(cloud_query::cloud_query))
         .route_layer(from_fn_with_state(state.clone(), require_app));
     // Schemas (spec 4.9): the master key.
     let master_routes = Router::new()

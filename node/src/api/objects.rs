@@ -351,6 +351,7 @@ fn query_of(class: &str, p: &ListParams) -> Result<Query, ApiError> {
         } else {
             None
         },
+        max_limit: None,
     })
 }
 

@@ -11,6 +11,7 @@ mod aggregates;
 mod apps;
 mod auth;
 mod batch;
+mod cloud_query;
 mod email;
 mod multi_node;
 mod objects;

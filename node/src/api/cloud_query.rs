@@ -1,0 +1,52 @@
+//! `GET /1/cloudQuery?bql=...&values=[...]` (decisions.md): parses the BQL statement (`bql`)
+//! into the query model and runs it like a REST query (`query::run`). Answers
+//! `{"results": [...]}`, plus `count` when the statement selects `count(*)`; every fault in
+//! the statement or its values is 601 with its position.
+
+use axum::extract::State;
+use axum::Json;
+use basalt_cluster::object::validate_class_name;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::context::{ApiQuery, AppState, RequestCtx};
+use super::error::ApiError;
+use crate::bql;
+use crate::query::{self, Outcome};
+
+#[derive(Debug, Deserialize)]
+pub struct CloudQueryParams {
+    bql: Option<String>,
+    values: Option<String>,
+}
+
+pub async fn cloud_query(
+    State(state): State<AppState>,
+    ctx: RequestCtx,
+    ApiQuery(params): ApiQuery<CloudQueryParams>,
+) -> Result<Json<Value>, ApiError> {
+    let src = params
+        .bql
+        .as_deref()
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| ApiError::Bql("bql is required".into()))?;
+    let values: Vec<Value> = match params.values.as_deref().map(str::trim) {
+        None | Some("") => Vec::new(),
+        Some(text) => match serde_json::from_str(text) {
+            Ok(Value::Array(v)) => v,
+            _ => return Err(ApiError::Bql("values must be a JSON array".into())),
+        },
+    };
+    let statement = bql::parse(src, &values).map_err(|e| ApiError::Bql(e.to_string()))?;
+    validate_class_name(&statement.query.class).map_err(ApiError::from)?;
+    Ok(Json(
+        match query::run(&state, &ctx, statement.query).await? {
+            Outcome::Rows { rows, count } => match count {
+                Some(c) if statement.count => json!({"results": rows, "count": c}),
+                _ => json!({"results": rows}),
+            },
+            Outcome::Groups(rows) => json!({"results": rows}),
+        },
+    ))
+}
