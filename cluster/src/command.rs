@@ -128,6 +128,15 @@ pub enum Command {
         after: Option<String>,
         limit: u32,
     },
+    /// Data shard: declare `field` indexed for a class (none: only rebuild) and (re)build the
+    /// class's index entries, a page per command from after `after` (answers `Purged`, whose
+    /// `next` says where to continue).
+    DeclareIndex {
+        app: String,
+        class: String,
+        field: Option<String>,
+        after: Option<String>,
+    },
 }
 
 impl fmt::Display for Command {
@@ -170,6 +179,9 @@ impl fmt::Display for Command {
             Command::AlterClass { app, class, .. } => write!(f, "AlterClass({app}/{class})"),
             Command::DropClass { app, class } => write!(f, "DropClass({app}/{class})"),
             Command::PurgeClass { app, class, .. } => write!(f, "PurgeClass({app}/{class})"),
+            Command::DeclareIndex { app, class, .. } => {
+                write!(f, "DeclareIndex({app}/{class})")
+            }
         }
     }
 }

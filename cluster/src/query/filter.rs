@@ -178,6 +178,12 @@ fn comparable(v: &Value) -> Value {
     v.clone()
 }
 
+/// The form an index stores a value under: as `comparable` (Dates, Pointers and Files by
+/// their string).
+pub(crate) fn comparable_for_index(v: &Value) -> Value {
+    comparable(v)
+}
+
 fn same(a: &Value, b: &Value) -> bool {
     match (a, b) {
         (Value::Number(_), Value::Number(_)) => compare_values(a, b) == Ordering::Equal,

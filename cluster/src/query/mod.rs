@@ -9,6 +9,7 @@
 pub mod aggregate;
 pub mod eval;
 pub mod filter;
+pub mod index;
 pub mod merge;
 pub mod resolve;
 pub mod shard_exec;

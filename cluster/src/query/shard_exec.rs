@@ -1,5 +1,6 @@
 //! Runs a query on one shard's local state: visits the class's objects the caller may read
-//! that match the filter (`for_each_match`), then either keeps the first `skip + limit` under
+//! that match the filter (`for_each_match`: candidates from an index range when the planner
+//! finds one, else a scan of the class; the filter is checked on every candidate), then either keeps the first `skip + limit` under
 //! the requested order (`scan_shard`) or folds them into partial groups (`aggregate_shard`).
 
 use serde_json::Value;
@@ -7,10 +8,12 @@ use serde_json::Value;
 use super::aggregate::{AggregateRequest, Folder, PartialGroup};
 use super::eval::RowOrder;
 use super::filter::Filter;
+use super::index::{entry_object_id, meta_key, plan, IndexMeta, INDEX_META_NS};
 use super::ScanRequest;
 use crate::acl::{allows, Access};
 use crate::error::{Error, Result};
 use crate::ids::GroupId;
+use crate::local_read::get_record;
 use crate::object::StoredObject;
 use crate::storage::keys::{self, CF_SM};
 use crate::storage::Store;
@@ -31,9 +34,46 @@ pub fn for_each_match(
             "a query reached a shard with unresolved sub-queries".into(),
         ));
     }
+    let original = filter;
     let filter = filter
         .prepare()
         .map_err(|e| Error::InvalidValue(e.to_string()))?;
+    let meta: IndexMeta = get_record(store, group, INDEX_META_NS, &meta_key(app, class), 0)?
+        .and_then(|v| serde_json::from_value(v).ok())
+        .unwrap_or_default();
+    let mut check = |object_id: &str, bytes: &[u8]| -> Result<()> {
+        let stored = StoredObject::decode(bytes)?;
+        if !allows(&stored.fields, principals, Access::Read) {
+            return Ok(());
+        }
+        let obj = stored.render_for_query(object_id);
+        if filter.matches(&obj) {
+            visit(obj)?;
+        }
+        Ok(())
+    };
+    if let Some(plan) = plan(group, app, class, original, &meta) {
+        metrics::counter!("basalt_query_index_plans_total").increment(1);
+        // Candidates from the index (an array value may list an object more than once).
+        let mut ids: Vec<String> = Vec::new();
+        for (start, end) in &plan.ranges {
+            store.scan(CF_SM, start, end, |k, _| {
+                if let Some(id) = entry_object_id(k) {
+                    ids.push(id.to_string());
+                }
+                Ok(true)
+            })?;
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        for id in ids {
+            if let Some(bytes) = store.get(CF_SM, &keys::object_key(group, app, class, &id))? {
+                check(&id, &bytes)?;
+            }
+        }
+        return Ok(());
+    }
+    metrics::counter!("basalt_query_scans_total").increment(1);
     let prefix = keys::class_prefix(group, app, class);
     let mut end = prefix.clone();
     // The class prefix ends in a 0 separator; the next byte value bounds it.
@@ -42,14 +82,7 @@ pub fn for_each_match(
     }
     store.scan(CF_SM, &prefix, &end, |k, v| {
         let object_id = String::from_utf8_lossy(&k[prefix.len()..]).into_owned();
-        let stored = StoredObject::decode(v)?;
-        if !allows(&stored.fields, principals, Access::Read) {
-            return Ok(true);
-        }
-        let obj = stored.render_for_query(&object_id);
-        if filter.matches(&obj) {
-            visit(obj)?;
-        }
+        check(&object_id, v)?;
         Ok(true)
     })
 }

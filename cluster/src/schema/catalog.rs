@@ -12,6 +12,7 @@ use super::{schema_key, ClassSchema, ColumnChange, Need, SchemaError, NS_SCHEMA,
 use crate::command::{Command, CommandResult};
 use crate::error::{Error, Result};
 use crate::ids::META_GROUP;
+use crate::query::index::{meta_key, IndexMeta, INDEX_META_NS};
 use crate::Cluster;
 
 /// Objects removed per `PurgeClass` command (one Raft entry each).
@@ -147,18 +148,50 @@ impl Cluster {
     /// Deletes every object of a class (or, with `field`, that field of every object) on
     /// every shard, in bounded commands. Answers how many objects changed.
     pub async fn purge_class(&self, app: &str, class: &str, field: Option<&str>) -> Result<u64> {
+        self.paged_on_every_shard(|after| Command::PurgeClass {
+            app: app.into(),
+            class: class.into(),
+            field: field.map(str::to_string),
+            after,
+            limit: PURGE_BATCH,
+        })
+        .await
+    }
+
+    /// Declares `field` of a class indexed on every shard (none: rebuilds the class's indexes)
+    /// and builds its entries; queries use the index once every page is done. Answers how many
+    /// objects were indexed.
+    pub async fn declare_index(&self, app: &str, class: &str, field: Option<&str>) -> Result<u64> {
+        self.paged_on_every_shard(|after| Command::DeclareIndex {
+            app: app.into(),
+            class: class.into(),
+            field: field.map(str::to_string),
+            after,
+        })
+        .await
+    }
+
+    /// The declared indexed fields of a class (as the first data shard knows them).
+    pub async fn declared_indexes(&self, app: &str, class: &str) -> Result<Vec<String>> {
+        let meta = self
+            .get_record(1, INDEX_META_NS, &meta_key(app, class))
+            .await?
+            .and_then(|v| serde_json::from_value::<IndexMeta>(v).ok())
+            .unwrap_or_default();
+        Ok(meta.declared)
+    }
+
+    /// Runs a paged command (answering `Purged`) on every data shard until each is done.
+    async fn paged_on_every_shard(
+        &self,
+        make: impl Fn(Option<String>) -> Command + Sync,
+    ) -> Result<u64> {
+        let make = &make;
         let shards = (1..=self.shards()).map(|group| async move {
             let mut after: Option<String> = None;
             let mut total = 0;
             loop {
-                let cmd = Command::PurgeClass {
-                    app: app.into(),
-                    class: class.into(),
-                    field: field.map(str::to_string),
-                    after: after.clone(),
-                    limit: PURGE_BATCH,
-                };
-                match self.propose(group, cmd).await?.result {
+                match self.propose(group, make(after.clone())).await?.result {
                     CommandResult::Purged { count, next } => {
                         total += count;
                         match next {
@@ -168,7 +201,7 @@ impl Cluster {
                     }
                     other => {
                         return Err(Error::Internal(format!(
-                            "unexpected purge result {other:?}"
+                            "unexpected paged result {other:?}"
                         )))
                     }
                 }

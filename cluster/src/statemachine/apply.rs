@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::apply_schema;
+use super::index_upkeep;
 use super::ops::apply_updates;
 use super::staged::Staged;
 use crate::acl::{allows, Access};
@@ -121,6 +122,14 @@ pub fn apply_command(st: &mut Staged<'_>, cmd: Command) -> Result<CommandResult>
             after,
             limit,
         } => apply_purge_class(st, &app, &class, field.as_deref(), after.as_deref(), limit),
+        Command::DeclareIndex {
+            app,
+            class,
+            field,
+            after,
+        } => {
+            index_upkeep::apply_declare_index(st, &app, &class, field.as_deref(), after.as_deref())
+        }
     }
 }
 
@@ -151,6 +160,8 @@ fn apply_create(
     if let Err(e) = apply_updates(&mut obj.fields, updates) {
         return Ok(CommandResult::Rejected(e));
     }
+    index_upkeep::before_create(st, app, class)?;
+    index_upkeep::reindex(st, app, class, object_id, None, Some(&obj))?;
     st.put(key, obj.encode()?);
     Ok(CommandResult::Created {
         object_id: object_id.to_string(),
@@ -176,6 +187,7 @@ fn apply_update(
     if !allows(&obj.fields, principals, Access::Write) {
         return Ok(CommandResult::Rejected(Error::ObjectNotFound));
     }
+    let old = obj.clone();
     if let Err(e) = apply_updates(&mut obj.fields, updates) {
         return Ok(CommandResult::Rejected(e));
     }
@@ -187,6 +199,7 @@ fn apply_update(
     {
         obj.updated_ms = now_ms.max(obj.updated_ms);
     }
+    index_upkeep::reindex(st, app, class, object_id, Some(&old), Some(&obj))?;
     st.put(key, obj.encode()?);
     Ok(CommandResult::Updated {
         updated_ms: obj.updated_ms,
@@ -204,13 +217,11 @@ fn apply_delete(
     let Some(bytes) = st.get(&key)? else {
         return Ok(CommandResult::Rejected(Error::ObjectNotFound));
     };
-    if !allows(
-        &StoredObject::decode(&bytes)?.fields,
-        principals,
-        Access::Write,
-    ) {
+    let old = StoredObject::decode(&bytes)?;
+    if !allows(&old.fields, principals, Access::Write) {
         return Ok(CommandResult::Rejected(Error::ObjectNotFound));
     }
+    index_upkeep::reindex(st, app, class, object_id, Some(&old), None)?;
     st.delete(key);
     Ok(CommandResult::Deleted)
 }
@@ -408,16 +419,20 @@ fn apply_purge_class(
     let mut count = 0;
     let mut last_id = None;
     for key in found.into_iter().take(limit) {
-        last_id = Some(String::from_utf8_lossy(&key[prefix.len()..]).into_owned());
+        let id = String::from_utf8_lossy(&key[prefix.len()..]).into_owned();
+        last_id = Some(id.clone());
+        let Some(bytes) = st.get(&key)? else { continue };
+        let old = StoredObject::decode(&bytes)?;
         match field {
             None => {
+                index_upkeep::reindex(st, app, class, &id, Some(&old), None)?;
                 st.delete(key);
                 count += 1;
             }
             Some(f) => {
-                let Some(bytes) = st.get(&key)? else { continue };
-                let mut obj = StoredObject::decode(&bytes)?;
+                let mut obj = old.clone();
                 if obj.fields.remove(f).is_some() {
+                    index_upkeep::reindex(st, app, class, &id, Some(&old), Some(&obj))?;
                     st.put(key, obj.encode()?);
                     count += 1;
                 }

@@ -8,6 +8,7 @@
 
 mod apply;
 mod apply_schema;
+mod index_upkeep;
 pub use apply::StoredRecord;
 pub mod ops;
 pub mod snapshot;

@@ -103,6 +103,10 @@ pub fn routes(state: AppState) -> Router {
                 .put(schemas::update_schema)
                 .delete(schemas::delete_schema),
         )
+        .route(
+            "/1/schemas/{class}/indexes",
+            get(schemas::list_indexes).post(schemas::create_index),
+        )
         .route_layer(from_fn_with_state(state.clone(), require_master));
     // App management (spec 4.8): the console account's email and password.
     let console_routes = Router::new()

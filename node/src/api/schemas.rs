@@ -146,6 +146,44 @@ pub async fn delete_schema(
     Ok(Json(json!({"msg": "ok"})))
 }
 
+/// `GET /1/schemas/<class>/indexes`: the class's declared indexes (beyond the automatic
+/// `createdAt`, `updatedAt` and GeoPoint ones).
+pub async fn list_indexes(
+    State(state): State<AppState>,
+    ctx: RequestCtx,
+    ApiPath(class): ApiPath<String>,
+) -> Result<Json<Value>, ApiError> {
+    schema_class(&class)?;
+    let fields = state
+        .cluster
+        .declared_indexes(&ctx.app.application_id, &class)
+        .await?;
+    Ok(Json(json!({"results": fields})))
+}
+
+/// `POST /1/schemas/<class>/indexes {"field": "score"}`: declares a top-level column indexed
+/// on every shard and builds its entries (existing objects included) before answering
+/// `{"msg": "ok", "indexed": <objects>}`. Declaring again rebuilds the class's indexes.
+pub async fn create_index(
+    State(state): State<AppState>,
+    ctx: RequestCtx,
+    ApiPath(class): ApiPath<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    schema_class(&class)?;
+    let body = json_object(&body_bytes(body, &state)?)?;
+    let field = body
+        .get("field")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::InvalidBody("field must be a column name.".into()))?;
+    validate_field_name(field).map_err(ApiError::from)?;
+    let indexed = state
+        .cluster
+        .declare_index(&ctx.app.application_id, &class, Some(field))
+        .await?;
+    Ok(Json(json!({"msg": "ok", "indexed": indexed})))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

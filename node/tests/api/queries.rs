@@ -486,3 +486,117 @@ async fn paging_order_keys_and_nested_include() {
     assert_eq!(r["results"][0]["username"], "ola");
     assert!(r["results"][0].get("password").is_none());
 }
+
+/// Index plans and scans counted over every node.
+async fn plans(cluster: &TestCluster) -> (f64, f64) {
+    let (mut p, mut s) = (0.0, 0.0);
+    for i in 0..3 {
+        p += cluster.metric(i, "basalt_query_index_plans_total").await;
+        s += cluster.metric(i, "basalt_query_scans_total").await;
+    }
+    (p, s)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn declared_and_automatic_indexes_answer_like_a_scan() {
+    let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
+    let c = cluster.spread_client();
+    let master = cluster.master_client(1);
+
+    let bodies: Vec<Value> = (0..200)
+        .map(|i| json!({"i": i, "score": i % 10, "tags": [format!("t{}", i % 3)]}))
+        .collect();
+    let ids = create_many(&c, "Row", &bodies).await;
+
+    // Declaring an index builds it for the existing objects on every shard.
+    let r = master
+        .request(
+            Method::POST,
+            "/1/schemas/Row/indexes",
+            Some(&json!({"field": "score"})),
+            true,
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.body["indexed"], 200);
+    let listed = master
+        .request(Method::GET, "/1/schemas/Row/indexes", None, true)
+        .await
+        .unwrap()
+        .body;
+    assert_eq!(listed["results"], json!(["score"]));
+    assert_api_error(
+        c.request(
+            Method::POST,
+            "/1/schemas/Row/indexes",
+            Some(&json!({"field": "score"})),
+            false,
+        )
+        .await,
+        400,
+        10061,
+        "indexes need the master key",
+    );
+
+    let count = |w: Value| {
+        let c = c.clone();
+        async move {
+            get(
+                &c,
+                &format!(
+                    "/1/classes/Row?count=1&limit=0&where={}",
+                    urlencode(&w.to_string())
+                ),
+            )
+            .await["count"]
+                .as_u64()
+                .unwrap()
+        }
+    };
+    let (p0, s0) = plans(&cluster).await;
+    assert_eq!(count(json!({"score": 3})).await, 20);
+    assert_eq!(count(json!({"score": {"$in": [1, 2]}})).await, 40);
+    assert_eq!(count(json!({"score": {"$gt": 6, "$lte": 8}})).await, 40);
+    let (p1, s1) = plans(&cluster).await;
+    // Three queries on four shards, all through the index.
+    assert_eq!(p1 - p0, 12.0);
+    assert_eq!(s1 - s0, 0.0);
+
+    // Writes keep the index: move ten objects from 3 to 4, delete five with score 4.
+    for id in ids.iter().skip(3).step_by(10).take(10) {
+        c.request(
+            Method::PUT,
+            &format!("/1/classes/Row/{id}"),
+            Some(&json!({"score": {"__op": "Increment", "amount": 1}})),
+            false,
+        )
+        .await
+        .unwrap();
+    }
+    for id in ids.iter().skip(4).step_by(10).take(5) {
+        c.request(Method::DELETE, &format!("/1/classes/Row/{id}"), None, false)
+            .await
+            .unwrap();
+    }
+    assert_eq!(count(json!({"score": 3})).await, 10);
+    assert_eq!(count(json!({"score": 4})).await, 25);
+    // Undeclared fields scan, with the same answers.
+    let (_, s2) = plans(&cluster).await;
+    assert_eq!(count(json!({"i": {"$lt": 10}})).await, 9);
+    let (_, s3) = plans(&cluster).await;
+    assert_eq!(s3 - s2, 4.0);
+
+    // createdAt is always indexed: a range on it is planned, and order + limit still hold.
+    let listed = get(&c, "/1/classes/Row?order=createdAt&limit=1000").await;
+    let rows = listed["results"].as_array().unwrap();
+    let pivot = rows[100]["createdAt"].as_str().unwrap().to_string();
+    let want = rows
+        .iter()
+        .filter(|o| o["createdAt"].as_str().unwrap() < pivot.as_str())
+        .count() as u64;
+    let (p4, _) = plans(&cluster).await;
+    let before = json!({"createdAt": {"$lt": {"__type": "Date", "iso": pivot}}});
+    assert_eq!(count(before).await, want);
+    let (p5, _) = plans(&cluster).await;
+    assert_eq!(p5 - p4, 4.0);
+}

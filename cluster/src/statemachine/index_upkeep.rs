@@ -1,0 +1,164 @@
+//! Keeps a shard's secondary index entries (`query::index`) in step with its objects: every
+//! object write stages the entries it removes and adds in the same batch as the object, and
+//! `DeclareIndex` adds a declared field and (re)builds the class's entries.
+
+use super::apply::{live_record, StoredRecord};
+use super::staged::Staged;
+use crate::command::CommandResult;
+use crate::error::Result;
+use crate::object::StoredObject;
+use crate::query::index::{self, IndexMeta, INDEX_META_NS};
+use crate::storage::keys;
+
+/// Objects re-indexed per `DeclareIndex` step.
+pub const REBUILD_PAGE: usize = 10_000;
+
+pub(super) fn meta(st: &Staged<'_>, app: &str, class: &str) -> Result<Option<IndexMeta>> {
+    Ok(
+        live_record(st, INDEX_META_NS, &index::meta_key(app, class), None)?
+            .and_then(|r| serde_json::from_value(r.value).ok()),
+    )
+}
+
+fn put_meta(st: &mut Staged<'_>, app: &str, class: &str, meta: &IndexMeta) -> Result<()> {
+    let rec = StoredRecord {
+        v: 1,
+        value: serde_json::to_value(meta)?,
+        expires_at_ms: None,
+    };
+    st.put(
+        keys::record_key(st.group, INDEX_META_NS, &index::meta_key(app, class)),
+        serde_json::to_vec(&rec)?,
+    );
+    Ok(())
+}
+
+fn class_range(st: &Staged<'_>, app: &str, class: &str) -> (Vec<u8>, Vec<u8>) {
+    let prefix = keys::class_prefix(st.group, app, class);
+    let mut end = prefix.clone();
+    if let Some(last) = end.last_mut() {
+        *last = 1;
+    }
+    (prefix, end)
+}
+
+/// Before the first object of a class is written on the shard: a class without objects starts
+/// with complete (empty) indexes; one with older objects stays incomplete until rebuilt.
+pub(super) fn before_create(st: &mut Staged<'_>, app: &str, class: &str) -> Result<()> {
+    if meta(st, app, class)?.is_some() {
+        return Ok(());
+    }
+    let (start, end) = class_range(st, app, class);
+    if st.keys_in_range_limited(&start, &end, 1)?.is_empty() {
+        put_meta(
+            st,
+            app,
+            class,
+            &IndexMeta {
+                complete: true,
+                declared: Vec::new(),
+            },
+        )?;
+    }
+    Ok(())
+}
+
+fn entries_of(
+    st: &Staged<'_>,
+    app: &str,
+    class: &str,
+    object_id: &str,
+    obj: Option<&StoredObject>,
+    declared: &[String],
+) -> Vec<Vec<u8>> {
+    match obj {
+        Some(o) => index::entries(
+            st.group,
+            app,
+            class,
+            object_id,
+            &o.render_for_query(object_id),
+            declared,
+        ),
+        None => Vec::new(),
+    }
+}
+
+/// Stages the entry changes of one object going from `old` to `new` (either may be absent).
+pub(super) fn reindex(
+    st: &mut Staged<'_>,
+    app: &str,
+    class: &str,
+    object_id: &str,
+    old: Option<&StoredObject>,
+    new: Option<&StoredObject>,
+) -> Result<()> {
+    let declared = meta(st, app, class)?
+        .map(|m| m.declared)
+        .unwrap_or_default();
+    let before = entries_of(st, app, class, object_id, old, &declared);
+    let after = entries_of(st, app, class, object_id, new, &declared);
+    for k in &before {
+        if after.binary_search(k).is_err() {
+            st.delete(k.clone());
+        }
+    }
+    for k in after {
+        if before.binary_search(&k).is_err() {
+            st.put(k, Vec::new());
+        }
+    }
+    Ok(())
+}
+
+/// Declares `field` indexed (none: only rebuild) and rebuilds the class's entries on this
+/// shard, `REBUILD_PAGE` objects per call from after `after`; `Purged.next` names where the
+/// next call continues, and the class's indexes are complete once it is `None`.
+pub(super) fn apply_declare_index(
+    st: &mut Staged<'_>,
+    app: &str,
+    class: &str,
+    field: Option<&str>,
+    after: Option<&str>,
+) -> Result<CommandResult> {
+    let mut m = meta(st, app, class)?.unwrap_or_default();
+    if let Some(f) = field {
+        if !m.declared.iter().any(|d| d == f) {
+            m.declared.push(f.to_string());
+        }
+    }
+    // While rebuilding, queries scan.
+    m.complete = false;
+    put_meta(st, app, class, &m)?;
+    let (prefix, end) = class_range(st, app, class);
+    let start = match after {
+        Some(id) => {
+            let mut k = keys::object_key(st.group, app, class, id);
+            k.push(0);
+            k
+        }
+        None => prefix.clone(),
+    };
+    let found = st.keys_in_range_limited(&start, &end, REBUILD_PAGE + 1)?;
+    let more = found.len() > REBUILD_PAGE;
+    let mut count = 0;
+    let mut last_id = None;
+    for key in found.into_iter().take(REBUILD_PAGE) {
+        let id = String::from_utf8_lossy(&key[prefix.len()..]).into_owned();
+        let Some(bytes) = st.get(&key)? else { continue };
+        let obj = StoredObject::decode(&bytes)?;
+        for k in entries_of(st, app, class, &id, Some(&obj), &m.declared) {
+            st.put(k, Vec::new());
+        }
+        count += 1;
+        last_id = Some(id);
+    }
+    if !more {
+        m.complete = true;
+        put_meta(st, app, class, &m)?;
+    }
+    Ok(CommandResult::Purged {
+        count,
+        next: if more { last_id } else { None },
+    })
+}
