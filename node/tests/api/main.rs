@@ -17,6 +17,7 @@ mod multi_node;
 mod objects;
 mod ops;
 mod queries;
+mod query_model;
 mod schemas;
 mod sms;
 mod users;
