@@ -46,10 +46,7 @@ pub fn serve_read(
         ),
         ReadRequest::ScanStoredObjects { app, class } => {
             let prefix = keys::class_prefix(group, app, class);
-            let mut end = prefix.clone();
-            if let Some(last) = end.last_mut() {
-                *last = 1;
-            }
+            let end = keys::separated_end(&prefix);
             let mut out = Vec::new();
             store.scan(CF_SM, &prefix, &end, |k, v| {
                 let id = String::from_utf8_lossy(&k[prefix.len()..]).into_owned();
@@ -109,10 +106,7 @@ pub fn list_records_with_prefix(
     now_ms: i64,
 ) -> Result<Vec<(String, Value)>> {
     let prefix = keys::record_ns_prefix(group, ns);
-    let mut end = prefix.clone();
-    if let Some(last) = end.last_mut() {
-        *last = 1;
-    }
+    let end = keys::separated_end(&prefix);
     let mut start = prefix.clone();
     start.extend_from_slice(key_prefix.as_bytes());
     let mut out = Vec::new();

@@ -65,15 +65,38 @@ impl StoredObject {
     /// the wire form (`trim_query_times`) before rows leave the cluster.
     pub fn render_for_query(&self, object_id: &str) -> Value {
         let mut v = self.render(object_id);
-        for (k, ms) in [
-            ("createdAt", self.created_ms),
-            ("updatedAt", self.updated_ms),
-        ] {
-            if let Some(t) = Utc.timestamp_millis_opt(ms).single() {
-                v[k] = Value::String(t.format(QUERY_TIME_FORMAT).to_string());
-            }
+        for (k, t) in self.query_times() {
+            v[k] = Value::String(t);
         }
         v
+    }
+
+    /// `createdAt` and `updatedAt` in `QUERY_TIME_FORMAT`.
+    pub fn query_times(&self) -> Vec<(&'static str, String)> {
+        [
+            ("createdAt", self.created_ms),
+            ("updatedAt", self.updated_ms),
+        ]
+        .into_iter()
+        .filter_map(|(k, ms)| {
+            let t = Utc.timestamp_millis_opt(ms).single()?;
+            Some((k, t.format(QUERY_TIME_FORMAT).to_string()))
+        })
+        .collect()
+    }
+
+    /// The member objectIds of a Relation field (empty when the field is no Relation).
+    pub fn relation_members(&self, field: &str) -> Vec<String> {
+        self.fields
+            .get(field)
+            .and_then(|r| r.get("objects"))
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     pub fn encode(&self) -> Result<Vec<u8>> {

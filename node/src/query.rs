@@ -10,7 +10,7 @@ use basalt_cluster::query::aggregate::{finish, AggregateRequest, AggregateSpec, 
 use basalt_cluster::query::filter::Filter;
 use basalt_cluster::query::{ScanRequest, SortKey};
 use basalt_cluster::Error as ClusterError;
-use serde_json::{Map, Value};
+use serde_json::{json, Value};
 
 use crate::api::context::{AppState, RequestCtx};
 use crate::api::error::ApiError;
@@ -152,19 +152,12 @@ pub async fn run(state: &AppState, ctx: &RequestCtx, q: Query) -> Result<Outcome
 /// array, or `{results}` when the app wraps aggregates (decisions.md).
 pub fn rest_body(outcome: Outcome, wrap_aggregates: bool) -> Value {
     match outcome {
-        Outcome::Rows { rows, count } => {
-            let mut m = Map::new();
-            m.insert("results".into(), Value::Array(rows));
-            if let Some(c) = count {
-                m.insert("count".into(), Value::from(c));
-            }
-            Value::Object(m)
-        }
-        Outcome::Groups(rows) if wrap_aggregates => {
-            let mut m = Map::new();
-            m.insert("results".into(), Value::Array(rows));
-            Value::Object(m)
-        }
+        Outcome::Rows { rows, count: None } => json!({ "results": rows }),
+        Outcome::Rows {
+            rows,
+            count: Some(c),
+        } => json!({ "results": rows, "count": c }),
+        Outcome::Groups(rows) if wrap_aggregates => json!({ "results": rows }),
         Outcome::Groups(rows) => Value::Array(rows),
     }
 }

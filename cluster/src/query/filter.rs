@@ -162,8 +162,9 @@ fn is_pointer(v: &Value) -> bool {
 }
 
 /// The comparable form of a value: Dates become their ISO string (so they compare with
-/// `createdAt`/`updatedAt`), Pointers their `className/objectId`, Files their `url`.
-fn comparable(v: &Value) -> Value {
+/// `createdAt`/`updatedAt`), Pointers their `className/objectId`, Files their `url`. Indexes
+/// store values in this form too.
+pub(crate) fn comparable(v: &Value) -> Value {
     if is_file(v) {
         return v.get("url").cloned().unwrap_or(Value::Null);
     }
@@ -176,12 +177,6 @@ fn comparable(v: &Value) -> Value {
         return Value::String(format!("{class}/{id}"));
     }
     v.clone()
-}
-
-/// The form an index stores a value under: as `comparable` (Dates, Pointers and Files by
-/// their string).
-pub(crate) fn comparable_for_index(v: &Value) -> Value {
-    comparable(v)
 }
 
 fn same(a: &Value, b: &Value) -> bool {

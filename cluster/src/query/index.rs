@@ -19,8 +19,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::filter::{comparable_for_index, Cond, Filter, GeoPoint};
+use super::filter::{comparable, Cond, Filter, GeoPoint};
 use crate::ids::GroupId;
+use crate::object::StoredObject;
 use crate::storage::keys::{self, SM_INDEX};
 
 /// Record namespace of per-class index metadata on a shard (key `app/class`).
@@ -88,10 +89,10 @@ fn push_string(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(&[0, 0]);
 }
 
-/// The encoded form of a scalar (after `comparable_for_index`), or none for values no index
+/// The encoded form of a scalar (after `comparable`), or none for values no index
 /// holds (null, objects, arrays).
 pub fn encode(v: &Value) -> Option<Vec<u8>> {
-    let v = comparable_for_index(v);
+    let v = comparable(v);
     let mut out = Vec::new();
     match &v {
         Value::Bool(b) => out.extend_from_slice(&[TAG_BOOL, u8::from(*b)]),
@@ -131,19 +132,27 @@ pub fn entry_object_id(key: &[u8]) -> Option<&str> {
     std::str::from_utf8(&rest[start..]).ok()
 }
 
-/// Every entry of one object (rendered by `render_for_query`).
+/// Every entry of one object: its timestamps as queries see them, and its client-visible
+/// fields (internal `_` fields never).
 pub fn entries(
     group: GroupId,
     app: &str,
     class: &str,
     object_id: &str,
-    rendered: &Value,
+    obj: &StoredObject,
     declared: &[String],
 ) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
-    let Some(fields) = rendered.as_object() else {
-        return out;
-    };
+    let times: Vec<(String, Value)> = obj
+        .query_times()
+        .into_iter()
+        .map(|(k, t)| (k.to_string(), Value::String(t)))
+        .collect();
+    let fields = obj
+        .fields
+        .iter()
+        .filter(|(k, _)| !k.starts_with('_'))
+        .chain(times.iter().map(|(k, v)| (k, v)));
     for (name, v) in fields {
         let prefix = || field_prefix(group, app, class, name);
         if let Some(p) = GeoPoint::from_value(v) {
@@ -346,10 +355,19 @@ mod tests {
 
     #[test]
     fn entries_name_their_object() {
-        let obj = json!({"createdAt": "2026-01-01 00:00:00.000", "updatedAt": "2026-01-01 00:00:00.000",
-                         "tags": ["x", "y"], "n": 3, "loc": {"__type": "GeoPoint", "latitude": 1.0, "longitude": 2.0}});
-        let e = entries(1, "a", "C", "obj1", &obj, &["tags".into()]);
-        // createdAt, updatedAt, two tags, the GeoPoint; n is not declared.
+        let mut obj = StoredObject::new(1_767_225_600_000);
+        let fields = json!({"tags": ["x", "y"], "n": 3, "_secret": "s",
+                            "loc": {"__type": "GeoPoint", "latitude": 1.0, "longitude": 2.0}});
+        obj.fields = fields.as_object().unwrap().clone();
+        let e = entries(
+            1,
+            "a",
+            "C",
+            "obj1",
+            &obj,
+            &["tags".into(), "_secret".into()],
+        );
+        // createdAt, updatedAt, two tags, the GeoPoint; n is not declared, _secret internal.
         assert_eq!(e.len(), 5);
         assert!(e.iter().all(|k| entry_object_id(k) == Some("obj1")));
         assert!(e

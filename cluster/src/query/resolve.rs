@@ -141,16 +141,6 @@ impl Cluster {
         if !allows(&parent.fields, principals, Access::Read) {
             return Ok(Vec::new());
         }
-        Ok(parent
-            .fields
-            .get(key)
-            .and_then(|r| r.get("objects"))
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(|v| v.as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default())
+        Ok(parent.relation_members(key))
     }
 }

@@ -75,11 +75,7 @@ pub fn for_each_match(
     }
     metrics::counter!("basalt_query_scans_total").increment(1);
     let prefix = keys::class_prefix(group, app, class);
-    let mut end = prefix.clone();
-    // The class prefix ends in a 0 separator; the next byte value bounds it.
-    if let Some(last) = end.last_mut() {
-        *last = 1;
-    }
+    let end = keys::separated_end(&prefix);
     store.scan(CF_SM, &prefix, &end, |k, v| {
         let object_id = String::from_utf8_lossy(&k[prefix.len()..]).into_owned();
         check(&object_id, v)?;

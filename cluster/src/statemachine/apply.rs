@@ -160,7 +160,6 @@ fn apply_create(
     if let Err(e) = apply_updates(&mut obj.fields, updates) {
         return Ok(CommandResult::Rejected(e));
     }
-    index_upkeep::before_create(st, app, class)?;
     index_upkeep::reindex(st, app, class, object_id, None, Some(&obj))?;
     st.put(key, obj.encode()?);
     Ok(CommandResult::Created {
@@ -409,10 +408,7 @@ fn apply_purge_class(
         }
         None => prefix.clone(),
     };
-    let mut end = prefix.clone();
-    if let Some(last) = end.last_mut() {
-        *last = 1;
-    }
+    let end = keys::separated_end(&prefix);
     let limit = limit.max(1) as usize;
     let found = st.keys_in_range_limited(&start, &end, limit + 1)?;
     let more = found.len() > limit;

@@ -35,32 +35,26 @@ fn put_meta(st: &mut Staged<'_>, app: &str, class: &str, meta: &IndexMeta) -> Re
 
 fn class_range(st: &Staged<'_>, app: &str, class: &str) -> (Vec<u8>, Vec<u8>) {
     let prefix = keys::class_prefix(st.group, app, class);
-    let mut end = prefix.clone();
-    if let Some(last) = end.last_mut() {
-        *last = 1;
-    }
+    let end = keys::separated_end(&prefix);
     (prefix, end)
 }
 
-/// Before the first object of a class is written on the shard: a class without objects starts
-/// with complete (empty) indexes; one with older objects stays incomplete until rebuilt.
-pub(super) fn before_create(st: &mut Staged<'_>, app: &str, class: &str) -> Result<()> {
-    if meta(st, app, class)?.is_some() {
-        return Ok(());
+/// The class's index metadata, created on the first object write of a class on the shard: a
+/// class without objects starts with complete (empty) indexes; one with older objects stays
+/// incomplete until rebuilt.
+fn meta_for_write(st: &mut Staged<'_>, app: &str, class: &str) -> Result<IndexMeta> {
+    if let Some(m) = meta(st, app, class)? {
+        return Ok(m);
     }
     let (start, end) = class_range(st, app, class);
-    if st.keys_in_range_limited(&start, &end, 1)?.is_empty() {
-        put_meta(
-            st,
-            app,
-            class,
-            &IndexMeta {
-                complete: true,
-                declared: Vec::new(),
-            },
-        )?;
+    let m = IndexMeta {
+        complete: st.keys_in_range_limited(&start, &end, 1)?.is_empty(),
+        declared: Vec::new(),
+    };
+    if m.complete {
+        put_meta(st, app, class, &m)?;
     }
-    Ok(())
+    Ok(m)
 }
 
 fn entries_of(
@@ -71,20 +65,12 @@ fn entries_of(
     obj: Option<&StoredObject>,
     declared: &[String],
 ) -> Vec<Vec<u8>> {
-    match obj {
-        Some(o) => index::entries(
-            st.group,
-            app,
-            class,
-            object_id,
-            &o.render_for_query(object_id),
-            declared,
-        ),
-        None => Vec::new(),
-    }
+    obj.map(|o| index::entries(st.group, app, class, object_id, o, declared))
+        .unwrap_or_default()
 }
 
 /// Stages the entry changes of one object going from `old` to `new` (either may be absent).
+/// Called before the object itself is staged, so a first create sees its class still empty.
 pub(super) fn reindex(
     st: &mut Staged<'_>,
     app: &str,
@@ -93,9 +79,7 @@ pub(super) fn reindex(
     old: Option<&StoredObject>,
     new: Option<&StoredObject>,
 ) -> Result<()> {
-    let declared = meta(st, app, class)?
-        .map(|m| m.declared)
-        .unwrap_or_default();
+    let declared = meta_for_write(st, app, class)?.declared;
     let before = entries_of(st, app, class, object_id, old, &declared);
     let after = entries_of(st, app, class, object_id, new, &declared);
     for k in &before {

@@ -94,6 +94,16 @@ pub fn class_prefix(group: GroupId, app: &str, class: &str) -> Vec<u8> {
     k
 }
 
+/// The first key after every key starting with `prefix`, for prefixes that end in the 0
+/// separator (class and namespace prefixes): the separator bumped to 1.
+pub fn separated_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    if let Some(last) = end.last_mut() {
+        *last = 1;
+    }
+    end
+}
+
 pub fn record_key(group: GroupId, ns: &str, key: &str) -> Vec<u8> {
     with_parts(sm_family(group, SM_RECORD), &[ns, key])
 }

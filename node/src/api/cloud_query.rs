@@ -7,12 +7,12 @@ use axum::extract::State;
 use axum::Json;
 use basalt_cluster::object::validate_class_name;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::context::{ApiQuery, AppState, RequestCtx};
 use super::error::ApiError;
 use crate::bql;
-use crate::query::{self, Outcome};
+use crate::query;
 
 #[derive(Debug, Deserialize)]
 pub struct CloudQueryParams {
@@ -40,13 +40,8 @@ pub async fn cloud_query(
     };
     let statement = bql::parse(src, &values).map_err(|e| ApiError::Bql(e.to_string()))?;
     validate_class_name(&statement.query.class).map_err(ApiError::from)?;
-    Ok(Json(
-        match query::run(&state, &ctx, statement.query).await? {
-            Outcome::Rows { rows, count } => match count {
-                Some(c) if statement.count => json!({"results": rows, "count": c}),
-                _ => json!({"results": rows}),
-            },
-            Outcome::Groups(rows) => json!({"results": rows}),
-        },
-    ))
+    // `count` is asked for only by `count(*)` outside an aggregation; aggregated rows are
+    // always wrapped in `results`.
+    let outcome = query::run(&state, &ctx, statement.query).await?;
+    Ok(Json(query::rest_body(outcome, true)))
 }

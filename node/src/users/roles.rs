@@ -16,32 +16,18 @@ use crate::api::error::ApiError;
 /// The system class of roles.
 pub const ROLE_CLASS: &str = "_Role";
 
-/// The member ids of a stored relation field.
-pub fn relation_members(obj: &StoredObject, field: &str) -> Vec<String> {
-    obj.fields
-        .get(field)
-        .and_then(|r| r.get("objects"))
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// `role:<name>` for every role `user_id` holds, directly or through child roles.
 pub fn roles_in_graph(roles: &[(String, StoredObject)], user_id: &str) -> Vec<String> {
     let mut held: BTreeSet<&str> = roles
         .iter()
-        .filter(|(_, r)| relation_members(r, "users").iter().any(|u| u == user_id))
+        .filter(|(_, r)| r.relation_members("users").iter().any(|u| u == user_id))
         .map(|(id, _)| id.as_str())
         .collect();
     loop {
         let before = held.len();
         for (id, r) in roles {
             if !held.contains(id.as_str())
-                && relation_members(r, "roles")
+                && r.relation_members("roles")
                     .iter()
                     .any(|child| held.contains(child.as_str()))
             {
