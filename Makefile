@@ -10,7 +10,7 @@ NODES ?= 1
 JEPSEN_SECONDS ?= 120
 JEPSEN_NODES ?= 3
 
-.PHONY: run dev test lint deps build bench jepsen fuzz clean-data
+.PHONY: run dev test lint deps build bench bench-queries jepsen fuzz clean-data
 
 ## Install the system packages the build needs (libclang for rust-rocksdb's bindgen).
 deps:
@@ -41,6 +41,12 @@ lint:
 bench: deps
 	$(CARGO) build $(PROFILE_FLAGS) -p basalt -p basalt-bench
 	./scripts/bench.sh
+
+## Query benchmark: 1,000,000 objects on 3 nodes, queries with and without indexes
+## (OBJECTS, SECONDS_PER, CONCURRENCY override; see docs/performance.md).
+bench-queries: deps
+	$(CARGO) build $(PROFILE_FLAGS) -p basalt -p basalt-bench
+	./scripts/bench-queries.sh
 
 ## Jepsen: every workload under every nemesis (JEPSEN_SECONDS of load each), then a table.
 ## Run directories (history, node logs, summary, plot) go to ./jepsen-runs.

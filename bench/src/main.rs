@@ -6,6 +6,13 @@
 //! over nodes. Workloads: `create`, `get` (reads objects created in a warm-up), `update`
 //! (Increment on a few hot objects), `mixed` (50% get, 50% create), `login` (POST /1/login of a
 //! user registered in the warm-up: the cost of argon2 verification plus a session write).
+//!
+//! Query workloads (`queries`): `load-queries` fills the class `QueryItem` up to `--objects`
+//! objects (resuming a partial load), `declare-indexes` indexes its `k` and `score` columns and
+//! prints how long each build took, and `q-eq`, `q-range`, `q-count`, `q-groupby` time queries
+//! (run them before and after `declare-indexes` for the comparison).
+
+mod queries;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -41,6 +48,9 @@ struct Args {
     /// Label printed in the table (e.g. "1 node").
     #[arg(long, default_value = "")]
     label: String,
+    /// Objects of the query workloads' class.
+    #[arg(long, default_value_t = 1_000_000)]
+    objects: u64,
 }
 
 struct Outcome {
@@ -73,6 +83,7 @@ async fn run_workload(
             workload.to_string(),
             user.to_string(),
         );
+        let objects = args.objects;
         let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
         tasks.push(tokio::spawn(async move {
             let (mut ops, mut errors, mut i) = (0u64, 0u64, c);
@@ -81,7 +92,16 @@ async fn run_workload(
                     .wrapping_mul(6364136223846793005)
                     .wrapping_add(1442695040888963407);
                 let t = Instant::now();
+                let query = queries::params(&workload, i as u64, objects);
                 let ok = match workload.as_str() {
+                    _ if query.is_some() => {
+                        let params: Vec<(&str, &str)> = query
+                            .iter()
+                            .flatten()
+                            .map(|(k, v)| (*k, v.as_str()))
+                            .collect();
+                        client.query(queries::CLASS, &params).await.is_ok()
+                    }
                     "create" => client
                         .create_object("BenchItem", &json!({"n": i % 1000, "payload": payload}))
                         .await
@@ -192,6 +212,28 @@ async fn main() -> anyhow::Result<()> {
     println!("| cluster | workload | clients | seconds | ops | errors | ops/s | p50 ms | p99 ms | p99.9 ms | max ms |");
     println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for w in &args.workloads {
+        match w.as_str() {
+            "load-queries" => {
+                let have = queries::count(&clients[0]).await?;
+                let failed = queries::load(&clients, have, args.objects, args.concurrency).await?;
+                let now = queries::count(&clients[0]).await?;
+                eprintln!(
+                    "{} holds {now} objects ({failed} creates failed)",
+                    queries::CLASS
+                );
+                continue;
+            }
+            "declare-indexes" => {
+                for (field, took, indexed) in queries::declare_indexes(&clients[0]).await? {
+                    eprintln!(
+                        "index on {field}: {indexed} objects in {:.1} s",
+                        took.as_secs_f64()
+                    );
+                }
+                continue;
+            }
+            _ => {}
+        }
         let o = run_workload(&args, &clients, w, ids.clone(), &user).await?;
         let secs = o.elapsed.as_secs_f64();
         println!(

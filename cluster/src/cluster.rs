@@ -96,6 +96,11 @@ pub struct Cluster {
     pub(crate) inner: Arc<Inner>,
 }
 
+/// How long a metadata change that every node reads locally waits for the members to apply it.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(3);
+/// Deadline of one status question to a member while settling.
+const SETTLE_POLL_TIMEOUT: Duration = Duration::from_millis(500);
+
 pub fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
@@ -623,6 +628,30 @@ impl Cluster {
         key: &str,
         members: serde_json::Map<String, Value>,
     ) -> Result<Value> {
+        Ok(self.merge_record_at(group, ns, key, members).await?.0)
+    }
+
+    /// As `merge_record`, for a record of the metadata group that every node reads from its own
+    /// replica (app settings): answers once every reachable member has applied the change, so
+    /// the next request through any node sees it.
+    pub async fn merge_meta_record_everywhere(
+        &self,
+        ns: &str,
+        key: &str,
+        members: serde_json::Map<String, Value>,
+    ) -> Result<Value> {
+        let (value, index) = self.merge_record_at(META_GROUP, ns, key, members).await?;
+        self.settle_meta(index, SETTLE_TIMEOUT).await;
+        Ok(value)
+    }
+
+    async fn merge_record_at(
+        &self,
+        group: GroupId,
+        ns: &str,
+        key: &str,
+        members: serde_json::Map<String, Value>,
+    ) -> Result<(Value, u64)> {
         let p = self
             .propose(
                 group,
@@ -634,11 +663,67 @@ impl Cluster {
             )
             .await?;
         match p.result {
-            CommandResult::Record(v) => Ok(v),
+            CommandResult::Record(v) => Ok((v, p.log_index)),
             other => Err(Error::Internal(format!(
                 "unexpected merge result {other:?}"
             ))),
         }
+    }
+
+    /// Waits until every active member's replica of the metadata group has applied `index`, or
+    /// `timeout` passes (a member that is down or cut off catches up when it returns; it
+    /// cannot be told sooner). Answers the members still behind.
+    pub async fn settle_meta(&self, index: u64, timeout: Duration) -> Vec<NodeId> {
+        let deadline = Instant::now() + timeout;
+        let mut behind: Vec<(NodeId, String)> = member_addrs(self).into_iter().collect();
+        loop {
+            let checks = behind.iter().map(|(node, addr)| async move {
+                if *node == self.inner.node_id {
+                    return self.meta_applied() >= index;
+                }
+                self.inner.router.learn(*node, addr);
+                match self
+                    .inner
+                    .router
+                    .admin(*node, &AdminRequest::Status, SETTLE_POLL_TIMEOUT)
+                    .await
+                {
+                    Ok(AdminResponse::Status(s)) => s
+                        .groups
+                        .iter()
+                        .any(|g| g.group == META_GROUP && g.applied >= index),
+                    _ => false,
+                }
+            });
+            let done = futures::future::join_all(checks).await;
+            let mut i = 0;
+            behind.retain(|_| {
+                i += 1;
+                !done[i - 1]
+            });
+            if behind.is_empty() || Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let behind: Vec<NodeId> = behind.into_iter().map(|(n, _)| n).collect();
+        if !behind.is_empty() {
+            tracing::warn!(
+                ?behind,
+                index,
+                "metadata change not yet applied on every member"
+            );
+        }
+        behind
+    }
+
+    /// The last log index of the metadata group this node has applied.
+    fn meta_applied(&self) -> u64 {
+        self.inner
+            .groups
+            .get(META_GROUP as usize)
+            .and_then(|r| r.metrics().borrow_watched().last_applied.map(|l| l.index))
+            .unwrap_or(0)
     }
 
     /// Deletes a live record and answers its value: `Ok(None)` when there was none. Each record

@@ -163,14 +163,15 @@ pub async fn put_app(cluster: &Cluster, app: &AppRecord) -> Result<(), ApiError>
     Ok(())
 }
 
-/// Changes members of an app record in the state machine; answers the updated app.
+/// Changes members of an app record in the state machine; answers the updated app once every
+/// reachable node applied it (nodes read app settings from their own replica).
 pub async fn update_app(
     cluster: &Cluster,
     application_id: &str,
     members: serde_json::Map<String, serde_json::Value>,
 ) -> Result<AppRecord, ApiError> {
     let v = cluster
-        .merge_record(META_GROUP, NS_APP, application_id, members)
+        .merge_meta_record_everywhere(NS_APP, application_id, members)
         .await
         .map_err(|e| ApiError::from_cluster(e, application_id))?;
     serde_json::from_value(v).map_err(|e| ApiError::Internal(format!("app record: {e}")))

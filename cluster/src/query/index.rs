@@ -10,9 +10,10 @@
 //! Pointers as their comparable string (`0x20`, 0-escaped, `00 00`-terminated), booleans
 //! (`0x08`), latitudes (`0x30`).
 //!
-//! The planner (`plan`) picks one indexed condition of the filter's top-level conjunction
-//! (equality or `$in` first, then ranges, then geo) and yields key ranges whose objects are a
-//! superset of the matches; the shard re-checks the whole filter on each candidate, so an
+//! The planner (`plan`) picks one condition of the filter's top-level conjunction: known
+//! objectIds (`objectId` equality or `$in`, a resolved `$relatedTo`) become point reads;
+//! otherwise an indexed equality or `$in`, then a range, then geo yields key ranges whose
+//! objects are a superset of the matches; the shard re-checks the whole filter on each candidate, so an
 //! index only ever narrows the scan. A class whose shard has objects from before indexes
 //! existed is not `complete` and is scanned until its indexes are rebuilt (`DeclareIndex`).
 
@@ -190,11 +191,52 @@ fn after_prefix(k: &[u8]) -> Vec<u8> {
     vec![0xff; k.len() + 1]
 }
 
-/// Key ranges `[start, end)` whose entries cover every object the filter can match.
+/// Where a shard finds a superset of the objects a filter can match.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Plan {
+    /// The field the plan narrows on (`objectId` for point reads).
     pub field: String,
-    pub ranges: Vec<(Vec<u8>, Vec<u8>)>,
+    pub candidates: Candidates,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Candidates {
+    /// Index key ranges `[start, end)`: their entries name the candidates.
+    Ranges(Vec<(Vec<u8>, Vec<u8>)>),
+    /// The candidates' objectIds (`objectId` equality or `$in`, `$relatedTo`): point reads,
+    /// which need no index.
+    Ids(Vec<String>),
+}
+
+impl Plan {
+    fn ranges(field: &str, ranges: Vec<(Vec<u8>, Vec<u8>)>) -> Plan {
+        Plan {
+            field: field.to_string(),
+            candidates: Candidates::Ranges(ranges),
+        }
+    }
+}
+
+/// The objectIds a conjunct restricts the query to, if it does.
+fn id_candidates(f: &Filter) -> Option<Vec<String>> {
+    match f {
+        Filter::IdIn(ids) => Some(ids.clone()),
+        Filter::Field { path, cond } if path == "objectId" => {
+            let values: Vec<&Value> = match cond {
+                Cond::Eq(v) => vec![v],
+                Cond::In(vs) => vs.iter().collect(),
+                _ => return None,
+            };
+            // A non-string value matches no objectId: no candidates.
+            Some(
+                values
+                    .into_iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect(),
+            )
+        }
+        _ => None,
+    }
 }
 
 /// Bounds on one field from its range conditions: `(start, end)` within one type tag.
@@ -246,14 +288,27 @@ pub fn plan(
     filter: &Filter,
     meta: &IndexMeta,
 ) -> Option<Plan> {
-    if !meta.complete {
-        return None;
-    }
-    let indexed = |f: &str| ALWAYS_INDEXED.contains(&f) || meta.declared.iter().any(|d| d == f);
     let conjuncts: Vec<&Filter> = match filter {
         Filter::And(fs) => fs.iter().collect(),
         other => vec![other],
     };
+    // Known objectIds: the smallest such set, read by key.
+    if let Some(mut ids) = conjuncts
+        .iter()
+        .filter_map(|f| id_candidates(f))
+        .min_by_key(Vec::len)
+    {
+        ids.sort_unstable();
+        ids.dedup();
+        return Some(Plan {
+            field: "objectId".into(),
+            candidates: Candidates::Ids(ids),
+        });
+    }
+    if !meta.complete {
+        return None;
+    }
+    let indexed = |f: &str| ALWAYS_INDEXED.contains(&f) || meta.declared.iter().any(|d| d == f);
     let fields: Vec<(&str, &Cond)> = conjuncts
         .iter()
         .filter_map(|f| match f {
@@ -284,10 +339,7 @@ pub fn plan(
             })
             .collect();
         if let Some(ranges) = ranges {
-            return Some(Plan {
-                field: field.to_string(),
-                ranges,
-            });
+            return Some(Plan::ranges(field, ranges));
         }
     }
     // Ranges, all bounds on one field together.
@@ -302,10 +354,7 @@ pub fn plan(
             .collect();
         let prefix = field_prefix(group, app, class, field);
         if let Some(r) = range_of(&prefix, &conds) {
-            return Some(Plan {
-                field: field.to_string(),
-                ranges: vec![r],
-            });
+            return Some(Plan::ranges(field, vec![r]));
         }
     }
     // Geo: a latitude band (GeoPoint fields are always indexed).
@@ -323,10 +372,7 @@ pub fn plan(
         start.extend_from_slice(&encode_latitude(lo.max(-90.0)));
         let mut end = prefix;
         end.extend_from_slice(&encode_latitude(hi.min(90.0)));
-        return Some(Plan {
-            field: field.to_string(),
-            ranges: vec![(start, after_prefix(&end))],
-        });
+        return Some(Plan::ranges(field, vec![(start, after_prefix(&end))]));
     }
     None
 }
@@ -392,7 +438,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(p.field, "tag");
-        assert_eq!(p.ranges.len(), 2);
+        assert!(matches!(&p.candidates, Candidates::Ranges(r) if r.len() == 2));
         let p = plan(1, "a", "C", &f(json!({"n": {"$gt": 1, "$lte": 5}})), all).unwrap();
         let key = |n: i64| {
             entry(
@@ -401,7 +447,10 @@ mod tests {
                 "id",
             )
         };
-        let (s, e) = &p.ranges[0];
+        let Candidates::Ranges(ranges) = &p.candidates else {
+            panic!("a range plan: {p:?}")
+        };
+        let (s, e) = &ranges[0];
         let inside = |n: i64| key(n) >= *s && key(n) < *e;
         assert!(!inside(1) && inside(2) && inside(5) && !inside(6));
         let near = json!({"loc": {"$nearSphere": {"__type": "GeoPoint", "latitude": 10.0, "longitude": 0.0}}});
@@ -419,6 +468,24 @@ mod tests {
         assert_eq!(
             plan(1, "a", "C", &f(json!({"createdAt": {"$gte": {"__type": "Date", "iso": "2026-01-01T00:00:00Z"}}})), &undeclared).unwrap().field,
             "createdAt"
+        );
+        // Known objectIds win over every index, and need none (even an incomplete class).
+        let by_id = plan(
+            1,
+            "a",
+            "C",
+            &f(json!({"n": 1, "objectId": {"$in": ["b", "a", "b", 7]}})),
+            &IndexMeta::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            by_id.candidates,
+            Candidates::Ids(vec!["a".into(), "b".into()])
+        );
+        let related = Filter::And(vec![f(json!({"n": 1})), Filter::IdIn(vec!["z".into()])]);
+        assert_eq!(
+            plan(1, "a", "C", &related, all).unwrap().candidates,
+            Candidates::Ids(vec!["z".into()])
         );
     }
 }

@@ -1,14 +1,15 @@
 //! Runs a query on one shard's local state: visits the class's objects the caller may read
-//! that match the filter (`for_each_match`: candidates from an index range when the planner
-//! finds one, else a scan of the class; the filter is checked on every candidate), then either keeps the first `skip + limit` under
-//! the requested order (`scan_shard`) or folds them into partial groups (`aggregate_shard`).
+//! that match the filter (`for_each_match`: candidates by objectId or from index ranges when
+//! the planner finds them, else a scan of the class; the filter is checked on every candidate),
+//! then either keeps the first `skip + limit` under the requested order (`scan_shard`) or folds
+//! them into partial groups (`aggregate_shard`).
 
 use serde_json::Value;
 
 use super::aggregate::{AggregateRequest, Folder, PartialGroup};
 use super::eval::RowOrder;
 use super::filter::Filter;
-use super::index::{entry_object_id, meta_key, plan, IndexMeta, INDEX_META_NS};
+use super::index::{entry_object_id, meta_key, plan, Candidates, IndexMeta, INDEX_META_NS};
 use super::ScanRequest;
 use crate::acl::{allows, Access};
 use crate::error::{Error, Result};
@@ -54,18 +55,24 @@ pub fn for_each_match(
     };
     if let Some(plan) = plan(group, app, class, original, &meta) {
         metrics::counter!("basalt_query_index_plans_total").increment(1);
-        // Candidates from the index (an array value may list an object more than once).
-        let mut ids: Vec<String> = Vec::new();
-        for (start, end) in &plan.ranges {
-            store.scan(CF_SM, start, end, |k, _| {
-                if let Some(id) = entry_object_id(k) {
-                    ids.push(id.to_string());
+        let ids = match plan.candidates {
+            Candidates::Ids(ids) => ids,
+            Candidates::Ranges(ranges) => {
+                // An array value may list an object more than once.
+                let mut ids: Vec<String> = Vec::new();
+                for (start, end) in &ranges {
+                    store.scan(CF_SM, start, end, |k, _| {
+                        if let Some(id) = entry_object_id(k) {
+                            ids.push(id.to_string());
+                        }
+                        Ok(true)
+                    })?;
                 }
-                Ok(true)
-            })?;
-        }
-        ids.sort_unstable();
-        ids.dedup();
+                ids.sort_unstable();
+                ids.dedup();
+                ids
+            }
+        };
         for id in ids {
             if let Some(bytes) = store.get(CF_SM, &keys::object_key(group, app, class, &id))? {
                 check(&id, &bytes)?;

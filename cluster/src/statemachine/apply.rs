@@ -435,6 +435,9 @@ fn apply_purge_class(
             }
         }
     }
+    if !more && field.is_none() {
+        index_upkeep::forget_class(st, app, class);
+    }
     Ok(CommandResult::Purged {
         count,
         next: if more { last_id } else { None },

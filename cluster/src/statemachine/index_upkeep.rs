@@ -33,6 +33,16 @@ fn put_meta(st: &mut Staged<'_>, app: &str, class: &str, meta: &IndexMeta) -> Re
     Ok(())
 }
 
+/// Forgets a dropped class's index metadata (its entries went with its objects), so a class
+/// created again under the name starts without the old declarations.
+pub(super) fn forget_class(st: &mut Staged<'_>, app: &str, class: &str) {
+    st.delete(keys::record_key(
+        st.group,
+        INDEX_META_NS,
+        &index::meta_key(app, class),
+    ));
+}
+
 fn class_range(st: &Staged<'_>, app: &str, class: &str) -> (Vec<u8>, Vec<u8>) {
     let prefix = keys::class_prefix(st.group, app, class);
     let end = keys::separated_end(&prefix);

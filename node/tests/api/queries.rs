@@ -599,4 +599,22 @@ async fn declared_and_automatic_indexes_answer_like_a_scan() {
     assert_eq!(count(before).await, want);
     let (p5, _) = plans(&cluster).await;
     assert_eq!(p5 - p4, 4.0);
+
+    // Dropping the class drops its declarations: a class made again under the name starts
+    // without them, and its queries scan.
+    master
+        .request(Method::DELETE, "/1/schemas/Row", None, true)
+        .await
+        .unwrap();
+    let listed = master
+        .request(Method::GET, "/1/schemas/Row/indexes", None, true)
+        .await
+        .unwrap()
+        .body;
+    assert_eq!(listed["results"], json!([]));
+    create_many(&c, "Row", &bodies[..20]).await;
+    let (_, s4) = plans(&cluster).await;
+    assert_eq!(count(json!({"score": 3})).await, 2);
+    let (_, s5) = plans(&cluster).await;
+    assert_eq!(s5 - s4, 4.0, "an undeclared column scans");
 }

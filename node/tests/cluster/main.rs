@@ -520,3 +520,83 @@ async fn dev_resumes_the_same_cluster_on_restart() {
         .status();
     let _ = dev.wait();
 }
+
+/// With one replica per group, a frozen node makes some shards unanswerable: a listing, a count
+/// and an aggregation through another node fail with 503 after the read deadline instead of
+/// answering from the shards that remain; gets of objects on live shards keep working; once the
+/// node thaws, the same queries see every object.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_with_an_unanswering_shard_fails_instead_of_answering_partially() {
+    let cluster = TestCluster::start(3, &["--shards", "6", "--replicas", "1"], &[]).await;
+    let placement = cluster.placement(0);
+    let groups = placement.as_object().expect("placement");
+    let leader_of = |g: &str| groups.get(g).and_then(|s| s["leader"].as_u64());
+    let shards_led = |node: u64| {
+        (1..=6)
+            .filter(|g| leader_of(&g.to_string()) == Some(node))
+            .count()
+    };
+    // The victim is node 2 or 3, leads at least one data shard and, if possible, not group 0.
+    let victim = [1usize, 2]
+        .into_iter()
+        .filter(|&i| shards_led(i as u64 + 1) > 0)
+        .min_by_key(|&i| leader_of("0") == Some(i as u64 + 1))
+        .expect("node 2 or 3 leads a data shard");
+    assert!(
+        shards_led(victim as u64 + 1) < 6,
+        "some shards stay answerable"
+    );
+
+    let writer = cluster.client(0);
+    let mut ids = Vec::new();
+    for i in 0..60 {
+        let c = writer
+            .create_object("Spread", &json!({"n": i, "team": format!("t{}", i % 3)}))
+            .await
+            .expect("create");
+        ids.push(c.object_id);
+    }
+    let all = writer
+        .query("Spread", &[("count", "1"), ("limit", "1000")])
+        .await
+        .expect("list");
+    assert_eq!(all["count"], json!(60));
+
+    cluster.pause(victim);
+    let through = cluster.client(0);
+    // Meanwhile, gets of the first objects: those on shards node 1 leads are still served.
+    let gets = futures::future::join_all(
+        ids.iter()
+            .take(12)
+            .map(|id| through.get_object("Spread", id)),
+    );
+    let (listing, count, groups, got) = tokio::join!(
+        through.query("Spread", &[("limit", "1000")]),
+        through.query("Spread", &[("count", "1"), ("limit", "0")]),
+        through.query("Spread", &[("groupby", "team"), ("groupcount", "true")]),
+        gets,
+    );
+    let served = got.iter().filter(|r| matches!(r, Ok(Some(_)))).count();
+    cluster.resume(victim);
+    for (what, r) in [("listing", listing), ("count", count), ("groupby", groups)] {
+        match r {
+            Ok(v) => panic!("{what} answered while a shard was frozen: {v}"),
+            Err(e) => assert_eq!(e.status(), Some(503), "{what}: {e}"),
+        }
+    }
+    assert!(served > 0, "gets of objects on live shards work");
+
+    let mut seen = Value::Null;
+    for _ in 0..50 {
+        if let Ok(v) = through
+            .query("Spread", &[("count", "1"), ("limit", "1000")])
+            .await
+        {
+            seen = v;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(seen["count"], json!(60), "every object after the thaw");
+    assert_eq!(seen["results"].as_array().map(Vec::len), Some(60));
+}

@@ -67,6 +67,8 @@ pub struct TestCluster {
     pub dir: tempfile::TempDir,
     pub nodes: Vec<Node>,
     pub keys: AppKeys,
+    /// Replicas per group the cluster was initialised with (`--replicas`, default 3).
+    replicas: usize,
     common_args: Vec<String>,
     _guard: MutexGuard<'static, ()>,
 }
@@ -87,6 +89,11 @@ impl TestCluster {
                 rest_key: String::new(),
                 master_key: None,
             },
+            replicas: init_args
+                .iter()
+                .position(|a| *a == "--replicas")
+                .and_then(|i| init_args.get(i + 1)?.parse().ok())
+                .unwrap_or(3),
             common_args: common_args.iter().map(|s| s.to_string()).collect(),
             _guard: guard,
         };
@@ -112,12 +119,12 @@ impl TestCluster {
         cluster
     }
 
-    /// Waits until every group has a leader and min(3, running nodes) voters.
+    /// Waits until every group has a leader and min(replicas, running nodes) voters.
     pub async fn wait_placement_settled(&self, timeout: Duration) {
         let running: Vec<usize> = (0..self.nodes.len())
             .filter(|&i| self.nodes[i].is_running())
             .collect();
-        let want = running.len().min(3);
+        let want = running.len().min(self.replicas);
         let first = running[0];
         Self::eventually(timeout, "placement settles", || {
             let p = self.placement(first);
@@ -295,6 +302,27 @@ impl TestCluster {
             }
             let _ = c.kill();
             let _ = c.wait();
+        }
+    }
+
+    /// Freezes a node (SIGSTOP): its sockets stay open but it answers nothing.
+    pub fn pause(&self, i: usize) {
+        self.signal(i, "-STOP");
+    }
+
+    /// Thaws a paused node (SIGCONT).
+    pub fn resume(&self, i: usize) {
+        self.signal(i, "-CONT");
+    }
+
+    fn signal(&self, i: usize, sig: &str) {
+        if let Some(c) = &self.nodes[i].child {
+            let status = Command::new("kill")
+                .arg(sig)
+                .arg(c.id().to_string())
+                .status()
+                .expect("run kill");
+            assert!(status.success(), "kill {sig} node {}", i + 1);
         }
     }
 
