@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Query benchmark (issue 5): a fresh 3-node cluster on loopback, OBJECTS (default 1,000,000)
 # objects loaded through /1/batch, then indexed equality, range+order+limit, count and groupby
-# timed for SECONDS_PER seconds each (default 20) with CONCURRENCY clients (default 4) — first
-# without indexes, then after declaring them. Prints the tables; the cluster and its data dir
+# timed for SECONDS_PER seconds each (default 20) with CONCURRENCY clients (default 1) — first
+# without indexes, then after declaring them (and once more with 4 clients). Prints the tables; the cluster and its data dir
 # are removed afterwards (KEEP=1 keeps the dir). Bounded: the load ends at OBJECTS objects.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TARGET="${CARGO_TARGET_DIR:-target}/release"
 SECS="${SECONDS_PER:-20}"
-CONC="${CONCURRENCY:-4}"
+CONC="${CONCURRENCY:-1}"
 OBJECTS="${OBJECTS:-1000000}"
 NODES="${NODES:-3}"
 dir=$(mktemp -d)
@@ -34,7 +34,7 @@ bench() {
     --objects "$OBJECTS" "$@"
 }
 echo "## $NODES nodes, $OBJECTS objects"
-bench --concurrency 16 --workload load-queries
+bench --concurrency 32 --workload load-queries
 echo "du of the data dir: $(du -sh "$dir" | cut -f1)"
 echo
 echo "### without indexes"
@@ -43,5 +43,7 @@ bench --concurrency "$CONC" --seconds "$SECS" --label "no index" \
 bench --concurrency 1 --workload declare-indexes
 echo
 echo "### with indexes on k and score"
-bench --concurrency "$CONC" --seconds "$SECS" --label "indexed" \
-  --workload q-eq --workload q-range --workload q-count --workload q-groupby
+for c in "$CONC" 4; do
+  bench --concurrency "$c" --seconds "$SECS" --label "indexed" \
+    --workload q-eq --workload q-range --workload q-count --workload q-groupby
+done

@@ -167,6 +167,15 @@ async fn run_workload(
     Ok(out)
 }
 
+/// Operations per second, with decimals when there are few.
+fn rate(r: f64) -> String {
+    if r < 10.0 {
+        format!("{r:.2}")
+    } else {
+        format!("{r:.0}")
+    }
+}
+
 fn ms(us: u64) -> String {
     format!("{:.2}", us as f64 / 1000.0)
 }
@@ -182,7 +191,7 @@ async fn main() -> anyhow::Result<()> {
     let clients: Vec<Client> = args
         .urls
         .iter()
-        .map(|u| Client::new(u, Some(keys.clone())))
+        .map(|u| Client::new(u, Some(keys.clone()))?.with_timeout(Duration::from_secs(120)))
         .collect::<Result<_, _>>()?;
 
     // Warm-up: objects for the read and update workloads (bounded count).
@@ -237,14 +246,14 @@ async fn main() -> anyhow::Result<()> {
         let o = run_workload(&args, &clients, w, ids.clone(), &user).await?;
         let secs = o.elapsed.as_secs_f64();
         println!(
-            "| {} | {} | {} | {:.1} | {} | {} | {:.0} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} |",
             args.label,
             w,
             args.concurrency,
             secs,
             o.ops,
             o.errors,
-            o.ops as f64 / secs,
+            rate(o.ops as f64 / secs),
             ms(o.hist.value_at_quantile(0.5)),
             ms(o.hist.value_at_quantile(0.99)),
             ms(o.hist.value_at_quantile(0.999)),

@@ -68,6 +68,9 @@ pub struct ClusterOptions {
     pub tuning: RaftTuning,
     pub ttl_sweep_every: Duration,
     pub compact_every: Duration,
+    /// Deadline of each shard's part of a query or aggregation (scans of large unindexed
+    /// classes take seconds); point reads and writes keep the shorter forward deadline.
+    pub query_timeout: Duration,
 }
 
 /// What a node keeps about itself, in the default column family.
@@ -103,6 +106,13 @@ const SETTLE_POLL_TIMEOUT: Duration = Duration::from_millis(500);
 
 pub fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
+}
+
+/// Time left until `deadline` (at least a moment, so a last attempt can still answer).
+fn remaining(deadline: Instant) -> Duration {
+    deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(100))
 }
 
 fn backoff(attempt: u32) -> Duration {
@@ -358,19 +368,45 @@ impl Cluster {
 
     /// A linearizable read of `group`, served by its leader.
     pub async fn read(&self, group: GroupId, req: ReadRequest) -> Result<ReadResponse> {
-        let deadline = Instant::now() + FORWARD_TIMEOUT;
+        self.read_within(group, req, FORWARD_TIMEOUT).await
+    }
+
+    /// A shard's part of a query: a read with the query deadline.
+    async fn query_read(&self, group: GroupId, req: ReadRequest) -> Result<ReadResponse> {
+        self.read_within(group, req, self.inner.options.query_timeout)
+            .await
+    }
+
+    /// A linearizable read of `group` that gives up after `timeout`.
+    async fn read_within(
+        &self,
+        group: GroupId,
+        req: ReadRequest,
+        timeout: Duration,
+    ) -> Result<ReadResponse> {
+        let deadline = Instant::now() + timeout;
         let mut hint: Option<NodeId> = None;
         let mut attempt = 0u32;
         loop {
             let outcome = match hint.filter(|&n| n != self.inner.node_id) {
-                Some(node) => self.inner.router.read(node, group, &req).await,
+                Some(node) => {
+                    self.inner
+                        .router
+                        .read(node, group, &req, remaining(deadline))
+                        .await
+                }
                 None => match self.local_read(group, &req).await {
                     Err(Error::NotLeader {
                         leader,
                         leader_addr,
                         ..
                     }) => match self.forward_target(leader, leader_addr, attempt) {
-                        Some(node) => self.inner.router.read(node, group, &req).await,
+                        Some(node) => {
+                            self.inner
+                                .router
+                                .read(node, group, &req, remaining(deadline))
+                                .await
+                        }
                         None => Err(Error::NotLeader {
                             group,
                             leader: None,
@@ -528,7 +564,7 @@ impl Cluster {
     /// fails the scan: results are never silently partial.
     pub async fn scan_objects(&self, req: ScanRequest) -> Result<(Vec<Value>, u64)> {
         let reads =
-            (1..=self.shards()).map(|g| self.read(g, ReadRequest::ScanObjects(req.clone())));
+            (1..=self.shards()).map(|g| self.query_read(g, ReadRequest::ScanObjects(req.clone())));
         let mut shards = Vec::new();
         let mut count = 0;
         for r in futures::future::join_all(reads).await {
@@ -549,7 +585,8 @@ impl Cluster {
     /// Runs an aggregation on every shard concurrently and merges the partial groups (a shard
     /// that fails or cannot be reached fails the whole aggregation).
     pub async fn aggregate_objects(&self, req: AggregateRequest) -> Result<Vec<PartialGroup>> {
-        let reads = (1..=self.shards()).map(|g| self.read(g, ReadRequest::Aggregate(req.clone())));
+        let reads =
+            (1..=self.shards()).map(|g| self.query_read(g, ReadRequest::Aggregate(req.clone())));
         let mut shards = Vec::new();
         for r in futures::future::join_all(reads).await {
             match r? {

@@ -136,6 +136,9 @@ pub enum Command {
         class: String,
         field: Option<String>,
         after: Option<String>,
+        /// Objects per page (absent in logs written before it existed: 10,000).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        limit: Option<u32>,
     },
 }
 

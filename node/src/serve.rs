@@ -80,6 +80,10 @@ pub struct ServeArgs {
     /// Seconds between snapshot/compaction rounds.
     #[arg(long, default_value_t = 600)]
     pub compact_secs: u64,
+    /// Seconds a query or aggregation may wait for each shard's answer before it fails with
+    /// 503 (an unindexed scan of a large class takes seconds).
+    #[arg(long, default_value_t = 30)]
+    pub query_timeout_secs: u64,
 }
 
 pub async fn shutdown_signal() {
@@ -133,6 +137,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         },
         ttl_sweep_every: Duration::from_secs(args.ttl_sweep_secs.max(1)),
         compact_every: Duration::from_secs(args.compact_secs.max(1)),
+        query_timeout: Duration::from_secs(args.query_timeout_secs.max(1)),
     };
     let cluster = Cluster::start(opts).await?;
     let listener = tokio::net::TcpListener::bind(args.http_addr).await?;

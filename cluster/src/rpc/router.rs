@@ -176,21 +176,15 @@ impl PeerRouter {
         .await
     }
 
-    /// Asks `node` to serve a linearizable read of `group` as its leader.
+    /// Asks `node` to serve a linearizable read of `group` as its leader within `timeout`.
     pub async fn read(
         &self,
         node: NodeId,
         group: GroupId,
         req: &ReadRequest,
+        timeout: Duration,
     ) -> Result<ReadResponse> {
-        Self::node_call(
-            self.channel(node)?,
-            NodeRpc::Read,
-            group,
-            req,
-            FORWARD_TIMEOUT,
-        )
-        .await
+        Self::node_call(self.channel(node)?, NodeRpc::Read, group, req, timeout).await
     }
 
     /// Sends an admin request to the node at `addr`.

@@ -17,6 +17,14 @@ use crate::Cluster;
 
 /// Objects removed per `PurgeClass` command (one Raft entry each).
 const PURGE_BATCH: u32 = 500;
+/// Objects re-indexed per `DeclareIndex` command: small enough that applying one page never
+/// holds a shard's state machine long (heartbeats and other writes keep flowing).
+const REBUILD_BATCH: u32 = 1_000;
+/// Shards a paged command works on at once.
+const PAGED_SHARDS_AT_ONCE: usize = 2;
+/// Attempts of one page that failed to reach or hear from its leader (pages are idempotent:
+/// repeating one applies nothing new).
+const PAGE_ATTEMPTS: u32 = 5;
 
 fn decode(v: Value) -> Result<ClassSchema> {
     serde_json::from_value(v).map_err(|e| Error::Internal(format!("schema record: {e}")))
@@ -167,6 +175,7 @@ impl Cluster {
             class: class.into(),
             field: field.map(str::to_string),
             after,
+            limit: Some(REBUILD_BATCH),
         })
         .await
     }
@@ -181,17 +190,29 @@ impl Cluster {
         Ok(meta.declared)
     }
 
-    /// Runs a paged command (answering `Purged`) on every data shard until each is done.
+    /// Runs a paged command (answering `Purged`) on every data shard until each is done, a few
+    /// shards at a time, repeating a page whose outcome was lost to a leader change or timeout.
     async fn paged_on_every_shard(
         &self,
         make: impl Fn(Option<String>) -> Command + Sync,
     ) -> Result<u64> {
+        use futures::StreamExt;
         let make = &make;
         let shards = (1..=self.shards()).map(|group| async move {
             let mut after: Option<String> = None;
             let mut total = 0;
+            let mut failures = 0;
             loop {
-                match self.propose(group, make(after.clone())).await?.result {
+                let result = match self.propose(group, make(after.clone())).await {
+                    Ok(p) => p.result,
+                    Err(e) if page_may_repeat(&e) && failures + 1 < PAGE_ATTEMPTS => {
+                        failures += 1;
+                        tracing::info!(group, "paged command: {e} (repeating the page)");
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
+                match result {
                     CommandResult::Purged { count, next } => {
                         total += count;
                         match next {
@@ -207,10 +228,19 @@ impl Cluster {
                 }
             }
         });
+        let results: Vec<Result<u64>> = futures::stream::iter(shards)
+            .buffer_unordered(PAGED_SHARDS_AT_ONCE)
+            .collect()
+            .await;
         let mut total = 0;
-        for r in futures::future::join_all(shards).await {
+        for r in results {
             total += r?;
         }
         Ok(total)
     }
+}
+
+/// Failures after which a page's command may have been applied or not: repeating it is safe.
+fn page_may_repeat(e: &Error) -> bool {
+    e.is_retryable() || matches!(e, Error::Unavailable(_) | Error::Timeout(_))
 }

@@ -127,9 +127,15 @@ pub fn apply_command(st: &mut Staged<'_>, cmd: Command) -> Result<CommandResult>
             class,
             field,
             after,
-        } => {
-            index_upkeep::apply_declare_index(st, &app, &class, field.as_deref(), after.as_deref())
-        }
+            limit,
+        } => index_upkeep::apply_declare_index(
+            st,
+            &app,
+            &class,
+            field.as_deref(),
+            after.as_deref(),
+            limit.map_or(index_upkeep::DEFAULT_REBUILD_PAGE, |l| l.max(1) as usize),
+        ),
     }
 }
 
@@ -881,6 +887,50 @@ mod tests {
         assert_eq!(
             apply_command(&mut st, ensure(ColumnType::String, true)).unwrap(),
             CommandResult::Done
+        );
+    }
+
+    #[test]
+    fn declare_index_pages_by_its_limit_and_old_entries_by_ten_thousand() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mut st = Staged::new(&store, 1);
+        for i in 0..5 {
+            apply_command(&mut st, create(&format!("o{i}"), 1, json!({"n": i}))).unwrap();
+        }
+        store.write(st.into_batch().unwrap(), false).unwrap();
+        // A command logged before `limit` existed still parses and takes 10,000 per page.
+        let old: Command = serde_json::from_value(json!({"DeclareIndex": {
+            "app": "a", "class": "C", "field": "n", "after": null}}))
+        .unwrap();
+        let mut st = Staged::new(&store, 1);
+        assert_eq!(
+            apply_command(&mut st, old).unwrap(),
+            CommandResult::Purged {
+                count: 5,
+                next: None
+            }
+        );
+        let paged = |after: Option<&str>| Command::DeclareIndex {
+            app: "a".into(),
+            class: "C".into(),
+            field: None,
+            after: after.map(str::to_string),
+            limit: Some(2),
+        };
+        assert_eq!(
+            apply_command(&mut st, paged(None)).unwrap(),
+            CommandResult::Purged {
+                count: 2,
+                next: Some("o1".into())
+            }
+        );
+        assert_eq!(
+            apply_command(&mut st, paged(Some("o3"))).unwrap(),
+            CommandResult::Purged {
+                count: 1,
+                next: None
+            }
         );
     }
 }

@@ -10,8 +10,9 @@ use crate::object::StoredObject;
 use crate::query::index::{self, IndexMeta, INDEX_META_NS};
 use crate::storage::keys;
 
-/// Objects re-indexed per `DeclareIndex` step.
-pub const REBUILD_PAGE: usize = 10_000;
+/// Objects re-indexed per `DeclareIndex` step when the command names no limit (as logged
+/// before the limit existed).
+pub const DEFAULT_REBUILD_PAGE: usize = 10_000;
 
 pub(super) fn meta(st: &Staged<'_>, app: &str, class: &str) -> Result<Option<IndexMeta>> {
     Ok(
@@ -106,7 +107,7 @@ pub(super) fn reindex(
 }
 
 /// Declares `field` indexed (none: only rebuild) and rebuilds the class's entries on this
-/// shard, `REBUILD_PAGE` objects per call from after `after`; `Purged.next` names where the
+/// shard, `page` objects per call from after `after`; `Purged.next` names where the
 /// next call continues, and the class's indexes are complete once it is `None`.
 pub(super) fn apply_declare_index(
     st: &mut Staged<'_>,
@@ -114,6 +115,7 @@ pub(super) fn apply_declare_index(
     class: &str,
     field: Option<&str>,
     after: Option<&str>,
+    page: usize,
 ) -> Result<CommandResult> {
     let mut m = meta(st, app, class)?.unwrap_or_default();
     if let Some(f) = field {
@@ -133,11 +135,11 @@ pub(super) fn apply_declare_index(
         }
         None => prefix.clone(),
     };
-    let found = st.keys_in_range_limited(&start, &end, REBUILD_PAGE + 1)?;
-    let more = found.len() > REBUILD_PAGE;
+    let found = st.keys_in_range_limited(&start, &end, page + 1)?;
+    let more = found.len() > page;
     let mut count = 0;
     let mut last_id = None;
-    for key in found.into_iter().take(REBUILD_PAGE) {
+    for key in found.into_iter().take(page) {
         let id = String::from_utf8_lossy(&key[prefix.len()..]).into_owned();
         let Some(bytes) = st.get(&key)? else { continue };
         let obj = StoredObject::decode(&bytes)?;
