@@ -13,8 +13,8 @@
 //! The planner (`plan`) picks one condition of the filter's top-level conjunction: known
 //! objectIds (`objectId` equality or `$in`, a resolved `$relatedTo`) become point reads;
 //! otherwise an indexed equality or `$in`, then a range, then geo yields key ranges whose
-//! objects are a superset of the matches; the shard re-checks the whole filter on each candidate, so an
-//! index only ever narrows the scan. A class whose shard has objects from before indexes
+//! objects are a superset of the matches. The shard re-checks the whole filter on each
+//! candidate, so a plan only ever narrows the scan. A class whose shard has objects from before indexes
 //! existed is not `complete` and is scanned until its indexes are rebuilt (`DeclareIndex`).
 
 use serde::{Deserialize, Serialize};

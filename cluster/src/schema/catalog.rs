@@ -22,8 +22,9 @@ const PURGE_BATCH: u32 = 500;
 const REBUILD_BATCH: u32 = 1_000;
 /// Shards a paged command works on at once.
 const PAGED_SHARDS_AT_ONCE: usize = 2;
-/// Attempts of one page that failed to reach or hear from its leader (pages are idempotent:
-/// repeating one applies nothing new).
+/// Attempts of one page that failed to reach or hear from its leader. Repeating a page is
+/// safe: a rebuild page writes the same entries again, a purge page deletes from the same
+/// cursor onwards.
 const PAGE_ATTEMPTS: u32 = 5;
 
 fn decode(v: Value) -> Result<ClassSchema> {
