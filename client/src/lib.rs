@@ -119,7 +119,7 @@ impl Client {
     /// A client for the server at `base` (e.g. `http://127.0.0.1:8080`), authenticating as `keys`.
     pub fn new(base: &str, keys: Option<AppKeys>) -> Result<Self> {
         Ok(Client {
-            http: http_client(Duration::from_secs(30))?,
+            http: http_client(DEFAULT_TIMEOUT)?,
             base: base.trim_end_matches('/').to_string(),
             others: Default::default(),
             next: Default::default(),
@@ -241,9 +241,9 @@ impl Client {
         }
         let resp = req.send().await.map_err(|e| {
             if e.is_connect() {
-                Error::Connect(e.to_string())
+                Error::Connect(chain(&e))
             } else {
-                Error::Transport(e.to_string())
+                Error::Transport(chain(&e))
             }
         })?;
         let status = resp.status();
@@ -256,10 +256,7 @@ impl Client {
         let location = header("location");
         let version = header("x-basalt-version").and_then(|v| v.parse().ok());
         let group = header("x-basalt-group").and_then(|v| v.parse().ok());
-        let text = resp
-            .text()
-            .await
-            .map_err(|e| Error::Transport(e.to_string()))?;
+        let text = resp.text().await.map_err(|e| Error::Transport(chain(&e)))?;
         let body: Value = if text.is_empty() {
             Value::Null
         } else {
@@ -371,10 +368,27 @@ impl Client {
             .get(format!("{}/metrics", self.base))
             .send()
             .await
-            .map_err(|e| Error::Transport(e.to_string()))?;
-        r.text().await.map_err(|e| Error::Transport(e.to_string()))
+            .map_err(|e| Error::Transport(chain(&e)))?;
+        r.text().await.map_err(|e| Error::Transport(chain(&e)))
     }
 }
+
+/// An error with its causes ("error sending request: … : operation timed out"), so a
+/// transport failure says whether it was a timeout, a reset or a refused connection.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// How long a request may take by default: longer than a node's own query deadline (30 s), so
+/// a node that gives up answers its 503 before the client stops listening.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(40);
 
 /// The HTTP client every `Client` uses: pooled connections, one request timeout.
 fn http_client(timeout: Duration) -> Result<reqwest::Client> {
@@ -382,7 +396,7 @@ fn http_client(timeout: Duration) -> Result<reqwest::Client> {
         .timeout(timeout)
         .pool_max_idle_per_host(64)
         .build()
-        .map_err(|e| Error::Transport(e.to_string()))
+        .map_err(|e| Error::Transport(chain(&e)))
 }
 
 fn str_field(body: &Value, name: &str) -> Result<String> {

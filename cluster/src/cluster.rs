@@ -300,14 +300,16 @@ impl Cluster {
     }
 
     /// Where the next attempt goes after a retryable failure: the leader a peer named, else
-    /// the local replica again (which knows whether a new leader was elected).
+    /// the local replica again (which knows whether a new leader was elected). A peer that
+    /// names this node as the leader sends the attempt back here: during a leadership
+    /// transfer to this node the peers already know and this node is about to.
     fn retry_hint(&self, e: Error, attempt: u32) -> Option<NodeId> {
         match e {
             Error::NotLeader {
                 leader: Some(l),
                 leader_addr,
                 ..
-            } => self.forward_target(Some(l), leader_addr, attempt + 1),
+            } if l != self.inner.node_id => self.forward_target(Some(l), leader_addr, attempt + 1),
             _ => None,
         }
     }
@@ -420,6 +422,7 @@ impl Cluster {
             let retry = |e: &Error| e.is_retryable() || matches!(e, Error::Unavailable(_));
             match outcome {
                 Err(e) if retry(&e) && Instant::now() < deadline => {
+                    tracing::debug!(group, attempt, "read retried: {e:?}");
                     hint = self.retry_hint(e, attempt);
                     attempt += 1;
                     tokio::time::sleep(backoff(attempt)).await;

@@ -17,6 +17,9 @@ use tower::Layer;
 
 use crate::api::{self, context::AppState};
 
+/// Requests slower than this are logged (they are also in the latency histogram).
+const SLOW_REQUEST: std::time::Duration = std::time::Duration::from_secs(5);
+
 async fn observe(req: Request, next: Next) -> Response {
     let started = Instant::now();
     let method = req.method().to_string();
@@ -27,8 +30,12 @@ async fn observe(req: Request, next: Next) -> Response {
         .unwrap_or_else(|| "unmatched".into());
     let resp = next.run(req).await;
     let status = resp.status().as_u16().to_string();
+    let took = started.elapsed();
+    if took >= SLOW_REQUEST {
+        tracing::warn!(%method, %route, %status, "slow request: {:.1} s", took.as_secs_f64());
+    }
     metrics::histogram!("basalt_http_request_seconds", "method" => method, "route" => route, "status" => status)
-        .record(started.elapsed().as_secs_f64());
+        .record(took.as_secs_f64());
     resp
 }
 

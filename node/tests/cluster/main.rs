@@ -605,3 +605,103 @@ async fn a_query_with_an_unanswering_shard_fails_instead_of_answering_partially(
     assert_eq!(seen["count"], json!(60), "every object after the thaw");
     assert_eq!(seen["results"].as_array().map(Vec::len), Some(60));
 }
+
+/// Leaders move between nodes (`basalt admin shuffle-leaders`, and placement moving them back)
+/// while clients keep reading, listing and incrementing through every node: no request fails,
+/// every read sees every object, and the counter ends at the number of acknowledged increments.
+/// A request that reaches a node just as it is handed a group's leadership is served there
+/// once it has taken over, instead of bouncing between the peers until its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moving_leaders_fail_no_request() {
+    let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
+    let writer = cluster.client(0);
+    let mut ids = Vec::new();
+    for i in 0..40 {
+        ids.push(
+            writer
+                .create_object("Moving", &json!({"n": i}))
+                .await
+                .expect("create")
+                .object_id,
+        );
+    }
+    let counter = writer
+        .create_object("MovingCounter", &json!({"value": 0}))
+        .await
+        .expect("create counter")
+        .object_id;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let failures = Arc::new(Mutex::new(Vec::<String>::new()));
+    let mut clients = Vec::new();
+    for node in 0..3 {
+        let client = cluster.client(node);
+        let (stop, failures, ids, counter) = (
+            Arc::clone(&stop),
+            Arc::clone(&failures),
+            ids.clone(),
+            counter.clone(),
+        );
+        clients.push(tokio::spawn(async move {
+            let mut increments = 0u64;
+            // Bounded: at most 5,000 rounds even if the shuffling never ends.
+            for round in 0..5_000usize {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let id = &ids[round % ids.len()];
+                let fail = |what: &str, e: String| {
+                    failures
+                        .lock()
+                        .unwrap()
+                        .push(format!("node {}: {what}: {e}", node + 1))
+                };
+                match client.get_object("Moving", id).await {
+                    Ok(Some(o)) if o["objectId"] == json!(id) => {}
+                    other => fail("get", format!("{other:?}")),
+                }
+                match client
+                    .query("Moving", &[("count", "1"), ("limit", "0")])
+                    .await
+                {
+                    Ok(v) if v["count"] == json!(40) => {}
+                    other => fail("count", format!("{other:?}")),
+                }
+                match client
+                    .increment("MovingCounter", &counter, "value", 1)
+                    .await
+                {
+                    Ok(_) => increments += 1,
+                    Err(e) => fail("increment", e.to_string()),
+                }
+            }
+            increments
+        }));
+    }
+
+    for round in 0..12 {
+        let out = cluster.admin(round % 3, &["shuffle-leaders"]);
+        assert!(out.contains("moved the leadership"), "{out}");
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut acknowledged = 0;
+    for c in clients {
+        acknowledged += c.await.expect("client task");
+    }
+    let failures = failures.lock().unwrap().clone();
+    assert!(
+        failures.is_empty(),
+        "{} requests failed while leaders moved, first: {:?}",
+        failures.len(),
+        &failures[..failures.len().min(5)]
+    );
+    assert!(acknowledged > 0);
+    let obj = cluster
+        .client(1)
+        .get_object("MovingCounter", &counter)
+        .await
+        .expect("get counter")
+        .expect("counter exists");
+    assert_eq!(obj["value"], json!(acknowledged));
+}

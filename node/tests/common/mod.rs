@@ -30,6 +30,11 @@ pub fn free_port() -> u16 {
         .expect("a free port")
 }
 
+/// The nodes' log filter: `BASALT_TEST_LOG` when set (to chase a failure), else info.
+fn node_log_filter() -> String {
+    std::env::var("BASALT_TEST_LOG").unwrap_or_else(|_| "info,openraft=error".to_string())
+}
+
 pub struct Node {
     pub id: u64,
     pub http: String,
@@ -49,7 +54,7 @@ impl Node {
             .expect("log file");
         let child = Command::new(env!("CARGO_BIN_EXE_basalt"))
             .args(&self.args)
-            .env("RUST_LOG", "info,openraft=error")
+            .env("RUST_LOG", node_log_filter())
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log file"))
             .stderr(log)
@@ -424,6 +429,13 @@ impl Drop for TestCluster {
             self.kill(i);
         }
         if std::thread::panicking() {
+            if let Ok(keep) = std::env::var("BASALT_TEST_KEEP_LOGS") {
+                for n in &self.nodes {
+                    let to = PathBuf::from(&keep).join(format!("node{}.log", n.id));
+                    let _ = std::fs::create_dir_all(&keep);
+                    let _ = std::fs::copy(&n.log, to);
+                }
+            }
             for n in &self.nodes {
                 let log = std::fs::read_to_string(&n.log).unwrap_or_default();
                 let tail: Vec<&str> = log.lines().rev().take(60).collect();
