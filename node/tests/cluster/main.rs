@@ -15,6 +15,24 @@ use basalt_client::signing::{Formula, SignedKeys};
 use common::TestCluster;
 use serde_json::{json, Value};
 
+/// Creates `n` objects of `class` through `client`, the i-th with `body(i)`; their ids in order.
+async fn create_numbered(
+    client: &basalt_client::Client,
+    class: &str,
+    n: usize,
+    body: impl Fn(usize) -> Value,
+) -> Vec<String> {
+    let mut ids = Vec::with_capacity(n);
+    for i in 0..n {
+        let created = client
+            .create_object(class, &body(i))
+            .await
+            .unwrap_or_else(|e| panic!("create {class} #{i}: {e}"));
+        ids.push(created.object_id);
+    }
+    ids
+}
+
 /// Every create through any node is readable through every node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_accept_creates_everywhere_and_serve_every_object() {
@@ -181,15 +199,7 @@ async fn a_stopped_node_catches_up_by_snapshot() {
     cluster.stop(2);
     let client = cluster.client(0);
     let mut ids = vec![before.object_id.clone()];
-    for i in 0..600 {
-        ids.push(
-            client
-                .create_object("Doc", &json!({"i": i}))
-                .await
-                .expect("create while node 3 is down")
-                .object_id,
-        );
-    }
+    ids.extend(create_numbered(&client, "Doc", 600, |i| json!({"i": i})).await);
     // The live nodes purge log entries that node 3 never received (a leader purges once its
     // replication to the stopped node has failed again after the snapshot, so poll).
     let purged_on = |node: usize| -> u64 {
@@ -553,14 +563,13 @@ async fn a_query_with_an_unanswering_shard_fails_instead_of_answering_partially(
     );
 
     let writer = cluster.client(0);
-    let mut ids = Vec::new();
-    for i in 0..60 {
-        let c = writer
-            .create_object("Spread", &json!({"n": i, "team": format!("t{}", i % 3)}))
-            .await
-            .expect("create");
-        ids.push(c.object_id);
-    }
+    let ids = create_numbered(
+        &writer,
+        "Spread",
+        60,
+        |i| json!({"n": i, "team": format!("t{}", i % 3)}),
+    )
+    .await;
     let all = writer
         .query("Spread", &[("count", "1"), ("limit", "1000")])
         .await
@@ -615,16 +624,7 @@ async fn a_query_with_an_unanswering_shard_fails_instead_of_answering_partially(
 async fn moving_leaders_fail_no_request() {
     let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
     let writer = cluster.client(0);
-    let mut ids = Vec::new();
-    for i in 0..40 {
-        ids.push(
-            writer
-                .create_object("Moving", &json!({"n": i}))
-                .await
-                .expect("create")
-                .object_id,
-        );
-    }
+    let ids = create_numbered(&writer, "Moving", 40, |i| json!({"n": i})).await;
     let counter = writer
         .create_object("MovingCounter", &json!({"value": 0}))
         .await
