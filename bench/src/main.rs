@@ -4,8 +4,9 @@
 //! `cargo run -p basalt-bench --release -- --url http://127.0.0.1:8080 --credentials
 //! data/node1/credentials.json --concurrency 16 --seconds 10`. Several `--url`s spread clients
 //! over nodes. Workloads: `create`, `get` (reads objects created in a warm-up), `update`
-//! (Increment on a few hot objects), `mixed` (50% get, 50% create), `login` (POST /1/login of a
-//! user registered in the warm-up: the cost of argon2 verification plus a session write).
+//! (Increment on a few hot objects), `mixed` (50% get, 50% create), `login` (POST /1/login of 64
+//! users registered in the warm-up, in turn: argon2 verification, the attempt count and a
+//! session write).
 //!
 //! Query workloads (`queries`): `load-queries` fills the class `QueryItem` up to `--objects`
 //! objects (resuming a partial load), `declare-indexes` indexes its `k` and `score` columns and
@@ -60,8 +61,12 @@ struct Outcome {
     elapsed: Duration,
 }
 
-/// Password of the warm-up user of the `login` workload.
+/// Password of the warm-up users of the `login` workload.
 const BENCH_PASSWORD: &str = "bench-password";
+
+/// Users the `login` workload logs in, in turn: many people logging in, not one account from
+/// every connection at once (the server throttles attempts in flight per account).
+const LOGIN_USERS: usize = 64;
 
 async fn run_workload(
     args: &Args,
@@ -119,7 +124,10 @@ async fn run_workload(
                         .request(
                             basalt_client::Method::POST,
                             "/1/login",
-                            Some(&json!({"username": &user, "password": BENCH_PASSWORD})),
+                            Some(&json!({
+                                "username": format!("{user}-{}", i % LOGIN_USERS),
+                                "password": BENCH_PASSWORD
+                            })),
                             false,
                         )
                         .await
@@ -207,15 +215,17 @@ async fn main() -> anyhow::Result<()> {
     let ids = Arc::new(ids);
     let user = format!("bench-{}", std::process::id());
     if args.workloads.iter().any(|w| w == "login") {
-        clients[0]
-            .request(
-                basalt_client::Method::POST,
-                "/1/users",
-                Some(&json!({"username": &user, "password": BENCH_PASSWORD})),
-                false,
-            )
-            .await
-            .context("registering the login workload's user")?;
+        for n in 0..LOGIN_USERS {
+            clients[n % clients.len()]
+                .request(
+                    basalt_client::Method::POST,
+                    "/1/users",
+                    Some(&json!({"username": format!("{user}-{n}"), "password": BENCH_PASSWORD})),
+                    false,
+                )
+                .await
+                .context("registering the login workload's users")?;
+        }
     }
 
     println!("| cluster | workload | clients | seconds | ops | errors | ops/s | p50 ms | p99 ms | p99.9 ms | max ms |");

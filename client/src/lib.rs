@@ -390,11 +390,17 @@ fn chain(e: &dyn std::error::Error) -> String {
 /// a node that gives up answers its 503 before the client stops listening.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(40);
 
+/// How long a pooled connection may sit idle before the client drops it: below a node's idle
+/// limit (its header timeout, 10 s by default), so the client never reuses a connection just as
+/// the node closes it.
+pub const POOL_IDLE: Duration = Duration::from_secs(5);
+
 /// The HTTP client every `Client` uses: pooled connections, one request timeout.
 fn http_client(timeout: Duration) -> Result<reqwest::Client> {
     reqwest::Client::builder()
         .timeout(timeout)
         .pool_max_idle_per_host(64)
+        .pool_idle_timeout(POOL_IDLE)
         .build()
         .map_err(|e| Error::Transport(chain(&e)))
 }

@@ -82,6 +82,9 @@ pub struct GroupStatus {
     pub purged: u64,
     pub voters: Vec<NodeId>,
     pub learners: Vec<NodeId>,
+    /// Why the group's Raft core stopped on this node, if it did (it serves nothing then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub halted: Option<String>,
 }
 
 impl GroupStatus {

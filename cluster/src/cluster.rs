@@ -92,6 +92,7 @@ pub(crate) struct Inner {
     pub(crate) options: ClusterOptions,
     shutdown: watch::Sender<bool>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    apply_watch: crate::health::ApplyWatch,
 }
 
 #[derive(Clone)]
@@ -190,6 +191,7 @@ impl Cluster {
                 options: opts,
                 shutdown,
                 tasks: Mutex::new(Vec::new()),
+                apply_watch: Default::default(),
             }),
         };
         cluster.spawn(crate::rpc::raft_service::serve(cluster.clone(), listener));
@@ -342,6 +344,9 @@ impl Cluster {
 
     /// Proposes through the local replica only; `NotLeader` when it is not the leader.
     pub(crate) async fn local_propose(&self, group: GroupId, cmd: &Command) -> Result<Proposed> {
+        // Every proposal passes here, forwarded ones included: nothing reaches a log that a
+        // replica could fail to decode.
+        cmd.check_limits()?;
         let raft = self.group(group)?;
         match tokio::time::timeout(FORWARD_TIMEOUT, raft.client_write(cmd.clone())).await {
             Err(_) => Err(Error::Timeout(format!("proposal to group {group}"))),
@@ -785,19 +790,36 @@ impl Cluster {
     }
 
     /// Counts one use of the quota `ns/key` against every window; `Err(QuotaExceeded)` (and
-    /// nothing counted) when a window is full.
+    /// nothing counted) when a window is full; answers the time the use is stamped with.
     pub async fn take_quota(
         &self,
         group: GroupId,
         ns: &str,
         key: &str,
         windows: Vec<crate::command::QuotaWindow>,
-    ) -> Result<()> {
+    ) -> Result<i64> {
+        let now = now_ms();
         let cmd = Command::TakeQuota {
             ns: ns.into(),
             key: key.into(),
-            now_ms: now_ms(),
+            now_ms: now,
             windows,
+        };
+        self.propose(group, cmd).await.map(|_| now)
+    }
+
+    /// Gives back the quota use `take_quota` took at `use_ms`.
+    pub async fn return_quota(
+        &self,
+        group: GroupId,
+        ns: &str,
+        key: &str,
+        use_ms: i64,
+    ) -> Result<()> {
+        let cmd = Command::ReturnQuota {
+            ns: ns.into(),
+            key: key.into(),
+            use_ms,
         };
         self.propose(group, cmd).await.map(|_| ())
     }
@@ -861,6 +883,7 @@ impl Cluster {
                     purged: m.purged.map(|l| l.index).unwrap_or(0),
                     voters: membership.voter_ids().collect(),
                     learners: membership.learner_ids().collect(),
+                    halted: m.running_state.as_ref().err().map(|e| e.to_string()),
                 }
             })
             .collect();
@@ -868,6 +891,13 @@ impl Cluster {
             node_id: self.inner.node_id,
             groups,
         }
+    }
+
+    /// Whether this node's groups can serve (halted, leaderless and stuck groups named).
+    pub fn health(&self) -> crate::health::Health {
+        self.inner
+            .apply_watch
+            .assess(&self.status(), std::time::Instant::now())
     }
 
     /// Approximate bytes of this node's RocksDB.

@@ -97,6 +97,14 @@ pub enum Command {
         now_ms: i64,
         windows: Vec<QuotaWindow>,
     },
+    /// Gives back one use of a quota taken at `use_ms` (a login whose password was right): the
+    /// use leaves the record; a record left with no use is deleted. Nothing to give back is
+    /// not an error.
+    ReturnQuota {
+        ns: String,
+        key: String,
+        use_ms: i64,
+    },
     /// Metadata group: admit a write's column requirements into the class schema, adding new
     /// columns; creates the class when `may_create_class`, else rejects an unknown class.
     EnsureColumns {
@@ -142,6 +150,31 @@ pub enum Command {
     },
 }
 
+impl Command {
+    /// Refuses a command whose values nest deeper or set more keys than `limits` admits, so
+    /// that no entry can reach a log that some replica could not decode or apply.
+    pub fn check_limits(&self) -> crate::error::Result<()> {
+        match self {
+            Command::CreateObject { updates, .. } | Command::UpdateObject { updates, .. } => {
+                crate::limits::check_updates(updates)
+            }
+            Command::PutRecord { value, .. } | Command::InsertRecord { value, .. } => {
+                crate::limits::check_value(value)
+            }
+            Command::CasRecord {
+                expected, value, ..
+            } => expected
+                .iter()
+                .chain(value.iter())
+                .try_for_each(crate::limits::check_value),
+            Command::MergeRecord { members, .. } => {
+                members.values().try_for_each(crate::limits::check_value)
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
 impl fmt::Display for Command {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -177,6 +210,7 @@ impl fmt::Display for Command {
             Command::CasRecord { ns, key, .. } => write!(f, "CasRecord({ns}/{key})"),
             Command::TakeRecord { ns, key, .. } => write!(f, "TakeRecord({ns}/{key})"),
             Command::TakeQuota { ns, key, .. } => write!(f, "TakeQuota({ns}/{key})"),
+            Command::ReturnQuota { ns, key, .. } => write!(f, "ReturnQuota({ns}/{key})"),
             Command::EnsureColumns { app, class, .. } => write!(f, "EnsureColumns({app}/{class})"),
             Command::CreateClass { app, class, .. } => write!(f, "CreateClass({app}/{class})"),
             Command::AlterClass { app, class, .. } => write!(f, "AlterClass({app}/{class})"),

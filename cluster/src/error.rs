@@ -68,6 +68,10 @@ pub enum Error {
     /// A write the class schema refuses, or a refused schema change.
     #[error("{0}")]
     Schema(crate::schema::SchemaError),
+    /// A committed command that apply could not carry out (every replica recorded the same);
+    /// nothing of it was written.
+    #[error("the write could not be applied: {0}")]
+    NotApplied(String),
     /// Anything else that is the cluster's fault.
     #[error("internal error: {0}")]
     Internal(String),
@@ -77,6 +81,26 @@ impl Error {
     /// True when the operation certainly did not take effect and may be retried elsewhere.
     pub fn is_retryable(&self) -> bool {
         matches!(self, Error::NotLeader { .. } | Error::PeerUnreachable(_))
+    }
+}
+
+/// Characters of client input an error message repeats at most.
+pub const ECHO_CHARS: usize = 64;
+
+/// `s` cut to [`ECHO_CHARS`] characters (with "…" when cut), for repeating client input in an
+/// error message without repeating a huge one.
+pub fn clip(s: &str) -> String {
+    match s.char_indices().nth(ECHO_CHARS) {
+        Some((at, _)) => format!("{}…", &s[..at]),
+        None => s.to_string(),
+    }
+}
+
+impl Error {
+    /// True when the failure is this node's own storage rather than the command: apply stops
+    /// instead of recording an outcome that other replicas would not share.
+    pub fn is_local_fault(&self) -> bool {
+        matches!(self, Error::Storage(_))
     }
 }
 

@@ -211,7 +211,8 @@ pub fn validate_class_name(name: &str) -> Result<()> {
         Ok(())
     } else {
         Err(Error::InvalidClassName(format!(
-            "invalid class name {name:?}: it must start with a letter and hold only letters, digits and _"
+            "invalid class name {:?}: it must start with a letter and hold only letters, digits and _ (at most 64)",
+            crate::error::clip(name)
         )))
     }
 }
@@ -226,7 +227,8 @@ pub fn validate_field_name(name: &str) -> Result<()> {
         Ok(())
     } else {
         Err(Error::InvalidKey(format!(
-            "invalid field name {name:?}: use letters and digits"
+            "invalid field name {:?}: use letters, digits and _, at most 128, not starting with _",
+            crate::error::clip(name)
         )))
     }
 }

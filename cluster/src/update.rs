@@ -40,12 +40,20 @@ pub enum UpdateOp {
 
 /// Parses a create or update body into field updates.
 pub fn parse_updates(body: &Map<String, Value>) -> Result<Vec<FieldUpdate>> {
+    if body.len() > crate::limits::MAX_BODY_KEYS {
+        return Err(Error::InvalidValue(format!(
+            "a body may set at most {} keys (this one sets {})",
+            crate::limits::MAX_BODY_KEYS,
+            body.len()
+        )));
+    }
     let mut updates = Vec::with_capacity(body.len());
     for (key, value) in body {
         let path = parse_path(key)?;
         let op = parse_op(key, value)?;
         updates.push(FieldUpdate { path, op });
     }
+    crate::limits::check_updates(&updates)?;
     Ok(updates)
 }
 

@@ -50,6 +50,13 @@ pub struct AppRecord {
     /// Enterprise plan: query `limit` up to 1000.
     #[serde(default)]
     pub enterprise: bool,
+    /// Fields of `_User` objects shown only to the user itself and the master key (absent:
+    /// `users::protected::DEFAULT_PROTECTED`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protected_user_fields: Option<Vec<String>>,
+    /// Browser origins allowed to call the app-key API (absent: any origin).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_origins: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -80,6 +87,8 @@ impl AppRecord {
             email_verify: false,
             wrap_aggregates: false,
             enterprise: false,
+            protected_user_fields: None,
+            allowed_origins: None,
         }
     }
 
@@ -188,7 +197,7 @@ pub async fn verify_account(
         None => cluster.get_record(META_GROUP, NS_ACCOUNT, email).await?,
     };
     let Some(rec) = rec.and_then(|v| serde_json::from_value::<AccountRecord>(v).ok()) else {
-        return Ok(false);
+        return crate::auth::password::verify_absent(password.to_string()).await;
     };
     crate::auth::password::verify(password.to_string(), rec.password_hash).await
 }

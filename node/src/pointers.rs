@@ -16,6 +16,7 @@ use futures::future::BoxFuture;
 use serde_json::{Map, Value};
 
 use crate::api::error::ApiError;
+use crate::users::protected::UserView;
 
 /// Fields never shown when a user is expanded.
 const HIDDEN_USER_FIELDS: [&str; 2] = ["password", "sessionToken"];
@@ -109,9 +110,10 @@ pub async fn expand(
     objects: &mut [Value],
     include: &[IncludeKey],
     principals: Option<Vec<String>>,
+    view: &UserView,
 ) -> Result<(), ApiError> {
     let refs: Vec<&mut Value> = objects.iter_mut().collect();
-    expand_level(cluster, app, refs, include, principals.as_deref()).await
+    expand_level(cluster, app, refs, include, principals.as_deref(), view).await
 }
 
 fn expand_level<'a>(
@@ -120,6 +122,7 @@ fn expand_level<'a>(
     objects: Vec<&'a mut Value>,
     include: &'a [IncludeKey],
     principals: Option<&'a [String]>,
+    view: &'a UserView,
 ) -> BoxFuture<'a, Result<(), ApiError>> {
     Box::pin(async move {
         if include.is_empty() || objects.is_empty() {
@@ -145,7 +148,8 @@ fn expand_level<'a>(
             .map(|(c, id)| cluster.get_object_as(app, c, id, principals.map(<[String]>::to_vec)));
         let mut targets: HashMap<(String, String), Value> = HashMap::new();
         for (t, r) in wanted.iter().zip(futures::future::join_all(reads).await) {
-            if let Some(o) = r? {
+            if let Some(mut o) = r? {
+                view.hide_rows(&t.0, std::slice::from_mut(&mut o));
                 targets.insert(t.clone(), o);
             }
         }
@@ -167,7 +171,7 @@ fn expand_level<'a>(
             }
         }
         for (inc, subs) in include.iter().zip(next) {
-            expand_level(cluster, app, subs, &inc.children, principals).await?;
+            expand_level(cluster, app, subs, &inc.children, principals, view).await?;
         }
         Ok(())
     })

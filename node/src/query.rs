@@ -2,9 +2,10 @@
 //! `api::objects`, BQL in `bql`) and its execution over the cluster.
 //!
 //! `run` applies the limit caps, finds the caller's principals, resolves sub-queries on the
-//! coordinator (`Cluster::resolve_filter`), sends the scan or the aggregation to every shard
+//! coordinator (`Cluster::resolve_query_filter`), sends the scan or the aggregation to every shard
 //! (`Cluster::scan_objects` / `aggregate_objects`: scatter-gather with the shards' partial
-//! results merged here), then restricts `keys` and expands `include` (`pointers`).
+//! results merged here), then hides other users' private fields (`users::protected`), restricts
+//! `keys` and expands `include` (`pointers`).
 
 use basalt_cluster::query::aggregate::{finish, AggregateRequest, AggregateSpec, Metric};
 use basalt_cluster::query::filter::Filter;
@@ -15,6 +16,7 @@ use serde_json::{json, Value};
 use crate::api::context::{AppState, RequestCtx};
 use crate::api::error::ApiError;
 use crate::pointers::{expand, project, IncludeKey};
+use crate::users::protected::UserView;
 use crate::users::session::principals;
 
 /// Default and largest `limit` of a query (spec 4.3; a larger limit is capped), and the
@@ -100,9 +102,22 @@ pub async fn run(state: &AppState, ctx: &RequestCtx, q: Query) -> Result<Outcome
     let limit = q.limit.unwrap_or(DEFAULT_LIMIT).min(max);
     let app = &ctx.app.application_id;
     let who = principals(&state.cluster, ctx).await?;
+    let view = UserView::new(&ctx.app, who.as_deref());
+    let named = q.order.iter().map(|k| k.field.as_str()).chain(
+        q.aggregation
+            .iter()
+            .flat_map(|a| {
+                a.spec
+                    .group_by
+                    .iter()
+                    .chain(a.spec.metrics.iter().map(|(_, c)| c))
+            })
+            .map(String::as_str),
+    );
+    view.check_query(&q.class, &q.filter, named)?;
     let filter = state
         .cluster
-        .resolve_filter(app, q.filter, who.as_deref())
+        .resolve_query_filter(app, q.filter, who.as_deref())
         .await
         .map_err(invalid_query)?;
     if let Some(agg) = q.aggregation {
@@ -121,6 +136,7 @@ pub async fn run(state: &AppState, ctx: &RequestCtx, q: Query) -> Result<Outcome
             .map_err(invalid_query)?;
         return Ok(Outcome::Groups(rows));
     }
+    let req_class = q.class.clone();
     let req = ScanRequest {
         app: app.clone(),
         class: q.class,
@@ -140,8 +156,11 @@ pub async fn run(state: &AppState, ctx: &RequestCtx, q: Query) -> Result<Outcome
     if !keys.is_empty() {
         keys.extend(q.include.iter().map(|i| i.key.clone()));
     }
+    view.hide_rows(&req_class, &mut rows);
     project(&mut rows, &keys);
-    expand(&state.cluster, app, &mut rows, &q.include, who).await?;
+    expand(&state.cluster, app, &mut rows, &q.include, who, &view).await?;
+    basalt_cluster::limits::check_answer(&rows, basalt_cluster::limits::MAX_ANSWER_BYTES)
+        .map_err(invalid_query)?;
     Ok(Outcome::Rows {
         rows,
         count: q.count.then_some(count),

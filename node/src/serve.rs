@@ -80,6 +80,34 @@ pub struct ServeArgs {
     /// Seconds between snapshot/compaction rounds.
     #[arg(long, default_value_t = 600)]
     pub compact_secs: u64,
+    /// Seconds a client has to send a request's head before its connection is closed.
+    #[arg(long, default_value_t = 10)]
+    pub http_header_timeout_secs: u64,
+    /// Seconds a keep-alive connection may stay idle between requests.
+    #[arg(long, default_value_t = 30)]
+    pub http_idle_timeout_secs: u64,
+    /// Seconds a client has to send a request's whole body (408 after).
+    #[arg(long, default_value_t = 60)]
+    pub http_body_timeout_secs: u64,
+    /// Open HTTP connections per node; more are closed at once.
+    #[arg(long, default_value_t = 4096)]
+    pub max_connections: usize,
+    /// Open HTTP connections per client IP address; more are closed at once.
+    #[arg(long, default_value_t = 256)]
+    pub max_connections_per_ip: usize,
+    /// Failed logins (users and console) per client IP per minute on this node; 0: no limit.
+    #[arg(long, default_value_t = 30)]
+    pub login_attempts_per_ip: u32,
+    /// `requestSmsCode` calls per client IP per minute on this node; 0: no limit.
+    #[arg(long, default_value_t = 5)]
+    pub sms_requests_per_ip: u32,
+    /// Mail requests (password reset, email verification) per client IP per minute on this
+    /// node; 0: no limit.
+    #[arg(long, default_value_t = 10)]
+    pub mail_requests_per_ip: u32,
+    /// Region of phone numbers written without a country code (ISO 3166 code).
+    #[arg(long, default_value = "CN")]
+    pub phone_region: String,
     /// Seconds a query or aggregation may wait for each shard's answer before it fails with
     /// 503 (an unindexed scan of a large class takes seconds).
     #[arg(long, default_value_t = 30)]
@@ -139,6 +167,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         compact_every: Duration::from_secs(args.compact_secs.max(1)),
         query_timeout: Duration::from_secs(args.query_timeout_secs.max(1)),
     };
+    crate::sms::phone::set_default_region(&args.phone_region)?;
     let cluster = Cluster::start(opts).await?;
     let listener = tokio::net::TcpListener::bind(args.http_addr).await?;
     tracing::info!(node = args.node_id, http = %args.http_addr, rpc = %args.rpc_addr, "node started");
@@ -151,6 +180,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         args.public_url
             .clone()
             .unwrap_or_else(|| format!("http://{}", args.http_addr)),
+        crate::throttle::IpLimits {
+            login: args.login_attempts_per_ip,
+            sms: args.sms_requests_per_ip,
+            mail: args.mail_requests_per_ip,
+        },
     );
     if args.init {
         let (c, dir, http) = (
@@ -168,7 +202,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             }
         });
     }
-    crate::server::serve(listener, state, shutdown_signal()).await?;
+    let limits = crate::connections::ConnectionLimits {
+        header_read: Duration::from_secs(args.http_header_timeout_secs.max(1)),
+        idle: Duration::from_secs(args.http_idle_timeout_secs.max(1)),
+        body_read: Duration::from_secs(args.http_body_timeout_secs.max(1)),
+        max_connections: args.max_connections.max(1),
+        max_per_ip: args.max_connections_per_ip.max(1),
+    };
+    crate::server::serve(listener, state, limits, shutdown_signal()).await?;
     cluster.shutdown().await;
     Ok(())
 }

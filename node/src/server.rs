@@ -1,6 +1,6 @@
 //! The HTTP server: the middleware stack (path normalization: trailing slashes and system-class
-//! aliases; per-route latency metrics; body limit) around `api::routes()`, served until
-//! shutdown.
+//! aliases; CORS; a request id and its log span; per-route latency metrics; body limit) around
+//! `api::routes()`, served by `connections` until shutdown.
 //!
 //! The finished router is also handed to `AppState::router`, through which `/1/batch` runs its
 //! operations.
@@ -9,11 +9,15 @@ use std::time::Instant;
 
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
 use axum::http::Uri;
+use axum::http::{header, HeaderName, Method};
 use axum::middleware::{self, Next};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::Router;
-use axum::ServiceExt;
 use tower::Layer;
+use tower_http::cors::{AllowOrigin, CorsLayer};
+
+use crate::api::error::ApiError;
+use crate::connections::ConnectionLimits;
 
 use crate::api::{self, context::AppState};
 
@@ -36,6 +40,43 @@ async fn observe(req: Request, next: Next) -> Response {
     }
     metrics::histogram!("basalt_http_request_seconds", "method" => method, "route" => route, "status" => status)
         .record(took.as_secs_f64());
+    resp
+}
+
+/// The id of one request: the client's `X-Request-Id` when it is short and plain, else a random
+/// one. Every log line of the request carries it (a `request` span) and the answer repeats it.
+#[derive(Debug, Clone)]
+pub struct RequestId(pub String);
+
+const REQUEST_ID_HEADER: &str = "x-request-id";
+
+fn request_id_of(req: &Request) -> String {
+    // A batch's operations keep their batch's id.
+    if let Some(RequestId(id)) = req.extensions().get::<RequestId>() {
+        return id.clone();
+    }
+    req.headers()
+        .get(REQUEST_ID_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .filter(|s| {
+            !s.is_empty()
+                && s.len() <= 64
+                && s.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        })
+        .map(str::to_string)
+        .unwrap_or_else(|| basalt_cluster::object::random_alphanumeric(16))
+}
+
+async fn with_request_id(mut req: Request, next: Next) -> Response {
+    let id = request_id_of(&req);
+    req.extensions_mut().insert(RequestId(id.clone()));
+    let span =
+        tracing::info_span!("request", id = %id, method = %req.method(), path = %req.uri().path());
+    let mut resp = tracing::Instrument::instrument(next.run(req), span).await;
+    if let Ok(v) = axum::http::HeaderValue::from_str(&id) {
+        resp.headers_mut().insert(REQUEST_ID_HEADER, v);
+    }
     resp
 }
 
@@ -86,25 +127,92 @@ pub fn app(state: AppState) -> Router {
     let limit = state.max_body_bytes;
     let router = api::routes(state.clone())
         .route_layer(middleware::from_fn(observe))
-        .layer(DefaultBodyLimit::max(limit));
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(middleware::from_fn(with_request_id));
     let _ = state.router.set(router.clone());
     router
 }
 
-/// Serves HTTP on `listener` until `shutdown` resolves.
+/// The body limits every request is read under.
+#[derive(Clone, Copy)]
+struct BodyRules {
+    max_bytes: usize,
+    deadline: std::time::Duration,
+}
+
+/// Reads a request's whole body within the deadline (408 otherwise) and the size limit (413),
+/// before any handler runs.
+async fn read_body(
+    axum::extract::State(rules): axum::extract::State<BodyRules>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let (parts, body) = req.into_parts();
+    let read = axum::body::to_bytes(body, rules.max_bytes);
+    let bytes = match tokio::time::timeout(rules.deadline, read).await {
+        Ok(Ok(b)) => b,
+        Ok(Err(_)) => return ApiError::BodyTooLarge(rules.max_bytes).into_response(),
+        Err(_) => return ApiError::BodyTimeout(rules.deadline.as_secs()).into_response(),
+    };
+    next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))
+        .await
+}
+
+/// The console API (app management): no browser origin may call it.
+fn is_console_path(path: &str) -> bool {
+    path == "/1/apps" || path.starts_with("/1/apps/")
+}
+
+/// CORS: preflights of the app-key API are answered for any origin, with the app headers of
+/// the configured brand allowed (an app that lists `allowedOrigins` refuses other origins when
+/// the request itself arrives: `api::context`); the console API answers no origin.
+fn cors(state: &AppState) -> CorsLayer {
+    let h = &state.headers;
+    CorsLayer::new()
+        .allow_origin(AllowOrigin::predicate(|_origin, parts| {
+            !is_console_path(parts.uri.path())
+        }))
+        .allow_methods([Method::GET, Method::POST, Method::PUT, Method::DELETE])
+        .allow_headers([
+            header::CONTENT_TYPE,
+            HeaderName::from_static("x-requested-with"),
+            HeaderName::from_static(REQUEST_ID_HEADER),
+            h.application_id.clone(),
+            h.rest_key.clone(),
+            h.master_key.clone(),
+            h.session_token.clone(),
+            h.sdk_type.clone(),
+            h.sdk_version.clone(),
+            h.safe_timestamp.clone(),
+            h.noncestr_key.clone(),
+            h.secret_key.clone(),
+            h.safe_sign.clone(),
+        ])
+        .expose_headers([
+            header::LOCATION,
+            header::RETRY_AFTER,
+            HeaderName::from_static(REQUEST_ID_HEADER),
+            HeaderName::from_static("x-basalt-version"),
+            HeaderName::from_static("x-basalt-group"),
+        ])
+        .max_age(std::time::Duration::from_secs(86_400))
+}
+
+/// Serves HTTP on `listener` under `limits` until `shutdown` resolves.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
+    limits: ConnectionLimits,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let service = tower::util::MapRequestLayer::new(normalize_path).layer(app(state));
-    axum::serve(
-        listener,
-        <_ as ServiceExt<Request>>::into_make_service(service),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await?;
-    Ok(())
+    let cors = cors(&state);
+    let rules = BodyRules {
+        max_bytes: state.max_body_bytes,
+        deadline: limits.body_read,
+    };
+    let app = app(state).layer(middleware::from_fn_with_state(rules, read_body));
+    let service = tower::util::MapRequestLayer::new(normalize_path).layer(cors.layer(app));
+    crate::connections::serve(listener, service, limits, shutdown).await
 }
 
 #[cfg(test)]

@@ -474,6 +474,23 @@ impl Filter {
         }
     }
 
+    /// How many sub-queries the filter holds (nested ones included), each of which the
+    /// coordinator runs as a scan of its own.
+    pub fn sub_query_count(&self) -> usize {
+        match self {
+            Filter::All | Filter::IdIn(_) => 0,
+            Filter::RelatedTo { .. } => 1,
+            Filter::And(fs) | Filter::Or(fs) => fs.iter().map(Filter::sub_query_count).sum(),
+            Filter::Field { cond, .. } => match cond {
+                Cond::InQuery(q)
+                | Cond::NotInQuery(q)
+                | Cond::Select { query: q, .. }
+                | Cond::DontSelect { query: q, .. } => 1 + q.filter.sub_query_count(),
+                _ => 0,
+            },
+        }
+    }
+
     /// True when some field condition's path satisfies `pred` (sub-queries included).
     pub fn any_path(&self, pred: &dyn Fn(&str) -> bool) -> bool {
         match self {

@@ -3,7 +3,8 @@
 //! to the matching objects, `$select` / `$dontSelect` `$in` / `$nin` of the selected key's
 //! values, and `$relatedTo` the set of objectIds the parent's relation holds. Each sub-query
 //! is itself a scatter-gather scan with the caller's principals, so it sees only what the caller
-//! may read; one that matches more than `MAX_SUB_QUERY_ROWS` objects fails the query.
+//! may read; one that matches more than `MAX_SUB_QUERY_ROWS` objects fails the query, and so
+//! does a query of more than `MAX_SUB_QUERIES` sub-queries.
 
 use futures::future::BoxFuture;
 use serde_json::{json, Value};
@@ -18,9 +19,30 @@ use crate::Cluster;
 /// Most objects a sub-query may match.
 pub const MAX_SUB_QUERY_ROWS: usize = 10_000;
 
+/// Most sub-queries one query may hold (each is a scan of every shard).
+pub const MAX_SUB_QUERIES: usize = 20;
+
 impl Cluster {
+    /// `filter` with every sub-query replaced by the set it stands for; refused (InvalidValue)
+    /// when it holds more than `MAX_SUB_QUERIES`.
+    pub async fn resolve_query_filter(
+        &self,
+        app: &str,
+        filter: Filter,
+        principals: Option<&[String]>,
+    ) -> Result<Filter> {
+        let n = filter.sub_query_count();
+        if n > MAX_SUB_QUERIES {
+            return Err(Error::InvalidValue(format!(
+                "a query may hold at most {MAX_SUB_QUERIES} sub-queries ($inQuery, $notInQuery, \
+                 $select, $dontSelect, $relatedTo); this one holds {n}"
+            )));
+        }
+        self.resolve_filter(app, filter, principals).await
+    }
+
     /// `filter` with every sub-query replaced by the set it stands for.
-    pub fn resolve_filter<'a>(
+    fn resolve_filter<'a>(
         &'a self,
         app: &'a str,
         filter: Filter,

@@ -118,6 +118,7 @@ pub fn scan_shard(store: &Store, group: GroupId, req: &ScanRequest) -> Result<(V
     )?;
     rows.sort_by(|a, b| order.compare(a, b));
     rows.truncate(keep);
+    crate::limits::check_answer(&rows, crate::limits::MAX_SHARD_ROWS_BYTES)?;
     Ok((rows, count))
 }
 

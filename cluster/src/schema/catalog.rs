@@ -69,13 +69,22 @@ impl Cluster {
         needs: &[(String, Need)],
         may_create_class: bool,
     ) -> Result<()> {
+        // Checked here first so that a write that cannot fit never reaches the metadata group
+        // (apply checks again, against the schema the log decides).
+        if needs.len() > crate::schema::MAX_COLUMNS {
+            return Err(Error::Schema(SchemaError::TooManyColumns(
+                class.to_string(),
+            )));
+        }
         if let Some(local) = self.local_class_schema(app, class)? {
             let exists = |c: &str| {
                 SYSTEM_CLASSES.contains(&c)
                     || matches!(self.local_class_schema(app, c), Ok(Some(_)))
             };
-            if matches!(local.admit(needs, &exists), Ok(added) if added.is_empty()) {
-                return Ok(());
+            match local.admit(needs, &exists) {
+                Ok(added) if added.is_empty() => return Ok(()),
+                Err(e @ SchemaError::TooManyColumns(_)) => return Err(Error::Schema(e)),
+                _ => {}
             }
         }
         let cmd = Command::EnsureColumns {

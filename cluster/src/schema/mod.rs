@@ -185,9 +185,14 @@ pub enum SchemaError {
     UnknownField(String),
     #[error("{0} is a built-in column of {1} and cannot be changed")]
     BuiltInColumn(String, String),
+    #[error("class {0} would have more than {max} columns", max = MAX_COLUMNS)]
+    TooManyColumns(String),
     #[error("{0}")]
     Invalid(String),
 }
+
+/// User columns one class may have (a write or schema change past it is refused).
+pub const MAX_COLUMNS: usize = 1000;
 
 /// The schema of one class: user columns by name (built-in and system columns are implied).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -289,6 +294,9 @@ impl ClassSchema {
                 }
             }
         }
+        if !added.is_empty() && self.fields.len() + added.len() > MAX_COLUMNS {
+            return Err(SchemaError::TooManyColumns(self.class_name.clone()));
+        }
         Ok(added)
     }
 
@@ -334,6 +342,9 @@ impl ClassSchema {
                     }
                 }
             }
+        }
+        if next.fields.len() > MAX_COLUMNS.max(self.fields.len()) {
+            return Err(SchemaError::TooManyColumns(self.class_name.clone()));
         }
         *self = next;
         Ok(())

@@ -98,6 +98,7 @@ pub fn apply_command(st: &mut Staged<'_>, cmd: Command) -> Result<CommandResult>
             now_ms,
             windows,
         } => apply_take_quota(st, &ns, &key, now_ms, &windows),
+        Command::ReturnQuota { ns, key, use_ms } => apply_return_quota(st, &ns, &key, use_ms),
         Command::EnsureColumns {
             app,
             class,
@@ -347,6 +348,9 @@ fn quota_uses(rec: Option<StoredRecord>) -> Vec<i64> {
     .unwrap_or_default()
 }
 
+/// How far ahead of the command being checked a recorded quota use may be stamped.
+const MAX_CLOCK_SKEW_MS: i64 = 60_000;
+
 fn apply_take_quota(
     st: &mut Staged<'_>,
     ns: &str,
@@ -356,7 +360,11 @@ fn apply_take_quota(
 ) -> Result<CommandResult> {
     let longest = windows.iter().map(|w| w.length_ms).max().unwrap_or(0);
     let mut uses = quota_uses(live_record(st, ns, key, Some(now_ms))?);
-    uses.retain(|&t| t > now_ms - longest && t <= now_ms);
+    // Proposers stamp `now_ms` before the log orders their commands, so a use stamped later
+    // than this command may already be recorded: it counts (it happened within the window).
+    // A use stamped more than `MAX_CLOCK_SKEW_MS` ahead comes from a clock that is wrong; it
+    // is not kept, so one node's clock cannot block a quota for long.
+    uses.retain(|&t| t > now_ms - longest && t <= now_ms + MAX_CLOCK_SKEW_MS);
     for w in windows {
         let in_window = uses.iter().filter(|&&t| t > now_ms - w.length_ms).count();
         if in_window >= w.max as usize {
@@ -368,9 +376,34 @@ fn apply_take_quota(
         }
     }
     uses.push(now_ms);
+    uses.sort_unstable();
+    let last = uses.last().copied().unwrap_or(now_ms);
     let value = serde_json::json!({ "uses": uses });
-    apply_put_record(st, ns, key, value.clone(), Some(now_ms + longest))?;
+    apply_put_record(st, ns, key, value.clone(), Some(last + longest))?;
     Ok(CommandResult::Record(value))
+}
+
+fn apply_return_quota(
+    st: &mut Staged<'_>,
+    ns: &str,
+    key: &str,
+    use_ms: i64,
+) -> Result<CommandResult> {
+    let Some(rec) = live_record(st, ns, key, None)? else {
+        return Ok(CommandResult::Done);
+    };
+    let expires = rec.expires_at_ms;
+    let mut uses = quota_uses(Some(rec));
+    let Some(at) = uses.iter().position(|&t| t == use_ms) else {
+        return Ok(CommandResult::Done);
+    };
+    uses.remove(at);
+    if uses.is_empty() {
+        apply_delete_record(st, ns, key)?;
+    } else {
+        apply_put_record(st, ns, key, serde_json::json!({ "uses": uses }), expires)?;
+    }
+    Ok(CommandResult::Done)
 }
 
 fn apply_merge_record(
@@ -522,6 +555,58 @@ mod tests {
                 },
             ],
         }
+    }
+
+    /// Commands are applied in log order, not in the order of the times their proposers
+    /// stamped: a use stamped after the command being checked still counts.
+    #[test]
+    fn a_quota_counts_uses_stamped_after_the_command() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mut st = Staged::new(&store, 1);
+        assert!(matches!(
+            apply_command(&mut st, take_quota(2_000)).unwrap(),
+            CommandResult::Record(_)
+        ));
+        assert!(matches!(
+            apply_command(&mut st, take_quota(1_000)).unwrap(),
+            CommandResult::Rejected(Error::QuotaExceeded(_))
+        ));
+        // The record keeps the later use and expires an hour after it.
+        let rec = live_record(&st, "q", "k", Some(1_000)).unwrap().unwrap();
+        assert_eq!(rec.value, json!({"uses": [2_000]}));
+        assert_eq!(rec.expires_at_ms, Some(2_000 + 3_600_000));
+        assert!(matches!(
+            apply_command(&mut st, take_quota(62_001)).unwrap(),
+            CommandResult::Record(_)
+        ));
+    }
+
+    #[test]
+    fn a_returned_use_no_longer_counts() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mut st = Staged::new(&store, 1);
+        let give_back = |ms| Command::ReturnQuota {
+            ns: "q".into(),
+            key: "k".into(),
+            use_ms: ms,
+        };
+        apply_command(&mut st, take_quota(1_000)).unwrap();
+        assert_eq!(
+            apply_command(&mut st, give_back(999)).unwrap(),
+            CommandResult::Done
+        );
+        assert!(matches!(
+            apply_command(&mut st, take_quota(1_001)).unwrap(),
+            CommandResult::Rejected(Error::QuotaExceeded(_))
+        ));
+        apply_command(&mut st, give_back(1_000)).unwrap();
+        assert!(live_record(&st, "q", "k", None).unwrap().is_none());
+        assert!(matches!(
+            apply_command(&mut st, take_quota(1_002)).unwrap(),
+            CommandResult::Record(_)
+        ));
     }
 
     #[test]

@@ -5,6 +5,11 @@
 //! of `apply` writes one RocksDB batch (data, TTL index, last-applied and membership) and only
 //! then answers the proposers. A rejected command writes nothing, and a later command in the
 //! same batch sees what an earlier one staged (`staged::Staged`).
+//!
+//! A committed entry that cannot be applied (the command fails on the stored state in a way
+//! apply itself cannot handle) never stops the group: its writes are undone, its outcome is
+//! `Rejected(NotApplied)` on every replica alike, and apply goes on with the next entry. Only a
+//! failure of this node's own storage stops apply.
 
 mod apply;
 mod apply_schema;
@@ -24,6 +29,7 @@ use openraft::EntryPayload;
 use serde::{Deserialize, Serialize};
 
 use crate::command::CommandResult;
+use crate::error::Error;
 use crate::ids::GroupId;
 use crate::raft::{LogId, SnapshotMeta, StoredMembership, TypeConfig};
 use crate::storage::keys::{self, CF_SM};
@@ -74,6 +80,31 @@ impl ShardStateMachine {
     }
 }
 
+/// Applies one committed command. A failure of the command itself (e.g. stored data it cannot
+/// decode) is the entry's outcome on every replica alike: its partial writes are undone and it
+/// answers `Rejected(NotApplied)`. Only a failure of this node's storage is an error, which
+/// stops apply (the entry is applied again after restart).
+fn apply_entry(
+    staged: &mut Staged<'_>,
+    index: u64,
+    cmd: crate::command::Command,
+) -> crate::error::Result<CommandResult> {
+    let mark = staged.savepoint();
+    let label = cmd.to_string();
+    match apply::apply_command(staged, cmd) {
+        Ok(result) => Ok(result),
+        Err(e) if e.is_local_fault() => Err(e),
+        Err(e) => {
+            staged.rollback_to(mark);
+            let group = staged.group;
+            metrics::counter!("basalt_apply_failures_total", "group" => group.to_string())
+                .increment(1);
+            tracing::error!(group, index, command = %label, "entry could not be applied: {e}");
+            Ok(CommandResult::Rejected(Error::NotApplied(e.to_string())))
+        }
+    }
+}
+
 fn io_err(e: crate::error::Error) -> io::Error {
     io::Error::other(e.to_string())
 }
@@ -99,7 +130,7 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
             let result = match entry.payload {
                 EntryPayload::Blank => CommandResult::None,
                 EntryPayload::Normal(cmd) => {
-                    apply::apply_command(&mut staged, cmd).map_err(io_err)?
+                    apply_entry(&mut staged, entry.log_id.index, cmd).map_err(io_err)?
                 }
                 EntryPayload::Membership(m) => {
                     next.membership = StoredMembership::new(Some(entry.log_id), m);
@@ -159,5 +190,76 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
         &mut self,
     ) -> Result<Option<openraft::alias::SnapshotOf<TypeConfig, SnapshotFile>>, io::Error> {
         snapshot::current(&self.snapshot_dir).map_err(io_err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::command::Command;
+    use crate::update::{FieldUpdate, UpdateOp};
+    use serde_json::json;
+
+    fn set(id: &str, v: serde_json::Value) -> Command {
+        Command::UpdateObject {
+            app: "a".into(),
+            class: "C".into(),
+            object_id: id.into(),
+            now_ms: 2,
+            updates: vec![FieldUpdate {
+                path: vec!["f".into()],
+                op: UpdateOp::Set(v),
+            }],
+            principals: None,
+        }
+    }
+
+    fn create(id: &str) -> Command {
+        Command::CreateObject {
+            app: "a".into(),
+            class: "C".into(),
+            object_id: id.into(),
+            now_ms: 1,
+            updates: vec![],
+        }
+    }
+
+    /// An entry whose stored object cannot be decoded fails alone: it writes nothing, answers
+    /// NotApplied, and the entries around it in the same batch apply.
+    #[test]
+    fn an_entry_that_cannot_apply_fails_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let bad_key = keys::object_key(1, "a", "C", "bad");
+        let mut setup = crate::storage::WriteBatch::default();
+        setup.put_cf(store.cf(CF_SM).unwrap(), &bad_key, b"\x01not json");
+        store.write(setup, true).unwrap();
+
+        let mut staged = Staged::new(&store, 1);
+        assert!(matches!(
+            apply_entry(&mut staged, 1, create("ok")).unwrap(),
+            CommandResult::Created { .. }
+        ));
+        let r = apply_entry(&mut staged, 2, set("bad", json!(1))).unwrap();
+        assert!(
+            matches!(r, CommandResult::Rejected(Error::NotApplied(_))),
+            "{r:?}"
+        );
+        assert!(matches!(
+            apply_entry(&mut staged, 3, set("ok", json!(2))).unwrap(),
+            CommandResult::Updated { .. }
+        ));
+        store.write(staged.into_batch().unwrap(), true).unwrap();
+        assert_eq!(
+            store.get(CF_SM, &bad_key).unwrap().unwrap(),
+            b"\x01not json"
+        );
+        let ok = store
+            .get(CF_SM, &keys::object_key(1, "a", "C", "ok"))
+            .unwrap()
+            .unwrap();
+        let ok = crate::object::StoredObject::decode(&ok).unwrap();
+        assert_eq!(ok.fields["f"], json!(2));
     }
 }

@@ -183,13 +183,19 @@ fn relation_value(class_name: &str, members: Vec<String>) -> Value {
     serde_json::json!({"__type": "Relation", "className": class_name, "objects": members})
 }
 
-/// Adds two JSON numbers: exact for integers (overflow is an error), floating otherwise.
+/// Adds two JSON numbers: exact for integers, which stay signed 64-bit (a sum outside that
+/// range is an error, never a float), floating otherwise.
 fn add_numbers(a: &Number, b: &Number, name: &str) -> Result<Number> {
-    if let (Some(x), Some(y)) = (a.as_i64(), b.as_i64()) {
-        return x
-            .checked_add(y)
-            .map(Number::from)
-            .ok_or_else(|| Error::InvalidValue(format!("{name}: Increment overflows")));
+    let overflow = || {
+        Error::InvalidValue(format!(
+            "{name}: Increment overflows the signed 64-bit integer range"
+        ))
+    };
+    if !a.is_f64() && !b.is_f64() {
+        let (Some(x), Some(y)) = (a.as_i64(), b.as_i64()) else {
+            return Err(overflow());
+        };
+        return x.checked_add(y).map(Number::from).ok_or_else(overflow);
     }
     let sum = a.as_f64().unwrap_or(0.0) + b.as_f64().unwrap_or(0.0);
     Number::from_f64(sum).ok_or_else(|| Error::InvalidValue(format!("{name}: Increment overflows")))
@@ -258,6 +264,21 @@ mod tests {
         )
         .unwrap_err();
         assert!(matches!(e, Error::InvalidValue(_)));
+        // An integer beyond i64 (older data) never turns the sum into a float.
+        let e = run(
+            json!({"n": u64::MAX}),
+            json!({"n": {"__op": "Increment", "amount": -1}}),
+        )
+        .unwrap_err();
+        assert!(matches!(e, Error::InvalidValue(_)));
+        assert_eq!(
+            run(
+                json!({"n": 1}),
+                json!({"n": {"__op": "Increment", "amount": 0.5}})
+            )
+            .unwrap(),
+            json!({"n": 1.5})
+        );
     }
 
     #[test]

@@ -2,6 +2,8 @@
 //!
 //! Reads consult the overlay first and RocksDB second, so a command sees the writes of earlier
 //! commands in the same batch; `into_batch` turns the overlay into one atomic write batch.
+//! A savepoint taken before a command lets apply undo that command's writes alone when it fails
+//! part-way (`rollback_to`), keeping what earlier commands of the batch staged.
 
 use std::collections::BTreeMap;
 
@@ -14,7 +16,16 @@ pub struct Staged<'a> {
     store: &'a Store,
     pub group: GroupId,
     overlay: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Each staged write's key and the overlay entry it replaced, in order (for `rollback_to`).
+    undo: Vec<(Vec<u8>, Option<Staging>)>,
 }
+
+/// One key's staged write: a value, or `None` for a delete.
+type Staging = Option<Vec<u8>>;
+
+/// A point in a batch's writes that `Staged::rollback_to` returns to.
+#[derive(Debug, Clone, Copy)]
+pub struct Savepoint(usize);
 
 impl<'a> Staged<'a> {
     pub fn new(store: &'a Store, group: GroupId) -> Self {
@@ -22,7 +33,31 @@ impl<'a> Staged<'a> {
             store,
             group,
             overlay: BTreeMap::new(),
+            undo: Vec::new(),
         }
+    }
+
+    /// Marks the writes staged so far.
+    pub fn savepoint(&self) -> Savepoint {
+        Savepoint(self.undo.len())
+    }
+
+    /// Undoes every write staged since `mark`.
+    pub fn rollback_to(&mut self, mark: Savepoint) {
+        while self.undo.len() > mark.0 {
+            let Some((key, previous)) = self.undo.pop() else {
+                break;
+            };
+            match previous {
+                Some(v) => self.overlay.insert(key, v),
+                None => self.overlay.remove(&key),
+            };
+        }
+    }
+
+    fn stage(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) {
+        let previous = self.overlay.insert(key.clone(), value);
+        self.undo.push((key, previous));
     }
 
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
@@ -33,11 +68,11 @@ impl<'a> Staged<'a> {
     }
 
     pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
-        self.overlay.insert(key, Some(value));
+        self.stage(key, Some(value));
     }
 
     pub fn delete(&mut self, key: Vec<u8>) {
-        self.overlay.insert(key, None);
+        self.stage(key, None);
     }
 
     /// Keys in `[start, end)` as they would be after the staged writes, in order.

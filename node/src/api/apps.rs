@@ -44,6 +44,29 @@ fn flag_bool(name: &str, v: &Value) -> Result<Value, ApiError> {
     }
 }
 
+/// An array of strings each of which passes `valid` (at most 100).
+fn string_list(
+    name: &str,
+    v: &Value,
+    valid: impl Fn(&str) -> bool,
+) -> Result<Vec<String>, ApiError> {
+    let bad = || {
+        ApiError::InvalidBody(format!(
+            "{name} must be an array of at most 100 valid strings."
+        ))
+    };
+    let items = v.as_array().filter(|a| a.len() <= 100).ok_or_else(bad)?;
+    items
+        .iter()
+        .map(|i| {
+            i.as_str()
+                .filter(|s| valid(s))
+                .map(str::to_string)
+                .ok_or_else(bad)
+        })
+        .collect()
+}
+
 /// Validates the settable members of a POST or PUT body into record members.
 fn settings(body: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
     let mut out = Map::new();
@@ -79,6 +102,12 @@ fn settings(body: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
                     )))
                 }
             },
+            "protectedUserFields" => json!(string_list(k, v, |f| {
+                basalt_cluster::object::validate_field_name(f).is_ok()
+            })?),
+            "allowedOrigins" => json!(string_list(k, v, |o| {
+                o == "*" || o.starts_with("http://") || o.starts_with("https://")
+            })?),
             k if READ_ONLY.contains(&k) => continue,
             other => {
                 return Err(ApiError::InvalidBody(format!(

@@ -7,6 +7,7 @@
 //! runs with the batch's authenticated context (its `token`, if any, as the session); a
 //! failing operation answers `{"error":{"code","error"}}` in its slot and the others proceed.
 
+use crate::server::RequestId;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
@@ -88,6 +89,7 @@ pub fn parse_envelope(body: &Map<String, Value>) -> Result<Vec<Operation>, ApiEr
 pub async fn run_batch(
     State(state): State<AppState>,
     ctx: RequestCtx,
+    request_id: Option<axum::Extension<RequestId>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let body = json_object(&body_bytes(body, &state)?)?;
@@ -99,7 +101,8 @@ pub async fn run_batch(
         .ok_or_else(|| ApiError::Internal("batch router not set".into()))?;
     let mut results = Vec::with_capacity(ops.len());
     for op in ops {
-        results.push(run_operation(&router, &state, &ctx, op).await);
+        let id = request_id.as_ref().map(|axum::Extension(id)| id.clone());
+        results.push(run_operation(&router, &state, &ctx, id, op).await);
     }
     Ok(Json(Value::Array(results)))
 }
@@ -108,6 +111,7 @@ async fn run_operation(
     router: &axum::Router,
     state: &AppState,
     ctx: &RequestCtx,
+    request_id: Option<RequestId>,
     op: Operation,
 ) -> Value {
     let mut op_ctx = ctx.clone();
@@ -120,7 +124,14 @@ async fn run_operation(
         .uri(&op.path)
         .header(header::CONTENT_TYPE, "application/json")
         .extension(op_ctx)
-        .body(Body::from(bytes));
+        .body(Body::from(bytes))
+        .map(|mut r| {
+            // The operation's log lines carry the batch's request id.
+            if let Some(id) = request_id {
+                r.extensions_mut().insert(id);
+            }
+            r
+        });
     let req = match req {
         Ok(r) => r,
         Err(e) => return slot_error(113, &format!("invalid operation: {e}")),

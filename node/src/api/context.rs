@@ -37,6 +37,8 @@ pub struct AppState {
     pub sms: Arc<dyn crate::sms::provider::SmsProvider>,
     /// The base URL of links in mails and of captcha pictures (`--public-url`).
     pub public_url: String,
+    /// Per-client-IP attempt counts of this node (logins, SMS, mails).
+    pub limiter: Arc<crate::throttle::IpLimiter>,
 }
 
 impl AppState {
@@ -47,6 +49,7 @@ impl AppState {
         mailer: Arc<dyn crate::mail::Mailer>,
         sms: Arc<dyn crate::sms::provider::SmsProvider>,
         public_url: String,
+        ip_limits: crate::throttle::IpLimits,
     ) -> Self {
         AppState {
             cluster,
@@ -56,6 +59,7 @@ impl AppState {
             mailer,
             sms,
             public_url,
+            limiter: Arc::new(crate::throttle::IpLimiter::new(ip_limits)),
         }
     }
 }
@@ -110,9 +114,26 @@ async fn authenticated(state: AppState, req: Request, next: Next, need_master: b
     if ctx.app.status == 0 {
         return ApiError::AppDisabled.into_response();
     }
+    if let Some(origin) = parts.headers.get(axum::http::header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or_default();
+        if !origin_allowed(&ctx.app, origin) {
+            return ApiError::OriginNotAllowed(origin.to_string()).into_response();
+        }
+    }
     parts.extensions.insert(ctx);
     let body = body.unwrap_or_else(|| Body::from(bytes));
     next.run(Request::from_parts(parts, body)).await
+}
+
+/// True when a browser at `origin` may call the app (it lists no `allowedOrigins`, lists `*`,
+/// or lists the origin).
+fn origin_allowed(app: &crate::apps::AppRecord, origin: &str) -> bool {
+    match &app.allowed_origins {
+        None => true,
+        Some(list) => list
+            .iter()
+            .any(|o| o == "*" || o.trim_end_matches('/').eq_ignore_ascii_case(origin)),
+    }
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for RequestCtx {
@@ -137,10 +158,28 @@ impl FromRequestParts<AppState> for ConsoleAccount {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        use crate::throttle::{self, ClientIp, IpKind, LOGIN_WINDOWS};
+        let Ok(ClientIp(ip)) = ClientIp::from_request_parts(parts, state).await;
         let email = header(&parts.headers, &state.headers.email).ok_or(ApiError::Unauthorized)?;
         let password =
             header(&parts.headers, &state.headers.password).ok_or(ApiError::Unauthorized)?;
+        let console_throttled = |e: ApiError| match e {
+            ApiError::Throttled {
+                retry_after_secs, ..
+            } => ApiError::ConsoleThrottled { retry_after_secs },
+            other => other,
+        };
+        state
+            .limiter
+            .take(IpKind::Login, ip)
+            .map_err(console_throttled)?;
+        let key = format!("console/{}", email.to_lowercase());
+        let attempt = throttle::take(&state.cluster, "console login", &key, &LOGIN_WINDOWS)
+            .await
+            .map_err(console_throttled)?;
         if crate::apps::verify_account(&state.cluster, email, password).await? {
+            state.limiter.refund(IpKind::Login, ip);
+            throttle::give_back(&state.cluster, attempt).await;
             Ok(ConsoleAccount {
                 email: email.to_string(),
             })
@@ -189,11 +228,17 @@ pub fn body_bytes(
     })
 }
 
+/// Levels of objects and arrays a request body may nest (an object's own values are limited
+/// further by `basalt_cluster::limits`; a batch nests its operations' bodies 3 levels down).
+pub const MAX_BODY_DEPTH: usize = 100;
+
 /// Parses a request body that must be a JSON object (107 otherwise).
 pub fn json_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::EmptyBody);
     }
+    super::json_text::check(body, MAX_BODY_DEPTH)
+        .map_err(|e| ApiError::InvalidBody(format!("{e}.")))?;
     match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(m)) => Ok(m),
         Ok(_) => Err(ApiError::InvalidBody(
@@ -201,14 +246,6 @@ pub fn json_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
         )),
         Err(e) => Err(ApiError::InvalidBody(format!("invalid JSON: {e}"))),
     }
-}
-
-/// The `Host` of a request, for `Location` headers.
-pub fn host(headers: &axum::http::HeaderMap) -> &str {
-    headers
-        .get("host")
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("localhost")
 }
 
 #[cfg(test)]

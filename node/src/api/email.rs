@@ -2,6 +2,7 @@
 //! HTML pages their links open (`/email/verify/<token>`, `/email/reset/<token>`), which need
 //! no headers because they are followed from a mail client.
 
+use crate::throttle::{ClientIp, IpKind};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Form, State};
@@ -16,7 +17,7 @@ use serde_json::{json, Value};
 use super::context::{body_bytes, json_object, ApiPath, AppState, RequestCtx};
 use super::error::ApiError;
 use crate::auth::password;
-use crate::users::email_links::{consume_link, find_link, send_link, EmailLink, Purpose};
+use crate::users::email_links::{find_link, send_link, take_link, EmailLink, Purpose};
 use crate::users::session::only_session;
 use crate::users::unique::{self, Unique};
 use crate::users::{set_user_fields, PASSWORD_FIELD, USER_CLASS};
@@ -67,12 +68,13 @@ async fn user_by_email(
 pub async fn request_email_verify(
     State(state): State<AppState>,
     ctx: RequestCtx,
+    ClientIp(ip): ClientIp,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
     if !ctx.app.email_verify {
         return Err(ApiError::EmailVerifyOff);
     }
-    let (user_id, email) = user_by_email(&state, &ctx, body).await?;
+    let (user_id, email) = mail_target(&state, &ctx, ip, body).await?;
     send_verification(&state, &ctx, &user_id, &email).await?;
     Ok(Json(json!({"msg": "ok"})))
 }
@@ -81,9 +83,10 @@ pub async fn request_email_verify(
 pub async fn request_password_reset(
     State(state): State<AppState>,
     ctx: RequestCtx,
+    ClientIp(ip): ClientIp,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let (user_id, email) = user_by_email(&state, &ctx, body).await?;
+    let (user_id, email) = mail_target(&state, &ctx, ip, body).await?;
     let link = EmailLink {
         app: ctx.app.application_id.clone(),
         user_id,
@@ -99,6 +102,18 @@ pub async fn request_password_reset(
     )
     .await?;
     Ok(Json(json!({"msg": "ok"})))
+}
+
+/// The user a mail request names, once the client is within its mail requests per IP (the
+/// address's own limit is counted when the link is sent: `send_link`).
+async fn mail_target(
+    state: &AppState,
+    ctx: &RequestCtx,
+    ip: Option<std::net::IpAddr>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(String, String), ApiError> {
+    state.limiter.take(IpKind::Mail, ip)?;
+    user_by_email(state, ctx, body).await
 }
 
 fn page(status: StatusCode, title: &str, body: &str) -> Response {
@@ -123,7 +138,7 @@ pub async fn follow_verify_link(
     State(state): State<AppState>,
     ApiPath(token): ApiPath<String>,
 ) -> Result<Response, ApiError> {
-    let Some(link) = find_link(&state.cluster, &token, Purpose::Verify).await? else {
+    let Some(link) = take_link(&state.cluster, &token, Purpose::Verify).await? else {
         return Ok(expired());
     };
     let user = state
@@ -136,7 +151,6 @@ pub async fn follow_verify_link(
         .and_then(Value::as_str)
         .map(str::to_lowercase);
     if current.as_deref() != Some(link.email.to_lowercase().as_str()) {
-        consume_link(&state.cluster, &token).await?;
         return Ok(expired());
     }
     let verified = FieldUpdate {
@@ -144,7 +158,6 @@ pub async fn follow_verify_link(
         op: UpdateOp::Set(json!(true)),
     };
     set_user_fields(&state.cluster, &link.app, &link.user_id, vec![verified]).await?;
-    consume_link(&state.cluster, &token).await?;
     Ok(page(
         StatusCode::OK,
         "Email verified",
@@ -182,9 +195,12 @@ pub async fn reset_password(
     ApiPath(token): ApiPath<String>,
     form: Result<Form<ResetForm>, axum::extract::rejection::FormRejection>,
 ) -> Result<Response, ApiError> {
-    let Some(link) = find_link(&state.cluster, &token, Purpose::Reset).await? else {
+    if find_link(&state.cluster, &token, Purpose::Reset)
+        .await?
+        .is_none()
+    {
         return Ok(expired());
-    };
+    }
     let password = match form {
         Ok(Form(f)) if !f.password.is_empty() => f.password,
         _ => {
@@ -195,6 +211,10 @@ pub async fn reset_password(
             ))
         }
     };
+    // Taking the link is the check: of racing submissions exactly one changes the password.
+    let Some(link) = take_link(&state.cluster, &token, Purpose::Reset).await? else {
+        return Ok(expired());
+    };
     let hash = password::hash(password).await?;
     let updates = vec![
         FieldUpdate {
@@ -204,7 +224,6 @@ pub async fn reset_password(
         only_session(None, now_ms()),
     ];
     set_user_fields(&state.cluster, &link.app, &link.user_id, updates).await?;
-    consume_link(&state.cluster, &token).await?;
     Ok(page(
         StatusCode::OK,
         "Password changed",

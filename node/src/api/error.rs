@@ -32,6 +32,8 @@ pub enum ApiError {
     EmptyBody,
     #[error("request body is larger than {0} bytes.")]
     BodyTooLarge(usize),
+    #[error("the request body did not arrive within {0} s.")]
+    BodyTimeout(u64),
     #[error("{0}")]
     TypeMismatch(String),
     #[error("{0}")]
@@ -106,12 +108,25 @@ pub enum ApiError {
     UnknownColumn(String),
     #[error("{0}")]
     BuiltInColumn(String),
+    #[error("{0}")]
+    TooManyColumns(String),
     #[error("bad BQL: {0}")]
     Bql(String),
-    #[error("the service is unavailable, try again: {0}")]
+    /// The cause is logged with the request id, never sent to the client.
+    #[error("the service is unavailable, try again later.")]
     Unavailable(String),
-    #[error("the request timed out; a write may or may not have taken effect: {0}")]
+    /// The cause is logged with the request id, never sent to the client.
+    #[error("the request timed out; a write may or may not have taken effect.")]
     Timeout(String),
+    /// Too many attempts by one client or on one account (429 with `Retry-After`).
+    #[error("too many {what}; try again in {retry_after_secs} s.")]
+    Throttled { what: String, retry_after_secs: u64 },
+    /// Too many console logins (429 with `Retry-After`).
+    #[error("too many console login attempts; try again in {retry_after_secs} s.")]
+    ConsoleThrottled { retry_after_secs: u64 },
+    /// A browser origin the app does not list in `allowedOrigins`.
+    #[error("requests from the origin {0:?} are not allowed for this app.")]
+    OriginNotAllowed(String),
     #[error("not found")]
     RouteNotFound,
     #[error("method not allowed")]
@@ -133,7 +148,10 @@ impl ApiError {
             ApiError::InvalidClassName(_) => 103,
             ApiError::InvalidKey(_) | ApiError::ReservedKey(_) => 105,
             ApiError::InvalidPointer(_) => 106,
-            ApiError::InvalidBody(_) | ApiError::EmptyBody | ApiError::BodyTooLarge(_) => 107,
+            ApiError::InvalidBody(_)
+            | ApiError::EmptyBody
+            | ApiError::BodyTooLarge(_)
+            | ApiError::BodyTimeout(_) => 107,
             ApiError::TypeMismatch(_) => 111,
             ApiError::InvalidGeoPoint(_) => 117,
             ApiError::Duplicate(_) => 137,
@@ -171,7 +189,11 @@ impl ApiError {
             ApiError::UnknownColumnType(_) => 10069,
             ApiError::UnknownColumn(_) => 10071,
             ApiError::BuiltInColumn(_) => 10073,
+            ApiError::TooManyColumns(_) => 10074,
             ApiError::Bql(_) => 601,
+            ApiError::Throttled { .. } => 10076,
+            ApiError::ConsoleThrottled { .. } => 10210,
+            ApiError::OriginNotAllowed(_) => 403,
             ApiError::RouteNotFound => 404,
             ApiError::MethodNotAllowed => 405,
             ApiError::Unavailable(_) | ApiError::Timeout(_) => 503,
@@ -186,7 +208,12 @@ impl ApiError {
                 StatusCode::NOT_FOUND
             }
             ApiError::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Throttled { .. } | ApiError::ConsoleThrottled { .. } => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
+            ApiError::OriginNotAllowed(_) => StatusCode::FORBIDDEN,
             ApiError::Unavailable(_) | ApiError::Timeout(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             _ => StatusCode::BAD_REQUEST,
@@ -225,6 +252,7 @@ impl From<ClusterError> for ApiError {
             ClusterError::Schema(e) => e.into(),
             ClusterError::InvalidOperation(m)
             | ClusterError::Storage(m)
+            | ClusterError::NotApplied(m)
             | ClusterError::Internal(m) => ApiError::Internal(m),
         }
     }
@@ -246,8 +274,19 @@ impl From<SchemaError> for ApiError {
             SchemaError::UnknownType(..) => ApiError::UnknownColumnType(m),
             SchemaError::UnknownField(_) => ApiError::UnknownColumn(m),
             SchemaError::BuiltInColumn(..) => ApiError::BuiltInColumn(m),
+            SchemaError::TooManyColumns(_) => ApiError::TooManyColumns(m),
             SchemaError::Invalid(_) => ApiError::InvalidBody(m),
         }
+    }
+}
+
+/// Characters of an error message sent at most: messages repeat client input, which may be huge.
+const MAX_MESSAGE_CHARS: usize = 256;
+
+fn capped(m: String) -> String {
+    match m.char_indices().nth(MAX_MESSAGE_CHARS) {
+        Some((at, _)) => format!("{}…", &m[..at]),
+        None => m,
     }
 }
 
@@ -260,13 +299,28 @@ impl IntoResponse for ApiError {
                 tracing::error!(cause = %cause, "internal error");
                 json!({"code": self.code(), "error": BUSY_MESSAGE})
             }
-            other => json!({"code": other.code(), "error": other.to_string()}),
+            ApiError::Unavailable(cause) | ApiError::Timeout(cause) => {
+                tracing::warn!(cause = %cause, "{self}");
+                json!({"code": self.code(), "error": self.to_string()})
+            }
+            other => json!({"code": other.code(), "error": capped(other.to_string())}),
         };
         let mut resp = (status, axum::Json(body)).into_response();
         resp.headers_mut().insert(
             "content-type",
             HeaderValue::from_static("application/json; charset=utf-8"),
         );
+        if let ApiError::Throttled {
+            retry_after_secs: s,
+            ..
+        }
+        | ApiError::ConsoleThrottled {
+            retry_after_secs: s,
+        } = &self
+        {
+            resp.headers_mut()
+                .insert("retry-after", HeaderValue::from(*s));
+        }
         resp
     }
 }
@@ -289,6 +343,7 @@ mod tests {
             (ApiError::InvalidBody("x".into()), 400, 107),
             (ApiError::EmptyBody, 400, 107),
             (ApiError::BodyTooLarge(1), 413, 107),
+            (ApiError::BodyTimeout(1), 408, 107),
             (ApiError::TypeMismatch("x".into()), 400, 111),
             (ApiError::InvalidGeoPoint("x".into()), 400, 117),
             (ApiError::Duplicate("x".into()), 400, 137),
@@ -327,6 +382,23 @@ mod tests {
             (ApiError::UnknownColumnType("x".into()), 400, 10069),
             (ApiError::UnknownColumn("x".into()), 400, 10071),
             (ApiError::BuiltInColumn("x".into()), 400, 10073),
+            (ApiError::TooManyColumns("x".into()), 400, 10074),
+            (
+                ApiError::Throttled {
+                    what: "x".into(),
+                    retry_after_secs: 1,
+                },
+                429,
+                10076,
+            ),
+            (
+                ApiError::ConsoleThrottled {
+                    retry_after_secs: 1,
+                },
+                429,
+                10210,
+            ),
+            (ApiError::OriginNotAllowed("x".into()), 403, 403),
             (ApiError::RouteNotFound, 404, 404),
             (ApiError::MethodNotAllowed, 405, 405),
             (ApiError::Unavailable("x".into()), 503, 503),
@@ -358,6 +430,7 @@ mod tests {
                 SchemaError::BuiltInColumn("x".into(), "_User".into()),
                 10073,
             ),
+            (SchemaError::TooManyColumns("x".into()), 10074),
         ];
         for (e, code) in cases {
             assert_eq!(
@@ -366,6 +439,20 @@ mod tests {
                 "{e:?}"
             );
         }
+    }
+
+    #[test]
+    fn messages_never_echo_huge_input_or_internals() {
+        let huge = ApiError::InvalidKey(format!("invalid field name {}", "k".repeat(100_000)));
+        let m = capped(huge.to_string());
+        assert!(m.chars().count() <= MAX_MESSAGE_CHARS + 1, "{}", m.len());
+        let e = ApiError::from(ClusterError::Unavailable(
+            "when Read Logs: std::io::error::Error".into(),
+        ));
+        assert_eq!(
+            e.to_string(),
+            "the service is unavailable, try again later."
+        );
     }
 
     #[test]

@@ -10,7 +10,7 @@
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use basalt_cluster::object::{format_wire_time, is_object_id, new_object_id, validate_class_name};
@@ -23,10 +23,11 @@ use basalt_cluster::{now_ms, Command, CommandResult, Proposed};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::context::{body_bytes, host, json_object, ApiPath, ApiQuery, AppState, RequestCtx};
+use super::context::{body_bytes, json_object, ApiPath, ApiQuery, AppState, RequestCtx};
 use super::error::ApiError;
 use crate::pointers::{expand, parse_include, parse_keys};
 use crate::query::{self, add_metrics, Aggregation, Query};
+use crate::users::protected::UserView;
 use crate::users::session::principals;
 
 fn class_name(class: &str) -> Result<(), ApiError> {
@@ -96,7 +97,7 @@ pub async fn create_in(
 
 /// The 201 answer of a creation.
 pub fn created_response(
-    headers: &HeaderMap,
+    public_url: &str,
     path: &str,
     created_ms: i64,
     object_id: &str,
@@ -109,7 +110,9 @@ pub fn created_response(
         body[k] = v;
     }
     let mut resp = (StatusCode::CREATED, Json(body)).into_response();
-    if let Ok(v) = HeaderValue::from_str(&format!("http://{}{path}", host(headers))) {
+    // Built from the configured public URL, never from the request's Host header.
+    let location = format!("{}{path}", public_url.trim_end_matches('/'));
+    if let Ok(v) = HeaderValue::from_str(&location) {
         resp.headers_mut().insert("location", v);
     }
     version_headers(&mut resp, group, p);
@@ -120,7 +123,6 @@ pub async fn create_object(
     State(state): State<AppState>,
     ctx: RequestCtx,
     ApiPath(class): ApiPath<String>,
-    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     class_name(&class)?;
@@ -130,7 +132,7 @@ pub async fn create_object(
     let (created_ms, group, p) = create_in(&state, &ctx, &class, &object_id, updates).await?;
     let path = format!("/1/classes/{class}/{object_id}");
     Ok(created_response(
-        &headers,
+        &state.public_url,
         &path,
         created_ms,
         &object_id,
@@ -164,8 +166,10 @@ pub async fn get_in(
         .map_err(|e| ApiError::from_cluster(e, object_id))?
         .ok_or_else(|| ApiError::ObjectNotFound(object_id.to_string()))?;
     let mut objs = [obj];
+    let view = UserView::new(&ctx.app, who.as_deref());
+    view.hide_rows(class, &mut objs);
     let include = parse_include(include.unwrap_or(""))?;
-    expand(&state.cluster, app, &mut objs, &include, who).await?;
+    expand(&state.cluster, app, &mut objs, &include, who, &view).await?;
     let [obj] = objs;
     Ok(obj)
 }
@@ -291,24 +295,35 @@ fn parse_count(name: &str, v: &Option<String>) -> Result<Option<usize>, ApiError
     v.as_deref()
         .map(|s| {
             s.trim()
-                .parse::<i64>()
-                .map_err(|_| ApiError::InvalidQuery(format!("{name} must be an integer.")))
+                .parse::<u64>()
+                .ok()
+                .and_then(|n| usize::try_from(n).ok())
+                .ok_or_else(|| {
+                    ApiError::InvalidQuery(format!("{name} must be a non-negative integer."))
+                })
         })
         .transpose()
-        .map(|o| o.map(|n| n.max(0) as usize))
 }
+
+/// Levels of objects and arrays a `where` or `having` parameter may nest.
+pub const MAX_FILTER_DEPTH: usize = 64;
 
 /// A JSON-object parameter (`where`, `having`) as a filter; absent or empty is no filter.
 fn filter_param(name: &str, v: &Option<String>) -> Result<Filter, ApiError> {
     let Some(text) = v.as_deref().map(str::trim).filter(|s| !s.is_empty()) else {
         return Ok(Filter::All);
     };
+    super::json_text::check(text.as_bytes(), MAX_FILTER_DEPTH)
+        .map_err(|e| ApiError::InvalidQuery(format!("{name}: {e}.")))?;
     match serde_json::from_str::<Value>(text) {
         Ok(Value::Object(m)) => {
             Filter::parse(&m).map_err(|e| ApiError::InvalidQuery(e.to_string()))
         }
-        _ => Err(ApiError::InvalidQuery(format!(
+        Ok(_) => Err(ApiError::InvalidQuery(format!(
             "{name} must be a JSON object."
+        ))),
+        Err(e) => Err(ApiError::InvalidQuery(format!(
+            "{name} is not valid JSON: {e}."
         ))),
     }
 }

@@ -1,4 +1,5 @@
-//! Operational endpoints: `/health` (ready when every group has a leader) and `/metrics`
+//! Operational endpoints: `/health` (ready when every hosted group has a leader, runs, and
+//! applies what it commits; `cluster::health`) and `/metrics`
 //! (Prometheus text: per-group Raft state, proposal and HTTP latency, storage size).
 
 use std::sync::OnceLock;
@@ -31,22 +32,29 @@ pub fn install_metrics_recorder() -> anyhow::Result<()> {
 
 pub async fn health(State(state): State<AppState>) -> impl IntoResponse {
     let status = state.cluster.status();
-    let me = status.node_id;
-    let hosted: Vec<_> = status.groups.iter().filter(|g| g.hosts(me)).collect();
-    let with_leader = hosted.iter().filter(|g| g.leader.is_some()).count();
-    let ready = !hosted.is_empty() && with_leader == hosted.len();
+    let health = state.cluster.health();
+    let ready = health.ok();
     let code = if ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
+    let me = status.node_id;
+    let verdict = if ready {
+        "ok"
+    } else if health.problems.iter().all(|p| p.problem == "noLeader") {
+        "starting"
+    } else {
+        "degraded"
+    };
     let body = json!({
-        "status": if ready { "ok" } else { "starting" },
+        "status": verdict,
         "node": me,
         "groups": status.groups.len(),
-        "hostedGroups": hosted.len(),
-        "groupsWithLeader": with_leader,
-        "leaderOf": hosted.iter().filter(|g| g.leader == Some(me)).map(|g| g.group).collect::<Vec<_>>(),
+        "hostedGroups": health.hosted,
+        "groupsWithLeader": health.with_leader,
+        "problems": health.problems,
+        "leaderOf": status.groups.iter().filter(|g| g.hosts(me) && g.leader == Some(me)).map(|g| g.group).collect::<Vec<_>>(),
     });
     (code, Json(body))
 }
@@ -73,8 +81,26 @@ pub async fn metrics(State(state): State<AppState>) -> Result<String, ApiError> 
             .set(g.applied as f64);
         metrics::gauge!("basalt_raft_snapshot_index", "group" => group.clone())
             .set(g.snapshot as f64);
-        metrics::gauge!("basalt_raft_voters", "group" => group).set(g.voters.len() as f64);
+        metrics::gauge!("basalt_raft_voters", "group" => group.clone()).set(g.voters.len() as f64);
+        metrics::gauge!("basalt_raft_halted", "group" => group).set(if g.halted.is_some() {
+            1.0
+        } else {
+            0.0
+        });
     }
+    let health = state.cluster.health();
+    for g in &status.groups {
+        let stuck = health
+            .problems
+            .iter()
+            .any(|p| p.group == g.group && p.problem == "stuckApplying");
+        metrics::gauge!("basalt_raft_apply_stuck", "group" => g.group.to_string()).set(if stuck {
+            1.0
+        } else {
+            0.0
+        });
+    }
+    metrics::gauge!("basalt_unhealthy_groups").set(health.problems.len() as f64);
     metrics::gauge!("basalt_storage_bytes").set(state.cluster.storage_bytes() as f64);
     PROMETHEUS
         .get()

@@ -4,11 +4,12 @@
 //! A role's `name` is required, unique in its app (139) and never changes; its `users` and
 //! `roles` relations are changed with `AddRelation`/`RemoveRelation` and never shown (they are
 //! queried with `$relatedTo`). Writes follow the role's ACL; deleting needs a session (206).
+//! A role created without an ACL is readable by everyone and writable only by its creator
+//! (or only with the master key when it had no session).
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::Json;
 use basalt_cluster::object::new_object_id;
@@ -22,7 +23,7 @@ use super::objects::{
     ListParams,
 };
 use crate::users::roles::ROLE_CLASS;
-use crate::users::session::principals;
+use crate::users::session::{principals, session_user};
 use crate::users::unique::{self, Unique};
 use crate::users::USER_CLASS;
 
@@ -73,25 +74,45 @@ fn shown(mut role: Value) -> Value {
     role
 }
 
+/// The body's role name, trimmed (`"admins "` is the role `admins`).
 fn take_name(body: &mut Map<String, Value>) -> Result<Option<String>, ApiError> {
     match body.remove("name") {
         None => Ok(None),
-        Some(Value::String(n)) if valid_role_name(&n) => Ok(Some(n)),
+        Some(Value::String(n)) if valid_role_name(n.trim()) => Ok(Some(n.trim().to_string())),
         Some(other) => Err(ApiError::InvalidRole(format!(
             "invalid role name {other}: use letters, digits, spaces, - and _."
         ))),
     }
 }
 
+/// The ACL of a role created without one: everyone may read it (to see which roles exist),
+/// only its creator may change it — or, created with the master key or without a session,
+/// only the master key. A role writable by anyone would let anyone grant themselves its
+/// permissions.
+async fn default_role_acl(state: &AppState, ctx: &RequestCtx) -> Result<Value, ApiError> {
+    let mut acl = serde_json::json!({"*": {"read": true}});
+    if !ctx.master {
+        if let Some(token) = &ctx.session_token {
+            let app = &ctx.app.application_id;
+            if let Some((user_id, _)) = session_user(&state.cluster, app, token).await? {
+                acl[user_id] = serde_json::json!({"read": true, "write": true});
+            }
+        }
+    }
+    Ok(acl)
+}
+
 pub async fn create_role(
     State(state): State<AppState>,
     ctx: RequestCtx,
-    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let mut body = json_object(&body_bytes(body, &state)?)?;
     let name = take_name(&mut body)?
         .ok_or_else(|| ApiError::InvalidRole("a role needs a name.".into()))?;
+    if body.get("ACL").is_none_or(Value::is_null) {
+        body.insert("ACL".into(), default_role_acl(&state, &ctx).await?);
+    }
     let mut updates = parse_updates(&body)?;
     check_relations(&updates)?;
     updates.push(FieldUpdate {
@@ -105,7 +126,7 @@ pub async fn create_role(
         Ok((created_ms, group, p)) => {
             let path = format!("/1/roles/{id}");
             Ok(created_response(
-                &headers,
+                &state.public_url,
                 &path,
                 created_ms,
                 &id,

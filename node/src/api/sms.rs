@@ -2,6 +2,7 @@
 //! body), `querySms/<smsId>` and `resetPasswordBySmsCode/<code>` with app keys, and the
 //! console's template management under `/1/apps/<appId>/smsTemplates`. The work is in `sms`.
 
+use crate::throttle::{ClientIp, IpKind};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
@@ -41,8 +42,13 @@ fn ok() -> Json<Value> {
 pub async fn request_sms_code(
     State(state): State<AppState>,
     ctx: RequestCtx,
+    ClientIp(ip): ClientIp,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
+    state
+        .limiter
+        .take(IpKind::Sms, ip)
+        .map_err(|e| ApiError::SmsLimit(e.to_string()))?;
     let body = json_object(&body_bytes(body, &state)?)?;
     let req = CodeRequest {
         number: number(&body)?,

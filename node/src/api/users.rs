@@ -8,7 +8,6 @@
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use basalt_cluster::object::{new_object_id, random_alphanumeric, StoredObject};
@@ -23,6 +22,7 @@ use super::objects::{
     check_object_id, create_in, created_response, delete_in, get_in, list_in, update_in, GetParams,
     ListParams,
 };
+use crate::throttle::{self, ClientIp, IpKind, LOGIN_WINDOWS};
 use crate::users::session::{add_session, new_token, only_session, session_user};
 use crate::users::third_party::{identity_of, parse_auth_data, Link, AUTH_DATA_FIELD, PLATFORMS};
 use crate::users::unique::{self, Unique};
@@ -34,7 +34,7 @@ async fn hash(password: String) -> Result<String, ApiError> {
 
 async fn verify(password: String, stored: &StoredObject) -> Result<bool, ApiError> {
     let Some(h) = stored.fields.get(PASSWORD_FIELD).and_then(Value::as_str) else {
-        return Ok(false);
+        return crate::auth::password::verify_absent(password).await;
     };
     crate::auth::password::verify(password, h.to_string()).await
 }
@@ -111,13 +111,12 @@ async fn release_all(state: &AppState, app: &str, values: &[(Unique, String)], u
 pub async fn sign_up(
     State(state): State<AppState>,
     ctx: RequestCtx,
-    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let mut body = json_object(&body_bytes(body, &state)?)?;
     if let Some(auth) = body.remove("authData") {
         let links = parse_auth_data(&auth)?;
-        return third_party_sign_up(&state, &ctx, &headers, body, links).await;
+        return third_party_sign_up(&state, &ctx, body, links).await;
     }
     if body.contains_key("smsCode") {
         return phone_sign_up(&state, &ctx, body)
@@ -162,7 +161,13 @@ pub async fn sign_up(
             let path = format!("/1/users/{user_id}");
             let extra = vec![("sessionToken", json!(token))];
             Ok(created_response(
-                &headers, &path, created_ms, &user_id, extra, group, &p,
+                &state.public_url,
+                &path,
+                created_ms,
+                &user_id,
+                extra,
+                group,
+                &p,
             ))
         }
         Err(e) => {
@@ -197,26 +202,47 @@ impl LoginParams {
 pub async fn log_in_by_query(
     State(state): State<AppState>,
     ctx: RequestCtx,
+    ClientIp(ip): ClientIp,
     ApiQuery(p): ApiQuery<LoginParams>,
 ) -> Result<Json<Value>, ApiError> {
-    log_in(&state, &ctx, p).await.map(Json)
+    log_in(&state, &ctx, ip, p).await.map(Json)
 }
 
 /// `POST /1/login` with `{username, password}` or `{mobilePhoneNumber, smsCode}`.
 pub async fn log_in_by_body(
     State(state): State<AppState>,
     ctx: RequestCtx,
+    ClientIp(ip): ClientIp,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let mut body = json_object(&body_bytes(body, &state)?)?;
     let params = LoginParams::from_body(&mut body)?;
-    log_in(&state, &ctx, params).await.map(Json)
+    log_in(&state, &ctx, ip, params).await.map(Json)
 }
 
 /// Logs in with a username, email or phone number and a password, or with a phone number and
 /// an SMS code: the whole user (no password) plus a new `sessionToken`. Any mismatch is 101
-/// (207 for a wrong SMS code).
-async fn log_in(state: &AppState, ctx: &RequestCtx, p: LoginParams) -> Result<Value, ApiError> {
+/// (207 for a wrong SMS code). Wrong attempts are limited per client IP and per account
+/// (`throttle`), and an unknown account takes as long to refuse as a wrong password.
+async fn log_in(
+    state: &AppState,
+    ctx: &RequestCtx,
+    ip: Option<std::net::IpAddr>,
+    p: LoginParams,
+) -> Result<Value, ApiError> {
+    state.limiter.take(IpKind::Login, ip)?;
+    let outcome = log_in_checked(state, ctx, p).await;
+    if outcome.is_ok() {
+        state.limiter.refund(IpKind::Login, ip);
+    }
+    outcome
+}
+
+async fn log_in_checked(
+    state: &AppState,
+    ctx: &RequestCtx,
+    p: LoginParams,
+) -> Result<Value, ApiError> {
     if let Some(code) = p.sms_code.filter(|c| !c.is_empty()) {
         let number = p
             .mobile_phone_number
@@ -245,6 +271,8 @@ async fn log_in(state: &AppState, ctx: &RequestCtx, p: LoginParams) -> Result<Va
         .filter(|s| !s.is_empty())
         .ok_or_else(|| ApiError::MissingCredentials("password is required.".into()))?;
     let app = &ctx.app.application_id;
+    let tries = format!("{app}/login/{}", name.to_lowercase());
+    let attempt = throttle::take(&state.cluster, "login", &tries, &LOGIN_WINDOWS).await?;
     let mut user_id = None;
     for kind in [Unique::Username, Unique::Email, Unique::Phone] {
         if let Some(id) = unique::owner(&state.cluster, app, kind, &name).await? {
@@ -252,15 +280,18 @@ async fn log_in(state: &AppState, ctx: &RequestCtx, p: LoginParams) -> Result<Va
             break;
         }
     }
-    let user_id = user_id.ok_or(ApiError::LoginFailed)?;
-    let stored = state
-        .cluster
-        .get_stored_object(app, USER_CLASS, &user_id)
-        .await?
-        .ok_or(ApiError::LoginFailed)?;
+    let stored = match &user_id {
+        Some(id) => state.cluster.get_stored_object(app, USER_CLASS, id).await?,
+        None => None,
+    };
+    let (Some(user_id), Some(stored)) = (user_id, stored) else {
+        crate::auth::password::verify_absent(password).await?;
+        return Err(ApiError::LoginFailed);
+    };
     if !verify(password, &stored).await? {
         return Err(ApiError::LoginFailed);
     }
+    throttle::give_back(&state.cluster, attempt).await;
     start_session(state, ctx, &user_id, &stored, Vec::new()).await
 }
 
@@ -410,7 +441,6 @@ async fn create_phone_user(
 async fn third_party_sign_up(
     state: &AppState,
     ctx: &RequestCtx,
-    headers: &HeaderMap,
     mut body: Map<String, Value>,
     links: Vec<Link>,
 ) -> Result<Response, ApiError> {
@@ -474,7 +504,13 @@ async fn third_party_sign_up(
                 ("username", json!(username)),
             ];
             Ok(created_response(
-                headers, &path, created_ms, &user_id, extra, group, &p,
+                &state.public_url,
+                &path,
+                created_ms,
+                &user_id,
+                extra,
+                group,
+                &p,
             ))
         }
         Err(e) => {

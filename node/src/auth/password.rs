@@ -43,6 +43,25 @@ pub async fn verify(password: String, hash: String) -> Result<bool, ApiError> {
     bounded(move || verify_password(&password, &hash)).await
 }
 
+/// Spends the time of a real verification for an account that does not exist and answers
+/// false, so that a wrong password and an unknown account take the same time (a faster
+/// answer would tell which usernames and console emails exist).
+pub async fn verify_absent(password: String) -> Result<bool, ApiError> {
+    static STAND_IN: OnceLock<String> = OnceLock::new();
+    bounded(move || {
+        let hash = match STAND_IN.get() {
+            Some(h) => h.clone(),
+            None => {
+                let h = hash_password("no account has this password")?;
+                STAND_IN.get_or_init(|| h).clone()
+            }
+        };
+        verify_password(&password, &hash);
+        Ok(false)
+    })
+    .await?
+}
+
 pub fn hash_password(password: &str) -> Result<String, ApiError> {
     let salt = SaltString::encode_b64(&rand::random::<[u8; 16]>())
         .map_err(|e| ApiError::Internal(e.to_string()))?;

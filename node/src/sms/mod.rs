@@ -17,6 +17,7 @@
 //! (`api::sms`). Delivery runs after the answer, through `provider`. Callers: `api::sms`,
 //! `api::users` (phone sign-up and login, reset by code).
 
+pub mod phone;
 pub mod provider;
 
 use std::sync::Arc;
@@ -61,17 +62,31 @@ pub const SEND_WINDOWS: [QuotaWindow; 3] = [
     },
 ];
 
+/// Key of an app's own SMS quota (every number's sends count there too).
+const APP_QUOTA_KEY: &str = "_app";
+
+/// SMS sends per app, whatever the numbers: bounds what one client can make an app send (and
+/// pay for) by cycling numbers.
+pub const APP_SEND_WINDOWS: [QuotaWindow; 2] = [
+    QuotaWindow {
+        length_ms: MINUTE_MS,
+        max: 100,
+    },
+    QuotaWindow {
+        length_ms: 24 * 60 * MINUTE_MS,
+        max: 10_000,
+    },
+];
+
 /// Verification attempts per number per app; past it every code is refused (207).
 pub const VERIFY_WINDOWS: [QuotaWindow; 1] = [QuotaWindow {
     length_ms: 10 * MINUTE_MS,
     max: 20,
 }];
 
-/// Code lookups without a number, per app; past it they find nothing (207).
-pub const RESET_LOOKUP_WINDOWS: [QuotaWindow; 1] = [QuotaWindow {
-    length_ms: 10 * MINUTE_MS,
-    max: 100,
-}];
+/// Code lookups without a number, per app: no more than one number gets (a lookup matches any
+/// number's live code, and a code lives `CODE_TTL_MS`); past it they find nothing (207).
+pub const RESET_LOOKUP_WINDOWS: [QuotaWindow; 1] = VERIFY_WINDOWS;
 
 /// The template used when a request names none.
 pub const DEFAULT_TEMPLATE: &str =
@@ -129,10 +144,9 @@ impl Template {
     }
 }
 
-/// A mobile number: an optional `+` and 6 to 20 digits.
+/// A valid phone number in any usual form (`phone::normalize`).
 pub fn valid_number(s: &str) -> bool {
-    let digits = s.strip_prefix('+').unwrap_or(s);
-    (6..=20).contains(&digits.len()) && digits.bytes().all(|b| b.is_ascii_digit())
+    phone::normalize(s).is_some()
 }
 
 /// A template's text with its placeholders filled.
@@ -227,11 +241,12 @@ pub async fn request_code(
     req: CodeRequest<'_>,
 ) -> Result<i64, ApiError> {
     let appid = app.application_id.as_str();
-    if !valid_number(req.number) {
+    // Quotas and codes are keyed on the number's one form, however the client wrote it.
+    let Some(number) = phone::normalize(req.number) else {
         return Err(ApiError::InvalidBody(
-            "mobilePhoneNumber must be 6 to 20 digits with an optional leading +.".into(),
+            "mobilePhoneNumber is not a valid phone number.".into(),
         ));
-    }
+    };
     let template = match req.template {
         None => Template {
             name: String::new(),
@@ -248,15 +263,23 @@ pub async fn request_code(
             return Err(ApiError::CaptchaRequired);
         }
     }
-    let group = number_group(cluster, appid, req.number);
-    let quota_key = format!("{appid}/{}", req.number);
-    match cluster
-        .take_quota(group, NS_SMS_QUOTA, &quota_key, SEND_WINDOWS.to_vec())
-        .await
-    {
-        Ok(()) => {}
-        Err(ClusterError::QuotaExceeded(why)) => return Err(ApiError::SmsLimit(why)),
-        Err(e) => return Err(e.into()),
+    let group = number_group(cluster, appid, &number);
+    for (group, key, windows) in [
+        (group, format!("{appid}/{number}"), &SEND_WINDOWS[..]),
+        (
+            number_group(cluster, appid, APP_QUOTA_KEY),
+            format!("{appid}/{APP_QUOTA_KEY}"),
+            &APP_SEND_WINDOWS[..],
+        ),
+    ] {
+        match cluster
+            .take_quota(group, NS_SMS_QUOTA, &key, windows.to_vec())
+            .await
+        {
+            Ok(_) => {}
+            Err(ClusterError::QuotaExceeded(why)) => return Err(ApiError::SmsLimit(why)),
+            Err(e) => return Err(e.into()),
+        }
     }
     let code = format!("{:06}", rand::rng().random_range(0..1_000_000u32));
     let sms_id = new_message(cluster, appid, req.number).await?;
@@ -265,7 +288,7 @@ pub async fn request_code(
         .put_record(
             group,
             NS_SMS_CODE,
-            &format!("{appid}/{}/{code}", req.number),
+            &format!("{appid}/{number}/{code}"),
             json!({ "smsId": sms_id }),
             Some(now + CODE_TTL_MS),
         )
@@ -359,7 +382,11 @@ pub async fn take_code(
     number: &str,
     code: &str,
 ) -> Result<(), ApiError> {
-    if code.len() != 6 || !code.bytes().all(|b| b.is_ascii_digit()) || !valid_number(number) {
+    let Some(number) = phone::normalize(number) else {
+        return Err(ApiError::WrongSmsCode);
+    };
+    let number = number.as_str();
+    if code.len() != 6 || !code.bytes().all(|b| b.is_ascii_digit()) {
         return Err(ApiError::WrongSmsCode);
     }
     let group = number_group(cluster, app, number);
@@ -372,7 +399,7 @@ pub async fn take_code(
         )
         .await
     {
-        Ok(()) => {}
+        Ok(_) => {}
         Err(ClusterError::QuotaExceeded(_)) => return Err(ApiError::WrongSmsCode),
         Err(e) => return Err(e.into()),
     }
@@ -405,7 +432,7 @@ pub async fn number_of_code(
         )
         .await
     {
-        Ok(()) => {}
+        Ok(_) => {}
         Err(ClusterError::QuotaExceeded(_)) => return Ok(None),
         Err(e) => return Err(e.into()),
     }
@@ -464,18 +491,16 @@ mod tests {
     }
 
     #[test]
-    fn numbers_are_digits() {
-        for ok in ["13800138000", "+8613800138000", "123456"] {
+    fn numbers_are_phone_numbers() {
+        for ok in [
+            "13800138000",
+            "+8613800138000",
+            "008613800138000",
+            "138 0013 8000",
+        ] {
             assert!(valid_number(ok), "{ok}");
         }
-        for bad in [
-            "",
-            "12345",
-            "+",
-            "138 0013 8000",
-            "1380013800a",
-            &"1".repeat(21),
-        ] {
+        for bad in ["", "12345", "123456", "+", "1380013800a", &"1".repeat(21)] {
             assert!(!valid_number(bad), "{bad}");
         }
     }

@@ -3,6 +3,7 @@
 //! token) holding the app, user, email and purpose, expiring with the link; the TTL sweep of the
 //! leader-elected scheduler removes expired ones. A link works once.
 
+use crate::throttle::MAIL_WINDOWS;
 use basalt_cluster::object::random_alphanumeric;
 use basalt_cluster::{now_ms, Cluster};
 use serde::{Deserialize, Serialize};
@@ -54,6 +55,10 @@ pub async fn send_link(
     app_name: &str,
     link: EmailLink,
 ) -> Result<(), ApiError> {
+    // However the mail was asked for (a request, a sign-up, an email change), one address gets
+    // at most `MAIL_WINDOWS` mails, counted cluster-wide.
+    let to = format!("{}/mail/{}", link.app, link.email.trim().to_lowercase());
+    crate::throttle::take(cluster, "mails to this address", &to, &MAIL_WINDOWS).await?;
     let token = random_alphanumeric(32);
     let ttl = match link.purpose {
         Purpose::Verify => VERIFY_TTL_MS,
@@ -114,16 +119,21 @@ pub async fn find_link(
         .filter(|l| l.purpose == purpose))
 }
 
-/// Ends a link (it works once).
-pub async fn consume_link(cluster: &Cluster, token: &str) -> Result<(), ApiError> {
-    cluster
-        .propose(
-            group(cluster, token),
-            basalt_cluster::Command::DeleteRecord {
-                ns: NS_EMAIL_LINK.into(),
-                key: token.into(),
-            },
-        )
+/// Uses up a live link of that purpose: of any number of requests following one link, through
+/// any nodes, exactly one gets it (`TakeRecord` deletes and answers it in one command).
+pub async fn take_link(
+    cluster: &Cluster,
+    token: &str,
+    purpose: Purpose,
+) -> Result<Option<EmailLink>, ApiError> {
+    // A link of the other purpose is left alone (taking it would destroy it).
+    if find_link(cluster, token, purpose).await?.is_none() {
+        return Ok(None);
+    }
+    let rec = cluster
+        .take_record(group(cluster, token), NS_EMAIL_LINK, token)
         .await?;
-    Ok(())
+    Ok(rec
+        .and_then(|v| serde_json::from_value::<EmailLink>(v).ok())
+        .filter(|l| l.purpose == purpose))
 }

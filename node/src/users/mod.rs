@@ -7,6 +7,7 @@
 //! `api::users` (the endpoints) and every data handler (`principals`, for ACLs).
 
 pub mod email_links;
+pub mod protected;
 pub mod roles;
 pub mod session;
 pub mod third_party;

@@ -79,10 +79,15 @@ impl Unique {
         }
     }
 
-    /// The form the value is compared in (emails ignore case).
+    /// The form the value is compared in: emails ignore case; phone numbers in E.164
+    /// (`sms::phone`: `13700000001` and `+8613700000001` are one number), or as written when
+    /// they are not valid numbers.
     pub fn normalize(self, v: &str) -> String {
         match self {
             Unique::Email => v.trim().to_lowercase(),
+            Unique::Phone => {
+                crate::sms::phone::normalize(v).unwrap_or_else(|| v.trim().to_string())
+            }
             _ => v.to_string(),
         }
     }

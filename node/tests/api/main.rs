@@ -6,6 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod abuse;
 mod acl;
 mod aggregates;
 mod apps;
@@ -13,6 +14,7 @@ mod auth;
 mod batch;
 mod cloud_query;
 mod email;
+mod limits;
 mod multi_node;
 mod objects;
 mod ops;
@@ -21,3 +23,4 @@ mod query_model;
 mod schemas;
 mod sms;
 mod users;
+mod web;

@@ -46,7 +46,13 @@ async fn delivered(c: &Client, sms_id: i64) -> Value {
 async fn sms_codes_templates_and_captchas() {
     let receiver = SmsReceiver::start().await;
     let hook = receiver.url();
-    let cluster = TestCluster::start(3, &["--shards", "4"], &["--sms-webhook-url", &hook]).await;
+    // Every test request comes from 127.0.0.1: lift the per-IP limit (tested in abuse.rs).
+    let cluster = TestCluster::start(
+        3,
+        &["--shards", "4"],
+        &["--sms-webhook-url", &hook, "--sms-requests-per-ip", "0"],
+    )
+    .await;
     let c: Vec<Client> = (0..3).map(|i| cluster.client(i)).collect();
     let app_id = cluster.keys.application_id.clone();
 
@@ -389,7 +395,13 @@ async fn sms_codes_templates_and_captchas() {
 async fn phone_sign_up_login_and_reset_by_code() {
     let receiver = SmsReceiver::start().await;
     let hook = receiver.url();
-    let cluster = TestCluster::start(3, &["--shards", "4"], &["--sms-webhook-url", &hook]).await;
+    // Every test request comes from 127.0.0.1: lift the per-IP limit (tested in abuse.rs).
+    let cluster = TestCluster::start(
+        3,
+        &["--shards", "4"],
+        &["--sms-webhook-url", &hook, "--sms-requests-per-ip", "0"],
+    )
+    .await;
     let c: Vec<Client> = (0..3).map(|i| cluster.client(i)).collect();
 
     // One-step register at /1/usersv1: 200 with the whole user, verified, with a session.

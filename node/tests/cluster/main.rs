@@ -6,6 +6,8 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod survival;
+
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -203,17 +205,11 @@ async fn a_stopped_node_catches_up_by_snapshot() {
     // The live nodes purge log entries that node 3 never received (a leader purges once its
     // replication to the stopped node has failed again after the snapshot, so poll).
     let purged_on = |node: usize| -> u64 {
-        let status: Value =
-            serde_json::from_str(&cluster.admin(node, &["status"])).unwrap_or(Value::Null);
-        status["Status"]["groups"]
-            .as_array()
-            .map(|gs| {
-                gs.iter()
-                    .filter(|g| g["group"].as_u64() != Some(0))
-                    .map(|g| g["purged"].as_u64().unwrap_or(0))
-                    .min()
-                    .unwrap_or(0)
-            })
+        cluster
+            .data_group_field(node, "purged")
+            .into_iter()
+            .map(|(_, p)| p)
+            .min()
             .unwrap_or(0)
     };
     TestCluster::eventually(
@@ -230,18 +226,13 @@ async fn a_stopped_node_catches_up_by_snapshot() {
         Duration::from_secs(60),
         "node 3 installs snapshots and catches up",
         || {
-            let s: Value =
-                serde_json::from_str(&cluster.admin(2, &["status"])).unwrap_or(Value::Null);
-            let lead: Value =
-                serde_json::from_str(&cluster.admin(0, &["status"])).unwrap_or(Value::Null);
-            let applied = |v: &Value, g: u64| {
-                v["Status"]["groups"]
-                    .as_array()
-                    .and_then(|gs| gs.iter().find(|x| x["group"].as_u64() == Some(g)))
-                    .and_then(|x| x["applied"].as_u64())
-                    .unwrap_or(0)
-            };
-            (1..=2).all(|g| applied(&s, g) >= purged && applied(&s, g) + 5 >= applied(&lead, g))
+            let lead = cluster.data_group_field(0, "applied");
+            let mine = cluster.data_group_field(2, "applied");
+            mine.len() == lead.len()
+                && mine
+                    .iter()
+                    .zip(&lead)
+                    .all(|((_, m), (_, l))| *m >= purged && m + 5 >= *l)
         },
     )
     .await;

@@ -354,6 +354,22 @@ impl TestCluster {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// `field` (e.g. `applied`, `purged`) of each data group as node `i` reports it
+    /// (`basalt admin status`), by group.
+    pub fn data_group_field(&self, i: usize, field: &str) -> Vec<(u64, u64)> {
+        let status: Value =
+            serde_json::from_str(&self.admin(i, &["status"])).unwrap_or(Value::Null);
+        status["Status"]["groups"]
+            .as_array()
+            .map(|gs| {
+                gs.iter()
+                    .filter_map(|g| Some((g["group"].as_u64()?, g[field].as_u64().unwrap_or(0))))
+                    .filter(|(g, _)| *g != 0)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// Each group's leader, voters and learners (`basalt admin placement`).
     pub fn placement(&self, i: usize) -> Value {
         serde_json::from_str(&self.admin(i, &["placement"])).expect("placement json")

@@ -1,0 +1,159 @@
+//! Whether this node's groups can serve: a group is unhealthy when its Raft core has stopped
+//! (a fatal storage error), when it has no leader, or when it has committed entries it has not
+//! applied for [`STUCK_AFTER`]. `ApplyWatch` remembers since when each group's applied index
+//! has stood still; `Cluster::health` (in `cluster`) feeds it the groups' metrics and the node's
+//! `/health` endpoint and metrics report the verdict.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::admin::{GroupStatus, NodeStatus};
+use crate::ids::GroupId;
+
+/// A group whose applied index stays behind its committed index this long is stuck.
+pub const STUCK_AFTER: Duration = Duration::from_secs(10);
+
+/// The problems of one hosted group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupProblem {
+    pub group: GroupId,
+    /// `halted`, `noLeader` or `stuckApplying`.
+    pub problem: String,
+}
+
+/// The health of the groups this node hosts.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Health {
+    pub hosted: usize,
+    pub with_leader: usize,
+    pub problems: Vec<GroupProblem>,
+}
+
+impl Health {
+    pub fn ok(&self) -> bool {
+        self.hosted > 0 && self.problems.is_empty()
+    }
+}
+
+/// Since when each group's applied index has not moved while it lagged its committed index.
+#[derive(Default)]
+pub struct ApplyWatch {
+    since: Mutex<HashMap<GroupId, (u64, Instant)>>,
+}
+
+impl ApplyWatch {
+    /// The problems of `status`'s hosted groups, observed at `now`.
+    pub fn assess(&self, status: &NodeStatus, now: Instant) -> Health {
+        let me = status.node_id;
+        let hosted: Vec<&GroupStatus> = status.groups.iter().filter(|g| g.hosts(me)).collect();
+        let mut health = Health {
+            hosted: hosted.len(),
+            with_leader: hosted.iter().filter(|g| g.leader.is_some()).count(),
+            problems: Vec::new(),
+        };
+        let mut since = match self.since.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        for g in hosted {
+            let problem = if g.halted.is_some() {
+                Some("halted")
+            } else if g.leader.is_none() {
+                Some("noLeader")
+            } else if self.stuck(&mut since, g, now) {
+                Some("stuckApplying")
+            } else {
+                None
+            };
+            if let Some(p) = problem {
+                health.problems.push(GroupProblem {
+                    group: g.group,
+                    problem: p.into(),
+                });
+            }
+        }
+        health
+    }
+
+    fn stuck(
+        &self,
+        since: &mut HashMap<GroupId, (u64, Instant)>,
+        g: &GroupStatus,
+        now: Instant,
+    ) -> bool {
+        if g.applied >= g.committed {
+            since.remove(&g.group);
+            return false;
+        }
+        let entry = since.entry(g.group).or_insert((g.applied, now));
+        if entry.0 != g.applied {
+            *entry = (g.applied, now);
+        }
+        now.saturating_duration_since(entry.1) >= STUCK_AFTER
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn group(applied: u64, committed: u64) -> GroupStatus {
+        GroupStatus {
+            group: 1,
+            state: "Follower".into(),
+            term: 1,
+            leader: Some(2),
+            last_log_index: committed,
+            committed,
+            applied,
+            snapshot: 0,
+            purged: 0,
+            voters: vec![1, 2, 3],
+            learners: vec![],
+            halted: None,
+        }
+    }
+
+    fn node(g: GroupStatus) -> NodeStatus {
+        NodeStatus {
+            node_id: 1,
+            groups: vec![g],
+        }
+    }
+
+    #[test]
+    fn a_group_behind_without_progress_becomes_stuck() {
+        let w = ApplyWatch::default();
+        let t0 = Instant::now();
+        assert!(w.assess(&node(group(5, 9)), t0).ok());
+        assert!(w
+            .assess(&node(group(5, 9)), t0 + Duration::from_secs(5))
+            .ok());
+        let h = w.assess(&node(group(5, 9)), t0 + STUCK_AFTER);
+        assert_eq!(h.problems[0].problem, "stuckApplying");
+        // Progress restarts the clock; catching up clears it.
+        assert!(w.assess(&node(group(6, 9)), t0 + STUCK_AFTER).ok());
+        assert!(w.assess(&node(group(9, 9)), t0 + 3 * STUCK_AFTER).ok());
+    }
+
+    #[test]
+    fn halted_and_leaderless_groups_are_reported() {
+        let w = ApplyWatch::default();
+        let mut g = group(9, 9);
+        g.halted = Some("storage".into());
+        assert_eq!(
+            w.assess(&node(g), Instant::now()).problems[0].problem,
+            "halted"
+        );
+        let mut g = group(9, 9);
+        g.leader = None;
+        assert_eq!(
+            w.assess(&node(g), Instant::now()).problems[0].problem,
+            "noLeader"
+        );
+    }
+}

@@ -1,0 +1,459 @@
+//! Abuse and races on a 3-node cluster (docs/security.md): single-use links, SMS codes,
+//! captchas and validate tokens, and SMS quotas hold when requests race through every node; SMS codes cannot be guessed without limit in any form;
+//! logins and console logins are throttled per account (and answer unknown accounts like wrong
+//! passwords); one number written many ways is one number; mails are limited per address.
+
+use std::time::Instant;
+
+use basalt_client::Client;
+use futures::future::join_all;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use super::common::smtp::SmtpSink;
+use super::common::webhook::SmsReceiver;
+use super::common::{assert_api_error, register_user, TestCluster};
+
+async fn post(c: &Client, path: &str, body: Value) -> Result<Value, basalt_client::Error> {
+    c.request(Method::POST, path, Some(&body), false)
+        .await
+        .map(|r| r.body)
+}
+
+/// Node flags that lift the per-IP limits (every test request comes from 127.0.0.1), so the
+/// per-account and per-number limits are what the tests see.
+const NO_IP_LIMITS: [&str; 6] = [
+    "--login-attempts-per-ip",
+    "0",
+    "--sms-requests-per-ip",
+    "0",
+    "--mail-requests-per-ip",
+    "0",
+];
+
+fn link_in(mail: &str, kind: &str) -> String {
+    let start = mail.find("http://").expect("a link");
+    let url: String = mail[start..]
+        .chars()
+        .take_while(|c| !c.is_whitespace())
+        .collect();
+    assert!(url.contains(&format!("/email/{kind}/")), "{url}");
+    url
+}
+
+/// The link's path, followed through node `i` instead of the node that mailed it.
+fn through(cluster: &TestCluster, i: usize, link: &str) -> String {
+    let path = &link[link.find("/email/").expect("email path")..];
+    format!("http://{}{path}", cluster.nodes[i].http)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn links_and_quotas_hold_when_requests_race_through_every_node() {
+    let sink = SmtpSink::start().await;
+    let receiver = SmsReceiver::start().await;
+    let (smtp, hook) = (sink.url(), receiver.url());
+    let mut args = vec!["--smtp-url", &smtp, "--sms-webhook-url", &hook];
+    args.extend(NO_IP_LIMITS);
+    let cluster = TestCluster::start(3, &["--shards", "4"], &args).await;
+    let c = cluster.spread_client();
+    let http = reqwest::Client::new();
+
+    // A password-reset link followed 6 times at once through 3 nodes changes the password once.
+    post(
+        &c,
+        "/1/users",
+        json!({"username": "rl", "password": "old", "email": "rl@x.org"}),
+    )
+    .await
+    .unwrap();
+    post(&c, "/1/requestPasswordReset", json!({"email": "rl@x.org"}))
+        .await
+        .unwrap();
+    let link = link_in(&sink.wait_for("rl@x.org").await, "reset");
+    let tries = (0..6).map(|i| {
+        let url = through(&cluster, i % 3, &link);
+        let http = http.clone();
+        async move {
+            let password = format!("new{i}");
+            let r = http
+                .post(url)
+                .form(&[("password", password.as_str())])
+                .send()
+                .await
+                .expect("post");
+            (r.status().as_u16(), password)
+        }
+    });
+    let outcomes = join_all(tries).await;
+    let winners: Vec<&String> = outcomes
+        .iter()
+        .filter(|(s, _)| *s == 200)
+        .map(|(_, p)| p)
+        .collect();
+    assert_eq!(winners.len(), 1, "{outcomes:?}");
+    assert!(
+        outcomes.iter().all(|(s, _)| *s == 200 || *s == 404),
+        "{outcomes:?}"
+    );
+    let login = |p: &str| {
+        let c = c.clone();
+        let p = p.to_string();
+        async move {
+            c.request(
+                Method::GET,
+                &format!("/1/login?username=rl&password={p}"),
+                None,
+                false,
+            )
+            .await
+        }
+    };
+    login(winners[0])
+        .await
+        .expect("the winner's password works");
+    for (_, p) in outcomes.iter().filter(|(s, _)| *s != 200) {
+        assert!(login(p).await.is_err(), "a loser's password {p} works");
+    }
+
+    // A verification link followed 6 times at once verifies once.
+    cluster
+        .console_client(0)
+        .request(
+            Method::PUT,
+            &format!("/1/apps/{}", cluster.keys.application_id),
+            Some(&json!({"emailVerify": true})),
+            false,
+        )
+        .await
+        .unwrap();
+    post(
+        &c,
+        "/1/users",
+        json!({"username": "vl", "password": "p", "email": "vl@x.org"}),
+    )
+    .await
+    .unwrap();
+    let link = link_in(&sink.wait_for("vl@x.org").await, "verify");
+    let follows = (0..6).map(|i| {
+        let url = through(&cluster, i % 3, &link);
+        let http = http.clone();
+        async move { http.get(url).send().await.expect("get").status().as_u16() }
+    });
+    let statuses = join_all(follows).await;
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 200).count(),
+        1,
+        "{statuses:?}"
+    );
+
+    // 1 SMS a minute per number: 9 requests at once through 3 nodes let exactly one through,
+    // in every round.
+    for round in 0..5 {
+        let number = format!("+86139000000{round:02}");
+        let sends = (0..9).map(|i| {
+            let c = cluster.client(i % 3);
+            let body = json!({"mobilePhoneNumber": number});
+            async move { post(&c, "/1/requestSmsCode", body).await }
+        });
+        let results = join_all(sends).await;
+        let sent = results.iter().filter(|r| r.is_ok()).count();
+        assert_eq!(sent, 1, "round {round}: {results:?}");
+        for r in results.into_iter().filter(|r| r.is_err()) {
+            assert_api_error(r, 400, 10010, "over the minute's quota");
+        }
+    }
+
+    // An SMS code verified 6 times at once through 3 nodes is good once.
+    let number = "+8613900000077";
+    let sms_id = post(
+        &c,
+        "/1/requestSmsCode",
+        json!({"mobilePhoneNumber": number}),
+    )
+    .await
+    .unwrap()["smsId"]
+        .as_i64()
+        .unwrap();
+    let code = receiver.code(sms_id).await;
+    let verifies = (0..6).map(|i| {
+        let c = cluster.client(i % 3);
+        let path = format!("/1/verifySmsCode/{code}");
+        async move {
+            c.request(
+                Method::POST,
+                &path,
+                Some(&json!({"mobilePhoneNumber": number})),
+                false,
+            )
+            .await
+        }
+    });
+    let results = join_all(verifies).await;
+    assert_eq!(
+        results.iter().filter(|r| r.is_ok()).count(),
+        1,
+        "{results:?}"
+    );
+
+    // A captcha verified 6 times at once gives one validate_token, and that token sends one
+    // SMS of a captcha-guarded template however many requests race with it.
+    cluster
+        .console_client(1)
+        .request(
+            Method::POST,
+            &format!("/1/apps/{}/smsTemplates", cluster.keys.application_id),
+            Some(&json!({"name": "guarded", "content": "%smscode%", "captcha": true})),
+            false,
+        )
+        .await
+        .unwrap();
+    let cap = cluster
+        .master_client(0)
+        .request(Method::POST, "/1/requestCaptcha", Some(&json!({})), true)
+        .await
+        .unwrap()
+        .body;
+    let answer =
+        json!({"captcha_code": cap["captcha_code"], "captcha_token": cap["captcha_token"]});
+    let passes = (0..6).map(|i| {
+        let c = cluster.client(i % 3);
+        let body = answer.clone();
+        async move { post(&c, "/1/verifyCaptcha", body).await }
+    });
+    let passes = join_all(passes).await;
+    let tokens: Vec<String> = passes
+        .iter()
+        .filter_map(|r| {
+            r.as_ref().ok()?["validate_token"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .collect();
+    assert_eq!(tokens.len(), 1, "{passes:?}");
+    let sends = (0..6).map(|i| {
+        let c = cluster.client(i % 3);
+        let body = json!({
+            "mobilePhoneNumber": format!("+861390000010{i}"),
+            "template": "guarded",
+            "validate_token": tokens[0],
+        });
+        async move { post(&c, "/1/requestSmsCode", body).await }
+    });
+    let sends = join_all(sends).await;
+    assert_eq!(sends.iter().filter(|r| r.is_ok()).count(), 1, "{sends:?}");
+    for r in sends.into_iter().filter(|r| r.is_err()) {
+        assert_api_error(r, 400, 10024, "a used validate_token");
+    }
+
+    // One number written four ways is one number: the second send within the minute is refused.
+    post(
+        &c,
+        "/1/requestSmsCode",
+        json!({"mobilePhoneNumber": "13700000001"}),
+    )
+    .await
+    .expect("first send");
+    for form in ["+8613700000001", "008613700000001", "013700000001"] {
+        assert_api_error(
+            post(&c, "/1/requestSmsCode", json!({"mobilePhoneNumber": form})).await,
+            400,
+            10010,
+            form,
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codes_passwords_and_mails_cannot_be_tried_without_limit() {
+    let sink = SmtpSink::start().await;
+    let receiver = SmsReceiver::start().await;
+    let (smtp, hook) = (sink.url(), receiver.url());
+    let mut args = vec!["--smtp-url", &smtp, "--sms-webhook-url", &hook];
+    args.extend(NO_IP_LIMITS);
+    let cluster = TestCluster::start(3, &["--shards", "4"], &args).await;
+    let c = cluster.spread_client();
+
+    // Guessing a reset code without the number: 20 tries per app in 10 minutes, after which
+    // even the right code finds nothing; with the number the victim's code still works.
+    let victim = "+8613800000077";
+    post(
+        &c,
+        "/1/users",
+        json!({"username": "victim", "password": "secret", "mobilePhoneNumber": victim}),
+    )
+    .await
+    .unwrap();
+    let sms_id = post(
+        &c,
+        "/1/requestSmsCode",
+        json!({"mobilePhoneNumber": victim}),
+    )
+    .await
+    .unwrap()["smsId"]
+        .as_i64()
+        .unwrap();
+    let code = receiver.code(sms_id).await;
+    let wrong: Vec<String> = (0..20)
+        .map(|i| format!("{:06}", (code.parse::<u32>().unwrap() + 1 + i) % 1_000_000))
+        .collect();
+    let guesses = wrong.iter().enumerate().map(|(i, w)| {
+        let c = cluster.client(i % 3);
+        let path = format!("/1/resetPasswordBySmsCode/{w}");
+        async move {
+            c.request(
+                Method::PUT,
+                &path,
+                Some(&json!({"password": "pwned"})),
+                false,
+            )
+            .await
+        }
+    });
+    for r in join_all(guesses).await {
+        assert_api_error(r, 400, 207, "wrong guess");
+    }
+    assert_api_error(
+        c.request(
+            Method::PUT,
+            &format!("/1/resetPasswordBySmsCode/{code}"),
+            Some(&json!({"password": "pwned"})),
+            false,
+        )
+        .await,
+        400,
+        207,
+        "the right code after the budget is spent",
+    );
+    c.request(
+        Method::GET,
+        "/1/login?username=victim&password=secret",
+        None,
+        false,
+    )
+    .await
+    .expect("the password is unchanged");
+    c.request(
+        Method::PUT,
+        &format!("/1/resetPasswordBySmsCode/{code}"),
+        Some(&json!({"password": "mine", "mobilePhoneNumber": victim})),
+        false,
+    )
+    .await
+    .expect("the owner, with the number, resets");
+
+    // Logins: 10 wrong passwords per account in 15 minutes, then 429 (10076) with Retry-After
+    // even for the right one; racing guesses through every node are all counted.
+    register_user(&c, "ada").await;
+    let wrong = (0..10).map(|i| {
+        let c = cluster.client(i % 3);
+        async move {
+            c.request(
+                Method::GET,
+                "/1/login?username=ada&password=nope",
+                None,
+                false,
+            )
+            .await
+        }
+    });
+    for r in join_all(wrong).await {
+        assert_api_error(r, 404, 101, "wrong password");
+    }
+    assert_api_error(
+        c.request(Method::GET, "/1/login?username=ada&password=p", None, false)
+            .await,
+        429,
+        10076,
+        "11th attempt",
+    );
+    // Another account is not affected, and a right password clears the count.
+    register_user(&c, "bob").await;
+    for _ in 0..3 {
+        let _ = c
+            .request(
+                Method::GET,
+                "/1/login?username=bob&password=nope",
+                None,
+                false,
+            )
+            .await;
+    }
+    c.request(Method::GET, "/1/login?username=bob&password=p", None, false)
+        .await
+        .expect("bob logs in");
+
+    // An unknown username is refused like a wrong password, in about the same time.
+    let time = |name: &'static str| {
+        let c = c.clone();
+        async move {
+            let mut took = Vec::new();
+            for i in 0..5 {
+                let started = Instant::now();
+                let r = c
+                    .request(
+                        Method::GET,
+                        &format!("/1/login?username={name}{i}&password=x"),
+                        None,
+                        false,
+                    )
+                    .await;
+                took.push(started.elapsed());
+                assert_api_error(r, 404, 101, name);
+            }
+            took.sort();
+            took[2]
+        }
+    };
+    for i in 0..5 {
+        register_user(&c, &format!("known{i}")).await;
+    }
+    let (known, unknown) = (time("known").await, time("nobody").await);
+    assert!(
+        unknown * 3 >= known,
+        "unknown accounts answer in {unknown:?}, known in {known:?}"
+    );
+
+    // Console logins: 10 wrong passwords, then 429 (10210).
+    let creds = cluster.credentials();
+    let email = creds["console"]["email"].as_str().unwrap();
+    let wrong_console = cluster.anonymous_client(1).with_console(email, "wrong");
+    for _ in 0..10 {
+        assert!(wrong_console
+            .request(Method::GET, "/1/apps", None, false)
+            .await
+            .is_err());
+    }
+    assert_api_error(
+        cluster
+            .console_client(2)
+            .request(Method::GET, "/1/apps", None, false)
+            .await,
+        429,
+        10210,
+        "console after 10 failures",
+    );
+
+    // Mails: two per address a minute, however asked for and through whichever node.
+    post(
+        &c,
+        "/1/users",
+        json!({"username": "mm", "password": "p", "email": "mm@x.org"}),
+    )
+    .await
+    .unwrap();
+    for i in 0..2 {
+        post(
+            &cluster.client(i),
+            "/1/requestPasswordReset",
+            json!({"email": "mm@x.org"}),
+        )
+        .await
+        .expect("first two mails");
+    }
+    assert_api_error(
+        post(&c, "/1/requestPasswordReset", json!({"email": "mm@x.org"})).await,
+        429,
+        10076,
+        "third mail within the minute",
+    );
+}

@@ -1,0 +1,289 @@
+//! What one request may carry and ask for (docs/api.md, "Limits"): nesting depth (dot paths
+//! included), keys per body, columns per class, 64-bit integers, answer size and sub-query count
+//! — each refused with its code and nothing written — and the attacks that used to halt a Raft
+//! group for good: on 3 nodes, every group keeps a leader, `/health` stays ok, and the cluster
+//! restarts on its data.
+
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use super::common::{assert_api_error, TestCluster};
+
+/// `[[[...1...]]]` nested `levels` deep.
+fn arrays(levels: usize) -> Value {
+    let mut v = json!(1);
+    for _ in 0..levels {
+        v = json!([v]);
+    }
+    v
+}
+
+/// A raw POST of `text` (which may not be what serde_json would write).
+async fn post_text(cluster: &TestCluster, node: usize, path: &str, text: String) -> (u16, Value) {
+    let keys = &cluster.keys;
+    let resp = reqwest::Client::new()
+        .post(format!("http://{}{path}", cluster.nodes[node].http))
+        .header("X-Service-Application-Id", &keys.application_id)
+        .header("X-Service-REST-API-Key", &keys.rest_key)
+        .header("Content-Type", "application/json")
+        .body(text)
+        .send()
+        .await
+        .expect("send");
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+async fn health(cluster: &TestCluster, node: usize) -> Value {
+    reqwest::get(format!("http://{}/health", cluster.nodes[node].http))
+        .await
+        .expect("health")
+        .json()
+        .await
+        .expect("json")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poison_writes_are_refused_and_every_group_keeps_serving() {
+    let mut cluster = TestCluster::start(3, &["--shards", "2"], &[]).await;
+    let c = cluster.spread_client();
+
+    // The reported attack: arrays nested 118..126 deep (the log entry added the levels that
+    // broke decoding), and far deeper than serde_json can parse.
+    for levels in [33, 118, 122, 124, 126, 127, 200, 5000] {
+        let body = format!("{{\"a\":{}}}", "[".repeat(levels) + &"]".repeat(levels));
+        let (status, err) = post_text(&cluster, levels % 3, "/1/classes/Deep", body).await;
+        assert_eq!(
+            (status, err["code"].clone()),
+            (400, json!(107)),
+            "{levels}: {err}"
+        );
+        assert!(
+            err["error"].as_str().unwrap_or("").contains("nest"),
+            "says what is wrong: {err}"
+        );
+    }
+    // The deepest admitted value is stored and read back whole, through every node.
+    let deepest = json!({"a": arrays(32)});
+    let ok = c.create_object("Deep", &deepest).await.expect("32 levels");
+    for i in 0..3 {
+        let got = cluster
+            .client(i)
+            .get_object("Deep", &ok.object_id)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got["a"], deepest["a"]);
+    }
+
+    // Dot paths count as levels: 150 segments (the second reported attack) and 34 are refused,
+    // 33 segments (32 levels below the column) are admitted.
+    let path = |n: usize| vec!["a"; n].join(".");
+    for n in [150, 34] {
+        assert_api_error(
+            c.update_object("Deep", &ok.object_id, &json!({ path(n): 1 }))
+                .await,
+            400,
+            107,
+            &format!("dot path of {n}"),
+        );
+    }
+    let id2 = c
+        .create_object("Deep", &json!({"b": 1}))
+        .await
+        .unwrap()
+        .object_id;
+    c.update_object("Deep", &id2, &json!({ path(33).replacen('a', "b2", 1): 1 }))
+        .await
+        .expect("33 segments");
+    // A value nested into a deep path adds up: 10 segments (9 levels) + 24 is one too many.
+    assert_api_error(
+        c.update_object("Deep", &id2, &json!({ path(10): arrays(24) }))
+            .await,
+        400,
+        107,
+        "path plus value",
+    );
+
+    // Keys per body and columns per class: refused before anything is proposed.
+    let wide = |n: usize, prefix: &str| {
+        Value::Object((0..n).map(|i| (format!("{prefix}{i}"), json!(i))).collect())
+    };
+    assert_api_error(
+        c.create_object("Wide", &wide(100_000, "k")).await,
+        400,
+        107,
+        "100,000 keys",
+    );
+    assert_api_error(
+        c.create_object("Wide", &wide(1001, "k")).await,
+        400,
+        107,
+        "1,001 keys",
+    );
+    c.create_object("Wide", &wide(600, "a"))
+        .await
+        .expect("600 columns");
+    assert_api_error(
+        c.create_object("Wide", &wide(600, "b")).await,
+        400,
+        10074,
+        "1,200 columns",
+    );
+    let schema = cluster
+        .master_client(0)
+        .request(Method::GET, "/1/schemas/Wide", None, true)
+        .await
+        .unwrap()
+        .body;
+    let columns = schema["fields"].as_object().map_or(0, |m| m.len());
+    assert!(columns < 620, "no b column was added: {columns}");
+
+    // Nothing halted: every node healthy with no group problem, no entry failed to apply,
+    // and queries of every class answer.
+    for i in 0..3 {
+        let h = health(&cluster, i).await;
+        assert_eq!(h["status"], "ok", "node {}: {h}", i + 1);
+        assert_eq!(h["problems"], json!([]), "node {}: {h}", i + 1);
+        assert_eq!(
+            cluster.metric(i, "basalt_apply_failures_total").await,
+            0.0,
+            "node {}",
+            i + 1
+        );
+    }
+    for class in ["Deep", "Wide", "Other"] {
+        c.query(class, &[("limit", "5")]).await.expect(class);
+    }
+
+    // The cluster restarts on its data and serves what it admitted.
+    for i in 0..3 {
+        cluster.stop(i);
+    }
+    for i in 0..3 {
+        cluster.restart(i).await;
+    }
+    for i in 0..3 {
+        cluster.wait_healthy(i, Duration::from_secs(60)).await;
+    }
+    let got = cluster
+        .client(1)
+        .get_object("Deep", &ok.object_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got["a"], deepest["a"]);
+    let got = cluster
+        .client(2)
+        .get_object("Deep", &id2)
+        .await
+        .unwrap()
+        .unwrap();
+    let mut v = &got["b2"];
+    for _ in 0..32 {
+        v = &v["a"];
+    }
+    assert_eq!(v, &json!(1), "{got}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_say_what_is_wrong_and_no_more() {
+    let cluster = TestCluster::start(1, &["--shards", "2"], &[]).await;
+    let c = cluster.client(0);
+
+    // A huge invalid key is not echoed whole.
+    let key = "ö".repeat(50_000);
+    let (status, err) = post_text(
+        &cluster,
+        0,
+        "/1/classes/Echo",
+        json!({ key: 1 }).to_string(),
+    )
+    .await;
+    assert_eq!((status, err["code"].clone()), (400, json!(105)), "{err}");
+    let shown = err["error"].as_str().unwrap_or("");
+    assert!(shown.chars().count() < 300, "{} chars", shown.len());
+
+    // Query parameters: negative limit/skip and over-deep where are 102 with a clear reason.
+    for (k, v) in [("limit", "-1"), ("skip", "-1"), ("limit", "x")] {
+        assert_api_error(
+            c.query("Echo", &[(k, v)]).await,
+            400,
+            102,
+            &format!("{k}={v}"),
+        );
+    }
+    c.query("Echo", &[("limit", "0"), ("count", "1")])
+        .await
+        .expect("limit=0 counts");
+    let mut deep = json!({"a": 1});
+    for _ in 0..70 {
+        deep = json!({ "$or": [deep] });
+    }
+    let e = c
+        .query("Echo", &[("where", &deep.to_string())])
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(102));
+    assert!(e.to_string().contains("nested"), "{e}");
+    let e = c.query("Echo", &[("where", "{bad")]).await.unwrap_err();
+    assert!(e.to_string().contains("not valid JSON"), "{e}");
+
+    // Integers are signed 64-bit: larger literals are refused, not turned into floats, and
+    // Increment past the range is refused with the value unchanged.
+    let (status, err) = post_text(
+        &cluster,
+        0,
+        "/1/classes/Num",
+        r#"{"n": 123456789012345678901234567890}"#.into(),
+    )
+    .await;
+    assert_eq!((status, err["code"].clone()), (400, json!(107)), "{err}");
+    let (status, err) = post_text(
+        &cluster,
+        0,
+        "/1/classes/Num",
+        r#"{"n": 9223372036854775808}"#.into(),
+    )
+    .await;
+    assert_eq!((status, err["code"].clone()), (400, json!(107)), "{err}");
+    let max = c
+        .create_object("Num", &json!({"n": i64::MAX, "f": 1.5e300}))
+        .await
+        .unwrap();
+    assert_api_error(
+        c.increment("Num", &max.object_id, "n", 1).await,
+        400,
+        107,
+        "Increment past i64::MAX",
+    );
+    let got = c.get_object("Num", &max.object_id).await.unwrap().unwrap();
+    assert_eq!(got["n"], json!(i64::MAX));
+    assert!(got["n"].is_i64());
+
+    // Answer size and sub-queries are bounded.
+    let mut ors = Vec::new();
+    for i in 0..21 {
+        ors.push(json!({"n": {"$select": {"query": {"className": "Num", "where": {"i": i}}, "key": "n"}}}));
+    }
+    assert_api_error(
+        c.query("Num", &[("where", &json!({ "$or": ors }).to_string())])
+            .await,
+        400,
+        102,
+        "21 sub-queries",
+    );
+    let chunk = "x".repeat(12 << 20);
+    for _ in 0..3 {
+        c.create_object("Big", &json!({ "s": chunk }))
+            .await
+            .expect("12 MB object");
+    }
+    let e = c.query("Big", &[]).await.unwrap_err();
+    assert_eq!(e.code(), Some(102), "{e}");
+    assert!(e.to_string().contains("MiB"), "{e}");
+    let small = c.query("Big", &[("keys", "objectId")]).await.expect("keys");
+    assert_eq!(small["results"].as_array().map(Vec::len), Some(3));
+}
