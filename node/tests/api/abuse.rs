@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use super::common::smtp::SmtpSink;
 use super::common::webhook::SmsReceiver;
-use super::common::{assert_api_error, register_user, TestCluster};
+use super::common::{assert_api_error, link_in, register_user, TestCluster};
 
 async fn post(c: &Client, path: &str, body: Value) -> Result<Value, basalt_client::Error> {
     c.request(Method::POST, path, Some(&body), false)
@@ -30,16 +30,6 @@ const NO_IP_LIMITS: [&str; 6] = [
     "--mail-requests-per-ip",
     "0",
 ];
-
-fn link_in(mail: &str, kind: &str) -> String {
-    let start = mail.find("http://").expect("a link");
-    let url: String = mail[start..]
-        .chars()
-        .take_while(|c| !c.is_whitespace())
-        .collect();
-    assert!(url.contains(&format!("/email/{kind}/")), "{url}");
-    url
-}
 
 /// The link's path, followed through node `i` instead of the node that mailed it.
 fn through(cluster: &TestCluster, i: usize, link: &str) -> String {

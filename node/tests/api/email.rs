@@ -7,17 +7,7 @@ use reqwest::Method;
 use serde_json::{json, Value};
 
 use super::common::smtp::SmtpSink;
-use super::common::{assert_api_error, TestCluster};
-
-fn link_in(mail: &str, kind: &str) -> String {
-    let start = mail.find("http://").expect("a link");
-    let url: String = mail[start..]
-        .chars()
-        .take_while(|c| !c.is_whitespace())
-        .collect();
-    assert!(url.contains(&format!("/email/{kind}/")), "{url}");
-    url
-}
+use super::common::{assert_api_error, link_in, TestCluster};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verification_and_reset_links_arrive_and_work() {

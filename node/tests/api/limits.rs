@@ -4,8 +4,6 @@
 //! group for good: on 3 nodes, every group keeps a leader, `/health` stays ok, and the cluster
 //! restarts on its data.
 
-use std::time::Duration;
-
 use reqwest::Method;
 use serde_json::{json, Value};
 
@@ -159,15 +157,7 @@ async fn poison_writes_are_refused_and_every_group_keeps_serving() {
     }
 
     // The cluster restarts on its data and serves what it admitted.
-    for i in 0..3 {
-        cluster.stop(i);
-    }
-    for i in 0..3 {
-        cluster.restart(i).await;
-    }
-    for i in 0..3 {
-        cluster.wait_healthy(i, Duration::from_secs(60)).await;
-    }
+    cluster.restart_all().await;
     let got = cluster
         .client(1)
         .get_object("Deep", &ok.object_id)

@@ -204,14 +204,7 @@ async fn a_stopped_node_catches_up_by_snapshot() {
     ids.extend(create_numbered(&client, "Doc", 600, |i| json!({"i": i})).await);
     // The live nodes purge log entries that node 3 never received (a leader purges once its
     // replication to the stopped node has failed again after the snapshot, so poll).
-    let purged_on = |node: usize| -> u64 {
-        cluster
-            .data_group_field(node, "purged")
-            .into_iter()
-            .map(|(_, p)| p)
-            .min()
-            .unwrap_or(0)
-    };
+    let purged_on = |node: usize| cluster.lowest_data_group_field(node, "purged");
     TestCluster::eventually(
         Duration::from_secs(60),
         "nodes 1 and 2 purge their logs",

@@ -162,16 +162,8 @@ async fn accepted_bodies_survive_log_snapshot_and_restart() {
 
     // Node 3 catches up by snapshot: its peers purge the entries it missed (a leader purges
     // once replication to the stopped node has failed again after a snapshot, so poll).
-    let purged = |node: usize| {
-        cluster
-            .data_group_field(node, "purged")
-            .into_iter()
-            .map(|(_, p)| p)
-            .min()
-            .unwrap_or(0)
-    };
     TestCluster::eventually(Duration::from_secs(60), "nodes 1 and 2 purge", || {
-        purged(0) > 0 && purged(1) > 0
+        (0..2).all(|n| cluster.lowest_data_group_field(n, "purged") > 0)
     })
     .await;
     cluster.restart(2).await;
@@ -192,15 +184,7 @@ async fn accepted_bodies_survive_log_snapshot_and_restart() {
     );
 
     // The whole cluster restarts; every accepted object reads the same through every node.
-    for i in 0..3 {
-        cluster.stop(i);
-    }
-    for i in 0..3 {
-        cluster.restart(i).await;
-    }
-    for i in 0..3 {
-        cluster.wait_healthy(i, Duration::from_secs(60)).await;
-    }
+    cluster.restart_all().await;
     for (n, (id, before)) in accepted.iter().enumerate() {
         let c = if n % 3 == 2 { &node3 } else { &clients[n % 3] };
         let after = c.get_object("Survive", id).await.unwrap().unwrap();

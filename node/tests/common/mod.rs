@@ -354,6 +354,30 @@ impl TestCluster {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// Stops every node (SIGTERM), starts them all again on their data, and waits until each is
+    /// healthy.
+    pub async fn restart_all(&mut self) {
+        for i in 0..self.nodes.len() {
+            self.stop(i);
+        }
+        for i in 0..self.nodes.len() {
+            self.restart(i).await;
+        }
+        for i in 0..self.nodes.len() {
+            self.wait_healthy(i, Duration::from_secs(60)).await;
+        }
+    }
+
+    /// The lowest `field` over the data groups node `i` reports (e.g. how far every group's log
+    /// is purged).
+    pub fn lowest_data_group_field(&self, i: usize, field: &str) -> u64 {
+        self.data_group_field(i, field)
+            .into_iter()
+            .map(|(_, v)| v)
+            .min()
+            .unwrap_or(0)
+    }
+
     /// `field` (e.g. `applied`, `purged`) of each data group as node `i` reports it
     /// (`basalt admin status`), by group.
     pub fn data_group_field(&self, i: usize, field: &str) -> Vec<(u64, u64)> {
@@ -409,6 +433,17 @@ pub async fn register_user(c: &Client, name: &str) -> (String, String) {
             .expect("sessionToken")
             .to_string(),
     )
+}
+
+/// The first link of an emailed message, checked to be of `kind` (`verify`, `reset`).
+pub fn link_in(mail: &str, kind: &str) -> String {
+    let start = mail.find("http://").expect("a link");
+    let url: String = mail[start..]
+        .chars()
+        .take_while(|c| !c.is_whitespace())
+        .collect();
+    assert!(url.contains(&format!("/email/{kind}/")), "{url}");
+    url
 }
 
 /// Asserts that a request failed with `status` and API `code`.
