@@ -20,6 +20,14 @@ async fn post(c: &Client, path: &str, body: Value) -> Result<Value, basalt_clien
         .map(|r| r.body)
 }
 
+/// Sends an SMS code to `number`; answers the code as the webhook received it.
+async fn code_sent_to(c: &Client, receiver: &SmsReceiver, number: &str) -> String {
+    let sent = post(c, "/1/requestSmsCode", json!({"mobilePhoneNumber": number}))
+        .await
+        .unwrap();
+    receiver.code(sent["smsId"].as_i64().unwrap()).await
+}
+
 /// Node flags that lift the per-IP limits (every test request comes from 127.0.0.1), so the
 /// per-account and per-number limits are what the tests see.
 const NO_IP_LIMITS: [&str; 6] = [
@@ -155,16 +163,7 @@ async fn links_and_quotas_hold_when_requests_race_through_every_node() {
 
     // An SMS code verified 6 times at once through 3 nodes is good once.
     let number = "+8613900000077";
-    let sms_id = post(
-        &c,
-        "/1/requestSmsCode",
-        json!({"mobilePhoneNumber": number}),
-    )
-    .await
-    .unwrap()["smsId"]
-        .as_i64()
-        .unwrap();
-    let code = receiver.code(sms_id).await;
+    let code = code_sent_to(&c, &receiver, number).await;
     let verifies = (0..6).map(|i| {
         let c = cluster.client(i % 3);
         let path = format!("/1/verifySmsCode/{code}");
@@ -273,16 +272,7 @@ async fn codes_passwords_and_mails_cannot_be_tried_without_limit() {
     )
     .await
     .unwrap();
-    let sms_id = post(
-        &c,
-        "/1/requestSmsCode",
-        json!({"mobilePhoneNumber": victim}),
-    )
-    .await
-    .unwrap()["smsId"]
-        .as_i64()
-        .unwrap();
-    let code = receiver.code(sms_id).await;
+    let code = code_sent_to(&c, &receiver, victim).await;
     let wrong: Vec<String> = (0..20)
         .map(|i| format!("{:06}", (code.parse::<u32>().unwrap() + 1 + i) % 1_000_000))
         .collect();

@@ -215,27 +215,7 @@ async fn a_stopped_node_catches_up_by_snapshot() {
     cluster.restart(2).await;
     cluster.wait_healthy(2, Duration::from_secs(60)).await;
     let node3 = cluster.client(2);
-    TestCluster::eventually(
-        Duration::from_secs(60),
-        "node 3 installs snapshots and catches up",
-        || {
-            let lead = cluster.data_group_field(0, "applied");
-            let mine = cluster.data_group_field(2, "applied");
-            mine.len() == lead.len()
-                && mine
-                    .iter()
-                    .zip(&lead)
-                    .all(|((_, m), (_, l))| *m >= purged && m + 5 >= *l)
-        },
-    )
-    .await;
-    assert!(
-        cluster
-            .metric(2, "basalt_raft_snapshots_received_total")
-            .await
-            >= 1.0,
-        "node 3 received a snapshot"
-    );
+    cluster.wait_caught_up_by_snapshot(2, 0, purged).await;
     for id in ids.iter().step_by(37) {
         assert!(
             node3.get_object("Doc", id).await.expect("get").is_some(),

@@ -368,6 +368,28 @@ impl TestCluster {
         }
     }
 
+    /// Waits until node `lagging` has applied every data group to within 5 entries of node
+    /// `lead` and at least to `floor`, then asserts that it received a snapshot on the way.
+    pub async fn wait_caught_up_by_snapshot(&self, lagging: usize, lead: usize, floor: u64) {
+        Self::eventually(Duration::from_secs(60), "the node catches up", || {
+            let ahead = self.data_group_field(lead, "applied");
+            let mine = self.data_group_field(lagging, "applied");
+            mine.len() == ahead.len()
+                && mine
+                    .iter()
+                    .zip(&ahead)
+                    .all(|((_, m), (_, l))| *m >= floor && m + 5 >= *l)
+        })
+        .await;
+        assert!(
+            self.metric(lagging, "basalt_raft_snapshots_received_total")
+                .await
+                >= 1.0,
+            "node {} caught up by snapshot",
+            lagging + 1
+        );
+    }
+
     /// The lowest `field` over the data groups node `i` reports (e.g. how far every group's log
     /// is purged).
     pub fn lowest_data_group_field(&self, i: usize, field: &str) -> u64 {
