@@ -39,6 +39,22 @@ const NO_IP_LIMITS: [&str; 6] = [
     "0",
 ];
 
+/// 3 nodes mailing to a local SMTP sink and sending SMS to a local webhook, per-IP limits off.
+async fn start_with_mail_and_sms() -> (TestCluster, SmtpSink, SmsReceiver) {
+    let sink = SmtpSink::start().await;
+    let receiver = SmsReceiver::start().await;
+    let (smtp, hook) = (sink.url(), receiver.url());
+    let mut args = vec![
+        "--smtp-url",
+        smtp.as_str(),
+        "--sms-webhook-url",
+        hook.as_str(),
+    ];
+    args.extend(NO_IP_LIMITS);
+    let cluster = TestCluster::start(3, &["--shards", "4"], &args).await;
+    (cluster, sink, receiver)
+}
+
 /// The link's path, followed through node `i` instead of the node that mailed it.
 fn through(cluster: &TestCluster, i: usize, link: &str) -> String {
     let path = &link[link.find("/email/").expect("email path")..];
@@ -47,12 +63,7 @@ fn through(cluster: &TestCluster, i: usize, link: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn links_and_quotas_hold_when_requests_race_through_every_node() {
-    let sink = SmtpSink::start().await;
-    let receiver = SmsReceiver::start().await;
-    let (smtp, hook) = (sink.url(), receiver.url());
-    let mut args = vec!["--smtp-url", &smtp, "--sms-webhook-url", &hook];
-    args.extend(NO_IP_LIMITS);
-    let cluster = TestCluster::start(3, &["--shards", "4"], &args).await;
+    let (cluster, sink, receiver) = start_with_mail_and_sms().await;
     let c = cluster.spread_client();
     let http = reqwest::Client::new();
 
@@ -114,16 +125,7 @@ async fn links_and_quotas_hold_when_requests_race_through_every_node() {
     }
 
     // A verification link followed 6 times at once verifies once.
-    cluster
-        .console_client(0)
-        .request(
-            Method::PUT,
-            &format!("/1/apps/{}", cluster.keys.application_id),
-            Some(&json!({"emailVerify": true})),
-            false,
-        )
-        .await
-        .unwrap();
+    cluster.set_app_settings(json!({"emailVerify": true})).await;
     post(
         &c,
         "/1/users",
@@ -254,12 +256,7 @@ async fn links_and_quotas_hold_when_requests_race_through_every_node() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codes_passwords_and_mails_cannot_be_tried_without_limit() {
-    let sink = SmtpSink::start().await;
-    let receiver = SmsReceiver::start().await;
-    let (smtp, hook) = (sink.url(), receiver.url());
-    let mut args = vec!["--smtp-url", &smtp, "--sms-webhook-url", &hook];
-    args.extend(NO_IP_LIMITS);
-    let cluster = TestCluster::start(3, &["--shards", "4"], &args).await;
+    let (cluster, _sink, receiver) = start_with_mail_and_sms().await;
     let c = cluster.spread_client();
 
     // Guessing a reset code without the number: 20 tries per app in 10 minutes, after which

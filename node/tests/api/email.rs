@@ -42,16 +42,7 @@ async fn verification_and_reset_links_arrive_and_work() {
     );
 
     // Turn verification on for the app.
-    cluster
-        .console_client(0)
-        .request(
-            Method::PUT,
-            &format!("/1/apps/{}", cluster.keys.application_id),
-            Some(&json!({"emailVerify": true})),
-            false,
-        )
-        .await
-        .expect("enable verification");
+    cluster.set_app_settings(json!({"emailVerify": true})).await;
 
     // Registering with an email: emailVerified false and a link mailed; following it verifies.
     let u = post(

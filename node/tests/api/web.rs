@@ -68,29 +68,15 @@ async fn browsers_users_roles_and_headers() {
         "https://shop.example"
     );
     cluster
-        .console_client(0)
-        .request(
-            Method::PUT,
-            &format!("/1/apps/{}", keys.application_id),
-            Some(&json!({"allowedOrigins": ["https://shop.example"]})),
-            false,
-        )
-        .await
-        .unwrap();
+        .set_app_settings(json!({"allowedOrigins": ["https://shop.example"]}))
+        .await;
     assert_eq!(get("https://shop.example").await.status().as_u16(), 200);
     let r = get("https://evil.example").await;
     assert_eq!(r.status().as_u16(), 403);
     assert_eq!(r.json::<Value>().await.unwrap()["code"], 403);
     cluster
-        .console_client(0)
-        .request(
-            Method::PUT,
-            &format!("/1/apps/{}", keys.application_id),
-            Some(&json!({"allowedOrigins": ["*"]})),
-            false,
-        )
-        .await
-        .unwrap();
+        .set_app_settings(json!({"allowedOrigins": ["*"]}))
+        .await;
 
     // Other users' email and phone number are hidden, in listings, gets and includes, and
     // cannot be queried; the user itself and the master key see them.

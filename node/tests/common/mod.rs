@@ -256,6 +256,19 @@ impl TestCluster {
             .body
     }
 
+    /// Changes settings of the default app through the console API on node 1.
+    pub async fn set_app_settings(&self, settings: Value) {
+        self.console_client(0)
+            .request(
+                reqwest::Method::PUT,
+                &format!("/1/apps/{}", self.keys.application_id),
+                Some(&settings),
+                false,
+            )
+            .await
+            .expect("change app settings");
+    }
+
     /// A client of node `i` with the keys (REST and master) of an app's JSON.
     pub fn app_client(&self, i: usize, app: &Value) -> Client {
         let keys = AppKeys {
