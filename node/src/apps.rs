@@ -4,6 +4,8 @@
 //! just-created app has not reached it yet) by a linearizable read of the metadata group.
 //! Console passwords are stored as argon2 hashes, never in plain text.
 
+use std::collections::BTreeMap;
+
 use basalt_cluster::ids::META_GROUP;
 use basalt_cluster::Cluster;
 use serde::{Deserialize, Serialize};
@@ -57,6 +59,26 @@ pub struct AppRecord {
     /// Browser origins allowed to call the app-key API (absent: any origin).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allowed_origins: Option<Vec<String>>,
+    /// The app's credentials with third-party platforms, by platform (`weapp`, `apple`, ...),
+    /// used to verify `authData` (`users::third_party::providers`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub auth_providers: BTreeMap<String, AuthProvider>,
+    /// Accept `authData` without asking its platform (the id alone logs a user in).
+    #[serde(default)]
+    pub allow_unverified_auth_data: bool,
+}
+
+/// An app's account with one third-party platform.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AuthProvider {
+    /// The app's id at the platform (mini-program appid, Apple bundle or services id, QQ
+    /// client id, Weibo app key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_id: Option<String>,
+    /// The app's secret at the platform (mini-programs' code exchange).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_secret: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -89,6 +111,8 @@ impl AppRecord {
             enterprise: false,
             protected_user_fields: None,
             allowed_origins: None,
+            auth_providers: BTreeMap::new(),
+            allow_unverified_auth_data: false,
         }
     }
 

@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use basalt_cluster::{Bootstrap, Cluster, ClusterOptions, RaftTuning};
 
-use crate::api::context::{AppState, HeaderNames};
+use crate::api::context::{AppState, HeaderNames, Outside};
 use crate::api::ops::install_metrics_recorder;
 use crate::bootstrap::{bootstrap, describe};
+use crate::users::third_party::providers::IdentityProviders;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServeArgs {
@@ -105,6 +106,10 @@ pub struct ServeArgs {
     /// node; 0: no limit.
     #[arg(long, default_value_t = 10)]
     pub mail_requests_per_ip: u32,
+    /// Base URL of a platform's service for verifying `authData` (`PLATFORM=URL`, repeatable;
+    /// default: the platform's own, e.g. `weapp=https://api.weixin.qq.com`).
+    #[arg(long = "auth-endpoint", value_name = "PLATFORM=URL")]
+    pub auth_endpoints: Vec<String>,
     /// Region of phone numbers written without a country code (ISO 3166 code).
     #[arg(long, default_value = "CN")]
     pub phone_region: String,
@@ -175,8 +180,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         cluster.clone(),
         HeaderNames::for_brand(&args.header_brand)?,
         args.max_body_bytes,
-        mailer(&args)?,
-        sms_provider(&args)?,
+        Outside {
+            mailer: mailer(&args)?,
+            sms: sms_provider(&args)?,
+            identity: IdentityProviders::new(&args.auth_endpoints)?,
+        },
         args.public_url
             .clone()
             .unwrap_or_else(|| format!("http://{}", args.http_addr)),

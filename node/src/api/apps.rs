@@ -13,7 +13,14 @@ use serde_json::{json, Map, Value};
 
 use super::context::{body_bytes, json_object, ApiPath, AppState, ConsoleAccount};
 use super::error::ApiError;
-use crate::apps::{find_app, list_apps, put_app, update_app, AppRecord, SAFE_TOKEN_LEN};
+use std::collections::BTreeMap;
+
+use basalt_cluster::error::clip;
+
+use crate::apps::{
+    find_app, list_apps, put_app, update_app, AppRecord, AuthProvider, SAFE_TOKEN_LEN,
+};
+use crate::users::third_party::providers::VERIFIED_PLATFORMS;
 
 /// App names must be shorter than this many characters (spec 8).
 const MAX_APP_NAME_CHARS: usize = 30;
@@ -67,6 +74,41 @@ fn string_list(
         .collect()
 }
 
+/// Validates `authProviders`: verifiable platforms, each `{appId?, appSecret?}` of short
+/// strings.
+fn auth_providers(v: &Value) -> Result<Value, ApiError> {
+    let bad = |why: String| ApiError::InvalidBody(format!("authProviders: {why}"));
+    let m = v
+        .as_object()
+        .ok_or_else(|| bad("must be an object of platforms.".into()))?;
+    let mut out = BTreeMap::new();
+    for (platform, creds) in m {
+        if !VERIFIED_PLATFORMS.contains(&platform.as_str()) {
+            return Err(bad(format!(
+                "unknown platform {:?} (one of {}).",
+                clip(platform),
+                VERIFIED_PLATFORMS.join(", ")
+            )));
+        }
+        let creds: AuthProvider = serde_json::from_value(creds.clone()).map_err(|_| {
+            bad(format!(
+                "{platform} must be an object with string members appId and appSecret."
+            ))
+        })?;
+        let too_long = [&creds.app_id, &creds.app_secret]
+            .into_iter()
+            .flatten()
+            .any(|s| s.is_empty() || s.len() > 256);
+        if too_long {
+            return Err(bad(format!(
+                "{platform}: appId and appSecret hold 1 to 256 characters."
+            )));
+        }
+        out.insert(platform.clone(), creds);
+    }
+    serde_json::to_value(out).map_err(|e| ApiError::Internal(e.to_string()))
+}
+
 /// Validates the settable members of a POST or PUT body into record members.
 fn settings(body: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
     let mut out = Map::new();
@@ -108,6 +150,8 @@ fn settings(body: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
             "allowedOrigins" => json!(string_list(k, v, |o| {
                 o == "*" || o.starts_with("http://") || o.starts_with("https://")
             })?),
+            "allowUnverifiedAuthData" => flag_bool(k, v)?,
+            "authProviders" => auth_providers(v)?,
             k if READ_ONLY.contains(&k) => continue,
             other => {
                 return Err(ApiError::InvalidBody(format!(

@@ -39,6 +39,15 @@ pub struct AppState {
     pub public_url: String,
     /// Per-client-IP attempt counts of this node (logins, SMS, mails).
     pub limiter: Arc<crate::throttle::IpLimiter>,
+    /// Verifies third-party `authData` with its platform.
+    pub identity: Arc<crate::users::third_party::providers::IdentityProviders>,
+}
+
+/// The services outside the cluster the API talks to.
+pub struct Outside {
+    pub mailer: Arc<dyn crate::mail::Mailer>,
+    pub sms: Arc<dyn crate::sms::provider::SmsProvider>,
+    pub identity: crate::users::third_party::providers::IdentityProviders,
 }
 
 impl AppState {
@@ -46,8 +55,7 @@ impl AppState {
         cluster: Cluster,
         headers: HeaderNames,
         max_body_bytes: usize,
-        mailer: Arc<dyn crate::mail::Mailer>,
-        sms: Arc<dyn crate::sms::provider::SmsProvider>,
+        outside: Outside,
         public_url: String,
         ip_limits: crate::throttle::IpLimits,
     ) -> Self {
@@ -56,10 +64,11 @@ impl AppState {
             headers: Arc::new(headers),
             max_body_bytes,
             router: Arc::new(OnceLock::new()),
-            mailer,
-            sms,
+            mailer: outside.mailer,
+            sms: outside.sms,
             public_url,
             limiter: Arc::new(crate::throttle::IpLimiter::new(ip_limits)),
+            identity: Arc::new(outside.identity),
         }
     }
 }

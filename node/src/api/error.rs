@@ -10,6 +10,8 @@ use basalt_cluster::schema::SchemaError;
 use basalt_cluster::Error as ClusterError;
 use serde_json::json;
 
+use crate::users::third_party::providers::VerifyError;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     #[error("unauthorized")]
@@ -74,6 +76,12 @@ pub enum ApiError {
     InvalidRole(String),
     #[error("{0}")]
     AuthDataTaken(String),
+    /// The platform refused the `authData`, or it names another account.
+    #[error("{0}")]
+    AuthDataRejected(String),
+    /// The app cannot verify this platform's accounts and does not accept unverified ones.
+    #[error("{0}")]
+    AuthDataUnverifiable(String),
     #[error("email verification is not enabled for this app.")]
     EmailVerifyOff,
     #[error("no user has the email {0:?}.")]
@@ -172,6 +180,8 @@ impl ApiError {
             ApiError::WrongOldPassword => 210,
             ApiError::InvalidRole(_) => 139,
             ApiError::AuthDataTaken(_) => 208,
+            ApiError::AuthDataRejected(_) => 251,
+            ApiError::AuthDataUnverifiable(_) => 252,
             ApiError::EmailVerifyOff => 120,
             ApiError::EmailNotFound(_) => 205,
             ApiError::WrongSmsCode => 207,
@@ -254,6 +264,17 @@ impl From<ClusterError> for ApiError {
             | ClusterError::Storage(m)
             | ClusterError::NotApplied(m)
             | ClusterError::Internal(m) => ApiError::Internal(m),
+        }
+    }
+}
+
+impl From<VerifyError> for ApiError {
+    fn from(e: VerifyError) -> Self {
+        let m = e.to_string();
+        match e {
+            VerifyError::Rejected { .. } => ApiError::AuthDataRejected(m),
+            VerifyError::NotConfigured { .. } => ApiError::AuthDataUnverifiable(m),
+            VerifyError::Unreachable { .. } => ApiError::Unavailable(m),
         }
     }
 }
@@ -365,6 +386,8 @@ mod tests {
             (ApiError::WrongOldPassword, 400, 210),
             (ApiError::InvalidRole("x".into()), 400, 139),
             (ApiError::AuthDataTaken("x".into()), 400, 208),
+            (ApiError::AuthDataRejected("x".into()), 400, 251),
+            (ApiError::AuthDataUnverifiable("x".into()), 400, 252),
             (ApiError::EmailVerifyOff, 400, 120),
             (ApiError::EmailNotFound("x".into()), 400, 205),
             (ApiError::WrongSmsCode, 400, 207),

@@ -446,7 +446,8 @@ async fn third_party_sign_up(
 ) -> Result<Response, ApiError> {
     let app = ctx.app.application_id.clone();
     let sets: Vec<(&'static str, String, Value)> = links
-        .into_iter()
+        .iter()
+        .cloned()
         .filter_map(|l| match l {
             Link::Set { platform, id, data } => Some((platform, id, data)),
             Link::Unset { .. } => None,
@@ -455,6 +456,7 @@ async fn third_party_sign_up(
     if sets.is_empty() {
         return Err(ApiError::InvalidBody("authData links no account.".into()));
     }
+    verify_links(state, ctx, &links).await?;
     for (platform, id, _) in &sets {
         let kind = Unique::AuthData(platform);
         if let Some(uid) = unique::owner(&state.cluster, &app, kind, id).await? {
@@ -580,6 +582,7 @@ pub async fn update_user(
         Some(v) => parse_auth_data(&v)?,
         None => Vec::new(),
     };
+    verify_links(&state, &ctx, &links).await?;
     check_service_fields(&ctx, &body)?;
     check_login_field_types(&body)?;
     let password = take_string(&mut body, "password")?;
@@ -651,6 +654,15 @@ pub async fn update_user(
             Err(e)
         }
     }
+}
+
+/// Asks each linked account's platform whether the data proves it; the master key (the app's
+/// own server, which verified the account itself) is trusted.
+async fn verify_links(state: &AppState, ctx: &RequestCtx, links: &[Link]) -> Result<(), ApiError> {
+    if ctx.master {
+        return Ok(());
+    }
+    Ok(state.identity.verify(&ctx.app, links).await?)
 }
 
 /// The account id a user has linked for a platform.

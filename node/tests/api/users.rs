@@ -7,6 +7,7 @@
 use reqwest::Method;
 use serde_json::{json, Value};
 
+use super::common::platforms::{FakePlatforms, MINI_APP_ID, MINI_APP_SECRET, OAUTH_APP_ID};
 use super::common::{assert_api_error, TestCluster};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -394,7 +395,8 @@ async fn users_register_log_in_and_change_with_their_session() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn third_party_accounts_register_log_in_link_and_unlink() {
-    let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
+    let platforms = FakePlatforms::start().await;
+    let cluster = platforms.cluster(3, "4").await;
     let client = cluster.spread_client();
     let post = |body: Value| {
         let c = client.clone();
@@ -403,7 +405,9 @@ async fn third_party_accounts_register_log_in_link_and_unlink() {
                 .await
         }
     };
-    let weixin = json!({"weixin": {"openid": "wx-1", "access_token": "secret"}});
+    let weixin =
+        json!({"weixin": {"openid": "wx-1", "access_token": platforms.grant_token("wx-1")}});
+    let weibo = json!({"weibo": {"uid": "9", "access_token": platforms.grant_token("9")}});
 
     // A new account: 201, Location, a random username, a session.
     let first = post(json!({ "authData": weixin }))
@@ -453,12 +457,12 @@ async fn third_party_accounts_register_log_in_link_and_unlink() {
         .request(
             Method::PUT,
             &ann_path,
-            Some(&json!({"authData": {"weibo": {"uid": "wb-9"}}})),
+            Some(&json!({ "authData": weibo })),
             false,
         )
         .await
         .expect("link");
-    let by_weibo = post(json!({"authData": {"weibo": {"uid": "wb-9"}}}))
+    let by_weibo = post(json!({ "authData": weibo }))
         .await
         .expect("login by linked account");
     assert_eq!(by_weibo.body["objectId"], ann_id.as_str());
@@ -496,4 +500,195 @@ async fn third_party_accounts_register_log_in_link_and_unlink() {
         .expect("the unlinked account is free");
     let now_ann = post(json!({ "authData": weixin })).await.unwrap();
     assert_eq!(now_ann.body["objectId"], ann_id.as_str());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn third_party_accounts_are_verified_with_their_platform() {
+    let fake = FakePlatforms::start().await;
+    let cluster = fake.cluster(1, "2").await;
+    let client = cluster.client(0);
+    let post = |body: Value| {
+        let c = client.clone();
+        async move {
+            c.request(
+                Method::POST,
+                "/1/users",
+                Some(&json!({ "authData": body })),
+                false,
+            )
+            .await
+        }
+    };
+
+    // The attack: knowing the victim's openid is no longer enough.
+    let victim =
+        post(json!({"weixin": {"openid": "victim", "access_token": fake.grant_token("victim")}}))
+            .await
+            .expect("the victim registers with a real token");
+    assert_eq!(victim.status, 201);
+    for (data, why) in [
+        (json!({"openid": "victim"}), "no token"),
+        (
+            json!({"openid": "victim", "access_token": "made-up"}),
+            "a made-up token",
+        ),
+        (
+            json!({"openid": "victim", "access_token": fake.grant_token("attacker")}),
+            "the attacker's own token",
+        ),
+    ] {
+        assert_api_error(post(json!({ "weixin": data })).await, 400, 251, why);
+    }
+
+    // Mini-programs and Apple need the app's credentials first (252), then a real code/token.
+    let code = fake.grant_code("mini-1");
+    assert_api_error(
+        post(json!({"weapp": {"openid": "mini-1", "code": code}})).await,
+        400,
+        252,
+        "weapp without credentials",
+    );
+    let apple_app = "org.example.app";
+    cluster
+        .set_app_settings(json!({"authProviders": {
+            "weapp": {"appId": MINI_APP_ID, "appSecret": MINI_APP_SECRET},
+            "qqapp": {"appId": MINI_APP_ID, "appSecret": MINI_APP_SECRET},
+            "toutiao": {"appId": MINI_APP_ID, "appSecret": MINI_APP_SECRET},
+            "qq": {"appId": OAUTH_APP_ID},
+            "weibo": {"appId": OAUTH_APP_ID},
+            "apple": {"appId": apple_app},
+        }}))
+        .await;
+
+    // One row per platform: data that proves the account (201), data that does not (251).
+    let rows = [
+        (
+            "weapp",
+            json!({"openid": "mini-1", "code": code}),
+            json!({"openid": "mini-1", "code": code}),
+        ),
+        (
+            "qqapp",
+            json!({"openid": "qa-1", "code": fake.grant_code("qa-1")}),
+            json!({"openid": "qa-2", "code": fake.grant_code("qa-1")}),
+        ),
+        (
+            "toutiao",
+            json!({"openid": "tt-1", "code": fake.grant_code("tt-1")}),
+            json!({"openid": "tt-1", "code": "made-up"}),
+        ),
+        (
+            "qq",
+            json!({"openid": "qq-1", "access_token": fake.grant_token("qq-1")}),
+            json!({"openid": "qq-2", "access_token": fake.grant_token("qq-1")}),
+        ),
+        (
+            "weibo",
+            json!({"uid": "77", "access_token": fake.grant_token("77")}),
+            json!({"uid": "78", "access_token": fake.grant_token("77")}),
+        ),
+        (
+            "apple",
+            json!({"uid": "ap-1", "token": fake.apple_token("ap-1", apple_app, 600)}),
+            json!({"uid": "ap-1", "token": fake.apple_token("ap-1", "com.other.app", 600)}),
+        ),
+        (
+            "apple",
+            json!({"uid": "ap-2", "token": fake.apple_token("ap-2", apple_app, 600)}),
+            json!({"uid": "ap-2", "token": fake.apple_token("ap-2", apple_app, -600)}),
+        ),
+        (
+            "apple",
+            json!({"uid": "ap-3", "identity_token": fake.apple_token("ap-3", apple_app, 600)}),
+            json!({"uid": "ap-3", "token": fake.apple_token("ap-1", apple_app, 600)}),
+        ),
+    ];
+    for (platform, good, bad) in rows {
+        let r = post(json!({ platform: good })).await;
+        assert_eq!(r.map(|r| r.status).ok(), Some(201), "{platform}: {good}");
+        // The second is a code used up, another account's token, or a bad signature/claim.
+        assert_api_error(post(json!({ platform: bad })).await, 400, 251, platform);
+    }
+
+    // A platform that fails answers 503 and lets nobody in.
+    assert_api_error(
+        post(json!({"weixin": {"openid": "victim", "access_token": "down"}})).await,
+        503,
+        503,
+        "platform down",
+    );
+
+    // Linking is checked the same way, and a refused link reserves nothing.
+    let (ann_id, ann_token) = super::common::register_user(&client, "ann").await;
+    let as_ann = client.clone().with_session(Some(&ann_token));
+    assert_api_error(
+        as_ann
+            .request(
+                Method::PUT,
+                &format!("/1/users/{ann_id}"),
+                Some(&json!({"authData": {"weixin": {"openid": "free-1", "access_token": "made-up"}}})),
+                false,
+            )
+            .await,
+        400,
+        251,
+        "unverified link",
+    );
+    let free =
+        post(json!({"weixin": {"openid": "free-1", "access_token": fake.grant_token("free-1")}}))
+            .await
+            .expect("the refused link reserved nothing");
+    assert_eq!(free.status, 201);
+
+    // Anonymous ids are never sent anywhere; the master key (the app's own server) is trusted.
+    assert_eq!(
+        post(json!({"anonymous": {"id": "device-1"}}))
+            .await
+            .unwrap()
+            .status,
+        201
+    );
+    let by_master = cluster
+        .master_client(0)
+        .request(
+            Method::POST,
+            "/1/users",
+            Some(&json!({"authData": {"weixin": {"openid": "srv-1"}}})),
+            true,
+        )
+        .await
+        .expect("the master key links without a check");
+    assert_eq!(by_master.status, 201);
+
+    // An app that allows unverified authData takes the id alone (the old, risky behaviour).
+    cluster
+        .set_app_settings(json!({"allowUnverifiedAuthData": true}))
+        .await;
+    let r = post(json!({"weixin": {"openid": "victim"}}))
+        .await
+        .expect("unverified login allowed");
+    assert_eq!(r.body["objectId"], victim.body["objectId"]);
+
+    // Settings are validated.
+    for bad in [
+        json!({"authProviders": {"anonymous": {}}}),
+        json!({"authProviders": {"weapp": {"appId": "a", "key": "b"}}}),
+        json!({"authProviders": {"weapp": {"appId": 1}}}),
+        json!({"authProviders": []}),
+    ] {
+        assert_api_error(
+            cluster
+                .console_client(0)
+                .request(
+                    Method::PUT,
+                    &format!("/1/apps/{}", cluster.keys.application_id),
+                    Some(&bad),
+                    false,
+                )
+                .await,
+            400,
+            107,
+            &bad.to_string(),
+        );
+    }
 }

@@ -3,6 +3,7 @@
 //! starve each other of the two cores. Node logs are printed when a test fails.
 #![allow(dead_code)]
 
+pub mod platforms;
 pub mod smtp;
 pub mod webhook;
 
@@ -15,6 +16,18 @@ use basalt_client::{AppKeys, Client};
 use serde_json::Value;
 
 static ONE_CLUSTER_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Serves `app` on a free loopback port until the test process ends; the port.
+pub async fn serve_on_loopback(app: axum::Router) -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind a loopback port");
+    let port = listener.local_addr().expect("addr").port();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    port
+}
 
 /// Holds the one-cluster-at-a-time lock for a test that starts processes itself.
 pub fn exclusive() -> MutexGuard<'static, ()> {

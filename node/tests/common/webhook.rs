@@ -34,17 +34,11 @@ async fn receive(State(received): State<Received>, Json(body): Json<Value>) -> S
 
 impl SmsReceiver {
     pub async fn start() -> SmsReceiver {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind webhook");
-        let port = listener.local_addr().expect("addr").port();
         let received: Received = Arc::default();
         let app = Router::new()
             .route("/sms", post(receive))
             .with_state(Arc::clone(&received));
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        let port = super::serve_on_loopback(app).await;
         SmsReceiver { port, received }
     }
 

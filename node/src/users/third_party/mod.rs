@@ -1,10 +1,13 @@
 //! Third-party identities (`authData`, decisions "Users and sessions"): a user may be
 //! registered, logged in, linked and unlinked by a platform account.
 //!
-//! The server treats `authData` as an opaque identity: the platform's id field names the
-//! account, and each `(platform, id)` belongs to at most one user of an app, enforced with the
-//! same reservations as usernames (`unique::Unique::AuthData`, 208). The data is kept in the
-//! internal `_authData` field (it may hold platform access tokens) and never shown.
+//! The platform's id field names the account, and each `(platform, id)` belongs to at most one
+//! user of an app, enforced with the same reservations as usernames (`unique::Unique::AuthData`,
+//! 208). Before an account is used, `providers` asks its platform whether the data really proves
+//! it (unless the app allows unverified data). The data is kept in the internal `_authData`
+//! field (it may hold platform access tokens) and never shown.
+
+pub mod providers;
 
 use serde_json::{Map, Value};
 
