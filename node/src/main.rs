@@ -33,10 +33,14 @@ fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-                tracing_subscriber::EnvFilter::new("info,openraft=warn,h2=warn,tower=warn")
+                // openraft warns of routine election traffic ("a message will be ignored
+                // because Leader vote changed"): a healthy start stays quiet.
+                tracing_subscriber::EnvFilter::new("info,openraft=error,h2=warn,tower=warn")
             }),
         )
         .with_writer(std::io::stderr)
+        // Colours only on a terminal: log files get plain text, and no request pays for styling.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()

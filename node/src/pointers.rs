@@ -109,11 +109,11 @@ pub async fn expand(
     app: &str,
     objects: &mut [Value],
     include: &[IncludeKey],
-    principals: Option<Vec<String>>,
-    view: &UserView,
+    principals: Option<&[String]>,
+    view: &UserView<'_>,
 ) -> Result<(), ApiError> {
     let refs: Vec<&mut Value> = objects.iter_mut().collect();
-    expand_level(cluster, app, refs, include, principals.as_deref(), view).await
+    expand_level(cluster, app, refs, include, principals, view).await
 }
 
 fn expand_level<'a>(
@@ -122,7 +122,7 @@ fn expand_level<'a>(
     objects: Vec<&'a mut Value>,
     include: &'a [IncludeKey],
     principals: Option<&'a [String]>,
-    view: &'a UserView,
+    view: &'a UserView<'a>,
 ) -> BoxFuture<'a, Result<(), ApiError>> {
     Box::pin(async move {
         if include.is_empty() || objects.is_empty() {

@@ -158,7 +158,15 @@ pub async fn run(state: &AppState, ctx: &RequestCtx, q: Query) -> Result<Outcome
     }
     view.hide_rows(&req_class, &mut rows);
     project(&mut rows, &keys);
-    expand(&state.cluster, app, &mut rows, &q.include, who, &view).await?;
+    expand(
+        &state.cluster,
+        app,
+        &mut rows,
+        &q.include,
+        who.as_deref(),
+        &view,
+    )
+    .await?;
     basalt_cluster::limits::check_answer(&rows, basalt_cluster::limits::MAX_ANSWER_BYTES)
         .map_err(invalid_query)?;
     Ok(Outcome::Rows {

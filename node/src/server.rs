@@ -1,6 +1,7 @@
 //! The HTTP server: the middleware stack (path normalization: trailing slashes and system-class
-//! aliases; CORS; a request id and its log span; per-route latency metrics; body limit) around
-//! `api::routes()`, served by `connections` until shutdown.
+//! aliases; CORS for requests with an `Origin`; the `edge` layer: a request id, its log span and
+//! the body read under its limits; per-route latency metrics) around `api::routes()`, served by
+//! `connections` until shutdown.
 //!
 //! The finished router is also handed to `AppState::router`, through which `/1/batch` runs its
 //! operations.
@@ -13,7 +14,8 @@ use axum::http::{header, HeaderName, Method};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
-use tower::Layer;
+use futures::future::Either;
+use tower::{Layer, ServiceExt};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
 use crate::api::error::ApiError;
@@ -65,19 +67,7 @@ fn request_id_of(req: &Request) -> String {
                     .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
         })
         .map(str::to_string)
-        .unwrap_or_else(|| basalt_cluster::object::random_alphanumeric(16))
-}
-
-async fn with_request_id(mut req: Request, next: Next) -> Response {
-    let id = request_id_of(&req);
-    req.extensions_mut().insert(RequestId(id.clone()));
-    let span =
-        tracing::info_span!("request", id = %id, method = %req.method(), path = %req.uri().path());
-    let mut resp = tracing::Instrument::instrument(next.run(req), span).await;
-    if let Ok(v) = axum::http::HeaderValue::from_str(&id) {
-        resp.headers_mut().insert(REQUEST_ID_HEADER, v);
-    }
-    resp
+        .unwrap_or_else(|| format!("{:016x}", rand::random::<u64>()))
 }
 
 /// The path a client sent, before `normalize_path` rewrote it (a signature covers it).
@@ -127,8 +117,7 @@ pub fn app(state: AppState) -> Router {
     let limit = state.max_body_bytes;
     let router = api::routes(state.clone())
         .route_layer(middleware::from_fn(observe))
-        .layer(DefaultBodyLimit::max(limit))
-        .layer(middleware::from_fn(with_request_id));
+        .layer(DefaultBodyLimit::max(limit));
     let _ = state.router.set(router.clone());
     router
 }
@@ -140,13 +129,30 @@ struct BodyRules {
     deadline: std::time::Duration,
 }
 
-/// Reads a request's whole body within the deadline (408 otherwise) and the size limit (413),
-/// before any handler runs.
-async fn read_body(
+/// The outermost layer of every request: gives it an id and a `request` log span (the answer
+/// repeats the id in `X-Request-Id`), and reads its whole body within the deadline (408) and
+/// the size limit (413) before any handler runs. One layer rather than two: each layer costs
+/// every request a clone of the service below it.
+async fn edge(
     axum::extract::State(rules): axum::extract::State<BodyRules>,
-    req: Request,
+    mut req: Request,
     next: Next,
 ) -> Response {
+    let id = request_id_of(&req);
+    req.extensions_mut().insert(RequestId(id.clone()));
+    let span = tracing::info_span!("request", id = %id);
+    let mut resp = tracing::Instrument::instrument(read_body_then(rules, req, next), span).await;
+    if let Ok(v) = axum::http::HeaderValue::from_str(&id) {
+        resp.headers_mut().insert(REQUEST_ID_HEADER, v);
+    }
+    resp
+}
+
+async fn read_body_then(rules: BodyRules, req: Request, next: Next) -> Response {
+    // Most reads carry no body: nothing to wait for.
+    if axum::body::HttpBody::size_hint(req.body()).exact() == Some(0) {
+        return next.run(req).await;
+    }
     let (parts, body) = req.into_parts();
     let read = axum::body::to_bytes(body, rules.max_bytes);
     let bytes = match tokio::time::timeout(rules.deadline, read).await {
@@ -210,8 +216,17 @@ pub async fn serve(
         max_bytes: state.max_body_bytes,
         deadline: limits.body_read,
     };
-    let app = app(state).layer(middleware::from_fn_with_state(rules, read_body));
-    let service = tower::util::MapRequestLayer::new(normalize_path).layer(cors.layer(app));
+    let app = app(state).layer(middleware::from_fn_with_state(rules, edge));
+    // CORS only concerns browsers, which always send `Origin`; other clients skip its layer.
+    let with_cors = cors.layer(app.clone());
+    let service = tower::service_fn(move |req: Request| {
+        let req = normalize_path(req);
+        if req.headers().contains_key(header::ORIGIN) {
+            Either::Left(with_cors.clone().oneshot(req))
+        } else {
+            Either::Right(app.clone().oneshot(req))
+        }
+    });
     crate::connections::serve(listener, service, limits, shutdown).await
 }
 

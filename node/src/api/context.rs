@@ -23,14 +23,24 @@ use super::error::ApiError;
 use crate::auth::{self, header, AuthError};
 pub use crate::auth::{HeaderNames, RequestCtx};
 
+/// The shared state of the HTTP server; cloned for every extractor of every request, so it is
+/// one reference-counted pointer to [`Shared`].
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+pub struct Shared {
     pub cluster: Cluster,
-    /// Shared: the state is cloned for every extractor of every request.
-    pub headers: Arc<HeaderNames>,
+    pub headers: HeaderNames,
     pub max_body_bytes: usize,
     /// The finished router, for `/1/batch` to run its operations through (set once at start).
-    pub router: Arc<OnceLock<Router>>,
+    pub router: OnceLock<Router>,
     /// Where emailed links go (SMTP relay or the dev outbox).
     pub mailer: Arc<dyn crate::mail::Mailer>,
     /// Where SMS go (webhook or the dev outbox).
@@ -38,9 +48,9 @@ pub struct AppState {
     /// The base URL of links in mails and of captcha pictures (`--public-url`).
     pub public_url: String,
     /// Per-client-IP attempt counts of this node (logins, SMS, mails).
-    pub limiter: Arc<crate::throttle::IpLimiter>,
+    pub limiter: crate::throttle::IpLimiter,
     /// Verifies third-party `authData` with its platform.
-    pub identity: Arc<crate::users::third_party::providers::IdentityProviders>,
+    pub identity: crate::users::third_party::providers::IdentityProviders,
 }
 
 /// The services outside the cluster the API talks to.
@@ -59,17 +69,17 @@ impl AppState {
         public_url: String,
         ip_limits: crate::throttle::IpLimits,
     ) -> Self {
-        AppState {
+        AppState(Arc::new(Shared {
             cluster,
-            headers: Arc::new(headers),
+            headers,
             max_body_bytes,
-            router: Arc::new(OnceLock::new()),
+            router: OnceLock::new(),
             mailer: outside.mailer,
             sms: outside.sms,
             public_url,
-            limiter: Arc::new(crate::throttle::IpLimiter::new(ip_limits)),
-            identity: Arc::new(outside.identity),
-        }
+            limiter: crate::throttle::IpLimiter::new(ip_limits),
+            identity: outside.identity,
+        }))
     }
 }
 

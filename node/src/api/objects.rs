@@ -169,7 +169,15 @@ pub async fn get_in(
     let view = UserView::new(&ctx.app, who.as_deref());
     view.hide_rows(class, &mut objs);
     let include = parse_include(include.unwrap_or(""))?;
-    expand(&state.cluster, app, &mut objs, &include, who, &view).await?;
+    expand(
+        &state.cluster,
+        app,
+        &mut objs,
+        &include,
+        who.as_deref(),
+        &view,
+    )
+    .await?;
     let [obj] = objs;
     Ok(obj)
 }
