@@ -73,6 +73,20 @@ fn parse_path(key: &str) -> Result<Vec<String>> {
 }
 
 fn parse_op(key: &str, value: &Value) -> Result<UpdateOp> {
+    // An ACL is an object of principals whatever the class's schema says (107, not 111);
+    // only `Delete` applies to it as an operator.
+    if key == "ACL" {
+        match value {
+            Value::Null => {}
+            Value::Object(obj) if obj.get("__op").is_none() => {}
+            Value::Object(obj) if obj.get("__op").and_then(Value::as_str) == Some("Delete") => {}
+            _ => {
+                return Err(Error::InvalidValue(
+                    "malformed ACL: it must be an object like {\"*\": {\"read\": true}}".into(),
+                ))
+            }
+        }
+    }
     let Some(obj) = value.as_object() else {
         return Ok(UpdateOp::Set(normalize_value(value)?));
     };
@@ -327,6 +341,18 @@ mod tests {
             parse(json!({"r": {"__op": "AddRelation", "objects": [1]}})),
             Err(Error::InvalidPointer(_))
         ));
+        for acl in [
+            json!([]),
+            json!("public"),
+            json!(1),
+            json!({"__op": "Increment", "amount": 1}),
+        ] {
+            assert!(
+                matches!(parse(json!({ "ACL": acl })), Err(Error::InvalidValue(_))),
+                "{acl}"
+            );
+        }
+        assert!(parse(json!({"ACL": {"__op": "Delete"}})).is_ok());
     }
 
     #[test]

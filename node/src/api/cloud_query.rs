@@ -14,6 +14,10 @@ use super::error::ApiError;
 use crate::bql;
 use crate::query;
 
+/// System classes BQL reads, with the same rules as their REST listings (`GET /1/users` never
+/// shows passwords or sessions, and hides other users' private fields).
+const READABLE_SYSTEM_CLASSES: [&str; 2] = [crate::users::USER_CLASS, "_Role"];
+
 #[derive(Debug, Deserialize)]
 pub struct CloudQueryParams {
     bql: Option<String>,
@@ -39,7 +43,9 @@ pub async fn cloud_query(
         },
     };
     let statement = bql::parse(src, &values).map_err(|e| ApiError::Bql(e.to_string()))?;
-    validate_class_name(&statement.query.class).map_err(ApiError::from)?;
+    if !READABLE_SYSTEM_CLASSES.contains(&statement.query.class.as_str()) {
+        validate_class_name(&statement.query.class).map_err(ApiError::from)?;
+    }
     // `count` is asked for only by `count(*)` outside an aggregation; aggregated rows are
     // always wrapped in `results`.
     let outcome = query::run(&state, &ctx, statement.query).await?;

@@ -262,14 +262,28 @@ async fn log_in_checked(
             .ok_or(ApiError::LoginFailed)?;
         return start_session(state, ctx, &user_id, &stored, phone_verified()).await;
     }
-    let name = p.username.or(p.mobile_phone_number);
-    let password = p.password;
-    let name = name.filter(|s| !s.is_empty()).ok_or_else(|| {
-        ApiError::MissingLoginData("username (or email or mobilePhoneNumber) is required.".into())
-    })?;
-    let password = password
-        .filter(|s| !s.is_empty())
-        .ok_or_else(|| ApiError::MissingCredentials("password is required.".into()))?;
+    // decisions.md: 108 when one of username and password is missing, 109 when both are.
+    let name = p
+        .username
+        .or(p.mobile_phone_number)
+        .filter(|s| !s.is_empty());
+    let password = p.password.filter(|s| !s.is_empty());
+    let (name, password) = match (name, password) {
+        (Some(n), Some(p)) => (n, p),
+        (None, None) => {
+            return Err(ApiError::MissingLoginData(
+                "username (or email or mobilePhoneNumber) and password are required.".into(),
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(ApiError::MissingCredentials(
+                "username (or email or mobilePhoneNumber) is required.".into(),
+            ))
+        }
+        (Some(_), None) => {
+            return Err(ApiError::MissingCredentials("password is required.".into()))
+        }
+    };
     let app = &ctx.app.application_id;
     let tries = format!("{app}/login/{}", name.to_lowercase());
     let attempt = throttle::take(&state.cluster, "login", &tries, &LOGIN_WINDOWS).await?;

@@ -23,8 +23,8 @@ pub struct Token {
     pub pos: usize,
 }
 
-const PUNCT: [&str; 14] = [
-    "<=", ">=", "<>", "!=", "(", ")", ",", "*", "=", "<", ">", "-", "+", "?",
+const PUNCT: [&str; 16] = [
+    "<=", ">=", "<>", "!=", "(", ")", "[", "]", ",", "*", "=", "<", ">", "-", "+", "?",
 ];
 
 pub fn tokenize(src: &str) -> Result<Vec<Token>, BqlError> {

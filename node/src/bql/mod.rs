@@ -10,8 +10,9 @@
 //! atom      := ( cond ) | RELATED path TO value | path test
 //! test      := (= | != | <> | < | <= | > | >=) value | LIKE string | REGEXP string
 //!            | [NOT] IN ( value {, value} ) | [NOT] IN ( SELECT key FROM class [WHERE cond] )
-//!            | IS [NOT] EXISTS | NEAR value [MAX number (MILES | KILOMETERS | KM | RADIANS)]
-//!            | WITHIN value AND value
+//!            | IS [NOT] EXISTS | NEAR point [MAX number (MILES | KILOMETERS | KM | RADIANS)]
+//!            | WITHIN point AND point
+//! point     := value | [ lng , lat ]
 //! value     := number | string | true | false | null | ? | date(string)
 //!            | pointer(class, id) | geopoint(lng, lat) | file(url)
 //! keys      := [-|+] path [ASC | DESC] {, ...}
@@ -507,7 +508,7 @@ impl Parser<'_> {
             return self.err(format!("expected IN after NOT but found {}", self.found()));
         }
         if scope == Scope::Where && self.eat_kw("near") {
-            let point = self.value()?;
+            let point = self.point()?;
             let mut t = json!({"$nearSphere": point});
             if self.eat_kw("max") {
                 let d = self.value()?;
@@ -529,9 +530,9 @@ impl Parser<'_> {
             return Ok(t);
         }
         if scope == Scope::Where && self.eat_kw("within") {
-            let sw = self.value()?;
+            let sw = self.point()?;
             self.expect_kw("and")?;
-            let ne = self.value()?;
+            let ne = self.point()?;
             return Ok(json!({"$within": {"$box": [sw, ne]}}));
         }
         Err(BqlError::new(
@@ -560,6 +561,20 @@ impl Parser<'_> {
         } else {
             json!({ if not { "$dontSelect" } else { "$select" }: {"query": sub, "key": key} })
         })
+    }
+
+    /// A geo point: any value (`geopoint(lng, lat)`, `?`), or the bracket form `[lng, lat]`.
+    fn point(&mut self) -> Result<Value, BqlError> {
+        let at = self.pos();
+        if !self.eat_punct("[") {
+            return self.value();
+        }
+        let lng = self.value()?;
+        self.expect_punct(",")?;
+        let lat = self.value()?;
+        self.expect_punct("]")?;
+        typed("geopoint", &[lng, lat])
+            .ok_or_else(|| BqlError::new(at, "a point is [longitude, latitude] in numbers"))
     }
 
     fn string_value(&mut self) -> Result<String, BqlError> {

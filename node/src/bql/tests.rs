@@ -73,6 +73,16 @@ fn every_test_maps_to_its_operator() {
                 {"__type": "GeoPoint", "latitude": 39, "longitude": -121}]}}}),
         ),
         (
+            "loc near [-122.4, 37.6] max 3700 km",
+            json!({"loc": {"$nearSphere": {"__type": "GeoPoint", "latitude": 37.6, "longitude": -122.4}, "$maxDistanceInKilometers": 3700}}),
+        ),
+        (
+            "loc within [-123, 37] and [-121, 39]",
+            json!({"loc": {"$within": {"$box": [
+                {"__type": "GeoPoint", "latitude": 37, "longitude": -123},
+                {"__type": "GeoPoint", "latitude": 39, "longitude": -121}]}}}),
+        ),
+        (
             "owner in (select * from Owner where name = 'ann')",
             json!({"owner": {"$inQuery": {"className": "Owner", "where": {"name": "ann"}}}}),
         ),
@@ -156,6 +166,8 @@ fn faults_are_reported_where_they_are() {
     assert_eq!(at("select * from C limit -1"), 22);
     assert_eq!(at("select * from C where a not like 'x'"), 28);
     assert!(parse("select * from C having a > 1", &[]).is_err());
+    assert_eq!(at("select * from C where l near ['a', 1]"), 29);
+    assert_eq!(at("select * from C where l near [1 2]"), 32);
     assert!(parse(
         &format!("select * from C where a = '{}'", "x".repeat(5000)),
         &[]

@@ -97,6 +97,19 @@ async fn bql_answers_like_the_rest_form() {
                 {"__type": "GeoPoint", "latitude": 37.2, "longitude": -121.0}]}}}),
             "n",
         ),
+        (
+            "loc within [-123, 37.1] and [-121, 37.2]",
+            json!({"loc": {"$within": {"$box": [
+                {"__type": "GeoPoint", "latitude": 37.1, "longitude": -123.0},
+                {"__type": "GeoPoint", "latitude": 37.2, "longitude": -121.0}]}}}),
+            "n",
+        ),
+        (
+            "loc near [-122, 37.3] max 3700 km",
+            json!({"loc": {"$nearSphere": {"__type": "GeoPoint", "latitude": 37.3, "longitude": -122.0},
+                "$maxDistanceInKilometers": 3700}}),
+            "n",
+        ),
     ];
     for (cond, w, order) in pairs {
         let rest = get(
@@ -173,6 +186,55 @@ async fn bql_answers_like_the_rest_form() {
     .await;
     assert_eq!(got["results"], rest);
     assert_eq!(rest.as_array().unwrap().len(), 3);
+
+    // System classes read like their REST listings: users without secrets or other users'
+    // private fields, roles.
+    let (ann_id, ann_token) = super::common::register_user(&c, "ann").await;
+    let c_ann = c.clone().with_session(Some(&ann_token));
+    c_ann
+        .request(
+            Method::PUT,
+            &format!("/1/users/{ann_id}"),
+            Some(&json!({"email": "ann@x.org"})),
+            false,
+        )
+        .await
+        .expect("ann sets her email");
+    let users = bql(&c, "select * from _User where username = 'ann'", None).await;
+    let rest = get(
+        &c,
+        &format!(
+            "/1/users?where={}",
+            urlencode(&json!({"username": "ann"}).to_string())
+        ),
+    )
+    .await;
+    assert_eq!(users["results"], rest["results"]);
+    let ann = &users["results"][0];
+    assert_eq!(ann["objectId"], ann_id.as_str());
+    for secret in [
+        "password",
+        "_password",
+        "sessionToken",
+        "_sessions",
+        "email",
+    ] {
+        assert!(ann.get(secret).is_none(), "{secret} shown: {ann}");
+    }
+    let own = bql(&c_ann, "select * from _User where username = 'ann'", None).await;
+    assert_eq!(own["results"][0]["email"], "ann@x.org", "her own email");
+    cluster
+        .master_client(0)
+        .request(
+            Method::POST,
+            "/1/roles",
+            Some(&json!({"name": "editors", "ACL": {"*": {"read": true}}})),
+            true,
+        )
+        .await
+        .expect("create a role");
+    let roles = bql(&c, "select name from _Role where name = 'editors'", None).await;
+    assert_eq!(roles["results"][0]["name"], "editors");
 
     // Faults: 601 with the position.
     for (statement, pos) in [

@@ -233,6 +233,22 @@ async fn object_lifecycle_and_errors() {
             code: Some(107),
         },
         Scenario {
+            name: "ACL that is an array (malformed, not a type mismatch)",
+            method: Method::POST,
+            path: "/1/classes/GameScore".into(),
+            body: Some(r#"{"ACL":[{"*":{"read":true}}]}"#),
+            status: 400,
+            code: Some(107),
+        },
+        Scenario {
+            name: "ACL that is a string",
+            method: Method::PUT,
+            path: p.clone(),
+            body: Some(r#"{"ACL":"public"}"#),
+            status: 400,
+            code: Some(107),
+        },
+        Scenario {
             name: "array op on a number",
             method: Method::PUT,
             path: p.clone(),

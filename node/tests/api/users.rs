@@ -168,8 +168,14 @@ async fn users_register_log_in_and_change_with_their_session() {
     assert_api_error(
         post("/1/login", json!({"password": "x"})).await,
         400,
+        108,
+        "a password but no login name",
+    );
+    assert_api_error(
+        post("/1/login", json!({})).await,
+        400,
         109,
-        "no login name",
+        "no login data at all",
     );
 
     // Changes need that user's session or the master key (206).
