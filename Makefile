@@ -19,9 +19,10 @@ deps:
 build: deps
 	$(CARGO) build $(PROFILE_FLAGS) --workspace --all-targets
 
-## Build and start a one-node cluster: HTTP on 127.0.0.1:8080, data in ./data.
-run: deps
-	$(CARGO) build $(PROFILE_FLAGS) -p basalt
+## Build and start a one-node cluster: HTTP on 127.0.0.1:8080, data in ./data. It builds what
+## `make test` builds (the whole workspace): another package selection would unify features
+## differently and compile RocksDB a second time.
+run: build
 	$(BASALT) dev --nodes $(NODES) --data-dir ./data --http-port 8080
 
 ## The same with three nodes (HTTP on 8080-8082).

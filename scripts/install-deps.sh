@@ -3,8 +3,15 @@
 # for rust-rocksdb) and a C++ compiler. Uses sudo when not root. No-op when all is present.
 set -euo pipefail
 
+# True when any one of the places libclang is installed to holds it (each glob checked on its
+# own: one glob that matches nothing must not hide another that does).
 have_libclang() {
-  ls /usr/lib/llvm-*/lib/libclang*.so* /usr/lib/x86_64-linux-gnu/libclang*.so* /usr/lib/aarch64-linux-gnu/libclang*.so* >/dev/null 2>&1
+  local pattern
+  for pattern in /usr/lib/llvm-*/lib/libclang*.so* /usr/lib/x86_64-linux-gnu/libclang*.so* \
+    /usr/lib/aarch64-linux-gnu/libclang*.so* /usr/lib64/libclang*.so* /usr/local/lib/libclang*.so*; do
+    compgen -G "$pattern" >/dev/null && return 0
+  done
+  [ -n "${LIBCLANG_PATH:-}" ] && compgen -G "$LIBCLANG_PATH/libclang*.so*" >/dev/null
 }
 
 missing=()

@@ -3,7 +3,8 @@
 //! Node i serves HTTP on `http_port + i - 1` and gRPC on `rpc_port + i - 1`, with its data in
 //! `<data-dir>/node<i>`. Node 1 initialises the cluster, the others join it; started again on
 //! the same data dir, every node resumes its part of the same cluster. Ctrl-C or SIGTERM stops
-//! them all.
+//! them all. Every option of `serve` that is not about one node (`serve::ServiceArgs`: header
+//! brand, SMTP, SMS webhook, public URL, timeouts, limits, ...) is passed to all nodes.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -17,26 +18,30 @@ use crate::bootstrap::{describe, CREDENTIALS_FILE};
 /// Set in the environment of nodes started by `basalt dev` (the parent prints for them).
 pub const DEV_CHILD_ENV: &str = "BASALT_DEV_CHILD";
 
+/// Options of `basalt dev`: the local cluster's shape, and every option its nodes share
+/// (passed to each node).
 #[derive(Debug, Clone, clap::Args)]
 pub struct DevArgs {
     /// Number of node processes.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, env = "BASALT_NODES")]
     pub nodes: u32,
     /// Directory holding every node's data.
-    #[arg(long, default_value = "./data")]
+    #[arg(long, default_value = "./data", env = "BASALT_DATA_DIR")]
     pub data_dir: PathBuf,
     /// HTTP port of node 1 (node i uses port + i - 1).
-    #[arg(long, default_value_t = 8080)]
+    #[arg(long, default_value_t = 8080, env = "BASALT_HTTP_PORT")]
     pub http_port: u16,
     /// gRPC port of node 1 (node i uses port + i - 1).
-    #[arg(long, default_value_t = 9080)]
+    #[arg(long, default_value_t = 9080, env = "BASALT_RPC_PORT")]
     pub rpc_port: u16,
     /// Data shards of a new cluster.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, env = "BASALT_SHARDS")]
     pub shards: u32,
     /// Replicas per group of a new cluster.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, env = "BASALT_REPLICAS")]
     pub replicas: u32,
+    #[command(flatten)]
+    pub service: crate::serve::ServiceArgs,
 }
 
 /// True when `GET /health` at `addr` answers 200.
@@ -80,11 +85,19 @@ async fn stop_all(children: &mut [Child]) {
     }
 }
 
-fn spawn_node(exe: &Path, args: &DevArgs, i: u32) -> anyhow::Result<Child> {
+fn spawn_node(exe: &Path, args: &DevArgs, shared: &[String], i: u32) -> anyhow::Result<Child> {
     let http = format!("127.0.0.1:{}", u32::from(args.http_port) + i - 1);
     let rpc = format!("127.0.0.1:{}", u32::from(args.rpc_port) + i - 1);
     let mut cmd = Command::new(exe);
+    // Every option is on the node's command line: the parent's `BASALT_*` variables (which
+    // name the parent's own ports and data dir) must not reach it.
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("BASALT_") {
+            cmd.env_remove(name);
+        }
+    }
     cmd.arg("serve")
+        .args(shared)
         .arg("--node-id")
         .arg(i.to_string())
         .arg("--data-dir")
@@ -113,9 +126,10 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.nodes >= 1, "--nodes must be at least 1");
     std::fs::create_dir_all(&args.data_dir)?;
     let exe = std::env::current_exe()?;
+    let shared = args.service.to_args()?;
     let mut children = Vec::new();
     for i in 1..=args.nodes {
-        children.push(spawn_node(&exe, &args, i)?);
+        children.push(spawn_node(&exe, &args, &shared, i)?);
     }
     let result = wait_and_serve(&args, &mut children).await;
     stop_all(&mut children).await;

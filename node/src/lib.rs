@@ -15,6 +15,8 @@ pub mod auth;
 pub mod bootstrap;
 pub mod bql;
 pub mod captcha;
+pub mod cli;
+pub mod config;
 pub mod connections;
 pub mod dev;
 pub mod mail;

@@ -1,33 +1,7 @@
 //! The `basalt` command: `serve` one node, `dev` a local cluster, `admin` a running cluster.
 
-use clap::{Parser, Subcommand};
-
-#[derive(Parser)]
-#[command(
-    name = "basalt",
-    version,
-    about = "Basalt: a distributed backend-as-a-service"
-)]
-struct Cli {
-    #[command(subcommand)]
-    command: Cmd,
-}
-
-#[derive(Subcommand)]
-enum Cmd {
-    /// Run one node of a cluster.
-    Serve(Box<basalt::serve::ServeArgs>),
-    /// Start a local cluster of N node processes and wait for Ctrl-C.
-    Dev(basalt::dev::DevArgs),
-    /// Administer a running cluster through one node's gRPC address.
-    Admin {
-        /// gRPC address of any node.
-        #[arg(long, default_value = "127.0.0.1:9080")]
-        rpc: String,
-        #[command(subcommand)]
-        command: basalt::admin::AdminCommand,
-    },
-}
+use basalt::cli::{Cli, Cmd};
+use clap::Parser;
 
 fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
@@ -42,7 +16,12 @@ fn main() -> std::process::ExitCode {
         // Colours only on a terminal: log files get plain text, and no request pays for styling.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let cli = Cli::parse();
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if let Err(e) = basalt::config::apply(&args, &basalt::cli::settable_options()) {
+        eprintln!("basalt: {e:#}");
+        return std::process::ExitCode::FAILURE;
+    }
+    let cli = Cli::parse_from(args);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -56,7 +35,7 @@ fn main() -> std::process::ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Cmd::Serve(args) => basalt::serve::run(*args).await,
-            Cmd::Dev(args) => basalt::dev::run(args).await,
+            Cmd::Dev(args) => basalt::dev::run(*args).await,
             Cmd::Admin { rpc, command } => basalt::admin::run(&rpc, command).await,
         }
     });

@@ -11,112 +11,164 @@ use crate::api::ops::install_metrics_recorder;
 use crate::bootstrap::{bootstrap, describe};
 use crate::users::third_party::providers::IdentityProviders;
 
+/// Options of one node (`basalt serve`): where it is and which cluster it belongs to. Every
+/// option can also come from the environment (`BASALT_<NAME>`) or a config file
+/// (`--config`, see `config`).
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServeArgs {
     /// This node's id (a positive integer, unique in the cluster).
-    #[arg(long)]
+    #[arg(long, env = "BASALT_NODE_ID")]
     pub node_id: u64,
     /// Directory for this node's data.
-    #[arg(long, default_value = "./data")]
+    #[arg(long, default_value = "./data", env = "BASALT_DATA_DIR")]
     pub data_dir: PathBuf,
     /// Address the REST API listens on.
-    #[arg(long, default_value = "127.0.0.1:8080")]
+    #[arg(long, default_value = "127.0.0.1:8080", env = "BASALT_HTTP_ADDR")]
     pub http_addr: SocketAddr,
     /// Address the node-to-node gRPC service listens on.
-    #[arg(long, default_value = "127.0.0.1:9080")]
+    #[arg(long, default_value = "127.0.0.1:9080", env = "BASALT_RPC_ADDR")]
     pub rpc_addr: SocketAddr,
     /// The gRPC address peers should dial (default: --rpc-addr); for proxies and NAT.
-    #[arg(long)]
+    #[arg(long, env = "BASALT_RPC_ADVERTISE")]
     pub rpc_advertise: Option<String>,
     /// Local IP outgoing peer connections are made from (default: the system's choice).
-    #[arg(long)]
+    #[arg(long, env = "BASALT_RPC_SOURCE_IP")]
     pub rpc_source_ip: Option<std::net::IpAddr>,
     /// Create a new cluster with this node as its first member.
-    #[arg(long, conflicts_with = "join")]
+    #[arg(long, conflicts_with = "join", env = "BASALT_INIT")]
     pub init: bool,
     /// Join the cluster of the node at this gRPC address.
-    #[arg(long)]
+    #[arg(long, env = "BASALT_JOIN")]
     pub join: Option<String>,
     /// Data shards of a new cluster (fixed at --init).
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, env = "BASALT_SHARDS")]
     pub shards: u32,
     /// Replicas per group of a new cluster (capped by the number of nodes).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, env = "BASALT_REPLICAS")]
     pub replicas: u32,
+    #[command(flatten)]
+    pub service: ServiceArgs,
+}
+
+/// Options every node of a cluster shares: what `basalt dev` passes to all its nodes.
+/// Serialized (kebab-case names) to build the nodes' command lines.
+#[derive(Debug, Clone, clap::Args, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct ServiceArgs {
     /// Brand word of the header names (`X-<brand>-Application-Id`).
-    #[arg(long, default_value = "Service")]
+    #[arg(long, default_value = "Service", env = "BASALT_HEADER_BRAND")]
     pub header_brand: String,
     /// Largest JSON request body, in bytes.
-    #[arg(long, default_value_t = 16 << 20)]
+    #[arg(long, default_value_t = 16 << 20, env = "BASALT_MAX_BODY_BYTES")]
     pub max_body_bytes: usize,
     /// SMTP relay for mails (`smtp://host:port`); without one, mails go to
     /// `<data-dir>/outbox/` and the log.
-    #[arg(long)]
+    #[arg(long, env = "BASALT_SMTP_URL")]
     pub smtp_url: Option<String>,
     /// Sender address of mails.
-    #[arg(long, default_value = "Basalt <noreply@basalt.local>")]
+    #[arg(
+        long,
+        default_value = "Basalt <noreply@basalt.local>",
+        env = "BASALT_SMTP_FROM"
+    )]
     pub smtp_from: String,
     /// URL that receives each SMS as a JSON POST (the operator's gateway); without one, SMS
     /// go to `<data-dir>/sms-outbox/` and the log.
-    #[arg(long)]
+    #[arg(long, env = "BASALT_SMS_WEBHOOK_URL")]
     pub sms_webhook_url: Option<String>,
     /// Base URL of links in mails and of captcha pictures (default: `http://<http-addr>`).
-    #[arg(long)]
+    #[arg(long, env = "BASALT_PUBLIC_URL")]
     pub public_url: Option<String>,
     /// Raft heartbeat interval in milliseconds.
-    #[arg(long, default_value_t = 250)]
+    #[arg(long, default_value_t = 250, env = "BASALT_HEARTBEAT_MS")]
     pub heartbeat_ms: u64,
     /// Smallest Raft election timeout in milliseconds (the largest is twice this).
-    #[arg(long, default_value_t = 1200)]
+    #[arg(long, default_value_t = 1200, env = "BASALT_ELECTION_MS")]
     pub election_ms: u64,
     /// Entries applied since the last snapshot that trigger a new one.
-    #[arg(long, default_value_t = 20_000)]
+    #[arg(long, default_value_t = 20_000, env = "BASALT_SNAPSHOT_LOGS")]
     pub snapshot_logs: u64,
     /// Entries kept in the log behind a snapshot.
-    #[arg(long, default_value_t = 1_000)]
+    #[arg(long, default_value_t = 1_000, env = "BASALT_KEEP_LOGS")]
     pub keep_logs: u64,
     /// Seconds between sweeps of expired records.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, env = "BASALT_TTL_SWEEP_SECS")]
     pub ttl_sweep_secs: u64,
     /// Seconds between snapshot/compaction rounds.
-    #[arg(long, default_value_t = 600)]
+    #[arg(long, default_value_t = 600, env = "BASALT_COMPACT_SECS")]
     pub compact_secs: u64,
     /// Seconds a client has to send a request's head before its connection is closed.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, env = "BASALT_HTTP_HEADER_TIMEOUT_SECS")]
     pub http_header_timeout_secs: u64,
     /// Seconds a keep-alive connection may stay idle between requests.
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = 30, env = "BASALT_HTTP_IDLE_TIMEOUT_SECS")]
     pub http_idle_timeout_secs: u64,
     /// Seconds a client has to send a request's whole body (408 after).
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, default_value_t = 60, env = "BASALT_HTTP_BODY_TIMEOUT_SECS")]
     pub http_body_timeout_secs: u64,
     /// Open HTTP connections per node; more are closed at once.
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = 4096, env = "BASALT_MAX_CONNECTIONS")]
     pub max_connections: usize,
     /// Open HTTP connections per client IP address; more are closed at once.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, env = "BASALT_MAX_CONNECTIONS_PER_IP")]
     pub max_connections_per_ip: usize,
     /// Failed logins (users and console) per client IP per minute on this node; 0: no limit.
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = 30, env = "BASALT_LOGIN_ATTEMPTS_PER_IP")]
     pub login_attempts_per_ip: u32,
     /// `requestSmsCode` calls per client IP per minute on this node; 0: no limit.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, env = "BASALT_SMS_REQUESTS_PER_IP")]
     pub sms_requests_per_ip: u32,
     /// Mail requests (password reset, email verification) per client IP per minute on this
     /// node; 0: no limit.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, env = "BASALT_MAIL_REQUESTS_PER_IP")]
     pub mail_requests_per_ip: u32,
     /// Base URL of a platform's service for verifying `authData` (`PLATFORM=URL`, repeatable;
     /// default: the platform's own, e.g. `weapp=https://api.weixin.qq.com`).
-    #[arg(long = "auth-endpoint", value_name = "PLATFORM=URL")]
+    #[arg(
+        long = "auth-endpoint",
+        value_name = "PLATFORM=URL",
+        env = "BASALT_AUTH_ENDPOINT",
+        value_delimiter = ','
+    )]
+    #[serde(rename = "auth-endpoint")]
     pub auth_endpoints: Vec<String>,
     /// Region of phone numbers written without a country code (ISO 3166 code).
-    #[arg(long, default_value = "CN")]
+    #[arg(long, default_value = "CN", env = "BASALT_PHONE_REGION")]
     pub phone_region: String,
     /// Seconds a query or aggregation may wait for each shard's answer before it fails with
     /// 503 (an unindexed scan of a large class takes seconds).
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = 30, env = "BASALT_QUERY_TIMEOUT_SECS")]
     pub query_timeout_secs: u64,
+}
+
+impl ServiceArgs {
+    /// The options as `basalt serve` command-line arguments (every option, defaults included).
+    pub fn to_args(&self) -> anyhow::Result<Vec<String>> {
+        use serde_json::Value;
+        let Value::Object(options) = serde_json::to_value(self)? else {
+            anyhow::bail!("service options are not a map");
+        };
+        let mut out = Vec::new();
+        for (name, value) in options {
+            let values = match value {
+                Value::Null | Value::Bool(false) => continue,
+                Value::Bool(true) => {
+                    out.push(format!("--{name}"));
+                    continue;
+                }
+                Value::Array(items) => items,
+                other => vec![other],
+            };
+            for v in values {
+                out.push(format!("--{name}"));
+                out.push(match v {
+                    Value::String(s) => s,
+                    other => other.to_string(),
+                });
+            }
+        }
+        Ok(out)
+    }
 }
 
 pub async fn shutdown_signal() {
@@ -162,36 +214,37 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         http_addr: args.http_addr.to_string(),
         bootstrap: bootstrap_mode,
         tuning: RaftTuning {
-            heartbeat_ms: args.heartbeat_ms,
-            election_min_ms: args.election_ms,
-            election_max_ms: args.election_ms * 2,
-            snapshot_logs: args.snapshot_logs,
-            keep_logs: args.keep_logs,
+            heartbeat_ms: args.service.heartbeat_ms,
+            election_min_ms: args.service.election_ms,
+            election_max_ms: args.service.election_ms * 2,
+            snapshot_logs: args.service.snapshot_logs,
+            keep_logs: args.service.keep_logs,
         },
-        ttl_sweep_every: Duration::from_secs(args.ttl_sweep_secs.max(1)),
-        compact_every: Duration::from_secs(args.compact_secs.max(1)),
-        query_timeout: Duration::from_secs(args.query_timeout_secs.max(1)),
+        ttl_sweep_every: Duration::from_secs(args.service.ttl_sweep_secs.max(1)),
+        compact_every: Duration::from_secs(args.service.compact_secs.max(1)),
+        query_timeout: Duration::from_secs(args.service.query_timeout_secs.max(1)),
     };
-    crate::sms::phone::set_default_region(&args.phone_region)?;
+    crate::sms::phone::set_default_region(&args.service.phone_region)?;
     let cluster = Cluster::start(opts).await?;
     let listener = tokio::net::TcpListener::bind(args.http_addr).await?;
     tracing::info!(node = args.node_id, http = %args.http_addr, rpc = %args.rpc_addr, "node started");
     let state = AppState::new(
         cluster.clone(),
-        HeaderNames::for_brand(&args.header_brand)?,
-        args.max_body_bytes,
+        HeaderNames::for_brand(&args.service.header_brand)?,
+        args.service.max_body_bytes,
         Outside {
             mailer: mailer(&args)?,
             sms: sms_provider(&args)?,
-            identity: IdentityProviders::new(&args.auth_endpoints)?,
+            identity: IdentityProviders::new(&args.service.auth_endpoints)?,
         },
-        args.public_url
+        args.service
+            .public_url
             .clone()
             .unwrap_or_else(|| format!("http://{}", args.http_addr)),
         crate::throttle::IpLimits {
-            login: args.login_attempts_per_ip,
-            sms: args.sms_requests_per_ip,
-            mail: args.mail_requests_per_ip,
+            login: args.service.login_attempts_per_ip,
+            sms: args.service.sms_requests_per_ip,
+            mail: args.service.mail_requests_per_ip,
         },
     );
     if args.init {
@@ -211,11 +264,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         });
     }
     let limits = crate::connections::ConnectionLimits {
-        header_read: Duration::from_secs(args.http_header_timeout_secs.max(1)),
-        idle: Duration::from_secs(args.http_idle_timeout_secs.max(1)),
-        body_read: Duration::from_secs(args.http_body_timeout_secs.max(1)),
-        max_connections: args.max_connections.max(1),
-        max_per_ip: args.max_connections_per_ip.max(1),
+        header_read: Duration::from_secs(args.service.http_header_timeout_secs.max(1)),
+        idle: Duration::from_secs(args.service.http_idle_timeout_secs.max(1)),
+        body_read: Duration::from_secs(args.service.http_body_timeout_secs.max(1)),
+        max_connections: args.service.max_connections.max(1),
+        max_per_ip: args.service.max_connections_per_ip.max(1),
     };
     crate::server::serve(listener, state, limits, shutdown_signal()).await?;
     cluster.shutdown().await;
@@ -224,8 +277,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
 
 /// The mailer `--smtp-url` asks for, or the dev outbox.
 fn mailer(args: &ServeArgs) -> anyhow::Result<std::sync::Arc<dyn crate::mail::Mailer>> {
-    Ok(match &args.smtp_url {
-        Some(url) => std::sync::Arc::new(crate::mail::SmtpMailer::new(url, &args.smtp_from)?),
+    Ok(match &args.service.smtp_url {
+        Some(url) => {
+            std::sync::Arc::new(crate::mail::SmtpMailer::new(url, &args.service.smtp_from)?)
+        }
         None => std::sync::Arc::new(crate::mail::OutboxMailer::new(args.data_dir.join("outbox"))),
     })
 }
@@ -235,7 +290,7 @@ fn sms_provider(
     args: &ServeArgs,
 ) -> anyhow::Result<std::sync::Arc<dyn crate::sms::provider::SmsProvider>> {
     use crate::sms::provider::{OutboxProvider, WebhookProvider};
-    Ok(match &args.sms_webhook_url {
+    Ok(match &args.service.sms_webhook_url {
         Some(url) => std::sync::Arc::new(WebhookProvider::new(url)?),
         None => std::sync::Arc::new(OutboxProvider::new(args.data_dir.join("sms-outbox"))),
     })

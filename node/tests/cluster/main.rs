@@ -407,7 +407,9 @@ async fn the_scheduler_moves_to_the_new_metadata_leader() {
     }
 }
 
-/// `basalt dev` started again on the same data dir resumes the same cluster with its data.
+/// `basalt dev` started again on the same data dir resumes the same cluster with its data; the
+/// second time its nodes take cluster-wide options from a config file and the environment
+/// (the environment winning over the file).
 // The lock only keeps other tests' clusters from running at the same time.
 #[allow(clippy::await_holding_lock)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -416,8 +418,16 @@ async fn dev_resumes_the_same_cluster_on_restart() {
     let dir = tempfile::tempdir().expect("temp dir");
     let http_port = common::free_port();
     let rpc_port = common::free_port();
-    let start = || {
+    let config = dir.path().join("basalt.toml");
+    std::fs::write(
+        &config,
+        "header-brand = \"Bmob\"\npublic_url = \"https://file.example\"\n",
+    )
+    .expect("write the config file");
+    let start_with = |extra: &[&str], env: &[(&str, &str)]| {
         std::process::Command::new(env!("CARGO_BIN_EXE_basalt"))
+            .args(extra)
+            .envs(env.iter().copied())
             .args(["dev", "--nodes", "1", "--shards", "2", "--data-dir"])
             .arg(dir.path())
             .args([
@@ -432,6 +442,7 @@ async fn dev_resumes_the_same_cluster_on_restart() {
             .spawn()
             .expect("start basalt dev")
     };
+    let start = || start_with(&[], &[]);
     let creds = || -> basalt_client::AppKeys {
         let doc: Value = serde_json::from_str(
             &std::fs::read_to_string(dir.path().join("node1/credentials.json"))
@@ -474,8 +485,13 @@ async fn dev_resumes_the_same_cluster_on_restart() {
         .status();
     let _ = dev.wait();
 
-    let mut dev = start();
+    let config_arg = config.to_string_lossy().to_string();
+    let mut dev = start_with(
+        &["--config", &config_arg],
+        &[("BASALT_PUBLIC_URL", "https://env.example")],
+    );
     wait_ready(basalt_client::Client::new(&url, None).expect("client")).await;
+    let client = client.with_brand("Bmob");
     assert_eq!(
         creds().application_id,
         keys.application_id,
@@ -488,11 +504,36 @@ async fn dev_resumes_the_same_cluster_on_restart() {
         .expect("object survived the restart");
     assert_eq!(obj["text"], "kept");
     assert_eq!(obj["views"], 3);
+    // The brand came from the file, the public URL from the environment.
+    let created = client
+        .request(
+            reqwest::Method::POST,
+            "/1/classes/Note",
+            Some(&json!({"text": "new"})),
+            false,
+        )
+        .await
+        .expect("create with X-Bmob headers");
+    let location = created.location.unwrap_or_default();
+    assert!(
+        location.starts_with("https://env.example/1/classes/Note/"),
+        "{location}"
+    );
+    assert_unauthorized_with_service_headers(&url, &keys).await;
     let _ = std::process::Command::new("kill")
         .arg("-TERM")
         .arg(dev.id().to_string())
         .status();
     let _ = dev.wait();
+}
+
+/// The default brand's headers no longer authenticate once the cluster runs with `Bmob`.
+async fn assert_unauthorized_with_service_headers(url: &str, keys: &basalt_client::AppKeys) {
+    let c = basalt_client::Client::new(url, Some(keys.clone())).expect("client");
+    common::assert_unauthorized(
+        c.get_object("Note", "abcdefghij").await,
+        "X-Service headers",
+    );
 }
 
 /// With one replica per group, a frozen node makes some shards unanswerable: a listing, a count
