@@ -6,7 +6,8 @@
 //! over nodes. Workloads: `create`, `get` (reads objects created in a warm-up), `update`
 //! (Increment on a few hot objects), `mixed` (50% get, 50% create), `login` (POST /1/login of 64
 //! users registered in the warm-up, in turn: argon2 verification, the attempt count and a
-//! session write).
+//! session write), `get-session` (as `get`, by a logged-in user who holds roles: the session is
+//! checked and the user's roles found on every request).
 //!
 //! Query workloads (`queries`): `load-queries` fills the class `QueryItem` up to `--objects`
 //! objects (resuming a partial load), `declare-indexes` indexes its `k` and `score` columns and
@@ -111,7 +112,7 @@ async fn run_workload(
                         .create_object("BenchItem", &json!({"n": i % 1000, "payload": payload}))
                         .await
                         .is_ok(),
-                    "get" => client
+                    "get" | "get-session" => client
                         .get_object("BenchItem", &ids[i % ids.len()])
                         .await
                         .map(|o| o.is_some())
@@ -175,6 +176,56 @@ async fn run_workload(
     Ok(out)
 }
 
+/// Roles of the `get-session` workload's app: the user holds two of them, one through a child.
+const SESSION_ROLES: usize = 8;
+
+/// Clients like `clients` acting as one registered user who holds roles.
+async fn logged_in(clients: &[Client], user: &str) -> anyhow::Result<Vec<Client>> {
+    let c = &clients[0];
+    let reader = format!("{user}-reader");
+    let r = c
+        .request(
+            basalt_client::Method::POST,
+            "/1/users",
+            Some(&json!({"username": reader, "password": BENCH_PASSWORD})),
+            false,
+        )
+        .await
+        .context("registering the session workload's user")?;
+    let (user_id, token) = (
+        r.body["objectId"].as_str().unwrap_or_default().to_string(),
+        r.body["sessionToken"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+    );
+    let mut child = None;
+    for n in 0..SESSION_ROLES {
+        let mut body = json!({"name": format!("{user}-role-{n}"), "ACL": {"*": {"read": true}}});
+        if n == 0 {
+            body["users"] = json!({"__op": "AddRelation", "objects": [
+                {"__type": "Pointer", "className": "_User", "objectId": user_id}]});
+        }
+        if n == 1 {
+            if let Some(id) = &child {
+                body["roles"] = json!({"__op": "AddRelation", "objects": [
+                    {"__type": "Pointer", "className": "_Role", "objectId": id}]});
+            }
+        }
+        let made = c
+            .request(basalt_client::Method::POST, "/1/roles", Some(&body), false)
+            .await
+            .context("creating the session workload's roles")?;
+        if n == 0 {
+            child = made.body["objectId"].as_str().map(str::to_string);
+        }
+    }
+    Ok(clients
+        .iter()
+        .map(|c| c.clone().with_session(Some(&token)))
+        .collect())
+}
+
 /// Operations per second, with decimals when there are few.
 fn rate(r: f64) -> String {
     if r < 10.0 {
@@ -228,6 +279,12 @@ async fn main() -> anyhow::Result<()> {
         }
     }
 
+    let session_clients = if args.workloads.iter().any(|w| w == "get-session") {
+        logged_in(&clients, &user).await?
+    } else {
+        Vec::new()
+    };
+
     println!("| cluster | workload | clients | seconds | ops | errors | ops/s | p50 ms | p99 ms | p99.9 ms | max ms |");
     println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for w in &args.workloads {
@@ -253,7 +310,12 @@ async fn main() -> anyhow::Result<()> {
             }
             _ => {}
         }
-        let o = run_workload(&args, &clients, w, ids.clone(), &user).await?;
+        let by = if w == "get-session" {
+            &session_clients
+        } else {
+            &clients
+        };
+        let o = run_workload(&args, by, w, ids.clone(), &user).await?;
         let secs = o.elapsed.as_secs_f64();
         println!(
             "| {} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} |",

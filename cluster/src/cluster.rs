@@ -105,6 +105,15 @@ const SETTLE_TIMEOUT: Duration = Duration::from_secs(3);
 /// Deadline of one status question to a member while settling.
 const SETTLE_POLL_TIMEOUT: Duration = Duration::from_millis(500);
 
+/// Classes whose objects live in the metadata group rather than in data shards, so that every
+/// node holds them and can read them locally: roles, whose graph every logged-in request needs.
+pub const META_CLASSES: [&str; 1] = ["_Role"];
+
+/// Whether objects of `class` live in the metadata group.
+pub fn is_meta_class(class: &str) -> bool {
+    META_CLASSES.contains(&class)
+}
+
 pub fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
@@ -244,9 +253,48 @@ impl Cluster {
         self.inner.settings.shards
     }
 
-    /// The data shard that owns an object.
+    /// The data shard that owns an object (or an internal record keyed like one).
     pub fn shard_for(&self, app: &str, class: &str, object_id: &str) -> GroupId {
         shard_for(app, class, object_id, self.inner.settings.shards)
+    }
+
+    /// The group that stores an object: the metadata group for [`META_CLASSES`], else its
+    /// data shard.
+    pub fn object_group(&self, app: &str, class: &str, object_id: &str) -> GroupId {
+        if is_meta_class(class) {
+            META_GROUP
+        } else {
+            self.shard_for(app, class, object_id)
+        }
+    }
+
+    /// The groups that store objects of `class`: what a scan, count or aggregation asks.
+    pub fn class_groups(&self, class: &str) -> Vec<GroupId> {
+        if is_meta_class(class) {
+            vec![META_GROUP]
+        } else {
+            (1..=self.shards()).collect()
+        }
+    }
+
+    /// The objects of a class of the metadata group as this node's replica holds them, and the
+    /// applied log index they reflect (read before them: a later index means newer objects).
+    /// The replica may lag the leader; writes to these classes wait for every member to apply
+    /// them before they answer (`settle_meta`).
+    pub fn local_meta_objects(
+        &self,
+        app: &str,
+        class: &str,
+    ) -> Result<(u64, Vec<(String, crate::object::StoredObject)>)> {
+        let index = self.meta_applied();
+        let req = ReadRequest::ScanStoredObjects {
+            app: app.into(),
+            class: class.into(),
+        };
+        match local_read::serve_read(&self.inner.store, META_GROUP, &req, now_ms())? {
+            ReadResponse::StoredObjects(objs) => Ok((index, objs)),
+            other => Err(unexpected(other)),
+        }
     }
 
     pub(crate) fn group(&self, group: GroupId) -> Result<&GroupRaft> {
@@ -254,6 +302,18 @@ impl Cluster {
             .groups
             .get(group as usize)
             .ok_or_else(|| Error::InvalidOperation(format!("no group {group}")))
+    }
+
+    /// Proposes an object command to the group that stores the object (`object_group`): as
+    /// `propose`, and for the metadata group's classes, which every node reads from its own
+    /// replica, answers once every reachable member has applied it, so the next request
+    /// through any node sees it.
+    pub async fn propose_object(&self, group: GroupId, cmd: Command) -> Result<Proposed> {
+        let p = self.propose(group, cmd).await?;
+        if group == META_GROUP {
+            self.settle_meta(p.log_index, SETTLE_TIMEOUT).await;
+        }
+        Ok(p)
     }
 
     /// Proposes `cmd` to `group` through its leader and waits until it is applied.
@@ -492,7 +552,7 @@ impl Cluster {
         object_id: &str,
         principals: Option<Vec<String>>,
     ) -> Result<Option<Value>> {
-        let group = self.shard_for(app, class, object_id);
+        let group = self.object_group(app, class, object_id);
         let req = ReadRequest::GetObject {
             app: app.into(),
             class: class.into(),
@@ -512,7 +572,7 @@ impl Cluster {
         class: &str,
         object_id: &str,
     ) -> Result<Option<crate::object::StoredObject>> {
-        let group = self.shard_for(app, class, object_id);
+        let group = self.object_group(app, class, object_id);
         let req = ReadRequest::GetStoredObject {
             app: app.into(),
             class: class.into(),
@@ -534,7 +594,10 @@ impl Cluster {
             app: app.into(),
             class: class.into(),
         };
-        let reads = (1..=self.shards()).map(|g| self.read(g, req.clone()));
+        let reads = self
+            .class_groups(class)
+            .into_iter()
+            .map(|g| self.read(g, req.clone()));
         let mut out = Vec::new();
         for r in futures::future::join_all(reads).await {
             match r? {
@@ -571,8 +634,10 @@ impl Cluster {
     /// Scans a class on every shard concurrently and merges the results. Any shard that fails
     /// fails the scan: results are never silently partial.
     pub async fn scan_objects(&self, req: ScanRequest) -> Result<(Vec<Value>, u64)> {
-        let reads =
-            (1..=self.shards()).map(|g| self.query_read(g, ReadRequest::ScanObjects(req.clone())));
+        let reads = self
+            .class_groups(&req.class)
+            .into_iter()
+            .map(|g| self.query_read(g, ReadRequest::ScanObjects(req.clone())));
         let mut shards = Vec::new();
         let mut count = 0;
         for r in futures::future::join_all(reads).await {
@@ -593,8 +658,10 @@ impl Cluster {
     /// Runs an aggregation on every shard concurrently and merges the partial groups (a shard
     /// that fails or cannot be reached fails the whole aggregation).
     pub async fn aggregate_objects(&self, req: AggregateRequest) -> Result<Vec<PartialGroup>> {
-        let reads =
-            (1..=self.shards()).map(|g| self.query_read(g, ReadRequest::Aggregate(req.clone())));
+        let reads = self
+            .class_groups(&req.class)
+            .into_iter()
+            .map(|g| self.query_read(g, ReadRequest::Aggregate(req.clone())));
         let mut shards = Vec::new();
         for r in futures::future::join_all(reads).await {
             match r? {
@@ -763,7 +830,7 @@ impl Cluster {
     }
 
     /// The last log index of the metadata group this node has applied.
-    fn meta_applied(&self) -> u64 {
+    pub fn meta_applied(&self) -> u64 {
         self.inner
             .groups
             .get(META_GROUP as usize)

@@ -32,7 +32,7 @@ pub mod statemachine;
 pub mod storage;
 pub mod update;
 
-pub use cluster::{now_ms, Bootstrap, Cluster, ClusterOptions};
+pub use cluster::{is_meta_class, now_ms, Bootstrap, Cluster, ClusterOptions, META_CLASSES};
 pub use command::{Command, CommandResult, Proposed, QuotaWindow, ReadRequest, ReadResponse};
 pub use error::{Error, Result};
 pub use raft::RaftTuning;

@@ -101,7 +101,7 @@ pub async fn run(state: &AppState, ctx: &RequestCtx, q: Query) -> Result<Outcome
     };
     let limit = q.limit.unwrap_or(DEFAULT_LIMIT).min(max);
     let app = &ctx.app.application_id;
-    let who = principals(&state.cluster, ctx).await?;
+    let who = principals(&state.cluster, &state.roles, ctx).await?;
     let view = UserView::new(&ctx.app, who.as_deref());
     let named = q.order.iter().map(|k| k.field.as_str()).chain(
         q.aggregation

@@ -166,7 +166,7 @@ impl Cluster {
     /// Deletes every object of a class (or, with `field`, that field of every object) on
     /// every shard, in bounded commands. Answers how many objects changed.
     pub async fn purge_class(&self, app: &str, class: &str, field: Option<&str>) -> Result<u64> {
-        self.paged_on_every_shard(|after| Command::PurgeClass {
+        self.paged_on_every_shard(class, |after| Command::PurgeClass {
             app: app.into(),
             class: class.into(),
             field: field.map(str::to_string),
@@ -180,7 +180,7 @@ impl Cluster {
     /// and builds its entries; queries use the index once every page is done. Answers how many
     /// objects were indexed.
     pub async fn declare_index(&self, app: &str, class: &str, field: Option<&str>) -> Result<u64> {
-        self.paged_on_every_shard(|after| Command::DeclareIndex {
+        self.paged_on_every_shard(class, |after| Command::DeclareIndex {
             app: app.into(),
             class: class.into(),
             field: field.map(str::to_string),
@@ -190,10 +190,11 @@ impl Cluster {
         .await
     }
 
-    /// The declared indexed fields of a class (as the first data shard knows them).
+    /// The declared indexed fields of a class (as the first group holding it knows them).
     pub async fn declared_indexes(&self, app: &str, class: &str) -> Result<Vec<String>> {
+        let first = self.class_groups(class).first().copied().unwrap_or(1);
         let meta = self
-            .get_record(1, INDEX_META_NS, &meta_key(app, class))
+            .get_record(first, INDEX_META_NS, &meta_key(app, class))
             .await?
             .and_then(|v| serde_json::from_value::<IndexMeta>(v).ok())
             .unwrap_or_default();
@@ -204,40 +205,44 @@ impl Cluster {
     /// shards at a time, repeating a page whose outcome was lost to a leader change or timeout.
     async fn paged_on_every_shard(
         &self,
+        class: &str,
         make: impl Fn(Option<String>) -> Command + Sync,
     ) -> Result<u64> {
         use futures::StreamExt;
         let make = &make;
-        let shards = (1..=self.shards()).map(|group| async move {
-            let mut after: Option<String> = None;
-            let mut total = 0;
-            let mut failures = 0;
-            loop {
-                let result = match self.propose(group, make(after.clone())).await {
-                    Ok(p) => p.result,
-                    Err(e) if page_may_repeat(&e) && failures + 1 < PAGE_ATTEMPTS => {
-                        failures += 1;
-                        tracing::info!(group, "paged command: {e} (repeating the page)");
-                        continue;
-                    }
-                    Err(e) => return Err(e),
-                };
-                match result {
-                    CommandResult::Purged { count, next } => {
-                        total += count;
-                        match next {
-                            Some(n) => after = Some(n),
-                            None => return Ok::<u64, Error>(total),
+        let shards = self
+            .class_groups(class)
+            .into_iter()
+            .map(|group| async move {
+                let mut after: Option<String> = None;
+                let mut total = 0;
+                let mut failures = 0;
+                loop {
+                    let result = match self.propose(group, make(after.clone())).await {
+                        Ok(p) => p.result,
+                        Err(e) if page_may_repeat(&e) && failures + 1 < PAGE_ATTEMPTS => {
+                            failures += 1;
+                            tracing::info!(group, "paged command: {e} (repeating the page)");
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    };
+                    match result {
+                        CommandResult::Purged { count, next } => {
+                            total += count;
+                            match next {
+                                Some(n) => after = Some(n),
+                                None => return Ok::<u64, Error>(total),
+                            }
+                        }
+                        other => {
+                            return Err(Error::Internal(format!(
+                                "unexpected paged result {other:?}"
+                            )))
                         }
                     }
-                    other => {
-                        return Err(Error::Internal(format!(
-                            "unexpected paged result {other:?}"
-                        )))
-                    }
                 }
-            }
-        });
+            });
         let results: Vec<Result<u64>> = futures::stream::iter(shards)
             .buffer_unordered(PAGED_SHARDS_AT_ONCE)
             .collect()

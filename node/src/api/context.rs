@@ -51,6 +51,8 @@ pub struct Shared {
     pub limiter: crate::throttle::IpLimiter,
     /// Verifies third-party `authData` with its platform.
     pub identity: crate::users::third_party::providers::IdentityProviders,
+    /// Each app's role graph as this node's metadata replica holds it.
+    pub roles: crate::users::roles::RoleGraphs,
 }
 
 /// The services outside the cluster the API talks to.
@@ -79,6 +81,7 @@ impl AppState {
             public_url,
             limiter: crate::throttle::IpLimiter::new(ip_limits),
             identity: outside.identity,
+            roles: Default::default(),
         }))
     }
 }

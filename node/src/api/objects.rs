@@ -79,7 +79,7 @@ pub async fn create_in(
     admit_write(state, ctx, class, &updates).await?;
     let now = now_ms();
     let app = ctx.app.application_id.clone();
-    let group = state.cluster.shard_for(&app, class, object_id);
+    let group = state.cluster.object_group(&app, class, object_id);
     let cmd = Command::CreateObject {
         app,
         class: class.to_string(),
@@ -87,7 +87,7 @@ pub async fn create_in(
         now_ms: now,
         updates,
     };
-    let p = state.cluster.propose(group, cmd).await?;
+    let p = state.cluster.propose_object(group, cmd).await?;
     let created_ms = match p.result {
         CommandResult::Created { created_ms, .. } => created_ms,
         _ => now,
@@ -158,7 +158,7 @@ pub async fn get_in(
 ) -> Result<Value, ApiError> {
     check_object_id(object_id)?;
     let app = &ctx.app.application_id;
-    let who = principals(&state.cluster, ctx).await?;
+    let who = principals(&state.cluster, &state.roles, ctx).await?;
     let obj = state
         .cluster
         .get_object_as(app, class, object_id, who.clone())
@@ -206,7 +206,7 @@ pub async fn update_in(
     check_object_id(object_id)?;
     admit_write(state, ctx, class, &updates).await?;
     let app = ctx.app.application_id.clone();
-    let group = state.cluster.shard_for(&app, class, object_id);
+    let group = state.cluster.object_group(&app, class, object_id);
     let cmd = Command::UpdateObject {
         app,
         class: class.to_string(),
@@ -217,7 +217,7 @@ pub async fn update_in(
     };
     let p = state
         .cluster
-        .propose(group, cmd)
+        .propose_object(group, cmd)
         .await
         .map_err(|e| ApiError::from_cluster(e, object_id))?;
     let updated_ms = match p.result {
@@ -239,7 +239,7 @@ pub async fn update_object(
     check_object_id(&object_id)?;
     let body = json_object(&body_bytes(body, &state)?)?;
     let updates = parse_updates(&body)?;
-    let who = principals(&state.cluster, &ctx).await?;
+    let who = principals(&state.cluster, &state.roles, &ctx).await?;
     update_in(&state, &ctx, &class, &object_id, updates, who).await
 }
 
@@ -253,7 +253,7 @@ pub async fn delete_in(
 ) -> Result<Response, ApiError> {
     check_object_id(object_id)?;
     let app = ctx.app.application_id.clone();
-    let group = state.cluster.shard_for(&app, class, object_id);
+    let group = state.cluster.object_group(&app, class, object_id);
     let cmd = Command::DeleteObject {
         app,
         class: class.to_string(),
@@ -262,7 +262,7 @@ pub async fn delete_in(
     };
     let p = state
         .cluster
-        .propose(group, cmd)
+        .propose_object(group, cmd)
         .await
         .map_err(|e| ApiError::from_cluster(e, object_id))?;
     let mut resp = Json(json!({"msg": "ok"})).into_response();
@@ -276,7 +276,7 @@ pub async fn delete_object(
     ApiPath((class, object_id)): ApiPath<(String, String)>,
 ) -> Result<Response, ApiError> {
     class_name(&class)?;
-    let who = principals(&state.cluster, &ctx).await?;
+    let who = principals(&state.cluster, &state.roles, &ctx).await?;
     delete_in(&state, &ctx, &class, &object_id, who).await
 }
 

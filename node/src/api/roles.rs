@@ -186,7 +186,7 @@ pub async fn update_role(
     }
     let updates = parse_updates(&body)?;
     check_relations(&updates)?;
-    let who = principals(&state.cluster, &ctx).await?;
+    let who = principals(&state.cluster, &state.roles, &ctx).await?;
     update_in(&state, &ctx, ROLE_CLASS, &id, updates, who).await
 }
 
@@ -204,7 +204,7 @@ pub async fn delete_role(
         .cluster
         .get_stored_object(&app, ROLE_CLASS, &id)
         .await?;
-    let who = principals(&state.cluster, &ctx).await?;
+    let who = principals(&state.cluster, &state.roles, &ctx).await?;
     let resp = delete_in(&state, &ctx, ROLE_CLASS, &id, who).await?;
     if let Some(name) = stored
         .as_ref()

@@ -2,10 +2,16 @@
 //! `roles` relation lists child roles, which inherit all of this role's permissions.
 //!
 //! A user's principals include `role:<name>` for every role it is a member of, and for every
-//! role whose `roles` relation holds one of those (transitively). The role graph is read from
-//! every shard for each request that carries a live session (roles are few).
+//! role whose `roles` relation holds one of those (transitively).
+//!
+//! Roles live in the metadata group (`basalt_cluster::META_CLASSES`), of which every node holds
+//! a replica, so a request reads the role graph locally: `RoleGraphs` keeps each app's graph
+//! with the replica's applied index it was read at, and reads it again only once the replica
+//! has applied something newer. A role write answers only after every reachable node has
+//! applied it (`Cluster::propose_object`), so the next request through any node sees it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 
 use basalt_cluster::object::StoredObject;
 use basalt_cluster::Cluster;
@@ -46,14 +52,52 @@ pub fn roles_in_graph(roles: &[(String, StoredObject)], user_id: &str) -> Vec<St
         .collect()
 }
 
-/// The roles of a user, read from every shard.
-pub async fn roles_of(
-    cluster: &Cluster,
-    app: &str,
-    user_id: &str,
-) -> Result<Vec<String>, ApiError> {
-    let roles = cluster.scan_stored_objects(app, ROLE_CLASS).await?;
-    Ok(roles_in_graph(&roles, user_id))
+/// An app's roles as stored.
+type Graph = Arc<Vec<(String, StoredObject)>>;
+
+/// This node's copy of each app's role graph, with the metadata replica's applied index it
+/// was read at.
+#[derive(Default)]
+pub struct RoleGraphs {
+    graphs: Mutex<HashMap<String, (u64, Graph)>>,
+}
+
+impl RoleGraphs {
+    /// The roles of a user (`role:<name>` each), from the local replica's current graph.
+    pub fn roles_of(
+        &self,
+        cluster: &Cluster,
+        app: &str,
+        user_id: &str,
+    ) -> Result<Vec<String>, ApiError> {
+        Ok(roles_in_graph(&self.graph(cluster, app)?, user_id))
+    }
+
+    fn graph(&self, cluster: &Cluster, app: &str) -> Result<Graph, ApiError> {
+        let applied = cluster.meta_applied();
+        let cached = self
+            .graphs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(app)
+            .filter(|(index, _)| *index == applied)
+            .map(|(_, g)| Arc::clone(g));
+        if let Some(g) = cached {
+            return Ok(g);
+        }
+        let (index, roles) = cluster.local_meta_objects(app, ROLE_CLASS)?;
+        let graph = Arc::new(roles);
+        let mut graphs = self
+            .graphs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Keep the newest: a slower reader must not replace a graph read at a later index.
+        let newer = graphs.get(app).is_some_and(|(i, _)| *i > index);
+        if !newer {
+            graphs.insert(app.to_string(), (index, Arc::clone(&graph)));
+        }
+        Ok(graph)
+    }
 }
 
 #[cfg(test)]

@@ -104,6 +104,7 @@ pub async fn session_user(
 /// as anonymous.
 pub async fn principals(
     cluster: &Cluster,
+    roles: &super::roles::RoleGraphs,
     ctx: &RequestCtx,
 ) -> Result<Option<Vec<String>>, ApiError> {
     if ctx.master {
@@ -113,7 +114,7 @@ pub async fn principals(
     let app = &ctx.app.application_id;
     if let Some(token) = &ctx.session_token {
         if let Some((user_id, _)) = session_user(cluster, app, token).await? {
-            out.extend(super::roles::roles_of(cluster, app, &user_id).await?);
+            out.extend(roles.roles_of(cluster, app, &user_id)?);
             out.push(user_id);
         }
     }

@@ -381,3 +381,97 @@ async fn roles_grant_their_members_and_child_roles_access() {
         .await
         .expect("the name is free again");
 }
+
+/// A role change takes effect for the very next request through any node: members added and
+/// removed through one node are seen at once through the others (the role graph is read from
+/// each node's own replica of the metadata group).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn role_changes_take_effect_at_once_through_every_node() {
+    let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
+    let node = |i: usize| cluster.client(i);
+    let (_, owner_t) = register_user(&node(0), "owner").await;
+    let (bob, bob_t) = register_user(&node(1), "bob").await;
+    let as_owner = |i: usize| node(i).with_session(Some(&owner_t));
+    let as_bob = |i: usize| node(i).with_session(Some(&bob_t));
+
+    let role = as_owner(0)
+        .request(
+            Method::POST,
+            "/1/roles",
+            Some(&json!({"name": "editors"})),
+            false,
+        )
+        .await
+        .expect("create the role")
+        .body["objectId"]
+        .as_str()
+        .expect("role id")
+        .to_string();
+    let doc = as_owner(1)
+        .create_object(
+            "Draft",
+            &json!({"text": "secret", "ACL": {"role:editors": {"read": true, "write": true}}}),
+        )
+        .await
+        .expect("create the draft")
+        .object_id;
+    let members = |op: &str| {
+        json!({"users": {"__op": op, "objects": [
+            {"__type": "Pointer", "className": "_User", "objectId": bob}]}})
+    };
+    let role_path = format!("/1/roles/{role}");
+    for round in 0..6 {
+        let via = round % 3;
+        // Granted through one node: readable and writable through every node at once.
+        as_owner(via)
+            .request(
+                Method::PUT,
+                &role_path,
+                Some(&members("AddRelation")),
+                false,
+            )
+            .await
+            .expect("add bob");
+        for i in 0..3 {
+            let seen = as_bob(i).get_object("Draft", &doc).await.expect("read");
+            assert!(
+                seen.is_some(),
+                "round {round}: node {i} does not see the grant"
+            );
+            as_bob(i)
+                .increment("Draft", &doc, "edits", 1)
+                .await
+                .unwrap_or_else(|e| panic!("round {round}: node {i} refused a member: {e}"));
+        }
+        // Revoked through another node: gone through every node at once.
+        as_owner((via + 1) % 3)
+            .request(
+                Method::PUT,
+                &role_path,
+                Some(&members("RemoveRelation")),
+                false,
+            )
+            .await
+            .expect("remove bob");
+        for i in 0..3 {
+            let seen = as_bob(i).get_object("Draft", &doc).await.expect("read");
+            assert!(
+                seen.is_none(),
+                "round {round}: node {i} still grants a removed member"
+            );
+            assert_api_error(
+                as_bob(i).increment("Draft", &doc, "edits", 1).await,
+                404,
+                101,
+                "a removed member writes",
+            );
+        }
+    }
+    let draft = cluster
+        .master_client(2)
+        .request(Method::GET, &format!("/1/classes/Draft/{doc}"), None, true)
+        .await
+        .expect("read with the master key")
+        .body;
+    assert_eq!(draft["edits"], 18, "every granted write counted once");
+}
