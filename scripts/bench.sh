@@ -25,7 +25,7 @@ run_cluster() {
   local urls=()
   for i in $(seq 0 $((nodes - 1))); do urls+=(--url "http://127.0.0.1:$((port + i))"); done
   "$BENCH" "${urls[@]}" --credentials "$dir/node1/credentials.json" \
-    --concurrency "$CONC" --seconds "$SECS" --workload create --workload get --workload update --workload login \
+    --concurrency "$CONC" --seconds "$SECS" --workload create --workload get --workload get-session --workload update --workload login \
     --label "$nodes node(s)"
   kill $pid; wait $pid 2>/dev/null || true
   trap - EXIT
