@@ -25,6 +25,7 @@ pub mod object;
 pub mod placement;
 pub mod query;
 pub mod raft;
+pub mod request_id;
 mod rpc;
 mod scheduler;
 pub mod schema;

@@ -50,7 +50,7 @@ async fn observe(req: Request, next: Next) -> Response {
 #[derive(Debug, Clone)]
 pub struct RequestId(pub String);
 
-const REQUEST_ID_HEADER: &str = "x-request-id";
+const REQUEST_ID_HEADER: &str = basalt_cluster::request_id::METADATA_KEY;
 
 fn request_id_of(req: &Request) -> String {
     // A batch's operations keep their batch's id.
@@ -60,12 +60,7 @@ fn request_id_of(req: &Request) -> String {
     req.headers()
         .get(REQUEST_ID_HEADER)
         .and_then(|v| v.to_str().ok())
-        .filter(|s| {
-            !s.is_empty()
-                && s.len() <= 64
-                && s.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
-        })
+        .filter(|s| basalt_cluster::request_id::is_plain(s))
         .map(str::to_string)
         .unwrap_or_else(|| format!("{:016x}", rand::random::<u64>()))
 }
@@ -141,7 +136,9 @@ async fn edge(
     let id = request_id_of(&req);
     req.extensions_mut().insert(RequestId(id.clone()));
     let span = tracing::info_span!("request", id = %id);
-    let mut resp = tracing::Instrument::instrument(read_body_then(rules, req, next), span).await;
+    // The id also travels with the work this request forwards to other nodes.
+    let work = basalt_cluster::request_id::scope(id.clone(), read_body_then(rules, req, next));
+    let mut resp = tracing::Instrument::instrument(work, span).await;
     if let Ok(v) = axum::http::HeaderValue::from_str(&id) {
         resp.headers_mut().insert(REQUEST_ID_HEADER, v);
     }

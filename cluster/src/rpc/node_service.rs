@@ -1,7 +1,10 @@
 //! Server side of `NodeService`: proposals and reads forwarded by other nodes (served by the
-//! local replica only, never forwarded again), and admin requests.
+//! local replica only, never forwarded again), and admin requests. Forwarded work runs in a
+//! `request` span carrying the id of the client request it serves (`request_id`), so its log
+//! lines match the forwarding node's.
 
 use tonic::{Request, Response, Status};
+use tracing::Instrument;
 
 use super::convert::{decode, reply};
 use super::pb::node_service_server::NodeService;
@@ -22,24 +25,41 @@ impl NodeServiceImpl {
 
 type RpcResult = std::result::Result<Response<Reply>, Status>;
 
+/// The span of forwarded work: the client request's id from the metadata ("-" without one).
+fn request_span<T>(req: &Request<T>) -> tracing::Span {
+    let id = req
+        .metadata()
+        .get(crate::request_id::METADATA_KEY)
+        .and_then(|v| v.to_str().ok())
+        .filter(|id| crate::request_id::is_plain(id))
+        .unwrap_or("-");
+    tracing::info_span!("request", id = %id)
+}
+
 #[tonic::async_trait]
 impl NodeService for NodeServiceImpl {
     async fn propose(&self, req: Request<GroupMessage>) -> RpcResult {
+        let span = request_span(&req);
         let msg = req.into_inner();
         let result = async {
+            tracing::debug!(group = msg.group, "forwarded proposal");
             let cmd: Command = decode(&msg.payload)?;
             self.cluster.local_propose(msg.group, &cmd).await
         }
+        .instrument(span)
         .await;
         Ok(Response::new(reply(result)))
     }
 
     async fn read(&self, req: Request<GroupMessage>) -> RpcResult {
+        let span = request_span(&req);
         let msg = req.into_inner();
         let result = async {
+            tracing::debug!(group = msg.group, "forwarded read");
             let r: ReadRequest = decode(&msg.payload)?;
             self.cluster.local_read(msg.group, &r).await
         }
+        .instrument(span)
         .await;
         Ok(Response::new(reply(result)))
     }

@@ -155,7 +155,12 @@ impl PeerRouter {
         timeout: Duration,
     ) -> Result<Resp> {
         let mut client = Self::node_client(ch);
-        let msg = with_timeout(group_message(group, req)?, timeout);
+        let mut msg = with_timeout(group_message(group, req)?, timeout);
+        // The peer logs the work under the id of the client request it serves.
+        if let Some(v) = crate::request_id::current().and_then(|id| id.parse().ok()) {
+            msg.metadata_mut()
+                .insert(crate::request_id::METADATA_KEY, v);
+        }
         let reply = match method {
             NodeRpc::Propose => client.propose(msg).await,
             NodeRpc::Read => client.read(msg).await,

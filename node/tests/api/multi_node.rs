@@ -161,3 +161,48 @@ async fn three_nodes_agree_on_apps_schemas_and_nonces() {
         assert_api_error(last, 400, 10008, &format!("node {}", i + 1));
     }
 }
+
+/// A request's id (`X-Request-Id`) goes with the work it forwards: the node that leads the
+/// object's group logs the forwarded proposal under the same id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarded_work_logs_under_the_request_id() {
+    let cluster = TestCluster::start_logging(
+        3,
+        &["--shards", "4"],
+        &[],
+        "info,openraft=error,basalt_cluster::rpc=debug",
+    )
+    .await;
+    let http = reqwest::Client::new();
+    let ids: Vec<String> = (0..24).map(|n| format!("trace-{n}-x7")).collect();
+    for id in &ids {
+        let r = http
+            .post(format!("http://{}/1/classes/Traced", cluster.nodes[2].http))
+            .header("X-Service-Application-Id", &cluster.keys.application_id)
+            .header("X-Service-REST-API-Key", &cluster.keys.rest_key)
+            .header("X-Request-Id", id)
+            .json(&serde_json::json!({"n": 1}))
+            .send()
+            .await
+            .expect("create");
+        assert_eq!(r.status(), 201);
+        assert_eq!(
+            r.headers()
+                .get("x-request-id")
+                .and_then(|v| v.to_str().ok()),
+            Some(id.as_str()),
+            "the answer repeats the id"
+        );
+    }
+    // Node 3 joined last and leads few groups (or none): it forwards creates to the leaders.
+    let peers = cluster.log_text(0) + &cluster.log_text(1);
+    let forwarded: Vec<&String> = ids
+        .iter()
+        .filter(|id| peers.contains(&format!("request{{id={id}}}")))
+        .collect();
+    assert!(
+        !forwarded.is_empty(),
+        "no forwarded proposal logged under its request id:\n{peers}"
+    );
+    assert!(peers.contains("forwarded proposal"), "{peers}");
+}

@@ -56,6 +56,8 @@ pub struct Node {
     log: PathBuf,
     child: Option<Child>,
     args: Vec<String>,
+    /// The node's `RUST_LOG`.
+    log_filter: String,
 }
 
 impl Node {
@@ -67,7 +69,7 @@ impl Node {
             .expect("log file");
         let child = Command::new(env!("CARGO_BIN_EXE_basalt"))
             .args(&self.args)
-            .env("RUST_LOG", node_log_filter())
+            .env("RUST_LOG", &self.log_filter)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log file"))
             .stderr(log)
@@ -88,6 +90,7 @@ pub struct TestCluster {
     /// Replicas per group the cluster was initialised with (`--replicas`, default 3).
     replicas: usize,
     common_args: Vec<String>,
+    log_filter: String,
     _guard: MutexGuard<'static, ()>,
 }
 
@@ -95,6 +98,16 @@ impl TestCluster {
     /// Starts `n` nodes: node 1 with `--init` (plus `init_args`), the others joining it; every
     /// node gets `common_args`. Returns once every node is healthy.
     pub async fn start(n: usize, init_args: &[&str], common_args: &[&str]) -> TestCluster {
+        Self::start_logging(n, init_args, common_args, &node_log_filter()).await
+    }
+
+    /// As `start`, with the nodes' log filter (`RUST_LOG`) given.
+    pub async fn start_logging(
+        n: usize,
+        init_args: &[&str],
+        common_args: &[&str],
+        log_filter: &str,
+    ) -> TestCluster {
         let guard = ONE_CLUSTER_AT_A_TIME
             .lock()
             .unwrap_or_else(|p| p.into_inner());
@@ -113,6 +126,7 @@ impl TestCluster {
                 .and_then(|i| init_args.get(i + 1)?.parse().ok())
                 .unwrap_or(3),
             common_args: common_args.iter().map(|s| s.to_string()).collect(),
+            log_filter: log_filter.to_string(),
             _guard: guard,
         };
         let mut extra: Vec<String> = vec!["--init".into()];
@@ -198,12 +212,18 @@ impl TestCluster {
             data_dir,
             child: None,
             args,
+            log_filter: self.log_filter.clone(),
         };
         node.spawn();
         self.nodes.push(node);
         let i = self.nodes.len() - 1;
         self.wait_healthy(i, Duration::from_secs(90)).await;
         i
+    }
+
+    /// What node `i` has logged so far.
+    pub fn log_text(&self, i: usize) -> String {
+        std::fs::read_to_string(&self.nodes[i].log).unwrap_or_default()
     }
 
     pub fn client(&self, i: usize) -> Client {
