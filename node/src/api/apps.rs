@@ -5,13 +5,11 @@
 //! at creation and never change; the settings later features use (safe token, standard mode
 //! off, email verification, wrapped aggregates, enterprise limit) are set with PUT.
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::Json;
 use serde_json::{json, Map, Value};
 
-use super::context::{body_bytes, json_object, ApiPath, AppState, ConsoleAccount};
+use super::context::{ApiBody, ApiPath, AppState, ConsoleAccount};
 use super::error::ApiError;
 use std::collections::BTreeMap;
 
@@ -195,9 +193,9 @@ pub async fn get_app(
 pub async fn create_app(
     State(state): State<AppState>,
     account: ConsoleAccount,
-    body: Result<Bytes, BytesRejection>,
+    body: ApiBody,
 ) -> Result<Json<Value>, ApiError> {
-    let body = json_object(&body_bytes(body, &state)?)?;
+    let body = body.object()?;
     let members = settings(&body)?;
     let name = members
         .get("appName")
@@ -217,9 +215,9 @@ pub async fn update_app_settings(
     State(state): State<AppState>,
     account: ConsoleAccount,
     ApiPath(id): ApiPath<String>,
-    body: Result<Bytes, BytesRejection>,
+    body: ApiBody,
 ) -> Result<Json<Value>, ApiError> {
-    let body = json_object(&body_bytes(body, &state)?)?;
+    let body = body.object()?;
     let members = settings(&body)?;
     owned_app(&state, &account, &id).await?;
     let app = update_app(&state.cluster, &id, members).await?;

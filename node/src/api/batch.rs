@@ -8,15 +8,14 @@
 //! failing operation answers `{"error":{"code","error"}}` in its slot and the others proceed.
 
 use crate::server::RequestId;
-use axum::body::{Body, Bytes};
-use axum::extract::rejection::BytesRejection;
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, Method, Request, StatusCode};
 use axum::Json;
 use serde_json::{json, Map, Value};
 use tower::ServiceExt;
 
-use super::context::{body_bytes, json_object, AppState, RequestCtx};
+use super::context::{ApiBody, AppState, RequestCtx};
 use super::error::{ApiError, BUSY_MESSAGE};
 
 /// Operations per batch (spec 8).
@@ -90,9 +89,9 @@ pub async fn run_batch(
     State(state): State<AppState>,
     ctx: RequestCtx,
     request_id: Option<axum::Extension<RequestId>>,
-    body: Result<Bytes, BytesRejection>,
+    body: ApiBody,
 ) -> Result<Json<Value>, ApiError> {
-    let body = json_object(&body_bytes(body, &state)?)?;
+    let body = body.object()?;
     let ops = parse_envelope(&body)?;
     let router = state
         .router

@@ -2,15 +2,13 @@
 //! `verifyCaptcha` → `{validate_token}` (app keys), and the picture at `captcha_url`
 //! (`GET /captcha/<token>.png`, no credentials: an `<img>` loads it). The work is in `captcha`.
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 
-use super::context::{body_bytes, json_object, ApiPath, AppState, RequestCtx};
+use super::context::{json_object, ApiBody, ApiPath, AppState, RequestCtx};
 use super::error::ApiError;
 use crate::captcha::{self, CaptchaParams};
 
@@ -20,13 +18,13 @@ use crate::captcha::{self, CaptchaParams};
 pub async fn request_captcha(
     State(state): State<AppState>,
     ctx: RequestCtx,
-    body: Result<Bytes, BytesRejection>,
+    body: ApiBody,
 ) -> Result<Json<Value>, ApiError> {
-    let bytes = body_bytes(body, &state)?;
+    let bytes = &body.0;
     let body = if bytes.iter().all(u8::is_ascii_whitespace) {
         serde_json::Map::new()
     } else {
-        json_object(&bytes)?
+        json_object(bytes)?
     };
     let params = CaptchaParams::from_body(&body)?;
     let (token, text) = captcha::issue(&state.cluster, &ctx.app.application_id, params).await?;
@@ -46,9 +44,9 @@ pub async fn request_captcha(
 pub async fn verify_captcha(
     State(state): State<AppState>,
     ctx: RequestCtx,
-    body: Result<Bytes, BytesRejection>,
+    body: ApiBody,
 ) -> Result<Json<Value>, ApiError> {
-    let body = json_object(&body_bytes(body, &state)?)?;
+    let body = body.object()?;
     let field = |k: &str| {
         body.get(k)
             .and_then(Value::as_str)

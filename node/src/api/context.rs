@@ -240,7 +240,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
 }
 
 /// The body of a request, or the documented error for one over the limit.
-pub fn body_bytes(
+fn body_bytes(
     body: Result<Bytes, BytesRejection>,
     state: &AppState,
 ) -> Result<Bytes, ApiError> {
@@ -248,6 +248,27 @@ pub fn body_bytes(
         StatusCode::PAYLOAD_TOO_LARGE => ApiError::BodyTooLarge(state.max_body_bytes),
         _ => ApiError::InvalidBody(r.body_text()),
     })
+}
+
+/// A request body, read within the body limit (413). Handlers parse it where their own checks
+/// put it (`object()`), so a bad body never answers before, say, a missing session.
+pub struct ApiBody(pub Bytes);
+
+impl axum::extract::FromRequest<AppState> for ApiBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        let bytes = Bytes::from_request(req, state).await;
+        body_bytes(bytes, state).map(ApiBody)
+    }
+}
+
+impl ApiBody {
+    /// The body as a JSON object (107 when empty, malformed, nested too deeply or not an
+    /// object).
+    pub fn object(&self) -> Result<Map<String, Value>, ApiError> {
+        json_object(&self.0)
+    }
 }
 
 /// Levels of objects and arrays a request body may nest (an object's own values are limited

@@ -3,8 +3,6 @@
 //! no headers because they are followed from a mail client.
 
 use crate::throttle::{ClientIp, IpKind};
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::{Form, State};
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
@@ -14,7 +12,7 @@ use basalt_cluster::update::{FieldUpdate, UpdateOp};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::context::{body_bytes, json_object, ApiPath, AppState, RequestCtx};
+use super::context::{ApiBody, ApiPath, AppState, RequestCtx};
 use super::error::ApiError;
 use crate::auth::password;
 use crate::users::email_links::{find_link, send_link, take_link, EmailLink, Purpose};
@@ -49,9 +47,9 @@ pub async fn send_verification(
 async fn user_by_email(
     state: &AppState,
     ctx: &RequestCtx,
-    body: Result<Bytes, BytesRejection>,
+    body: ApiBody,
 ) -> Result<(String, String), ApiError> {
-    let body = json_object(&body_bytes(body, state)?)?;
+    let body = body.object()?;
     let email = body
         .get("email")
         .and_then(Value::as_str)
@@ -69,7 +67,7 @@ pub async fn request_email_verify(
     State(state): State<AppState>,
     ctx: RequestCtx,
     ClientIp(ip): ClientIp,
-    body: Result<Bytes, BytesRejection>,
+    body: ApiBody,
 ) -> Result<Json<Value>, ApiError> {
     if !ctx.app.email_verify {
         return Err(ApiError::EmailVerifyOff);
@@ -84,7 +82,7 @@ pub async fn request_password_reset(
     State(state): State<AppState>,
     ctx: RequestCtx,
     ClientIp(ip): ClientIp,
-    body: Result<Bytes, BytesRejection>,
+    body: ApiBody,
 ) -> Result<Json<Value>, ApiError> {
     let (user_id, email) = mail_target(&state, &ctx, ip, body).await?;
     let link = EmailLink {
@@ -110,7 +108,7 @@ async fn mail_target(
     state: &AppState,
     ctx: &RequestCtx,
     ip: Option<std::net::IpAddr>,
-    body: Result<Bytes, BytesRejection>,
+    body: ApiBody,
 ) -> Result<(String, String), ApiError> {
     state.limiter.take(IpKind::Mail, ip)?;
     user_by_email(state, ctx, body).await

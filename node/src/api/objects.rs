@@ -7,8 +7,6 @@
 //! with the Raft log index that committed it in `X-Basalt-Version` (and its group in
 //! `X-Basalt-Group`).
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -23,7 +21,7 @@ use basalt_cluster::{now_ms, Command, CommandResult, Proposed};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::context::{body_bytes, json_object, ApiPath, ApiQuery, AppState, RequestCtx};
+use super::context::{ApiBody, ApiPath, ApiQuery, AppState, RequestCtx};
 use super::error::ApiError;
 use crate::pointers::{expand, parse_include, parse_keys};
 use crate::query::{self, add_metrics, Aggregation, Query};
@@ -123,10 +121,10 @@ pub async fn create_object(
     State(state): State<AppState>,
     ctx: RequestCtx,
     ApiPath(class): ApiPath<String>,
-    body: Result<Bytes, BytesRejection>,
+    body: ApiBody,
 ) -> Result<Response, ApiError> {
     class_name(&class)?;
-    let body = json_object(&body_bytes(body, &state)?)?;
+    let body = body.object()?;
     let updates = parse_updates(&body)?;
     let object_id = new_object_id();
     let (created_ms, group, p) = create_in(&state, &ctx, &class, &object_id, updates).await?;
@@ -233,11 +231,11 @@ pub async fn update_object(
     State(state): State<AppState>,
     ctx: RequestCtx,
     ApiPath((class, object_id)): ApiPath<(String, String)>,
-    body: Result<Bytes, BytesRejection>,
+    body: ApiBody,
 ) -> Result<Response, ApiError> {
     class_name(&class)?;
     check_object_id(&object_id)?;
-    let body = json_object(&body_bytes(body, &state)?)?;
+    let body = body.object()?;
     let updates = parse_updates(&body)?;
     let who = principals(&state.cluster, &state.roles, &ctx).await?;
     update_in(&state, &ctx, &class, &object_id, updates, who).await

@@ -7,8 +7,6 @@
 //! A role created without an ACL is readable by everyone and writable only by its creator
 //! (or only with the master key when it had no session).
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::response::Response;
 use axum::Json;
@@ -16,7 +14,7 @@ use basalt_cluster::object::new_object_id;
 use basalt_cluster::update::{parse_updates, FieldUpdate, UpdateOp};
 use serde_json::{Map, Value};
 
-use super::context::{body_bytes, json_object, ApiPath, ApiQuery, AppState, RequestCtx};
+use super::context::{ApiBody, ApiPath, ApiQuery, AppState, RequestCtx};
 use super::error::ApiError;
 use super::objects::{
     check_object_id, create_in, created_response, delete_in, get_in, list_in, update_in, GetParams,
@@ -105,9 +103,9 @@ async fn default_role_acl(state: &AppState, ctx: &RequestCtx) -> Result<Value, A
 pub async fn create_role(
     State(state): State<AppState>,
     ctx: RequestCtx,
-    body: Result<Bytes, BytesRejection>,
+    body: ApiBody,
 ) -> Result<Response, ApiError> {
-    let mut body = json_object(&body_bytes(body, &state)?)?;
+    let mut body = body.object()?;
     let name = take_name(&mut body)?
         .ok_or_else(|| ApiError::InvalidRole("a role needs a name.".into()))?;
     if body.get("ACL").is_none_or(Value::is_null) {
@@ -170,10 +168,10 @@ pub async fn update_role(
     State(state): State<AppState>,
     ctx: RequestCtx,
     ApiPath(id): ApiPath<String>,
-    body: Result<Bytes, BytesRejection>,
+    body: ApiBody,
 ) -> Result<Response, ApiError> {
     check_object_id(&id)?;
-    let mut body = json_object(&body_bytes(body, &state)?)?;
+    let mut body = body.object()?;
     if let Some(name) = take_name(&mut body)? {
         let current = state
             .cluster

@@ -5,15 +5,13 @@
 //! are applied in the metadata group; deleting a column or a class also removes the data on
 //! every shard.
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::Json;
 use basalt_cluster::object::{validate_class_name, validate_field_name};
 use basalt_cluster::schema::{Column, ColumnChange, ColumnType, SchemaError, SYSTEM_CLASSES};
 use serde_json::{json, Map, Value};
 
-use super::context::{body_bytes, json_object, ApiPath, AppState, RequestCtx};
+use super::context::{ApiBody, ApiPath, AppState, RequestCtx};
 use super::error::ApiError;
 
 fn schema_class(class: &str) -> Result<(), ApiError> {
@@ -106,13 +104,13 @@ pub async fn create_schema(
     State(state): State<AppState>,
     ctx: RequestCtx,
     ApiPath(class): ApiPath<String>,
-    body: Result<Bytes, BytesRejection>,
+    body: ApiBody,
 ) -> Result<Json<Value>, ApiError> {
     schema_class(&class)?;
     if SYSTEM_CLASSES.contains(&class.as_str()) {
         return Err(SchemaError::ClassExists(class).into());
     }
-    let body = json_object(&body_bytes(body, &state)?)?;
+    let body = body.object()?;
     let changes = column_changes(&class, &body, false)?;
     let app = &ctx.app.application_id;
     Ok(Json(
@@ -124,10 +122,10 @@ pub async fn update_schema(
     State(state): State<AppState>,
     ctx: RequestCtx,
     ApiPath(class): ApiPath<String>,
-    body: Result<Bytes, BytesRejection>,
+    body: ApiBody,
 ) -> Result<Json<Value>, ApiError> {
     schema_class(&class)?;
-    let body = json_object(&body_bytes(body, &state)?)?;
+    let body = body.object()?;
     let changes = column_changes(&class, &body, true)?;
     let app = &ctx.app.application_id;
     Ok(Json(state.cluster.alter_class(app, &class, changes).await?))
@@ -168,10 +166,10 @@ pub async fn create_index(
     State(state): State<AppState>,
     ctx: RequestCtx,
     ApiPath(class): ApiPath<String>,
-    body: Result<Bytes, BytesRejection>,
+    body: ApiBody,
 ) -> Result<Json<Value>, ApiError> {
     schema_class(&class)?;
-    let body = json_object(&body_bytes(body, &state)?)?;
+    let body = body.object()?;
     let field = body
         .get("field")
         .and_then(Value::as_str)

@@ -3,8 +3,6 @@
 //! console's template management under `/1/apps/<appId>/smsTemplates`. The work is in `sms`.
 
 use crate::throttle::{ClientIp, IpKind};
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::Json;
 use basalt_cluster::now_ms;
@@ -12,7 +10,7 @@ use basalt_cluster::update::{FieldUpdate, UpdateOp};
 use serde_json::{json, Map, Value};
 
 use super::apps::owned_app;
-use super::context::{body_bytes, json_object, ApiPath, AppState, ConsoleAccount, RequestCtx};
+use super::context::{ApiBody, ApiPath, AppState, ConsoleAccount, RequestCtx};
 use super::error::ApiError;
 use crate::auth::password;
 use crate::sms::{self, CodeRequest, Template};
@@ -43,13 +41,13 @@ pub async fn request_sms_code(
     State(state): State<AppState>,
     ctx: RequestCtx,
     ClientIp(ip): ClientIp,
-    body: Result<Bytes, BytesRejection>,
+    body: ApiBody,
 ) -> Result<Json<Value>, ApiError> {
     state
         .limiter
         .take(IpKind::Sms, ip)
         .map_err(|e| ApiError::SmsLimit(e.to_string()))?;
-    let body = json_object(&body_bytes(body, &state)?)?;
+    let body = body.object()?;
     let req = CodeRequest {
         number: number(&body)?,
         template: string(&body, "template")?,
@@ -64,9 +62,9 @@ pub async fn verify_sms_code_in_path(
     State(state): State<AppState>,
     ctx: RequestCtx,
     ApiPath(code): ApiPath<String>,
-    body: Result<Bytes, BytesRejection>,
+    body: ApiBody,
 ) -> Result<Json<Value>, ApiError> {
-    let body = json_object(&body_bytes(body, &state)?)?;
+    let body = body.object()?;
     sms::take_code(
         &state.cluster,
         &ctx.app.application_id,
@@ -81,9 +79,9 @@ pub async fn verify_sms_code_in_path(
 pub async fn verify_sms_code_in_body(
     State(state): State<AppState>,
     ctx: RequestCtx,
-    body: Result<Bytes, BytesRejection>,
+    body: ApiBody,
 ) -> Result<Json<Value>, ApiError> {
-    let body = json_object(&body_bytes(body, &state)?)?;
+    let body = body.object()?;
     let code = string(&body, "smsCode")?
         .ok_or_else(|| ApiError::InvalidBody("smsCode is required.".into()))?;
     sms::take_code(
@@ -115,9 +113,9 @@ pub async fn reset_password_by_sms_code(
     State(state): State<AppState>,
     ctx: RequestCtx,
     ApiPath(code): ApiPath<String>,
-    body: Result<Bytes, BytesRejection>,
+    body: ApiBody,
 ) -> Result<Json<Value>, ApiError> {
-    let body = json_object(&body_bytes(body, &state)?)?;
+    let body = body.object()?;
     let password = string(&body, "password")?
         .ok_or_else(|| ApiError::InvalidBody("password is required.".into()))?;
     let app = ctx.app.application_id.as_str();
@@ -161,10 +159,10 @@ pub async fn put_template(
     State(state): State<AppState>,
     account: ConsoleAccount,
     ApiPath(app_id): ApiPath<String>,
-    body: Result<Bytes, BytesRejection>,
+    body: ApiBody,
 ) -> Result<Json<Value>, ApiError> {
     owned_app(&state, &account, &app_id).await?;
-    let t = Template::from_body(&json_object(&body_bytes(body, &state)?)?)?;
+    let t = Template::from_body(&body.object()?)?;
     sms::put_template(&state.cluster, &app_id, &t).await?;
     Ok(Json(json!(t)))
 }

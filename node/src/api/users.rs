@@ -5,8 +5,6 @@
 //! what is particular to users — password hashing, sessions, the 206 rule for changes and
 //! cluster-wide unique login names — is here and in `users::{session, unique}`.
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -16,7 +14,7 @@ use basalt_cluster::{now_ms, Command, CommandResult};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::context::{body_bytes, json_object, ApiPath, ApiQuery, AppState, RequestCtx};
+use super::context::{ApiBody, ApiPath, ApiQuery, AppState, RequestCtx};
 use super::error::ApiError;
 use super::objects::{
     check_object_id, create_in, created_response, delete_in, get_in, list_in, update_in, GetParams,
@@ -111,9 +109,9 @@ async fn release_all(state: &AppState, app: &str, values: &[(Unique, String)], u
 pub async fn sign_up(
     State(state): State<AppState>,
     ctx: RequestCtx,
-    body: Result<Bytes, BytesRejection>,
+    body: ApiBody,
 ) -> Result<Response, ApiError> {
-    let mut body = json_object(&body_bytes(body, &state)?)?;
+    let mut body = body.object()?;
     if let Some(auth) = body.remove("authData") {
         let links = parse_auth_data(&auth)?;
         return third_party_sign_up(&state, &ctx, body, links).await;
@@ -213,9 +211,9 @@ pub async fn log_in_by_body(
     State(state): State<AppState>,
     ctx: RequestCtx,
     ClientIp(ip): ClientIp,
-    body: Result<Bytes, BytesRejection>,
+    body: ApiBody,
 ) -> Result<Json<Value>, ApiError> {
-    let mut body = json_object(&body_bytes(body, &state)?)?;
+    let mut body = body.object()?;
     let params = LoginParams::from_body(&mut body)?;
     log_in(&state, &ctx, ip, params).await.map(Json)
 }
@@ -588,10 +586,10 @@ pub async fn update_user(
     State(state): State<AppState>,
     ctx: RequestCtx,
     ApiPath(id): ApiPath<String>,
-    body: Result<Bytes, BytesRejection>,
+    body: ApiBody,
 ) -> Result<Response, ApiError> {
     let stored = authorize_change(&state, &ctx, &id).await?;
-    let mut body = json_object(&body_bytes(body, &state)?)?;
+    let mut body = body.object()?;
     let links = match body.remove("authData") {
         Some(v) => parse_auth_data(&v)?,
         None => Vec::new(),
@@ -712,10 +710,10 @@ pub async fn update_user_password(
     State(state): State<AppState>,
     ctx: RequestCtx,
     ApiPath(id): ApiPath<String>,
-    body: Result<Bytes, BytesRejection>,
+    body: ApiBody,
 ) -> Result<Response, ApiError> {
     let stored = authorize_change(&state, &ctx, &id).await?;
-    let mut body = json_object(&body_bytes(body, &state)?)?;
+    let mut body = body.object()?;
     let old = take_string(&mut body, "oldPassword")?;
     let new = take_string(&mut body, "newPassword")?;
     let (Some(old), Some(new)) = (old, new) else {
