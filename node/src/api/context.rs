@@ -240,10 +240,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
 }
 
 /// The body of a request, or the documented error for one over the limit.
-fn body_bytes(
-    body: Result<Bytes, BytesRejection>,
-    state: &AppState,
-) -> Result<Bytes, ApiError> {
+fn body_bytes(body: Result<Bytes, BytesRejection>, state: &AppState) -> Result<Bytes, ApiError> {
     body.map_err(|r| match r.status() {
         StatusCode::PAYLOAD_TOO_LARGE => ApiError::BodyTooLarge(state.max_body_bytes),
         _ => ApiError::InvalidBody(r.body_text()),

@@ -226,7 +226,53 @@ impl ApiError {
             ApiError::OriginNotAllowed(_) => StatusCode::FORBIDDEN,
             ApiError::Unavailable(_) | ApiError::Timeout(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            _ => StatusCode::BAD_REQUEST,
+            ApiError::InvalidQuery(_)
+            | ApiError::InvalidClassName(_)
+            | ApiError::InvalidKey(_)
+            | ApiError::ReservedKey(_)
+            | ApiError::InvalidPointer(_)
+            | ApiError::InvalidBody(_)
+            | ApiError::EmptyBody
+            | ApiError::TypeMismatch(_)
+            | ApiError::InvalidGeoPoint(_)
+            | ApiError::Duplicate(_)
+            | ApiError::ClassNotFound(_)
+            | ApiError::ClassExists(_)
+            | ApiError::ClassCreationNotAllowed(_)
+            | ApiError::BatchNotArray
+            | ApiError::BatchInvalidRequest(_)
+            | ApiError::BatchTooLarge(_)
+            | ApiError::AppDisabled
+            | ApiError::MissingCredentials(_)
+            | ApiError::MissingLoginData(_)
+            | ApiError::UsernameTaken(_)
+            | ApiError::EmailTaken(_)
+            | ApiError::PhoneTaken(_)
+            | ApiError::SessionRequired
+            | ApiError::WrongOldPassword
+            | ApiError::InvalidRole(_)
+            | ApiError::AuthDataTaken(_)
+            | ApiError::AuthDataRejected(_)
+            | ApiError::AuthDataUnverifiable(_)
+            | ApiError::EmailVerifyOff
+            | ApiError::EmailNotFound(_)
+            | ApiError::WrongSmsCode
+            | ApiError::SmsLimit(_)
+            | ApiError::UnknownTemplate(_)
+            | ApiError::CaptchaFailed
+            | ApiError::CaptchaRequired
+            | ApiError::AppNameTooLong
+            | ApiError::MasterKeyRequired
+            | ApiError::ClassNameMismatch(_)
+            | ApiError::ReservedColumn(_)
+            | ApiError::ColumnExists(_)
+            | ApiError::TargetClassRequired(_)
+            | ApiError::TargetClassMissing(_)
+            | ApiError::UnknownColumnType(_)
+            | ApiError::UnknownColumn(_)
+            | ApiError::BuiltInColumn(_)
+            | ApiError::TooManyColumns(_)
+            | ApiError::Bql(_) => StatusCode::BAD_REQUEST,
         }
     }
 
@@ -350,6 +396,75 @@ impl IntoResponse for ApiError {
 mod tests {
     use super::*;
 
+    /// Every variant's index: exhaustive, so a new variant does not compile until it has one
+    /// (and `VARIANTS` grows, and the table below gets its row).
+    fn variant_index(e: &ApiError) -> usize {
+        match e {
+            ApiError::Unauthorized => 0,
+            ApiError::ObjectNotFound(_) => 1,
+            ApiError::InvalidQuery(_) => 2,
+            ApiError::InvalidClassName(_) => 3,
+            ApiError::InvalidKey(_) => 4,
+            ApiError::ReservedKey(_) => 5,
+            ApiError::InvalidPointer(_) => 6,
+            ApiError::InvalidBody(_) => 7,
+            ApiError::EmptyBody => 8,
+            ApiError::BodyTooLarge(_) => 9,
+            ApiError::BodyTimeout(_) => 10,
+            ApiError::TypeMismatch(_) => 11,
+            ApiError::InvalidGeoPoint(_) => 12,
+            ApiError::Duplicate(_) => 13,
+            ApiError::ClassNotFound(_) => 14,
+            ApiError::ClassExists(_) => 15,
+            ApiError::ClassCreationNotAllowed(_) => 16,
+            ApiError::BatchNotArray => 17,
+            ApiError::BatchInvalidRequest(_) => 18,
+            ApiError::BatchTooLarge(_) => 19,
+            ApiError::AppDisabled => 20,
+            ApiError::LoginFailed => 21,
+            ApiError::MissingCredentials(_) => 22,
+            ApiError::MissingLoginData(_) => 23,
+            ApiError::UsernameTaken(_) => 24,
+            ApiError::EmailTaken(_) => 25,
+            ApiError::PhoneTaken(_) => 26,
+            ApiError::SessionRequired => 27,
+            ApiError::WrongOldPassword => 28,
+            ApiError::InvalidRole(_) => 29,
+            ApiError::AuthDataTaken(_) => 30,
+            ApiError::AuthDataRejected(_) => 31,
+            ApiError::AuthDataUnverifiable(_) => 32,
+            ApiError::EmailVerifyOff => 33,
+            ApiError::EmailNotFound(_) => 34,
+            ApiError::WrongSmsCode => 35,
+            ApiError::SmsLimit(_) => 36,
+            ApiError::UnknownTemplate(_) => 37,
+            ApiError::CaptchaFailed => 38,
+            ApiError::CaptchaRequired => 39,
+            ApiError::AppNameTooLong => 40,
+            ApiError::MasterKeyRequired => 41,
+            ApiError::ClassNameMismatch(_) => 42,
+            ApiError::ReservedColumn(_) => 43,
+            ApiError::ColumnExists(_) => 44,
+            ApiError::TargetClassRequired(_) => 45,
+            ApiError::TargetClassMissing(_) => 46,
+            ApiError::UnknownColumnType(_) => 47,
+            ApiError::UnknownColumn(_) => 48,
+            ApiError::BuiltInColumn(_) => 49,
+            ApiError::TooManyColumns(_) => 50,
+            ApiError::Bql(_) => 51,
+            ApiError::Throttled { .. } => 52,
+            ApiError::ConsoleThrottled { .. } => 53,
+            ApiError::OriginNotAllowed(_) => 54,
+            ApiError::RouteNotFound => 55,
+            ApiError::MethodNotAllowed => 56,
+            ApiError::Unavailable(_) => 57,
+            ApiError::Timeout(_) => 58,
+            ApiError::Internal(_) => 59,
+        }
+    }
+
+    const VARIANTS: usize = 60;
+
     /// Every variant with its documented status and code (docs/api.md, "Errors").
     #[test]
     fn error_table() {
@@ -428,9 +543,13 @@ mod tests {
             (ApiError::Timeout("x".into()), 503, 503),
             (ApiError::Internal("x".into()), 500, 500),
         ];
+        let mut covered = [false; VARIANTS];
         for (e, status, code) in table {
             assert_eq!((e.status().as_u16(), e.code()), (status, code), "{e:?}");
+            covered[variant_index(&e)] = true;
         }
+        let missing: Vec<usize> = (0..VARIANTS).filter(|i| !covered[*i]).collect();
+        assert!(missing.is_empty(), "variants without a row: {missing:?}");
     }
 
     #[test]
