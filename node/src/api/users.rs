@@ -105,6 +105,27 @@ async fn release_all(state: &AppState, app: &str, values: &[(Unique, String)], u
     }
 }
 
+/// The 201 answer of a new user: `Location: <public url>/1/users/<id>`, with `extra` members.
+fn user_created(
+    state: &AppState,
+    user_id: &str,
+    created_ms: i64,
+    group: u32,
+    p: &basalt_cluster::command::Proposed,
+    extra: Vec<(&str, Value)>,
+) -> Response {
+    let path = format!("/1/users/{user_id}");
+    created_response(
+        &state.public_url,
+        &path,
+        created_ms,
+        user_id,
+        extra,
+        group,
+        p,
+    )
+}
+
 /// `POST /1/users`: registers a user; 201 `{createdAt, objectId, sessionToken}`.
 pub async fn sign_up(
     State(state): State<AppState>,
@@ -156,17 +177,8 @@ pub async fn sign_up(
                     tracing::warn!("verification mail to {email:?}: {e}");
                 }
             }
-            let path = format!("/1/users/{user_id}");
             let extra = vec![("sessionToken", json!(token))];
-            Ok(created_response(
-                &state.public_url,
-                &path,
-                created_ms,
-                &user_id,
-                extra,
-                group,
-                &p,
-            ))
+            Ok(user_created(&state, &user_id, created_ms, group, &p, extra))
         }
         Err(e) => {
             release_all(&state, &app, &names, &user_id).await;
@@ -512,20 +524,11 @@ async fn third_party_sign_up(
     reserve_all(state, &app, &names, &user_id).await?;
     match create_in(state, ctx, USER_CLASS, &user_id, updates).await {
         Ok((created_ms, group, p)) => {
-            let path = format!("/1/users/{user_id}");
             let extra = vec![
                 ("sessionToken", json!(token)),
                 ("username", json!(username)),
             ];
-            Ok(created_response(
-                &state.public_url,
-                &path,
-                created_ms,
-                &user_id,
-                extra,
-                group,
-                &p,
-            ))
+            Ok(user_created(state, &user_id, created_ms, group, &p, extra))
         }
         Err(e) => {
             release_all(state, &app, &names, &user_id).await;
