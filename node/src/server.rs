@@ -45,18 +45,11 @@ async fn observe(req: Request, next: Next) -> Response {
     resp
 }
 
-/// The id of one request: the client's `X-Request-Id` when it is short and plain, else a random
-/// one. Every log line of the request carries it (a `request` span) and the answer repeats it.
-#[derive(Debug, Clone)]
-pub struct RequestId(pub String);
-
 const REQUEST_ID_HEADER: &str = basalt_cluster::request_id::METADATA_KEY;
 
+/// The id of one request: the client's `X-Request-Id` when it is short and plain, else a random
+/// one. Every log line of the request carries it (a `request` span) and the answer repeats it.
 fn request_id_of(req: &Request) -> String {
-    // A batch's operations keep their batch's id.
-    if let Some(RequestId(id)) = req.extensions().get::<RequestId>() {
-        return id.clone();
-    }
     req.headers()
         .get(REQUEST_ID_HEADER)
         .and_then(|v| v.to_str().ok())
@@ -130,11 +123,10 @@ struct BodyRules {
 /// every request a clone of the service below it.
 async fn edge(
     axum::extract::State(rules): axum::extract::State<BodyRules>,
-    mut req: Request,
+    req: Request,
     next: Next,
 ) -> Response {
     let id = request_id_of(&req);
-    req.extensions_mut().insert(RequestId(id.clone()));
     let span = tracing::info_span!("request", id = %id);
     // The id also travels with the work this request forwards to other nodes.
     let work = basalt_cluster::request_id::scope(id.clone(), read_body_then(rules, req, next));

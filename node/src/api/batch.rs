@@ -7,7 +7,6 @@
 //! runs with the batch's authenticated context (its `token`, if any, as the session); a
 //! failing operation answers `{"error":{"code","error"}}` in its slot and the others proceed.
 
-use crate::server::RequestId;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, Method, Request, StatusCode};
@@ -88,7 +87,6 @@ pub fn parse_envelope(body: &Map<String, Value>) -> Result<Vec<Operation>, ApiEr
 pub async fn run_batch(
     State(state): State<AppState>,
     ctx: RequestCtx,
-    request_id: Option<axum::Extension<RequestId>>,
     body: ApiBody,
 ) -> Result<Json<Value>, ApiError> {
     let body = body.object()?;
@@ -99,9 +97,10 @@ pub async fn run_batch(
         .cloned()
         .ok_or_else(|| ApiError::Internal("batch router not set".into()))?;
     let mut results = Vec::with_capacity(ops.len());
+    // The operations run inside this request's span and id scope: their log lines and the
+    // work they forward carry the batch's request id.
     for op in ops {
-        let id = request_id.as_ref().map(|axum::Extension(id)| id.clone());
-        results.push(run_operation(&router, &state, &ctx, id, op).await);
+        results.push(run_operation(&router, &state, &ctx, op).await);
     }
     Ok(Json(Value::Array(results)))
 }
@@ -110,7 +109,6 @@ async fn run_operation(
     router: &axum::Router,
     state: &AppState,
     ctx: &RequestCtx,
-    request_id: Option<RequestId>,
     op: Operation,
 ) -> Value {
     let mut op_ctx = ctx.clone();
@@ -123,14 +121,7 @@ async fn run_operation(
         .uri(&op.path)
         .header(header::CONTENT_TYPE, "application/json")
         .extension(op_ctx)
-        .body(Body::from(bytes))
-        .map(|mut r| {
-            // The operation's log lines carry the batch's request id.
-            if let Some(id) = request_id {
-                r.extensions_mut().insert(id);
-            }
-            r
-        });
+        .body(Body::from(bytes));
     let req = match req {
         Ok(r) => r,
         Err(e) => return slot_error(113, &format!("invalid operation: {e}")),
