@@ -86,11 +86,15 @@ fn scalar_or_list(key: &str, v: &toml::Value) -> anyhow::Result<String> {
 
 /// Sets the variables the config file named on the command line (or by `BASALT_CONFIG`) holds,
 /// leaving those already set alone. Runs before any thread is started.
-pub fn apply(args: &[OsString], known: &[(String, String)]) -> anyhow::Result<()> {
+/// `known` lists the options (long name, variable); it is asked for only when there is a file.
+pub fn apply(
+    args: &[OsString],
+    known: impl FnOnce() -> Vec<(String, String)>,
+) -> anyhow::Result<()> {
     let Some(path) = config_path(args) else {
         return Ok(());
     };
-    for (env, value) in read(&path, known)? {
+    for (env, value) in read(&path, &known())? {
         if std::env::var_os(&env).is_none() {
             std::env::set_var(env, value);
         }

@@ -17,7 +17,7 @@ fn main() -> std::process::ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    if let Err(e) = basalt::config::apply(&args, &basalt::cli::settable_options()) {
+    if let Err(e) = basalt::config::apply(&args, basalt::cli::settable_options) {
         eprintln!("basalt: {e:#}");
         return std::process::ExitCode::FAILURE;
     }
