@@ -36,6 +36,7 @@ test: deps lint
 
 lint:
 	$(CARGO) fmt --all -- --check
+	python3 scripts/module-cycles.py
 	$(CARGO) clippy $(PROFILE_FLAGS) --workspace --all-targets -- -D warnings
 
 ## Load benchmark against fresh 1-node and 3-node local clusters (see docs/performance.md).

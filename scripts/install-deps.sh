@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what building Basalt needs on Debian/Ubuntu when it is missing: libclang (bindgen
-# for rust-rocksdb) and a C++ compiler. Uses sudo when not root. No-op when all is present.
+# for rust-rocksdb), a C++ compiler, and python3 (`make lint`'s module-cycle check). Uses sudo when not root. No-op when all is present.
 set -euo pipefail
 
 # True when any one of the places libclang is installed to holds it (each glob checked on its
@@ -18,6 +18,7 @@ missing=()
 have_libclang || missing+=(libclang-dev)
 command -v c++ >/dev/null 2>&1 || missing+=(g++)
 command -v make >/dev/null 2>&1 || missing+=(make)
+command -v python3 >/dev/null 2>&1 || missing+=(python3)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if ! command -v apt-get >/dev/null 2>&1; then

@@ -156,7 +156,7 @@ impl Command {
     pub fn check_limits(&self) -> crate::error::Result<()> {
         match self {
             Command::CreateObject { updates, .. } | Command::UpdateObject { updates, .. } => {
-                crate::limits::check_updates(updates)
+                crate::update::check_updates(updates)
             }
             Command::PutRecord { value, .. } | Command::InsertRecord { value, .. } => {
                 crate::limits::check_value(value)

@@ -34,6 +34,34 @@ pub fn shard_for(app: &str, class: &str, object_id: &str, shards: u32) -> GroupI
     1 + (h % u64::from(shards)) as GroupId
 }
 
+/// Classes whose objects live in the metadata group rather than in data shards, so that every
+/// node holds them and can read them locally: roles, whose graph every logged-in request needs.
+pub const META_CLASSES: [&str; 1] = ["_Role"];
+
+/// Whether objects of `class` live in the metadata group.
+pub fn is_meta_class(class: &str) -> bool {
+    META_CLASSES.contains(&class)
+}
+
+/// The group that stores an object: the metadata group for [`META_CLASSES`], else its data
+/// shard.
+pub fn object_group(app: &str, class: &str, object_id: &str, shards: u32) -> GroupId {
+    if is_meta_class(class) {
+        META_GROUP
+    } else {
+        shard_for(app, class, object_id, shards)
+    }
+}
+
+/// The groups that store objects of `class`: what a scan, count or aggregation asks.
+pub fn class_groups(class: &str, shards: u32) -> Vec<GroupId> {
+    if is_meta_class(class) {
+        vec![META_GROUP]
+    } else {
+        (1..=shards.max(1)).collect()
+    }
+}
+
 /// Rendezvous (highest random weight) score of `node` for `group`: placement ranks nodes by it.
 pub fn placement_score(group: GroupId, node: NodeId) -> u64 {
     let g = group.to_be_bytes();

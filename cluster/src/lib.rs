@@ -1,15 +1,16 @@
 //! Basalt's cluster: multi-Raft groups replicating RocksDB state, and everything the API layer
 //! needs to read and write it.
 //!
-//! The request path through this crate: the node calls [`Cluster::propose`] with a
-//! [`Command`] (built from a request with [`update::parse_updates`]) for the group that owns
-//! the object ([`ids::shard_for`]). The local replica proposes it if it leads the group;
-//! otherwise `rpc::router` forwards it to the leader. openraft appends it to every replica's
-//! log (`storage::log_store`, fsync'd by group commit) and, once committed, `statemachine`
-//! applies it in one RocksDB batch and returns a [`CommandResult`]. Reads confirm leadership
-//! (read index) and are served from the leader's RocksDB (`local_read`, `query`).
-//! `placement` keeps each group's replicas on the right nodes and `scheduler` runs timed work
-//! on the metadata group's leader.
+//! The request path through this crate: the node calls [`Replicas::propose`] (through
+//! [`Cluster`]) with a [`Command`] (built from a request with [`update::parse_updates`]) for
+//! the group that owns the object ([`ids::object_group`]). `replicas::routing` proposes it
+//! through the local replica if it leads the group, otherwise `rpc::router` forwards it to the
+//! leader, whose `peer_service` proposes it there. openraft appends it to every replica's log
+//! (`raft::log_store`, fsync'd by group commit) and, once committed, `statemachine` applies it
+//! in one RocksDB batch and returns a [`CommandResult`]. Reads confirm leadership (read index)
+//! and are served from the leader's RocksDB (`local_read`, `query::shard_exec`); queries are
+//! scattered to every shard and merged by `query::coordinator`. `placement` keeps each group's
+//! replicas on the right nodes and `scheduler` runs timed work on the metadata group's leader.
 
 pub mod acl;
 pub mod admin;
@@ -22,9 +23,11 @@ pub mod limits;
 mod local_read;
 mod network;
 pub mod object;
+mod peer_service;
 pub mod placement;
 pub mod query;
 pub mod raft;
+pub mod replicas;
 pub mod request_id;
 mod rpc;
 mod scheduler;
@@ -33,7 +36,9 @@ pub mod statemachine;
 pub mod storage;
 pub mod update;
 
-pub use cluster::{is_meta_class, now_ms, Bootstrap, Cluster, ClusterOptions, META_CLASSES};
+pub use cluster::{Bootstrap, Cluster, ClusterOptions};
 pub use command::{Command, CommandResult, Proposed, QuotaWindow, ReadRequest, ReadResponse};
 pub use error::{Error, Result};
+pub use ids::{is_meta_class, META_CLASSES};
 pub use raft::RaftTuning;
+pub use replicas::{now_ms, Replicas};

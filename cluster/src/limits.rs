@@ -6,13 +6,12 @@
 //! a value in a handful of levels of its own, and serde_json refuses to decode anything nested
 //! more than 128 levels. A command that could be encoded but not decoded again would stop its
 //! group, so no command nests a value deeper than [`MAX_NESTING`]; the tests below prove the
-//! margin in every encoding. Neighbours: `update::parse_updates` checks bodies for the API,
-//! `Cluster::propose` checks every command (`Command::check_limits`).
+//! margin in every encoding. Neighbours: `update::check_updates` checks field updates against them,
+//! and every proposal is checked (`Command::check_limits`).
 
 use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::update::{FieldUpdate, UpdateOp};
 
 /// Levels of objects and arrays a field's value may nest, counting each dot-path segment after
 /// the first as one level (`{"a":{"b":[1]}}` nests 2; `"a.b.c": 1` nests 2).
@@ -40,41 +39,6 @@ pub fn nesting(v: &Value) -> usize {
         }
     }
     deepest
-}
-
-/// Levels an update would give the stored object below its top-level field.
-fn update_nesting(u: &FieldUpdate) -> usize {
-    let below_path = match &u.op {
-        UpdateOp::Set(v) => nesting(v),
-        // The objects become (or are compared with) elements of an array.
-        UpdateOp::Add(vs) | UpdateOp::AddUnique(vs) | UpdateOp::Remove(vs) => {
-            1 + vs.iter().map(nesting).max().unwrap_or(0)
-        }
-        UpdateOp::AddRelation { .. } | UpdateOp::RemoveRelation { .. } => 2,
-        UpdateOp::Delete | UpdateOp::Increment(_) => 0,
-    };
-    u.path.len().saturating_sub(1) + below_path
-}
-
-/// Refuses updates that set too many keys or nest too deeply.
-pub fn check_updates(updates: &[FieldUpdate]) -> Result<()> {
-    if updates.len() > MAX_BODY_KEYS {
-        return Err(Error::InvalidValue(format!(
-            "a body may set at most {MAX_BODY_KEYS} keys (this one sets {})",
-            updates.len()
-        )));
-    }
-    for u in updates {
-        let n = update_nesting(u);
-        if n > MAX_NESTING {
-            return Err(Error::InvalidValue(format!(
-                "{}: values may nest at most {MAX_NESTING} levels, dot-path segments included \
-                 (this one nests {n})",
-                crate::error::clip(&u.path.join("."))
-            )));
-        }
-    }
-    Ok(())
 }
 
 /// Refuses a record value nested deeper than the service's own records ever are.
@@ -143,6 +107,7 @@ mod tests {
     use crate::command::{Command, CommandResult, ReadResponse};
     use crate::object::StoredObject;
     use crate::raft::{Entry, LogId};
+    use crate::update::{check_updates, FieldUpdate, UpdateOp};
     use openraft::entry::RaftEntry;
     use serde::de::DeserializeOwned;
     use serde::Serialize;

@@ -1,5 +1,7 @@
 //! Reads served from this node's copy of a group, after the caller made them linearizable
-//! (the group's leader confirmed its leadership and applied up to the read index).
+//! (the group's leader confirmed its leadership and applied up to the read index) or, for the
+//! metadata group, knowingly stale. Records are read through `storage::records`, queries run by
+//! `query::shard_exec`; `replicas` calls this.
 
 use serde_json::Value;
 
@@ -9,8 +11,8 @@ use crate::error::Result;
 use crate::ids::GroupId;
 use crate::object::StoredObject;
 use crate::query::shard_exec::{aggregate_shard, scan_shard};
-use crate::statemachine::StoredRecord;
 use crate::storage::keys::{self, CF_SM};
+use crate::storage::records::{live_record, live_records_with_prefix, ReplicaState};
 use crate::storage::Store;
 
 pub fn serve_read(
@@ -59,7 +61,7 @@ pub fn serve_read(
             ReadResponse::Record(get_record(store, group, ns, key, now_ms)?)
         }
         ReadRequest::ListRecords { ns, prefix } => {
-            ReadResponse::Records(list_records_with_prefix(store, group, ns, prefix, now_ms)?)
+            ReadResponse::Records(live_records_with_prefix(store, group, ns, prefix, now_ms)?)
         }
         ReadRequest::ScanObjects(scan) => {
             let (rows, count) = scan_shard(store, group, scan)?;
@@ -77,51 +79,6 @@ pub fn get_record(
     key: &str,
     now_ms: i64,
 ) -> Result<Option<Value>> {
-    match store.get(CF_SM, &keys::record_key(group, ns, key))? {
-        Some(b) => {
-            let rec = StoredRecord::decode(&b)?;
-            Ok((!rec.expired_at(now_ms)).then_some(rec.value))
-        }
-        None => Ok(None),
-    }
-}
-
-/// Every live record of a namespace in this node's copy of `group` (possibly stale: for
-/// metadata that every node keeps locally, such as the member list).
-pub fn list_records(
-    store: &Store,
-    group: GroupId,
-    ns: &str,
-    now_ms: i64,
-) -> Result<Vec<(String, Value)>> {
-    list_records_with_prefix(store, group, ns, "", now_ms)
-}
-
-/// Every live record of a namespace whose key starts with `key_prefix`.
-pub fn list_records_with_prefix(
-    store: &Store,
-    group: GroupId,
-    ns: &str,
-    key_prefix: &str,
-    now_ms: i64,
-) -> Result<Vec<(String, Value)>> {
-    let prefix = keys::record_ns_prefix(group, ns);
-    let end = keys::separated_end(&prefix);
-    let mut start = prefix.clone();
-    start.extend_from_slice(key_prefix.as_bytes());
-    let mut out = Vec::new();
-    store.scan(CF_SM, &start, &end, |k, v| {
-        if !k[prefix.len()..].starts_with(key_prefix.as_bytes()) {
-            return Ok(false);
-        }
-        let rec = StoredRecord::decode(v)?;
-        if !rec.expired_at(now_ms) {
-            out.push((
-                String::from_utf8_lossy(&k[prefix.len()..]).into_owned(),
-                rec.value,
-            ));
-        }
-        Ok(true)
-    })?;
-    Ok(out)
+    let state = ReplicaState { store, group };
+    Ok(live_record(&state, ns, key, Some(now_ms))?.map(|r| r.value))
 }

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use openraft::{BasicNode, ChangeMembers};
 
-use crate::cluster::{led_groups, member_addrs, Cluster};
 use crate::ids::{placement_score, GroupId, NodeId, META_GROUP};
+use crate::replicas::Replicas;
 
 const TICK: Duration = Duration::from_millis(1000);
 /// A learner this close to the leader's log may become a voter or leader.
@@ -32,23 +32,20 @@ pub fn desired_voters(group: GroupId, nodes: &[NodeId], replicas: u32) -> Vec<No
 }
 
 /// Runs the placement loop of this node until shutdown.
-pub async fn run(cluster: Cluster) {
-    let mut shutdown = cluster.shutdown_signal();
+pub async fn run(replicas: Replicas) {
+    let mut shutdown = replicas.shutdown_signal();
     let mut last_transfer: HashMap<GroupId, Instant> = HashMap::new();
     loop {
         tokio::select! {
             _ = tokio::time::sleep(TICK) => {}
             _ = shutdown.changed() => return,
         }
-        let addrs = member_addrs(&cluster);
-        for (id, addr) in &addrs {
-            cluster.inner.router.learn(*id, addr);
-        }
+        let addrs = replicas.member_addrs();
         if addrs.is_empty() {
             continue;
         }
-        for group in led_groups(&cluster) {
-            if let Err(e) = reconcile(&cluster, group, &addrs, &mut last_transfer).await {
+        for group in replicas.led_groups() {
+            if let Err(e) = reconcile(&replicas, group, &addrs, &mut last_transfer).await {
                 tracing::debug!(group, "placement step failed: {e}");
             }
         }
@@ -56,13 +53,13 @@ pub async fn run(cluster: Cluster) {
 }
 
 async fn reconcile(
-    cluster: &Cluster,
+    replicas: &Replicas,
     group: GroupId,
     addrs: &HashMap<NodeId, String>,
     last_transfer: &mut HashMap<GroupId, Instant>,
 ) -> Result<(), String> {
-    let raft = cluster.group(group).map_err(|e| e.to_string())?;
-    let me = cluster.node_id();
+    let raft = replicas.group(group).map_err(|e| e.to_string())?;
+    let me = replicas.node_id();
     let m = raft.metrics().borrow_watched().clone();
     if m.current_leader != Some(me) {
         return Ok(());
@@ -73,7 +70,7 @@ async fn reconcile(
         return Ok(());
     }
     let active: Vec<NodeId> = addrs.keys().copied().collect();
-    let want_voters = desired_voters(group, &active, cluster.settings().replicas);
+    let want_voters = desired_voters(group, &active, replicas.settings().replicas);
     let want_all: BTreeSet<NodeId> = if group == META_GROUP {
         active.iter().copied().collect()
     } else {

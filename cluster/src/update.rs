@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Number, Value};
 
 use crate::error::{Error, Result};
+use crate::limits::{nesting, MAX_BODY_KEYS, MAX_NESTING};
 use crate::object::{parse_wire_time, validate_field_name, RESERVED_FIELDS, WIRE_TIME_FORMAT};
 
 /// One change to one field, addressed by a dot path (`score`, `stats.wins`, `items.0.name`).
@@ -40,10 +41,10 @@ pub enum UpdateOp {
 
 /// Parses a create or update body into field updates.
 pub fn parse_updates(body: &Map<String, Value>) -> Result<Vec<FieldUpdate>> {
-    if body.len() > crate::limits::MAX_BODY_KEYS {
+    if body.len() > MAX_BODY_KEYS {
         return Err(Error::InvalidValue(format!(
             "a body may set at most {} keys (this one sets {})",
-            crate::limits::MAX_BODY_KEYS,
+            MAX_BODY_KEYS,
             body.len()
         )));
     }
@@ -53,7 +54,7 @@ pub fn parse_updates(body: &Map<String, Value>) -> Result<Vec<FieldUpdate>> {
         let op = parse_op(key, value)?;
         updates.push(FieldUpdate { path, op });
     }
-    crate::limits::check_updates(&updates)?;
+    check_updates(&updates)?;
     Ok(updates)
 }
 
@@ -260,6 +261,41 @@ fn validate_acl(acl: &Map<String, Value>) -> Result<()> {
         if !ok {
             return Err(Error::InvalidValue(format!(
                 "invalid ACL entry for {who:?}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Levels an update would give the stored object below its top-level field.
+fn update_nesting(u: &FieldUpdate) -> usize {
+    let below_path = match &u.op {
+        UpdateOp::Set(v) => nesting(v),
+        // The objects become (or are compared with) elements of an array.
+        UpdateOp::Add(vs) | UpdateOp::AddUnique(vs) | UpdateOp::Remove(vs) => {
+            1 + vs.iter().map(nesting).max().unwrap_or(0)
+        }
+        UpdateOp::AddRelation { .. } | UpdateOp::RemoveRelation { .. } => 2,
+        UpdateOp::Delete | UpdateOp::Increment(_) => 0,
+    };
+    u.path.len().saturating_sub(1) + below_path
+}
+
+/// Refuses updates that set too many keys or nest too deeply.
+pub fn check_updates(updates: &[FieldUpdate]) -> Result<()> {
+    if updates.len() > MAX_BODY_KEYS {
+        return Err(Error::InvalidValue(format!(
+            "a body may set at most {MAX_BODY_KEYS} keys (this one sets {})",
+            updates.len()
+        )));
+    }
+    for u in updates {
+        let n = update_nesting(u);
+        if n > MAX_NESTING {
+            return Err(Error::InvalidValue(format!(
+                "{}: values may nest at most {MAX_NESTING} levels, dot-path segments included \
+                 (this one nests {n})",
+                crate::error::clip(&u.path.join("."))
             )));
         }
     }

@@ -7,10 +7,23 @@
 use std::collections::BTreeMap;
 
 use basalt_cluster::ids::META_GROUP;
-use basalt_cluster::Cluster;
+use basalt_cluster::{Cluster, Error as ClusterError};
 use serde::{Deserialize, Serialize};
 
-use crate::api::error::ApiError;
+use crate::auth::password::PasswordError;
+
+/// Why an app or console account could not be read or stored.
+#[derive(Debug, thiserror::Error)]
+pub enum AppsError {
+    #[error("no app {0:?}")]
+    NotFound(String),
+    #[error("app record: {0}")]
+    Corrupt(String),
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    #[error(transparent)]
+    Password(#[from] PasswordError),
+}
 
 /// Record namespace of apps (keyed by applicationId).
 pub const NS_APP: &str = "app";
@@ -130,7 +143,7 @@ impl AppRecord {
 pub async fn find_app(
     cluster: &Cluster,
     application_id: &str,
-) -> Result<Option<AppRecord>, ApiError> {
+) -> Result<Option<AppRecord>, AppsError> {
     let local = cluster.local_meta_record(NS_APP, application_id)?;
     let value = match local {
         Some(v) => Some(v),
@@ -141,9 +154,7 @@ pub async fn find_app(
         }
     };
     value
-        .map(|v| {
-            serde_json::from_value(v).map_err(|e| ApiError::Internal(format!("app record: {e}")))
-        })
+        .map(|v| serde_json::from_value(v).map_err(|e| AppsError::Corrupt(e.to_string())))
         .transpose()
 }
 
@@ -151,7 +162,7 @@ pub async fn find_app(
 pub async fn find_app_by_secret(
     cluster: &Cluster,
     secret_key: &str,
-) -> Result<Option<AppRecord>, ApiError> {
+) -> Result<Option<AppRecord>, AppsError> {
     let index = match cluster.local_meta_record(NS_APP_SECRET, secret_key)? {
         Some(v) => Some(v),
         None => {
@@ -167,7 +178,7 @@ pub async fn find_app_by_secret(
 }
 
 /// Every app a console account owns, linearizably.
-pub async fn list_apps(cluster: &Cluster, owner: &str) -> Result<Vec<AppRecord>, ApiError> {
+pub async fn list_apps(cluster: &Cluster, owner: &str) -> Result<Vec<AppRecord>, AppsError> {
     Ok(cluster
         .list_records(META_GROUP, NS_APP, "")
         .await?
@@ -179,8 +190,8 @@ pub async fn list_apps(cluster: &Cluster, owner: &str) -> Result<Vec<AppRecord>,
 
 /// Stores a new app: first its secret-key index, then the app (an index without its app is
 /// harmless: it finds nothing).
-pub async fn put_app(cluster: &Cluster, app: &AppRecord) -> Result<(), ApiError> {
-    let v = serde_json::to_value(app).map_err(|e| ApiError::Internal(e.to_string()))?;
+pub async fn put_app(cluster: &Cluster, app: &AppRecord) -> Result<(), AppsError> {
+    let v = serde_json::to_value(app).map_err(|e| AppsError::Corrupt(e.to_string()))?;
     cluster
         .put_record(
             META_GROUP,
@@ -202,12 +213,15 @@ pub async fn update_app(
     cluster: &Cluster,
     application_id: &str,
     members: serde_json::Map<String, serde_json::Value>,
-) -> Result<AppRecord, ApiError> {
+) -> Result<AppRecord, AppsError> {
     let v = cluster
         .merge_meta_record_everywhere(NS_APP, application_id, members)
         .await
-        .map_err(|e| ApiError::from_cluster(e, application_id))?;
-    serde_json::from_value(v).map_err(|e| ApiError::Internal(format!("app record: {e}")))
+        .map_err(|e| match e {
+            ClusterError::ObjectNotFound => AppsError::NotFound(application_id.to_string()),
+            e => AppsError::Cluster(e),
+        })?;
+    serde_json::from_value(v).map_err(|e| AppsError::Corrupt(e.to_string()))
 }
 
 /// Checks console credentials; answers the account's email when they are right.
@@ -215,23 +229,23 @@ pub async fn verify_account(
     cluster: &Cluster,
     email: &str,
     password: &str,
-) -> Result<bool, ApiError> {
+) -> Result<bool, AppsError> {
     let rec = match cluster.local_meta_record(NS_ACCOUNT, email)? {
         Some(v) => Some(v),
         None => cluster.get_record(META_GROUP, NS_ACCOUNT, email).await?,
     };
     let Some(rec) = rec.and_then(|v| serde_json::from_value::<AccountRecord>(v).ok()) else {
-        return crate::auth::password::verify_absent(password.to_string()).await;
+        return Ok(crate::auth::password::verify_absent(password.to_string()).await?);
     };
-    crate::auth::password::verify(password.to_string(), rec.password_hash).await
+    Ok(crate::auth::password::verify(password.to_string(), rec.password_hash).await?)
 }
 
-pub async fn put_account(cluster: &Cluster, email: &str, password: &str) -> Result<(), ApiError> {
+pub async fn put_account(cluster: &Cluster, email: &str, password: &str) -> Result<(), AppsError> {
     let rec = AccountRecord {
         email: email.to_string(),
         password_hash: crate::auth::password::hash(password.to_string()).await?,
     };
-    let v = serde_json::to_value(rec).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let v = serde_json::to_value(rec).map_err(|e| AppsError::Corrupt(e.to_string()))?;
     cluster
         .put_record(META_GROUP, NS_ACCOUNT, email, v, None)
         .await?;

@@ -15,8 +15,7 @@ use tokio::process::{Child, Command};
 
 use crate::bootstrap::{describe, CREDENTIALS_FILE};
 
-/// Set in the environment of nodes started by `basalt dev` (the parent prints for them).
-pub const DEV_CHILD_ENV: &str = "BASALT_DEV_CHILD";
+use crate::serve::DEV_CHILD_ENV;
 
 /// Options of `basalt dev`: the local cluster's shape, and every option its nodes share
 /// (passed to each node).

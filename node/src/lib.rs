@@ -20,6 +20,7 @@ pub mod config;
 pub mod connections;
 pub mod dev;
 pub mod mail;
+pub mod paths;
 pub mod pointers;
 pub mod query;
 pub mod serve;

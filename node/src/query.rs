@@ -2,8 +2,8 @@
 //! `api::objects`, BQL in `bql`) and its execution over the cluster.
 //!
 //! `run` applies the limit caps, finds the caller's principals, resolves sub-queries on the
-//! coordinator (`Cluster::resolve_query_filter`), sends the scan or the aggregation to every shard
-//! (`Cluster::scan_objects` / `aggregate_objects`: scatter-gather with the shards' partial
+//! coordinator (`Coordinator::resolve`), sends the scan or the aggregation to every shard
+//! (`Coordinator::scan` / `aggregate`: scatter-gather with the shards' partial
 //! results merged here), then hides other users' private fields (`users::protected`), restricts
 //! `keys` and expands `include` (`pointers`).
 
@@ -117,13 +117,15 @@ pub async fn run(state: &AppState, ctx: &RequestCtx, q: Query) -> Result<Outcome
     view.check_query(&q.class, &q.filter, named)?;
     let filter = state
         .cluster
-        .resolve_query_filter(app, q.filter, who.as_deref())
+        .queries()
+        .resolve(app, q.filter, who.as_deref())
         .await
         .map_err(invalid_query)?;
     if let Some(agg) = q.aggregation {
         let groups = state
             .cluster
-            .aggregate_objects(AggregateRequest {
+            .queries()
+            .aggregate(AggregateRequest {
                 app: app.clone(),
                 class: q.class,
                 filter,
@@ -148,7 +150,8 @@ pub async fn run(state: &AppState, ctx: &RequestCtx, q: Query) -> Result<Outcome
     };
     let (mut rows, count) = state
         .cluster
-        .scan_objects(req)
+        .queries()
+        .scan(req)
         .await
         .map_err(invalid_query)?;
     // Included keys are returned even when `keys` leaves them out.

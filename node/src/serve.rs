@@ -11,6 +11,9 @@ use crate::api::ops::install_metrics_recorder;
 use crate::bootstrap::{bootstrap, describe};
 use crate::users::third_party::providers::IdentityProviders;
 
+/// Set in the environment of nodes started by `basalt dev` (the parent prints for them).
+pub const DEV_CHILD_ENV: &str = "BASALT_DEV_CHILD";
+
 /// Options of one node (`basalt serve`): where it is and which cluster it belongs to. Every
 /// option can also come from the environment (`BASALT_<NAME>`) or a config file
 /// (`--config`, see `config`).
@@ -255,7 +258,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         );
         tokio::spawn(async move {
             match bootstrap(&c, &dir, &http).await {
-                Ok(doc) if std::env::var_os(crate::dev::DEV_CHILD_ENV).is_none() => {
+                Ok(doc) if std::env::var_os(DEV_CHILD_ENV).is_none() => {
                     println!("{}", describe(&doc))
                 }
                 Ok(_) => {}

@@ -14,8 +14,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::eval::{compare_values, lookup, RowOrder};
+use super::eval::{compare_values, lookup};
 use super::filter::Filter;
+use super::order::RowOrder;
 use super::SortKey;
 use crate::error::{Error, Result};
 

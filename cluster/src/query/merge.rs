@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use super::eval::RowOrder;
+use super::order::RowOrder;
 
 /// Merges each shard's ordered rows, then applies `skip` and `limit` once.
 pub fn merge_rows(

@@ -7,10 +7,12 @@
 //! Aggregations fold per shard and merge on the coordinator (`aggregate`).
 
 pub mod aggregate;
+pub mod coordinator;
 pub mod eval;
 pub mod filter;
 pub mod index;
 pub mod merge;
+pub mod order;
 pub mod resolve;
 pub mod shard_exec;
 

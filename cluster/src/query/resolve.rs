@@ -9,12 +9,12 @@
 use futures::future::BoxFuture;
 use serde_json::{json, Value};
 
+use super::coordinator::Coordinator;
 use super::eval::lookup;
 use super::filter::{Cond, Filter, SubQuery};
 use super::ScanRequest;
 use crate::acl::{allows, Access};
 use crate::error::{Error, Result};
-use crate::Cluster;
 
 /// Most objects a sub-query may match.
 pub const MAX_SUB_QUERY_ROWS: usize = 10_000;
@@ -22,10 +22,10 @@ pub const MAX_SUB_QUERY_ROWS: usize = 10_000;
 /// Most sub-queries one query may hold (each is a scan of every shard).
 pub const MAX_SUB_QUERIES: usize = 20;
 
-impl Cluster {
+impl Coordinator {
     /// `filter` with every sub-query replaced by the set it stands for; refused (InvalidValue)
     /// when it holds more than `MAX_SUB_QUERIES`.
-    pub async fn resolve_query_filter(
+    pub async fn resolve(
         &self,
         app: &str,
         filter: Filter,
@@ -137,7 +137,7 @@ impl Cluster {
             limit: MAX_SUB_QUERY_ROWS + 1,
             principals: principals.map(<[String]>::to_vec),
         };
-        let (rows, _) = self.scan_objects(req).await?;
+        let (rows, _) = self.scan(req).await?;
         if rows.len() > MAX_SUB_QUERY_ROWS {
             return Err(Error::InvalidValue(format!(
                 "a sub-query on {} matches more than {MAX_SUB_QUERY_ROWS} objects",
@@ -157,7 +157,11 @@ impl Cluster {
         key: &str,
         principals: Option<&[String]>,
     ) -> Result<Vec<String>> {
-        let Some(parent) = self.get_stored_object(app, class, object_id).await? else {
+        let Some(parent) = self
+            .replicas
+            .get_stored_object(app, class, object_id)
+            .await?
+        else {
             return Ok(Vec::new());
         };
         if !allows(&parent.fields, principals, Access::Read) {

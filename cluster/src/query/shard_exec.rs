@@ -7,16 +7,16 @@
 use serde_json::Value;
 
 use super::aggregate::{AggregateRequest, Folder, PartialGroup};
-use super::eval::RowOrder;
 use super::filter::Filter;
 use super::index::{entry_object_id, meta_key, plan, Candidates, IndexMeta, INDEX_META_NS};
+use super::order::RowOrder;
 use super::ScanRequest;
 use crate::acl::{allows, Access};
 use crate::error::{Error, Result};
 use crate::ids::GroupId;
-use crate::local_read::get_record;
 use crate::object::StoredObject;
 use crate::storage::keys::{self, CF_SM};
+use crate::storage::records::{live_record, ReplicaState};
 use crate::storage::Store;
 
 /// Calls `visit` with each object of `app`/`class` on the shard that `principals` may read and
@@ -39,8 +39,9 @@ pub fn for_each_match(
     let filter = filter
         .prepare()
         .map_err(|e| Error::InvalidValue(e.to_string()))?;
-    let meta: IndexMeta = get_record(store, group, INDEX_META_NS, &meta_key(app, class), 0)?
-        .and_then(|v| serde_json::from_value(v).ok())
+    let state = ReplicaState { store, group };
+    let meta: IndexMeta = live_record(&state, INDEX_META_NS, &meta_key(app, class), None)?
+        .and_then(|r| serde_json::from_value(r.value).ok())
         .unwrap_or_default();
     let mut check = |object_id: &str, bytes: &[u8]| -> Result<()> {
         let stored = StoredObject::decode(bytes)?;

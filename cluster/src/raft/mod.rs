@@ -1,14 +1,18 @@
-//! openraft type configuration shared by every group, and the Raft tuning of a node.
+//! openraft type configuration shared by every group, the Raft tuning of a node, and each
+//! group's log in the shared store (`log_store`).
 //!
 //! Every group (metadata and data shards) uses the same types: the log carries `Command`s, the
 //! state machine answers `CommandResult`s, nodes are `BasicNode { addr }` with the gRPC
 //! address. Timeouts are sized for tens of groups sharing two cores (see docs/architecture.md).
 
+pub mod log_store;
+
 use std::sync::Arc;
 
 use crate::command::{Command, CommandResult};
 use crate::error::{Error, Result};
-use crate::statemachine::ShardStateMachine;
+
+pub use log_store::RocksLogStore;
 
 openraft::declare_raft_types!(
     /// Type configuration of every Basalt Raft group.
@@ -19,8 +23,6 @@ openraft::declare_raft_types!(
         Node = openraft::BasicNode,
 );
 
-/// A Raft group handle.
-pub type GroupRaft = openraft::Raft<TypeConfig, ShardStateMachine>;
 pub type LogId = openraft::alias::LogIdOf<TypeConfig>;
 pub type Entry = openraft::alias::EntryOf<TypeConfig>;
 pub type Vote = openraft::alias::VoteOf<TypeConfig>;

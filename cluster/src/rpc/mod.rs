@@ -1,11 +1,9 @@
-//! Node-to-node gRPC (tonic): `raft_service` carries Raft traffic of every group between
-//! replicas; `node_service` carries forwarded proposals and reads and cluster administration;
-//! `router` is the client side, one connection per peer shared by all groups; `convert`
-//! frames domain types into the protobuf envelopes of `proto/basalt.proto`.
+//! Node-to-node gRPC (tonic), the client side and the wire: `router` keeps one connection per
+//! peer shared by all groups and sends Raft traffic, forwarded proposals and reads, and admin
+//! requests; `convert` frames domain types into the protobuf envelopes of
+//! `proto/basalt.proto`. The server side is `peer_service`.
 
 pub mod convert;
-pub mod node_service;
-pub mod raft_service;
 pub mod router;
 
 /// Code generated from `proto/basalt.proto`.

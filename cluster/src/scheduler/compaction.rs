@@ -1,14 +1,14 @@
 //! Asks every active node to snapshot groups with a long log since their last snapshot and to
-//! compact its Raft log (`Cluster::compact`), so logs stay short even for quiet groups.
+//! compact its Raft log (`Replicas::compact`), so logs stay short even for quiet groups.
 
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 
-use super::Job;
+use super::job::Job;
 use crate::admin::AdminRequest;
-use crate::cluster::{member_addrs, Cluster};
 use crate::error::Result;
+use crate::replicas::Replicas;
 
 pub struct Compaction {
     pub every: Duration,
@@ -23,16 +23,14 @@ impl Job for Compaction {
         self.every
     }
 
-    fn run<'a>(&'a self, cluster: &'a Cluster) -> BoxFuture<'a, Result<()>> {
+    fn run<'a>(&'a self, replicas: &'a Replicas) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            for (node, addr) in member_addrs(cluster) {
-                if node == cluster.node_id() {
-                    cluster.compact().await;
+            for node in replicas.member_addrs().into_keys() {
+                if node == replicas.node_id() {
+                    replicas.compact().await;
                 } else {
-                    cluster.inner.router.learn(node, &addr);
-                    if let Err(e) = cluster
-                        .inner
-                        .router
+                    if let Err(e) = replicas
+                        .router()
                         .admin(node, &AdminRequest::Compact, Duration::from_secs(30))
                         .await
                     {

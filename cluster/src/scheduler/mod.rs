@@ -3,52 +3,46 @@
 //! election timeout; jobs are idempotent, so a run repeated around a hand-over does no harm.
 
 mod compaction;
+mod job;
 mod ttl_sweep;
 
-use openraft::async_runtime::WatchReceiver;
 use std::time::{Duration, Instant};
 
-use futures::future::BoxFuture;
-
-use crate::cluster::Cluster;
-use crate::error::Result;
 use crate::ids::META_GROUP;
-
-/// A periodic job run by the scheduler.
-pub trait Job: Send + Sync {
-    fn name(&self) -> &'static str;
-    fn period(&self) -> Duration;
-    fn run<'a>(&'a self, cluster: &'a Cluster) -> BoxFuture<'a, Result<()>>;
-}
+use crate::replicas::Replicas;
+use job::Job;
 
 const TICK: Duration = Duration::from_millis(200);
 
-fn jobs(cluster: &Cluster) -> Vec<Box<dyn Job>> {
-    let opts = &cluster.inner.options;
+/// How often each job runs.
+#[derive(Debug, Clone, Copy)]
+pub struct Intervals {
+    pub ttl_sweep: Duration,
+    pub compaction: Duration,
+}
+
+fn jobs(every: Intervals) -> Vec<Box<dyn Job>> {
     vec![
         Box::new(ttl_sweep::TtlSweep {
-            every: opts.ttl_sweep_every,
+            every: every.ttl_sweep,
         }),
         Box::new(compaction::Compaction {
-            every: opts.compact_every,
+            every: every.compaction,
         }),
     ]
 }
 
-pub async fn run(cluster: Cluster) {
-    let mut shutdown = cluster.shutdown_signal();
-    let jobs = jobs(&cluster);
+/// Runs the jobs while this node leads the metadata group, until shutdown.
+pub async fn run(replicas: Replicas, every: Intervals) {
+    let mut shutdown = replicas.shutdown_signal();
+    let jobs = jobs(every);
     let mut next_due: Vec<Option<Instant>> = vec![None; jobs.len()];
     loop {
         tokio::select! {
             _ = tokio::time::sleep(TICK) => {}
             _ = shutdown.changed() => return,
         }
-        let leads = cluster
-            .group(META_GROUP)
-            .map(|r| r.metrics().borrow_watched().current_leader == Some(cluster.node_id()))
-            .unwrap_or(false);
-        if !leads {
+        if !replicas.leads(META_GROUP) {
             next_due.iter_mut().for_each(|d| *d = None);
             continue;
         }
@@ -62,7 +56,7 @@ pub async fn run(cluster: Cluster) {
             }
             *due = Some(now + job.period());
             let started = Instant::now();
-            let outcome = match job.run(&cluster).await {
+            let outcome = match job.run(&replicas).await {
                 Ok(()) => "ok",
                 Err(e) => {
                     tracing::warn!(job = job.name(), "scheduled job failed: {e}");

@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
-use super::Job;
-use crate::cluster::{now_ms, Cluster};
+use super::job::Job;
 use crate::command::{Command, CommandResult};
 use crate::error::Result;
+use crate::replicas::{now_ms, Replicas};
 
 pub struct TtlSweep {
     pub every: Duration,
@@ -23,11 +23,11 @@ impl Job for TtlSweep {
         self.every
     }
 
-    fn run<'a>(&'a self, cluster: &'a Cluster) -> BoxFuture<'a, Result<()>> {
+    fn run<'a>(&'a self, replicas: &'a Replicas) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
             let now = now_ms();
-            let sweeps = (0..=cluster.shards())
-                .map(|g| cluster.propose(g, Command::ExpireRecords { now_ms: now }));
+            let sweeps = (0..=replicas.shards())
+                .map(|g| replicas.propose(g, Command::ExpireRecords { now_ms: now }));
             let mut first_error = None;
             for r in futures::future::join_all(sweeps).await {
                 match r {

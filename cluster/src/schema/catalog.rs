@@ -13,7 +13,7 @@ use crate::command::{Command, CommandResult};
 use crate::error::{Error, Result};
 use crate::ids::META_GROUP;
 use crate::query::index::{meta_key, IndexMeta, INDEX_META_NS};
-use crate::Cluster;
+use crate::replicas::Replicas;
 
 /// Objects removed per `PurgeClass` command (one Raft entry each).
 const PURGE_BATCH: u32 = 500;
@@ -31,10 +31,20 @@ fn decode(v: Value) -> Result<ClassSchema> {
     serde_json::from_value(v).map_err(|e| Error::Internal(format!("schema record: {e}")))
 }
 
-impl Cluster {
+/// The schema operations, through this node's replicas.
+pub struct Catalog<'a> {
+    replicas: &'a Replicas,
+}
+
+impl<'a> Catalog<'a> {
+    pub fn new(replicas: &'a Replicas) -> Self {
+        Catalog { replicas }
+    }
+
     /// The class schema as this node's metadata replica has it (may lag the leader).
     pub fn local_class_schema(&self, app: &str, class: &str) -> Result<Option<ClassSchema>> {
-        self.local_meta_record(NS_SCHEMA, &schema_key(app, class))?
+        self.replicas
+            .local_meta_record(NS_SCHEMA, &schema_key(app, class))?
             .map(decode)
             .transpose()
     }
@@ -42,6 +52,7 @@ impl Cluster {
     /// The class schema, linearizably. System classes always exist.
     pub async fn class_schema(&self, app: &str, class: &str) -> Result<Option<ClassSchema>> {
         match self
+            .replicas
             .get_record(META_GROUP, NS_SCHEMA, &schema_key(app, class))
             .await?
         {
@@ -53,7 +64,8 @@ impl Cluster {
 
     /// Every class schema of an app, linearizably, in class-name order.
     pub async fn class_schemas(&self, app: &str) -> Result<Vec<ClassSchema>> {
-        self.list_records(META_GROUP, NS_SCHEMA, &format!("{app}/"))
+        self.replicas
+            .list_records(META_GROUP, NS_SCHEMA, &format!("{app}/"))
             .await?
             .into_iter()
             .map(|(_, v)| decode(v))
@@ -93,7 +105,7 @@ impl Cluster {
             needs: needs.to_vec(),
             may_create_class,
         };
-        self.propose(META_GROUP, cmd).await.map(|_| ())
+        self.replicas.propose(META_GROUP, cmd).await.map(|_| ())
     }
 
     /// Creates a class with the given columns; answers the rendered schema.
@@ -149,13 +161,13 @@ impl Cluster {
             app: app.into(),
             class: class.into(),
         };
-        self.propose(META_GROUP, cmd).await?;
+        self.replicas.propose(META_GROUP, cmd).await?;
         self.purge_class(app, class, None).await?;
         Ok(())
     }
 
     async fn schema_command(&self, cmd: Command) -> Result<Value> {
-        match self.propose(META_GROUP, cmd).await?.result {
+        match self.replicas.propose(META_GROUP, cmd).await?.result {
             CommandResult::Record(v) => Ok(v),
             other => Err(Error::Internal(format!(
                 "unexpected schema result {other:?}"
@@ -192,8 +204,14 @@ impl Cluster {
 
     /// The declared indexed fields of a class (as the first group holding it knows them).
     pub async fn declared_indexes(&self, app: &str, class: &str) -> Result<Vec<String>> {
-        let first = self.class_groups(class).first().copied().unwrap_or(1);
+        let first = self
+            .replicas
+            .class_groups(class)
+            .first()
+            .copied()
+            .unwrap_or(1);
         let meta = self
+            .replicas
             .get_record(first, INDEX_META_NS, &meta_key(app, class))
             .await?
             .and_then(|v| serde_json::from_value::<IndexMeta>(v).ok())
@@ -211,6 +229,7 @@ impl Cluster {
         use futures::StreamExt;
         let make = &make;
         let shards = self
+            .replicas
             .class_groups(class)
             .into_iter()
             .map(|group| async move {
@@ -218,7 +237,7 @@ impl Cluster {
                 let mut total = 0;
                 let mut failures = 0;
                 loop {
-                    let result = match self.propose(group, make(after.clone())).await {
+                    let result = match self.replicas.propose(group, make(after.clone())).await {
                         Ok(p) => p.result,
                         Err(e) if page_may_repeat(&e) && failures + 1 < PAGE_ATTEMPTS => {
                             failures += 1;

@@ -3,39 +3,20 @@
 //! An `Err` from here is a storage failure and stops the state machine; a command the data
 //! refuses (missing object, type mismatch) returns `CommandResult::Rejected` and stages nothing.
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::apply_schema;
 use super::index_upkeep;
 use super::ops::apply_updates;
+use super::record_writes::{delete_record, put_record};
 use super::staged::Staged;
 use crate::acl::{allows, Access};
 use crate::command::{Command, CommandResult};
 use crate::error::{Error, Result};
 use crate::object::StoredObject;
 use crate::storage::keys;
+use crate::storage::records::{live_record, StoredRecord};
 use crate::update::FieldUpdate;
-
-/// A record as stored: its value and optional expiry (ms since the epoch).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StoredRecord {
-    pub v: u8,
-    pub value: Value,
-    pub expires_at_ms: Option<i64>,
-}
-
-impl StoredRecord {
-    pub fn decode(bytes: &[u8]) -> Result<Self> {
-        Ok(serde_json::from_slice(bytes)?)
-    }
-
-    /// True when the record has expired at `now_ms` (readers treat it as absent even before
-    /// the sweep deletes it).
-    pub fn expired_at(&self, now_ms: i64) -> bool {
-        self.expires_at_ms.is_some_and(|t| t <= now_ms)
-    }
-}
 
 pub fn apply_command(st: &mut Staged<'_>, cmd: Command) -> Result<CommandResult> {
     match cmd {
@@ -80,8 +61,8 @@ pub fn apply_command(st: &mut Staged<'_>, cmd: Command) -> Result<CommandResult>
             key,
             value,
             expires_at_ms,
-        } => apply_put_record(st, &ns, &key, value, expires_at_ms),
-        Command::DeleteRecord { ns, key } => apply_delete_record(st, &ns, &key),
+        } => put_record(st, &ns, &key, value, expires_at_ms),
+        Command::DeleteRecord { ns, key } => delete_record(st, &ns, &key),
         Command::ExpireRecords { now_ms } => apply_expire_records(st, now_ms),
         Command::InsertRecord {
             ns,
@@ -232,62 +213,6 @@ fn apply_delete(
     Ok(CommandResult::Deleted)
 }
 
-/// Removes the TTL index entry of the record at `rkey`, if it has one.
-fn unindex_record(st: &mut Staged<'_>, rkey: &[u8], ns: &str, key: &str) -> Result<()> {
-    if let Some(old) = st.get(rkey)? {
-        if let Some(t) = StoredRecord::decode(&old)?.expires_at_ms {
-            st.delete(keys::ttl_key(st.group, t, ns, key));
-        }
-    }
-    Ok(())
-}
-
-fn apply_put_record(
-    st: &mut Staged<'_>,
-    ns: &str,
-    key: &str,
-    value: Value,
-    expires_at_ms: Option<i64>,
-) -> Result<CommandResult> {
-    let rkey = keys::record_key(st.group, ns, key);
-    unindex_record(st, &rkey, ns, key)?;
-    if let Some(t) = expires_at_ms {
-        st.put(keys::ttl_key(st.group, t, ns, key), Vec::new());
-    }
-    let rec = StoredRecord {
-        v: 1,
-        value,
-        expires_at_ms,
-    };
-    st.put(rkey, serde_json::to_vec(&rec)?);
-    Ok(CommandResult::Done)
-}
-
-pub(super) fn apply_delete_record(
-    st: &mut Staged<'_>,
-    ns: &str,
-    key: &str,
-) -> Result<CommandResult> {
-    let rkey = keys::record_key(st.group, ns, key);
-    unindex_record(st, &rkey, ns, key)?;
-    st.delete(rkey);
-    Ok(CommandResult::Done)
-}
-
-/// Reads a live record's value (absent or expired at `now_ms` is `None`).
-pub(super) fn live_record(
-    st: &Staged<'_>,
-    ns: &str,
-    key: &str,
-    now_ms: Option<i64>,
-) -> Result<Option<StoredRecord>> {
-    let Some(bytes) = st.get(&keys::record_key(st.group, ns, key))? else {
-        return Ok(None);
-    };
-    let rec = StoredRecord::decode(&bytes)?;
-    Ok((!now_ms.is_some_and(|now| rec.expired_at(now))).then_some(rec))
-}
-
 fn apply_insert_record(
     st: &mut Staged<'_>,
     ns: &str,
@@ -301,7 +226,7 @@ fn apply_insert_record(
             "{ns} {key} exists"
         ))));
     }
-    apply_put_record(st, ns, key, value, expires_at_ms)
+    put_record(st, ns, key, value, expires_at_ms)
 }
 
 fn apply_cas_record(
@@ -319,8 +244,8 @@ fn apply_cas_record(
         ))));
     }
     match value {
-        Some(v) => apply_put_record(st, ns, key, v, None),
-        None => apply_delete_record(st, ns, key),
+        Some(v) => put_record(st, ns, key, v, None),
+        None => delete_record(st, ns, key),
     }
 }
 
@@ -333,7 +258,7 @@ fn apply_take_record(
     let Some(rec) = live_record(st, ns, key, Some(now_ms))? else {
         return Ok(CommandResult::Rejected(Error::ObjectNotFound));
     };
-    apply_delete_record(st, ns, key)?;
+    delete_record(st, ns, key)?;
     Ok(CommandResult::Record(rec.value))
 }
 
@@ -379,7 +304,7 @@ fn apply_take_quota(
     uses.sort_unstable();
     let last = uses.last().copied().unwrap_or(now_ms);
     let value = serde_json::json!({ "uses": uses });
-    apply_put_record(st, ns, key, value.clone(), Some(last + longest))?;
+    put_record(st, ns, key, value.clone(), Some(last + longest))?;
     Ok(CommandResult::Record(value))
 }
 
@@ -399,9 +324,9 @@ fn apply_return_quota(
     };
     uses.remove(at);
     if uses.is_empty() {
-        apply_delete_record(st, ns, key)?;
+        delete_record(st, ns, key)?;
     } else {
-        apply_put_record(st, ns, key, serde_json::json!({ "uses": uses }), expires)?;
+        put_record(st, ns, key, serde_json::json!({ "uses": uses }), expires)?;
     }
     Ok(CommandResult::Done)
 }
@@ -642,7 +567,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
         let mut st = Staged::new(&store, 1);
-        apply_put_record(&mut st, "t", "tok", json!({"x": 1}), Some(100)).unwrap();
+        put_record(&mut st, "t", "tok", json!({"x": 1}), Some(100)).unwrap();
         let take = |now| Command::TakeRecord {
             ns: "t".into(),
             key: "tok".into(),
@@ -656,7 +581,7 @@ mod tests {
             apply_command(&mut st, take(60)).unwrap(),
             CommandResult::Rejected(Error::ObjectNotFound)
         );
-        apply_put_record(&mut st, "t", "tok", json!({"x": 2}), Some(100)).unwrap();
+        put_record(&mut st, "t", "tok", json!({"x": 2}), Some(100)).unwrap();
         assert_eq!(
             apply_command(&mut st, take(100)).unwrap(),
             CommandResult::Rejected(Error::ObjectNotFound),

@@ -2,13 +2,12 @@
 //! endpoints' create, alter and drop. The rules themselves are `schema::ClassSchema`'s; this
 //! file reads and writes the schema records.
 
-use super::apply::{apply_delete_record, live_record};
+use super::record_writes::{delete_record, put_record};
 use super::staged::Staged;
 use crate::command::CommandResult;
 use crate::error::{Error, Result};
 use crate::schema::{schema_key, ClassSchema, ColumnChange, Need, NS_SCHEMA, SYSTEM_CLASSES};
-use crate::statemachine::StoredRecord;
-use crate::storage::keys;
+use crate::storage::records::live_record;
 
 fn load(st: &Staged<'_>, app: &str, class: &str) -> Result<Option<ClassSchema>> {
     match live_record(st, NS_SCHEMA, &schema_key(app, class), None)? {
@@ -18,16 +17,8 @@ fn load(st: &Staged<'_>, app: &str, class: &str) -> Result<Option<ClassSchema>> 
 }
 
 fn store(st: &mut Staged<'_>, app: &str, schema: &ClassSchema) -> Result<()> {
-    let rec = StoredRecord {
-        v: 1,
-        value: serde_json::to_value(schema)?,
-        expires_at_ms: None,
-    };
-    st.put(
-        keys::record_key(st.group, NS_SCHEMA, &schema_key(app, &schema.class_name)),
-        serde_json::to_vec(&rec)?,
-    );
-    Ok(())
+    let key = schema_key(app, &schema.class_name);
+    put_record(st, NS_SCHEMA, &key, serde_json::to_value(schema)?, None).map(|_| ())
 }
 
 /// Whether `class` of `app` exists: a system class, or one with a schema record.
@@ -116,5 +107,5 @@ pub(super) fn apply_drop_class(
     if load(st, app, class)?.is_none() {
         return rejected(crate::schema::SchemaError::ClassNotFound(class.to_string()));
     }
-    apply_delete_record(st, NS_SCHEMA, &schema_key(app, class))
+    delete_record(st, NS_SCHEMA, &schema_key(app, class))
 }

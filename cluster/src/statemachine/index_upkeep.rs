@@ -2,13 +2,14 @@
 //! object write stages the entries it removes and adds in the same batch as the object, and
 //! `DeclareIndex` adds a declared field and (re)builds the class's entries.
 
-use super::apply::{live_record, StoredRecord};
+use super::record_writes::put_record;
 use super::staged::Staged;
 use crate::command::CommandResult;
 use crate::error::Result;
 use crate::object::StoredObject;
 use crate::query::index::{self, IndexMeta, INDEX_META_NS};
 use crate::storage::keys;
+use crate::storage::records::live_record;
 
 /// Objects re-indexed per `DeclareIndex` step when the command names no limit (as logged
 /// before the limit existed).
@@ -22,16 +23,8 @@ pub(super) fn meta(st: &Staged<'_>, app: &str, class: &str) -> Result<Option<Ind
 }
 
 fn put_meta(st: &mut Staged<'_>, app: &str, class: &str, meta: &IndexMeta) -> Result<()> {
-    let rec = StoredRecord {
-        v: 1,
-        value: serde_json::to_value(meta)?,
-        expires_at_ms: None,
-    };
-    st.put(
-        keys::record_key(st.group, INDEX_META_NS, &index::meta_key(app, class)),
-        serde_json::to_vec(&rec)?,
-    );
-    Ok(())
+    let key = index::meta_key(app, class);
+    put_record(st, INDEX_META_NS, &key, serde_json::to_value(meta)?, None).map(|_| ())
 }
 
 /// Forgets a dropped class's index metadata (its entries went with its objects), so a class

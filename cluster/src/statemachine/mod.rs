@@ -11,11 +11,12 @@
 //! `Rejected(NotApplied)` on every replica alike, and apply goes on with the next entry. Only a
 //! failure of this node's own storage stops apply.
 
+mod applied_state;
 mod apply;
 mod apply_schema;
 mod index_upkeep;
-pub use apply::StoredRecord;
 pub mod ops;
+mod record_writes;
 pub mod snapshot;
 mod staged;
 
@@ -26,32 +27,17 @@ use std::sync::Arc;
 use futures::{Stream, StreamExt};
 use openraft::storage::{EntryResponder, RaftStateMachine};
 use openraft::EntryPayload;
-use serde::{Deserialize, Serialize};
 
 use crate::command::CommandResult;
 use crate::error::Error;
 use crate::ids::GroupId;
 use crate::raft::{LogId, SnapshotMeta, StoredMembership, TypeConfig};
-use crate::storage::keys::{self, CF_SM};
+use crate::storage::keys;
 use crate::storage::Store;
 pub use snapshot::{ShardSnapshotBuilder, SnapshotFile};
 use staged::Staged;
 
-/// Last applied log id and membership, stored with the data in the same batch.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct AppliedState {
-    pub last_applied: Option<LogId>,
-    pub membership: StoredMembership,
-}
-
-impl AppliedState {
-    fn load(store: &Store, group: GroupId) -> crate::error::Result<Self> {
-        match store.get(CF_SM, &keys::meta_key(group, keys::SM_APPLIED))? {
-            Some(bytes) => Ok(serde_json::from_slice(&bytes)?),
-            None => Ok(AppliedState::default()),
-        }
-    }
-}
+pub use applied_state::AppliedState;
 
 pub struct ShardStateMachine {
     group: GroupId,
@@ -198,6 +184,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use crate::command::Command;
+    use crate::storage::keys::CF_SM;
     use crate::update::{FieldUpdate, UpdateOp};
     use serde_json::json;
 

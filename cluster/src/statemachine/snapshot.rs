@@ -18,7 +18,7 @@ use openraft::RaftSnapshotBuilder;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use super::AppliedState;
+use super::applied_state::AppliedState;
 use crate::error::{Error, Result};
 use crate::ids::GroupId;
 use crate::raft::{SnapshotMeta, TypeConfig};

@@ -141,3 +141,13 @@ impl<'a> Staged<'a> {
         Ok(batch)
     }
 }
+
+impl crate::storage::records::StateRead for Staged<'_> {
+    fn group(&self) -> GroupId {
+        self.group
+    }
+
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Staged::get(self, key)
+    }
+}

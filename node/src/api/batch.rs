@@ -63,7 +63,7 @@ fn parse_operation(i: usize, v: &Value) -> Result<Operation, ApiError> {
     };
     Ok(Operation {
         method,
-        path: crate::server::routed_path(path),
+        path: crate::paths::routed_path(path),
         body: o.get("body").cloned().filter(|b| !b.is_null()),
         token,
     })

@@ -116,7 +116,7 @@ async fn authenticated(state: AppState, req: Request, next: Next, need_master: b
     };
     let sent = parts
         .extensions
-        .get::<crate::server::SentPath>()
+        .get::<crate::paths::SentPath>()
         .map(|p| p.0.clone());
     let creds = auth::Request {
         method: &parts.method,

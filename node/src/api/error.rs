@@ -10,7 +10,10 @@ use basalt_cluster::schema::SchemaError;
 use basalt_cluster::Error as ClusterError;
 use serde_json::json;
 
+use crate::apps::AppsError;
+use crate::auth::password::PasswordError;
 use crate::users::third_party::providers::VerifyError;
+use crate::users::third_party::AuthDataError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -311,6 +314,29 @@ impl From<ClusterError> for ApiError {
             | ClusterError::NotApplied(m)
             | ClusterError::Internal(m) => ApiError::Internal(m),
         }
+    }
+}
+
+impl From<PasswordError> for ApiError {
+    fn from(e: PasswordError) -> Self {
+        ApiError::Internal(e.to_string())
+    }
+}
+
+impl From<AppsError> for ApiError {
+    fn from(e: AppsError) -> Self {
+        match e {
+            AppsError::NotFound(id) => ApiError::ObjectNotFound(id),
+            AppsError::Corrupt(m) => ApiError::Internal(format!("app record: {m}")),
+            AppsError::Cluster(e) => e.into(),
+            AppsError::Password(e) => e.into(),
+        }
+    }
+}
+
+impl From<AuthDataError> for ApiError {
+    fn from(e: AuthDataError) -> Self {
+        ApiError::InvalidBody(e.0)
     }
 }
 

@@ -60,6 +60,7 @@ pub async fn admit_write(
     let may_create = ctx.master || ctx.app.not_allowed_create_table == 0;
     state
         .cluster
+        .catalog()
         .ensure_columns(&ctx.app.application_id, class, &needs, may_create)
         .await?;
     Ok(())

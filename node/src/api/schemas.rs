@@ -79,7 +79,11 @@ pub async fn list_schemas(
     State(state): State<AppState>,
     ctx: RequestCtx,
 ) -> Result<Json<Value>, ApiError> {
-    let schemas = state.cluster.class_schemas(&ctx.app.application_id).await?;
+    let schemas = state
+        .cluster
+        .catalog()
+        .class_schemas(&ctx.app.application_id)
+        .await?;
     let results: Vec<Value> = schemas.iter().map(|s| s.render()).collect();
     Ok(Json(json!({ "results": results })))
 }
@@ -92,6 +96,7 @@ pub async fn get_schema(
     schema_class(&class)?;
     match state
         .cluster
+        .catalog()
         .class_schema(&ctx.app.application_id, &class)
         .await?
     {
@@ -114,7 +119,11 @@ pub async fn create_schema(
     let changes = column_changes(&class, &body, false)?;
     let app = &ctx.app.application_id;
     Ok(Json(
-        state.cluster.create_class(app, &class, changes).await?,
+        state
+            .cluster
+            .catalog()
+            .create_class(app, &class, changes)
+            .await?,
     ))
 }
 
@@ -128,7 +137,13 @@ pub async fn update_schema(
     let body = body.object()?;
     let changes = column_changes(&class, &body, true)?;
     let app = &ctx.app.application_id;
-    Ok(Json(state.cluster.alter_class(app, &class, changes).await?))
+    Ok(Json(
+        state
+            .cluster
+            .catalog()
+            .alter_class(app, &class, changes)
+            .await?,
+    ))
 }
 
 pub async fn delete_schema(
@@ -139,6 +154,7 @@ pub async fn delete_schema(
     schema_class(&class)?;
     state
         .cluster
+        .catalog()
         .drop_class(&ctx.app.application_id, &class)
         .await?;
     Ok(Json(json!({"msg": "ok"})))
@@ -154,6 +170,7 @@ pub async fn list_indexes(
     schema_class(&class)?;
     let fields = state
         .cluster
+        .catalog()
         .declared_indexes(&ctx.app.application_id, &class)
         .await?;
     Ok(Json(json!({"results": fields})))
@@ -177,6 +194,7 @@ pub async fn create_index(
     validate_field_name(field).map_err(ApiError::from)?;
     let indexed = state
         .cluster
+        .catalog()
         .declare_index(&ctx.app.application_id, &class, Some(field))
         .await?;
     Ok(Json(json!({"msg": "ok", "indexed": indexed})))

@@ -27,14 +27,14 @@ use crate::users::unique::{self, Unique};
 use crate::users::{login_fields, PASSWORD_FIELD, SERVICE_FIELDS, USER_CLASS};
 
 async fn hash(password: String) -> Result<String, ApiError> {
-    crate::auth::password::hash(password).await
+    Ok(crate::auth::password::hash(password).await?)
 }
 
 async fn verify(password: String, stored: &StoredObject) -> Result<bool, ApiError> {
     let Some(h) = stored.fields.get(PASSWORD_FIELD).and_then(Value::as_str) else {
-        return crate::auth::password::verify_absent(password).await;
+        return Ok(crate::auth::password::verify_absent(password).await?);
     };
-    crate::auth::password::verify(password, h.to_string()).await
+    Ok(crate::auth::password::verify(password, h.to_string()).await?)
 }
 
 fn set(path: &str, v: Value) -> FieldUpdate {

@@ -7,6 +7,7 @@
 //! replay is refused on every node for the whole freshness window.
 
 pub mod password;
+mod secret;
 pub mod signature;
 
 use axum::http::{HeaderMap, HeaderName, Method};
@@ -15,6 +16,7 @@ use serde_json::json;
 
 use crate::api::error::ApiError;
 use crate::apps::{find_app, find_app_by_secret, AppRecord};
+pub use secret::same_secret;
 use signature::{is_fresh, parse_timestamp, Signed, FRESHNESS_MS, MAX_NONCE_LEN, SDK_TYPES};
 
 /// Record namespace of claimed nonces (on the shard of `(app, "_nonce", nonce)`).
@@ -92,6 +94,12 @@ impl From<ApiError> for AuthError {
     }
 }
 
+impl From<crate::apps::AppsError> for AuthError {
+    fn from(e: crate::apps::AppsError) -> Self {
+        AuthError::Api(e.into())
+    }
+}
+
 /// A header's trimmed value, unless absent, empty or not text.
 pub fn header<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a str> {
     headers
@@ -99,15 +107,6 @@ pub fn header<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a str> 
         .and_then(|v| v.to_str().ok())
         .map(str::trim)
         .filter(|s| !s.is_empty())
-}
-
-/// Compares secrets in time independent of where they differ.
-pub fn same_secret(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
 }
 
 /// What `authenticate` looks at.

@@ -10,7 +10,14 @@ use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, Salt
 use argon2::Argon2;
 use tokio::sync::Semaphore;
 
-use crate::api::error::ApiError;
+/// A failure of the password machinery itself (never a wrong password: that is `false`).
+#[derive(Debug, thiserror::Error)]
+pub enum PasswordError {
+    #[error("password hashing failed: {0}")]
+    Hashing(String),
+    #[error("password worker pool: {0}")]
+    Worker(String),
+}
 
 fn workers() -> &'static Semaphore {
     static WORKERS: OnceLock<Semaphore> = OnceLock::new();
@@ -23,30 +30,30 @@ fn workers() -> &'static Semaphore {
 /// Runs CPU-heavy password work on the blocking pool, within the concurrency bound.
 async fn bounded<T: Send + 'static>(
     work: impl FnOnce() -> T + Send + 'static,
-) -> Result<T, ApiError> {
+) -> Result<T, PasswordError> {
     let _permit = workers()
         .acquire()
         .await
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
+        .map_err(|e| PasswordError::Worker(e.to_string()))?;
     tokio::task::spawn_blocking(work)
         .await
-        .map_err(|e| ApiError::Internal(e.to_string()))
+        .map_err(|e| PasswordError::Worker(e.to_string()))
 }
 
 /// `hash_password` for async callers.
-pub async fn hash(password: String) -> Result<String, ApiError> {
+pub async fn hash(password: String) -> Result<String, PasswordError> {
     bounded(move || hash_password(&password)).await?
 }
 
 /// `verify_password` for async callers.
-pub async fn verify(password: String, hash: String) -> Result<bool, ApiError> {
+pub async fn verify(password: String, hash: String) -> Result<bool, PasswordError> {
     bounded(move || verify_password(&password, &hash)).await
 }
 
 /// Spends the time of a real verification for an account that does not exist and answers
 /// false, so that a wrong password and an unknown account take the same time (a faster
 /// answer would tell which usernames and console emails exist).
-pub async fn verify_absent(password: String) -> Result<bool, ApiError> {
+pub async fn verify_absent(password: String) -> Result<bool, PasswordError> {
     static STAND_IN: OnceLock<String> = OnceLock::new();
     bounded(move || {
         let hash = match STAND_IN.get() {
@@ -62,13 +69,13 @@ pub async fn verify_absent(password: String) -> Result<bool, ApiError> {
     .await?
 }
 
-pub fn hash_password(password: &str) -> Result<String, ApiError> {
+pub fn hash_password(password: &str) -> Result<String, PasswordError> {
     let salt = SaltString::encode_b64(&rand::random::<[u8; 16]>())
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
+        .map_err(|e| PasswordError::Hashing(e.to_string()))?;
     Argon2::default()
         .hash_password(password.as_bytes(), &salt)
         .map(|h| h.to_string())
-        .map_err(|e| ApiError::Internal(e.to_string()))
+        .map_err(|e| PasswordError::Hashing(e.to_string()))
 }
 
 pub fn verify_password(password: &str, hash: &str) -> bool {

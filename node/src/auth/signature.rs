@@ -81,7 +81,7 @@ impl Signed<'_> {
         let sign = sign.to_ascii_lowercase();
         [self.short_sign(), self.long_sign()]
             .iter()
-            .any(|want| crate::auth::same_secret(want, &sign))
+            .any(|want| super::secret::same_secret(want, &sign))
     }
 }
 

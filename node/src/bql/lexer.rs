@@ -3,7 +3,7 @@
 //! (backslash escapes), `?` placeholders and punctuation. Each token carries the byte offset
 //! where it starts, for error messages.
 
-use super::BqlError;
+use super::error::BqlError;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Tok {

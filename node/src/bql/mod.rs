@@ -24,6 +24,7 @@
 //! element of `values` and may stand only where a value or a limit can. Errors name the byte
 //! offset of the fault and answer 601.
 
+mod error;
 mod lexer;
 
 use basalt_cluster::query::aggregate::{AggregateSpec, Metric};
@@ -33,29 +34,13 @@ use serde_json::{json, Map, Value};
 
 use crate::pointers::parse_include;
 use crate::query::{Aggregation, Query};
+pub use error::BqlError;
 use lexer::{tokenize, Tok, Token};
 
 /// Longest statement, in bytes.
 pub const MAX_STATEMENT_BYTES: usize = 4096;
 /// Most rows a statement returns.
 pub const MAX_ROWS: usize = 1000;
-
-/// A fault in a statement, at a byte offset.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{msg} at position {pos}")]
-pub struct BqlError {
-    pub pos: usize,
-    pub msg: String,
-}
-
-impl BqlError {
-    pub fn new(pos: usize, msg: impl Into<String>) -> Self {
-        BqlError {
-            pos,
-            msg: msg.into(),
-        }
-    }
-}
 
 /// A parsed statement: the query, and whether it selects `count(*)` (the answer then carries
 /// `count`).

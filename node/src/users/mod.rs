@@ -15,9 +15,10 @@ pub mod unique;
 
 use basalt_cluster::update::FieldUpdate;
 use basalt_cluster::{now_ms, Cluster, Command};
-use serde_json::{Map, Value};
 
 use crate::api::error::ApiError;
+
+pub use unique::login_fields;
 
 /// The system class of users.
 pub const USER_CLASS: &str = "_User";
@@ -35,23 +36,6 @@ pub const SERVICE_FIELDS: [&str; 4] = [
     "mobilePhoneVerified",
     "authData",
 ];
-
-/// A user's login names and what makes each unique.
-pub fn login_fields(fields: &Map<String, Value>) -> Vec<(unique::Unique, String)> {
-    let mut out = Vec::new();
-    for kind in [
-        unique::Unique::Username,
-        unique::Unique::Email,
-        unique::Unique::Phone,
-    ] {
-        if let Some(v) = fields.get(kind.field()).and_then(Value::as_str) {
-            if !v.is_empty() {
-                out.push((kind, v.to_string()));
-            }
-        }
-    }
-    out
-}
 
 /// Applies updates to a user as the service (no ACL check): password resets, verification
 /// flags. 101 when the user is gone.

@@ -11,7 +11,7 @@
 //! the value.
 
 use basalt_cluster::{now_ms, Cluster, Error as ClusterError};
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use super::USER_CLASS;
 use crate::api::error::ApiError;
@@ -210,6 +210,19 @@ pub async fn release(
         Ok(_) | Err(ClusterError::Conflict(_)) => Ok(()),
         Err(e) => Err(e.into()),
     }
+}
+
+/// A user's login names and what makes each unique.
+pub fn login_fields(fields: &Map<String, Value>) -> Vec<(Unique, String)> {
+    let mut out = Vec::new();
+    for kind in [Unique::Username, Unique::Email, Unique::Phone] {
+        if let Some(v) = fields.get(kind.field()).and_then(Value::as_str) {
+            if !v.is_empty() {
+                out.push((kind, v.to_string()));
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ mod objects;
 mod ops;
 mod queries;
 mod query_model;
+mod routes;
 mod schemas;
 mod sms;
 mod users;

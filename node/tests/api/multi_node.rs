@@ -170,7 +170,7 @@ async fn forwarded_work_logs_under_the_request_id() {
         3,
         &["--shards", "4"],
         &[],
-        "info,openraft=error,basalt_cluster::rpc=debug",
+        "info,openraft=error,basalt_cluster::peer_service=debug",
     )
     .await;
     let http = reqwest::Client::new();

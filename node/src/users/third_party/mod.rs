@@ -11,7 +11,10 @@ pub mod providers;
 
 use serde_json::{Map, Value};
 
-use crate::api::error::ApiError;
+/// A malformed `authData` (107 on the wire).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct AuthDataError(pub String);
 
 /// Internal field holding a user's linked accounts (platform → data).
 pub const AUTH_DATA_FIELD: &str = "_authData";
@@ -51,24 +54,23 @@ pub fn identity_of(platform: &str, data: &Value) -> Option<String> {
 }
 
 /// Parses an `authData` member: an object of known platforms, each with its id or null.
-pub fn parse_auth_data(v: &Value) -> Result<Vec<Link>, ApiError> {
+pub fn parse_auth_data(v: &Value) -> Result<Vec<Link>, AuthDataError> {
     let m: &Map<String, Value> = v
         .as_object()
         .filter(|m| !m.is_empty())
-        .ok_or_else(|| ApiError::InvalidBody("authData must be an object of platforms.".into()))?;
+        .ok_or_else(|| AuthDataError("authData must be an object of platforms.".into()))?;
     let mut links = Vec::with_capacity(m.len());
     for (name, data) in m {
         let (platform, field) = PLATFORMS
             .iter()
             .find(|(p, _)| p == name)
-            .ok_or_else(|| ApiError::InvalidBody(format!("unknown authData platform {name:?}.")))?;
+            .ok_or_else(|| AuthDataError(format!("unknown authData platform {name:?}.")))?;
         if data.is_null() {
             links.push(Link::Unset { platform });
             continue;
         }
-        let id = identity_of(platform, data).ok_or_else(|| {
-            ApiError::InvalidBody(format!("authData.{name} needs a non-empty {field}."))
-        })?;
+        let id = identity_of(platform, data)
+            .ok_or_else(|| AuthDataError(format!("authData.{name} needs a non-empty {field}.")))?;
         links.push(Link::Set {
             platform,
             id,
@@ -95,17 +97,25 @@ mod tests {
             .any(|l| matches!(l, Link::Set { platform: "weixin", id, .. } if id == "o1")));
         assert_eq!(
             parse_auth_data(&json!({"weixin": {"uid": "x"}}))
+                .map_err(crate::api::error::ApiError::from)
                 .unwrap_err()
                 .code(),
             107
         );
         assert_eq!(
             parse_auth_data(&json!({"myspace": {"id": "x"}}))
+                .map_err(crate::api::error::ApiError::from)
                 .unwrap_err()
                 .code(),
             107
         );
-        assert_eq!(parse_auth_data(&json!({})).unwrap_err().code(), 107);
+        assert_eq!(
+            parse_auth_data(&json!({}))
+                .map_err(crate::api::error::ApiError::from)
+                .unwrap_err()
+                .code(),
+            107
+        );
         assert_eq!(
             identity_of("anonymous", &json!({"id": "a"})),
             Some("a".into())

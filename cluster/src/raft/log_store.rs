@@ -15,10 +15,10 @@ use rocksdb::WriteBatch;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::keys::{self, CF_RAFT_LOG, CF_RAFT_META};
-use super::store::Store;
+use super::{Entry, LogId, TypeConfig, Vote};
 use crate::ids::GroupId;
-use crate::raft::{Entry, LogId, TypeConfig, Vote};
+use crate::storage::keys::{self, CF_RAFT_LOG, CF_RAFT_META};
+use crate::storage::Store;
 
 /// Version byte in front of every stored log entry and Raft metadata value.
 const FORMAT_V1: u8 = 1;

@@ -3,24 +3,28 @@
 //! `request` span carrying the id of the client request it serves (`request_id`), so its log
 //! lines match the forwarding node's.
 
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
-use super::convert::{decode, reply};
-use super::pb::node_service_server::NodeService;
-use super::pb::{GroupMessage, Reply};
-use crate::admin::AdminRequest;
-use crate::cluster::Cluster;
+use crate::admin::{AdminRequest, AdminResponse};
 use crate::command::{Command, ReadRequest};
+use crate::error::Result;
+use crate::replicas::Replicas;
+use crate::rpc::convert::{decode, reply};
+use crate::rpc::pb::node_service_server::NodeService;
+use crate::rpc::pb::{GroupMessage, Reply};
 
-pub struct NodeServiceImpl {
-    cluster: Cluster,
+/// Whoever answers admin requests addressed to this node.
+pub trait AdminHandler: Send + Sync + 'static {
+    fn handle(&self, req: AdminRequest) -> BoxFuture<'_, Result<AdminResponse>>;
 }
 
-impl NodeServiceImpl {
-    pub fn new(cluster: Cluster) -> Self {
-        NodeServiceImpl { cluster }
-    }
+pub struct NodeServiceImpl {
+    pub(super) replicas: Replicas,
+    pub(super) admin: Arc<dyn AdminHandler>,
 }
 
 type RpcResult = std::result::Result<Response<Reply>, Status>;
@@ -44,7 +48,7 @@ impl NodeService for NodeServiceImpl {
         let result = async {
             tracing::debug!(group = msg.group, "forwarded proposal");
             let cmd: Command = decode(&msg.payload)?;
-            self.cluster.local_propose(msg.group, &cmd).await
+            self.replicas.local_propose(msg.group, &cmd).await
         }
         .instrument(span)
         .await;
@@ -57,7 +61,7 @@ impl NodeService for NodeServiceImpl {
         let result = async {
             tracing::debug!(group = msg.group, "forwarded read");
             let r: ReadRequest = decode(&msg.payload)?;
-            self.cluster.local_read(msg.group, &r).await
+            self.replicas.local_read(msg.group, &r).await
         }
         .instrument(span)
         .await;
@@ -68,7 +72,7 @@ impl NodeService for NodeServiceImpl {
         let msg = req.into_inner();
         let result = async {
             let r: AdminRequest = decode(&msg.payload)?;
-            self.cluster.admin(r).await
+            self.admin.handle(r).await
         }
         .await;
         Ok(Response::new(reply(result)))

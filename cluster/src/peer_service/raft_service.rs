@@ -1,55 +1,21 @@
-//! Server side of the peer services: `RaftService` hands Raft messages to the addressed
-//! group's local replica; `serve` runs it together with `NodeService` on the rpc listener.
+//! `RaftService`: hands Raft messages (votes, appends, snapshots streamed in chunks) to the
+//! addressed group's local replica.
 
 use futures::StreamExt;
 use openraft::raft::{AppendEntriesRequest, TransferLeaderRequest, VoteRequest};
 use tokio::io::AsyncWriteExt;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::convert::{decode, reply};
-use super::node_service::NodeServiceImpl;
-use super::pb::node_service_server::NodeServiceServer;
-use super::pb::raft_service_server::{RaftService, RaftServiceServer};
-use super::pb::{GroupMessage, Reply, SnapshotChunk};
-use super::MAX_MESSAGE_BYTES;
-use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::raft::{SnapshotMeta, TypeConfig, Vote};
+use crate::replicas::Replicas;
+use crate::rpc::convert::{decode, reply};
+use crate::rpc::pb::raft_service_server::RaftService;
+use crate::rpc::pb::{GroupMessage, Reply, SnapshotChunk};
 use crate::statemachine::SnapshotFile;
 
 pub struct RaftServiceImpl {
-    cluster: Cluster,
-}
-
-/// Serves both peer services on `listener` until the node shuts down.
-pub async fn serve(cluster: Cluster, listener: tokio::net::TcpListener) {
-    let mut shutdown = cluster.shutdown_signal();
-    let raft = RaftServiceServer::new(RaftServiceImpl {
-        cluster: cluster.clone(),
-    })
-    .max_decoding_message_size(MAX_MESSAGE_BYTES)
-    .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    let node = NodeServiceServer::new(NodeServiceImpl::new(cluster))
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    // Accepted sockets need TCP_NODELAY themselves (the builder's setting only applies to
-    // listeners it binds): without it, small Raft messages wait for delayed ACKs (~40 ms).
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener).map(|conn| {
-        conn.inspect(|stream| {
-            let _ = stream.set_nodelay(true);
-        })
-    });
-    let result = tonic::transport::Server::builder()
-        .tcp_nodelay(true)
-        .add_service(raft)
-        .add_service(node)
-        .serve_with_incoming_shutdown(incoming, async move {
-            let _ = shutdown.changed().await;
-        })
-        .await;
-    if let Err(e) = result {
-        tracing::error!("peer gRPC server stopped: {e}");
-    }
+    pub(super) replicas: Replicas,
 }
 
 impl RaftServiceImpl {
@@ -64,11 +30,10 @@ impl RaftServiceImpl {
             .map_err(|s| Error::Unavailable(s.message().to_string()))?;
         let (vote, meta): (Vote, SnapshotMeta) = decode(&first.header)?;
         let group = first.group;
-        let raft = self.cluster.group(group)?;
+        let raft = self.replicas.group(group)?;
         let path = self
-            .cluster
-            .inner
-            .incoming_dir
+            .replicas
+            .incoming_dir()
             .join(format!("g{group}-{}.part", rand::random::<u64>()));
         let mut file = tokio::fs::File::create(&path).await?;
         file.write_all(&first.data).await?;
@@ -109,7 +74,7 @@ impl RaftService for RaftServiceImpl {
         let msg = req.into_inner();
         let result = async {
             let rpc: AppendEntriesRequest<TypeConfig> = decode(&msg.payload)?;
-            self.cluster
+            self.replicas
                 .group(msg.group)?
                 .append_entries(rpc)
                 .await
@@ -123,7 +88,7 @@ impl RaftService for RaftServiceImpl {
         let msg = req.into_inner();
         let result = async {
             let rpc: VoteRequest<TypeConfig> = decode(&msg.payload)?;
-            self.cluster
+            self.replicas
                 .group(msg.group)?
                 .vote(rpc)
                 .await
@@ -137,7 +102,7 @@ impl RaftService for RaftServiceImpl {
         let msg = req.into_inner();
         let result = async {
             let rpc: VoteRequest<TypeConfig> = decode(&msg.payload)?;
-            self.cluster
+            self.replicas
                 .group(msg.group)?
                 .pre_vote(rpc)
                 .await
@@ -151,7 +116,7 @@ impl RaftService for RaftServiceImpl {
         let msg = req.into_inner();
         let result = async {
             let rpc: TransferLeaderRequest<TypeConfig> = decode(&msg.payload)?;
-            self.cluster
+            self.replicas
                 .group(msg.group)?
                 .handle_transfer_leader(rpc)
                 .await

@@ -1,0 +1,214 @@
+//! Starting a node: its identity in the data dir (which node, which cluster settings), the
+//! replicas of every group, the peer services, and the background work (member registration,
+//! placement, scheduler). A new cluster's first node initializes every group with itself as
+//! the only member; a joining node asks a member for the settings and registers itself;
+//! a restarted node resumes from its identity.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use openraft::BasicNode;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{Bootstrap, Cluster, ClusterOptions, Inner};
+use crate::admin::{
+    AdminRequest, AdminResponse, ClusterSettings, NodeRecord, NodeState, NS_CLUSTER, SETTINGS_KEY,
+};
+use crate::error::{Error, Result};
+use crate::ids::META_GROUP;
+use crate::query::coordinator::Coordinator;
+use crate::replicas::Replicas;
+use crate::rpc::router::PeerRouter;
+use crate::storage::keys::NODE_IDENTITY;
+use crate::storage::Store;
+
+/// What a node keeps about itself, in the default column family.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct NodeIdentity {
+    node_id: crate::ids::NodeId,
+    settings: ClusterSettings,
+}
+
+impl Cluster {
+    /// Opens the node's storage and groups, starts its gRPC server and background work.
+    pub async fn start(opts: ClusterOptions) -> Result<Cluster> {
+        std::fs::create_dir_all(&opts.data_dir)?;
+        let store = Store::open(&opts.data_dir.join("db"))?;
+        let identity: Option<NodeIdentity> = store
+            .get_default(NODE_IDENTITY)?
+            .map(|b| serde_json::from_slice(&b))
+            .transpose()?;
+        let (settings, fresh_init, join_addr) = match (&identity, &opts.bootstrap) {
+            (Some(id), _) if id.node_id != opts.node_id => {
+                return Err(Error::InvalidOperation(format!(
+                    "data dir belongs to node {}, not node {}",
+                    id.node_id, opts.node_id
+                )))
+            }
+            (Some(id), _) => (id.settings, false, None),
+            (None, Bootstrap::Init { shards, replicas }) => {
+                if *shards == 0 || *replicas == 0 {
+                    return Err(Error::InvalidOperation("--shards and --replicas must be at least 1".into()));
+                }
+                (ClusterSettings { shards: *shards, replicas: *replicas }, true, None)
+            }
+            (None, Bootstrap::Join { addr }) => (fetch_settings(addr).await?, false, Some(addr.clone())),
+            (None, Bootstrap::Resume) => {
+                return Err(Error::InvalidOperation(
+                    "the data dir holds no cluster: start the first node with --init, others with --join".into(),
+                ))
+            }
+        };
+        if identity.is_none() {
+            let id = NodeIdentity {
+                node_id: opts.node_id,
+                settings,
+            };
+            store.put_default_synced(NODE_IDENTITY, &serde_json::to_vec(&id)?)?;
+        }
+
+        let router = PeerRouter::new(opts.rpc_source_ip);
+        router.learn(opts.node_id, &opts.rpc_addr);
+        let replicas = Replicas::open(
+            opts.node_id,
+            settings,
+            store,
+            router,
+            &opts.data_dir,
+            &opts.tuning,
+            crate::local_read::serve_read,
+        )
+        .await?;
+        let listener = tokio::net::TcpListener::bind(opts.rpc_listen).await?;
+        let cluster = Cluster {
+            inner: Arc::new(Inner {
+                queries: Coordinator::new(replicas.clone(), opts.query_timeout),
+                replicas: replicas.clone(),
+                options: opts,
+                tasks: Mutex::new(Vec::new()),
+                apply_watch: Default::default(),
+            }),
+        };
+        cluster.spawn(crate::peer_service::serve(
+            replicas.clone(),
+            Arc::new(cluster.clone()),
+            listener,
+        ));
+        if fresh_init {
+            initialize_groups(&replicas, &cluster.inner.options.rpc_addr).await?;
+        }
+        cluster.spawn(register_self(cluster.clone(), join_addr));
+        cluster.spawn(crate::placement::run(replicas.clone()));
+        let jobs = crate::scheduler::Intervals {
+            ttl_sweep: cluster.inner.options.ttl_sweep_every,
+            compaction: cluster.inner.options.compact_every,
+        };
+        cluster.spawn(crate::scheduler::run(replicas, jobs));
+        Ok(cluster)
+    }
+}
+
+/// Makes this node the only member of every group that is not initialized yet.
+async fn initialize_groups(replicas: &Replicas, rpc_addr: &str) -> Result<()> {
+    let members = BTreeMap::from([(replicas.node_id(), BasicNode::new(rpc_addr))]);
+    for (group, raft) in replicas.groups() {
+        let initialized = raft
+            .is_initialized()
+            .await
+            .map_err(|e| Error::Internal(e.to_string()))?;
+        if !initialized {
+            raft.initialize(members.clone())
+                .await
+                .map_err(|e| Error::Internal(format!("initializing group {group}: {e}")))?;
+        }
+    }
+    Ok(())
+}
+
+/// Asks a member of the cluster to join for the cluster's settings, retrying for a while (the
+/// member may itself be starting).
+async fn fetch_settings(addr: &str) -> Result<ClusterSettings> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match PeerRouter::admin_at(addr, &AdminRequest::ClusterInfo, Duration::from_secs(2)).await {
+            Ok(AdminResponse::ClusterInfo { settings, .. }) => return Ok(settings),
+            Ok(other) => return Err(Error::Internal(format!("unexpected answer {other:?}"))),
+            Err(e) if Instant::now() >= deadline => {
+                return Err(Error::Unavailable(format!(
+                    "cannot reach {addr} to join: {e}"
+                )))
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
+}
+
+/// Makes sure this node's member record (and, on the first node, the cluster settings) is in
+/// the metadata group, with its current addresses. Retries until it succeeds.
+async fn register_self(cluster: Cluster, join_addr: Option<String>) {
+    let opts = &cluster.inner.options;
+    let mut shutdown = cluster.shutdown_signal();
+    let me = NodeRecord {
+        id: opts.node_id,
+        rpc_addr: opts.rpc_addr.clone(),
+        http_addr: opts.http_addr.clone(),
+        state: NodeState::Active,
+    };
+    let mut attempt = 0u32;
+    loop {
+        let current = cluster.local_nodes().into_iter().find(|n| n.id == me.id);
+        let settings_known = cluster
+            .local_meta_records(NS_CLUSTER)
+            .map(|r| r.iter().any(|(k, _)| k == SETTINGS_KEY))
+            .unwrap_or(false);
+        let mut wanted = me.clone();
+        if let Some(c) = &current {
+            wanted.state = c.state; // never undo a removal by restarting
+        }
+        if current.as_ref() == Some(&wanted) && (settings_known || join_addr.is_some()) {
+            return;
+        }
+        let result = match &join_addr {
+            Some(addr) if current.is_none() => {
+                PeerRouter::admin_at(addr, &AdminRequest::Join(wanted), Duration::from_secs(10))
+                    .await
+                    .map(|_| ())
+            }
+            _ => {
+                let mut r = Ok(());
+                if !settings_known && join_addr.is_none() {
+                    let settings = serde_json::to_value(cluster.settings()).unwrap_or(Value::Null);
+                    r = cluster
+                        .put_record(META_GROUP, NS_CLUSTER, SETTINGS_KEY, settings, None)
+                        .await
+                        .map(|_| ());
+                }
+                if r.is_ok() && current.as_ref() != Some(&wanted) {
+                    r = cluster.put_node_record(&wanted).await;
+                }
+                r
+            }
+        };
+        match result {
+            // The local replica of group 0 may not have applied it yet: check again shortly.
+            Ok(()) => tokio::time::sleep(Duration::from_millis(500)).await,
+            Err(e) => {
+                attempt += 1;
+                if attempt % 20 == 1 {
+                    tracing::info!("registering this node in the cluster: {e} (retrying)");
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                    _ = shutdown.changed() => return,
+                }
+            }
+        }
+    }
+}
+
+/// Sends an admin request to the node at the gRPC address `addr` (for tools and tests).
+pub async fn admin_at(addr: &str, req: AdminRequest, timeout: Duration) -> Result<AdminResponse> {
+    PeerRouter::admin_at(addr, &req, timeout).await
+}

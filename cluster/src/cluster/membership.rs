@@ -1,0 +1,87 @@
+//! Answers the admin requests peers and tools send (`peer_service` hands them here): cluster
+//! info for a joining node, member records (join, removal), status, compaction and leadership
+//! transfer. Member records live in the metadata group; placement acts on them.
+
+use futures::future::BoxFuture;
+use openraft::async_runtime::WatchReceiver;
+
+use super::Cluster;
+use crate::admin::{AdminRequest, AdminResponse, NodeRecord, NodeState, NS_NODE};
+use crate::error::{Error, Result};
+use crate::ids::{NodeId, META_GROUP};
+use crate::peer_service::AdminHandler;
+
+impl AdminHandler for Cluster {
+    fn handle(&self, req: AdminRequest) -> BoxFuture<'_, Result<AdminResponse>> {
+        Box::pin(self.admin(req))
+    }
+}
+
+impl Cluster {
+    /// Handles an admin request addressed to this node.
+    pub async fn admin(&self, req: AdminRequest) -> Result<AdminResponse> {
+        match req {
+            AdminRequest::ClusterInfo => Ok(AdminResponse::ClusterInfo {
+                settings: self.settings(),
+                nodes: self.local_nodes(),
+            }),
+            AdminRequest::Join(record) => {
+                self.put_node_record(&record).await?;
+                Ok(AdminResponse::Done)
+            }
+            AdminRequest::RemoveNode(id) => {
+                self.remove_node(id).await?;
+                Ok(AdminResponse::Done)
+            }
+            AdminRequest::Status => Ok(AdminResponse::Status(self.status())),
+            AdminRequest::Compact => {
+                self.compact().await;
+                Ok(AdminResponse::Done)
+            }
+            AdminRequest::TransferLeader { group, to } => {
+                let raft = self.group(group)?;
+                let m = raft.metrics().borrow_watched().clone();
+                if m.current_leader != Some(self.node_id()) {
+                    return Err(Error::NotLeader {
+                        group,
+                        leader: m.current_leader,
+                        leader_addr: None,
+                    });
+                }
+                raft.trigger()
+                    .transfer_leader(to)
+                    .await
+                    .map_err(|e| Error::Unavailable(e.to_string()))?;
+                Ok(AdminResponse::Done)
+            }
+        }
+    }
+
+    pub(super) async fn put_node_record(&self, record: &NodeRecord) -> Result<()> {
+        let value = serde_json::to_value(record)?;
+        self.put_record(META_GROUP, NS_NODE, &record.id.to_string(), value, None)
+            .await?;
+        Ok(())
+    }
+
+    /// Marks a node removed; placement then moves its replicas to the remaining nodes.
+    pub async fn remove_node(&self, id: NodeId) -> Result<()> {
+        let nodes = self.local_nodes();
+        let Some(mut record) = nodes.iter().find(|n| n.id == id).cloned() else {
+            return Err(Error::InvalidOperation(format!(
+                "node {id} is not a member"
+            )));
+        };
+        let active = nodes
+            .iter()
+            .filter(|n| n.state == NodeState::Active)
+            .count();
+        if record.state == NodeState::Active && active <= 1 {
+            return Err(Error::InvalidOperation(
+                "cannot remove the last active node".into(),
+            ));
+        }
+        record.state = NodeState::Removed;
+        self.put_node_record(&record).await
+    }
+}

@@ -1,0 +1,124 @@
+//! `Cluster`: the one door the node crate uses. It is this node's [`Replicas`] (which it
+//! dereferences to: proposals, reads, records and objects through their owning group) plus the
+//! node's life: `bootstrap` opens the store and groups and starts the peer services, placement
+//! and the scheduler; `membership` answers admin requests (joins, removals, status); queries
+//! run through its [`Coordinator`], schema operations through a [`Catalog`].
+//!
+//! Layering inside the crate, top to bottom: `cluster` → `peer_service`, `placement`,
+//! `scheduler`, `query::coordinator`, `schema::catalog` → `replicas` (routing, records) →
+//! `raft`, `network`, `rpc` (peer client) → `statemachine`, `local_read`, `query` engine →
+//! `storage`. Nothing below `cluster` holds a `Cluster`.
+
+mod bootstrap;
+mod membership;
+
+use std::ops::Deref;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+
+use crate::ids::NodeId;
+use crate::query::coordinator::Coordinator;
+use crate::raft::RaftTuning;
+use crate::replicas::Replicas;
+use crate::schema::catalog::Catalog;
+
+pub use bootstrap::admin_at;
+
+/// How a node starts.
+#[derive(Debug, Clone)]
+pub enum Bootstrap {
+    /// Create a new cluster with this node as its first member.
+    Init { shards: u32, replicas: u32 },
+    /// Join the running cluster that the node at this gRPC address belongs to.
+    Join { addr: String },
+    /// Resume from the data dir (fails if it holds no cluster).
+    Resume,
+}
+
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    pub node_id: NodeId,
+    pub data_dir: PathBuf,
+    /// Where the peer gRPC server listens.
+    pub rpc_listen: std::net::SocketAddr,
+    /// The gRPC address peers use to reach this node (may differ from `rpc_listen` behind a
+    /// proxy or NAT).
+    pub rpc_addr: String,
+    /// Local IP that outgoing peer connections are made from (None: the system's choice).
+    pub rpc_source_ip: Option<std::net::IpAddr>,
+    /// The HTTP address clients use (recorded for `basalt dev` and admin output).
+    pub http_addr: String,
+    pub bootstrap: Bootstrap,
+    pub tuning: RaftTuning,
+    pub ttl_sweep_every: Duration,
+    pub compact_every: Duration,
+    /// Deadline of each shard's part of a query or aggregation (scans of large unindexed
+    /// classes take seconds); point reads and writes keep the shorter forward deadline.
+    pub query_timeout: Duration,
+}
+
+struct Inner {
+    replicas: Replicas,
+    queries: Coordinator,
+    options: ClusterOptions,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+    apply_watch: crate::health::ApplyWatch,
+}
+
+/// A running node of the cluster (cheap to clone).
+#[derive(Clone)]
+pub struct Cluster {
+    inner: Arc<Inner>,
+}
+
+impl Deref for Cluster {
+    type Target = Replicas;
+
+    fn deref(&self) -> &Replicas {
+        &self.inner.replicas
+    }
+}
+
+impl Cluster {
+    /// This node's replicas: the handle the layers below the cluster work with.
+    pub fn replicas(&self) -> &Replicas {
+        &self.inner.replicas
+    }
+
+    /// Scans, counts, aggregations and sub-query resolution across the groups of a class.
+    pub fn queries(&self) -> &Coordinator {
+        &self.inner.queries
+    }
+
+    /// Class schemas: checks of writes against them and the schema endpoints' operations.
+    pub fn catalog(&self) -> Catalog<'_> {
+        Catalog::new(&self.inner.replicas)
+    }
+
+    /// Whether this node's groups can serve (halted, leaderless and stuck groups named).
+    pub fn health(&self) -> crate::health::Health {
+        self.inner
+            .apply_watch
+            .assess(&self.status(), std::time::Instant::now())
+    }
+
+    fn spawn(&self, fut: impl std::future::Future<Output = ()> + Send + 'static) {
+        let handle = tokio::spawn(fut);
+        if let Ok(mut tasks) = self.inner.tasks.lock() {
+            tasks.push(handle);
+        }
+    }
+
+    /// Stops background work and every group.
+    pub async fn shutdown(&self) {
+        self.inner.replicas.shutdown().await;
+        if let Ok(mut tasks) = self.inner.tasks.lock() {
+            for t in tasks.drain(..) {
+                t.abort();
+            }
+        }
+    }
+}

@@ -1,0 +1,358 @@
+//! `Replicas`: this node's replica of every group, the store they share and the connections to
+//! peers. It is the narrow handle the layers above work with: placement, the scheduler and the
+//! peer services take it (never the whole `Cluster`), and the query coordinator and schema
+//! catalog read and write through it.
+//!
+//! `routing` sends a proposal or a read to the group's leader, this node first. The local
+//! operations below serve what this node can answer alone: a proposal or read-index read when it
+//! leads the group (`local_propose`, `local_read`, also what the peer services run for forwarded
+//! work), and stale-but-local views of the metadata group that every node holds.
+
+mod records;
+mod routing;
+mod settle;
+
+use openraft::async_runtime::WatchReceiver;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use openraft::error::{ClientWriteError, LinearizableReadError, RaftError};
+use openraft::ReadPolicy;
+use serde_json::Value;
+use tokio::sync::watch;
+
+use crate::admin::{ClusterSettings, GroupStatus, NodeRecord, NodeState, NodeStatus, NS_NODE};
+use crate::command::{Command, CommandResult, Proposed, ReadRequest, ReadResponse};
+use crate::error::{Error, Result};
+use crate::ids::{class_groups, object_group, shard_for, GroupId, NodeId, META_GROUP};
+use crate::network::GroupNetwork;
+use crate::raft::RocksLogStore;
+use crate::raft::{RaftTuning, TypeConfig};
+use crate::rpc::router::{PeerRouter, FORWARD_TIMEOUT};
+use crate::statemachine::ShardStateMachine;
+use crate::storage::records::{live_record, live_records_with_prefix, ReplicaState};
+use crate::storage::Store;
+
+pub use routing::Attempts;
+
+/// A Raft group handle.
+pub(crate) type GroupRaft = openraft::Raft<TypeConfig, ShardStateMachine>;
+
+/// This node's groups, store and peer connections (cheap to clone).
+#[derive(Clone)]
+pub struct Replicas {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    node_id: NodeId,
+    settings: ClusterSettings,
+    store: Arc<Store>,
+    groups: Vec<GroupRaft>,
+    router: PeerRouter,
+    /// Where snapshots streamed from peers are written before they are installed.
+    incoming_dir: PathBuf,
+    shutdown: watch::Sender<bool>,
+    serve: ReadServer,
+}
+
+/// What serves a read from a replica's state (`local_read::serve_read`): given to `open`, so
+/// that routing reads needs no knowledge of what they ask.
+pub type ReadServer = fn(&Store, GroupId, &ReadRequest, i64) -> Result<ReadResponse>;
+
+pub fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+impl Replicas {
+    /// Opens this node's replica of every group (`0..=shards`) on `store`.
+    pub(crate) async fn open(
+        node_id: NodeId,
+        settings: ClusterSettings,
+        store: Arc<Store>,
+        router: PeerRouter,
+        data_dir: &Path,
+        tuning: &RaftTuning,
+        serve: ReadServer,
+    ) -> Result<Replicas> {
+        let incoming_dir = data_dir.join("snapshots").join("incoming");
+        std::fs::create_dir_all(&incoming_dir)?;
+        let mut groups = Vec::with_capacity(settings.shards as usize + 1);
+        for group in 0..=settings.shards {
+            let log = RocksLogStore::new(group, Arc::clone(&store));
+            let sm =
+                ShardStateMachine::open(group, Arc::clone(&store), data_dir.join("snapshots"))?;
+            let net = GroupNetwork::new(router.clone(), group);
+            let raft = GroupRaft::new(node_id, tuning.config(group)?, net, log, sm)
+                .await
+                .map_err(|e| Error::Internal(format!("starting group {group}: {e}")))?;
+            groups.push(raft);
+        }
+        let (shutdown, _) = watch::channel(false);
+        Ok(Replicas {
+            inner: Arc::new(Inner {
+                node_id,
+                settings,
+                store,
+                groups,
+                router,
+                incoming_dir,
+                shutdown,
+                serve,
+            }),
+        })
+    }
+
+    pub fn node_id(&self) -> NodeId {
+        self.inner.node_id
+    }
+
+    pub fn settings(&self) -> ClusterSettings {
+        self.inner.settings
+    }
+
+    pub fn shards(&self) -> u32 {
+        self.inner.settings.shards
+    }
+
+    /// The data shard that owns an object (or an internal record keyed like one).
+    pub fn shard_for(&self, app: &str, class: &str, object_id: &str) -> GroupId {
+        shard_for(app, class, object_id, self.shards())
+    }
+
+    /// The group that stores an object (`ids::object_group`).
+    pub fn object_group(&self, app: &str, class: &str, object_id: &str) -> GroupId {
+        object_group(app, class, object_id, self.shards())
+    }
+
+    /// The groups that store objects of `class` (`ids::class_groups`).
+    pub fn class_groups(&self, class: &str) -> Vec<GroupId> {
+        class_groups(class, self.shards())
+    }
+
+    pub(crate) fn router(&self) -> &PeerRouter {
+        &self.inner.router
+    }
+
+    pub(crate) fn incoming_dir(&self) -> &Path {
+        &self.inner.incoming_dir
+    }
+
+    pub(crate) fn group(&self, group: GroupId) -> Result<&GroupRaft> {
+        self.inner
+            .groups
+            .get(group as usize)
+            .ok_or_else(|| Error::InvalidOperation(format!("no group {group}")))
+    }
+
+    pub(crate) fn groups(&self) -> impl Iterator<Item = (GroupId, &GroupRaft)> {
+        self.inner
+            .groups
+            .iter()
+            .enumerate()
+            .map(|(g, raft)| (g as GroupId, raft))
+    }
+
+    /// A receiver that turns true when the node shuts down.
+    pub(crate) fn shutdown_signal(&self) -> watch::Receiver<bool> {
+        self.inner.shutdown.subscribe()
+    }
+
+    /// Tells background work to stop and stops every group.
+    pub(crate) async fn shutdown(&self) {
+        let _ = self.inner.shutdown.send(true);
+        for raft in &self.inner.groups {
+            let _ = raft.shutdown().await;
+        }
+    }
+
+    /// Proposes through the local replica only; `NotLeader` when it is not the leader.
+    pub(crate) async fn local_propose(&self, group: GroupId, cmd: &Command) -> Result<Proposed> {
+        // Every proposal passes here, forwarded ones included: nothing reaches a log that a
+        // replica could fail to decode.
+        cmd.check_limits()?;
+        let raft = self.group(group)?;
+        match tokio::time::timeout(FORWARD_TIMEOUT, raft.client_write(cmd.clone())).await {
+            Err(_) => Err(Error::Timeout(format!("proposal to group {group}"))),
+            Ok(Ok(resp)) => match resp.data {
+                CommandResult::Rejected(e) => Err(e),
+                result => Ok(Proposed {
+                    result,
+                    log_index: resp.log_id.index,
+                }),
+            },
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
+                Err(Error::NotLeader {
+                    group,
+                    leader: f.leader_id,
+                    leader_addr: f.leader_node.map(|n| n.addr),
+                })
+            }
+            // Appended, then replaced by another leader's log: it may still commit.
+            Ok(Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(_)))) => Err(Error::Timeout(format!(
+                "proposal to group {group} was displaced by a leader change; it may or may not take effect"
+            ))),
+            Ok(Err(RaftError::APIError(e))) => Err(Error::Internal(e.to_string())),
+            Ok(Err(RaftError::Fatal(e))) => Err(Error::Unavailable(e.to_string())),
+        }
+    }
+
+    /// Serves a read from the local replica after confirming leadership (read index).
+    pub(crate) async fn local_read(
+        &self,
+        group: GroupId,
+        req: &ReadRequest,
+    ) -> Result<ReadResponse> {
+        let raft = self.group(group)?;
+        match tokio::time::timeout(
+            FORWARD_TIMEOUT,
+            raft.ensure_linearizable(ReadPolicy::ReadIndex),
+        )
+        .await
+        {
+            Err(_) => return Err(Error::Timeout(format!("read of group {group}"))),
+            Ok(Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(f)))) => {
+                return Err(Error::NotLeader {
+                    group,
+                    leader: f.leader_id,
+                    leader_addr: f.leader_node.map(|n| n.addr),
+                })
+            }
+            Ok(Err(RaftError::APIError(e))) => return Err(Error::Unavailable(e.to_string())),
+            Ok(Err(RaftError::Fatal(e))) => return Err(Error::Unavailable(e.to_string())),
+            Ok(Ok(_)) => {}
+        }
+        let store = Arc::clone(&self.inner.store);
+        let req = req.clone();
+        let serve = self.inner.serve;
+        tokio::task::spawn_blocking(move || serve(&store, group, &req, now_ms()))
+            .await
+            .map_err(|e| Error::Internal(e.to_string()))?
+    }
+
+    /// Serves a read from this node's replica as it stands, without asking the leader (for
+    /// the metadata group, whose writes settle on every member before they answer).
+    pub(crate) fn stale_read(&self, group: GroupId, req: &ReadRequest) -> Result<ReadResponse> {
+        (self.inner.serve)(&self.inner.store, group, req, now_ms())
+    }
+
+    /// Records of a namespace of the metadata group from this node's replica (may lag the
+    /// leader slightly; every node keeps one).
+    pub fn local_meta_records(&self, ns: &str) -> Result<Vec<(String, Value)>> {
+        live_records_with_prefix(&self.inner.store, META_GROUP, ns, "", now_ms())
+    }
+
+    /// One record of the metadata group from this node's replica (may lag the leader).
+    pub fn local_meta_record(&self, ns: &str, key: &str) -> Result<Option<Value>> {
+        let state = ReplicaState {
+            store: &self.inner.store,
+            group: META_GROUP,
+        };
+        Ok(live_record(&state, ns, key, Some(now_ms()))?.map(|r| r.value))
+    }
+
+    /// Cluster members as this node's metadata replica knows them.
+    pub fn local_nodes(&self) -> Vec<NodeRecord> {
+        self.local_meta_records(NS_NODE)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|(_, v)| serde_json::from_value(v).ok())
+            .collect()
+    }
+
+    /// Node ids to rpc addresses of the active members (each learned by the router).
+    pub(crate) fn member_addrs(&self) -> HashMap<NodeId, String> {
+        self.local_nodes()
+            .into_iter()
+            .filter(|n| n.state == NodeState::Active)
+            .map(|n| {
+                self.inner.router.learn(n.id, &n.rpc_addr);
+                (n.id, n.rpc_addr)
+            })
+            .collect()
+    }
+
+    /// Groups where this node is the leader, from the local metrics.
+    pub(crate) fn led_groups(&self) -> Vec<GroupId> {
+        self.groups()
+            .filter(|(_, r)| r.metrics().borrow_watched().current_leader == Some(self.node_id()))
+            .map(|(g, _)| g)
+            .collect()
+    }
+
+    /// Whether this node leads `group`.
+    pub(crate) fn leads(&self, group: GroupId) -> bool {
+        self.group(group)
+            .map(|r| r.metrics().borrow_watched().current_leader == Some(self.node_id()))
+            .unwrap_or(false)
+    }
+
+    /// The last log index of the metadata group this node has applied.
+    pub fn meta_applied(&self) -> u64 {
+        self.group(META_GROUP)
+            .ok()
+            .and_then(|r| r.metrics().borrow_watched().last_applied.map(|l| l.index))
+            .unwrap_or(0)
+    }
+
+    /// The state of every group on this node.
+    pub fn status(&self) -> NodeStatus {
+        let groups = self
+            .groups()
+            .map(|(group, raft)| {
+                let m = raft.metrics().borrow_watched().clone();
+                let membership = m.membership_config.membership();
+                GroupStatus {
+                    group,
+                    state: format!("{:?}", m.state),
+                    term: m.current_term,
+                    leader: m.current_leader,
+                    last_log_index: m.last_log_index.unwrap_or(0),
+                    committed: m.cluster_committed.map(|l| l.index).unwrap_or(0),
+                    applied: m.last_applied.map(|l| l.index).unwrap_or(0),
+                    snapshot: m.snapshot.map(|l| l.index).unwrap_or(0),
+                    purged: m.purged.map(|l| l.index).unwrap_or(0),
+                    voters: membership.voter_ids().collect(),
+                    learners: membership.learner_ids().collect(),
+                    halted: m.running_state.as_ref().err().map(|e| e.to_string()),
+                }
+            })
+            .collect();
+        NodeStatus {
+            node_id: self.node_id(),
+            groups,
+        }
+    }
+
+    /// Approximate bytes of this node's RocksDB.
+    pub fn storage_bytes(&self) -> u64 {
+        self.inner.store.approximate_size()
+    }
+
+    /// Snapshots every local group whose log grew past a threshold since its last snapshot,
+    /// then compacts the Raft log column family.
+    pub async fn compact(&self) {
+        for (g, raft) in self.groups() {
+            let m = raft.metrics().borrow_watched().clone();
+            let applied = m.last_applied.map(|l| l.index).unwrap_or(0);
+            let snap = m.snapshot.map(|l| l.index).unwrap_or(0);
+            if applied.saturating_sub(snap) >= 1000 {
+                if let Err(e) = raft.trigger().snapshot().await {
+                    tracing::warn!(group = g, "snapshot trigger failed: {e}");
+                }
+            }
+        }
+        let store = Arc::clone(&self.inner.store);
+        let _ = tokio::task::spawn_blocking(move || {
+            let cf = crate::storage::keys::CF_RAFT_LOG;
+            store.compact_range(cf, &[0u8; 4], &[0xffu8; 5])
+        })
+        .await;
+    }
+}
+
+/// The error for a read answered with another variant than its request asks for.
+pub(crate) fn unexpected(r: ReadResponse) -> Error {
+    Error::Internal(format!("unexpected read response {r:?}"))
+}

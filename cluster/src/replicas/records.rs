@@ -1,0 +1,324 @@
+//! Objects and records read and written through the group that owns them: the typed facade over
+//! `propose` and `read` that the node's features use (sessions, codes, quotas, app settings,
+//! the service's own object reads). Each is one command or one read; what a command does is
+//! `statemachine::apply`'s, what a read serves is `local_read`'s.
+
+use serde_json::Value;
+
+use super::settle::SETTLE_TIMEOUT;
+use super::{now_ms, unexpected, Replicas};
+use crate::command::{Command, CommandResult, Proposed, QuotaWindow, ReadRequest, ReadResponse};
+use crate::error::{Error, Result};
+use crate::ids::{GroupId, META_GROUP};
+use crate::object::StoredObject;
+
+impl Replicas {
+    /// Proposes an object command to the group that stores the object (`object_group`): as
+    /// `propose`, and for the metadata group's classes, which every node reads from its own
+    /// replica, answers once every reachable member has applied it, so the next request
+    /// through any node sees it.
+    pub async fn propose_object(&self, group: GroupId, cmd: Command) -> Result<Proposed> {
+        let p = self.propose(group, cmd).await?;
+        if group == META_GROUP {
+            self.settle_meta(p.log_index, SETTLE_TIMEOUT).await;
+        }
+        Ok(p)
+    }
+
+    /// The objects of a class of the metadata group as this node's replica holds them, and the
+    /// applied log index they reflect (read before them: a later index means newer objects).
+    /// The replica may lag the leader; writes to these classes wait for every member to apply
+    /// them before they answer (`settle_meta`).
+    pub fn local_meta_objects(
+        &self,
+        app: &str,
+        class: &str,
+    ) -> Result<(u64, Vec<(String, StoredObject)>)> {
+        let index = self.meta_applied();
+        let req = ReadRequest::ScanStoredObjects {
+            app: app.into(),
+            class: class.into(),
+        };
+        match self.stale_read(META_GROUP, &req)? {
+            ReadResponse::StoredObjects(objs) => Ok((index, objs)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Reads one object, linearizably (no access check: the service's own reads).
+    pub async fn get_object(
+        &self,
+        app: &str,
+        class: &str,
+        object_id: &str,
+    ) -> Result<Option<Value>> {
+        self.get_object_as(app, class, object_id, None).await
+    }
+
+    /// Reads one object as `principals` would see it: absent when they may not read it.
+    pub async fn get_object_as(
+        &self,
+        app: &str,
+        class: &str,
+        object_id: &str,
+        principals: Option<Vec<String>>,
+    ) -> Result<Option<Value>> {
+        let group = self.object_group(app, class, object_id);
+        let req = ReadRequest::GetObject {
+            app: app.into(),
+            class: class.into(),
+            object_id: object_id.into(),
+            principals,
+        };
+        match self.read(group, req).await? {
+            ReadResponse::Object(o) => Ok(o),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Reads one object as stored, internal fields included, linearizably.
+    pub async fn get_stored_object(
+        &self,
+        app: &str,
+        class: &str,
+        object_id: &str,
+    ) -> Result<Option<StoredObject>> {
+        let group = self.object_group(app, class, object_id);
+        let req = ReadRequest::GetStoredObject {
+            app: app.into(),
+            class: class.into(),
+            object_id: object_id.into(),
+        };
+        match self.read(group, req).await? {
+            ReadResponse::Stored(o) => Ok(o),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Every object of a class as stored, from every shard (for small system classes).
+    pub async fn scan_stored_objects(
+        &self,
+        app: &str,
+        class: &str,
+    ) -> Result<Vec<(String, StoredObject)>> {
+        let req = ReadRequest::ScanStoredObjects {
+            app: app.into(),
+            class: class.into(),
+        };
+        let reads = self
+            .class_groups(class)
+            .into_iter()
+            .map(|g| self.read(g, req.clone()));
+        let mut out = Vec::new();
+        for r in futures::future::join_all(reads).await {
+            match r? {
+                ReadResponse::StoredObjects(objs) => out.extend(objs),
+                other => return Err(unexpected(other)),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Compare-and-set of a record of `group` (see `Command::CasRecord`); `Conflict` when the
+    /// live value is not `expected`.
+    pub async fn cas_record(
+        &self,
+        group: GroupId,
+        ns: &str,
+        key: &str,
+        expected: Option<Value>,
+        value: Option<Value>,
+    ) -> Result<Proposed> {
+        self.propose(
+            group,
+            Command::CasRecord {
+                ns: ns.into(),
+                key: key.into(),
+                expected,
+                value,
+                now_ms: now_ms(),
+            },
+        )
+        .await
+    }
+
+    /// Writes a record in `group`, optionally expiring at `expires_at_ms`.
+    pub async fn put_record(
+        &self,
+        group: GroupId,
+        ns: &str,
+        key: &str,
+        value: Value,
+        expires_at_ms: Option<i64>,
+    ) -> Result<Proposed> {
+        self.propose(
+            group,
+            Command::PutRecord {
+                ns: ns.into(),
+                key: key.into(),
+                value,
+                expires_at_ms,
+            },
+        )
+        .await
+    }
+
+    /// Reads a record of `group` linearizably (absent when expired).
+    pub async fn get_record(&self, group: GroupId, ns: &str, key: &str) -> Result<Option<Value>> {
+        match self
+            .read(
+                group,
+                ReadRequest::GetRecord {
+                    ns: ns.into(),
+                    key: key.into(),
+                },
+            )
+            .await?
+        {
+            ReadResponse::Record(r) => Ok(r),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Writes a record in `group` unless a live record has its key (`Conflict` then).
+    pub async fn insert_record(
+        &self,
+        group: GroupId,
+        ns: &str,
+        key: &str,
+        value: Value,
+        expires_at_ms: Option<i64>,
+    ) -> Result<Proposed> {
+        self.propose(
+            group,
+            Command::InsertRecord {
+                ns: ns.into(),
+                key: key.into(),
+                value,
+                expires_at_ms,
+                now_ms: now_ms(),
+            },
+        )
+        .await
+    }
+
+    /// Merges `members` into an existing record of `group`; answers the merged value.
+    pub async fn merge_record(
+        &self,
+        group: GroupId,
+        ns: &str,
+        key: &str,
+        members: serde_json::Map<String, Value>,
+    ) -> Result<Value> {
+        Ok(self.merge_record_at(group, ns, key, members).await?.0)
+    }
+
+    /// As `merge_record`, for a record of the metadata group that every node reads from its own
+    /// replica (app settings): answers once every reachable member has applied the change, so
+    /// the next request through any node sees it.
+    pub async fn merge_meta_record_everywhere(
+        &self,
+        ns: &str,
+        key: &str,
+        members: serde_json::Map<String, Value>,
+    ) -> Result<Value> {
+        let (value, index) = self.merge_record_at(META_GROUP, ns, key, members).await?;
+        self.settle_meta(index, SETTLE_TIMEOUT).await;
+        Ok(value)
+    }
+
+    async fn merge_record_at(
+        &self,
+        group: GroupId,
+        ns: &str,
+        key: &str,
+        members: serde_json::Map<String, Value>,
+    ) -> Result<(Value, u64)> {
+        let p = self
+            .propose(
+                group,
+                Command::MergeRecord {
+                    ns: ns.into(),
+                    key: key.into(),
+                    members,
+                },
+            )
+            .await?;
+        match p.result {
+            CommandResult::Record(v) => Ok((v, p.log_index)),
+            other => Err(Error::Internal(format!(
+                "unexpected merge result {other:?}"
+            ))),
+        }
+    }
+
+    /// Deletes a live record and answers its value: `Ok(None)` when there was none. Each record
+    /// is taken at most once, however many callers race for it.
+    pub async fn take_record(&self, group: GroupId, ns: &str, key: &str) -> Result<Option<Value>> {
+        let cmd = Command::TakeRecord {
+            ns: ns.into(),
+            key: key.into(),
+            now_ms: now_ms(),
+        };
+        match self.propose(group, cmd).await {
+            Ok(p) => match p.result {
+                CommandResult::Record(v) => Ok(Some(v)),
+                other => Err(Error::Internal(format!("unexpected take result {other:?}"))),
+            },
+            Err(Error::ObjectNotFound) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Counts one use of the quota `ns/key` against every window; `Err(QuotaExceeded)` (and
+    /// nothing counted) when a window is full; answers the time the use is stamped with.
+    pub async fn take_quota(
+        &self,
+        group: GroupId,
+        ns: &str,
+        key: &str,
+        windows: Vec<QuotaWindow>,
+    ) -> Result<i64> {
+        let now = now_ms();
+        let cmd = Command::TakeQuota {
+            ns: ns.into(),
+            key: key.into(),
+            now_ms: now,
+            windows,
+        };
+        self.propose(group, cmd).await.map(|_| now)
+    }
+
+    /// Gives back the quota use `take_quota` took at `use_ms`.
+    pub async fn return_quota(
+        &self,
+        group: GroupId,
+        ns: &str,
+        key: &str,
+        use_ms: i64,
+    ) -> Result<()> {
+        let cmd = Command::ReturnQuota {
+            ns: ns.into(),
+            key: key.into(),
+            use_ms,
+        };
+        self.propose(group, cmd).await.map(|_| ())
+    }
+
+    /// Live records of `group`'s namespace `ns` whose keys start with `prefix`, linearizably.
+    pub async fn list_records(
+        &self,
+        group: GroupId,
+        ns: &str,
+        prefix: &str,
+    ) -> Result<Vec<(String, Value)>> {
+        let req = ReadRequest::ListRecords {
+            ns: ns.into(),
+            prefix: prefix.into(),
+        };
+        match self.read(group, req).await? {
+            ReadResponse::Records(r) => Ok(r),
+            other => Err(unexpected(other)),
+        }
+    }
+}

@@ -1,0 +1,183 @@
+//! The one routing loop: a proposal or a read goes to the local replica first; a `NotLeader`
+//! answer sends it to the leader named in the answer (or, when none is known, to each member in
+//! turn), and a failed attempt is retried — after a short backoff, at the leader the failure
+//! named — until the deadline. What may be retried depends on what is routed (`Attempts`): a
+//! proposal only while it certainly did not take effect, a read after any failure to reach a
+//! leader. A timeout is reported as such: a write may or may not have been applied.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use crate::admin::NodeState;
+use crate::command::{Command, Proposed, ReadRequest, ReadResponse};
+use crate::error::{Error, Result};
+use crate::ids::{GroupId, NodeId};
+use crate::rpc::router::FORWARD_TIMEOUT;
+
+use super::Replicas;
+
+/// Which failures of an attempt leave the next attempt safe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attempts {
+    /// A write: retried only when it certainly did not take effect (`Error::is_retryable`).
+    NotApplied,
+    /// A read changes nothing: any failure to reach a leader may be retried.
+    Idempotent,
+}
+
+impl Attempts {
+    fn may_retry(self, e: &Error) -> bool {
+        match self {
+            Attempts::NotApplied => e.is_retryable(),
+            Attempts::Idempotent => e.is_retryable() || matches!(e, Error::Unavailable(_)),
+        }
+    }
+}
+
+/// Time left until `deadline` (at least a moment, so a last attempt can still answer).
+fn remaining(deadline: Instant) -> Duration {
+    deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(100))
+}
+
+fn backoff(attempt: u32) -> Duration {
+    Duration::from_millis((25u64 << attempt.min(4)).min(400))
+}
+
+impl Replicas {
+    /// Proposes `cmd` to `group` through its leader and waits until it is applied.
+    pub async fn propose(&self, group: GroupId, cmd: Command) -> Result<Proposed> {
+        let started = Instant::now();
+        let result = self
+            .route(
+                group,
+                started + FORWARD_TIMEOUT,
+                Attempts::NotApplied,
+                || self.local_propose(group, &cmd),
+                |node, _left| self.router().propose(node, group, &cmd),
+            )
+            .await;
+        let outcome = if result.is_ok() { "ok" } else { "error" };
+        metrics::counter!("basalt_raft_proposals_total", "outcome" => outcome).increment(1);
+        metrics::histogram!("basalt_raft_proposal_seconds").record(started.elapsed().as_secs_f64());
+        result
+    }
+
+    /// A linearizable read of `group`, served by its leader, with the point-read deadline.
+    pub async fn read(&self, group: GroupId, req: ReadRequest) -> Result<ReadResponse> {
+        self.read_within(group, req, FORWARD_TIMEOUT).await
+    }
+
+    /// A linearizable read of `group` that gives up after `timeout`.
+    pub async fn read_within(
+        &self,
+        group: GroupId,
+        req: ReadRequest,
+        timeout: Duration,
+    ) -> Result<ReadResponse> {
+        self.route(
+            group,
+            Instant::now() + timeout,
+            Attempts::Idempotent,
+            || self.local_read(group, &req),
+            |node, left| self.router().read(node, group, &req, left),
+        )
+        .await
+    }
+
+    /// Runs `local` (this node's replica) or `remote` (a peer, with the time left) until one
+    /// answers, a failure may not be retried, or `deadline` passes.
+    async fn route<T, L, LF, R, RF>(
+        &self,
+        group: GroupId,
+        deadline: Instant,
+        attempts: Attempts,
+        local: L,
+        remote: R,
+    ) -> Result<T>
+    where
+        L: Fn() -> LF,
+        LF: Future<Output = Result<T>>,
+        R: Fn(NodeId, Duration) -> RF,
+        RF: Future<Output = Result<T>>,
+    {
+        let mut hint: Option<NodeId> = None;
+        let mut attempt = 0u32;
+        loop {
+            let outcome = match hint.filter(|&n| n != self.node_id()) {
+                Some(node) => remote(node, remaining(deadline)).await,
+                None => match local().await {
+                    Err(Error::NotLeader {
+                        leader,
+                        leader_addr,
+                        ..
+                    }) => match self.forward_target(leader, leader_addr, attempt) {
+                        Some(node) => remote(node, remaining(deadline)).await,
+                        None => Err(Error::NotLeader {
+                            group,
+                            leader: None,
+                            leader_addr: None,
+                        }),
+                    },
+                    other => other,
+                },
+            };
+            match outcome {
+                Err(e) if attempts.may_retry(&e) && Instant::now() < deadline => {
+                    tracing::debug!(group, attempt, "retried: {e:?}");
+                    hint = self.retry_hint(e, attempt);
+                    attempt += 1;
+                    tokio::time::sleep(backoff(attempt)).await;
+                }
+                Err(e) if attempts.may_retry(&e) => {
+                    return Err(Error::Unavailable(format!(
+                        "group {group} has no reachable leader"
+                    )))
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Where the next attempt goes after a retryable failure: the leader a peer named, else
+    /// the local replica again (which knows whether a new leader was elected). A peer that
+    /// names this node as the leader sends the attempt back here: during a leadership
+    /// transfer to this node the peers already know and this node is about to.
+    fn retry_hint(&self, e: Error, attempt: u32) -> Option<NodeId> {
+        match e {
+            Error::NotLeader {
+                leader: Some(l),
+                leader_addr,
+                ..
+            } if l != self.node_id() => self.forward_target(Some(l), leader_addr, attempt + 1),
+            _ => None,
+        }
+    }
+
+    /// Where to send a request this node cannot serve: the named leader, else each known
+    /// member in turn (a node that holds no replica of the group knows no leader).
+    fn forward_target(
+        &self,
+        leader: Option<NodeId>,
+        leader_addr: Option<String>,
+        attempt: u32,
+    ) -> Option<NodeId> {
+        if let Some(l) = leader.filter(|&l| l != self.node_id()) {
+            if let Some(addr) = leader_addr {
+                self.router().learn(l, &addr);
+            }
+            return Some(l);
+        }
+        let others: Vec<NodeId> = self
+            .local_nodes()
+            .into_iter()
+            .filter(|n| n.id != self.node_id() && n.state == NodeState::Active)
+            .map(|n| {
+                self.router().learn(n.id, &n.rpc_addr);
+                n.id
+            })
+            .collect();
+        (!others.is_empty()).then(|| others[attempt as usize % others.len()])
+    }
+}
