@@ -55,12 +55,6 @@ pub fn log_key(group: GroupId, index: u64) -> [u8; 12] {
     k
 }
 
-/// The log index of a `raft_log` key.
-pub fn log_index(key: &[u8]) -> Option<u64> {
-    let bytes: [u8; 8] = key.get(4..12)?.try_into().ok()?;
-    Some(u64::from_be_bytes(bytes))
-}
-
 pub fn meta_key(group: GroupId, tag: u8) -> [u8; 5] {
     let mut k = [0u8; 5];
     k[..4].copy_from_slice(&group.to_be_bytes());
@@ -138,7 +132,6 @@ mod tests {
         assert!(log_key(1, u64::MAX).as_slice() < group_end(1).as_slice());
         assert!(log_key(2, 0).as_slice() >= group_end(1).as_slice());
         assert!(log_key(1, 9) < log_key(1, 10));
-        assert_eq!(log_index(&log_key(3, 77)), Some(77));
     }
 
     #[test]

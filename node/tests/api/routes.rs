@@ -97,7 +97,10 @@ async fn every_route_asks_for_its_authentication_and_reaches_its_handler() {
     let http = reqwest::Client::new();
     let base = format!("http://{}", cluster.nodes[0].http);
     let creds = cluster.credentials();
-    let app_id = creds["app"]["applicationId"].as_str().expect("applicationId").to_string();
+    let app_id = creds["app"]["applicationId"]
+        .as_str()
+        .expect("applicationId")
+        .to_string();
     let send = |method: &str, path: &str, headers: Vec<(String, String)>| {
         let mut req = http
             .request(
@@ -115,29 +118,44 @@ async fn every_route_asks_for_its_authentication_and_reaches_its_handler() {
             let resp = req.send().await.expect("send");
             let status = resp.status().as_u16();
             let text = resp.text().await.unwrap_or_default();
-            (status, serde_json::from_str::<Value>(&text).unwrap_or(Value::String(text)))
+            (
+                status,
+                serde_json::from_str::<Value>(&text).unwrap_or(Value::String(text)),
+            )
         }
     };
     let app_keys = vec![
         ("X-Service-Application-Id".to_string(), app_id.clone()),
         (
             "X-Service-REST-API-Key".to_string(),
-            creds["app"]["restKey"].as_str().expect("restKey").to_string(),
+            creds["app"]["restKey"]
+                .as_str()
+                .expect("restKey")
+                .to_string(),
         ),
     ];
     let mut master = app_keys.clone();
     master.push((
         "X-Service-Master-Key".to_string(),
-        creds["app"]["masterKey"].as_str().expect("masterKey").to_string(),
+        creds["app"]["masterKey"]
+            .as_str()
+            .expect("masterKey")
+            .to_string(),
     ));
     let console = vec![
         (
             "X-Service-Email".to_string(),
-            creds["console"]["email"].as_str().expect("email").to_string(),
+            creds["console"]["email"]
+                .as_str()
+                .expect("email")
+                .to_string(),
         ),
         (
             "X-Service-Password".to_string(),
-            creds["console"]["password"].as_str().expect("password").to_string(),
+            creds["console"]["password"]
+                .as_str()
+                .expect("password")
+                .to_string(),
         ),
     ];
     for &(method, path, auth) in ROUTES {
@@ -179,10 +197,23 @@ async fn every_route_asks_for_its_authentication_and_reaches_its_handler() {
         ("DELETE", "/1/apps"),
     ] {
         let (status, body) = send(method, path, master.clone()).await;
-        assert_eq!((status, body["code"].as_i64()), (405, Some(405)), "{method} {path}: {body}");
+        assert_eq!(
+            (status, body["code"].as_i64()),
+            (405, Some(405)),
+            "{method} {path}: {body}"
+        );
     }
-    for path in ["/1/nothing", "/1/classes", "/2/classes/RouteT", "/1/apps/x/y/z"] {
+    for path in [
+        "/1/nothing",
+        "/1/classes",
+        "/2/classes/RouteT",
+        "/1/apps/x/y/z",
+    ] {
         let (status, body) = send("GET", path, master.clone()).await;
-        assert_eq!((status, body["code"].as_i64()), (404, Some(404)), "GET {path}: {body}");
+        assert_eq!(
+            (status, body["code"].as_i64()),
+            (404, Some(404)),
+            "GET {path}: {body}"
+        );
     }
 }
