@@ -11,9 +11,9 @@ use super::merge::merge_rows;
 use super::order::RowOrder;
 use super::ScanRequest;
 use crate::command::{ReadRequest, ReadResponse};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::object::trim_query_times;
-use crate::replicas::Replicas;
+use crate::replicas::{unexpected, Replicas};
 
 /// Runs queries through this node's replicas, each shard's part within `timeout`.
 #[derive(Clone)]
@@ -76,9 +76,4 @@ impl Coordinator {
         }
         merge_partials(shards)
     }
-}
-
-/// The error for a read answered with another variant than its request asks for.
-fn unexpected(r: ReadResponse) -> Error {
-    Error::Internal(format!("unexpected read response {r:?}"))
 }
