@@ -1,8 +1,11 @@
 //! `RaftService`: hands Raft messages (votes, appends, snapshots streamed in chunks) to the
-//! addressed group's local replica.
+//! addressed group's local replica, noting each accepted append as contact with the leader
+//! (`replicas::freshness`).
 
 use futures::StreamExt;
-use openraft::raft::{AppendEntriesRequest, TransferLeaderRequest, VoteRequest};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, TransferLeaderRequest, VoteRequest,
+};
 use tokio::io::AsyncWriteExt;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -74,11 +77,17 @@ impl RaftService for RaftServiceImpl {
         let msg = req.into_inner();
         let result = async {
             let rpc: AppendEntriesRequest<TypeConfig> = decode(&msg.payload)?;
-            self.replicas
+            let resp = self
+                .replicas
                 .group(msg.group)?
                 .append_entries(rpc)
                 .await
-                .map_err(|e| Error::Unavailable(e.to_string()))
+                .map_err(|e| Error::Unavailable(e.to_string()))?;
+            // Anything but a higher vote means the sender is this replica's leader.
+            if !matches!(resp, AppendEntriesResponse::HigherVote(_)) {
+                self.replicas.note_leader_contact(msg.group);
+            }
+            Ok(resp)
         }
         .await;
         Ok(Response::new(reply(result)))

@@ -6,8 +6,11 @@
 //! `routing` sends a proposal or a read to the group's leader, this node first. The local
 //! operations below serve what this node can answer alone: a proposal or read-index read when it
 //! leads the group (`local_propose`, `local_read`, also what the peer services run for forwarded
-//! work), and stale-but-local views of the metadata group that every node holds.
+//! work), stale-but-local views of the metadata group that every node holds, and reads of a
+//! replica that vouches for being current (`freshness`).
 
+mod freshness;
+mod leader_contact;
 mod records;
 mod routing;
 mod settle;
@@ -55,6 +58,7 @@ struct Inner {
     incoming_dir: PathBuf,
     shutdown: watch::Sender<bool>,
     serve: ReadServer,
+    contact: leader_contact::LeaderContact,
 }
 
 /// What serves a read from a replica's state (`local_read::serve_read`): given to `open`, so
@@ -100,6 +104,7 @@ impl Replicas {
                 incoming_dir,
                 shutdown,
                 serve,
+                contact: leader_contact::LeaderContact::new(settings.shards as usize + 1, tuning),
             }),
         })
     }
@@ -232,7 +237,8 @@ impl Replicas {
     }
 
     /// Serves a read from this node's replica as it stands, without asking the leader (for
-    /// the metadata group, whose writes settle on every member before they answer).
+    /// the metadata group, whose writes settle on every member before they answer, and for a
+    /// replica that vouches for being current: `freshness`).
     pub(crate) fn stale_read(&self, group: GroupId, req: &ReadRequest) -> Result<ReadResponse> {
         (self.inner.serve)(&self.inner.store, group, req, now_ms())
     }
@@ -298,31 +304,18 @@ impl Replicas {
 
     /// The state of every group on this node.
     pub fn status(&self) -> NodeStatus {
-        let groups = self
-            .groups()
-            .map(|(group, raft)| {
-                let m = raft.metrics().borrow_watched().clone();
-                let membership = m.membership_config.membership();
-                GroupStatus {
-                    group,
-                    state: format!("{:?}", m.state),
-                    term: m.current_term,
-                    leader: m.current_leader,
-                    last_log_index: m.last_log_index.unwrap_or(0),
-                    committed: m.cluster_committed.map(|l| l.index).unwrap_or(0),
-                    applied: m.last_applied.map(|l| l.index).unwrap_or(0),
-                    snapshot: m.snapshot.map(|l| l.index).unwrap_or(0),
-                    purged: m.purged.map(|l| l.index).unwrap_or(0),
-                    voters: membership.voter_ids().collect(),
-                    learners: membership.learner_ids().collect(),
-                    halted: m.running_state.as_ref().err().map(|e| e.to_string()),
-                }
-            })
-            .collect();
         NodeStatus {
             node_id: self.node_id(),
-            groups,
+            groups: self
+                .groups()
+                .map(|(g, raft)| group_status(g, raft))
+                .collect(),
         }
+    }
+
+    /// The state of one group on this node.
+    pub(crate) fn status_of(&self, group: GroupId) -> Option<GroupStatus> {
+        self.group(group).ok().map(|raft| group_status(group, raft))
     }
 
     /// Approximate bytes of this node's RocksDB.
@@ -349,6 +342,25 @@ impl Replicas {
             store.compact_range(cf, &[0u8; 4], &[0xffu8; 5])
         })
         .await;
+    }
+}
+
+fn group_status(group: GroupId, raft: &GroupRaft) -> GroupStatus {
+    let m = raft.metrics().borrow_watched().clone();
+    let membership = m.membership_config.membership();
+    GroupStatus {
+        group,
+        state: format!("{:?}", m.state),
+        term: m.current_term,
+        leader: m.current_leader,
+        last_log_index: m.last_log_index.unwrap_or(0),
+        committed: m.cluster_committed.map(|l| l.index).unwrap_or(0),
+        applied: m.last_applied.map(|l| l.index).unwrap_or(0),
+        snapshot: m.snapshot.map(|l| l.index).unwrap_or(0),
+        purged: m.purged.map(|l| l.index).unwrap_or(0),
+        voters: membership.voter_ids().collect(),
+        learners: membership.learner_ids().collect(),
+        halted: m.running_state.as_ref().err().map(|e| e.to_string()),
     }
 }
 

@@ -20,15 +20,49 @@ impl Replicas {
     pub async fn propose_object(&self, group: GroupId, cmd: Command) -> Result<Proposed> {
         let p = self.propose(group, cmd).await?;
         if group == META_GROUP {
-            self.settle_meta(p.log_index, SETTLE_TIMEOUT).await;
+            self.settle(META_GROUP, p.log_index, SETTLE_TIMEOUT).await;
         }
         Ok(p)
+    }
+
+    /// Proposes `cmd` to `group` and answers once every reachable member has applied it (or the
+    /// settle timeout passed): for writes that a node's own replica must not miss when it
+    /// answers a read alone (`current_stored_object`), such as the end of a session.
+    pub async fn propose_settled(&self, group: GroupId, cmd: Command) -> Result<Proposed> {
+        let p = self.propose(group, cmd).await?;
+        self.settle(group, p.log_index, SETTLE_TIMEOUT).await;
+        Ok(p)
+    }
+
+    /// An object as stored, from this node's replica when the replica vouches for being current
+    /// (`replica_is_current`). `None` when it cannot, or holds no such object: then only the
+    /// leader can tell (`get_stored_object`). A write this answer must reflect has to be
+    /// proposed with `propose_settled`.
+    pub fn current_stored_object(
+        &self,
+        app: &str,
+        class: &str,
+        object_id: &str,
+    ) -> Option<StoredObject> {
+        let group = self.object_group(app, class, object_id);
+        if !self.replica_is_current(group) {
+            return None;
+        }
+        let req = ReadRequest::GetStoredObject {
+            app: app.into(),
+            class: class.into(),
+            object_id: object_id.into(),
+        };
+        match self.stale_read(group, &req) {
+            Ok(ReadResponse::Stored(o)) => o,
+            _ => None,
+        }
     }
 
     /// The objects of a class of the metadata group as this node's replica holds them, and the
     /// applied log index they reflect (read before them: a later index means newer objects).
     /// The replica may lag the leader; writes to these classes wait for every member to apply
-    /// them before they answer (`settle_meta`).
+    /// them before they answer (`settle`).
     pub fn local_meta_objects(
         &self,
         app: &str,
@@ -223,7 +257,7 @@ impl Replicas {
         members: serde_json::Map<String, Value>,
     ) -> Result<Value> {
         let (value, index) = self.merge_record_at(META_GROUP, ns, key, members).await?;
-        self.settle_meta(index, SETTLE_TIMEOUT).await;
+        self.settle(META_GROUP, index, SETTLE_TIMEOUT).await;
         Ok(value)
     }
 

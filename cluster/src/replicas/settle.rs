@@ -1,30 +1,34 @@
-//! Settling a metadata-group write on every member: the classes and records that every node
-//! reads from its own replica (roles, app settings) answer a write only once each reachable
-//! member has applied it, so the next request through any node sees it.
+//! Settling a write on every member of its group: what nodes read from their own replica (roles
+//! and app settings in the metadata group; a user's sessions in its shard, `freshness`) answers a
+//! write only once each reachable member has applied it, so the next request through any node
+//! sees it.
 
 use std::time::{Duration, Instant};
 
-use crate::admin::{AdminRequest, AdminResponse};
-use crate::ids::{NodeId, META_GROUP};
+use crate::admin::{AdminRequest, AdminResponse, GroupStatus};
+use crate::ids::{GroupId, NodeId};
 
 use super::Replicas;
 
-/// How long a metadata change that every node reads locally waits for the members to apply it.
+/// How long a change that nodes read from their own replica waits for the members to apply it
+/// (longer than `freshness`'s lease plus a Raft message's deadline).
 pub(super) const SETTLE_TIMEOUT: Duration = Duration::from_secs(3);
 /// Deadline of one status question to a member while settling.
 const SETTLE_POLL_TIMEOUT: Duration = Duration::from_millis(500);
 
 impl Replicas {
-    /// Waits until every active member's replica of the metadata group has applied `index`, or
-    /// `timeout` passes (a member that is down or cut off catches up when it returns; it
-    /// cannot be told sooner). Answers the members still behind.
-    pub async fn settle_meta(&self, index: u64, timeout: Duration) -> Vec<NodeId> {
+    /// Waits until every active node that is a member of `group` (in its own view) has applied
+    /// `index`, or `timeout` passes (a member that is down or cut off catches up when it
+    /// returns; it cannot be told sooner, and it stops vouching for its replica meanwhile:
+    /// `freshness`). Answers the members still behind.
+    pub async fn settle(&self, group: GroupId, index: u64, timeout: Duration) -> Vec<NodeId> {
         let deadline = Instant::now() + timeout;
         let mut behind: Vec<NodeId> = self.member_addrs().into_keys().collect();
         loop {
             let checks = behind.iter().map(|node| async move {
                 if *node == self.node_id() {
-                    return self.meta_applied() >= index;
+                    let local = self.status_of(group);
+                    return local.is_none_or(|s| settled(&s, *node, index));
                 }
                 match self
                     .router()
@@ -34,7 +38,7 @@ impl Replicas {
                     Ok(AdminResponse::Status(s)) => s
                         .groups
                         .iter()
-                        .any(|g| g.group == META_GROUP && g.applied >= index),
+                        .any(|g| g.group == group && settled(g, *node, index)),
                     _ => false,
                 }
             });
@@ -52,10 +56,16 @@ impl Replicas {
         if !behind.is_empty() {
             tracing::warn!(
                 ?behind,
+                group,
                 index,
-                "metadata change not yet applied on every member"
+                "change not yet applied on every member"
             );
         }
         behind
     }
+}
+
+/// Whether `node`'s replica, as its status shows it, has applied `index` or is no member.
+fn settled(status: &GroupStatus, node: NodeId, index: u64) -> bool {
+    status.applied >= index || !(status.voters.contains(&node) || status.learners.contains(&node))
 }

@@ -26,7 +26,8 @@ use super::error::ApiError;
 use crate::pointers::{expand, parse_include, parse_keys};
 use crate::query::{self, add_metrics, Aggregation, Query};
 use crate::users::protected::UserView;
-use crate::users::session::principals;
+use crate::users::session::{ends_sessions, principals};
+use crate::users::USER_CLASS;
 
 fn class_name(class: &str) -> Result<(), ApiError> {
     validate_class_name(class).map_err(ApiError::from)
@@ -206,19 +207,22 @@ pub async fn update_in(
     admit_write(state, ctx, class, &updates).await?;
     let app = ctx.app.application_id.clone();
     let group = state.cluster.object_group(&app, class, object_id);
+    let now = now_ms();
+    let settle = class == USER_CLASS && ends_sessions(None, &updates, now);
     let cmd = Command::UpdateObject {
         app,
         class: class.to_string(),
         object_id: object_id.to_string(),
-        now_ms: now_ms(),
+        now_ms: now,
         updates,
         principals,
     };
-    let p = state
-        .cluster
-        .propose_object(group, cmd)
-        .await
-        .map_err(|e| ApiError::from_cluster(e, object_id))?;
+    let p = if settle {
+        state.cluster.propose_settled(group, cmd).await
+    } else {
+        state.cluster.propose_object(group, cmd).await
+    }
+    .map_err(|e| ApiError::from_cluster(e, object_id))?;
     let updated_ms = match p.result {
         CommandResult::Updated { updated_ms } => updated_ms,
         _ => now_ms(),
@@ -259,11 +263,13 @@ pub async fn delete_in(
         object_id: object_id.to_string(),
         principals,
     };
-    let p = state
-        .cluster
-        .propose_object(group, cmd)
-        .await
-        .map_err(|e| ApiError::from_cluster(e, object_id))?;
+    // Deleting a user ends its sessions on every node's replica before answering.
+    let p = if class == USER_CLASS {
+        state.cluster.propose_settled(group, cmd).await
+    } else {
+        state.cluster.propose_object(group, cmd).await
+    }
+    .map_err(|e| ApiError::from_cluster(e, object_id))?;
     let mut resp = Json(json!({"msg": "ok"})).into_response();
     version_headers(&mut resp, group, &p);
     Ok(resp)

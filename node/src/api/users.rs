@@ -21,7 +21,7 @@ use super::objects::{
     ListParams,
 };
 use crate::throttle::{self, ClientIp, IpKind, LOGIN_WINDOWS};
-use crate::users::session::{add_session, new_token, only_session, session_user};
+use crate::users::session::{add_session, ends_sessions, new_token, only_session, session_user};
 use crate::users::third_party::{identity_of, parse_auth_data, Link, AUTH_DATA_FIELD, PLATFORMS};
 use crate::users::unique::{self, Unique};
 use crate::users::{login_fields, PASSWORD_FIELD, SERVICE_FIELDS, USER_CLASS};
@@ -337,6 +337,8 @@ async fn start_session(
     let token = new_token(user_id);
     let now = now_ms();
     let mut updates = add_session(stored, &token, now);
+    // Beyond `MAX_SESSIONS` the oldest live session ends.
+    let prunes_live = ends_sessions(Some(stored), &updates, now);
     let mut shown = Map::new();
     for u in &extra {
         if let (Some(k), UpdateOp::Set(v)) = (u.path.first(), &u.op) {
@@ -353,7 +355,12 @@ async fn start_session(
         principals: None,
     };
     let group = state.cluster.shard_for(app, USER_CLASS, user_id);
-    match state.cluster.propose(group, cmd).await {
+    let proposed = if prunes_live {
+        state.cluster.propose_settled(group, cmd).await
+    } else {
+        state.cluster.propose(group, cmd).await
+    };
+    match proposed {
         Ok(p) if matches!(p.result, CommandResult::Updated { .. }) => {}
         Ok(_) => return Err(ApiError::Internal("login: unexpected result".into())),
         Err(e) => return Err(ApiError::from_cluster(e, user_id)),

@@ -2,7 +2,9 @@
 //!
 //! A session lives in its user's `_sessions` field with its expiry (7 days); logging in adds one
 //! (pruning expired ones and keeping at most `MAX_SESSIONS`), changing or resetting the password
-//! keeps only the session that did it, deleting the user ends them all.
+//! keeps only the session that did it, deleting the user ends them all. A node checks a session
+//! on its own replica of the user's shard when it can (decisions/0011); the writes that end
+//! sessions (`ends_sessions`, and deleting a user) settle on every member first.
 
 use basalt_cluster::object::{is_object_id, random_alphanumeric, StoredObject};
 use basalt_cluster::update::{FieldUpdate, UpdateOp};
@@ -84,7 +86,24 @@ pub fn only_session(token: Option<&str>, now: i64) -> FieldUpdate {
     }
 }
 
-/// The user behind a request's session token, when it is live.
+/// Whether updates of a user may end one of its live sessions (all of them, or a pruned one:
+/// `user` is the stored user when known, else any removed session counts as live). Such a
+/// write settles on every member of the user's shard before it answers (`propose_settled`), so
+/// no node's own replica still accepts the session afterwards (`session_user`).
+pub fn ends_sessions(user: Option<&StoredObject>, updates: &[FieldUpdate], now: i64) -> bool {
+    updates.iter().any(|u| match u.path.as_slice() {
+        [field] => field == SESSIONS_FIELD,
+        [field, token] if field == SESSIONS_FIELD => {
+            u.op == UpdateOp::Delete && user.is_none_or(|user| has_session(user, token, now))
+        }
+        _ => false,
+    })
+}
+
+/// The user behind a request's session token, when it is live: from this node's replica of the
+/// user's shard when that replica vouches for being current and holds the session (every write
+/// that ends a session settles on each member first), else by a linearizable read — a session
+/// made a moment ago through another node may not have reached this replica yet.
 pub async fn session_user(
     cluster: &Cluster,
     app: &str,
@@ -93,6 +112,13 @@ pub async fn session_user(
     let Some(user_id) = token_user(token) else {
         return Ok(None);
     };
+    if let Some(user) = cluster.current_stored_object(app, USER_CLASS, user_id) {
+        if has_session(&user, token, now_ms()) {
+            metrics::counter!("basalt_session_checks_total", "source" => "replica").increment(1);
+            return Ok(Some((user_id.to_string(), user)));
+        }
+    }
+    metrics::counter!("basalt_session_checks_total", "source" => "leader").increment(1);
     let Some(user) = cluster.get_stored_object(app, USER_CLASS, user_id).await? else {
         return Ok(None);
     };
@@ -132,6 +158,31 @@ mod tests {
         assert_eq!(token_user(&t), Some("abcDEF1234"));
         assert_eq!(token_user("short"), None);
         assert_eq!(token_user(&format!("{}{}", "x".repeat(32), "bad-id")), None);
+    }
+
+    #[test]
+    fn writes_that_end_sessions() {
+        let mut user = StoredObject::new(0);
+        user.fields
+            .insert(SESSIONS_FIELD.into(), json!({"old": 50, "live": 5_000}));
+        let delete = |t: &str| FieldUpdate {
+            path: vec![SESSIONS_FIELD.into(), t.into()],
+            op: UpdateOp::Delete,
+        };
+        assert!(ends_sessions(None, &[only_session(Some("t"), 100)], 100));
+        assert!(ends_sessions(Some(&user), &[delete("live")], 100));
+        assert!(!ends_sessions(Some(&user), &[delete("old")], 100));
+        assert!(
+            ends_sessions(None, &[delete("old")], 100),
+            "unknown: counts as live"
+        );
+        let login = add_session(&user, "new", 100);
+        assert!(!ends_sessions(Some(&user), &login, 100));
+        let other = FieldUpdate {
+            path: vec!["nickname".into()],
+            op: UpdateOp::Set(json!("x")),
+        };
+        assert!(!ends_sessions(None, &[other], 100));
     }
 
     #[test]

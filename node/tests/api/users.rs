@@ -8,7 +8,7 @@ use reqwest::Method;
 use serde_json::{json, Value};
 
 use super::common::platforms::{FakePlatforms, MINI_APP_ID, MINI_APP_SECRET, OAUTH_APP_ID};
-use super::common::{assert_api_error, TestCluster};
+use super::common::{assert_api_error, register_user, TestCluster};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn users_register_log_in_and_change_with_their_session() {
@@ -696,5 +696,124 @@ async fn third_party_accounts_are_verified_with_their_platform() {
             107,
             &bad.to_string(),
         );
+    }
+}
+
+/// A session works through every node the moment it is made, and ends through every node the
+/// moment the password changes or the user is deleted: each node checks sessions on its own
+/// replica of the user's shard when it is current, and the writes that end sessions settle on
+/// every member before they answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_start_and_end_at_once_through_every_node() {
+    let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
+    let node = |i: usize| cluster.client(i);
+    let (sam, first) = register_user(&node(0), "sam").await;
+    let doc = node(0)
+        .with_session(Some(&first))
+        .create_object(
+            "Diary",
+            &json!({"text": "mine", "ACL": {sam.as_str(): {"read": true}}}),
+        )
+        .await
+        .expect("create the diary")
+        .object_id;
+    // Through node `i` with `token`: checkSession says ok, and the private object is readable.
+    let live = |i: usize, token: String| {
+        let c = node(i).with_session(Some(&token));
+        let (check, doc) = (format!("/1/checkSession/{sam}"), doc.clone());
+        async move {
+            let msg = c
+                .request(Method::GET, &check, None, false)
+                .await
+                .expect("checkSession")
+                .body["msg"]
+                .clone();
+            let read = c.get_object("Diary", &doc).await.expect("read").is_some();
+            assert_eq!(msg == "ok", read, "checkSession and the ACL disagree");
+            read
+        }
+    };
+    let log_in = |i: usize, password: String| {
+        let c = node(i);
+        async move {
+            c.request(
+                Method::POST,
+                "/1/login",
+                Some(&json!({"username": "sam", "password": password})),
+                false,
+            )
+            .await
+            .expect("log in")
+            .body["sessionToken"]
+                .as_str()
+                .expect("sessionToken")
+                .to_string()
+        }
+    };
+
+    let mut password = "p".to_string();
+    let mut keeper = first;
+    for round in 0..6 {
+        let via = round % 3;
+        let fresh = log_in(via, password.clone()).await;
+        for i in 0..3 {
+            assert!(
+                live(i, fresh.clone()).await,
+                "round {round}: node {i} refuses a session made through node {via}"
+            );
+        }
+        // The password changes through the next node with `keeper`: `fresh` ends everywhere.
+        let new_password = format!("p{round}");
+        node((via + 1) % 3)
+            .with_session(Some(&keeper))
+            .request(
+                Method::PUT,
+                &format!("/1/updateUserPassword/{sam}"),
+                Some(&json!({"oldPassword": password, "newPassword": new_password})),
+                false,
+            )
+            .await
+            .expect("change the password");
+        password = new_password;
+        for i in 0..3 {
+            assert!(
+                !live(i, fresh.clone()).await,
+                "round {round}: node {i} still accepts a session the password change ended"
+            );
+            assert!(
+                live(i, keeper.clone()).await,
+                "round {round}: node {i} refuses the session that changed the password"
+            );
+        }
+        if round % 2 == 1 {
+            keeper = log_in(round % 3, password.clone()).await;
+        }
+    }
+    let mut served_locally = 0.0;
+    for i in 0..3 {
+        served_locally += cluster
+            .metric(i, "basalt_session_checks_total{source=\"replica\"}")
+            .await;
+    }
+    assert!(
+        served_locally > 0.0,
+        "no session check was served by a node's own replica"
+    );
+
+    // Deleting the user ends its sessions through every node at once.
+    cluster
+        .master_client(2)
+        .request(Method::DELETE, &format!("/1/users/{sam}"), None, true)
+        .await
+        .expect("delete the user");
+    for i in 0..3 {
+        let c = node(i).with_session(Some(&keeper));
+        let msg = c
+            .request(Method::GET, &format!("/1/checkSession/{sam}"), None, false)
+            .await
+            .expect("checkSession")
+            .body["msg"]
+            .clone();
+        assert_eq!(msg, "fail", "node {i} accepts a deleted user's session");
     }
 }

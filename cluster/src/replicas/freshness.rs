@@ -1,0 +1,64 @@
+//! Whether this node's replica of a group is current enough to answer a read alone, without a
+//! read-index round through the leader (decisions/0011). Used for the reads every logged-in
+//! request makes (the session check); the writes such a read must not miss settle on every
+//! member before they answer (`settle`), and a replica vouches for itself only while that rule
+//! covers it:
+//!
+//! - it is a member of the group in its own view (settling skips a node that is not),
+//! - it has applied everything the leader last told it is committed,
+//! - and it heard from the leader within `lease` (a follower: an accepted append or heartbeat,
+//!   noted by the peer service; the leader: a quorum's acknowledgement; a group with one voter
+//!   needs none).
+//!
+//! A settling write waits `SETTLE_TIMEOUT` at most, longer than the lease plus the deadline of
+//! a Raft message (one heartbeat interval): a member that has not applied it by then has either
+//! applied it since, or stopped vouching for itself.
+
+use openraft::async_runtime::WatchReceiver;
+use openraft::{Instant as _, ServerState};
+
+use crate::ids::GroupId;
+
+use super::Replicas;
+
+impl Replicas {
+    /// Notes that the leader of `group` reached this replica (an append or heartbeat it
+    /// accepted).
+    pub(crate) fn note_leader_contact(&self, group: GroupId) {
+        self.inner.contact.note(group);
+    }
+
+    /// Whether this node's replica of `group` is current enough to answer a read alone (see
+    /// the module documentation).
+    pub fn replica_is_current(&self, group: GroupId) -> bool {
+        let Ok(raft) = self.group(group) else {
+            return false;
+        };
+        let me = self.node_id();
+        let metrics = raft.metrics();
+        let m = metrics.borrow_watched();
+        if m.running_state.is_err() {
+            return false;
+        }
+        let membership = m.membership_config.membership();
+        let voters: Vec<_> = membership.voter_ids().collect();
+        if !voters.contains(&me) && !membership.learner_ids().any(|l| l == me) {
+            return false;
+        }
+        let caught_up = match (&m.last_applied, &m.cluster_committed) {
+            (Some(applied), Some(committed)) => applied.index >= committed.index,
+            _ => false,
+        };
+        if !caught_up {
+            return false;
+        }
+        if m.state == ServerState::Leader && m.current_leader == Some(me) {
+            voters == [me]
+                || m.last_quorum_acked
+                    .as_ref()
+                    .is_some_and(|acked| acked.elapsed() < self.inner.contact.lease())
+        } else {
+            self.inner.contact.within_lease(group)
+        }
+    }
+}

@@ -1,0 +1,81 @@
+//! `LeaderContact`: when this node's replica of each group last heard from its leader, and the
+//! lease that contact grants (`freshness` decides with it whether a replica may answer alone).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::ids::GroupId;
+use crate::raft::RaftTuning;
+
+/// When this node last heard from each group's leader.
+pub(super) struct LeaderContact {
+    started: Instant,
+    /// Milliseconds after `started` of the last contact, plus one (0: never).
+    last: Vec<AtomicU64>,
+    lease: Duration,
+}
+
+impl LeaderContact {
+    pub(super) fn new(groups: usize, tuning: &RaftTuning) -> LeaderContact {
+        LeaderContact {
+            started: Instant::now(),
+            last: (0..groups).map(|_| AtomicU64::new(0)).collect(),
+            lease: lease(tuning),
+        }
+    }
+
+    pub(super) fn note(&self, group: GroupId) {
+        if let Some(slot) = self.last.get(group as usize) {
+            let ms = self.started.elapsed().as_millis() as u64 + 1;
+            slot.fetch_max(ms, Ordering::Relaxed);
+        }
+    }
+
+    pub(super) fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    pub(super) fn within_lease(&self, group: GroupId) -> bool {
+        let Some(last) = self
+            .last
+            .get(group as usize)
+            .map(|s| s.load(Ordering::Relaxed))
+        else {
+            return false;
+        };
+        last > 0 && {
+            let heard = self.started + Duration::from_millis(last - 1);
+            heard.elapsed() < self.lease
+        }
+    }
+}
+
+/// How long a replica vouches for itself after hearing from the leader: four heartbeats, and
+/// less than an election timeout (no other leader can have committed anything meanwhile
+/// without this one's settle giving up on it first).
+fn lease(tuning: &RaftTuning) -> Duration {
+    Duration::from_millis((tuning.heartbeat_ms * 4).min(tuning.election_min_ms))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contact_lasts_one_lease() {
+        let tuning = RaftTuning {
+            heartbeat_ms: 10,
+            election_min_ms: 1000,
+            ..RaftTuning::default()
+        };
+        let contact = LeaderContact::new(2, &tuning);
+        assert_eq!(contact.lease, Duration::from_millis(40));
+        assert!(!contact.within_lease(0), "never heard from");
+        contact.note(0);
+        assert!(contact.within_lease(0));
+        assert!(!contact.within_lease(1));
+        assert!(!contact.within_lease(7), "no such group");
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(!contact.within_lease(0), "lease over");
+    }
+}
