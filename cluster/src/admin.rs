@@ -1,5 +1,5 @@
 //! Cluster membership records kept in the metadata group, and the admin requests nodes send
-//! each other (join, remove, status, compaction).
+//! each other (join, remove, status, compaction, state digests).
 
 use serde::{Deserialize, Serialize};
 
@@ -49,6 +49,8 @@ pub enum AdminRequest {
         group: GroupId,
         to: NodeId,
     },
+    /// A digest of every group's state as this node's replica holds it.
+    Digest,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -59,6 +61,21 @@ pub enum AdminResponse {
     },
     Done,
     Status(NodeStatus),
+    Digests(Vec<GroupDigest>),
+}
+
+/// A digest of one group's replicated state as one node holds it (the records a snapshot
+/// carries, read at one point in time): replicas that applied the same log index hold the same
+/// state exactly when their digests are equal (the same build computes them).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupDigest {
+    pub group: GroupId,
+    /// The log index the state reflects.
+    pub applied: u64,
+    /// Records in the state.
+    pub records: u64,
+    /// Hex digest of every key and value, in key order.
+    pub digest: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

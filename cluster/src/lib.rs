@@ -17,6 +17,7 @@ pub mod admin;
 pub mod cluster;
 pub mod command;
 pub mod error;
+pub mod failpoints;
 pub mod health;
 pub mod ids;
 pub mod limits;

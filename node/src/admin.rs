@@ -20,6 +20,9 @@ pub enum AdminCommand {
     Placement,
     /// Move the leadership of every group to another of its voters, picked at random.
     ShuffleLeaders,
+    /// Print a digest of every group's state as this node holds it: replicas at the same
+    /// applied index hold the same state exactly when their digests match.
+    Digest,
     /// Move a node's replicas to the other nodes and mark it removed; waits until it holds none.
     RemoveNode {
         node_id: u64,
@@ -61,6 +64,10 @@ pub async fn run(rpc: &str, cmd: AdminCommand) -> anyhow::Result<()> {
     match cmd {
         AdminCommand::Status => {
             let resp = admin_at(rpc, AdminRequest::Status, TIMEOUT).await?;
+            println!("{}", serde_json::to_string_pretty(&resp)?);
+        }
+        AdminCommand::Digest => {
+            let resp = admin_at(rpc, AdminRequest::Digest, TIMEOUT).await?;
             println!("{}", serde_json::to_string_pretty(&resp)?);
         }
         AdminCommand::Members => {

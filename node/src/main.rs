@@ -16,6 +16,10 @@ fn main() -> std::process::ExitCode {
         // Colours only on a terminal: log files get plain text, and no request pays for styling.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    if let Err(e) = basalt_cluster::failpoints::arm_from_env() {
+        eprintln!("basalt: {e}");
+        return std::process::ExitCode::FAILURE;
+    }
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if let Err(e) = basalt::config::apply(&args, basalt::cli::settable_options) {
         eprintln!("basalt: {e:#}");

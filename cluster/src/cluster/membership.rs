@@ -34,6 +34,7 @@ impl Cluster {
                 Ok(AdminResponse::Done)
             }
             AdminRequest::Status => Ok(AdminResponse::Status(self.status())),
+            AdminRequest::Digest => Ok(AdminResponse::Digests(self.digests().await?)),
             AdminRequest::Compact => {
                 self.compact().await;
                 Ok(AdminResponse::Done)

@@ -172,6 +172,7 @@ impl RaftLogStorage<TypeConfig> for RocksLogStore {
             );
         }
         self.store.write(b, false).map_err(io_err)?;
+        fail::fail_point!("log-append");
         self.store
             .after_wal_sync(Box::new(move |r| callback.io_completed(r)));
         Ok(())

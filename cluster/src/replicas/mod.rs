@@ -25,7 +25,9 @@ use openraft::ReadPolicy;
 use serde_json::Value;
 use tokio::sync::watch;
 
-use crate::admin::{ClusterSettings, GroupStatus, NodeRecord, NodeState, NodeStatus, NS_NODE};
+use crate::admin::{
+    ClusterSettings, GroupDigest, GroupStatus, NodeRecord, NodeState, NodeStatus, NS_NODE,
+};
 use crate::command::{Command, CommandResult, Proposed, ReadRequest, ReadResponse};
 use crate::error::{Error, Result};
 use crate::ids::{class_groups, object_group, shard_for, GroupId, NodeId, META_GROUP};
@@ -33,7 +35,7 @@ use crate::network::GroupNetwork;
 use crate::raft::RocksLogStore;
 use crate::raft::{RaftTuning, TypeConfig};
 use crate::rpc::router::{PeerRouter, FORWARD_TIMEOUT};
-use crate::statemachine::ShardStateMachine;
+use crate::statemachine::{snapshot, ShardStateMachine};
 use crate::storage::records::{live_record, live_records_with_prefix, ReplicaState};
 use crate::storage::Store;
 
@@ -316,6 +318,19 @@ impl Replicas {
     /// The state of one group on this node.
     pub(crate) fn status_of(&self, group: GroupId) -> Option<GroupStatus> {
         self.group(group).ok().map(|raft| group_status(group, raft))
+    }
+
+    /// A digest of each group's state as this node's replica holds it (`admin::GroupDigest`).
+    pub async fn digests(&self) -> Result<Vec<GroupDigest>> {
+        let store = Arc::clone(&self.inner.store);
+        let groups = self.inner.groups.len() as GroupId;
+        tokio::task::spawn_blocking(move || {
+            (0..groups)
+                .map(|g| snapshot::digest(g, &store))
+                .collect::<Result<Vec<_>>>()
+        })
+        .await
+        .map_err(|e| Error::Internal(e.to_string()))?
     }
 
     /// Approximate bytes of this node's RocksDB.

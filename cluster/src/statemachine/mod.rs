@@ -134,7 +134,9 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
             applied_bytes,
         );
         let batch = staged.into_batch().map_err(io_err)?;
+        fail::fail_point!("apply-staged");
         self.store.write(batch, false).map_err(io_err)?;
+        fail::fail_point!("apply-written");
         self.applied = next;
         metrics::histogram!("basalt_raft_apply_seconds").record(started.elapsed().as_secs_f64());
         for (r, result) in replies {

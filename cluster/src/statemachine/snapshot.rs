@@ -19,6 +19,7 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 
 use super::applied_state::AppliedState;
+use crate::admin::GroupDigest;
 use crate::error::{Error, Result};
 use crate::ids::GroupId;
 use crate::raft::{SnapshotMeta, TypeConfig};
@@ -114,26 +115,21 @@ fn build(
     };
     // The applied state sorts first in the group's range, so the header is known before any
     // record is written, and both come from the same point-in-time view.
-    store.scan_snapshot(
-        CF_SM,
-        &keys::group_prefix(group),
-        &keys::group_end(group),
-        |k, v| {
-            if k == applied_key {
-                meta = Some(write_header(&mut w, Some(v))?);
-                return Ok(true);
-            }
-            if meta.is_none() {
-                meta = Some(write_header(&mut w, None)?);
-            }
-            let k = &k[4..];
-            write_u32(&mut w, k.len())?;
-            w.write_all(k)?;
-            write_u32(&mut w, v.len())?;
-            w.write_all(v)?;
-            Ok(true)
-        },
-    )?;
+    scan_state(group, store, |k, v| {
+        if k == applied_key {
+            meta = Some(write_header(&mut w, Some(v))?);
+            return Ok(true);
+        }
+        if meta.is_none() {
+            meta = Some(write_header(&mut w, None)?);
+        }
+        let k = &k[4..];
+        write_u32(&mut w, k.len())?;
+        w.write_all(k)?;
+        write_u32(&mut w, v.len())?;
+        w.write_all(v)?;
+        Ok(true)
+    })?;
     let meta = match meta {
         Some(m) => m,
         None => write_header(&mut w, None)?,
@@ -238,6 +234,48 @@ pub fn install(
     Ok(applied)
 }
 
+/// Visits every record of `group`'s replicated state (what a snapshot carries) in key order,
+/// from one point-in-time view.
+fn scan_state(
+    group: GroupId,
+    store: &Store,
+    visit: impl FnMut(&[u8], &[u8]) -> Result<bool>,
+) -> Result<()> {
+    store.scan_snapshot(
+        CF_SM,
+        &keys::group_prefix(group),
+        &keys::group_end(group),
+        visit,
+    )
+}
+
+/// The digest of `group`'s state in `store` (`admin::GroupDigest`): the same records a snapshot
+/// carries, from one point-in-time view.
+pub fn digest(group: GroupId, store: &Store) -> Result<GroupDigest> {
+    use std::hash::Hasher;
+    let applied_key = keys::meta_key(group, keys::SM_APPLIED);
+    let mut hasher = std::hash::DefaultHasher::new();
+    let (mut records, mut applied) = (0u64, 0u64);
+    scan_state(group, store, |k, v| {
+        if k == applied_key {
+            let state: AppliedState = serde_json::from_slice(v)?;
+            applied = state.last_applied.map(|l| l.index).unwrap_or(0);
+        }
+        hasher.write_usize(k.len());
+        hasher.write(k);
+        hasher.write_usize(v.len());
+        hasher.write(v);
+        records += 1;
+        Ok(true)
+    })?;
+    Ok(GroupDigest {
+        group,
+        applied,
+        records,
+        digest: format!("{:016x}", hasher.finish()),
+    })
+}
+
 /// Finishes an install that a crash interrupted.
 pub fn resume_interrupted_install(group: GroupId, store: &Store) -> Result<()> {
     if let Some(bytes) = store.get(CF_RAFT_META, &keys::meta_key(group, keys::META_INSTALLING))? {
@@ -275,6 +313,7 @@ fn load(group: GroupId, store: &Store, marker: &InstallMarker) -> Result<Applied
         batch.put_cf(cf, key, value);
         if bytes >= INSTALL_BATCH_BYTES {
             store.write(std::mem::take(&mut batch), false)?;
+            fail::fail_point!("snapshot-install-batch");
             bytes = 0;
         }
     }

@@ -4,6 +4,9 @@
 //! including 200 concurrent registrations through three nodes, checkSession, and the `_User`
 //! class alias. Requests rotate over the nodes of a 3-node cluster.
 
+use std::time::Duration;
+
+use basalt_client::Client;
 use reqwest::Method;
 use serde_json::{json, Value};
 
@@ -699,6 +702,37 @@ async fn third_party_accounts_are_verified_with_their_platform() {
     }
 }
 
+/// Logs in `username` through `client`; answers the session token.
+async fn log_in_as(client: Client, username: &str, password: String) -> String {
+    client
+        .request(
+            Method::POST,
+            "/1/login",
+            Some(&json!({"username": username, "password": password})),
+            false,
+        )
+        .await
+        .expect("log in")
+        .body["sessionToken"]
+        .as_str()
+        .expect("sessionToken")
+        .to_string()
+}
+
+/// Changes `user`'s password with the session `token` (`updateUserPassword`).
+async fn change_password(client: Client, token: &str, user: &str, old: &str, new: &str) {
+    client
+        .with_session(Some(token))
+        .request(
+            Method::PUT,
+            &format!("/1/updateUserPassword/{user}"),
+            Some(&json!({"oldPassword": old, "newPassword": new})),
+            false,
+        )
+        .await
+        .expect("change the password");
+}
+
 /// A session works through every node the moment it is made, and ends through every node the
 /// moment the password changes or the user is deleted: each node checks sessions on its own
 /// replica of the user's shard when it is current, and the writes that end sessions settle on
@@ -733,23 +767,7 @@ async fn sessions_start_and_end_at_once_through_every_node() {
             read
         }
     };
-    let log_in = |i: usize, password: String| {
-        let c = node(i);
-        async move {
-            c.request(
-                Method::POST,
-                "/1/login",
-                Some(&json!({"username": "sam", "password": password})),
-                false,
-            )
-            .await
-            .expect("log in")
-            .body["sessionToken"]
-                .as_str()
-                .expect("sessionToken")
-                .to_string()
-        }
-    };
+    let log_in = |i: usize, password: String| log_in_as(node(i), "sam", password);
 
     let mut password = "p".to_string();
     let mut keeper = first;
@@ -764,16 +782,7 @@ async fn sessions_start_and_end_at_once_through_every_node() {
         }
         // The password changes through the next node with `keeper`: `fresh` ends everywhere.
         let new_password = format!("p{round}");
-        node((via + 1) % 3)
-            .with_session(Some(&keeper))
-            .request(
-                Method::PUT,
-                &format!("/1/updateUserPassword/{sam}"),
-                Some(&json!({"oldPassword": password, "newPassword": new_password})),
-                false,
-            )
-            .await
-            .expect("change the password");
+        change_password(node((via + 1) % 3), &keeper, &sam, &password, &new_password).await;
         password = new_password;
         for i in 0..3 {
             assert!(
@@ -815,5 +824,45 @@ async fn sessions_start_and_end_at_once_through_every_node() {
             .body["msg"]
             .clone();
         assert_eq!(msg, "fail", "node {i} accepts a deleted user's session");
+    }
+}
+
+/// A node whose replica of the user's shard lags (every log append there takes 300 ms, a fail
+/// point) never accepts a session that a password change through another node has ended: the
+/// change answers only once that replica has applied it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lagging_replica_never_accepts_an_ended_session() {
+    let mut cluster = TestCluster::start(3, &["--shards", "1"], &[]).await;
+    let (sam, keeper) = register_user(&cluster.client(0), "sam").await;
+    cluster.stop(2);
+    cluster.restart_with_failpoints(2, "log-append=sleep(300)");
+    cluster.wait_healthy(2, Duration::from_secs(60)).await;
+    let check = |token: String| {
+        let c = cluster.client(2).with_session(Some(&token));
+        let path = format!("/1/checkSession/{sam}");
+        async move {
+            c.request(Method::GET, &path, None, false)
+                .await
+                .expect("checkSession")
+                .body["msg"]
+                .clone()
+        }
+    };
+    let mut password = "p".to_string();
+    for round in 0..4 {
+        let fresh = log_in_as(cluster.client(0), "sam", password.clone()).await;
+        // Until node 3's replica has the new session it asks the leader: accepted either way.
+        assert_eq!(check(fresh.clone()).await, "ok", "round {round}");
+        // Let the lagging replica apply the login, so it vouches for itself again.
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        let new_password = format!("p{round}");
+        change_password(cluster.client(1), &keeper, &sam, &password, &new_password).await;
+        password = new_password;
+        assert_eq!(
+            check(fresh).await,
+            "fail",
+            "round {round}: the lagging node accepts a session the password change ended"
+        );
+        assert_eq!(check(keeper.clone()).await, "ok", "round {round}");
     }
 }

@@ -6,6 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod crash;
 mod survival;
 
 use std::collections::BTreeSet;
@@ -202,16 +203,8 @@ async fn a_stopped_node_catches_up_by_snapshot() {
     let client = cluster.client(0);
     let mut ids = vec![before.object_id.clone()];
     ids.extend(create_numbered(&client, "Doc", 600, |i| json!({"i": i})).await);
-    // The live nodes purge log entries that node 3 never received (a leader purges once its
-    // replication to the stopped node has failed again after the snapshot, so poll).
-    let purged_on = |node: usize| cluster.lowest_data_group_field(node, "purged");
-    TestCluster::eventually(
-        Duration::from_secs(60),
-        "nodes 1 and 2 purge their logs",
-        || purged_on(0) > 0 && purged_on(1) > 0,
-    )
-    .await;
-    let purged = purged_on(0).min(purged_on(1));
+    // The live nodes purge log entries that node 3 never received.
+    let purged = cluster.wait_logs_purged(&[0, 1]).await;
     cluster.restart(2).await;
     cluster.wait_healthy(2, Duration::from_secs(60)).await;
     let node3 = cluster.client(2);

@@ -7,8 +7,9 @@ pub mod platforms;
 pub mod smtp;
 pub mod webhook;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -58,6 +59,8 @@ pub struct Node {
     args: Vec<String>,
     /// The node's `RUST_LOG`.
     log_filter: String,
+    /// Extra environment of the next start only (e.g. fail points).
+    next_env: Vec<(String, String)>,
 }
 
 impl Node {
@@ -70,6 +73,7 @@ impl Node {
         let child = Command::new(env!("CARGO_BIN_EXE_basalt"))
             .args(&self.args)
             .env("RUST_LOG", &self.log_filter)
+            .envs(std::mem::take(&mut self.next_env))
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log file"))
             .stderr(log)
@@ -213,6 +217,7 @@ impl TestCluster {
             child: None,
             args,
             log_filter: self.log_filter.clone(),
+            next_env: Vec::new(),
         };
         node.spawn();
         self.nodes.push(node);
@@ -383,6 +388,51 @@ impl TestCluster {
         self.nodes[i].spawn();
     }
 
+    /// Starts a stopped node again with `BASALT_FAILPOINTS` set to `failpoints` for this start
+    /// only (`basalt_cluster::failpoints`).
+    pub fn restart_with_failpoints(&mut self, i: usize, failpoints: &str) {
+        assert!(self.nodes[i].child.is_none(), "node {} is running", i + 1);
+        self.nodes[i].next_env = vec![("BASALT_FAILPOINTS".into(), failpoints.into())];
+        self.nodes[i].spawn();
+    }
+
+    /// Waits until node `i`'s process exits by itself (a crash); `None` if it still runs after
+    /// `timeout`.
+    pub async fn wait_exit(&mut self, i: usize, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(c) = self.nodes[i].child.as_mut() {
+                if let Ok(Some(status)) = c.try_wait() {
+                    self.nodes[i].child = None;
+                    return Some(status);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        None
+    }
+
+    /// Each group's digest as node `i` holds it (`basalt admin digest`), by group:
+    /// `(applied, records, digest)`.
+    pub fn digests(&self, i: usize) -> BTreeMap<u64, (u64, u64, String)> {
+        let out: Value = serde_json::from_str(&self.admin(i, &["digest"])).expect("digest json");
+        out["Digests"]
+            .as_array()
+            .expect("digests")
+            .iter()
+            .map(|d| {
+                (
+                    d["group"].as_u64().expect("group"),
+                    (
+                        d["applied"].as_u64().expect("applied"),
+                        d["records"].as_u64().expect("records"),
+                        d["digest"].as_str().expect("digest").to_string(),
+                    ),
+                )
+            })
+            .collect()
+    }
+
     /// Runs `basalt admin --rpc <node i> <args>` and returns its stdout.
     pub fn admin(&self, i: usize, args: &[&str]) -> String {
         let out = Command::new(env!("CARGO_BIN_EXE_basalt"))
@@ -434,6 +484,20 @@ impl TestCluster {
             "node {} caught up by snapshot",
             lagging + 1
         );
+    }
+
+    /// Waits until nodes `nodes` have purged part of every data group's log (a leader purges
+    /// once its replication to a stopped node has failed again after the snapshot, so poll);
+    /// answers the lowest purged index among them.
+    pub async fn wait_logs_purged(&self, nodes: &[usize]) -> u64 {
+        let purged_on = |node: usize| self.lowest_data_group_field(node, "purged");
+        Self::eventually(
+            Duration::from_secs(60),
+            "the nodes purge their logs",
+            || nodes.iter().all(|&n| purged_on(n) > 0),
+        )
+        .await;
+        nodes.iter().map(|&n| purged_on(n)).min().unwrap_or(0)
     }
 
     /// The lowest `field` over the data groups node `i` reports (e.g. how far every group's log

@@ -1,0 +1,64 @@
+//! Fail points for the crash tests: places in the write path where a test can make a node die
+//! (`fail` crate, compiled in with the `failpoints` feature, which the test build enables;
+//! without it the points compile to nothing). They are armed when the node starts, from
+//! `BASALT_FAILPOINTS` (`name=actions;...`, the `fail` crate's action syntax, e.g.
+//! `log-append=40*off->panic`); a fail point's panic aborts the process, as a crash would.
+//!
+//! The points: `log-append` (a Raft log batch is written, not yet reported durable),
+//! `apply-staged` (a batch of committed entries is applied in memory, not yet written),
+//! `apply-written` (written, not yet answered), `snapshot-install-batch` (part of a received
+//! snapshot is loaded over the old state, the rest not). Neighbours: `raft::log_store`,
+//! `statemachine`, `statemachine::snapshot`.
+
+/// The environment variable that arms fail points at start.
+pub const FAILPOINTS_ENV: &str = "BASALT_FAILPOINTS";
+
+/// The fail points this build has.
+pub const FAIL_POINTS: [&str; 4] = [
+    "log-append",
+    "apply-staged",
+    "apply-written",
+    "snapshot-install-batch",
+];
+
+/// Arms the fail points `BASALT_FAILPOINTS` names (nothing when it is unset). An unknown point,
+/// malformed actions, or a build without fail points refuse to start rather than run a test
+/// that cannot crash.
+pub fn arm_from_env() -> Result<(), String> {
+    let Ok(spec) = std::env::var(FAILPOINTS_ENV) else {
+        return Ok(());
+    };
+    if !cfg!(feature = "failpoints") {
+        return Err(format!(
+            "{FAILPOINTS_ENV} is set but this build has no fail points (feature `failpoints`)"
+        ));
+    }
+    for item in spec.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+        let (name, actions) = item
+            .split_once('=')
+            .ok_or_else(|| format!("{FAILPOINTS_ENV}: `{item}` is not name=actions"))?;
+        if !FAIL_POINTS.contains(&name) {
+            return Err(format!(
+                "{FAILPOINTS_ENV}: no fail point `{name}` (known: {})",
+                FAIL_POINTS.join(", ")
+            ));
+        }
+        fail::cfg(name, actions).map_err(|e| format!("{FAILPOINTS_ENV}: {name}: {e}"))?;
+        tracing::warn!(name, actions, "fail point armed");
+    }
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.starts_with("failpoint ") {
+            eprintln!("{msg}: aborting");
+            std::process::abort();
+        }
+        default_hook(info);
+    }));
+    Ok(())
+}
