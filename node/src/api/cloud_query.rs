@@ -11,8 +11,7 @@ use serde_json::Value;
 
 use super::context::{ApiQuery, AppState, RequestCtx};
 use super::error::ApiError;
-use crate::bql;
-use crate::query;
+use crate::query::{self, bql};
 
 /// System classes BQL reads, with the same rules as their REST listings (`GET /1/users` never
 /// shows passwords or sessions, and hides other users' private fields).

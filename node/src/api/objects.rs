@@ -12,9 +12,6 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use basalt_cluster::object::{format_wire_time, is_object_id, new_object_id, validate_class_name};
-use basalt_cluster::query::aggregate::{AggregateSpec, Metric};
-use basalt_cluster::query::filter::Filter;
-use basalt_cluster::query::ScanRequest;
 use basalt_cluster::schema::infer::requirements;
 use basalt_cluster::update::{parse_updates, FieldUpdate};
 use basalt_cluster::{now_ms, Command, CommandResult, Proposed};
@@ -23,8 +20,9 @@ use serde_json::{json, Value};
 
 use super::context::{ApiBody, ApiPath, ApiQuery, AppState, RequestCtx};
 use super::error::ApiError;
-use crate::pointers::{expand, parse_include, parse_keys};
-use crate::query::{self, add_metrics, Aggregation, Query};
+use crate::query;
+use crate::query::params::ListParams;
+use crate::query::projection::{expand, parse_include};
 use crate::users::protected::UserView;
 use crate::users::session::{ends_sessions, principals};
 use crate::users::USER_CLASS;
@@ -285,104 +283,6 @@ pub async fn delete_object(
     delete_in(&state, &ctx, &class, &object_id, who).await
 }
 
-#[derive(Debug, Default, Deserialize)]
-pub struct ListParams {
-    #[serde(rename = "where")]
-    filter: Option<String>,
-    limit: Option<String>,
-    skip: Option<String>,
-    order: Option<String>,
-    count: Option<String>,
-    include: Option<String>,
-    keys: Option<String>,
-    groupby: Option<String>,
-    groupcount: Option<String>,
-    sum: Option<String>,
-    average: Option<String>,
-    max: Option<String>,
-    min: Option<String>,
-    having: Option<String>,
-}
-
-fn parse_count(name: &str, v: &Option<String>) -> Result<Option<usize>, ApiError> {
-    v.as_deref()
-        .map(|s| {
-            s.trim()
-                .parse::<u64>()
-                .ok()
-                .and_then(|n| usize::try_from(n).ok())
-                .ok_or_else(|| {
-                    ApiError::InvalidQuery(format!("{name} must be a non-negative integer."))
-                })
-        })
-        .transpose()
-}
-
-/// Levels of objects and arrays a `where` or `having` parameter may nest.
-pub const MAX_FILTER_DEPTH: usize = 64;
-
-/// A JSON-object parameter (`where`, `having`) as a filter; absent or empty is no filter.
-fn filter_param(name: &str, v: &Option<String>) -> Result<Filter, ApiError> {
-    let Some(text) = v.as_deref().map(str::trim).filter(|s| !s.is_empty()) else {
-        return Ok(Filter::All);
-    };
-    super::json_text::check(text.as_bytes(), MAX_FILTER_DEPTH)
-        .map_err(|e| ApiError::InvalidQuery(format!("{name}: {e}.")))?;
-    match serde_json::from_str::<Value>(text) {
-        Ok(Value::Object(m)) => {
-            Filter::parse(&m).map_err(|e| ApiError::InvalidQuery(e.to_string()))
-        }
-        Ok(_) => Err(ApiError::InvalidQuery(format!(
-            "{name} must be a JSON object."
-        ))),
-        Err(e) => Err(ApiError::InvalidQuery(format!(
-            "{name} is not valid JSON: {e}."
-        ))),
-    }
-}
-
-/// The query the parameters of spec 4.3 and 4.4 describe.
-fn query_of(class: &str, p: &ListParams) -> Result<Query, ApiError> {
-    let mut spec = AggregateSpec {
-        group_by: parse_keys(p.groupby.as_deref().unwrap_or("")),
-        group_count: matches!(p.groupcount.as_deref().map(str::trim), Some("true" | "1")),
-        ..Default::default()
-    };
-    for (metric, v) in [
-        (Metric::Sum, &p.sum),
-        (Metric::Average, &p.average),
-        (Metric::Max, &p.max),
-        (Metric::Min, &p.min),
-    ] {
-        add_metrics(&mut spec, metric, v.as_deref().unwrap_or(""));
-    }
-    let aggregated = !spec.group_by.is_empty() || spec.group_count || !spec.metrics.is_empty();
-    if p.having.is_some() && !aggregated {
-        return Err(ApiError::InvalidQuery(
-            "having needs groupby, groupcount or an aggregate.".into(),
-        ));
-    }
-    Ok(Query {
-        class: class.to_string(),
-        filter: filter_param("where", &p.filter)?,
-        order: ScanRequest::parse_order(p.order.as_deref().unwrap_or("")),
-        skip: parse_count("skip", &p.skip)?.unwrap_or(0),
-        limit: parse_count("limit", &p.limit)?,
-        count: p.count.as_deref() == Some("1"),
-        keys: parse_keys(p.keys.as_deref().unwrap_or("")),
-        include: parse_include(p.include.as_deref().unwrap_or(""))?,
-        aggregation: if aggregated {
-            Some(Aggregation {
-                spec,
-                having: filter_param("having", &p.having)?,
-            })
-        } else {
-            None
-        },
-        max_limit: None,
-    })
-}
-
 /// Lists a class as the caller may see it, with the parameters of spec 4.3 (`where`, `order`,
 /// `skip`, `limit`, `count`, `keys`, `include`) or aggregates it (spec 4.4); see `query::run`.
 pub async fn list_in(
@@ -391,7 +291,7 @@ pub async fn list_in(
     class: &str,
     params: ListParams,
 ) -> Result<Value, ApiError> {
-    let q = query_of(class, &params)?;
+    let q = params.query(class)?;
     let outcome = query::run(state, ctx, q).await?;
     Ok(query::rest_body(outcome, ctx.app.wrap_aggregates))
 }

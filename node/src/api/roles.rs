@@ -18,8 +18,8 @@ use super::context::{ApiBody, ApiPath, ApiQuery, AppState, RequestCtx};
 use super::error::ApiError;
 use super::objects::{
     check_object_id, create_in, created_response, delete_in, get_in, list_in, update_in, GetParams,
-    ListParams,
 };
+use crate::query::params::ListParams;
 use crate::users::roles::ROLE_CLASS;
 use crate::users::session::{principals, session_user};
 use crate::users::unique::{self, Unique};

@@ -18,8 +18,8 @@ use super::context::{ApiBody, ApiPath, ApiQuery, AppState, RequestCtx};
 use super::error::ApiError;
 use super::objects::{
     check_object_id, create_in, created_response, delete_in, get_in, list_in, update_in, GetParams,
-    ListParams,
 };
+use crate::query::params::ListParams;
 use crate::throttle::{self, ClientIp, IpKind, LOGIN_WINDOWS};
 use crate::users::session::{add_session, ends_sessions, new_token, only_session, session_user};
 use crate::users::third_party::{identity_of, parse_auth_data, Link, AUTH_DATA_FIELD, PLATFORMS};

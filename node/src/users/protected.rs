@@ -4,7 +4,7 @@
 //! aggregate on them, which would reveal them one guess at a time.
 //!
 //! Applied where user objects leave the node: `query::run` (listings, counts, aggregates),
-//! `api::objects::get_in` and `pointers::expand` (included users).
+//! `api::objects::get_in` and `query::projection::expand` (included users).
 
 use basalt_cluster::query::filter::{Cond, Filter};
 use serde_json::Value;

@@ -32,8 +32,8 @@ use basalt_cluster::query::filter::Filter;
 use basalt_cluster::query::SortKey;
 use serde_json::{json, Map, Value};
 
-use crate::pointers::parse_include;
-use crate::query::{Aggregation, Query};
+use super::projection::parse_include;
+use super::{Aggregation, Query};
 pub use error::BqlError;
 use lexer::{tokenize, Tok, Token};
 

@@ -1,11 +1,15 @@
 //! The query model both query languages build (the REST parameters of spec 4.3/4.4 in
-//! `api::objects`, BQL in `bql`) and its execution over the cluster.
+//! `params`, BQL in `bql`) and its execution over the cluster.
 //!
 //! `run` applies the limit caps, finds the caller's principals, resolves sub-queries on the
 //! coordinator (`Coordinator::resolve`), sends the scan or the aggregation to every shard
 //! (`Coordinator::scan` / `aggregate`: scatter-gather with the shards' partial
 //! results merged here), then hides other users' private fields (`users::protected`), restricts
-//! `keys` and expands `include` (`pointers`).
+//! `keys` and expands `include` (`projection`).
+
+pub mod bql;
+pub mod params;
+pub mod projection;
 
 use basalt_cluster::query::aggregate::{finish, AggregateRequest, AggregateSpec, Metric};
 use basalt_cluster::query::filter::Filter;
@@ -15,9 +19,9 @@ use serde_json::{json, Value};
 
 use crate::api::context::{AppState, RequestCtx};
 use crate::api::error::ApiError;
-use crate::pointers::{expand, project, IncludeKey};
 use crate::users::protected::UserView;
 use crate::users::session::principals;
+use projection::{expand, project, IncludeKey};
 
 /// Default and largest `limit` of a query (spec 4.3; a larger limit is capped), and the
 /// largest for an app on the enterprise plan.
