@@ -118,15 +118,16 @@ fn credentials(
 }
 
 fn write_credentials(path: &Path, doc: &Value) -> Result<(), ApiError> {
-    let text = serde_json::to_string_pretty(doc).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let text = serde_json::to_string_pretty(doc)
+        .map_err(|e| ApiError::fault("encoding credentials", e))?;
     let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text).map_err(|e| ApiError::Internal(e.to_string()))?;
+    std::fs::write(&tmp, text).map_err(|e| ApiError::fault("writing credentials", e))?;
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
         let _ = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600));
     }
-    std::fs::rename(&tmp, path).map_err(|e| ApiError::Internal(e.to_string()))
+    std::fs::rename(&tmp, path).map_err(|e| ApiError::fault("writing credentials", e))
 }
 
 /// Human-readable lines for the credentials document.

@@ -104,7 +104,7 @@ fn auth_providers(v: &Value) -> Result<Value, ApiError> {
         }
         out.insert(platform.clone(), creds);
     }
-    serde_json::to_value(out).map_err(|e| ApiError::Internal(e.to_string()))
+    serde_json::to_value(out).map_err(|e| ApiError::fault("encoding apps", e))
 }
 
 /// Validates the settable members of a POST or PUT body into record members.
@@ -202,11 +202,11 @@ pub async fn create_app(
         .and_then(Value::as_str)
         .ok_or_else(|| ApiError::InvalidBody("appName is required.".into()))?;
     let mut app = AppRecord::generate(name, &account.email);
-    let mut v = serde_json::to_value(&app).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let mut v = serde_json::to_value(&app).map_err(|e| ApiError::fault("encoding an app", e))?;
     if let Some(m) = v.as_object_mut() {
         m.extend(members);
     }
-    app = serde_json::from_value(v).map_err(|e| ApiError::Internal(e.to_string()))?;
+    app = serde_json::from_value(v).map_err(|e| ApiError::fault("decoding an app", e))?;
     put_app(&state.cluster, &app).await?;
     Ok(Json(app.to_json()))
 }

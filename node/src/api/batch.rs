@@ -95,7 +95,7 @@ pub async fn run_batch(
         .router
         .get()
         .cloned()
-        .ok_or_else(|| ApiError::Internal("batch router not set".into()))?;
+        .ok_or_else(|| ApiError::internal("batch router not set"))?;
     let mut results = Vec::with_capacity(ops.len());
     // The operations run inside this request's span and id scope: their log lines and the
     // work they forward carry the batch's request id.

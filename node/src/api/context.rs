@@ -166,7 +166,7 @@ impl<S: Send + Sync> FromRequestParts<S> for RequestCtx {
             .extensions
             .get::<RequestCtx>()
             .cloned()
-            .ok_or_else(|| ApiError::Internal("route without authentication middleware".into()))
+            .ok_or_else(|| ApiError::internal("route without authentication middleware"))
     }
 }
 

@@ -143,7 +143,64 @@ pub enum ApiError {
     #[error("method not allowed")]
     MethodNotAllowed,
     #[error("internal: {0}")]
-    Internal(String),
+    Internal(Fault),
+}
+
+/// An internal fault: what failed and, when another error caused it, that error — logged with
+/// its whole chain of causes; clients see only `BUSY_MESSAGE`.
+#[derive(Debug)]
+pub struct Fault {
+    what: String,
+    source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+impl std::fmt::Display for Fault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.what)
+    }
+}
+
+impl std::error::Error for Fault {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+impl Fault {
+    /// The fault and its causes, outermost first, joined by `: `.
+    pub fn chain(&self) -> String {
+        let mut out = self.what.clone();
+        let mut next = std::error::Error::source(self);
+        while let Some(e) = next {
+            out.push_str(": ");
+            out.push_str(&e.to_string());
+            next = e.source();
+        }
+        out
+    }
+}
+
+impl ApiError {
+    /// An internal fault with no underlying error (an invariant that did not hold).
+    pub fn internal(what: impl Into<String>) -> ApiError {
+        ApiError::Internal(Fault {
+            what: what.into(),
+            source: None,
+        })
+    }
+
+    /// An internal fault caused by `source` (kept for the log).
+    pub fn fault(
+        what: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> ApiError {
+        ApiError::Internal(Fault {
+            what: what.into(),
+            source: Some(Box::new(source)),
+        })
+    }
 }
 
 /// The generic message of internal faults (decisions.md).
@@ -309,17 +366,17 @@ impl From<ClusterError> for ApiError {
             }
             ClusterError::Timeout(m) => ApiError::Timeout(m),
             ClusterError::Schema(e) => e.into(),
-            ClusterError::InvalidOperation(m)
-            | ClusterError::Storage(m)
-            | ClusterError::NotApplied(m)
-            | ClusterError::Internal(m) => ApiError::Internal(m),
+            e @ (ClusterError::InvalidOperation(_)
+            | ClusterError::Storage(_)
+            | ClusterError::NotApplied(_)
+            | ClusterError::Internal(_)) => ApiError::fault("cluster", e),
         }
     }
 }
 
 impl From<PasswordError> for ApiError {
     fn from(e: PasswordError) -> Self {
-        ApiError::Internal(e.to_string())
+        ApiError::fault("password hashing", e)
     }
 }
 
@@ -327,7 +384,7 @@ impl From<AppsError> for ApiError {
     fn from(e: AppsError) -> Self {
         match e {
             AppsError::NotFound(id) => ApiError::ObjectNotFound(id),
-            AppsError::Corrupt(m) => ApiError::Internal(format!("app record: {m}")),
+            e @ AppsError::Corrupt(_) => ApiError::fault("reading an app", e),
             AppsError::Cluster(e) => e.into(),
             AppsError::Password(e) => e.into(),
         }
@@ -388,8 +445,8 @@ impl IntoResponse for ApiError {
         let status = self.status();
         let body = match &self {
             ApiError::Unauthorized => json!({"error": "unauthorized"}),
-            ApiError::Internal(cause) => {
-                tracing::error!(cause = %cause, "internal error");
+            ApiError::Internal(fault) => {
+                tracing::error!(cause = %fault.chain(), "internal error");
                 json!({"code": self.code(), "error": BUSY_MESSAGE})
             }
             ApiError::Unavailable(cause) | ApiError::Timeout(cause) => {
@@ -567,7 +624,7 @@ mod tests {
             (ApiError::MethodNotAllowed, 405, 405),
             (ApiError::Unavailable("x".into()), 503, 503),
             (ApiError::Timeout("x".into()), 503, 503),
-            (ApiError::Internal("x".into()), 500, 500),
+            (ApiError::internal("x"), 500, 500),
         ];
         let mut covered = [false; VARIANTS];
         for (e, status, code) in table {
@@ -576,6 +633,25 @@ mod tests {
         }
         let missing: Vec<usize> = (0..VARIANTS).filter(|i| !covered[*i]).collect();
         assert!(missing.is_empty(), "variants without a row: {missing:?}");
+    }
+
+    #[test]
+    fn internal_faults_keep_their_cause_for_the_log_only() {
+        let cause = ClusterError::Storage("disk gone".into());
+        let e = ApiError::fault("reading a user", cause);
+        let ApiError::Internal(fault) = &e else {
+            panic!("not internal: {e:?}");
+        };
+        assert_eq!(fault.chain(), "reading a user: storage error: disk gone");
+        assert!(std::error::Error::source(fault).is_some());
+        assert_eq!(ApiError::internal("x").to_string(), "internal: x");
+        let from_cluster = ApiError::from(ClusterError::Internal("bad state".into()));
+        let ApiError::Internal(fault) = &from_cluster else {
+            panic!("not internal: {from_cluster:?}");
+        };
+        assert!(fault.chain().ends_with("bad state"), "{}", fault.chain());
+        let resp = e.into_response();
+        assert_eq!(resp.status(), StatusCode::INTERNAL_SERVER_ERROR);
     }
 
     #[test]

@@ -105,7 +105,7 @@ pub async fn metrics(State(state): State<AppState>) -> Result<String, ApiError> 
     PROMETHEUS
         .get()
         .map(PrometheusHandle::render)
-        .ok_or_else(|| ApiError::Internal("metrics recorder not installed".into()))
+        .ok_or_else(|| ApiError::internal("metrics recorder not installed"))
 }
 
 pub async fn not_found() -> ApiError {

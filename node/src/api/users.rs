@@ -362,7 +362,7 @@ async fn start_session(
     };
     match proposed {
         Ok(p) if matches!(p.result, CommandResult::Updated { .. }) => {}
-        Ok(_) => return Err(ApiError::Internal("login: unexpected result".into())),
+        Ok(_) => return Err(ApiError::internal("login: unexpected result")),
         Err(e) => return Err(ApiError::from_cluster(e, user_id)),
     }
     let mut user = stored.render(user_id);
@@ -460,7 +460,7 @@ async fn create_phone_user(
         .cluster
         .get_stored_object(&app, USER_CLASS, &user_id)
         .await?
-        .ok_or_else(|| ApiError::Internal("a created user is missing".into()))?;
+        .ok_or_else(|| ApiError::internal("a created user is missing"))?;
     let mut user = stored.render(&user_id);
     user["sessionToken"] = json!(token);
     Ok(user)

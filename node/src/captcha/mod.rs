@@ -82,8 +82,8 @@ fn well_formed(token: &str) -> bool {
     token.len() == TOKEN_LEN && token.bytes().all(|b| b.is_ascii_alphanumeric())
 }
 
-fn internal(e: impl std::fmt::Display) -> ApiError {
-    ApiError::Internal(e.to_string())
+fn internal(e: serde_json::Error) -> ApiError {
+    ApiError::fault("a captcha record", e)
 }
 
 /// Stores a new captcha for `app`; answers its token and text.
@@ -128,7 +128,7 @@ pub async fn picture(cluster: &Cluster, token: &str) -> Result<Option<Vec<u8>>, 
     let c: Captcha = serde_json::from_value(v).map_err(internal)?;
     image::render_png(&c.text, c.width, c.height, c.seed)
         .map(Some)
-        .map_err(ApiError::Internal)
+        .map_err(ApiError::internal)
 }
 
 /// Checks a captcha's text (ignoring case) and ends the captcha; on a match answers a new

@@ -169,8 +169,8 @@ fn template_key(app: &str, name: &str) -> String {
     format!("{app}/{name}")
 }
 
-fn internal(e: impl std::fmt::Display) -> ApiError {
-    ApiError::Internal(e.to_string())
+fn internal(e: serde_json::Error) -> ApiError {
+    ApiError::fault("an SMS template record", e)
 }
 
 pub async fn put_template(cluster: &Cluster, app: &str, t: &Template) -> Result<(), ApiError> {
@@ -348,7 +348,7 @@ async fn new_message(cluster: &Cluster, app: &str, number: &str) -> Result<i64, 
             Err(e) => return Err(e.into()),
         }
     }
-    Err(ApiError::Internal("no free smsId".into()))
+    Err(ApiError::internal("no free smsId"))
 }
 
 async fn set_message(cluster: &Cluster, app: &str, sms_id: i64, member: &str, v: Value) {

@@ -64,7 +64,8 @@ pub async fn send_link(
         Purpose::Verify => VERIFY_TTL_MS,
         Purpose::Reset => RESET_TTL_MS,
     };
-    let value = serde_json::to_value(&link).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let value =
+        serde_json::to_value(&link).map_err(|e| ApiError::fault("encoding an email link", e))?;
     cluster
         .put_record(
             group(cluster, &token),
