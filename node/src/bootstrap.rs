@@ -8,12 +8,12 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use basalt_cluster::admin::NS_CLUSTER;
 use basalt_cluster::ids::META_GROUP;
 use basalt_cluster::Cluster;
 use serde_json::{json, Value};
 
-use crate::api::error::ApiError;
 use crate::apps::{find_app, put_account, put_app, random_key, AppRecord};
 
 const BOOTSTRAP_KEY: &str = "bootstrap";
@@ -31,10 +31,10 @@ pub async fn bootstrap(
         match try_bootstrap(cluster, data_dir, http_addr).await {
             Ok(v) => return Ok(v),
             Err(e) if Instant::now() < deadline => {
-                tracing::info!("bootstrap waiting for the cluster: {e}");
+                tracing::info!("bootstrap waiting for the cluster: {e:#}");
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
-            Err(e) => return Err(anyhow::anyhow!("bootstrap failed: {e}")),
+            Err(e) => return Err(e.context("bootstrap failed")),
         }
     }
 }
@@ -43,7 +43,7 @@ async fn try_bootstrap(
     cluster: &Cluster,
     data_dir: &Path,
     http_addr: &str,
-) -> Result<Value, ApiError> {
+) -> anyhow::Result<Value> {
     let path = data_dir.join(CREDENTIALS_FILE);
     if let Some(done) = cluster
         .get_record(META_GROUP, NS_CLUSTER, BOOTSTRAP_KEY)
@@ -117,17 +117,16 @@ fn credentials(
     doc
 }
 
-fn write_credentials(path: &Path, doc: &Value) -> Result<(), ApiError> {
-    let text = serde_json::to_string_pretty(doc)
-        .map_err(|e| ApiError::fault("encoding credentials", e))?;
+fn write_credentials(path: &Path, doc: &Value) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(doc).context("encoding credentials")?;
     let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text).map_err(|e| ApiError::fault("writing credentials", e))?;
+    std::fs::write(&tmp, text).context("writing credentials")?;
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
         let _ = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600));
     }
-    std::fs::rename(&tmp, path).map_err(|e| ApiError::fault("writing credentials", e))
+    std::fs::rename(&tmp, path).context("writing credentials")
 }
 
 /// Human-readable lines for the credentials document.

@@ -25,8 +25,6 @@ use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::request::Parts;
 use basalt_cluster::{Cluster, Error as ClusterError, QuotaWindow};
 
-use crate::api::error::ApiError;
-
 /// Record namespace of per-account attempt counts (`TakeQuota` records).
 pub const NS_TRIES: &str = "tries";
 
@@ -126,7 +124,7 @@ impl IpLimiter {
 
     /// Counts one attempt of `ip` of `kind`; 429 (`Throttled`) when its window is full.
     /// Requests without a client address (made inside the node) are not counted.
-    pub fn take(&self, kind: IpKind, ip: Option<IpAddr>) -> Result<(), ApiError> {
+    pub fn take(&self, kind: IpKind, ip: Option<IpAddr>) -> Result<(), ThrottleError> {
         let max = self.limits.max(kind);
         let Some(ip) = ip.filter(|_| max > 0) else {
             return Ok(());
@@ -145,7 +143,7 @@ impl IpLimiter {
             let retry = IP_WINDOW.saturating_sub(now.duration_since(*start));
             metrics::counter!("basalt_throttled_total", "limit" => kind.name(), "key" => "ip")
                 .increment(1);
-            return Err(ApiError::Throttled {
+            return Err(ThrottleError::Throttled {
                 what: format!("{} attempts from this address", kind.name()),
                 retry_after_secs: retry.as_secs().max(1),
             });
@@ -167,6 +165,17 @@ impl IpLimiter {
     }
 }
 
+/// Why an attempt was refused: its window is full (429 with `Retry-After`), or the cluster
+/// could not count it.
+#[derive(Debug, thiserror::Error)]
+pub enum ThrottleError {
+    /// `what` names the limit; the window has room again in `retry_after_secs`.
+    #[error("too many {what}; try again in {retry_after_secs} s.")]
+    Throttled { what: String, retry_after_secs: u64 },
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+}
+
 /// One attempt counted by `take`, which `give_back` uncounts.
 #[derive(Debug, Clone)]
 pub struct Attempt {
@@ -182,7 +191,7 @@ pub async fn take(
     what: &str,
     key: &str,
     windows: &[QuotaWindow],
-) -> Result<Attempt, ApiError> {
+) -> Result<Attempt, ThrottleError> {
     let group = cluster.shard_for("_throttle", NS_TRIES, key);
     match cluster
         .take_quota(group, NS_TRIES, key, windows.to_vec())
@@ -196,7 +205,7 @@ pub async fn take(
             metrics::counter!("basalt_throttled_total", "limit" => what.to_string(), "key" => "account")
                 .increment(1);
             let shortest = windows.iter().map(|w| w.length_ms).min().unwrap_or(60_000);
-            Err(ApiError::Throttled {
+            Err(ThrottleError::Throttled {
                 what: format!("{what} attempts"),
                 retry_after_secs: u64::try_from(shortest / 1000).unwrap_or(60).max(1),
             })
@@ -252,7 +261,7 @@ mod tests {
         }
         assert!(matches!(
             l.take(IpKind::Login, a),
-            Err(ApiError::Throttled { .. })
+            Err(ThrottleError::Throttled { .. })
         ));
         assert!(l.take(IpKind::Login, b).is_ok());
         assert!(l.take(IpKind::Login, None).is_ok());

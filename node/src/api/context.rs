@@ -185,11 +185,11 @@ impl FromRequestParts<AppState> for ConsoleAccount {
         let email = header(&parts.headers, &state.headers.email).ok_or(ApiError::Unauthorized)?;
         let password =
             header(&parts.headers, &state.headers.password).ok_or(ApiError::Unauthorized)?;
-        let console_throttled = |e: ApiError| match e {
-            ApiError::Throttled {
+        let console_throttled = |e: throttle::ThrottleError| match e {
+            throttle::ThrottleError::Throttled {
                 retry_after_secs, ..
             } => ApiError::ConsoleThrottled { retry_after_secs },
-            other => other,
+            other => other.into(),
         };
         state
             .limiter

@@ -12,6 +12,8 @@ use serde_json::json;
 
 use crate::apps::AppsError;
 use crate::auth::password::PasswordError;
+use crate::captcha::CaptchaError;
+use crate::throttle::ThrottleError;
 use crate::users::third_party::providers::VerifyError;
 use crate::users::third_party::AuthDataError;
 
@@ -370,6 +372,34 @@ impl From<ClusterError> for ApiError {
             | ClusterError::Storage(_)
             | ClusterError::NotApplied(_)
             | ClusterError::Internal(_)) => ApiError::fault("cluster", e),
+        }
+    }
+}
+
+impl From<CaptchaError> for ApiError {
+    fn from(e: CaptchaError) -> Self {
+        match e {
+            CaptchaError::InvalidParams(m) => ApiError::InvalidBody(m),
+            CaptchaError::Failed => ApiError::CaptchaFailed,
+            e @ (CaptchaError::Record(_) | CaptchaError::Render(_)) => {
+                ApiError::fault("captcha", e)
+            }
+            CaptchaError::Cluster(e) => e.into(),
+        }
+    }
+}
+
+impl From<ThrottleError> for ApiError {
+    fn from(e: ThrottleError) -> Self {
+        match e {
+            ThrottleError::Throttled {
+                what,
+                retry_after_secs,
+            } => ApiError::Throttled {
+                what,
+                retry_after_secs,
+            },
+            ThrottleError::Cluster(e) => e.into(),
         }
     }
 }

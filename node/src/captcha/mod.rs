@@ -8,11 +8,28 @@
 pub mod image;
 
 use basalt_cluster::object::random_alphanumeric;
-use basalt_cluster::{now_ms, Cluster};
+use basalt_cluster::{now_ms, Cluster, Error as ClusterError};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::api::error::ApiError;
+/// Why a captcha operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CaptchaError {
+    /// A request parameter outside its range (107).
+    #[error("{0}")]
+    InvalidParams(String),
+    /// A wrong text, or an unknown, expired or used captcha (10023).
+    #[error("the captcha does not match")]
+    Failed,
+    /// A stored captcha that does not decode.
+    #[error("a captcha record")]
+    Record(#[from] serde_json::Error),
+    /// A captcha that cannot be drawn.
+    #[error("drawing a captcha: {0}")]
+    Render(String),
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+}
 
 /// Record namespace of issued captchas.
 pub const NS_CAPTCHA: &str = "captcha";
@@ -37,10 +54,11 @@ pub struct CaptchaParams {
 impl CaptchaParams {
     /// From a `requestCaptcha` body: defaults 85×30, 4 characters, 60 s; 107 outside the
     /// ranges 60–200, 30–100, 3–6, 60–180.
-    pub fn from_body(body: &Map<String, Value>) -> Result<Self, ApiError> {
-        let field = |name: &str, default: u32, lo: u32, hi: u32| -> Result<u32, ApiError> {
-            let out_of_range =
-                || ApiError::InvalidBody(format!("{name} must be an integer from {lo} to {hi}."));
+    pub fn from_body(body: &Map<String, Value>) -> Result<Self, CaptchaError> {
+        let field = |name: &str, default: u32, lo: u32, hi: u32| -> Result<u32, CaptchaError> {
+            let out_of_range = || {
+                CaptchaError::InvalidParams(format!("{name} must be an integer from {lo} to {hi}."))
+            };
             match body.get(name) {
                 None | Some(Value::Null) => Ok(default),
                 Some(v) => {
@@ -82,16 +100,12 @@ fn well_formed(token: &str) -> bool {
     token.len() == TOKEN_LEN && token.bytes().all(|b| b.is_ascii_alphanumeric())
 }
 
-fn internal(e: serde_json::Error) -> ApiError {
-    ApiError::fault("a captcha record", e)
-}
-
 /// Stores a new captcha for `app`; answers its token and text.
 pub async fn issue(
     cluster: &Cluster,
     app: &str,
     p: CaptchaParams,
-) -> Result<(String, String), ApiError> {
+) -> Result<(String, String), CaptchaError> {
     let token = random_alphanumeric(TOKEN_LEN);
     let captcha = Captcha {
         app: app.to_string(),
@@ -100,7 +114,7 @@ pub async fn issue(
         width: p.width,
         height: p.height,
     };
-    let value = serde_json::to_value(&captcha).map_err(internal)?;
+    let value = serde_json::to_value(&captcha)?;
     let expires = now_ms() + i64::from(p.ttl_s) * 1000;
     cluster
         .put_record(
@@ -115,7 +129,7 @@ pub async fn issue(
 }
 
 /// The PNG of a live captcha, if any.
-pub async fn picture(cluster: &Cluster, token: &str) -> Result<Option<Vec<u8>>, ApiError> {
+pub async fn picture(cluster: &Cluster, token: &str) -> Result<Option<Vec<u8>>, CaptchaError> {
     if !well_formed(token) {
         return Ok(None);
     }
@@ -125,10 +139,10 @@ pub async fn picture(cluster: &Cluster, token: &str) -> Result<Option<Vec<u8>>, 
     else {
         return Ok(None);
     };
-    let c: Captcha = serde_json::from_value(v).map_err(internal)?;
+    let c: Captcha = serde_json::from_value(v)?;
     image::render_png(&c.text, c.width, c.height, c.seed)
         .map(Some)
-        .map_err(ApiError::internal)
+        .map_err(CaptchaError::Render)
 }
 
 /// Checks a captcha's text (ignoring case) and ends the captcha; on a match answers a new
@@ -138,20 +152,20 @@ pub async fn verify(
     app: &str,
     token: &str,
     text: &str,
-) -> Result<String, ApiError> {
+) -> Result<String, CaptchaError> {
     if !well_formed(token) {
-        return Err(ApiError::CaptchaFailed);
+        return Err(CaptchaError::Failed);
     }
     let taken = cluster
         .take_record(group(cluster, token), NS_CAPTCHA, token)
         .await?;
     let captcha: Captcha = match taken.map(serde_json::from_value) {
         Some(Ok(c)) => c,
-        Some(Err(e)) => return Err(internal(e)),
-        None => return Err(ApiError::CaptchaFailed),
+        Some(Err(e)) => return Err(e.into()),
+        None => return Err(CaptchaError::Failed),
     };
     if captcha.app != app || !captcha.text.eq_ignore_ascii_case(text.trim()) {
-        return Err(ApiError::CaptchaFailed);
+        return Err(CaptchaError::Failed);
     }
     let pass = random_alphanumeric(TOKEN_LEN);
     cluster
@@ -167,7 +181,7 @@ pub async fn verify(
 }
 
 /// Takes a validate token of `app`: true once per token, while it is live.
-pub async fn take_pass(cluster: &Cluster, app: &str, pass: &str) -> Result<bool, ApiError> {
+pub async fn take_pass(cluster: &Cluster, app: &str, pass: &str) -> Result<bool, CaptchaError> {
     if !well_formed(pass) {
         return Ok(false);
     }
@@ -182,7 +196,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn params(v: Value) -> Result<CaptchaParams, ApiError> {
+    fn params(v: Value) -> Result<CaptchaParams, CaptchaError> {
         CaptchaParams::from_body(v.as_object().unwrap())
     }
 
@@ -213,7 +227,7 @@ mod tests {
             json!({"width": 4294967396u64}),
         ] {
             assert!(
-                matches!(params(bad.clone()), Err(ApiError::InvalidBody(_))),
+                matches!(params(bad.clone()), Err(CaptchaError::InvalidParams(_))),
                 "{bad}"
             );
         }
