@@ -102,6 +102,10 @@ pub struct GroupStatus {
     /// Why the group's Raft core stopped on this node, if it did (it serves nothing then).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub halted: Option<String>,
+    /// Whether this replica vouches for being current, so that it may answer a read alone
+    /// (`replicas::freshness`).
+    #[serde(default)]
+    pub current: bool,
 }
 
 impl GroupStatus {

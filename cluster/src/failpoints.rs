@@ -2,7 +2,8 @@
 //! (`fail` crate, compiled in with the `failpoints` feature, which the test build enables;
 //! without it the points compile to nothing). They are armed when the node starts, from
 //! `BASALT_FAILPOINTS` (`name=actions;...`, the `fail` crate's action syntax, e.g.
-//! `log-append=40*off->panic`); a fail point's panic aborts the process, as a crash would.
+//! `log-append=40*off->panic`); while any is armed, a panic aborts the process, as a crash
+//! would.
 //!
 //! The points: `log-append` (a Raft log batch is written, not yet reported durable),
 //! `apply-staged` (a batch of committed entries is applied in memory, not yet written),
@@ -46,19 +47,19 @@ pub fn arm_from_env() -> Result<(), String> {
         fail::cfg(name, actions).map_err(|e| format!("{FAILPOINTS_ENV}: {name}: {e}"))?;
         tracing::warn!(name, actions, "fail point armed");
     }
+    // Any panic while fail points are armed (`panic`, `panic(msg)`, a `return` the point does
+    // not support) ends the process, as a crash would, instead of leaving a task dead.
     let default_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
+        default_hook(info);
         let msg = info
             .payload()
             .downcast_ref::<String>()
             .map(String::as_str)
             .or_else(|| info.payload().downcast_ref::<&str>().copied())
             .unwrap_or("");
-        if msg.starts_with("failpoint ") {
-            eprintln!("{msg}: aborting");
-            std::process::abort();
-        }
-        default_hook(info);
+        eprintln!("{msg}: aborting");
+        std::process::abort();
     }));
     Ok(())
 }

@@ -115,6 +115,7 @@ mod tests {
             voters: vec![1, 2, 3],
             learners: vec![],
             halted: None,
+            current: false,
         }
     }
 

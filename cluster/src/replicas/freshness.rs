@@ -10,9 +10,10 @@
 //!   noted by the peer service; the leader: a quorum's acknowledgement; a group with one voter
 //!   needs none).
 //!
-//! A settling write waits `SETTLE_TIMEOUT` at most, longer than the lease plus the deadline of
-//! a Raft message (one heartbeat interval): a member that has not applied it by then has either
-//! applied it since, or stopped vouching for itself.
+//! A settling write waits at most `LeaderContact::settle_timeout` (3 s by default), longer than
+//! the lease plus the deadline of a Raft message (one heartbeat interval): a member that has not
+//! applied it by then has either applied it since, or stopped vouching for itself. Settling
+//! also counts a member that does not vouch for itself when asked (`GroupStatus::current`).
 
 use openraft::async_runtime::WatchReceiver;
 use openraft::{Instant as _, ServerState};

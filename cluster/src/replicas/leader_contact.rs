@@ -13,6 +13,7 @@ pub(super) struct LeaderContact {
     /// Milliseconds after `started` of the last contact, plus one (0: never).
     last: Vec<AtomicU64>,
     lease: Duration,
+    heartbeat: Duration,
 }
 
 impl LeaderContact {
@@ -21,6 +22,7 @@ impl LeaderContact {
             started: Instant::now(),
             last: (0..groups).map(|_| AtomicU64::new(0)).collect(),
             lease: lease(tuning),
+            heartbeat: Duration::from_millis(tuning.heartbeat_ms),
         }
     }
 
@@ -33,6 +35,13 @@ impl LeaderContact {
 
     pub(super) fn lease(&self) -> Duration {
         self.lease
+    }
+
+    /// How long a write that nodes read from their own replica waits for the members to apply
+    /// it: 3 s, and at least twice the lease plus a heartbeat (a Raft message's deadline), so a
+    /// member that has not applied it by then has stopped vouching for its replica.
+    pub(super) fn settle_timeout(&self) -> Duration {
+        Duration::from_secs(3).max((self.lease + self.heartbeat) * 2)
     }
 
     pub(super) fn within_lease(&self, group: GroupId) -> bool {

@@ -310,14 +310,21 @@ impl Replicas {
             node_id: self.node_id(),
             groups: self
                 .groups()
-                .map(|(g, raft)| group_status(g, raft))
+                .map(|(g, raft)| GroupStatus {
+                    current: self.replica_is_current(g),
+                    ..group_status(g, raft)
+                })
                 .collect(),
         }
     }
 
     /// The state of one group on this node.
     pub(crate) fn status_of(&self, group: GroupId) -> Option<GroupStatus> {
-        self.group(group).ok().map(|raft| group_status(group, raft))
+        let raft = self.group(group).ok()?;
+        Some(GroupStatus {
+            current: self.replica_is_current(group),
+            ..group_status(group, raft)
+        })
     }
 
     /// A digest of each group's state as this node's replica holds it (`admin::GroupDigest`).
@@ -376,6 +383,7 @@ fn group_status(group: GroupId, raft: &GroupRaft) -> GroupStatus {
         voters: membership.voter_ids().collect(),
         learners: membership.learner_ids().collect(),
         halted: m.running_state.as_ref().err().map(|e| e.to_string()),
+        current: false,
     }
 }
 

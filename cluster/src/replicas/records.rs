@@ -5,7 +5,6 @@
 
 use serde_json::Value;
 
-use super::settle::SETTLE_TIMEOUT;
 use super::{now_ms, unexpected, Replicas};
 use crate::command::{Command, CommandResult, Proposed, QuotaWindow, ReadRequest, ReadResponse};
 use crate::error::{Error, Result};
@@ -20,7 +19,7 @@ impl Replicas {
     pub async fn propose_object(&self, group: GroupId, cmd: Command) -> Result<Proposed> {
         let p = self.propose(group, cmd).await?;
         if group == META_GROUP {
-            self.settle(META_GROUP, p.log_index, SETTLE_TIMEOUT).await;
+            self.settle(META_GROUP, p.log_index).await;
         }
         Ok(p)
     }
@@ -30,7 +29,7 @@ impl Replicas {
     /// answers a read alone (`current_stored_object`), such as the end of a session.
     pub async fn propose_settled(&self, group: GroupId, cmd: Command) -> Result<Proposed> {
         let p = self.propose(group, cmd).await?;
-        self.settle(group, p.log_index, SETTLE_TIMEOUT).await;
+        self.settle(group, p.log_index).await;
         Ok(p)
     }
 
@@ -257,7 +256,7 @@ impl Replicas {
         members: serde_json::Map<String, Value>,
     ) -> Result<Value> {
         let (value, index) = self.merge_record_at(META_GROUP, ns, key, members).await?;
-        self.settle(META_GROUP, index, SETTLE_TIMEOUT).await;
+        self.settle(META_GROUP, index).await;
         Ok(value)
     }
 

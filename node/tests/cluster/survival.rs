@@ -43,10 +43,12 @@ fn value(rng: &mut StdRng, depth: usize) -> Value {
     let width = rng.random_range(1..4);
     let deep_at = rng.random_range(0..width);
     let child = |rng: &mut StdRng, i: usize| {
+        // Only one child goes deep; the others stay shallow, so a body nested 60 levels is
+        // still far below the body limit (a body over it is refused before it is read).
         let d = if i == deep_at {
             depth - 1
         } else {
-            rng.random_range(0..depth)
+            rng.random_range(0..depth.min(4))
         };
         value(rng, d)
     };
