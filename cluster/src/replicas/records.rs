@@ -43,15 +43,10 @@ impl Replicas {
         class: &str,
         object_id: &str,
     ) -> Option<StoredObject> {
-        let group = self.object_group(app, class, object_id);
+        let (group, req) = self.stored_object_read(app, class, object_id);
         if !self.replica_is_current(group) {
             return None;
         }
-        let req = ReadRequest::GetStoredObject {
-            app: app.into(),
-            class: class.into(),
-            object_id: object_id.into(),
-        };
         match self.stale_read(group, &req) {
             Ok(ReadResponse::Stored(o)) => o,
             _ => None,
@@ -116,16 +111,26 @@ impl Replicas {
         class: &str,
         object_id: &str,
     ) -> Result<Option<StoredObject>> {
-        let group = self.object_group(app, class, object_id);
+        let (group, req) = self.stored_object_read(app, class, object_id);
+        match self.read(group, req).await? {
+            ReadResponse::Stored(o) => Ok(o),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The read of one object as stored, and the group that serves it.
+    fn stored_object_read(
+        &self,
+        app: &str,
+        class: &str,
+        object_id: &str,
+    ) -> (GroupId, ReadRequest) {
         let req = ReadRequest::GetStoredObject {
             app: app.into(),
             class: class.into(),
             object_id: object_id.into(),
         };
-        match self.read(group, req).await? {
-            ReadResponse::Stored(o) => Ok(o),
-            other => Err(unexpected(other)),
-        }
+        (self.object_group(app, class, object_id), req)
     }
 
     /// Every object of a class as stored, from every shard (for small system classes).
