@@ -47,6 +47,6 @@ pub async fn cloud_query(
     }
     // `count` is asked for only by `count(*)` outside an aggregation; aggregated rows are
     // always wrapped in `results`.
-    let outcome = query::run(&state, &ctx, statement.query).await?;
+    let outcome = query::run(&state.cluster, &state.roles, &ctx, statement.query).await?;
     Ok(Json(query::rest_body(outcome, true)))
 }

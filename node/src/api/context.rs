@@ -130,8 +130,7 @@ async fn authenticated(state: AppState, req: Request, next: Next, need_master: b
             tracing::debug!(reason = why, path = parts.uri.path(), "unauthorized");
             return ApiError::Unauthorized.into_response();
         }
-        Err(AuthError::MasterKeyRequired) => return ApiError::MasterKeyRequired.into_response(),
-        Err(AuthError::Api(e)) => return e.into_response(),
+        Err(e) => return ApiError::from(e).into_response(),
     };
     if ctx.app.status == 0 {
         return ApiError::AppDisabled.into_response();
@@ -277,7 +276,7 @@ pub fn json_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::EmptyBody);
     }
-    super::json_text::check(body, MAX_BODY_DEPTH)
+    crate::json_text::check(body, MAX_BODY_DEPTH)
         .map_err(|e| ApiError::InvalidBody(format!("{e}.")))?;
     match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(m)) => Ok(m),

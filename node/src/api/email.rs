@@ -40,7 +40,8 @@ pub async fn send_verification(
         &ctx.app.app_name,
         link,
     )
-    .await
+    .await?;
+    Ok(())
 }
 
 /// The user holding an email given in a request body (205 when none).

@@ -12,10 +12,14 @@ use serde_json::json;
 
 use crate::apps::AppsError;
 use crate::auth::password::PasswordError;
+use crate::auth::AuthError;
 use crate::captcha::CaptchaError;
+use crate::query::QueryError;
+use crate::sms::SmsError;
 use crate::throttle::ThrottleError;
 use crate::users::third_party::providers::VerifyError;
 use crate::users::third_party::AuthDataError;
+use crate::users::UsersError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -67,11 +71,11 @@ pub enum ApiError {
     MissingCredentials(String),
     #[error("{0}")]
     MissingLoginData(String),
-    #[error("username {0:?} already taken.")]
+    #[error("{0}")]
     UsernameTaken(String),
-    #[error("email {0:?} already taken.")]
+    #[error("{0}")]
     EmailTaken(String),
-    #[error("mobilePhoneNumber {0:?} already taken.")]
+    #[error("{0}")]
     PhoneTaken(String),
     #[error("this user cannot be changed without its session token or the master key.")]
     SessionRequired,
@@ -438,6 +442,75 @@ impl From<VerifyError> for ApiError {
     }
 }
 
+impl From<UsersError> for ApiError {
+    fn from(e: UsersError) -> Self {
+        let m = e.to_string();
+        match e {
+            UsersError::UsernameTaken(_) => ApiError::UsernameTaken(m),
+            UsersError::EmailTaken(_) => ApiError::EmailTaken(m),
+            UsersError::PhoneTaken(_) => ApiError::PhoneTaken(m),
+            UsersError::RoleNameTaken(_) => ApiError::InvalidRole(m),
+            UsersError::AuthDataTaken(_) => ApiError::AuthDataTaken(m),
+            UsersError::UserNotFound(id) => ApiError::ObjectNotFound(id),
+            UsersError::LoginFailed => ApiError::LoginFailed,
+            UsersError::MissingCredentials(m) => ApiError::MissingCredentials(m),
+            UsersError::MissingLoginData(m) => ApiError::MissingLoginData(m),
+            UsersError::InvalidField(m) => ApiError::InvalidBody(m),
+            UsersError::ServiceField(f) => ApiError::ReservedKey(f),
+            UsersError::SessionRequired => ApiError::SessionRequired,
+            UsersError::WrongOldPassword => ApiError::WrongOldPassword,
+            UsersError::ProtectedQuery(m) => ApiError::InvalidQuery(m),
+            UsersError::Mail(m) => ApiError::Unavailable(m),
+            e @ (UsersError::Encoding { .. } | UsersError::Unexpected(_)) => {
+                ApiError::fault("users", e)
+            }
+            UsersError::AuthData(e) => e.into(),
+            UsersError::Verify(e) => e.into(),
+            UsersError::Password(e) => e.into(),
+            UsersError::Sms(e) => e.into(),
+            UsersError::Throttle(e) => e.into(),
+            UsersError::Cluster(e) => e.into(),
+        }
+    }
+}
+
+impl From<SmsError> for ApiError {
+    fn from(e: SmsError) -> Self {
+        match e {
+            SmsError::InvalidParams(m) => ApiError::InvalidBody(m),
+            SmsError::UnknownTemplate(name) => ApiError::UnknownTemplate(name),
+            SmsError::CaptchaRequired => ApiError::CaptchaRequired,
+            SmsError::Limit(why) => ApiError::SmsLimit(why),
+            SmsError::WrongCode => ApiError::WrongSmsCode,
+            SmsError::UnknownMessage(id) => ApiError::ObjectNotFound(format!("sms {id}")),
+            e @ (SmsError::Record(_) | SmsError::NoFreeId) => ApiError::fault("sms", e),
+            SmsError::Captcha(e) => e.into(),
+            SmsError::Cluster(e) => e.into(),
+        }
+    }
+}
+
+impl From<AuthError> for ApiError {
+    fn from(e: AuthError) -> Self {
+        match e {
+            AuthError::Unauthorized(_) => ApiError::Unauthorized,
+            AuthError::MasterKeyRequired => ApiError::MasterKeyRequired,
+            AuthError::Apps(e) => e.into(),
+            AuthError::Cluster(e) => e.into(),
+        }
+    }
+}
+
+impl From<QueryError> for ApiError {
+    fn from(e: QueryError) -> Self {
+        match e {
+            QueryError::Invalid(m) => ApiError::InvalidQuery(m),
+            QueryError::Users(e) => e.into(),
+            QueryError::Cluster(e) => e.into(),
+        }
+    }
+}
+
 impl From<SchemaError> for ApiError {
     fn from(e: SchemaError) -> Self {
         let m = e.to_string();
@@ -712,6 +785,64 @@ mod tests {
                 code,
                 "{e:?}"
             );
+        }
+    }
+
+    /// The features' own errors reach the wire with their documented codes.
+    #[test]
+    fn feature_errors_map_to_their_codes() {
+        let cases: Vec<(ApiError, u16, u32)> = vec![
+            (UsersError::UsernameTaken("x".into()).into(), 400, 202),
+            (UsersError::EmailTaken("x".into()).into(), 400, 203),
+            (UsersError::PhoneTaken("x".into()).into(), 400, 209),
+            (UsersError::RoleNameTaken("x".into()).into(), 400, 139),
+            (UsersError::AuthDataTaken("weixin").into(), 400, 208),
+            (UsersError::UserNotFound("x".into()).into(), 404, 101),
+            (UsersError::LoginFailed.into(), 404, 101),
+            (UsersError::MissingCredentials("x".into()).into(), 400, 108),
+            (UsersError::MissingLoginData("x".into()).into(), 400, 109),
+            (UsersError::InvalidField("x".into()).into(), 400, 107),
+            (UsersError::ServiceField("x".into()).into(), 400, 105),
+            (UsersError::SessionRequired.into(), 400, 206),
+            (UsersError::WrongOldPassword.into(), 400, 210),
+            (UsersError::ProtectedQuery("x".into()).into(), 400, 102),
+            (UsersError::Mail("x".into()).into(), 503, 503),
+            (UsersError::Unexpected("x").into(), 500, 500),
+            (
+                UsersError::AuthData(AuthDataError("x".into())).into(),
+                400,
+                107,
+            ),
+            (UsersError::Sms(SmsError::WrongCode).into(), 400, 207),
+            (SmsError::InvalidParams("x".into()).into(), 400, 107),
+            (SmsError::UnknownTemplate("x".into()).into(), 400, 10022),
+            (SmsError::CaptchaRequired.into(), 400, 10024),
+            (SmsError::Limit("x".into()).into(), 400, 10010),
+            (SmsError::WrongCode.into(), 400, 207),
+            (SmsError::UnknownMessage("1".into()).into(), 404, 101),
+            (SmsError::NoFreeId.into(), 500, 500),
+            (SmsError::Captcha(CaptchaError::Failed).into(), 400, 10023),
+            (AuthError::Unauthorized("x").into(), 401, 0),
+            (AuthError::MasterKeyRequired.into(), 400, 10061),
+            (
+                AuthError::Cluster(ClusterError::Unavailable("x".into())).into(),
+                503,
+                503,
+            ),
+            (QueryError::Invalid("x".into()).into(), 400, 102),
+            (
+                QueryError::from_cluster(ClusterError::InvalidValue("x".into())).into(),
+                400,
+                102,
+            ),
+            (
+                QueryError::Users(UsersError::ProtectedQuery("x".into())).into(),
+                400,
+                102,
+            ),
+        ];
+        for (e, status, code) in cases {
+            assert_eq!((e.status().as_u16(), e.code()), (status, code), "{e:?}");
         }
     }
 

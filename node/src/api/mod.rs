@@ -13,7 +13,6 @@ pub mod cloud_query;
 pub mod context;
 pub mod email;
 pub mod error;
-pub mod json_text;
 pub mod objects;
 pub mod ops;
 pub mod roles;

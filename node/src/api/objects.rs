@@ -292,7 +292,7 @@ pub async fn list_in(
     params: ListParams,
 ) -> Result<Value, ApiError> {
     let q = params.query(class)?;
-    let outcome = query::run(state, ctx, q).await?;
+    let outcome = query::run(&state.cluster, &state.roles, ctx, q).await?;
     Ok(query::rest_body(outcome, ctx.app.wrap_aggregates))
 }
 

@@ -14,8 +14,7 @@ use axum::http::{HeaderMap, HeaderName, Method};
 use basalt_cluster::{now_ms, Cluster, Error as ClusterError};
 use serde_json::json;
 
-use crate::api::error::ApiError;
-use crate::apps::{find_app, find_app_by_secret, AppRecord};
+use crate::apps::{find_app, find_app_by_secret, AppRecord, AppsError};
 pub use secret::same_secret;
 use signature::{is_fresh, parse_timestamp, Signed, FRESHNESS_MS, MAX_NONCE_LEN, SDK_TYPES};
 
@@ -77,27 +76,21 @@ pub struct RequestCtx {
     pub session_token: Option<String>,
 }
 
-/// Why a request is not authenticated.
-#[derive(Debug)]
+/// Why a request is not authenticated; `api::error` converts it into the API's codes.
+#[derive(Debug, thiserror::Error)]
 pub enum AuthError {
     /// No app, or wrong keys: 401 `{"error":"unauthorized"}`. The reason is only logged.
+    #[error("unauthorized: {0}")]
     Unauthorized(&'static str),
     /// The app is known but the request needs its master key and lacks it or has a wrong one.
+    #[error("this request needs the app's master key.")]
     MasterKeyRequired,
-    /// A lookup failed (the cluster is unavailable): the request may be retried.
-    Api(ApiError),
-}
-
-impl From<ApiError> for AuthError {
-    fn from(e: ApiError) -> Self {
-        AuthError::Api(e)
-    }
-}
-
-impl From<crate::apps::AppsError> for AuthError {
-    fn from(e: crate::apps::AppsError) -> Self {
-        AuthError::Api(e.into())
-    }
+    /// The app lookup failed (the cluster is unavailable): the request may be retried.
+    #[error(transparent)]
+    Apps(#[from] AppsError),
+    /// Claiming the nonce failed (the cluster is unavailable): the request may be retried.
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
 }
 
 /// A header's trimmed value, unless absent, empty or not text.
@@ -246,7 +239,7 @@ async fn claim_nonce(
     {
         Ok(_) => Ok(()),
         Err(ClusterError::Conflict(_)) => Err(AuthError::Unauthorized("replayed nonce")),
-        Err(e) => Err(AuthError::Api(e.into())),
+        Err(e) => Err(AuthError::Cluster(e)),
     }
 }
 

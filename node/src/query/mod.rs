@@ -8,19 +8,22 @@
 //! `keys` and expands `include` (`projection`).
 
 pub mod bql;
+mod error;
 pub mod params;
 pub mod projection;
 
 use basalt_cluster::query::aggregate::{finish, AggregateRequest, AggregateSpec, Metric};
 use basalt_cluster::query::filter::Filter;
 use basalt_cluster::query::{ScanRequest, SortKey};
-use basalt_cluster::Error as ClusterError;
 use serde_json::{json, Value};
 
-use crate::api::context::{AppState, RequestCtx};
-use crate::api::error::ApiError;
+use basalt_cluster::Cluster;
+
+use crate::auth::RequestCtx;
 use crate::users::protected::UserView;
+use crate::users::roles::RoleGraphs;
 use crate::users::session::principals;
+pub use error::QueryError;
 use projection::{expand, project, IncludeKey};
 
 /// Default and largest `limit` of a query (spec 4.3; a larger limit is capped), and the
@@ -78,17 +81,10 @@ pub fn add_metrics(spec: &mut AggregateSpec, metric: Metric, columns: &str) {
     }
 }
 
-fn invalid_query(e: ClusterError) -> ApiError {
-    match e {
-        ClusterError::InvalidValue(m) => ApiError::InvalidQuery(m),
-        other => other.into(),
-    }
-}
-
 /// Rejects paths into the service's own fields (`_password`, `_sessions`, ...).
-pub fn check_paths(filter: &Filter) -> Result<(), ApiError> {
+pub fn check_paths(filter: &Filter) -> Result<(), QueryError> {
     if filter.any_path(&|p| p.starts_with('_')) {
-        return Err(ApiError::InvalidQuery(
+        return Err(QueryError::Invalid(
             "fields starting with _ cannot be queried.".into(),
         ));
     }
@@ -96,7 +92,12 @@ pub fn check_paths(filter: &Filter) -> Result<(), ApiError> {
 }
 
 /// Runs `q` as the caller of `ctx`.
-pub async fn run(state: &AppState, ctx: &RequestCtx, q: Query) -> Result<Outcome, ApiError> {
+pub async fn run(
+    cluster: &Cluster,
+    roles: &RoleGraphs,
+    ctx: &RequestCtx,
+    q: Query,
+) -> Result<Outcome, QueryError> {
     check_paths(&q.filter)?;
     let max = match q.max_limit {
         Some(m) => m,
@@ -105,7 +106,7 @@ pub async fn run(state: &AppState, ctx: &RequestCtx, q: Query) -> Result<Outcome
     };
     let limit = q.limit.unwrap_or(DEFAULT_LIMIT).min(max);
     let app = &ctx.app.application_id;
-    let who = principals(&state.cluster, &state.roles, ctx).await?;
+    let who = principals(cluster, roles, ctx).await?;
     let view = UserView::new(&ctx.app, who.as_deref());
     let named = q.order.iter().map(|k| k.field.as_str()).chain(
         q.aggregation
@@ -119,15 +120,13 @@ pub async fn run(state: &AppState, ctx: &RequestCtx, q: Query) -> Result<Outcome
             .map(String::as_str),
     );
     view.check_query(&q.class, &q.filter, named)?;
-    let filter = state
-        .cluster
+    let filter = cluster
         .queries()
         .resolve(app, q.filter, who.as_deref())
         .await
-        .map_err(invalid_query)?;
+        .map_err(QueryError::from_cluster)?;
     if let Some(agg) = q.aggregation {
-        let groups = state
-            .cluster
+        let groups = cluster
             .queries()
             .aggregate(AggregateRequest {
                 app: app.clone(),
@@ -137,9 +136,9 @@ pub async fn run(state: &AppState, ctx: &RequestCtx, q: Query) -> Result<Outcome
                 principals: who,
             })
             .await
-            .map_err(invalid_query)?;
+            .map_err(QueryError::from_cluster)?;
         let rows = finish(&agg.spec, groups, &agg.having, &q.order, q.skip, limit)
-            .map_err(invalid_query)?;
+            .map_err(QueryError::from_cluster)?;
         return Ok(Outcome::Groups(rows));
     }
     let req_class = q.class.clone();
@@ -152,12 +151,11 @@ pub async fn run(state: &AppState, ctx: &RequestCtx, q: Query) -> Result<Outcome
         limit,
         principals: who.clone(),
     };
-    let (mut rows, count) = state
-        .cluster
+    let (mut rows, count) = cluster
         .queries()
         .scan(req)
         .await
-        .map_err(invalid_query)?;
+        .map_err(QueryError::from_cluster)?;
     // Included keys are returned even when `keys` leaves them out.
     let mut keys = q.keys;
     if !keys.is_empty() {
@@ -165,17 +163,9 @@ pub async fn run(state: &AppState, ctx: &RequestCtx, q: Query) -> Result<Outcome
     }
     view.hide_rows(&req_class, &mut rows);
     project(&mut rows, &keys);
-    expand(
-        &state.cluster,
-        app,
-        &mut rows,
-        &q.include,
-        who.as_deref(),
-        &view,
-    )
-    .await?;
+    expand(cluster, app, &mut rows, &q.include, who.as_deref(), &view).await?;
     basalt_cluster::limits::check_answer(&rows, basalt_cluster::limits::MAX_ANSWER_BYTES)
-        .map_err(invalid_query)?;
+        .map_err(QueryError::from_cluster)?;
     Ok(Outcome::Rows {
         rows,
         count: q.count.then_some(count),

@@ -9,8 +9,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::projection::{parse_include, parse_keys};
-use super::{add_metrics, Aggregation, Query};
-use crate::api::error::ApiError;
+use super::{add_metrics, Aggregation, Query, QueryError};
 
 #[derive(Debug, Default, Deserialize)]
 pub struct ListParams {
@@ -31,7 +30,7 @@ pub struct ListParams {
     having: Option<String>,
 }
 
-fn parse_count(name: &str, v: &Option<String>) -> Result<Option<usize>, ApiError> {
+fn parse_count(name: &str, v: &Option<String>) -> Result<Option<usize>, QueryError> {
     v.as_deref()
         .map(|s| {
             s.trim()
@@ -39,7 +38,7 @@ fn parse_count(name: &str, v: &Option<String>) -> Result<Option<usize>, ApiError
                 .ok()
                 .and_then(|n| usize::try_from(n).ok())
                 .ok_or_else(|| {
-                    ApiError::InvalidQuery(format!("{name} must be a non-negative integer."))
+                    QueryError::Invalid(format!("{name} must be a non-negative integer."))
                 })
         })
         .transpose()
@@ -49,20 +48,18 @@ fn parse_count(name: &str, v: &Option<String>) -> Result<Option<usize>, ApiError
 pub const MAX_FILTER_DEPTH: usize = 64;
 
 /// A JSON-object parameter (`where`, `having`) as a filter; absent or empty is no filter.
-fn filter_param(name: &str, v: &Option<String>) -> Result<Filter, ApiError> {
+fn filter_param(name: &str, v: &Option<String>) -> Result<Filter, QueryError> {
     let Some(text) = v.as_deref().map(str::trim).filter(|s| !s.is_empty()) else {
         return Ok(Filter::All);
     };
-    crate::api::json_text::check(text.as_bytes(), MAX_FILTER_DEPTH)
-        .map_err(|e| ApiError::InvalidQuery(format!("{name}: {e}.")))?;
+    crate::json_text::check(text.as_bytes(), MAX_FILTER_DEPTH)
+        .map_err(|e| QueryError::Invalid(format!("{name}: {e}.")))?;
     match serde_json::from_str::<Value>(text) {
-        Ok(Value::Object(m)) => {
-            Filter::parse(&m).map_err(|e| ApiError::InvalidQuery(e.to_string()))
-        }
-        Ok(_) => Err(ApiError::InvalidQuery(format!(
+        Ok(Value::Object(m)) => Filter::parse(&m).map_err(|e| QueryError::Invalid(e.to_string())),
+        Ok(_) => Err(QueryError::Invalid(format!(
             "{name} must be a JSON object."
         ))),
-        Err(e) => Err(ApiError::InvalidQuery(format!(
+        Err(e) => Err(QueryError::Invalid(format!(
             "{name} is not valid JSON: {e}."
         ))),
     }
@@ -70,7 +67,7 @@ fn filter_param(name: &str, v: &Option<String>) -> Result<Filter, ApiError> {
 
 impl ListParams {
     /// The query the parameters of spec 4.3 and 4.4 describe.
-    pub fn query(&self, class: &str) -> Result<Query, ApiError> {
+    pub fn query(&self, class: &str) -> Result<Query, QueryError> {
         let p = self;
         let mut spec = AggregateSpec {
             group_by: parse_keys(p.groupby.as_deref().unwrap_or("")),
@@ -87,7 +84,7 @@ impl ListParams {
         }
         let aggregated = !spec.group_by.is_empty() || spec.group_count || !spec.metrics.is_empty();
         if p.having.is_some() && !aggregated {
-            return Err(ApiError::InvalidQuery(
+            return Err(QueryError::Invalid(
                 "having needs groupby, groupcount or an aggregate.".into(),
             ));
         }

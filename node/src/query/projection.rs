@@ -15,7 +15,7 @@ use basalt_cluster::Cluster;
 use futures::future::BoxFuture;
 use serde_json::{Map, Value};
 
-use crate::api::error::ApiError;
+use super::error::QueryError;
 use crate::users::protected::UserView;
 
 /// Fields never shown when a user is expanded.
@@ -33,8 +33,8 @@ pub struct IncludeKey {
     pub children: Vec<IncludeKey>,
 }
 
-fn parse_segment(seg: &str) -> Result<(String, Option<Vec<String>>), ApiError> {
-    let bad = || ApiError::InvalidQuery(format!("invalid include key {seg:?}."));
+fn parse_segment(seg: &str) -> Result<(String, Option<Vec<String>>), QueryError> {
+    let bad = || QueryError::Invalid(format!("invalid include key {seg:?}."));
     let (key, fields) = match seg.split_once('[') {
         Some((k, rest)) => {
             let list = rest.strip_suffix(']').ok_or_else(bad)?;
@@ -57,12 +57,12 @@ fn parse_segment(seg: &str) -> Result<(String, Option<Vec<String>>), ApiError> {
 /// Parses an `include` parameter (`a,b[x|y],c.d,post[likes].author[username|email]`) into a
 /// tree; paths sharing a prefix share its node. 102 for a malformed key or a path deeper than
 /// `MAX_INCLUDE_DEPTH`.
-pub fn parse_include(s: &str) -> Result<Vec<IncludeKey>, ApiError> {
+pub fn parse_include(s: &str) -> Result<Vec<IncludeKey>, QueryError> {
     let mut roots: Vec<IncludeKey> = Vec::new();
     for path in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let segments: Vec<&str> = path.split('.').collect();
         if segments.len() > MAX_INCLUDE_DEPTH {
-            return Err(ApiError::InvalidQuery(format!(
+            return Err(QueryError::Invalid(format!(
                 "include paths have at most {MAX_INCLUDE_DEPTH} keys."
             )));
         }
@@ -111,7 +111,7 @@ pub async fn expand(
     include: &[IncludeKey],
     principals: Option<&[String]>,
     view: &UserView<'_>,
-) -> Result<(), ApiError> {
+) -> Result<(), QueryError> {
     let refs: Vec<&mut Value> = objects.iter_mut().collect();
     expand_level(cluster, app, refs, include, principals, view).await
 }
@@ -123,7 +123,7 @@ fn expand_level<'a>(
     include: &'a [IncludeKey],
     principals: Option<&'a [String]>,
     view: &'a UserView<'a>,
-) -> BoxFuture<'a, Result<(), ApiError>> {
+) -> BoxFuture<'a, Result<(), QueryError>> {
     Box::pin(async move {
         if include.is_empty() || objects.is_empty() {
             return Ok(());

@@ -17,6 +17,7 @@
 //! (`api::sms`). Delivery runs after the answer, through `provider`. Callers: `api::sms`,
 //! `api::users` (phone sign-up and login, reset by code).
 
+mod error;
 pub mod phone;
 pub mod provider;
 
@@ -28,8 +29,8 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use crate::api::error::ApiError;
 use crate::apps::AppRecord;
+pub use error::SmsError;
 use provider::{Sms, SmsProvider};
 
 pub const NS_SMS_TEMPLATE: &str = "sms_template";
@@ -105,8 +106,8 @@ pub struct Template {
 impl Template {
     /// From a console body `{name, content, captcha?}`; 107 when malformed. The content must
     /// carry `%smscode%`.
-    pub fn from_body(body: &Map<String, Value>) -> Result<Self, ApiError> {
-        let bad = |m: &str| ApiError::InvalidBody(m.to_string());
+    pub fn from_body(body: &Map<String, Value>) -> Result<Self, SmsError> {
+        let bad = |m: &str| SmsError::InvalidParams(m.to_string());
         let name = body
             .get("name")
             .and_then(Value::as_str)
@@ -169,11 +170,11 @@ fn template_key(app: &str, name: &str) -> String {
     format!("{app}/{name}")
 }
 
-fn internal(e: serde_json::Error) -> ApiError {
-    ApiError::fault("an SMS template record", e)
+fn internal(e: serde_json::Error) -> SmsError {
+    SmsError::Record(e)
 }
 
-pub async fn put_template(cluster: &Cluster, app: &str, t: &Template) -> Result<(), ApiError> {
+pub async fn put_template(cluster: &Cluster, app: &str, t: &Template) -> Result<(), SmsError> {
     let v = serde_json::to_value(t).map_err(internal)?;
     cluster
         .put_record(
@@ -187,7 +188,7 @@ pub async fn put_template(cluster: &Cluster, app: &str, t: &Template) -> Result<
     Ok(())
 }
 
-pub async fn list_templates(cluster: &Cluster, app: &str) -> Result<Vec<Template>, ApiError> {
+pub async fn list_templates(cluster: &Cluster, app: &str) -> Result<Vec<Template>, SmsError> {
     cluster
         .list_records(META_GROUP, NS_SMS_TEMPLATE, &format!("{app}/"))
         .await?
@@ -200,7 +201,7 @@ pub async fn find_template(
     cluster: &Cluster,
     app: &str,
     name: &str,
-) -> Result<Option<Template>, ApiError> {
+) -> Result<Option<Template>, SmsError> {
     cluster
         .get_record(META_GROUP, NS_SMS_TEMPLATE, &template_key(app, name))
         .await?
@@ -209,7 +210,7 @@ pub async fn find_template(
 }
 
 /// Deletes a template; false when there was none.
-pub async fn delete_template(cluster: &Cluster, app: &str, name: &str) -> Result<bool, ApiError> {
+pub async fn delete_template(cluster: &Cluster, app: &str, name: &str) -> Result<bool, SmsError> {
     Ok(cluster
         .take_record(META_GROUP, NS_SMS_TEMPLATE, &template_key(app, name))
         .await?
@@ -239,11 +240,11 @@ pub async fn request_code(
     provider: Arc<dyn SmsProvider>,
     app: &AppRecord,
     req: CodeRequest<'_>,
-) -> Result<i64, ApiError> {
+) -> Result<i64, SmsError> {
     let appid = app.application_id.as_str();
     // Quotas and codes are keyed on the number's one form, however the client wrote it.
     let Some(number) = phone::normalize(req.number) else {
-        return Err(ApiError::InvalidBody(
+        return Err(SmsError::InvalidParams(
             "mobilePhoneNumber is not a valid phone number.".into(),
         ));
     };
@@ -255,12 +256,12 @@ pub async fn request_code(
         },
         Some(name) => find_template(cluster, appid, name)
             .await?
-            .ok_or_else(|| ApiError::UnknownTemplate(name.to_string()))?,
+            .ok_or_else(|| SmsError::UnknownTemplate(name.to_string()))?,
     };
     if template.captcha {
         let pass = req.validate_token.unwrap_or("");
         if !crate::captcha::take_pass(cluster, appid, pass).await? {
-            return Err(ApiError::CaptchaRequired);
+            return Err(SmsError::CaptchaRequired);
         }
     }
     let group = number_group(cluster, appid, &number);
@@ -277,7 +278,7 @@ pub async fn request_code(
             .await
         {
             Ok(_) => {}
-            Err(ClusterError::QuotaExceeded(why)) => return Err(ApiError::SmsLimit(why)),
+            Err(ClusterError::QuotaExceeded(why)) => return Err(SmsError::Limit(why)),
             Err(e) => return Err(e.into()),
         }
     }
@@ -328,7 +329,7 @@ pub async fn request_code(
 }
 
 /// Stores a new message record under a fresh smsId (an integer below 2^53, exact in JSON).
-async fn new_message(cluster: &Cluster, app: &str, number: &str) -> Result<i64, ApiError> {
+async fn new_message(cluster: &Cluster, app: &str, number: &str) -> Result<i64, SmsError> {
     for _ in 0..5 {
         let id = rand::rng().random_range(1..(1i64 << 53));
         let key = format!("{app}/{id}");
@@ -348,7 +349,7 @@ async fn new_message(cluster: &Cluster, app: &str, number: &str) -> Result<i64, 
             Err(e) => return Err(e.into()),
         }
     }
-    Err(ApiError::internal("no free smsId"))
+    Err(SmsError::NoFreeId)
 }
 
 async fn set_message(cluster: &Cluster, app: &str, sms_id: i64, member: &str, v: Value) {
@@ -381,13 +382,13 @@ pub async fn take_code(
     app: &str,
     number: &str,
     code: &str,
-) -> Result<(), ApiError> {
+) -> Result<(), SmsError> {
     let Some(number) = phone::normalize(number) else {
-        return Err(ApiError::WrongSmsCode);
+        return Err(SmsError::WrongCode);
     };
     let number = number.as_str();
     if code.len() != 6 || !code.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(ApiError::WrongSmsCode);
+        return Err(SmsError::WrongCode);
     }
     let group = number_group(cluster, app, number);
     match cluster
@@ -400,13 +401,13 @@ pub async fn take_code(
         .await
     {
         Ok(_) => {}
-        Err(ClusterError::QuotaExceeded(_)) => return Err(ApiError::WrongSmsCode),
+        Err(ClusterError::QuotaExceeded(_)) => return Err(SmsError::WrongCode),
         Err(e) => return Err(e.into()),
     }
     let taken = cluster
         .take_record(group, NS_SMS_CODE, &format!("{app}/{number}/{code}"))
         .await?
-        .ok_or(ApiError::WrongSmsCode)?;
+        .ok_or(SmsError::WrongCode)?;
     if let Some(id) = taken["smsId"].as_i64() {
         set_message(cluster, app, id, "verified", json!(true)).await;
     }
@@ -419,7 +420,7 @@ pub async fn number_of_code(
     cluster: &Cluster,
     app: &str,
     code: &str,
-) -> Result<Option<String>, ApiError> {
+) -> Result<Option<String>, SmsError> {
     if code.len() != 6 || !code.bytes().all(|b| b.is_ascii_digit()) {
         return Ok(None);
     }
@@ -447,8 +448,8 @@ pub async fn number_of_code(
 }
 
 /// `{sms_state, verify_state}` of a message of `app` (101 when unknown).
-pub async fn query(cluster: &Cluster, app: &str, sms_id: &str) -> Result<Value, ApiError> {
-    let unknown = || ApiError::ObjectNotFound(format!("sms {sms_id}"));
+pub async fn query(cluster: &Cluster, app: &str, sms_id: &str) -> Result<Value, SmsError> {
+    let unknown = || SmsError::UnknownMessage(sms_id.to_string());
     let id: i64 = sms_id.parse().map_err(|_| unknown())?;
     let rec = cluster
         .get_record(

@@ -8,7 +8,7 @@ use basalt_cluster::object::random_alphanumeric;
 use basalt_cluster::{now_ms, Cluster};
 use serde::{Deserialize, Serialize};
 
-use crate::api::error::ApiError;
+use super::UsersError;
 use crate::mail::{Mail, Mailer};
 
 /// Record namespace of emailed links.
@@ -54,7 +54,7 @@ pub async fn send_link(
     public_url: &str,
     app_name: &str,
     link: EmailLink,
-) -> Result<(), ApiError> {
+) -> Result<(), UsersError> {
     // However the mail was asked for (a request, a sign-up, an email change), one address gets
     // at most `MAIL_WINDOWS` mails, counted cluster-wide.
     let to = format!("{}/mail/{}", link.app, link.email.trim().to_lowercase());
@@ -64,8 +64,10 @@ pub async fn send_link(
         Purpose::Verify => VERIFY_TTL_MS,
         Purpose::Reset => RESET_TTL_MS,
     };
-    let value =
-        serde_json::to_value(&link).map_err(|e| ApiError::fault("encoding an email link", e))?;
+    let value = serde_json::to_value(&link).map_err(|source| UsersError::Encoding {
+        what: "encoding an email link",
+        source,
+    })?;
     cluster
         .put_record(
             group(cluster, &token),
@@ -100,7 +102,7 @@ pub async fn send_link(
             body,
         })
         .await
-        .map_err(|e| ApiError::Unavailable(e.to_string()))
+        .map_err(|e| UsersError::Mail(e.to_string()))
 }
 
 /// The live link of a token, if it has that purpose.
@@ -108,7 +110,7 @@ pub async fn find_link(
     cluster: &Cluster,
     token: &str,
     purpose: Purpose,
-) -> Result<Option<EmailLink>, ApiError> {
+) -> Result<Option<EmailLink>, UsersError> {
     if token.len() != 32 || !token.bytes().all(|b| b.is_ascii_alphanumeric()) {
         return Ok(None);
     }
@@ -126,7 +128,7 @@ pub async fn take_link(
     cluster: &Cluster,
     token: &str,
     purpose: Purpose,
-) -> Result<Option<EmailLink>, ApiError> {
+) -> Result<Option<EmailLink>, UsersError> {
     // A link of the other purpose is left alone (taking it would destroy it).
     if find_link(cluster, token, purpose).await?.is_none() {
         return Ok(None);

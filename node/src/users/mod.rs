@@ -4,10 +4,15 @@
 //! A user object keeps two internal fields no client can write or see: `_password` (an argon2
 //! hash) and `_sessions` (token → expiry in ms). A session token is 32 random characters followed
 //! by the user's objectId, so checking one is a single read of the user (from the node's own
-//! replica when it is current: `session`). Callers:
-//! `api::users` (the endpoints) and every data handler (`principals`, for ACLs).
+//! replica when it is current: `session`). The flows of accounts (`accounts`: sign-up and change
+//! rules, claims on names) and of logging in (`login`) are here; their endpoints, which add the
+//! ACL checks and the answers, are `api::users`. Every data handler asks `session::principals`
+//! who a request acts as, for ACLs.
 
+pub mod accounts;
 pub mod email_links;
+mod error;
+pub mod login;
 pub mod protected;
 pub mod roles;
 mod service_writes;
@@ -15,6 +20,7 @@ pub mod session;
 pub mod third_party;
 pub mod unique;
 
+pub use error::UsersError;
 pub use service_writes::set_user_fields;
 pub use unique::login_fields;
 

@@ -9,8 +9,8 @@
 use basalt_cluster::query::filter::{Cond, Filter};
 use serde_json::Value;
 
+use super::UsersError;
 use super::USER_CLASS;
-use crate::api::error::ApiError;
 use crate::apps::AppRecord;
 
 /// Fields of users hidden from other callers unless the app names its own.
@@ -79,7 +79,7 @@ impl<'a> UserView<'a> {
         class: &str,
         filter: &Filter,
         fields: impl IntoIterator<Item = &'f str>,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), UsersError> {
         if self.principals.is_none() {
             return Ok(());
         }
@@ -88,7 +88,7 @@ impl<'a> UserView<'a> {
                 .into_iter()
                 .any(|f| self.is_protected(f.trim_start_matches('-')));
         if named || self.touches(class, filter) {
-            return Err(ApiError::InvalidQuery(format!(
+            return Err(UsersError::ProtectedQuery(format!(
                 "the fields {} of users can be queried only with the master key.",
                 self.protected().collect::<Vec<_>>().join(", ")
             )));

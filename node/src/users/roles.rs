@@ -17,7 +17,7 @@ use basalt_cluster::object::StoredObject;
 use basalt_cluster::Cluster;
 use serde_json::Value;
 
-use crate::api::error::ApiError;
+use super::UsersError;
 
 /// The system class of roles.
 pub const ROLE_CLASS: &str = "_Role";
@@ -69,11 +69,11 @@ impl RoleGraphs {
         cluster: &Cluster,
         app: &str,
         user_id: &str,
-    ) -> Result<Vec<String>, ApiError> {
+    ) -> Result<Vec<String>, UsersError> {
         Ok(roles_in_graph(&self.graph(cluster, app)?, user_id))
     }
 
-    fn graph(&self, cluster: &Cluster, app: &str) -> Result<Graph, ApiError> {
+    fn graph(&self, cluster: &Cluster, app: &str) -> Result<Graph, UsersError> {
         let applied = cluster.meta_applied();
         let cached = self
             .graphs

@@ -1,13 +1,14 @@
-//! The service's own writes to a user (no ACL check): password resets by email or SMS,
-//! verification flags. Callers: `api::email`, `api::sms`; a write that ends sessions settles on
-//! every member (`session::ends_sessions`).
+//! The service's own writes to a user (no ACL check): sessions added at login, password resets
+//! by email or SMS, verification flags. Callers: `users::login`, `api::email`, `api::sms`; a
+//! write that ends sessions settles on every member (`session::ends_sessions`).
 
+use basalt_cluster::object::StoredObject;
 use basalt_cluster::update::FieldUpdate;
-use basalt_cluster::{now_ms, Cluster, Command};
+use basalt_cluster::{now_ms, Cluster, Command, CommandResult};
 
 use super::session::ends_sessions;
+use super::UsersError;
 use super::USER_CLASS;
-use crate::api::error::ApiError;
 
 /// Applies updates to a user as the service (no ACL check): password resets, verification
 /// flags. 101 when the user is gone. Updates that end sessions settle on every member.
@@ -16,9 +17,21 @@ pub async fn set_user_fields(
     app: &str,
     user_id: &str,
     updates: Vec<FieldUpdate>,
-) -> Result<(), ApiError> {
+) -> Result<(), UsersError> {
+    write_user(cluster, app, user_id, None, updates).await
+}
+
+/// Applies updates to a user as the service; `before` is the stored user when the caller read
+/// it (then only the removal of a live session counts as ending one).
+pub(super) async fn write_user(
+    cluster: &Cluster,
+    app: &str,
+    user_id: &str,
+    before: Option<&StoredObject>,
+    updates: Vec<FieldUpdate>,
+) -> Result<(), UsersError> {
     let now = now_ms();
-    let settle = ends_sessions(None, &updates, now);
+    let settle = ends_sessions(before, &updates, now);
     let cmd = Command::UpdateObject {
         app: app.to_string(),
         class: USER_CLASS.into(),
@@ -33,6 +46,10 @@ pub async fn set_user_fields(
     } else {
         cluster.propose(group, cmd).await
     };
-    proposed.map_err(|e| ApiError::from_cluster(e, user_id))?;
-    Ok(())
+    match proposed.map_err(|e| UsersError::about(user_id, e))?.result {
+        CommandResult::Updated { .. } => Ok(()),
+        _ => Err(UsersError::Unexpected(
+            "a user update answered another result",
+        )),
+    }
 }

@@ -11,8 +11,8 @@ use basalt_cluster::update::{FieldUpdate, UpdateOp};
 use basalt_cluster::{now_ms, Cluster};
 use serde_json::{json, Map, Value};
 
+use super::UsersError;
 use super::{SESSIONS_FIELD, USER_CLASS};
-use crate::api::error::ApiError;
 use crate::auth::RequestCtx;
 
 /// How long a session lasts (decisions.md).
@@ -108,7 +108,7 @@ pub async fn session_user(
     cluster: &Cluster,
     app: &str,
     token: &str,
-) -> Result<Option<(String, StoredObject)>, ApiError> {
+) -> Result<Option<(String, StoredObject)>, UsersError> {
     let Some(user_id) = token_user(token) else {
         return Ok(None);
     };
@@ -132,7 +132,7 @@ pub async fn principals(
     cluster: &Cluster,
     roles: &super::roles::RoleGraphs,
     ctx: &RequestCtx,
-) -> Result<Option<Vec<String>>, ApiError> {
+) -> Result<Option<Vec<String>>, UsersError> {
     if ctx.master {
         return Ok(None);
     }

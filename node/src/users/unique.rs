@@ -13,8 +13,8 @@
 use basalt_cluster::{now_ms, Cluster, Error as ClusterError};
 use serde_json::{json, Map, Value};
 
+use super::UsersError;
 use super::USER_CLASS;
-use crate::api::error::ApiError;
 
 /// Record namespace of reservations.
 pub const NS_UNIQUE: &str = "unique";
@@ -92,15 +92,13 @@ impl Unique {
         }
     }
 
-    fn taken(self, v: &str) -> ApiError {
+    fn taken(self, v: &str) -> UsersError {
         match self {
-            Unique::Username => ApiError::UsernameTaken(v.to_string()),
-            Unique::Email => ApiError::EmailTaken(v.to_string()),
-            Unique::Phone => ApiError::PhoneTaken(v.to_string()),
-            Unique::RoleName => ApiError::InvalidRole(format!("role name {v:?} already taken.")),
-            Unique::AuthData(p) => {
-                ApiError::AuthDataTaken(format!("this {p} account is linked to another user."))
-            }
+            Unique::Username => UsersError::UsernameTaken(v.to_string()),
+            Unique::Email => UsersError::EmailTaken(v.to_string()),
+            Unique::Phone => UsersError::PhoneTaken(v.to_string()),
+            Unique::RoleName => UsersError::RoleNameTaken(v.to_string()),
+            Unique::AuthData(p) => UsersError::AuthDataTaken(p),
         }
     }
 }
@@ -119,7 +117,7 @@ pub async fn owner(
     app: &str,
     kind: Unique,
     value: &str,
-) -> Result<Option<String>, ApiError> {
+) -> Result<Option<String>, UsersError> {
     let k = key(app, kind, value);
     let rec = cluster
         .get_record(group(cluster, app, &k), NS_UNIQUE, &k)
@@ -134,7 +132,7 @@ pub async fn reserve(
     kind: Unique,
     value: &str,
     user_id: &str,
-) -> Result<(), ApiError> {
+) -> Result<(), UsersError> {
     let k = key(app, kind, value);
     let g = group(cluster, app, &k);
     let mine = json!({"userId": user_id, "since": now_ms()});
@@ -176,7 +174,7 @@ async fn abandoned(
     kind: Unique,
     value: &str,
     rec: &Value,
-) -> Result<bool, ApiError> {
+) -> Result<bool, UsersError> {
     if now_ms() - rec["since"].as_i64().unwrap_or(0) < PENDING_MS {
         return Ok(false);
     }
@@ -194,7 +192,7 @@ pub async fn release(
     kind: Unique,
     value: &str,
     user_id: &str,
-) -> Result<(), ApiError> {
+) -> Result<(), UsersError> {
     let k = key(app, kind, value);
     let g = group(cluster, app, &k);
     let Some(current) = cluster.get_record(g, NS_UNIQUE, &k).await? else {

@@ -95,27 +95,9 @@ mod tests {
         assert!(links
             .iter()
             .any(|l| matches!(l, Link::Set { platform: "weixin", id, .. } if id == "o1")));
-        assert_eq!(
-            parse_auth_data(&json!({"weixin": {"uid": "x"}}))
-                .map_err(crate::api::error::ApiError::from)
-                .unwrap_err()
-                .code(),
-            107
-        );
-        assert_eq!(
-            parse_auth_data(&json!({"myspace": {"id": "x"}}))
-                .map_err(crate::api::error::ApiError::from)
-                .unwrap_err()
-                .code(),
-            107
-        );
-        assert_eq!(
-            parse_auth_data(&json!({}))
-                .map_err(crate::api::error::ApiError::from)
-                .unwrap_err()
-                .code(),
-            107
-        );
+        assert!(parse_auth_data(&json!({"weixin": {"uid": "x"}})).is_err());
+        assert!(parse_auth_data(&json!({"myspace": {"id": "x"}})).is_err());
+        assert!(parse_auth_data(&json!({})).is_err());
         assert_eq!(
             identity_of("anonymous", &json!({"id": "a"})),
             Some("a".into())

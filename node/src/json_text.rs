@@ -4,7 +4,7 @@
 //! `123456789012345678901234567890` would be stored as `1.2345678901234568e29`).
 //!
 //! Basalt's integers are signed 64-bit: a literal outside `i64` is refused, and `Increment`
-//! past the range is refused too (`cluster::statemachine::ops`). Used by `context::json_object`
+//! past the range is refused too (`cluster::statemachine::ops`). Used by `api::context::json_object`
 //! for bodies and by the query parameter parsers for `where`/`having`.
 
 /// What is wrong with a JSON text.
