@@ -5,10 +5,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::ids::{GroupId, NodeId};
 
-/// Record namespace (in group 0) of cluster members, keyed by node id.
-pub const NS_NODE: &str = "node";
-/// Record namespace (in group 0) of cluster-wide settings.
-pub const NS_CLUSTER: &str = "cluster";
 /// Key of the [`ClusterSettings`] record.
 pub const SETTINGS_KEY: &str = "settings";
 

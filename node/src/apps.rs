@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 
 use basalt_cluster::ids::META_GROUP;
+use basalt_cluster::namespace::Namespace;
 use basalt_cluster::{Cluster, Error as ClusterError};
 use serde::{Deserialize, Serialize};
 
@@ -24,14 +25,6 @@ pub enum AppsError {
     #[error(transparent)]
     Password(#[from] PasswordError),
 }
-
-/// Record namespace of apps (keyed by applicationId).
-pub const NS_APP: &str = "app";
-/// Record namespace of console accounts (keyed by email).
-pub const NS_ACCOUNT: &str = "account";
-/// Record namespace mapping an app's secret key to its applicationId (encrypted mode finds
-/// the app by secret key alone).
-pub const NS_APP_SECRET: &str = "app_secret";
 
 /// Length of the per-app safe token of encrypted mode.
 pub const SAFE_TOKEN_LEN: usize = 6;
@@ -144,12 +137,12 @@ pub async fn find_app(
     cluster: &Cluster,
     application_id: &str,
 ) -> Result<Option<AppRecord>, AppsError> {
-    let local = cluster.local_meta_record(NS_APP, application_id)?;
+    let local = cluster.local_meta_record(Namespace::App, application_id)?;
     let value = match local {
         Some(v) => Some(v),
         None => {
             cluster
-                .get_record(META_GROUP, NS_APP, application_id)
+                .get_record(META_GROUP, Namespace::App, application_id)
                 .await?
         }
     };
@@ -163,11 +156,11 @@ pub async fn find_app_by_secret(
     cluster: &Cluster,
     secret_key: &str,
 ) -> Result<Option<AppRecord>, AppsError> {
-    let index = match cluster.local_meta_record(NS_APP_SECRET, secret_key)? {
+    let index = match cluster.local_meta_record(Namespace::AppSecret, secret_key)? {
         Some(v) => Some(v),
         None => {
             cluster
-                .get_record(META_GROUP, NS_APP_SECRET, secret_key)
+                .get_record(META_GROUP, Namespace::AppSecret, secret_key)
                 .await?
         }
     };
@@ -180,7 +173,7 @@ pub async fn find_app_by_secret(
 /// Every app a console account owns, linearizably.
 pub async fn list_apps(cluster: &Cluster, owner: &str) -> Result<Vec<AppRecord>, AppsError> {
     Ok(cluster
-        .list_records(META_GROUP, NS_APP, "")
+        .list_records(META_GROUP, Namespace::App, "")
         .await?
         .into_iter()
         .filter_map(|(_, v)| serde_json::from_value::<AppRecord>(v).ok())
@@ -195,14 +188,14 @@ pub async fn put_app(cluster: &Cluster, app: &AppRecord) -> Result<(), AppsError
     cluster
         .put_record(
             META_GROUP,
-            NS_APP_SECRET,
+            Namespace::AppSecret,
             &app.secret_key,
             serde_json::json!({"applicationId": app.application_id}),
             None,
         )
         .await?;
     cluster
-        .put_record(META_GROUP, NS_APP, &app.application_id, v, None)
+        .put_record(META_GROUP, Namespace::App, &app.application_id, v, None)
         .await?;
     Ok(())
 }
@@ -215,7 +208,7 @@ pub async fn update_app(
     members: serde_json::Map<String, serde_json::Value>,
 ) -> Result<AppRecord, AppsError> {
     let v = cluster
-        .merge_meta_record_everywhere(NS_APP, application_id, members)
+        .merge_meta_record_everywhere(Namespace::App, application_id, members)
         .await
         .map_err(|e| match e {
             ClusterError::ObjectNotFound => AppsError::NotFound(application_id.to_string()),
@@ -230,9 +223,13 @@ pub async fn verify_account(
     email: &str,
     password: &str,
 ) -> Result<bool, AppsError> {
-    let rec = match cluster.local_meta_record(NS_ACCOUNT, email)? {
+    let rec = match cluster.local_meta_record(Namespace::Account, email)? {
         Some(v) => Some(v),
-        None => cluster.get_record(META_GROUP, NS_ACCOUNT, email).await?,
+        None => {
+            cluster
+                .get_record(META_GROUP, Namespace::Account, email)
+                .await?
+        }
     };
     let Some(rec) = rec.and_then(|v| serde_json::from_value::<AccountRecord>(v).ok()) else {
         return Ok(crate::auth::password::verify_absent(password.to_string()).await?);
@@ -247,7 +244,7 @@ pub async fn put_account(cluster: &Cluster, email: &str, password: &str) -> Resu
     };
     let v = serde_json::to_value(rec).map_err(|e| AppsError::Corrupt(e.to_string()))?;
     cluster
-        .put_record(META_GROUP, NS_ACCOUNT, email, v, None)
+        .put_record(META_GROUP, Namespace::Account, email, v, None)
         .await?;
     Ok(())
 }

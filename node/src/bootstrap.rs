@@ -9,8 +9,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use basalt_cluster::admin::NS_CLUSTER;
 use basalt_cluster::ids::META_GROUP;
+use basalt_cluster::namespace::Namespace;
 use basalt_cluster::Cluster;
 use serde_json::{json, Value};
 
@@ -46,7 +46,7 @@ async fn try_bootstrap(
 ) -> anyhow::Result<Value> {
     let path = data_dir.join(CREDENTIALS_FILE);
     if let Some(done) = cluster
-        .get_record(META_GROUP, NS_CLUSTER, BOOTSTRAP_KEY)
+        .get_record(META_GROUP, Namespace::Cluster, BOOTSTRAP_KEY)
         .await?
     {
         if let Ok(text) = std::fs::read_to_string(&path) {
@@ -82,7 +82,7 @@ async fn try_bootstrap(
     put_app(cluster, &app).await?;
     let done = json!({"email": email, "defaultApp": app.application_id});
     cluster
-        .put_record(META_GROUP, NS_CLUSTER, BOOTSTRAP_KEY, done, None)
+        .put_record(META_GROUP, Namespace::Cluster, BOOTSTRAP_KEY, done, None)
         .await?;
     let doc = credentials(
         &email,

@@ -23,10 +23,8 @@ use std::time::{Duration, Instant};
 
 use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::request::Parts;
+use basalt_cluster::namespace::Namespace;
 use basalt_cluster::{Cluster, Error as ClusterError, QuotaWindow};
-
-/// Record namespace of per-account attempt counts (`TakeQuota` records).
-pub const NS_TRIES: &str = "tries";
 
 /// Wrong passwords (and attempts) per account in 15 minutes before its logins are refused.
 pub const LOGIN_WINDOWS: [QuotaWindow; 1] = [QuotaWindow {
@@ -192,9 +190,9 @@ pub async fn take(
     key: &str,
     windows: &[QuotaWindow],
 ) -> Result<Attempt, ThrottleError> {
-    let group = cluster.shard_for("_throttle", NS_TRIES, key);
+    let group = cluster.shard_for("_throttle", Namespace::Tries.name(), key);
     match cluster
-        .take_quota(group, NS_TRIES, key, windows.to_vec())
+        .take_quota(group, Namespace::Tries, key, windows.to_vec())
         .await
     {
         Ok(at_ms) => Ok(Attempt {
@@ -217,9 +215,9 @@ pub async fn take(
 /// Uncounts an attempt that turned out well (a right password): only failures use up the
 /// allowance. Best effort: a failure here leaves one attempt counted until its window passes.
 pub async fn give_back(cluster: &Cluster, attempt: Attempt) {
-    let group = cluster.shard_for("_throttle", NS_TRIES, &attempt.key);
+    let group = cluster.shard_for("_throttle", Namespace::Tries.name(), &attempt.key);
     if let Err(e) = cluster
-        .return_quota(group, NS_TRIES, &attempt.key, attempt.at_ms)
+        .return_quota(group, Namespace::Tries, &attempt.key, attempt.at_ms)
         .await
     {
         tracing::debug!("giving back a login attempt: {e}");

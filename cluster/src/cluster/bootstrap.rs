@@ -14,10 +14,11 @@ use serde_json::Value;
 
 use super::{Bootstrap, Cluster, ClusterOptions, Inner};
 use crate::admin::{
-    AdminRequest, AdminResponse, ClusterSettings, NodeRecord, NodeState, NS_CLUSTER, SETTINGS_KEY,
+    AdminRequest, AdminResponse, ClusterSettings, NodeRecord, NodeState, SETTINGS_KEY,
 };
 use crate::error::{Error, Result};
 use crate::ids::META_GROUP;
+use crate::namespace::Namespace;
 use crate::query::coordinator::Coordinator;
 use crate::replicas::Replicas;
 use crate::rpc::router::PeerRouter;
@@ -160,7 +161,7 @@ async fn register_self(cluster: Cluster, join_addr: Option<String>) {
     loop {
         let current = cluster.local_nodes().into_iter().find(|n| n.id == me.id);
         let settings_known = cluster
-            .local_meta_records(NS_CLUSTER)
+            .local_meta_records(Namespace::Cluster)
             .map(|r| r.iter().any(|(k, _)| k == SETTINGS_KEY))
             .unwrap_or(false);
         let mut wanted = me.clone();
@@ -181,7 +182,7 @@ async fn register_self(cluster: Cluster, join_addr: Option<String>) {
                 if !settings_known && join_addr.is_none() {
                     let settings = serde_json::to_value(cluster.settings()).unwrap_or(Value::Null);
                     r = cluster
-                        .put_record(META_GROUP, NS_CLUSTER, SETTINGS_KEY, settings, None)
+                        .put_record(META_GROUP, Namespace::Cluster, SETTINGS_KEY, settings, None)
                         .await
                         .map(|_| ());
                 }

@@ -6,9 +6,10 @@ use futures::future::BoxFuture;
 use openraft::async_runtime::WatchReceiver;
 
 use super::Cluster;
-use crate::admin::{AdminRequest, AdminResponse, NodeRecord, NodeState, NS_NODE};
+use crate::admin::{AdminRequest, AdminResponse, NodeRecord, NodeState};
 use crate::error::{Error, Result};
 use crate::ids::{NodeId, META_GROUP};
+use crate::namespace::Namespace;
 use crate::peer_service::AdminHandler;
 
 impl AdminHandler for Cluster {
@@ -60,8 +61,14 @@ impl Cluster {
 
     pub(super) async fn put_node_record(&self, record: &NodeRecord) -> Result<()> {
         let value = serde_json::to_value(record)?;
-        self.put_record(META_GROUP, NS_NODE, &record.id.to_string(), value, None)
-            .await?;
+        self.put_record(
+            META_GROUP,
+            Namespace::Node,
+            &record.id.to_string(),
+            value,
+            None,
+        )
+        .await?;
         Ok(())
     }
 

@@ -25,8 +25,6 @@ use crate::ids::GroupId;
 use crate::object::StoredObject;
 use crate::storage::keys::{self, SM_INDEX};
 
-/// Record namespace of per-class index metadata on a shard (key `app/class`).
-pub const INDEX_META_NS: &str = "index_meta";
 /// Fields every object is indexed on.
 pub const ALWAYS_INDEXED: [&str; 2] = ["createdAt", "updatedAt"];
 

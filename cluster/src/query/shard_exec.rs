@@ -8,12 +8,13 @@ use serde_json::Value;
 
 use super::aggregate::{AggregateRequest, Folder, PartialGroup};
 use super::filter::Filter;
-use super::index::{entry_object_id, meta_key, plan, Candidates, IndexMeta, INDEX_META_NS};
+use super::index::{entry_object_id, meta_key, plan, Candidates, IndexMeta};
 use super::order::RowOrder;
 use super::ScanRequest;
 use crate::acl::{allows, Access};
 use crate::error::{Error, Result};
 use crate::ids::GroupId;
+use crate::namespace::Namespace;
 use crate::object::StoredObject;
 use crate::storage::keys::{self, CF_SM};
 use crate::storage::records::{live_record, ReplicaState};
@@ -40,9 +41,14 @@ pub fn for_each_match(
         .prepare()
         .map_err(|e| Error::InvalidValue(e.to_string()))?;
     let state = ReplicaState { store, group };
-    let meta: IndexMeta = live_record(&state, INDEX_META_NS, &meta_key(app, class), None)?
-        .and_then(|r| serde_json::from_value(r.value).ok())
-        .unwrap_or_default();
+    let meta: IndexMeta = live_record(
+        &state,
+        Namespace::IndexMeta.name(),
+        &meta_key(app, class),
+        None,
+    )?
+    .and_then(|r| serde_json::from_value(r.value).ok())
+    .unwrap_or_default();
     let mut check = |object_id: &str, bytes: &[u8]| -> Result<()> {
         let stored = StoredObject::decode(bytes)?;
         if !allows(&stored.fields, principals, Access::Read) {

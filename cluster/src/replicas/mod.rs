@@ -25,12 +25,11 @@ use openraft::ReadPolicy;
 use serde_json::Value;
 use tokio::sync::watch;
 
-use crate::admin::{
-    ClusterSettings, GroupDigest, GroupStatus, NodeRecord, NodeState, NodeStatus, NS_NODE,
-};
+use crate::admin::{ClusterSettings, GroupDigest, GroupStatus, NodeRecord, NodeState, NodeStatus};
 use crate::command::{Command, CommandResult, Proposed, ReadRequest, ReadResponse};
 use crate::error::{Error, Result};
 use crate::ids::{class_groups, object_group, shard_for, GroupId, NodeId, META_GROUP};
+use crate::namespace::Namespace;
 use crate::network::GroupNetwork;
 use crate::raft::RocksLogStore;
 use crate::raft::{RaftTuning, TypeConfig};
@@ -247,22 +246,22 @@ impl Replicas {
 
     /// Records of a namespace of the metadata group from this node's replica (may lag the
     /// leader slightly; every node keeps one).
-    pub fn local_meta_records(&self, ns: &str) -> Result<Vec<(String, Value)>> {
-        live_records_with_prefix(&self.inner.store, META_GROUP, ns, "", now_ms())
+    pub fn local_meta_records(&self, ns: Namespace) -> Result<Vec<(String, Value)>> {
+        live_records_with_prefix(&self.inner.store, META_GROUP, ns.name(), "", now_ms())
     }
 
     /// One record of the metadata group from this node's replica (may lag the leader).
-    pub fn local_meta_record(&self, ns: &str, key: &str) -> Result<Option<Value>> {
+    pub fn local_meta_record(&self, ns: Namespace, key: &str) -> Result<Option<Value>> {
         let state = ReplicaState {
             store: &self.inner.store,
             group: META_GROUP,
         };
-        Ok(live_record(&state, ns, key, Some(now_ms()))?.map(|r| r.value))
+        Ok(live_record(&state, ns.name(), key, Some(now_ms()))?.map(|r| r.value))
     }
 
     /// Cluster members as this node's metadata replica knows them.
     pub fn local_nodes(&self) -> Vec<NodeRecord> {
-        self.local_meta_records(NS_NODE)
+        self.local_meta_records(Namespace::Node)
             .unwrap_or_default()
             .into_iter()
             .filter_map(|(_, v)| serde_json::from_value(v).ok())

@@ -9,6 +9,7 @@ use super::{now_ms, unexpected, Replicas};
 use crate::command::{Command, CommandResult, Proposed, QuotaWindow, ReadRequest, ReadResponse};
 use crate::error::{Error, Result};
 use crate::ids::{GroupId, META_GROUP};
+use crate::namespace::Namespace;
 use crate::object::StoredObject;
 
 impl Replicas {
@@ -162,7 +163,7 @@ impl Replicas {
     pub async fn cas_record(
         &self,
         group: GroupId,
-        ns: &str,
+        ns: Namespace,
         key: &str,
         expected: Option<Value>,
         value: Option<Value>,
@@ -170,7 +171,7 @@ impl Replicas {
         self.propose(
             group,
             Command::CasRecord {
-                ns: ns.into(),
+                ns: ns.name().into(),
                 key: key.into(),
                 expected,
                 value,
@@ -184,7 +185,7 @@ impl Replicas {
     pub async fn put_record(
         &self,
         group: GroupId,
-        ns: &str,
+        ns: Namespace,
         key: &str,
         value: Value,
         expires_at_ms: Option<i64>,
@@ -192,7 +193,7 @@ impl Replicas {
         self.propose(
             group,
             Command::PutRecord {
-                ns: ns.into(),
+                ns: ns.name().into(),
                 key: key.into(),
                 value,
                 expires_at_ms,
@@ -202,12 +203,17 @@ impl Replicas {
     }
 
     /// Reads a record of `group` linearizably (absent when expired).
-    pub async fn get_record(&self, group: GroupId, ns: &str, key: &str) -> Result<Option<Value>> {
+    pub async fn get_record(
+        &self,
+        group: GroupId,
+        ns: Namespace,
+        key: &str,
+    ) -> Result<Option<Value>> {
         match self
             .read(
                 group,
                 ReadRequest::GetRecord {
-                    ns: ns.into(),
+                    ns: ns.name().into(),
                     key: key.into(),
                 },
             )
@@ -222,7 +228,7 @@ impl Replicas {
     pub async fn insert_record(
         &self,
         group: GroupId,
-        ns: &str,
+        ns: Namespace,
         key: &str,
         value: Value,
         expires_at_ms: Option<i64>,
@@ -230,7 +236,7 @@ impl Replicas {
         self.propose(
             group,
             Command::InsertRecord {
-                ns: ns.into(),
+                ns: ns.name().into(),
                 key: key.into(),
                 value,
                 expires_at_ms,
@@ -244,7 +250,7 @@ impl Replicas {
     pub async fn merge_record(
         &self,
         group: GroupId,
-        ns: &str,
+        ns: Namespace,
         key: &str,
         members: serde_json::Map<String, Value>,
     ) -> Result<Value> {
@@ -256,7 +262,7 @@ impl Replicas {
     /// the next request through any node sees it.
     pub async fn merge_meta_record_everywhere(
         &self,
-        ns: &str,
+        ns: Namespace,
         key: &str,
         members: serde_json::Map<String, Value>,
     ) -> Result<Value> {
@@ -268,7 +274,7 @@ impl Replicas {
     async fn merge_record_at(
         &self,
         group: GroupId,
-        ns: &str,
+        ns: Namespace,
         key: &str,
         members: serde_json::Map<String, Value>,
     ) -> Result<(Value, u64)> {
@@ -276,7 +282,7 @@ impl Replicas {
             .propose(
                 group,
                 Command::MergeRecord {
-                    ns: ns.into(),
+                    ns: ns.name().into(),
                     key: key.into(),
                     members,
                 },
@@ -292,9 +298,14 @@ impl Replicas {
 
     /// Deletes a live record and answers its value: `Ok(None)` when there was none. Each record
     /// is taken at most once, however many callers race for it.
-    pub async fn take_record(&self, group: GroupId, ns: &str, key: &str) -> Result<Option<Value>> {
+    pub async fn take_record(
+        &self,
+        group: GroupId,
+        ns: Namespace,
+        key: &str,
+    ) -> Result<Option<Value>> {
         let cmd = Command::TakeRecord {
-            ns: ns.into(),
+            ns: ns.name().into(),
             key: key.into(),
             now_ms: now_ms(),
         };
@@ -313,13 +324,13 @@ impl Replicas {
     pub async fn take_quota(
         &self,
         group: GroupId,
-        ns: &str,
+        ns: Namespace,
         key: &str,
         windows: Vec<QuotaWindow>,
     ) -> Result<i64> {
         let now = now_ms();
         let cmd = Command::TakeQuota {
-            ns: ns.into(),
+            ns: ns.name().into(),
             key: key.into(),
             now_ms: now,
             windows,
@@ -331,12 +342,12 @@ impl Replicas {
     pub async fn return_quota(
         &self,
         group: GroupId,
-        ns: &str,
+        ns: Namespace,
         key: &str,
         use_ms: i64,
     ) -> Result<()> {
         let cmd = Command::ReturnQuota {
-            ns: ns.into(),
+            ns: ns.name().into(),
             key: key.into(),
             use_ms,
         };
@@ -347,11 +358,11 @@ impl Replicas {
     pub async fn list_records(
         &self,
         group: GroupId,
-        ns: &str,
+        ns: Namespace,
         prefix: &str,
     ) -> Result<Vec<(String, Value)>> {
         let req = ReadRequest::ListRecords {
-            ns: ns.into(),
+            ns: ns.name().into(),
             prefix: prefix.into(),
         };
         match self.read(group, req).await? {

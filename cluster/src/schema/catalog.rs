@@ -8,11 +8,12 @@
 
 use serde_json::Value;
 
-use super::{schema_key, ClassSchema, ColumnChange, Need, SchemaError, NS_SCHEMA, SYSTEM_CLASSES};
+use super::{schema_key, ClassSchema, ColumnChange, Need, SchemaError, SYSTEM_CLASSES};
 use crate::command::{Command, CommandResult};
 use crate::error::{Error, Result};
 use crate::ids::META_GROUP;
-use crate::query::index::{meta_key, IndexMeta, INDEX_META_NS};
+use crate::namespace::Namespace;
+use crate::query::index::{meta_key, IndexMeta};
 use crate::replicas::Replicas;
 
 /// Objects removed per `PurgeClass` command (one Raft entry each).
@@ -44,7 +45,7 @@ impl<'a> Catalog<'a> {
     /// The class schema as this node's metadata replica has it (may lag the leader).
     pub fn local_class_schema(&self, app: &str, class: &str) -> Result<Option<ClassSchema>> {
         self.replicas
-            .local_meta_record(NS_SCHEMA, &schema_key(app, class))?
+            .local_meta_record(Namespace::Schema, &schema_key(app, class))?
             .map(decode)
             .transpose()
     }
@@ -53,7 +54,7 @@ impl<'a> Catalog<'a> {
     pub async fn class_schema(&self, app: &str, class: &str) -> Result<Option<ClassSchema>> {
         match self
             .replicas
-            .get_record(META_GROUP, NS_SCHEMA, &schema_key(app, class))
+            .get_record(META_GROUP, Namespace::Schema, &schema_key(app, class))
             .await?
         {
             Some(v) => Ok(Some(decode(v)?)),
@@ -65,7 +66,7 @@ impl<'a> Catalog<'a> {
     /// Every class schema of an app, linearizably, in class-name order.
     pub async fn class_schemas(&self, app: &str) -> Result<Vec<ClassSchema>> {
         self.replicas
-            .list_records(META_GROUP, NS_SCHEMA, &format!("{app}/"))
+            .list_records(META_GROUP, Namespace::Schema, &format!("{app}/"))
             .await?
             .into_iter()
             .map(|(_, v)| decode(v))
@@ -212,7 +213,7 @@ impl<'a> Catalog<'a> {
             .unwrap_or(1);
         let meta = self
             .replicas
-            .get_record(first, INDEX_META_NS, &meta_key(app, class))
+            .get_record(first, Namespace::IndexMeta, &meta_key(app, class))
             .await?
             .and_then(|v| serde_json::from_value::<IndexMeta>(v).ok())
             .unwrap_or_default();

@@ -1,6 +1,6 @@
 //! Class schemas (spec 2.8): the column types of each class of each app.
 //!
-//! Schemas live as records of the metadata group (namespace [`NS_SCHEMA`], key `app/class`). The
+//! Schemas live as records of the metadata group (namespace [`Namespace::Schema`](crate::namespace::Namespace), key `app/class`). The
 //! first write of a column fixes its type (`infer` turns a write's field updates into column
 //! requirements, `ClassSchema::admit` checks them); the schema endpoints change columns
 //! explicitly (`ClassSchema::alter`). Both run inside the metadata group's `apply`, so two
@@ -13,9 +13,6 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
-
-/// Record namespace of class schemas in the metadata group.
-pub const NS_SCHEMA: &str = "schema";
 
 /// Record key of a class schema.
 pub fn schema_key(app: &str, class: &str) -> String {

@@ -6,11 +6,12 @@ use super::record_writes::{delete_record, put_record};
 use super::staged::Staged;
 use crate::command::CommandResult;
 use crate::error::{Error, Result};
-use crate::schema::{schema_key, ClassSchema, ColumnChange, Need, NS_SCHEMA, SYSTEM_CLASSES};
+use crate::namespace::Namespace;
+use crate::schema::{schema_key, ClassSchema, ColumnChange, Need, SYSTEM_CLASSES};
 use crate::storage::records::live_record;
 
 fn load(st: &Staged<'_>, app: &str, class: &str) -> Result<Option<ClassSchema>> {
-    match live_record(st, NS_SCHEMA, &schema_key(app, class), None)? {
+    match live_record(st, Namespace::Schema.name(), &schema_key(app, class), None)? {
         Some(rec) => Ok(Some(serde_json::from_value(rec.value)?)),
         None => Ok(None),
     }
@@ -18,14 +19,21 @@ fn load(st: &Staged<'_>, app: &str, class: &str) -> Result<Option<ClassSchema>> 
 
 fn store(st: &mut Staged<'_>, app: &str, schema: &ClassSchema) -> Result<()> {
     let key = schema_key(app, &schema.class_name);
-    put_record(st, NS_SCHEMA, &key, serde_json::to_value(schema)?, None).map(|_| ())
+    put_record(
+        st,
+        Namespace::Schema.name(),
+        &key,
+        serde_json::to_value(schema)?,
+        None,
+    )
+    .map(|_| ())
 }
 
 /// Whether `class` of `app` exists: a system class, or one with a schema record.
 fn class_exists(st: &Staged<'_>, app: &str, class: &str) -> bool {
     SYSTEM_CLASSES.contains(&class)
         || matches!(
-            live_record(st, NS_SCHEMA, &schema_key(app, class), None),
+            live_record(st, Namespace::Schema.name(), &schema_key(app, class), None),
             Ok(Some(_))
         )
 }
@@ -107,5 +115,5 @@ pub(super) fn apply_drop_class(
     if load(st, app, class)?.is_none() {
         return rejected(crate::schema::SchemaError::ClassNotFound(class.to_string()));
     }
-    delete_record(st, NS_SCHEMA, &schema_key(app, class))
+    delete_record(st, Namespace::Schema.name(), &schema_key(app, class))
 }

@@ -6,8 +6,9 @@ use super::record_writes::put_record;
 use super::staged::Staged;
 use crate::command::CommandResult;
 use crate::error::Result;
+use crate::namespace::Namespace;
 use crate::object::StoredObject;
-use crate::query::index::{self, IndexMeta, INDEX_META_NS};
+use crate::query::index::{self, IndexMeta};
 use crate::storage::keys;
 use crate::storage::records::live_record;
 
@@ -16,15 +17,25 @@ use crate::storage::records::live_record;
 pub const DEFAULT_REBUILD_PAGE: usize = 10_000;
 
 pub(super) fn meta(st: &Staged<'_>, app: &str, class: &str) -> Result<Option<IndexMeta>> {
-    Ok(
-        live_record(st, INDEX_META_NS, &index::meta_key(app, class), None)?
-            .and_then(|r| serde_json::from_value(r.value).ok()),
-    )
+    Ok(live_record(
+        st,
+        Namespace::IndexMeta.name(),
+        &index::meta_key(app, class),
+        None,
+    )?
+    .and_then(|r| serde_json::from_value(r.value).ok()))
 }
 
 fn put_meta(st: &mut Staged<'_>, app: &str, class: &str, meta: &IndexMeta) -> Result<()> {
     let key = index::meta_key(app, class);
-    put_record(st, INDEX_META_NS, &key, serde_json::to_value(meta)?, None).map(|_| ())
+    put_record(
+        st,
+        Namespace::IndexMeta.name(),
+        &key,
+        serde_json::to_value(meta)?,
+        None,
+    )
+    .map(|_| ())
 }
 
 /// Forgets a dropped class's index metadata (its entries went with its objects), so a class
@@ -32,7 +43,7 @@ fn put_meta(st: &mut Staged<'_>, app: &str, class: &str, meta: &IndexMeta) -> Re
 pub(super) fn forget_class(st: &mut Staged<'_>, app: &str, class: &str) {
     st.delete(keys::record_key(
         st.group,
-        INDEX_META_NS,
+        Namespace::IndexMeta.name(),
         &index::meta_key(app, class),
     ));
 }

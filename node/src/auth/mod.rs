@@ -11,15 +11,13 @@ mod secret;
 pub mod signature;
 
 use axum::http::{HeaderMap, HeaderName, Method};
+use basalt_cluster::namespace::Namespace;
 use basalt_cluster::{now_ms, Cluster, Error as ClusterError};
 use serde_json::json;
 
 use crate::apps::{find_app, find_app_by_secret, AppRecord, AppsError};
 pub use secret::same_secret;
 use signature::{is_fresh, parse_timestamp, Signed, FRESHNESS_MS, MAX_NONCE_LEN, SDK_TYPES};
-
-/// Record namespace of claimed nonces (on the shard of `(app, "_nonce", nonce)`).
-pub const NS_NONCE: &str = "nonce";
 
 /// Session-token header values that mean "no session" (decisions.md).
 const NO_SESSION: [&str; 1] = ["bmob"];
@@ -230,7 +228,7 @@ async fn claim_nonce(
     match cluster
         .insert_record(
             group,
-            NS_NONCE,
+            Namespace::Nonce,
             &format!("{app}/{nonce}"),
             json!(from_ms),
             Some(expires),

@@ -7,6 +7,7 @@
 
 pub mod image;
 
+use basalt_cluster::namespace::Namespace;
 use basalt_cluster::object::random_alphanumeric;
 use basalt_cluster::{now_ms, Cluster, Error as ClusterError};
 use serde::{Deserialize, Serialize};
@@ -30,11 +31,6 @@ pub enum CaptchaError {
     #[error(transparent)]
     Cluster(#[from] ClusterError),
 }
-
-/// Record namespace of issued captchas.
-pub const NS_CAPTCHA: &str = "captcha";
-/// Record namespace of validate tokens.
-pub const NS_CAPTCHA_PASS: &str = "captcha_pass";
 
 /// How long a validate token works.
 pub const PASS_TTL_MS: i64 = 10 * 60 * 1000;
@@ -119,7 +115,7 @@ pub async fn issue(
     cluster
         .put_record(
             group(cluster, &token),
-            NS_CAPTCHA,
+            Namespace::Captcha,
             &token,
             value,
             Some(expires),
@@ -134,7 +130,7 @@ pub async fn picture(cluster: &Cluster, token: &str) -> Result<Option<Vec<u8>>, 
         return Ok(None);
     }
     let Some(v) = cluster
-        .get_record(group(cluster, token), NS_CAPTCHA, token)
+        .get_record(group(cluster, token), Namespace::Captcha, token)
         .await?
     else {
         return Ok(None);
@@ -157,7 +153,7 @@ pub async fn verify(
         return Err(CaptchaError::Failed);
     }
     let taken = cluster
-        .take_record(group(cluster, token), NS_CAPTCHA, token)
+        .take_record(group(cluster, token), Namespace::Captcha, token)
         .await?;
     let captcha: Captcha = match taken.map(serde_json::from_value) {
         Some(Ok(c)) => c,
@@ -171,7 +167,7 @@ pub async fn verify(
     cluster
         .put_record(
             group(cluster, &pass),
-            NS_CAPTCHA_PASS,
+            Namespace::CaptchaPass,
             &pass,
             serde_json::json!({ "app": app }),
             Some(now_ms() + PASS_TTL_MS),
@@ -186,7 +182,7 @@ pub async fn take_pass(cluster: &Cluster, app: &str, pass: &str) -> Result<bool,
         return Ok(false);
     }
     let taken = cluster
-        .take_record(group(cluster, pass), NS_CAPTCHA_PASS, pass)
+        .take_record(group(cluster, pass), Namespace::CaptchaPass, pass)
         .await?;
     Ok(taken.is_some_and(|v| v["app"].as_str() == Some(app)))
 }

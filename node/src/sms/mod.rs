@@ -24,6 +24,7 @@ pub mod provider;
 use std::sync::Arc;
 
 use basalt_cluster::ids::META_GROUP;
+use basalt_cluster::namespace::Namespace;
 use basalt_cluster::{now_ms, Cluster, Error as ClusterError, QuotaWindow};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
@@ -32,13 +33,6 @@ use serde_json::{json, Map, Value};
 use crate::apps::AppRecord;
 pub use error::SmsError;
 use provider::{Sms, SmsProvider};
-
-pub const NS_SMS_TEMPLATE: &str = "sms_template";
-pub const NS_SMS: &str = "sms";
-pub const NS_SMS_CODE: &str = "sms_code";
-pub const NS_SMS_QUOTA: &str = "sms_quota";
-pub const NS_SMS_TRIES: &str = "sms_tries";
-pub const NS_SMS_CODE_INDEX: &str = "sms_code_index";
 
 /// How long a code works.
 pub const CODE_TTL_MS: i64 = 10 * 60 * 1000;
@@ -179,7 +173,7 @@ pub async fn put_template(cluster: &Cluster, app: &str, t: &Template) -> Result<
     cluster
         .put_record(
             META_GROUP,
-            NS_SMS_TEMPLATE,
+            Namespace::SmsTemplate,
             &template_key(app, &t.name),
             v,
             None,
@@ -190,7 +184,7 @@ pub async fn put_template(cluster: &Cluster, app: &str, t: &Template) -> Result<
 
 pub async fn list_templates(cluster: &Cluster, app: &str) -> Result<Vec<Template>, SmsError> {
     cluster
-        .list_records(META_GROUP, NS_SMS_TEMPLATE, &format!("{app}/"))
+        .list_records(META_GROUP, Namespace::SmsTemplate, &format!("{app}/"))
         .await?
         .into_iter()
         .map(|(_, v)| serde_json::from_value(v).map_err(internal))
@@ -203,7 +197,7 @@ pub async fn find_template(
     name: &str,
 ) -> Result<Option<Template>, SmsError> {
     cluster
-        .get_record(META_GROUP, NS_SMS_TEMPLATE, &template_key(app, name))
+        .get_record(META_GROUP, Namespace::SmsTemplate, &template_key(app, name))
         .await?
         .map(|v| serde_json::from_value(v).map_err(internal))
         .transpose()
@@ -212,7 +206,7 @@ pub async fn find_template(
 /// Deletes a template; false when there was none.
 pub async fn delete_template(cluster: &Cluster, app: &str, name: &str) -> Result<bool, SmsError> {
     Ok(cluster
-        .take_record(META_GROUP, NS_SMS_TEMPLATE, &template_key(app, name))
+        .take_record(META_GROUP, Namespace::SmsTemplate, &template_key(app, name))
         .await?
         .is_some())
 }
@@ -274,7 +268,7 @@ pub async fn request_code(
         ),
     ] {
         match cluster
-            .take_quota(group, NS_SMS_QUOTA, &key, windows.to_vec())
+            .take_quota(group, Namespace::SmsQuota, &key, windows.to_vec())
             .await
         {
             Ok(_) => {}
@@ -288,7 +282,7 @@ pub async fn request_code(
     cluster
         .put_record(
             group,
-            NS_SMS_CODE,
+            Namespace::SmsCode,
             &format!("{appid}/{number}/{code}"),
             json!({ "smsId": sms_id }),
             Some(now + CODE_TTL_MS),
@@ -297,7 +291,7 @@ pub async fn request_code(
     match cluster
         .insert_record(
             cluster.shard_for(appid, "_sms", &code),
-            NS_SMS_CODE_INDEX,
+            Namespace::SmsCodeIndex,
             &format!("{appid}/{code}"),
             json!({ "mobilePhoneNumber": req.number }),
             Some(now + CODE_TTL_MS),
@@ -337,7 +331,7 @@ async fn new_message(cluster: &Cluster, app: &str, number: &str) -> Result<i64, 
         match cluster
             .insert_record(
                 message_group(cluster, app, &id.to_string()),
-                NS_SMS,
+                Namespace::Sms,
                 &key,
                 rec,
                 Some(now_ms() + RECORD_TTL_MS),
@@ -357,7 +351,7 @@ async fn set_message(cluster: &Cluster, app: &str, sms_id: i64, member: &str, v:
     m.insert(member.into(), v);
     let g = message_group(cluster, app, &sms_id.to_string());
     if let Err(e) = cluster
-        .merge_record(g, NS_SMS, &format!("{app}/{sms_id}"), m)
+        .merge_record(g, Namespace::Sms, &format!("{app}/{sms_id}"), m)
         .await
     {
         tracing::warn!(sms_id, "recording the SMS {member}: {e}");
@@ -394,7 +388,7 @@ pub async fn take_code(
     match cluster
         .take_quota(
             group,
-            NS_SMS_TRIES,
+            Namespace::SmsTries,
             &format!("{app}/{number}"),
             VERIFY_WINDOWS.to_vec(),
         )
@@ -405,7 +399,7 @@ pub async fn take_code(
         Err(e) => return Err(e.into()),
     }
     let taken = cluster
-        .take_record(group, NS_SMS_CODE, &format!("{app}/{number}/{code}"))
+        .take_record(group, Namespace::SmsCode, &format!("{app}/{number}/{code}"))
         .await?
         .ok_or(SmsError::WrongCode)?;
     if let Some(id) = taken["smsId"].as_i64() {
@@ -427,7 +421,7 @@ pub async fn number_of_code(
     match cluster
         .take_quota(
             cluster.shard_for(app, "_sms", "_lookups"),
-            NS_SMS_TRIES,
+            Namespace::SmsTries,
             &format!("{app}/_lookups"),
             RESET_LOOKUP_WINDOWS.to_vec(),
         )
@@ -440,7 +434,7 @@ pub async fn number_of_code(
     let rec = cluster
         .get_record(
             cluster.shard_for(app, "_sms", code),
-            NS_SMS_CODE_INDEX,
+            Namespace::SmsCodeIndex,
             &format!("{app}/{code}"),
         )
         .await?;
@@ -454,7 +448,7 @@ pub async fn query(cluster: &Cluster, app: &str, sms_id: &str) -> Result<Value, 
     let rec = cluster
         .get_record(
             message_group(cluster, app, &id.to_string()),
-            NS_SMS,
+            Namespace::Sms,
             &format!("{app}/{id}"),
         )
         .await?

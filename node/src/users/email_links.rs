@@ -4,15 +4,13 @@
 //! leader-elected scheduler removes expired ones. A link works once.
 
 use crate::throttle::MAIL_WINDOWS;
+use basalt_cluster::namespace::Namespace;
 use basalt_cluster::object::random_alphanumeric;
 use basalt_cluster::{now_ms, Cluster};
 use serde::{Deserialize, Serialize};
 
 use super::UsersError;
 use crate::mail::{Mail, Mailer};
-
-/// Record namespace of emailed links.
-pub const NS_EMAIL_LINK: &str = "email_link";
 
 /// How long a verification link works (spec 8).
 pub const VERIFY_TTL_MS: i64 = 7 * 24 * 3600 * 1000;
@@ -71,7 +69,7 @@ pub async fn send_link(
     cluster
         .put_record(
             group(cluster, &token),
-            NS_EMAIL_LINK,
+            Namespace::EmailLink,
             &token,
             value,
             Some(now_ms() + ttl),
@@ -115,7 +113,7 @@ pub async fn find_link(
         return Ok(None);
     }
     let rec = cluster
-        .get_record(group(cluster, token), NS_EMAIL_LINK, token)
+        .get_record(group(cluster, token), Namespace::EmailLink, token)
         .await?;
     Ok(rec
         .and_then(|v| serde_json::from_value::<EmailLink>(v).ok())
@@ -134,7 +132,7 @@ pub async fn take_link(
         return Ok(None);
     }
     let rec = cluster
-        .take_record(group(cluster, token), NS_EMAIL_LINK, token)
+        .take_record(group(cluster, token), Namespace::EmailLink, token)
         .await?;
     Ok(rec
         .and_then(|v| serde_json::from_value::<EmailLink>(v).ok())

@@ -10,14 +10,12 @@
 //! between claim and create) is taken over once it is older than `PENDING_MS` and no user holds
 //! the value.
 
+use basalt_cluster::namespace::Namespace;
 use basalt_cluster::{now_ms, Cluster, Error as ClusterError};
 use serde_json::{json, Map, Value};
 
 use super::UsersError;
 use super::USER_CLASS;
-
-/// Record namespace of reservations.
-pub const NS_UNIQUE: &str = "unique";
 
 /// How long a claim may wait for its user object before it counts as abandoned.
 pub const PENDING_MS: i64 = 30_000;
@@ -120,7 +118,7 @@ pub async fn owner(
 ) -> Result<Option<String>, UsersError> {
     let k = key(app, kind, value);
     let rec = cluster
-        .get_record(group(cluster, app, &k), NS_UNIQUE, &k)
+        .get_record(group(cluster, app, &k), Namespace::Unique, &k)
         .await?;
     Ok(rec.and_then(|r| r["userId"].as_str().map(str::to_string)))
 }
@@ -138,14 +136,14 @@ pub async fn reserve(
     let mine = json!({"userId": user_id, "since": now_ms()});
     for _ in 0..3 {
         match cluster
-            .cas_record(g, NS_UNIQUE, &k, None, Some(mine.clone()))
+            .cas_record(g, Namespace::Unique, &k, None, Some(mine.clone()))
             .await
         {
             Ok(_) => return Ok(()),
             Err(ClusterError::Conflict(_)) => {}
             Err(e) => return Err(e.into()),
         }
-        let Some(current) = cluster.get_record(g, NS_UNIQUE, &k).await? else {
+        let Some(current) = cluster.get_record(g, Namespace::Unique, &k).await? else {
             continue; // released meanwhile: claim again
         };
         if current["userId"].as_str() == Some(user_id) {
@@ -155,7 +153,7 @@ pub async fn reserve(
             return Err(kind.taken(value));
         }
         match cluster
-            .cas_record(g, NS_UNIQUE, &k, Some(current), Some(mine.clone()))
+            .cas_record(g, Namespace::Unique, &k, Some(current), Some(mine.clone()))
             .await
         {
             Ok(_) => return Ok(()),
@@ -195,14 +193,14 @@ pub async fn release(
 ) -> Result<(), UsersError> {
     let k = key(app, kind, value);
     let g = group(cluster, app, &k);
-    let Some(current) = cluster.get_record(g, NS_UNIQUE, &k).await? else {
+    let Some(current) = cluster.get_record(g, Namespace::Unique, &k).await? else {
         return Ok(());
     };
     if current["userId"].as_str() != Some(user_id) {
         return Ok(());
     }
     match cluster
-        .cas_record(g, NS_UNIQUE, &k, Some(current), None)
+        .cas_record(g, Namespace::Unique, &k, Some(current), None)
         .await
     {
         Ok(_) | Err(ClusterError::Conflict(_)) => Ok(()),

@@ -1,0 +1,150 @@
+//! `Namespace`: every kind of record (the state beside objects: schemas, members, apps, claims,
+//! codes, quotas...). A record is addressed by group, namespace and key. A namespace's name is
+//! part of the on-disk format (storage keys, `storage::keys::record_key`) and of the Raft log
+//! (record commands carry it), so a name never changes; a new kind of record is a new variant.
+//!
+//! The record operations of `replicas::records` take a `Namespace`; the state machine below them
+//! works on the names.
+
+/// A kind of record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Namespace {
+    /// Class schemas (metadata group, key `app/class`).
+    Schema,
+    /// Cluster members (metadata group, keyed by node id).
+    Node,
+    /// Cluster-wide settings and the bootstrap marker (metadata group).
+    Cluster,
+    /// Apps (metadata group, keyed by applicationId).
+    App,
+    /// Console accounts (metadata group, keyed by email).
+    Account,
+    /// An app's secret key → its applicationId (signed requests name the app by secret key).
+    AppSecret,
+    /// Claims on unique values: usernames, emails, phone numbers, role names, linked accounts.
+    Unique,
+    /// Emailed verification and password-reset links.
+    EmailLink,
+    /// Nonces of signed requests, kept for the replay window.
+    Nonce,
+    /// SMS templates (metadata group, key `app/name`).
+    SmsTemplate,
+    /// Sent SMS messages and their state (key `app/smsId`).
+    Sms,
+    /// Live SMS codes (key `app/number/code`).
+    SmsCode,
+    /// SMS send quotas per number and per app.
+    SmsQuota,
+    /// SMS code verification attempts.
+    SmsTries,
+    /// The number a live code was sent to (key `app/code`).
+    SmsCodeIndex,
+    /// Issued captchas.
+    Captcha,
+    /// Validate tokens of solved captchas.
+    CaptchaPass,
+    /// Attempt counts of throttled operations (logins, mails).
+    Tries,
+    /// Which columns of a class are indexed, per shard (key `app/class`).
+    IndexMeta,
+}
+
+impl Namespace {
+    /// Every namespace.
+    pub const ALL: [Namespace; 19] = [
+        Namespace::Schema,
+        Namespace::Node,
+        Namespace::Cluster,
+        Namespace::App,
+        Namespace::Account,
+        Namespace::AppSecret,
+        Namespace::Unique,
+        Namespace::EmailLink,
+        Namespace::Nonce,
+        Namespace::SmsTemplate,
+        Namespace::Sms,
+        Namespace::SmsCode,
+        Namespace::SmsQuota,
+        Namespace::SmsTries,
+        Namespace::SmsCodeIndex,
+        Namespace::Captcha,
+        Namespace::CaptchaPass,
+        Namespace::Tries,
+        Namespace::IndexMeta,
+    ];
+
+    /// The stored name (never changes: it is in keys on disk and in the Raft log).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Namespace::Schema => "schema",
+            Namespace::Node => "node",
+            Namespace::Cluster => "cluster",
+            Namespace::App => "app",
+            Namespace::Account => "account",
+            Namespace::AppSecret => "app_secret",
+            Namespace::Unique => "unique",
+            Namespace::EmailLink => "email_link",
+            Namespace::Nonce => "nonce",
+            Namespace::SmsTemplate => "sms_template",
+            Namespace::Sms => "sms",
+            Namespace::SmsCode => "sms_code",
+            Namespace::SmsQuota => "sms_quota",
+            Namespace::SmsTries => "sms_tries",
+            Namespace::SmsCodeIndex => "sms_code_index",
+            Namespace::Captcha => "captcha",
+            Namespace::CaptchaPass => "captcha_pass",
+            Namespace::Tries => "tries",
+            Namespace::IndexMeta => "index_meta",
+        }
+    }
+
+    /// The namespace with a stored name.
+    pub fn from_name(name: &str) -> Option<Namespace> {
+        Namespace::ALL.into_iter().find(|ns| ns.name() == name)
+    }
+}
+
+impl std::fmt::Display for Namespace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names as data written by earlier versions holds them.
+    #[test]
+    fn names_are_the_stored_ones() {
+        let names: Vec<&str> = Namespace::ALL.iter().map(|ns| ns.name()).collect();
+        assert_eq!(
+            names,
+            [
+                "schema",
+                "node",
+                "cluster",
+                "app",
+                "account",
+                "app_secret",
+                "unique",
+                "email_link",
+                "nonce",
+                "sms_template",
+                "sms",
+                "sms_code",
+                "sms_quota",
+                "sms_tries",
+                "sms_code_index",
+                "captcha",
+                "captcha_pass",
+                "tries",
+                "index_meta",
+            ]
+        );
+        for ns in Namespace::ALL {
+            assert_eq!(Namespace::from_name(ns.name()), Some(ns));
+        }
+        assert_eq!(Namespace::from_name("objects"), None);
+    }
+}
