@@ -111,10 +111,7 @@ async fn run_operation(
     ctx: &RequestCtx,
     op: Operation,
 ) -> Value {
-    let mut op_ctx = ctx.clone();
-    if op.token.is_some() {
-        op_ctx.session_token = op.token;
-    }
+    let op_ctx = ctx.for_operation(op.token);
     let bytes = op.body.map(|b| b.to_string()).unwrap_or_default();
     let req = Request::builder()
         .method(op.method)

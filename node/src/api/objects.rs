@@ -159,23 +159,15 @@ pub async fn get_in(
     let who = principals(&state.cluster, &state.roles, ctx).await?;
     let obj = state
         .cluster
-        .get_object_as(app, class, object_id, who.clone())
+        .get_object_as(app, class, object_id, who.to_acl())
         .await
         .map_err(|e| ApiError::from_cluster(e, object_id))?
         .ok_or_else(|| ApiError::ObjectNotFound(object_id.to_string()))?;
     let mut objs = [obj];
-    let view = UserView::new(&ctx.app, who.as_deref());
+    let view = UserView::new(&ctx.app, who.acl());
     view.hide_rows(class, &mut objs);
     let include = parse_include(include.unwrap_or(""))?;
-    expand(
-        &state.cluster,
-        app,
-        &mut objs,
-        &include,
-        who.as_deref(),
-        &view,
-    )
-    .await?;
+    expand(&state.cluster, app, &mut objs, &include, who.acl(), &view).await?;
     let [obj] = objs;
     Ok(obj)
 }
@@ -241,7 +233,7 @@ pub async fn update_object(
     let body = body.object()?;
     let updates = parse_updates(&body)?;
     let who = principals(&state.cluster, &state.roles, &ctx).await?;
-    update_in(&state, &ctx, &class, &object_id, updates, who).await
+    update_in(&state, &ctx, &class, &object_id, updates, who.to_acl()).await
 }
 
 /// Deletes an object the caller may write (101 otherwise; `principals` as for `update_in`).
@@ -280,7 +272,7 @@ pub async fn delete_object(
 ) -> Result<Response, ApiError> {
     class_name(&class)?;
     let who = principals(&state.cluster, &state.roles, &ctx).await?;
-    delete_in(&state, &ctx, &class, &object_id, who).await
+    delete_in(&state, &ctx, &class, &object_id, who.to_acl()).await
 }
 
 /// Lists a class as the caller may see it, with the parameters of spec 4.3 (`where`, `order`,

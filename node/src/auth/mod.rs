@@ -72,6 +72,46 @@ pub struct RequestCtx {
     pub encrypted: bool,
     /// The session token, unless absent, empty or a "no session" placeholder.
     pub session_token: Option<String>,
+    /// Who the request acts as, found at most once per request (`users::session::principals`).
+    pub principals: std::sync::Arc<tokio::sync::OnceCell<Principals>>,
+}
+
+impl RequestCtx {
+    /// The context of one operation of a batch: its own session token when it carries one, and
+    /// its principals found anew (an earlier operation may have changed a role).
+    pub fn for_operation(&self, session_token: Option<String>) -> RequestCtx {
+        RequestCtx {
+            app: self.app.clone(),
+            master: self.master,
+            encrypted: self.encrypted,
+            session_token: session_token.or_else(|| self.session_token.clone()),
+            principals: Default::default(),
+        }
+    }
+}
+
+/// Who a request acts as, for ACLs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Principals {
+    /// The master key: no ACL applies.
+    Master,
+    /// `*`, and with a live session the user's objectId and the roles it holds (`role:<name>`).
+    Acting(Vec<String>),
+}
+
+impl Principals {
+    /// As the cluster's ACL checks take them: `None` for the master key.
+    pub fn acl(&self) -> Option<&[String]> {
+        match self {
+            Principals::Master => None,
+            Principals::Acting(p) => Some(p),
+        }
+    }
+
+    /// As record commands carry them.
+    pub fn to_acl(&self) -> Option<Vec<String>> {
+        self.acl().map(<[String]>::to_vec)
+    }
 }
 
 /// Why a request is not authenticated; `api::error` converts it into the API's codes.
@@ -157,6 +197,7 @@ pub async fn authenticate(
         master,
         encrypted,
         session_token,
+        principals: Default::default(),
     })
 }
 

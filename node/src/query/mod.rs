@@ -107,7 +107,7 @@ pub async fn run(
     let limit = q.limit.unwrap_or(DEFAULT_LIMIT).min(max);
     let app = &ctx.app.application_id;
     let who = principals(cluster, roles, ctx).await?;
-    let view = UserView::new(&ctx.app, who.as_deref());
+    let view = UserView::new(&ctx.app, who.acl());
     let named = q.order.iter().map(|k| k.field.as_str()).chain(
         q.aggregation
             .iter()
@@ -122,7 +122,7 @@ pub async fn run(
     view.check_query(&q.class, &q.filter, named)?;
     let filter = cluster
         .queries()
-        .resolve(app, q.filter, who.as_deref())
+        .resolve(app, q.filter, who.acl())
         .await
         .map_err(QueryError::from_cluster)?;
     if let Some(agg) = q.aggregation {
@@ -133,7 +133,7 @@ pub async fn run(
                 class: q.class,
                 filter,
                 spec: agg.spec.clone(),
-                principals: who,
+                principals: who.to_acl(),
             })
             .await
             .map_err(QueryError::from_cluster)?;
@@ -149,7 +149,7 @@ pub async fn run(
         order: q.order,
         skip: q.skip,
         limit,
-        principals: who.clone(),
+        principals: who.to_acl(),
     };
     let (mut rows, count) = cluster
         .queries()
@@ -163,7 +163,7 @@ pub async fn run(
     }
     view.hide_rows(&req_class, &mut rows);
     project(&mut rows, &keys);
-    expand(cluster, app, &mut rows, &q.include, who.as_deref(), &view).await?;
+    expand(cluster, app, &mut rows, &q.include, who.acl(), &view).await?;
     basalt_cluster::limits::check_answer(&rows, basalt_cluster::limits::MAX_ANSWER_BYTES)
         .map_err(QueryError::from_cluster)?;
     Ok(Outcome::Rows {

@@ -13,7 +13,7 @@ use serde_json::{json, Map, Value};
 
 use super::UsersError;
 use super::{SESSIONS_FIELD, USER_CLASS};
-use crate::auth::RequestCtx;
+use crate::auth::{Principals, RequestCtx};
 
 /// How long a session lasts (decisions.md).
 pub const SESSION_TTL_MS: i64 = 7 * 24 * 3600 * 1000;
@@ -125,16 +125,28 @@ pub async fn session_user(
     Ok(has_session(&user, token, now_ms()).then(|| (user_id.to_string(), user)))
 }
 
-/// Who a request acts as, for ACLs: `None` with the master key (no check), else `*`, plus
-/// the session's user and its roles when the token is live. An unknown or expired token acts
-/// as anonymous.
+/// Who a request acts as, for ACLs: the master key (no check), else `*`, plus the session's
+/// user and its roles when the token is live. An unknown or expired token acts as anonymous.
+/// Found once per request and kept in its context: every later call answers the same.
 pub async fn principals(
     cluster: &Cluster,
     roles: &super::roles::RoleGraphs,
     ctx: &RequestCtx,
-) -> Result<Option<Vec<String>>, UsersError> {
+) -> Result<Principals, UsersError> {
+    let found = ctx
+        .principals
+        .get_or_try_init(|| find_principals(cluster, roles, ctx))
+        .await?;
+    Ok(found.clone())
+}
+
+async fn find_principals(
+    cluster: &Cluster,
+    roles: &super::roles::RoleGraphs,
+    ctx: &RequestCtx,
+) -> Result<Principals, UsersError> {
     if ctx.master {
-        return Ok(None);
+        return Ok(Principals::Master);
     }
     let mut out = vec!["*".to_string()];
     let app = &ctx.app.application_id;
@@ -144,7 +156,7 @@ pub async fn principals(
             out.push(user_id);
         }
     }
-    Ok(Some(out))
+    Ok(Principals::Acting(out))
 }
 
 #[cfg(test)]

@@ -475,3 +475,96 @@ async fn role_changes_take_effect_at_once_through_every_node() {
         .body;
     assert_eq!(draft["edits"], 18, "every granted write counted once");
 }
+
+/// A request finds who it acts as once (one session check, however many objects, includes or
+/// shards it touches), and each operation of a batch finds it anew: a role granted by one
+/// operation counts for the next (a batch runs writes only).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn principals_are_found_once_per_request_and_anew_per_batch_operation() {
+    let cluster = TestCluster::start(1, &["--shards", "4"], &[]).await;
+    let (owner, owner_t) = register_user(&cluster.client(0), "owner").await;
+    let as_owner = || cluster.client(0).with_session(Some(&owner_t));
+    let role = as_owner()
+        .request(
+            Method::POST,
+            "/1/roles",
+            Some(&json!({"name": "readers"})),
+            false,
+        )
+        .await
+        .expect("create the role")
+        .body["objectId"]
+        .as_str()
+        .expect("role id")
+        .to_string();
+    let mut docs = Vec::new();
+    for i in 0..8 {
+        let body = json!({"i": i, "ACL": {"role:readers": {"read": true, "write": true}}});
+        docs.push(
+            as_owner()
+                .create_object("Shelf", &body)
+                .await
+                .expect("create")
+                .object_id,
+        );
+    }
+    let checks = || cluster.metric(0, "basalt_session_checks_total");
+
+    let before = checks().await;
+    let listed = as_owner()
+        .request(Method::GET, "/1/classes/Shelf", None, false)
+        .await
+        .expect("list");
+    assert_eq!(
+        listed.body["results"].as_array().map(Vec::len),
+        Some(0),
+        "not a reader yet"
+    );
+    assert_eq!(
+        checks().await - before,
+        1.0,
+        "one session check for a listing of 4 shards"
+    );
+
+    let doc_path = format!("/1/classes/Shelf/{}", docs[0]);
+    let add_owner = json!({"users": {"__op": "AddRelation", "objects": [
+        {"__type": "Pointer", "className": "_User", "objectId": owner}]}});
+    let before = checks().await;
+    let r = as_owner()
+        .request(
+            Method::POST,
+            "/1/batch",
+            Some(&json!({"requests": [
+                {"method": "PUT", "path": doc_path, "body": {"seen": true}},
+                {"method": "PUT", "path": format!("/1/roles/{role}"), "body": add_owner},
+                {"method": "PUT", "path": doc_path, "body": {"seen": true}},
+            ]})),
+            false,
+        )
+        .await
+        .expect("batch");
+    let slots = r.body.as_array().expect("slots").clone();
+    assert_eq!(slots[0]["error"]["code"], 101, "{slots:?}");
+    assert!(slots[1]["success"]["updatedAt"].is_string(), "{slots:?}");
+    assert!(
+        slots[2]["success"]["updatedAt"].is_string(),
+        "the grant of the operation before counts: {slots:?}"
+    );
+    assert_eq!(
+        checks().await - before,
+        3.0,
+        "one session check per operation"
+    );
+
+    let before = checks().await;
+    let listed = as_owner()
+        .request(Method::GET, "/1/classes/Shelf?limit=100", None, false)
+        .await
+        .expect("list");
+    assert_eq!(listed.body["results"].as_array().map(Vec::len), Some(8));
+    assert_eq!(
+        checks().await - before,
+        1.0,
+        "one session check for a listing of 4 shards"
+    );
+}
