@@ -22,6 +22,7 @@ pub mod health;
 pub mod ids;
 pub mod limits;
 mod local_read;
+pub mod names;
 pub mod namespace;
 mod network;
 pub mod object;

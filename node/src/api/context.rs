@@ -15,6 +15,7 @@ use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
+use basalt_cluster::names::{ClassName, ObjectId};
 use basalt_cluster::Cluster;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
@@ -222,6 +223,62 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for ApiPath
             .map(|Path(t)| ApiPath(t))
             .map_err(|e| ApiError::InvalidBody(format!("invalid request path: {}", e.body_text())))
     }
+}
+
+/// `…/<class>`: a user class, checked (103).
+pub struct ClassPath(pub ClassName);
+
+impl<S: Send + Sync> FromRequestParts<S> for ClassPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let ApiPath(class) = ApiPath::<String>::from_request_parts(parts, state).await?;
+        Ok(ClassPath(ClassName::user(&class)?))
+    }
+}
+
+/// `/1/schemas/<class>…`: a user class or a system class, checked (103).
+pub struct SchemaPath(pub ClassName);
+
+impl<S: Send + Sync> FromRequestParts<S> for SchemaPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let ApiPath(class) = ApiPath::<String>::from_request_parts(parts, state).await?;
+        Ok(SchemaPath(ClassName::user_or_system(&class)?))
+    }
+}
+
+/// `…/<class>/<objectId>`: the class checked first (103), then the id (101: an id that cannot
+/// exist is simply not found, and never reaches the key layout).
+pub struct ObjectPath(pub ClassName, pub ObjectId);
+
+impl<S: Send + Sync> FromRequestParts<S> for ObjectPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let ApiPath((class, id)) =
+            ApiPath::<(String, String)>::from_request_parts(parts, state).await?;
+        let class = ClassName::user(&class)?;
+        Ok(ObjectPath(class, object_id(&id)?))
+    }
+}
+
+/// `…/<objectId>` of a system class (users, roles): the id checked (101).
+pub struct IdPath(pub ObjectId);
+
+impl<S: Send + Sync> FromRequestParts<S> for IdPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let ApiPath(id) = ApiPath::<String>::from_request_parts(parts, state).await?;
+        Ok(IdPath(object_id(&id)?))
+    }
+}
+
+/// An objectId from a path: 101 when no object can have it.
+fn object_id(id: &str) -> Result<ObjectId, ApiError> {
+    ObjectId::parse(id).ok_or_else(|| ApiError::ObjectNotFound(id.chars().take(64).collect()))
 }
 
 /// Query parameters; a query string that does not decode answers 102.

@@ -11,14 +11,15 @@ use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use basalt_cluster::object::{format_wire_time, is_object_id, new_object_id, validate_class_name};
+use basalt_cluster::names::ObjectId;
+use basalt_cluster::object::format_wire_time;
 use basalt_cluster::schema::infer::requirements;
 use basalt_cluster::update::{parse_updates, FieldUpdate};
 use basalt_cluster::{now_ms, Command, CommandResult, Proposed};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::context::{ApiBody, ApiPath, ApiQuery, AppState, RequestCtx};
+use super::context::{ApiBody, ApiQuery, AppState, ClassPath, ObjectPath, RequestCtx};
 use super::error::ApiError;
 use crate::query;
 use crate::query::params::ListParams;
@@ -26,20 +27,6 @@ use crate::query::projection::{expand, parse_include};
 use crate::users::protected::UserView;
 use crate::users::session::{ends_sessions, principals};
 use crate::users::USER_CLASS;
-
-fn class_name(class: &str) -> Result<(), ApiError> {
-    validate_class_name(class).map_err(ApiError::from)
-}
-
-/// An objectId that cannot exist (wrong characters or length) is simply not found; it never
-/// reaches the key layout.
-pub fn check_object_id(id: &str) -> Result<(), ApiError> {
-    if is_object_id(id) {
-        Ok(())
-    } else {
-        Err(ApiError::ObjectNotFound(id.chars().take(64).collect()))
-    }
-}
 
 fn version_headers(resp: &mut Response, group: u32, p: &Proposed) {
     let h = resp.headers_mut();
@@ -71,7 +58,7 @@ pub async fn create_in(
     state: &AppState,
     ctx: &RequestCtx,
     class: &str,
-    object_id: &str,
+    object_id: &ObjectId,
     updates: Vec<FieldUpdate>,
 ) -> Result<(i64, u32, Proposed), ApiError> {
     admit_write(state, ctx, class, &updates).await?;
@@ -120,13 +107,12 @@ pub fn created_response(
 pub async fn create_object(
     State(state): State<AppState>,
     ctx: RequestCtx,
-    ApiPath(class): ApiPath<String>,
+    ClassPath(class): ClassPath,
     body: ApiBody,
 ) -> Result<Response, ApiError> {
-    class_name(&class)?;
     let body = body.object()?;
     let updates = parse_updates(&body)?;
-    let object_id = new_object_id();
+    let object_id = ObjectId::random();
     let (created_ms, group, p) = create_in(&state, &ctx, &class, &object_id, updates).await?;
     let path = format!("/1/classes/{class}/{object_id}");
     Ok(created_response(
@@ -151,10 +137,9 @@ pub async fn get_in(
     state: &AppState,
     ctx: &RequestCtx,
     class: &str,
-    object_id: &str,
+    object_id: &ObjectId,
     include: Option<&str>,
 ) -> Result<Value, ApiError> {
-    check_object_id(object_id)?;
     let app = &ctx.app.application_id;
     let who = principals(&state.cluster, &state.roles, ctx).await?;
     let obj = state
@@ -175,10 +160,9 @@ pub async fn get_in(
 pub async fn get_object(
     State(state): State<AppState>,
     ctx: RequestCtx,
-    ApiPath((class, object_id)): ApiPath<(String, String)>,
+    ObjectPath(class, object_id): ObjectPath,
     ApiQuery(params): ApiQuery<GetParams>,
 ) -> Result<Json<Value>, ApiError> {
-    class_name(&class)?;
     let obj = get_in(&state, &ctx, &class, &object_id, params.include.as_deref()).await?;
     Ok(Json(obj))
 }
@@ -189,11 +173,10 @@ pub async fn update_in(
     state: &AppState,
     ctx: &RequestCtx,
     class: &str,
-    object_id: &str,
+    object_id: &ObjectId,
     updates: Vec<FieldUpdate>,
     principals: Option<Vec<String>>,
 ) -> Result<Response, ApiError> {
-    check_object_id(object_id)?;
     admit_write(state, ctx, class, &updates).await?;
     let app = ctx.app.application_id.clone();
     let group = state.cluster.object_group(&app, class, object_id);
@@ -225,11 +208,9 @@ pub async fn update_in(
 pub async fn update_object(
     State(state): State<AppState>,
     ctx: RequestCtx,
-    ApiPath((class, object_id)): ApiPath<(String, String)>,
+    ObjectPath(class, object_id): ObjectPath,
     body: ApiBody,
 ) -> Result<Response, ApiError> {
-    class_name(&class)?;
-    check_object_id(&object_id)?;
     let body = body.object()?;
     let updates = parse_updates(&body)?;
     let who = principals(&state.cluster, &state.roles, &ctx).await?;
@@ -241,10 +222,9 @@ pub async fn delete_in(
     state: &AppState,
     ctx: &RequestCtx,
     class: &str,
-    object_id: &str,
+    object_id: &ObjectId,
     principals: Option<Vec<String>>,
 ) -> Result<Response, ApiError> {
-    check_object_id(object_id)?;
     let app = ctx.app.application_id.clone();
     let group = state.cluster.object_group(&app, class, object_id);
     let cmd = Command::DeleteObject {
@@ -268,9 +248,8 @@ pub async fn delete_in(
 pub async fn delete_object(
     State(state): State<AppState>,
     ctx: RequestCtx,
-    ApiPath((class, object_id)): ApiPath<(String, String)>,
+    ObjectPath(class, object_id): ObjectPath,
 ) -> Result<Response, ApiError> {
-    class_name(&class)?;
     let who = principals(&state.cluster, &state.roles, &ctx).await?;
     delete_in(&state, &ctx, &class, &object_id, who.to_acl()).await
 }
@@ -291,9 +270,8 @@ pub async fn list_in(
 pub async fn query_objects(
     State(state): State<AppState>,
     ctx: RequestCtx,
-    ApiPath(class): ApiPath<String>,
+    ClassPath(class): ClassPath,
     ApiQuery(params): ApiQuery<ListParams>,
 ) -> Result<Json<Value>, ApiError> {
-    class_name(&class)?;
     Ok(Json(list_in(&state, &ctx, &class, params).await?))
 }

@@ -10,14 +10,14 @@
 use axum::extract::State;
 use axum::response::Response;
 use axum::Json;
-use basalt_cluster::object::new_object_id;
+use basalt_cluster::names::ObjectId;
 use basalt_cluster::update::{parse_updates, FieldUpdate, UpdateOp};
 use serde_json::{Map, Value};
 
-use super::context::{ApiBody, ApiPath, ApiQuery, AppState, RequestCtx};
+use super::context::{ApiBody, ApiQuery, AppState, IdPath, RequestCtx};
 use super::error::ApiError;
 use super::objects::{
-    check_object_id, create_in, created_response, delete_in, get_in, list_in, update_in, GetParams,
+    create_in, created_response, delete_in, get_in, list_in, update_in, GetParams,
 };
 use crate::query::params::ListParams;
 use crate::users::roles::ROLE_CLASS;
@@ -118,7 +118,7 @@ pub async fn create_role(
         op: UpdateOp::Set(Value::String(name.clone())),
     });
     let app = ctx.app.application_id.clone();
-    let id = new_object_id();
+    let id = ObjectId::random();
     unique::reserve(&state.cluster, &app, Unique::RoleName, &name, &id).await?;
     match create_in(&state, &ctx, ROLE_CLASS, &id, updates).await {
         Ok((created_ms, group, p)) => {
@@ -143,7 +143,7 @@ pub async fn create_role(
 pub async fn get_role(
     State(state): State<AppState>,
     ctx: RequestCtx,
-    ApiPath(id): ApiPath<String>,
+    IdPath(id): IdPath,
     ApiQuery(params): ApiQuery<GetParams>,
 ) -> Result<Json<Value>, ApiError> {
     let role = get_in(&state, &ctx, ROLE_CLASS, &id, params.include.as_deref()).await?;
@@ -167,17 +167,16 @@ pub async fn query_roles(
 pub async fn update_role(
     State(state): State<AppState>,
     ctx: RequestCtx,
-    ApiPath(id): ApiPath<String>,
+    IdPath(id): IdPath,
     body: ApiBody,
 ) -> Result<Response, ApiError> {
-    check_object_id(&id)?;
     let mut body = body.object()?;
     if let Some(name) = take_name(&mut body)? {
         let current = state
             .cluster
             .get_stored_object(&ctx.app.application_id, ROLE_CLASS, &id)
             .await?
-            .ok_or_else(|| ApiError::ObjectNotFound(id.clone()))?;
+            .ok_or_else(|| ApiError::ObjectNotFound(id.to_string()))?;
         if current.fields.get("name").and_then(Value::as_str) != Some(name.as_str()) {
             return Err(ApiError::InvalidRole("a role's name cannot change.".into()));
         }
@@ -191,9 +190,8 @@ pub async fn update_role(
 pub async fn delete_role(
     State(state): State<AppState>,
     ctx: RequestCtx,
-    ApiPath(id): ApiPath<String>,
+    IdPath(id): IdPath,
 ) -> Result<Response, ApiError> {
-    check_object_id(&id)?;
     if !ctx.master && ctx.session_token.is_none() {
         return Err(ApiError::SessionRequired);
     }

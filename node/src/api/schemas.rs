@@ -7,19 +7,12 @@
 
 use axum::extract::State;
 use axum::Json;
-use basalt_cluster::object::{validate_class_name, validate_field_name};
+use basalt_cluster::object::validate_field_name;
 use basalt_cluster::schema::{Column, ColumnChange, ColumnType, SchemaError, SYSTEM_CLASSES};
 use serde_json::{json, Map, Value};
 
-use super::context::{ApiBody, ApiPath, AppState, RequestCtx};
+use super::context::{ApiBody, AppState, RequestCtx, SchemaPath};
 use super::error::ApiError;
-
-fn schema_class(class: &str) -> Result<(), ApiError> {
-    if SYSTEM_CLASSES.contains(&class) {
-        return Ok(());
-    }
-    validate_class_name(class).map_err(ApiError::from)
-}
 
 /// Parses `{className?, fields?}` into column changes; `deletes` allows `{__op: "Delete"}`.
 pub fn column_changes(
@@ -91,9 +84,8 @@ pub async fn list_schemas(
 pub async fn get_schema(
     State(state): State<AppState>,
     ctx: RequestCtx,
-    ApiPath(class): ApiPath<String>,
+    SchemaPath(class): SchemaPath,
 ) -> Result<Json<Value>, ApiError> {
-    schema_class(&class)?;
     match state
         .cluster
         .catalog()
@@ -101,19 +93,18 @@ pub async fn get_schema(
         .await?
     {
         Some(s) => Ok(Json(s.render())),
-        None => Err(SchemaError::ClassNotFound(class).into()),
+        None => Err(SchemaError::ClassNotFound(class.to_string()).into()),
     }
 }
 
 pub async fn create_schema(
     State(state): State<AppState>,
     ctx: RequestCtx,
-    ApiPath(class): ApiPath<String>,
+    SchemaPath(class): SchemaPath,
     body: ApiBody,
 ) -> Result<Json<Value>, ApiError> {
-    schema_class(&class)?;
     if SYSTEM_CLASSES.contains(&class.as_str()) {
-        return Err(SchemaError::ClassExists(class).into());
+        return Err(SchemaError::ClassExists(class.to_string()).into());
     }
     let body = body.object()?;
     let changes = column_changes(&class, &body, false)?;
@@ -130,10 +121,9 @@ pub async fn create_schema(
 pub async fn update_schema(
     State(state): State<AppState>,
     ctx: RequestCtx,
-    ApiPath(class): ApiPath<String>,
+    SchemaPath(class): SchemaPath,
     body: ApiBody,
 ) -> Result<Json<Value>, ApiError> {
-    schema_class(&class)?;
     let body = body.object()?;
     let changes = column_changes(&class, &body, true)?;
     let app = &ctx.app.application_id;
@@ -149,9 +139,8 @@ pub async fn update_schema(
 pub async fn delete_schema(
     State(state): State<AppState>,
     ctx: RequestCtx,
-    ApiPath(class): ApiPath<String>,
+    SchemaPath(class): SchemaPath,
 ) -> Result<Json<Value>, ApiError> {
-    schema_class(&class)?;
     state
         .cluster
         .catalog()
@@ -165,9 +154,8 @@ pub async fn delete_schema(
 pub async fn list_indexes(
     State(state): State<AppState>,
     ctx: RequestCtx,
-    ApiPath(class): ApiPath<String>,
+    SchemaPath(class): SchemaPath,
 ) -> Result<Json<Value>, ApiError> {
-    schema_class(&class)?;
     let fields = state
         .cluster
         .catalog()
@@ -182,10 +170,9 @@ pub async fn list_indexes(
 pub async fn create_index(
     State(state): State<AppState>,
     ctx: RequestCtx,
-    ApiPath(class): ApiPath<String>,
+    SchemaPath(class): SchemaPath,
     body: ApiBody,
 ) -> Result<Json<Value>, ApiError> {
-    schema_class(&class)?;
     let body = body.object()?;
     let field = body
         .get("field")

@@ -10,15 +10,16 @@
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use basalt_cluster::names::ObjectId;
 use basalt_cluster::now_ms;
-use basalt_cluster::object::{new_object_id, random_alphanumeric, StoredObject};
+use basalt_cluster::object::{random_alphanumeric, StoredObject};
 use basalt_cluster::update::{parse_updates, FieldUpdate, UpdateOp};
 use serde_json::{json, Map, Value};
 
-use super::context::{ApiBody, ApiPath, ApiQuery, AppState, RequestCtx};
+use super::context::{ApiBody, ApiPath, ApiQuery, AppState, IdPath, RequestCtx};
 use super::error::ApiError;
 use super::objects::{
-    check_object_id, create_in, created_response, delete_in, get_in, list_in, update_in, GetParams,
+    create_in, created_response, delete_in, get_in, list_in, update_in, GetParams,
 };
 use crate::query::params::ListParams;
 use crate::throttle::{ClientIp, IpKind};
@@ -90,7 +91,7 @@ pub async fn sign_up(
     };
     let mut updates = parse_updates(&body)?;
     let app = ctx.app.application_id.clone();
-    let user_id = new_object_id();
+    let user_id = ObjectId::random();
     let token = new_token(&user_id);
     let now = now_ms();
     let email = body.get("email").and_then(Value::as_str);
@@ -213,7 +214,7 @@ async fn create_phone_user(
     if ctx.app.email_verify && email.is_some() {
         updates.push(set("emailVerified", json!(false)));
     }
-    let user_id = new_object_id();
+    let user_id = ObjectId::random();
     let token = new_token(&user_id);
     let now = now_ms();
     updates.extend(add_session(&StoredObject::new(now), &token, now));
@@ -286,7 +287,7 @@ async fn third_party_sign_up(
             op: UpdateOp::Set(data.clone()),
         });
     }
-    let user_id = new_object_id();
+    let user_id = ObjectId::random();
     let token = new_token(&user_id);
     let now = now_ms();
     updates.extend(add_session(&StoredObject::new(now), &token, now));
@@ -307,7 +308,7 @@ async fn third_party_sign_up(
 pub async fn get_user(
     State(state): State<AppState>,
     ctx: RequestCtx,
-    ApiPath(id): ApiPath<String>,
+    IdPath(id): IdPath,
     ApiQuery(params): ApiQuery<GetParams>,
 ) -> Result<Json<Value>, ApiError> {
     Ok(Json(
@@ -327,9 +328,8 @@ pub async fn query_users(
 async fn authorize_change(
     state: &AppState,
     ctx: &RequestCtx,
-    user_id: &str,
+    user_id: &ObjectId,
 ) -> Result<StoredObject, ApiError> {
-    check_object_id(user_id)?;
     let app = &ctx.app.application_id;
     let token = ctx.session_token.as_deref();
     Ok(changeable_user(&state.cluster, app, ctx.master, token, user_id).await?)
@@ -341,7 +341,7 @@ async fn authorize_change(
 pub async fn update_user(
     State(state): State<AppState>,
     ctx: RequestCtx,
-    ApiPath(id): ApiPath<String>,
+    IdPath(id): IdPath,
     body: ApiBody,
 ) -> Result<Response, ApiError> {
     let stored = authorize_change(&state, &ctx, &id).await?;
@@ -389,7 +389,7 @@ async fn verify_links(state: &AppState, ctx: &RequestCtx, links: &[Link]) -> Res
 pub async fn delete_user(
     State(state): State<AppState>,
     ctx: RequestCtx,
-    ApiPath(id): ApiPath<String>,
+    IdPath(id): IdPath,
 ) -> Result<Response, ApiError> {
     let stored = authorize_change(&state, &ctx, &id).await?;
     let resp = delete_in(&state, &ctx, USER_CLASS, &id, None).await?;
@@ -403,7 +403,7 @@ pub async fn delete_user(
 pub async fn update_user_password(
     State(state): State<AppState>,
     ctx: RequestCtx,
-    ApiPath(id): ApiPath<String>,
+    IdPath(id): IdPath,
     body: ApiBody,
 ) -> Result<Response, ApiError> {
     let stored = authorize_change(&state, &ctx, &id).await?;

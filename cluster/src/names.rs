@@ -1,0 +1,103 @@
+//! Names checked once, where they enter: `ClassName` (a class a request may address) and
+//! `ObjectId` (an id that can exist). Built from client input by their `parse` functions; what
+//! holds one needs no further check. Both read as `&str`.
+//!
+//! Neighbours: `object` (the rules: `validate_class_name`, `is_object_id`) and `schema` (the
+//! system classes).
+
+use std::ops::Deref;
+
+use crate::error::Result;
+use crate::object::{is_object_id, new_object_id, validate_class_name};
+use crate::schema::SYSTEM_CLASSES;
+
+/// A class name that passed its check.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ClassName(String);
+
+impl ClassName {
+    /// A user class (a letter first, then letters, digits and `_`, at most 64); 103 otherwise.
+    pub fn user(name: &str) -> Result<ClassName> {
+        validate_class_name(name)?;
+        Ok(ClassName(name.to_string()))
+    }
+
+    /// A user class or a system class (`_User`, `_Role`, `_Installation`): schema endpoints
+    /// address both.
+    pub fn user_or_system(name: &str) -> Result<ClassName> {
+        if SYSTEM_CLASSES.contains(&name) {
+            return Ok(ClassName(name.to_string()));
+        }
+        ClassName::user(name)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Deref for ClassName {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for ClassName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// An objectId that can exist: 1 to 64 ASCII letters and digits.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ObjectId(String);
+
+impl ObjectId {
+    /// A new random id (10 characters).
+    pub fn random() -> ObjectId {
+        ObjectId(new_object_id())
+    }
+
+    /// The id, when it can exist (`None`: no object has it, so it is simply not found).
+    pub fn parse(id: &str) -> Option<ObjectId> {
+        is_object_id(id).then(|| ObjectId(id.to_string()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Deref for ObjectId {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for ObjectId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_checked_once_at_the_edge() {
+        assert_eq!(ClassName::user("GameScore").unwrap().as_str(), "GameScore");
+        assert!(ClassName::user("_User").is_err());
+        assert!(ClassName::user("1Game").is_err());
+        assert_eq!(&*ClassName::user_or_system("_User").unwrap(), "_User");
+        assert!(ClassName::user_or_system("_Secret").is_err());
+        assert!(ObjectId::parse("abc123XYZ").is_some());
+        assert!(ObjectId::parse("").is_none());
+        assert!(ObjectId::parse("../etc").is_none());
+        assert!(ObjectId::parse(&"a".repeat(65)).is_none());
+        let id = ObjectId::random();
+        assert_eq!(ObjectId::parse(&id), Some(id));
+    }
+}
