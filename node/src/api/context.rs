@@ -225,7 +225,8 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for ApiPath
     }
 }
 
-/// `…/<class>`: a user class, checked (103).
+/// `…/<class>`: a user class, checked (103). Handlers take `ApiQuery` before any of these path
+/// extractors, so a query string that does not decode answers 102 first.
 pub struct ClassPath(pub ClassName);
 
 impl<S: Send + Sync> FromRequestParts<S> for ClassPath {

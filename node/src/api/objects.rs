@@ -160,8 +160,8 @@ pub async fn get_in(
 pub async fn get_object(
     State(state): State<AppState>,
     ctx: RequestCtx,
-    ObjectPath(class, object_id): ObjectPath,
     ApiQuery(params): ApiQuery<GetParams>,
+    ObjectPath(class, object_id): ObjectPath,
 ) -> Result<Json<Value>, ApiError> {
     let obj = get_in(&state, &ctx, &class, &object_id, params.include.as_deref()).await?;
     Ok(Json(obj))
@@ -270,8 +270,8 @@ pub async fn list_in(
 pub async fn query_objects(
     State(state): State<AppState>,
     ctx: RequestCtx,
-    ClassPath(class): ClassPath,
     ApiQuery(params): ApiQuery<ListParams>,
+    ClassPath(class): ClassPath,
 ) -> Result<Json<Value>, ApiError> {
     Ok(Json(list_in(&state, &ctx, &class, params).await?))
 }

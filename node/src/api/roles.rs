@@ -143,8 +143,8 @@ pub async fn create_role(
 pub async fn get_role(
     State(state): State<AppState>,
     ctx: RequestCtx,
-    IdPath(id): IdPath,
     ApiQuery(params): ApiQuery<GetParams>,
+    IdPath(id): IdPath,
 ) -> Result<Json<Value>, ApiError> {
     let role = get_in(&state, &ctx, ROLE_CLASS, &id, params.include.as_deref()).await?;
     Ok(Json(shown(role)))

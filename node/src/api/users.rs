@@ -308,8 +308,8 @@ async fn third_party_sign_up(
 pub async fn get_user(
     State(state): State<AppState>,
     ctx: RequestCtx,
-    IdPath(id): IdPath,
     ApiQuery(params): ApiQuery<GetParams>,
+    IdPath(id): IdPath,
 ) -> Result<Json<Value>, ApiError> {
     Ok(Json(
         get_in(&state, &ctx, USER_CLASS, &id, params.include.as_deref()).await?,

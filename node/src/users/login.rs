@@ -135,7 +135,7 @@ pub async fn start_session(
         }
     }
     updates.extend(extra);
-    write_user(cluster, app, user_id, Some(stored), updates).await?;
+    write_user(cluster, app, user_id, Some(stored), updates, now).await?;
     let mut user = stored.render(user_id);
     for (k, v) in shown {
         user[k] = v;

@@ -18,19 +18,20 @@ pub async fn set_user_fields(
     user_id: &str,
     updates: Vec<FieldUpdate>,
 ) -> Result<(), UsersError> {
-    write_user(cluster, app, user_id, None, updates).await
+    write_user(cluster, app, user_id, None, updates, now_ms()).await
 }
 
-/// Applies updates to a user as the service; `before` is the stored user when the caller read
-/// it (then only the removal of a live session counts as ending one).
+/// Applies updates to a user as the service at `now` (the time the updates were made for);
+/// `before` is the stored user when the caller read it (then only the removal of a live
+/// session counts as ending one).
 pub(super) async fn write_user(
     cluster: &Cluster,
     app: &str,
     user_id: &str,
     before: Option<&StoredObject>,
     updates: Vec<FieldUpdate>,
+    now: i64,
 ) -> Result<(), UsersError> {
-    let now = now_ms();
     let settle = ends_sessions(before, &updates, now);
     let cmd = Command::UpdateObject {
         app: app.to_string(),
