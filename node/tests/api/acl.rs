@@ -5,6 +5,7 @@
 use reqwest::Method;
 use serde_json::{json, Value};
 
+use super::common::scenario::{run_rows, After, As, Row};
 use super::common::{assert_api_error, register_user, TestCluster};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -44,25 +45,39 @@ async fn acls_govern_every_data_path() {
     )
     .await;
 
-    // get
+    // get: a denied read is absent (101); the master key reads everything.
     let sees = |c: &basalt_client::Client, id: &str| {
         let (c, id) = (c.clone(), id.to_string());
         async move { c.get_object("Doc", &id).await.unwrap().is_some() }
     };
-    assert!(sees(&anon, &public).await && sees(&anon, &readable).await);
-    assert!(!sees(&anon, &private).await && !sees(&anon, &shared).await);
-    assert!(sees(&as_ann, &private).await && sees(&as_ann, &shared).await);
-    assert!(!sees(&as_bob, &private).await && sees(&as_bob, &shared).await);
-    let master_get = cluster
-        .master_client(0)
-        .request(
-            Method::GET,
-            &format!("/1/classes/Doc/{private}"),
-            None,
-            true,
-        )
-        .await;
-    assert_eq!(master_get.unwrap().body["label"], "private");
+    let doc = |id: &str| format!("/1/classes/Doc/{id}");
+    let anon_as = As::App;
+    let ann_as = As::Session(ann_t.clone());
+    let bob_as = As::Session(bob_t.clone());
+    let get = |name: &'static str, who: &As, id: &str| {
+        Row::new(name, Method::GET, doc(id)).auth(who.clone())
+    };
+    run_rows(
+        &cluster,
+        &[
+            get("anyone reads an object without ACL", &anon_as, &public).succeeds(200),
+            get("anyone reads a public-read object", &anon_as, &readable).succeeds(200),
+            get("anonymous reads a private object", &anon_as, &private).fails(404, 101),
+            get("anonymous reads a shared object", &anon_as, &shared).fails(404, 101),
+            get("the owner reads her private object", &ann_as, &private).succeeds(200),
+            get("the owner reads a shared object", &ann_as, &shared).succeeds(200),
+            get("another user reads a private object", &bob_as, &private).fails(404, 101),
+            get("a reader reads a shared object", &bob_as, &shared).succeeds(200),
+            get(
+                "the master key reads a private object",
+                &As::Master,
+                &private,
+            )
+            .succeeds(200),
+            get("no keys", &As::Nobody, &public).unauthorized(),
+        ],
+    )
+    .await;
 
     // list and count: filtered before paging, so pages are full.
     let labels = |c: &basalt_client::Client, params: Vec<(&'static str, &'static str)>| {
@@ -96,36 +111,60 @@ async fn acls_govern_every_data_path() {
     );
 
     // update and delete need write access; a denied write is 101 and changes nothing.
-    assert_api_error(
-        anon.update_object("Doc", &readable, &json!({"x": 1})).await,
-        404,
-        101,
-        "anon update",
-    );
-    assert_api_error(
-        as_bob.update_object("Doc", &shared, &json!({"x": 1})).await,
-        404,
-        101,
-        "read-only user",
-    );
-    assert_api_error(
-        as_bob.delete_object("Doc", &private).await,
-        404,
-        101,
-        "no access delete",
-    );
-    as_ann
-        .update_object("Doc", &shared, &json!({"x": 1}))
-        .await
-        .expect("owner update");
-    assert!(
-        anon.update_object("Doc", &public, &json!({"x": 1}))
-            .await
-            .is_ok(),
-        "no ACL: public"
-    );
-    let s = as_ann.get_object("Doc", &shared).await.unwrap().unwrap();
-    assert_eq!(s["x"], 1);
+    let x_of = |id: &str, value: Value| After::Field {
+        class: "Doc",
+        id: id.to_string(),
+        field: "x",
+        value,
+    };
+    let docs = |n: u64| After::Count("Doc", n);
+    let put = |name: &'static str, who: &As, id: &str| {
+        Row::new(name, Method::PUT, doc(id))
+            .auth(who.clone())
+            .body(r#"{"x":1}"#)
+    };
+    let delete = |name: &'static str, who: &As, id: &str| {
+        Row::new(name, Method::DELETE, doc(id)).auth(who.clone())
+    };
+    run_rows(
+        &cluster,
+        &[
+            put("anonymous writes a public-read object", &anon_as, &readable)
+                .fails(404, 101)
+                .after(x_of(&readable, Value::Null)),
+            put("a reader writes a shared object", &bob_as, &shared)
+                .fails(404, 101)
+                .after(x_of(&shared, Value::Null)),
+            put("a stranger writes a private object", &bob_as, &private)
+                .fails(404, 101)
+                .after(x_of(&private, Value::Null)),
+            delete("a stranger deletes a private object", &bob_as, &private)
+                .fails(404, 101)
+                .after(docs(4)),
+            delete("a reader deletes a shared object", &bob_as, &shared)
+                .fails(404, 101)
+                .after(docs(4)),
+            put("the owner writes a shared object", &ann_as, &shared)
+                .succeeds(200)
+                .after(x_of(&shared, json!(1))),
+            put("anyone writes an object without ACL", &anon_as, &public)
+                .succeeds(200)
+                .after(x_of(&public, json!(1))),
+            put(
+                "the master key writes a private object",
+                &As::Master,
+                &private,
+            )
+            .succeeds(200)
+            .after(x_of(&private, json!(1))),
+            Row::new("an ACL that is not an object", Method::PUT, doc(&shared))
+                .auth(ann_as.clone())
+                .body(r#"{"ACL":[{"*":{"read":true}}]}"#)
+                .fails(400, 107)
+                .after(x_of(&shared, json!(1))),
+        ],
+    )
+    .await;
 
     // include: a pointer the caller may not read stays a Pointer.
     let ptr = |id: &str| json!({"__type": "Pointer", "className": "Doc", "objectId": id});

@@ -3,44 +3,8 @@
 use reqwest::Method;
 use serde_json::{json, Value};
 
+use super::common::scenario::{run_rows, After, Row};
 use super::common::TestCluster;
-
-/// One request and what must come back.
-struct Scenario {
-    name: &'static str,
-    method: Method,
-    path: String,
-    body: Option<&'static str>,
-    status: u16,
-    code: Option<i64>,
-}
-
-async fn run_raw(cluster: &TestCluster, s: &Scenario) {
-    let client = reqwest::Client::new();
-    let mut req = client
-        .request(
-            s.method.clone(),
-            format!("http://{}{}", cluster.nodes[0].http, s.path),
-        )
-        .header("X-Service-Application-Id", &cluster.keys.application_id)
-        .header("X-Service-REST-API-Key", &cluster.keys.rest_key);
-    if let Some(b) = s.body {
-        req = req.header("Content-Type", "application/json").body(b);
-    }
-    let resp = req.send().await.expect("send");
-    let status = resp.status().as_u16();
-    let body: Value = resp.json().await.unwrap_or(Value::Null);
-    assert_eq!(status, s.status, "{}: status, body {body}", s.name);
-    if let Some(code) = s.code {
-        assert_eq!(
-            body["code"].as_i64(),
-            Some(code),
-            "{}: code, body {body}",
-            s.name
-        );
-        assert!(body["error"].is_string(), "{}: error message", s.name);
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn object_lifecycle_and_errors() {
@@ -135,171 +99,105 @@ async fn object_lifecycle_and_errors() {
     assert_eq!(after["score"], 7, "no partial write");
 
     let p = format!("/1/classes/GameScore/{id}");
-    let table = [
-        Scenario {
-            name: "empty body",
-            method: Method::POST,
-            path: "/1/classes/GameScore".into(),
-            body: Some(""),
-            status: 400,
-            code: Some(107),
-        },
-        Scenario {
-            name: "invalid JSON",
-            method: Method::POST,
-            path: "/1/classes/GameScore".into(),
-            body: Some("{bad"),
-            status: 400,
-            code: Some(107),
-        },
-        Scenario {
-            name: "not an object",
-            method: Method::POST,
-            path: "/1/classes/GameScore".into(),
-            body: Some("[1,2]"),
-            status: 400,
-            code: Some(107),
-        },
-        Scenario {
-            name: "reserved field",
-            method: Method::POST,
-            path: "/1/classes/GameScore".into(),
-            body: Some(r#"{"objectId":"abc"}"#),
-            status: 400,
-            code: Some(105),
-        },
-        Scenario {
-            name: "reserved createdAt on update",
-            method: Method::PUT,
-            path: p.clone(),
-            body: Some(r#"{"createdAt":"x"}"#),
-            status: 400,
-            code: Some(105),
-        },
-        Scenario {
-            name: "invalid key",
-            method: Method::POST,
-            path: "/1/classes/GameScore".into(),
-            body: Some(r#"{"bad-key":1}"#),
-            status: 400,
-            code: Some(105),
-        },
-        Scenario {
-            name: "invalid class",
-            method: Method::POST,
-            path: "/1/classes/1Game".into(),
-            body: Some(r#"{"a":1}"#),
-            status: 400,
-            code: Some(103),
-        },
-        Scenario {
-            name: "bad pointer",
-            method: Method::POST,
-            path: "/1/classes/GameScore".into(),
-            body: Some(r#"{"p":{"__type":"Pointer","className":"X"}}"#),
-            status: 400,
-            code: Some(106),
-        },
-        Scenario {
-            name: "geopoint out of range",
-            method: Method::POST,
-            path: "/1/classes/GameScore".into(),
-            body: Some(r#"{"g":{"__type":"GeoPoint","latitude":91,"longitude":0}}"#),
-            status: 400,
-            code: Some(117),
-        },
-        Scenario {
-            name: "bad date",
-            method: Method::POST,
-            path: "/1/classes/GameScore".into(),
-            body: Some(r#"{"d":{"__type":"Date","iso":"tomorrow"}}"#),
-            status: 400,
-            code: Some(107),
-        },
-        Scenario {
-            name: "unknown operator",
-            method: Method::PUT,
-            path: p.clone(),
-            body: Some(r#"{"a":{"__op":"Explode"}}"#),
-            status: 400,
-            code: Some(107),
-        },
-        Scenario {
-            name: "bad ACL",
-            method: Method::POST,
-            path: "/1/classes/GameScore".into(),
-            body: Some(r#"{"ACL":{"*":{"read":false}}}"#),
-            status: 400,
-            code: Some(107),
-        },
-        Scenario {
-            name: "ACL that is an array (malformed, not a type mismatch)",
-            method: Method::POST,
-            path: "/1/classes/GameScore".into(),
-            body: Some(r#"{"ACL":[{"*":{"read":true}}]}"#),
-            status: 400,
-            code: Some(107),
-        },
-        Scenario {
-            name: "ACL that is a string",
-            method: Method::PUT,
-            path: p.clone(),
-            body: Some(r#"{"ACL":"public"}"#),
-            status: 400,
-            code: Some(107),
-        },
-        Scenario {
-            name: "array op on a number",
-            method: Method::PUT,
-            path: p.clone(),
-            body: Some(r#"{"score":{"__op":"Add","objects":[1]}}"#),
-            status: 400,
-            code: Some(111),
-        },
-        Scenario {
-            name: "get missing",
-            method: Method::GET,
-            path: "/1/classes/GameScore/nope123456".into(),
-            body: None,
-            status: 404,
-            code: Some(101),
-        },
-        Scenario {
-            name: "update missing",
-            method: Method::PUT,
-            path: "/1/classes/GameScore/nope123456".into(),
-            body: Some(r#"{"a":1}"#),
-            status: 404,
-            code: Some(101),
-        },
-        Scenario {
-            name: "delete missing",
-            method: Method::DELETE,
-            path: "/1/classes/GameScore/nope123456".into(),
-            body: None,
-            status: 404,
-            code: Some(101),
-        },
-        Scenario {
-            name: "bad where",
-            method: Method::GET,
-            path: "/1/classes/GameScore?where=[1]".into(),
-            body: None,
-            status: 400,
-            code: Some(102),
-        },
-        Scenario {
-            name: "bad limit",
-            method: Method::GET,
-            path: "/1/classes/GameScore?limit=ten".into(),
-            body: None,
-            status: 400,
-            code: Some(102),
-        },
+    // Every refused request leaves the class as it was: one object, its score unchanged.
+    let unchanged = || After::Field {
+        class: "GameScore",
+        id: id.clone(),
+        field: "score",
+        value: json!(7),
+    };
+    let rows = [
+        Row::new("empty body", Method::POST, "/1/classes/GameScore")
+            .body("")
+            .fails(400, 107)
+            .after(After::Count("GameScore", 1)),
+        Row::new("invalid JSON", Method::POST, "/1/classes/GameScore")
+            .body("{bad")
+            .fails(400, 107)
+            .after(After::Count("GameScore", 1)),
+        Row::new("not an object", Method::POST, "/1/classes/GameScore")
+            .body("[1,2]")
+            .fails(400, 107)
+            .after(After::Count("GameScore", 1)),
+        Row::new("reserved field", Method::POST, "/1/classes/GameScore")
+            .body(r#"{"objectId":"abc"}"#)
+            .fails(400, 105)
+            .after(After::Count("GameScore", 1)),
+        Row::new("reserved createdAt on update", Method::PUT, &p)
+            .body(r#"{"createdAt":"x"}"#)
+            .fails(400, 105)
+            .after(unchanged()),
+        Row::new("invalid key", Method::POST, "/1/classes/GameScore")
+            .body(r#"{"bad-key":1}"#)
+            .fails(400, 105)
+            .after(After::Count("GameScore", 1)),
+        Row::new("invalid class", Method::POST, "/1/classes/1Game")
+            .body(r#"{"a":1}"#)
+            .fails(400, 103)
+            .after(After::Count("GameScore", 1)),
+        Row::new("bad pointer", Method::POST, "/1/classes/GameScore")
+            .body(r#"{"p":{"__type":"Pointer","className":"X"}}"#)
+            .fails(400, 106)
+            .after(After::Count("GameScore", 1)),
+        Row::new(
+            "geopoint out of range",
+            Method::POST,
+            "/1/classes/GameScore",
+        )
+        .body(r#"{"g":{"__type":"GeoPoint","latitude":91,"longitude":0}}"#)
+        .fails(400, 117)
+        .after(After::Count("GameScore", 1)),
+        Row::new("bad date", Method::POST, "/1/classes/GameScore")
+            .body(r#"{"d":{"__type":"Date","iso":"tomorrow"}}"#)
+            .fails(400, 107)
+            .after(After::Count("GameScore", 1)),
+        Row::new("unknown operator", Method::PUT, &p)
+            .body(r#"{"a":{"__op":"Explode"}}"#)
+            .fails(400, 107)
+            .after(unchanged()),
+        Row::new("bad ACL", Method::POST, "/1/classes/GameScore")
+            .body(r#"{"ACL":{"*":{"read":false}}}"#)
+            .fails(400, 107)
+            .after(After::Count("GameScore", 1)),
+        Row::new(
+            "ACL that is an array (malformed, not a type mismatch)",
+            Method::POST,
+            "/1/classes/GameScore",
+        )
+        .body(r#"{"ACL":[{"*":{"read":true}}]}"#)
+        .fails(400, 107)
+        .after(After::Count("GameScore", 1)),
+        Row::new("ACL that is a string", Method::PUT, &p)
+            .body(r#"{"ACL":"public"}"#)
+            .fails(400, 107)
+            .after(unchanged()),
+        Row::new("array op on a number", Method::PUT, &p)
+            .body(r#"{"score":{"__op":"Add","objects":[1]}}"#)
+            .fails(400, 111)
+            .after(unchanged()),
+        Row::new(
+            "get missing",
+            Method::GET,
+            "/1/classes/GameScore/nope123456",
+        )
+        .fails(404, 101),
+        Row::new(
+            "update missing",
+            Method::PUT,
+            "/1/classes/GameScore/nope123456",
+        )
+        .body(r#"{"a":1}"#)
+        .fails(404, 101),
+        Row::new(
+            "delete missing",
+            Method::DELETE,
+            "/1/classes/GameScore/nope123456",
+        )
+        .fails(404, 101),
+        Row::new("bad where", Method::GET, "/1/classes/GameScore?where=[1]").fails(400, 102),
+        Row::new("bad limit", Method::GET, "/1/classes/GameScore?limit=ten").fails(400, 102),
     ];
-    for s in &table {
-        run_raw(&cluster, s).await;
-    }
+    run_rows(&cluster, &rows).await;
     // Nothing above created an object.
     let count = client
         .query("GameScore", &[("count", "1"), ("limit", "0")])

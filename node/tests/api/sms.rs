@@ -7,8 +7,9 @@ use basalt_client::Client;
 use reqwest::Method;
 use serde_json::{json, Value};
 
+use super::common::scenario::{run_rows, As, Row};
 use super::common::webhook::SmsReceiver;
-use super::common::{assert_api_error, TestCluster};
+use super::common::{assert_api_error, register_user, TestCluster};
 
 async fn post(c: &Client, path: &str, body: Value) -> Result<Value, basalt_client::Error> {
     c.request(Method::POST, path, Some(&body), false)
@@ -42,6 +43,108 @@ async fn delivered(c: &Client, sms_id: i64) -> Value {
     panic!("SMS {sms_id} still SENDING");
 }
 
+/// Every SMS endpoint, one row per case: success, missing app keys, malformed body, a number
+/// that is not one, an unknown template (10022), a wrong or malformed code (207), an unknown
+/// message (101), a reset for a number no user has (101).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sms_endpoints_answer_every_case() {
+    let receiver = SmsReceiver::start().await;
+    let hook = receiver.url();
+    let cluster = TestCluster::start(
+        1,
+        &["--shards", "2"],
+        &["--sms-webhook-url", &hook, "--sms-requests-per-ip", "0"],
+    )
+    .await;
+    register_user(&cluster.client(0), "holder").await;
+    let n = "+8613800000077";
+    let number = format!(r#"{{"mobilePhoneNumber":"{n}"}}"#);
+    let request = |name: &'static str, body: &str| {
+        Row::new(name, Method::POST, "/1/requestSmsCode").body(body.to_string())
+    };
+    let rows = [
+        request("request a code", &number).succeeds(200),
+        request("request without keys", &number)
+            .auth(As::Nobody)
+            .unauthorized(),
+        request("request with malformed JSON", "{bad").fails(400, 107),
+        request("request without a number", "{}").fails(400, 107),
+        request(
+            "request with a number that is not text",
+            r#"{"mobilePhoneNumber":13800138000}"#,
+        )
+        .fails(400, 107),
+        request(
+            "request with a number that is not one",
+            r#"{"mobilePhoneNumber":"12ab"}"#,
+        )
+        .fails(400, 107),
+        request(
+            "request with an unknown template",
+            &format!(r#"{{"mobilePhoneNumber":"{n}","template":"nope"}}"#),
+        )
+        .fails(400, 10022),
+        Row::new(
+            "verify a wrong code",
+            Method::POST,
+            "/1/verifySmsCode/000000",
+        )
+        .body(number.clone())
+        .fails(400, 207),
+        Row::new(
+            "verify a code that is not six digits",
+            Method::POST,
+            "/1/verifySmsCode/abc",
+        )
+        .body(number.clone())
+        .fails(400, 207),
+        Row::new(
+            "verify with malformed JSON",
+            Method::POST,
+            "/1/verifySmsCode/000000",
+        )
+        .body("{bad")
+        .fails(400, 107),
+        Row::new(
+            "verify without keys",
+            Method::POST,
+            "/1/verifySmsCode/000000",
+        )
+        .auth(As::Nobody)
+        .body(number.clone())
+        .unauthorized(),
+        Row::new("query an unknown message", Method::GET, "/1/querySms/999").fails(404, 101),
+        Row::new(
+            "query a message id that is not one",
+            Method::GET,
+            "/1/querySms/abc",
+        )
+        .fails(404, 101),
+        Row::new(
+            "reset without a password",
+            Method::PUT,
+            "/1/resetPasswordBySmsCode/000000",
+        )
+        .body(number.clone())
+        .fails(400, 107),
+        Row::new(
+            "reset for a number no user has",
+            Method::PUT,
+            "/1/resetPasswordBySmsCode/000000",
+        )
+        .body(format!(r#"{{"mobilePhoneNumber":"{n}","password":"x"}}"#))
+        .fails(404, 101),
+        Row::new(
+            "reset with a code sent to no number",
+            Method::PUT,
+            "/1/resetPasswordBySmsCode/000000",
+        )
+        .body(r#"{"password":"x"}"#)
+        .fails(400, 207),
+    ];
+    run_rows(&cluster, &rows).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sms_codes_templates_and_captchas() {
     let receiver = SmsReceiver::start().await;
@@ -56,19 +159,7 @@ async fn sms_codes_templates_and_captchas() {
     let c: Vec<Client> = (0..3).map(|i| cluster.client(i)).collect();
     let app_id = cluster.keys.application_id.clone();
 
-    // Malformed requests.
-    for body in [
-        json!({}),
-        json!({"mobilePhoneNumber": 13800138000u64}),
-        json!({"mobilePhoneNumber": "12ab"}),
-    ] {
-        assert_api_error(
-            post(&c[0], "/1/requestSmsCode", body.clone()).await,
-            400,
-            107,
-            &body.to_string(),
-        );
-    }
+    // Malformed requests: rows in `sms_endpoints_answer_every_case`.
 
     // A code goes out through the webhook with the default template.
     let n1 = "+8613800000001";

@@ -11,6 +11,7 @@ use reqwest::Method;
 use serde_json::{json, Value};
 
 use super::common::platforms::{FakePlatforms, MINI_APP_ID, MINI_APP_SECRET, OAUTH_APP_ID};
+use super::common::scenario::{run_rows, After, As, Row};
 use super::common::{assert_api_error, register_user, TestCluster};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -38,52 +39,7 @@ async fn users_register_log_in_and_change_with_their_session() {
         .as_deref()
         .is_some_and(|l| l.ends_with(&format!("/1/users/{ann}"))));
 
-    // Missing fields, duplicates (usernames exact, emails without case), service fields.
-    assert_api_error(
-        post("/1/users", json!({"username": "x"})).await,
-        400,
-        108,
-        "no password",
-    );
-    assert_api_error(
-        post("/1/users", json!({"password": "x"})).await,
-        400,
-        108,
-        "no username",
-    );
-    assert_api_error(
-        post("/1/users", json!({"username": "ann", "password": "p"})).await,
-        400,
-        202,
-        "username taken",
-    );
-    assert_api_error(
-        post(
-            "/1/users",
-            json!({"username": "ann2", "password": "p", "email": "ann@example.ORG"}),
-        )
-        .await,
-        400,
-        203,
-        "email taken",
-    );
-    assert_api_error(
-        post(
-            "/1/users",
-            json!({"username": "eve", "password": "p", "emailVerified": true}),
-        )
-        .await,
-        400,
-        105,
-        "service field",
-    );
-    assert_api_error(
-        post("/1/users", json!({"username": 5, "password": "p"})).await,
-        400,
-        107,
-        "username type",
-    );
-    // The refused registrations left their names free.
+    // A second user (refused sign-ups are rows in `users_endpoints_answer_every_case`).
     post("/1/users", json!({"username": "ann2", "password": "p"}))
         .await
         .expect("ann2 is free");
@@ -117,7 +73,7 @@ async fn users_register_log_in_and_change_with_their_session() {
         .iter()
         .all(|u| u.get("password").is_none()));
 
-    // Log in by GET and POST, by username or email; wrong credentials 101, missing 108/109.
+    // Log in by GET and POST, by username or email (refusals: the rows below).
     let login = client
         .request(
             Method::GET,
@@ -143,44 +99,6 @@ async fn users_register_log_in_and_change_with_their_session() {
     .await
     .expect("email login");
     let t3 = by_email.body["sessionToken"].as_str().unwrap().to_string();
-    assert_api_error(
-        client
-            .request(
-                Method::GET,
-                "/1/login?username=ann&password=nope",
-                None,
-                false,
-            )
-            .await,
-        404,
-        101,
-        "wrong password",
-    );
-    assert_api_error(
-        post("/1/login", json!({"username": "nobody", "password": "x"})).await,
-        404,
-        101,
-        "unknown user",
-    );
-    assert_api_error(
-        post("/1/login", json!({"username": "ann"})).await,
-        400,
-        108,
-        "no password",
-    );
-    assert_api_error(
-        post("/1/login", json!({"password": "x"})).await,
-        400,
-        108,
-        "a password but no login name",
-    );
-    assert_api_error(
-        post("/1/login", json!({})).await,
-        400,
-        109,
-        "no login data at all",
-    );
-
     // Changes need that user's session or the master key (206).
     let as_ann = |token: &str| client.clone().with_session(Some(token));
     let path = format!("/1/users/{ann}");
@@ -400,6 +318,237 @@ async fn users_register_log_in_and_change_with_their_session() {
     let before = racers.len();
     racers.dedup();
     assert_eq!((before, racers.len()), (20, 20), "20 distinct users exist");
+}
+
+/// Every users endpoint, one row per case: success, missing or wrong app keys, malformed body,
+/// missing or conflicting fields, another user's session (206), not found; refused requests
+/// change nothing (read back with the master key).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_endpoints_answer_every_case() {
+    let cluster = TestCluster::start(1, &["--shards", "4"], &[]).await;
+    let client = cluster.client(0);
+    let r = client
+        .request(
+            Method::POST,
+            "/1/users",
+            Some(&json!({"username": "ann", "password": "pw1", "email": "Ann@Example.org", "age": 30})),
+            false,
+        )
+        .await
+        .expect("register ann");
+    let ann = r.body["objectId"].as_str().expect("id").to_string();
+    let ann_t = r.body["sessionToken"].as_str().expect("token").to_string();
+    let (bob, bob_t) = register_user(&client, "bob").await;
+    let users = |n: u64| After::Count("_User", n);
+    let ann_field = |field: &'static str, value: Value| After::Field {
+        class: "_User",
+        id: ann.clone(),
+        field,
+        value,
+    };
+    let ann_path = format!("/1/users/{ann}");
+    let bob_path = format!("/1/users/{bob}");
+    let password_path = format!("/1/updateUserPassword/{ann}");
+    let rows = [
+        // POST /1/users
+        Row::new("sign up", Method::POST, "/1/users")
+            .body(r#"{"username":"cat","password":"p"}"#)
+            .succeeds(201)
+            .after(users(3)),
+        Row::new("sign up without keys", Method::POST, "/1/users")
+            .auth(As::Nobody)
+            .body(r#"{"username":"dan","password":"p"}"#)
+            .unauthorized()
+            .after(users(3)),
+        Row::new("sign up with a wrong key", Method::POST, "/1/users")
+            .auth(As::WrongKey)
+            .body(r#"{"username":"dan","password":"p"}"#)
+            .unauthorized()
+            .after(users(3)),
+        Row::new("sign up with malformed JSON", Method::POST, "/1/users")
+            .body("{bad")
+            .fails(400, 107)
+            .after(users(3)),
+        Row::new("sign up with an array", Method::POST, "/1/users")
+            .body("[1]")
+            .fails(400, 107),
+        Row::new("sign up without a password", Method::POST, "/1/users")
+            .body(r#"{"username":"dan"}"#)
+            .fails(400, 108)
+            .after(users(3)),
+        Row::new("sign up without a username", Method::POST, "/1/users")
+            .body(r#"{"password":"p"}"#)
+            .fails(400, 108),
+        Row::new("sign up with a taken username", Method::POST, "/1/users")
+            .body(r#"{"username":"ann","password":"p"}"#)
+            .fails(400, 202)
+            .after(users(3)),
+        Row::new(
+            "sign up with a taken email (any case)",
+            Method::POST,
+            "/1/users",
+        )
+        .body(r#"{"username":"dan","password":"p","email":"ann@example.ORG"}"#)
+        .fails(400, 203)
+        .after(users(3)),
+        Row::new("sign up with a service field", Method::POST, "/1/users")
+            .body(r#"{"username":"dan","password":"p","emailVerified":true}"#)
+            .fails(400, 105)
+            .after(users(3)),
+        Row::new(
+            "sign up with a username that is not text",
+            Method::POST,
+            "/1/users",
+        )
+        .body(r#"{"username":5,"password":"p"}"#)
+        .fails(400, 107)
+        .after(users(3)),
+        Row::new("the refused names stayed free", Method::POST, "/1/users")
+            .body(r#"{"username":"dan","password":"p","email":"dan@example.org"}"#)
+            .succeeds(201)
+            .after(users(4)),
+        // GET and POST /1/login
+        Row::new(
+            "log in by query",
+            Method::GET,
+            "/1/login?username=ann&password=pw1",
+        )
+        .succeeds(200),
+        Row::new("log in by email", Method::POST, "/1/login")
+            .body(r#"{"username":"ann@example.org","password":"pw1"}"#)
+            .succeeds(200),
+        Row::new("log in without keys", Method::POST, "/1/login")
+            .auth(As::Nobody)
+            .body(r#"{"username":"ann","password":"pw1"}"#)
+            .unauthorized(),
+        Row::new(
+            "log in with a wrong password",
+            Method::GET,
+            "/1/login?username=ann&password=nope",
+        )
+        .fails(404, 101),
+        Row::new("log in as nobody", Method::POST, "/1/login")
+            .body(r#"{"username":"nobody","password":"x"}"#)
+            .fails(404, 101),
+        Row::new("log in without a password", Method::POST, "/1/login")
+            .body(r#"{"username":"ann"}"#)
+            .fails(400, 108),
+        Row::new("log in with a password only", Method::POST, "/1/login")
+            .body(r#"{"password":"x"}"#)
+            .fails(400, 108),
+        Row::new("log in with nothing", Method::POST, "/1/login")
+            .body("{}")
+            .fails(400, 109),
+        Row::new("log in with malformed JSON", Method::POST, "/1/login")
+            .body("{bad")
+            .fails(400, 107),
+        // GET /1/users/<id>
+        Row::new("read a user", Method::GET, &ann_path).succeeds(200),
+        Row::new("read a user without keys", Method::GET, &ann_path)
+            .auth(As::Nobody)
+            .unauthorized(),
+        Row::new("read a missing user", Method::GET, "/1/users/nope123456").fails(404, 101),
+        Row::new("read an impossible id", Method::GET, "/1/users/no-such!").fails(404, 101),
+        // PUT /1/users/<id>
+        Row::new("change with the user's session", Method::PUT, &ann_path)
+            .auth(As::Session(ann_t.clone()))
+            .body(r#"{"age":31}"#)
+            .succeeds(200)
+            .after(ann_field("age", json!(31))),
+        Row::new("change with another user's session", Method::PUT, &ann_path)
+            .auth(As::Session(bob_t.clone()))
+            .body(r#"{"age":99}"#)
+            .fails(400, 206)
+            .after(ann_field("age", json!(31))),
+        Row::new("change without a session", Method::PUT, &ann_path)
+            .body(r#"{"age":99}"#)
+            .fails(400, 206)
+            .after(ann_field("age", json!(31))),
+        Row::new("change with the master key", Method::PUT, &ann_path)
+            .auth(As::Master)
+            .body(r#"{"age":32}"#)
+            .succeeds(200)
+            .after(ann_field("age", json!(32))),
+        Row::new("change with malformed JSON", Method::PUT, &ann_path)
+            .auth(As::Session(ann_t.clone()))
+            .body("{bad")
+            .fails(400, 107)
+            .after(ann_field("age", json!(32))),
+        Row::new("change to a taken username", Method::PUT, &ann_path)
+            .auth(As::Session(ann_t.clone()))
+            .body(r#"{"username":"bob"}"#)
+            .fails(400, 202)
+            .after(ann_field("username", json!("ann"))),
+        Row::new("change a missing user", Method::PUT, "/1/users/nope123456")
+            .auth(As::Master)
+            .body(r#"{"age":1}"#)
+            .fails(404, 101),
+        // PUT /1/updateUserPassword/<id>
+        Row::new(
+            "password change with a wrong old password",
+            Method::PUT,
+            &password_path,
+        )
+        .auth(As::Session(ann_t.clone()))
+        .body(r#"{"oldPassword":"nope","newPassword":"pw2"}"#)
+        .fails(400, 210),
+        Row::new(
+            "password change without the new password",
+            Method::PUT,
+            &password_path,
+        )
+        .auth(As::Session(ann_t.clone()))
+        .body(r#"{"oldPassword":"pw1"}"#)
+        .fails(400, 107),
+        Row::new(
+            "password change with another user's session",
+            Method::PUT,
+            &password_path,
+        )
+        .auth(As::Session(bob_t.clone()))
+        .body(r#"{"oldPassword":"pw1","newPassword":"pw2"}"#)
+        .fails(400, 206),
+        Row::new(
+            "the password did not change",
+            Method::GET,
+            "/1/login?username=ann&password=pw1",
+        )
+        .succeeds(200),
+        // GET /1/checkSession/<id>
+        Row::new(
+            "check a session",
+            Method::GET,
+            format!("/1/checkSession/{ann}"),
+        )
+        .auth(As::Session(ann_t.clone()))
+        .succeeds(200),
+        // DELETE /1/users/<id>
+        Row::new(
+            "delete with another user's session",
+            Method::DELETE,
+            &bob_path,
+        )
+        .auth(As::Session(ann_t.clone()))
+        .fails(400, 206)
+        .after(users(4)),
+        Row::new("delete without keys", Method::DELETE, &bob_path)
+            .auth(As::Nobody)
+            .unauthorized()
+            .after(users(4)),
+        Row::new("delete with the user's session", Method::DELETE, &bob_path)
+            .auth(As::Session(bob_t.clone()))
+            .succeeds(200)
+            .after(users(3)),
+        Row::new("delete a deleted user", Method::DELETE, &bob_path)
+            .auth(As::Master)
+            .fails(404, 101)
+            .after(users(3)),
+        Row::new("the deleted user's name is free", Method::POST, "/1/users")
+            .body(r#"{"username":"bob","password":"p"}"#)
+            .succeeds(201)
+            .after(users(4)),
+    ];
+    run_rows(&cluster, &rows).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod platforms;
+pub mod scenario;
 pub mod smtp;
 pub mod webhook;
 
@@ -251,15 +252,19 @@ impl TestCluster {
 
     pub fn master_client(&self, i: usize) -> Client {
         let mut keys = self.keys.clone();
-        if keys.master_key.is_none() {
-            let doc: Value = serde_json::from_str(
-                &std::fs::read_to_string(self.nodes[0].data_dir.join("credentials.json"))
-                    .expect("creds"),
-            )
-            .expect("json");
-            keys.master_key = doc["app"]["masterKey"].as_str().map(str::to_string);
-        }
+        keys.master_key = Some(self.master_key());
         Client::new(&format!("http://{}", self.nodes[i].http), Some(keys)).expect("client")
+    }
+
+    /// The default app's master key (from node 1's credentials when the keys lack it).
+    pub fn master_key(&self) -> String {
+        if let Some(k) = &self.keys.master_key {
+            return k.clone();
+        }
+        self.credentials()["app"]["masterKey"]
+            .as_str()
+            .expect("master key")
+            .to_string()
     }
 
     /// The credentials document node 1 wrote at bootstrap.
