@@ -7,18 +7,16 @@ use axum::extract::{Form, State};
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 use axum::Json;
-use basalt_cluster::now_ms;
 use basalt_cluster::update::{FieldUpdate, UpdateOp};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::context::{ApiBody, ApiPath, AppState, RequestCtx};
 use super::error::ApiError;
-use crate::auth::password;
+use crate::users::accounts;
 use crate::users::email_links::{find_link, send_link, take_link, EmailLink, Purpose};
-use crate::users::session::only_session;
 use crate::users::unique::{self, Unique};
-use crate::users::{set_user_fields, PASSWORD_FIELD, USER_CLASS};
+use crate::users::{set_user_fields, USER_CLASS};
 
 /// Mails a verification link to a user's email (after registration or an email change).
 pub async fn send_verification(
@@ -214,15 +212,14 @@ pub async fn reset_password(
     let Some(link) = take_link(&state.cluster, &token, Purpose::Reset).await? else {
         return Ok(expired());
     };
-    let hash = password::hash(password).await?;
-    let updates = vec![
-        FieldUpdate {
-            path: vec![PASSWORD_FIELD.into()],
-            op: UpdateOp::Set(json!(hash)),
-        },
-        only_session(None, now_ms()),
-    ];
-    set_user_fields(&state.cluster, &link.app, &link.user_id, updates).await?;
+    accounts::reset_password(
+        &state.cluster,
+        &link.app,
+        &link.user_id,
+        password,
+        Vec::new(),
+    )
+    .await?;
     Ok(page(
         StatusCode::OK,
         "Password changed",

@@ -5,18 +5,14 @@
 use crate::throttle::{ClientIp, IpKind};
 use axum::extract::State;
 use axum::Json;
-use basalt_cluster::now_ms;
-use basalt_cluster::update::{FieldUpdate, UpdateOp};
 use serde_json::{json, Map, Value};
 
 use super::apps::owned_app;
 use super::context::{ApiBody, ApiPath, AppState, ConsoleAccount, RequestCtx};
 use super::error::ApiError;
-use crate::auth::password;
 use crate::sms::{self, CodeRequest, Template};
-use crate::users::session::only_session;
+use crate::users::accounts::{reset_password, set};
 use crate::users::unique::{self, Unique};
-use crate::users::{set_user_fields, PASSWORD_FIELD};
 
 /// A string member of a body (107 when present but not a string).
 fn string<'a>(body: &'a Map<String, Value>, key: &str) -> Result<Option<&'a str>, ApiError> {
@@ -129,17 +125,15 @@ pub async fn reset_password_by_sms_code(
         .await?
         .ok_or_else(|| ApiError::ObjectNotFound(format!("user with mobilePhoneNumber {number}")))?;
     sms::take_code(&state.cluster, app, &number, &code).await?;
-    let hash = password::hash(password.to_string()).await?;
-    let set = |k: &str, v: Value| FieldUpdate {
-        path: vec![k.to_string()],
-        op: UpdateOp::Set(v),
-    };
-    let updates = vec![
-        set(PASSWORD_FIELD, json!(hash)),
-        set("mobilePhoneVerified", json!(true)),
-        only_session(None, now_ms()),
-    ];
-    set_user_fields(&state.cluster, app, &user_id, updates).await?;
+    let verified = vec![set("mobilePhoneVerified", json!(true))];
+    reset_password(
+        &state.cluster,
+        app,
+        &user_id,
+        password.to_string(),
+        verified,
+    )
+    .await?;
     Ok(ok())
 }
 

@@ -9,13 +9,13 @@ use std::future::Future;
 
 use basalt_cluster::object::StoredObject;
 use basalt_cluster::update::{FieldUpdate, UpdateOp};
-use basalt_cluster::Cluster;
+use basalt_cluster::{now_ms, Cluster};
 use serde_json::{json, Map, Value};
 
 use super::session::{only_session, session_user};
 use super::third_party::{identity_of, Link, AUTH_DATA_FIELD, PLATFORMS};
 use super::unique::{self, login_fields, Unique};
-use super::{UsersError, PASSWORD_FIELD, SERVICE_FIELDS, USER_CLASS};
+use super::{set_user_fields, UsersError, PASSWORD_FIELD, SERVICE_FIELDS, USER_CLASS};
 
 /// The update setting a top-level field to a plain value.
 pub fn set(path: &str, v: Value) -> FieldUpdate {
@@ -67,6 +67,21 @@ pub fn check_login_field_types(body: &Map<String, Value>) -> Result<(), UsersErr
 pub async fn password_update(password: String) -> Result<FieldUpdate, UsersError> {
     let hash = crate::auth::password::hash(password).await?;
     Ok(set(PASSWORD_FIELD, json!(hash)))
+}
+
+/// Sets a user's password as the service (an emailed link or an SMS code proved the owner),
+/// with `extra` updates, and ends every session of the user (settled on every member).
+pub async fn reset_password(
+    cluster: &Cluster,
+    app: &str,
+    user_id: &str,
+    password: String,
+    extra: Vec<FieldUpdate>,
+) -> Result<(), UsersError> {
+    let mut updates = vec![password_update(password).await?];
+    updates.extend(extra);
+    updates.push(only_session(None, now_ms()));
+    set_user_fields(cluster, app, user_id, updates).await
 }
 
 /// Whether `password` is the stored user's (a user without one takes as long to refuse).
