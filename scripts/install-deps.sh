@@ -4,14 +4,18 @@
 set -euo pipefail
 
 # True when any one of the places libclang is installed to holds it (each glob checked on its
-# own: one glob that matches nothing must not hide another that does).
+# own: one glob that matches nothing must not hide another that does). Only libclang itself
+# counts (libclang.so*, libclang-<version>.so*): libclang-cpp, which other packages bring, is
+# not what bindgen loads.
 have_libclang() {
-  local pattern
-  for pattern in /usr/lib/llvm-*/lib/libclang*.so* /usr/lib/x86_64-linux-gnu/libclang*.so* \
-    /usr/lib/aarch64-linux-gnu/libclang*.so* /usr/lib64/libclang*.so* /usr/local/lib/libclang*.so*; do
-    compgen -G "$pattern" >/dev/null && return 0
+  local dir name
+  for dir in /usr/lib/llvm-*/lib /usr/lib/x86_64-linux-gnu /usr/lib/aarch64-linux-gnu /usr/lib64 \
+    /usr/local/lib ${LIBCLANG_PATH:+"$LIBCLANG_PATH"}; do
+    for name in 'libclang.so*' 'libclang-[0-9]*.so*'; do
+      compgen -G "$dir/$name" >/dev/null && return 0
+    done
   done
-  [ -n "${LIBCLANG_PATH:-}" ] && compgen -G "$LIBCLANG_PATH/libclang*.so*" >/dev/null
+  return 1
 }
 
 missing=()

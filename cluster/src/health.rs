@@ -100,19 +100,20 @@ impl ApplyWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::NodeId;
 
     fn group(applied: u64, committed: u64) -> GroupStatus {
         GroupStatus {
-            group: 1,
+            group: GroupId::new(1),
             state: "Follower".into(),
             term: 1,
-            leader: Some(2),
+            leader: Some(NodeId::new(2)),
             last_log_index: committed,
             committed,
             applied,
             snapshot: 0,
             purged: 0,
-            voters: vec![1, 2, 3],
+            voters: [1, 2, 3].map(NodeId::new).to_vec(),
             learners: vec![],
             halted: None,
             current: false,
@@ -121,7 +122,7 @@ mod tests {
 
     fn node(g: GroupStatus) -> NodeStatus {
         NodeStatus {
-            node_id: 1,
+            node_id: NodeId::new(1),
             groups: vec![g],
         }
     }

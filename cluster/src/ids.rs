@@ -4,14 +4,71 @@
 //! shard chosen by a stable hash (FNV-1a, 64 bit) of `(app, class, objectId)`: the function must
 //! never change, since it decides where existing objects are stored.
 
-/// A node of the cluster (openraft node id).
-pub type NodeId = u64;
+use std::fmt;
 
-/// A Raft group: 0 is metadata, `1..=shards` are data shards.
-pub type GroupId = u32;
+use serde::{Deserialize, Serialize};
+
+/// A node of the cluster (openraft's node id). Serialized as the bare number, as it always was
+/// in the Raft log, votes and membership on disk.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
+#[serde(transparent)]
+pub struct NodeId(u64);
+
+impl NodeId {
+    pub const fn new(id: u64) -> NodeId {
+        NodeId(id)
+    }
+
+    /// The number, for the wire (gRPC) and for display.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// A Raft group: 0 is metadata, `1..=shards` are data shards. Serialized as the bare number.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
+#[serde(transparent)]
+pub struct GroupId(u32);
+
+impl GroupId {
+    pub const fn new(id: u32) -> GroupId {
+        GroupId(id)
+    }
+
+    /// The number, for keys on disk, the wire (gRPC) and display.
+    pub const fn get(self) -> u32 {
+        self.0
+    }
+
+    /// The data shards of a cluster of `shards` shards: groups `1..=shards`.
+    pub fn data_shards(shards: u32) -> impl Iterator<Item = GroupId> {
+        (1..=shards.max(1)).map(GroupId)
+    }
+
+    /// The groups of a cluster of `shards` shards: the metadata group, then the data shards.
+    pub fn all(shards: u32) -> impl Iterator<Item = GroupId> {
+        std::iter::once(META_GROUP).chain(GroupId::data_shards(shards))
+    }
+}
+
+impl fmt::Display for GroupId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
 
 /// The metadata group: cluster members, placement, accounts, apps, schemas.
-pub const META_GROUP: GroupId = 0;
+pub const META_GROUP: GroupId = GroupId(0);
 
 /// FNV-1a over the bytes of `parts`, each followed by a 0 byte.
 fn fnv1a64<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> u64 {
@@ -31,7 +88,7 @@ fn fnv1a64<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> u64 {
 pub fn shard_for(app: &str, class: &str, object_id: &str, shards: u32) -> GroupId {
     let shards = shards.max(1);
     let h = fnv1a64([app.as_bytes(), class.as_bytes(), object_id.as_bytes()]);
-    1 + (h % u64::from(shards)) as GroupId
+    GroupId(1 + (h % u64::from(shards)) as u32)
 }
 
 /// Classes whose objects live in the metadata group rather than in data shards, so that every
@@ -58,14 +115,14 @@ pub fn class_groups(class: &str, shards: u32) -> Vec<GroupId> {
     if is_meta_class(class) {
         vec![META_GROUP]
     } else {
-        (1..=shards.max(1)).collect()
+        GroupId::data_shards(shards).collect()
     }
 }
 
 /// Rendezvous (highest random weight) score of `node` for `group`: placement ranks nodes by it.
 pub fn placement_score(group: GroupId, node: NodeId) -> u64 {
-    let g = group.to_be_bytes();
-    let n = node.to_be_bytes();
+    let g = group.get().to_be_bytes();
+    let n = node.get().to_be_bytes();
     // A final avalanche step spreads nearby ids apart.
     let mut h = fnv1a64([&g[..], &n[..]]);
     h ^= h >> 33;
@@ -84,7 +141,7 @@ mod tests {
         assert_eq!(fnv1a64([&b"a"[..]]), 0x089b_e207_b544_f1e4);
         for i in 0..1000 {
             let s = shard_for("app", "Game", &format!("id{i}"), 16);
-            assert!((1..=16).contains(&s));
+            assert!((1..=16).contains(&s.get()));
         }
         assert_eq!(
             shard_for("app", "Game", "x", 16),
@@ -96,7 +153,7 @@ mod tests {
     fn shards_are_used_evenly() {
         let mut counts = [0u32; 16];
         for i in 0..16_000 {
-            counts[(shard_for("app", "Game", &format!("{i:010}"), 16) - 1) as usize] += 1;
+            counts[(shard_for("app", "Game", &format!("{i:010}"), 16).get() - 1) as usize] += 1;
         }
         for c in counts {
             assert!((700..1300).contains(&c), "uneven shard use: {counts:?}");

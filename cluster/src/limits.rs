@@ -196,7 +196,7 @@ mod tests {
         };
         let leader = openraft::impls::leader_id_adv::LeaderId {
             term: 3u64,
-            node_id: 1u64,
+            node_id: crate::ids::NodeId::new(1),
         };
         let entry = <Entry as RaftEntry>::new_normal(LogId::new(leader, 7), cmd);
         roundtrip(&entry);

@@ -1,6 +1,8 @@
-//! Names checked once, where they enter: `ClassName` (a class a request may address) and
-//! `ObjectId` (an id that can exist). Built from client input by their `parse` functions; what
-//! holds one needs no further check. Both read as `&str`.
+//! Names checked once, where they enter: `AppId` (an app that exists: taken from its stored
+//! record, which is how a request's app is authenticated), `ClassName` (a class a request may
+//! address) and `ObjectId` (an id that can exist). Built from client input by their `parse`
+//! functions, or read from the stored app; what holds one needs no further check. All read as
+//! `&str`.
 //!
 //! Neighbours: `object` (the rules: `validate_class_name`, `is_object_id`) and `schema` (the
 //! system classes).
@@ -10,6 +12,45 @@ use std::ops::Deref;
 use crate::error::Result;
 use crate::object::{is_object_id, new_object_id, validate_class_name};
 use crate::schema::SYSTEM_CLASSES;
+
+/// `as_str`, `Deref<Target = str>` and `Display` of a checked name.
+macro_rules! reads_as_str {
+    ($name:ident) => {
+        impl $name {
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl Deref for $name {
+            type Target = str;
+            fn deref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+    };
+}
+
+/// The id of an app. Made only when an app is created and read back from its stored record
+/// (serialized as the bare string), so a request holds one only once its app was found.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct AppId(String);
+
+impl AppId {
+    /// The id of a new app (`id` is freshly made, never client input).
+    pub fn new_app(id: String) -> AppId {
+        AppId(id)
+    }
+}
+
+reads_as_str!(AppId);
 
 /// A class name that passed its check.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -30,24 +71,9 @@ impl ClassName {
         }
         ClassName::user(name)
     }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
 }
 
-impl Deref for ClassName {
-    type Target = str;
-    fn deref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Display for ClassName {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
+reads_as_str!(ClassName);
 
 /// An objectId that can exist: 1 to 64 ASCII letters and digits.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -63,24 +89,9 @@ impl ObjectId {
     pub fn parse(id: &str) -> Option<ObjectId> {
         is_object_id(id).then(|| ObjectId(id.to_string()))
     }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
 }
 
-impl Deref for ObjectId {
-    type Target = str;
-    fn deref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Display for ObjectId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
+reads_as_str!(ObjectId);
 
 #[cfg(test)]
 mod tests {

@@ -46,7 +46,7 @@ pub async fn run(replicas: Replicas) {
         }
         for group in replicas.led_groups() {
             if let Err(e) = reconcile(&replicas, group, &addrs, &mut last_transfer).await {
-                tracing::debug!(group, "placement step failed: {e}");
+                tracing::debug!(%group, "placement step failed: {e}");
             }
         }
     }
@@ -95,7 +95,7 @@ async fn reconcile(
     for &n in &want_all {
         if !voters.contains(&n) && !learners.contains(&n) {
             let addr = addrs.get(&n).cloned().unwrap_or_default();
-            tracing::info!(group, node = n, "adding a replica (learner)");
+            tracing::info!(%group, node = %n, "adding a replica (learner)");
             let add = raft.add_learner(n, BasicNode::new(addr), false);
             tokio::time::timeout(CHANGE_TIMEOUT, add)
                 .await
@@ -108,7 +108,7 @@ async fn reconcile(
     let want_voter_set: BTreeSet<NodeId> = want_voters.iter().copied().collect();
     if want_voter_set != voters {
         if want_voter_set.iter().all(|&n| caught_up(n)) {
-            tracing::info!(group, ?want_voter_set, "changing voters");
+            tracing::info!(%group, ?want_voter_set, "changing voters");
             let change = raft.change_membership(
                 ChangeMembers::ReplaceAllVoters(want_voter_set),
                 group == META_GROUP,
@@ -127,7 +127,7 @@ async fn reconcile(
         .filter(|n| !want_all.contains(n))
         .collect();
     if !surplus.is_empty() {
-        tracing::info!(group, ?surplus, "removing replicas");
+        tracing::info!(%group, ?surplus, "removing replicas");
         let change = raft.change_membership(ChangeMembers::RemoveNodes(surplus), false);
         tokio::time::timeout(CHANGE_TIMEOUT, change)
             .await
@@ -142,7 +142,7 @@ async fn reconcile(
             .is_none_or(|t| t.elapsed() > TRANSFER_COOLDOWN);
         if preferred != me && cooled && matched(preferred) == last && last > 0 {
             last_transfer.insert(group, Instant::now());
-            tracing::info!(group, to = preferred, "transferring leadership");
+            tracing::info!(%group, to = %preferred, "transferring leadership");
             raft.trigger()
                 .transfer_leader(preferred)
                 .await
@@ -156,19 +156,25 @@ async fn reconcile(
 mod tests {
     use super::*;
 
+    /// `desired_voters` in plain numbers.
+    fn voters(group: u32, nodes: &[u64], replicas: u32) -> Vec<u64> {
+        let nodes: Vec<NodeId> = nodes.iter().map(|&n| NodeId::new(n)).collect();
+        desired_voters(GroupId::new(group), &nodes, replicas)
+            .into_iter()
+            .map(NodeId::get)
+            .collect()
+    }
+
     #[test]
     fn desired_voters_are_stable_and_spread() {
         let nodes = [1, 2, 3, 4];
-        assert_eq!(
-            desired_voters(5, &nodes, 3),
-            desired_voters(5, &[4, 3, 2, 1], 3)
-        );
-        assert_eq!(desired_voters(5, &nodes, 3).len(), 3);
-        assert_eq!(desired_voters(5, &[7], 3), vec![7]);
+        assert_eq!(voters(5, &nodes, 3), voters(5, &[4, 3, 2, 1], 3));
+        assert_eq!(voters(5, &nodes, 3).len(), 3);
+        assert_eq!(voters(5, &[7], 3), vec![7]);
         // Preferred leaders are spread over the nodes.
-        let mut leaders: HashMap<NodeId, u32> = HashMap::new();
+        let mut leaders: HashMap<u64, u32> = HashMap::new();
         for g in 0..=64 {
-            *leaders.entry(desired_voters(g, &nodes, 3)[0]).or_default() += 1;
+            *leaders.entry(voters(g, &nodes, 3)[0]).or_default() += 1;
         }
         assert_eq!(leaders.len(), 4, "{leaders:?}");
         assert!(leaders.values().all(|&c| c >= 6), "{leaders:?}");
@@ -176,10 +182,8 @@ mod tests {
 
     #[test]
     fn adding_a_node_moves_only_some_groups() {
-        let before: Vec<_> = (1..=64).map(|g| desired_voters(g, &[1, 2, 3], 3)).collect();
-        let after: Vec<_> = (1..=64)
-            .map(|g| desired_voters(g, &[1, 2, 3, 4], 3))
-            .collect();
+        let before: Vec<_> = (1..=64).map(|g| voters(g, &[1, 2, 3], 3)).collect();
+        let after: Vec<_> = (1..=64).map(|g| voters(g, &[1, 2, 3, 4], 3)).collect();
         let moved = before.iter().zip(&after).filter(|(b, a)| {
             let b: BTreeSet<_> = b.iter().collect();
             let a: BTreeSet<_> = a.iter().collect();

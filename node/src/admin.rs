@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use basalt_cluster::admin::{AdminRequest, AdminResponse, GroupStatus, NodeState};
 use basalt_cluster::cluster::admin_at;
+use basalt_cluster::ids::{GroupId, NodeId};
 use serde_json::json;
 
 #[derive(Debug, Clone, clap::Subcommand)]
@@ -35,7 +36,7 @@ pub enum AdminCommand {
 const TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Each group's status as reported by its leader (groups without a reachable leader are absent).
-pub async fn placement(rpc: &str) -> anyhow::Result<BTreeMap<u32, GroupStatus>> {
+pub async fn placement(rpc: &str) -> anyhow::Result<BTreeMap<GroupId, GroupStatus>> {
     let AdminResponse::ClusterInfo { nodes, .. } =
         admin_at(rpc, AdminRequest::ClusterInfo, TIMEOUT).await?
     else {
@@ -96,7 +97,8 @@ pub async fn run(rpc: &str, cmd: AdminCommand) -> anyhow::Result<()> {
             let mut moved = 0;
             for (group, g) in placement(rpc).await? {
                 let Some(leader) = g.leader else { continue };
-                let others: Vec<u64> = g.voters.iter().copied().filter(|&v| v != leader).collect();
+                let others: Vec<NodeId> =
+                    g.voters.iter().copied().filter(|&v| v != leader).collect();
                 let Some(addr) = nodes
                     .iter()
                     .find(|n| n.id == leader)
@@ -122,6 +124,7 @@ pub async fn run(rpc: &str, cmd: AdminCommand) -> anyhow::Result<()> {
             println!("moved the leadership of {moved} groups");
         }
         AdminCommand::RemoveNode { node_id, wait_secs } => {
+            let node_id = NodeId::new(node_id);
             admin_at(rpc, AdminRequest::RemoveNode(node_id), TIMEOUT).await?;
             println!("node {node_id} marked removed; waiting for its replicas to move");
             let deadline = Instant::now() + Duration::from_secs(wait_secs);

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 
 use basalt_cluster::ids::META_GROUP;
+use basalt_cluster::names::AppId;
 use basalt_cluster::namespace::Namespace;
 use basalt_cluster::{Cluster, Error as ClusterError};
 use serde::{Deserialize, Serialize};
@@ -33,7 +34,7 @@ pub const SAFE_TOKEN_LEN: usize = 6;
 #[serde(rename_all = "camelCase")]
 pub struct AppRecord {
     pub app_name: String,
-    pub application_id: String,
+    pub application_id: AppId,
     pub rest_key: String,
     pub master_key: String,
     pub access_key: String,
@@ -102,7 +103,7 @@ impl AppRecord {
     pub fn generate(app_name: &str, owner: &str) -> Self {
         AppRecord {
             app_name: app_name.to_string(),
-            application_id: random_key(32),
+            application_id: AppId::new_app(random_key(32)),
             rest_key: random_key(32),
             master_key: random_key(32),
             access_key: random_key(32),

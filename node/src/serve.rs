@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use basalt_cluster::ids::NodeId;
 use basalt_cluster::{Bootstrap, Cluster, ClusterOptions, RaftTuning};
 
 use crate::api::context::{AppState, HeaderNames, Outside};
@@ -206,7 +207,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         (None, false) => Bootstrap::Resume,
     };
     let opts = ClusterOptions {
-        node_id: args.node_id,
+        node_id: NodeId::new(args.node_id),
         data_dir: args.data_dir.clone(),
         rpc_listen: args.rpc_addr,
         rpc_addr: args

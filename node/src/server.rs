@@ -94,16 +94,87 @@ async fn edge(
     resp
 }
 
+/// Bytes a client may still send once its body has passed the limit: read and dropped, so that
+/// it gets its 413 instead of a connection reset while it writes. Past this the connection is
+/// closed.
+const DRAIN_BYTES: usize = 64 << 20;
+
+/// How reading a request's body ended.
+enum BodyRead {
+    Whole(bytes::Bytes),
+    /// Over the limit; `drained`: the client sent its whole body, which was dropped.
+    TooLarge {
+        drained: bool,
+    },
+    /// The connection failed in the middle of the body.
+    Broken,
+}
+
+/// Reads `body` whole when it fits in `max` bytes; past that, drops what follows (up to
+/// `DRAIN_BYTES`).
+async fn read_limited(body: axum::body::Body, max: usize) -> BodyRead {
+    let mut frames = body.into_data_stream();
+    let mut buf = bytes::BytesMut::new();
+    let mut seen = 0usize;
+    while let Some(chunk) = futures::StreamExt::next(&mut frames).await {
+        let Ok(chunk) = chunk else {
+            return BodyRead::Broken;
+        };
+        seen = seen.saturating_add(chunk.len());
+        if seen <= max {
+            buf.extend_from_slice(&chunk);
+        } else if seen - max > DRAIN_BYTES {
+            return BodyRead::TooLarge { drained: false };
+        } else {
+            buf.clear();
+        }
+    }
+    if seen > max {
+        BodyRead::TooLarge { drained: true }
+    } else {
+        BodyRead::Whole(buf.freeze())
+    }
+}
+
+/// A 413 after which the connection closes, since part of the body may still be unread.
+fn too_large_closing(max: usize) -> Response {
+    let mut resp = ApiError::BodyTooLarge(max).into_response();
+    resp.headers_mut().insert(
+        header::CONNECTION,
+        axum::http::HeaderValue::from_static("close"),
+    );
+    resp
+}
+
 async fn read_body_then(rules: BodyRules, req: Request, next: Next) -> Response {
     // Most reads carry no body: nothing to wait for.
     if axum::body::HttpBody::size_hint(req.body()).exact() == Some(0) {
         return next.run(req).await;
     }
     let (parts, body) = req.into_parts();
-    let read = axum::body::to_bytes(body, rules.max_bytes);
-    let bytes = match tokio::time::timeout(rules.deadline, read).await {
-        Ok(Ok(b)) => b,
-        Ok(Err(_)) => return ApiError::BodyTooLarge(rules.max_bytes).into_response(),
+    let declared = axum::body::HttpBody::size_hint(&body).exact();
+    if let Some(len) = declared.filter(|&n| n > rules.max_bytes as u64) {
+        // A client that waits for `100 Continue` has sent nothing yet: refuse at once. So too
+        // when even draining the body would not let it read the answer.
+        let waits = parts
+            .headers
+            .get(header::EXPECT)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+        if waits || len - rules.max_bytes as u64 > DRAIN_BYTES as u64 {
+            return too_large_closing(rules.max_bytes);
+        }
+    }
+    let bytes = match tokio::time::timeout(rules.deadline, read_limited(body, rules.max_bytes))
+        .await
+    {
+        Ok(BodyRead::Whole(b)) => b,
+        Ok(BodyRead::TooLarge { drained: true }) => {
+            return ApiError::BodyTooLarge(rules.max_bytes).into_response()
+        }
+        Ok(BodyRead::TooLarge { drained: false }) => return too_large_closing(rules.max_bytes),
+        Ok(BodyRead::Broken) => {
+            return ApiError::InvalidBody("the request body ended early.".into()).into_response()
+        }
         Err(_) => return ApiError::BodyTimeout(rules.deadline.as_secs()).into_response(),
     };
     next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))

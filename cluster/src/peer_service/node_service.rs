@@ -12,6 +12,7 @@ use tracing::Instrument;
 use crate::admin::{AdminRequest, AdminResponse};
 use crate::command::{Command, ReadRequest};
 use crate::error::Result;
+use crate::ids::GroupId;
 use crate::replicas::Replicas;
 use crate::rpc::convert::{decode, reply};
 use crate::rpc::pb::node_service_server::NodeService;
@@ -48,7 +49,9 @@ impl NodeService for NodeServiceImpl {
         let result = async {
             tracing::debug!(group = msg.group, "forwarded proposal");
             let cmd: Command = decode(&msg.payload)?;
-            self.replicas.local_propose(msg.group, &cmd).await
+            self.replicas
+                .local_propose(GroupId::new(msg.group), &cmd)
+                .await
         }
         .instrument(span)
         .await;
@@ -61,7 +64,7 @@ impl NodeService for NodeServiceImpl {
         let result = async {
             tracing::debug!(group = msg.group, "forwarded read");
             let r: ReadRequest = decode(&msg.payload)?;
-            self.replicas.local_read(msg.group, &r).await
+            self.replicas.local_read(GroupId::new(msg.group), &r).await
         }
         .instrument(span)
         .await;

@@ -10,6 +10,7 @@ use tokio::io::AsyncWriteExt;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::error::{Error, Result};
+use crate::ids::GroupId;
 use crate::raft::{SnapshotMeta, TypeConfig, Vote};
 use crate::replicas::Replicas;
 use crate::rpc::convert::{decode, reply};
@@ -32,7 +33,7 @@ impl RaftServiceImpl {
             .ok_or_else(|| Error::InvalidOperation("empty snapshot stream".into()))?
             .map_err(|s| Error::Unavailable(s.message().to_string()))?;
         let (vote, meta): (Vote, SnapshotMeta) = decode(&first.header)?;
-        let group = first.group;
+        let group = GroupId::new(first.group);
         let raft = self.replicas.group(group)?;
         let path = self
             .replicas
@@ -79,13 +80,13 @@ impl RaftService for RaftServiceImpl {
             let rpc: AppendEntriesRequest<TypeConfig> = decode(&msg.payload)?;
             let resp = self
                 .replicas
-                .group(msg.group)?
+                .group(GroupId::new(msg.group))?
                 .append_entries(rpc)
                 .await
                 .map_err(|e| Error::Unavailable(e.to_string()))?;
             // Anything but a higher vote means the sender is this replica's leader.
             if !matches!(resp, AppendEntriesResponse::HigherVote(_)) {
-                self.replicas.note_leader_contact(msg.group);
+                self.replicas.note_leader_contact(GroupId::new(msg.group));
             }
             Ok(resp)
         }
@@ -98,7 +99,7 @@ impl RaftService for RaftServiceImpl {
         let result = async {
             let rpc: VoteRequest<TypeConfig> = decode(&msg.payload)?;
             self.replicas
-                .group(msg.group)?
+                .group(GroupId::new(msg.group))?
                 .vote(rpc)
                 .await
                 .map_err(|e| Error::Unavailable(e.to_string()))
@@ -112,7 +113,7 @@ impl RaftService for RaftServiceImpl {
         let result = async {
             let rpc: VoteRequest<TypeConfig> = decode(&msg.payload)?;
             self.replicas
-                .group(msg.group)?
+                .group(GroupId::new(msg.group))?
                 .pre_vote(rpc)
                 .await
                 .map_err(|e| Error::Unavailable(e.to_string()))
@@ -126,7 +127,7 @@ impl RaftService for RaftServiceImpl {
         let result = async {
             let rpc: TransferLeaderRequest<TypeConfig> = decode(&msg.payload)?;
             self.replicas
-                .group(msg.group)?
+                .group(GroupId::new(msg.group))?
                 .handle_transfer_leader(rpc)
                 .await
                 .map_err(|e| Error::Unavailable(e.to_string()))

@@ -378,6 +378,7 @@ pub fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::GroupId;
     use serde_json::json;
 
     #[test]
@@ -404,7 +405,7 @@ mod tests {
                             "loc": {"__type": "GeoPoint", "latitude": 1.0, "longitude": 2.0}});
         obj.fields = fields.as_object().unwrap().clone();
         let e = entries(
-            1,
+            GroupId::new(1),
             "a",
             "C",
             "obj1",
@@ -416,7 +417,7 @@ mod tests {
         assert!(e.iter().all(|k| entry_object_id(k) == Some("obj1")));
         assert!(e
             .iter()
-            .all(|k| k.starts_with(&class_index_prefix(1, "a", "C"))));
+            .all(|k| k.starts_with(&class_index_prefix(GroupId::new(1), "a", "C"))));
     }
 
     #[test]
@@ -428,7 +429,7 @@ mod tests {
         let all = &all;
         let f = |w: Value| Filter::parse(w.as_object().unwrap()).unwrap();
         let p = plan(
-            1,
+            GroupId::new(1),
             "a",
             "C",
             &f(json!({"n": {"$gt": 1}, "tag": {"$in": ["x", "y"]}})),
@@ -437,10 +438,17 @@ mod tests {
         .unwrap();
         assert_eq!(p.field, "tag");
         assert!(matches!(&p.candidates, Candidates::Ranges(r) if r.len() == 2));
-        let p = plan(1, "a", "C", &f(json!({"n": {"$gt": 1, "$lte": 5}})), all).unwrap();
+        let p = plan(
+            GroupId::new(1),
+            "a",
+            "C",
+            &f(json!({"n": {"$gt": 1, "$lte": 5}})),
+            all,
+        )
+        .unwrap();
         let key = |n: i64| {
             entry(
-                &field_prefix(1, "a", "C", "n"),
+                &field_prefix(GroupId::new(1), "a", "C", "n"),
                 &encode(&json!(n)).unwrap(),
                 "id",
             )
@@ -453,23 +461,34 @@ mod tests {
         assert!(!inside(1) && inside(2) && inside(5) && !inside(6));
         let near = json!({"loc": {"$nearSphere": {"__type": "GeoPoint", "latitude": 10.0, "longitude": 0.0}}});
         assert_eq!(
-            plan(1, "a", "C", &f(near.clone()), all).unwrap().field,
+            plan(GroupId::new(1), "a", "C", &f(near.clone()), all)
+                .unwrap()
+                .field,
             "loc"
         );
-        assert_eq!(plan(1, "a", "C", &f(near), &IndexMeta::default()), None);
-        assert_eq!(plan(1, "a", "C", &f(json!({"a.b": 1})), all), None);
+        assert_eq!(
+            plan(GroupId::new(1), "a", "C", &f(near), &IndexMeta::default()),
+            None
+        );
+        assert_eq!(
+            plan(GroupId::new(1), "a", "C", &f(json!({"a.b": 1})), all),
+            None
+        );
         let undeclared = IndexMeta {
             complete: true,
             declared: vec![],
         };
-        assert_eq!(plan(1, "a", "C", &f(json!({"n": 1})), &undeclared), None);
         assert_eq!(
-            plan(1, "a", "C", &f(json!({"createdAt": {"$gte": {"__type": "Date", "iso": "2026-01-01T00:00:00Z"}}})), &undeclared).unwrap().field,
+            plan(GroupId::new(1), "a", "C", &f(json!({"n": 1})), &undeclared),
+            None
+        );
+        assert_eq!(
+            plan(GroupId::new(1), "a", "C", &f(json!({"createdAt": {"$gte": {"__type": "Date", "iso": "2026-01-01T00:00:00Z"}}})), &undeclared).unwrap().field,
             "createdAt"
         );
         // Known objectIds win over every index, and need none (even an incomplete class).
         let by_id = plan(
-            1,
+            GroupId::new(1),
             "a",
             "C",
             &f(json!({"n": 1, "objectId": {"$in": ["b", "a", "b", 7]}})),
@@ -482,7 +501,9 @@ mod tests {
         );
         let related = Filter::And(vec![f(json!({"n": 1})), Filter::IdIn(vec!["z".into()])]);
         assert_eq!(
-            plan(1, "a", "C", &related, all).unwrap().candidates,
+            plan(GroupId::new(1), "a", "C", &related, all)
+                .unwrap()
+                .candidates,
             Candidates::Ids(vec!["z".into()])
         );
     }

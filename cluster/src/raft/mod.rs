@@ -19,7 +19,7 @@ openraft::declare_raft_types!(
     pub TypeConfig:
         D = Command,
         R = CommandResult,
-        NodeId = u64,
+        NodeId = crate::ids::NodeId,
         Node = openraft::BasicNode,
 );
 

@@ -4,7 +4,10 @@
 //! member before they answer (`settle`), and a replica vouches for itself only while that rule
 //! covers it:
 //!
-//! - it is a member of the group in its own view (settling skips a node that is not),
+//! - it is a member of the group in its own view (settling skips a node that is not), and its
+//!   own node record does not say `Removed` (a drain settles that record on every member of
+//!   the metadata group before it moves a replica, so a drained node stops vouching before a
+//!   writer's view stops listing it),
 //! - it has applied everything the leader last told it is committed,
 //! - and it heard from the leader within `lease` (a follower: an accepted append or heartbeat,
 //!   noted by the peer service; the leader: a quorum's acknowledgement; a group with one voter
@@ -18,7 +21,9 @@
 use openraft::async_runtime::WatchReceiver;
 use openraft::{Instant as _, ServerState};
 
+use crate::admin::{NodeRecord, NodeState};
 use crate::ids::GroupId;
+use crate::namespace::Namespace;
 
 use super::Replicas;
 
@@ -27,6 +32,15 @@ impl Replicas {
     /// accepted).
     pub(crate) fn note_leader_contact(&self, group: GroupId) {
         self.inner.contact.note(group);
+    }
+
+    /// Whether this node's own record (on its replica of the metadata group) marks it removed.
+    fn removed(&self) -> bool {
+        self.local_meta_record(Namespace::Node, &self.node_id().to_string())
+            .ok()
+            .flatten()
+            .and_then(|v| serde_json::from_value::<NodeRecord>(v).ok())
+            .is_some_and(|r| r.state == NodeState::Removed)
     }
 
     /// Whether this node's replica of `group` is current enough to answer a read alone (see
@@ -44,6 +58,9 @@ impl Replicas {
         let membership = m.membership_config.membership();
         let voters: Vec<_> = membership.voter_ids().collect();
         if !voters.contains(&me) && !membership.learner_ids().any(|l| l == me) {
+            return false;
+        }
+        if self.removed() {
             return false;
         }
         let caught_up = match (&m.last_applied, &m.cluster_committed) {

@@ -27,7 +27,7 @@ impl LeaderContact {
     }
 
     pub(super) fn note(&self, group: GroupId) {
-        if let Some(slot) = self.last.get(group as usize) {
+        if let Some(slot) = self.last.get(group.get() as usize) {
             let ms = self.started.elapsed().as_millis() as u64 + 1;
             slot.fetch_max(ms, Ordering::Relaxed);
         }
@@ -47,7 +47,7 @@ impl LeaderContact {
     pub(super) fn within_lease(&self, group: GroupId) -> bool {
         let Some(last) = self
             .last
-            .get(group as usize)
+            .get(group.get() as usize)
             .map(|s| s.load(Ordering::Relaxed))
         else {
             return false;
@@ -79,12 +79,12 @@ mod tests {
         };
         let contact = LeaderContact::new(2, &tuning);
         assert_eq!(contact.lease, Duration::from_millis(40));
-        assert!(!contact.within_lease(0), "never heard from");
-        contact.note(0);
-        assert!(contact.within_lease(0));
-        assert!(!contact.within_lease(1));
-        assert!(!contact.within_lease(7), "no such group");
+        assert!(!contact.within_lease(GroupId::new(0)), "never heard from");
+        contact.note(GroupId::new(0));
+        assert!(contact.within_lease(GroupId::new(0)));
+        assert!(!contact.within_lease(GroupId::new(1)));
+        assert!(!contact.within_lease(GroupId::new(7)), "no such group");
         std::thread::sleep(Duration::from_millis(60));
-        assert!(!contact.within_lease(0), "lease over");
+        assert!(!contact.within_lease(GroupId::new(0)), "lease over");
     }
 }

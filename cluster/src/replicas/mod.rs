@@ -84,7 +84,7 @@ impl Replicas {
         let incoming_dir = data_dir.join("snapshots").join("incoming");
         std::fs::create_dir_all(&incoming_dir)?;
         let mut groups = Vec::with_capacity(settings.shards as usize + 1);
-        for group in 0..=settings.shards {
+        for group in GroupId::all(settings.shards) {
             let log = RocksLogStore::new(group, Arc::clone(&store));
             let sm =
                 ShardStateMachine::open(group, Arc::clone(&store), data_dir.join("snapshots"))?;
@@ -148,7 +148,7 @@ impl Replicas {
     pub(crate) fn group(&self, group: GroupId) -> Result<&GroupRaft> {
         self.inner
             .groups
-            .get(group as usize)
+            .get(group.get() as usize)
             .ok_or_else(|| Error::InvalidOperation(format!("no group {group}")))
     }
 
@@ -157,7 +157,7 @@ impl Replicas {
             .groups
             .iter()
             .enumerate()
-            .map(|(g, raft)| (g as GroupId, raft))
+            .map(|(g, raft)| (GroupId::new(g as u32), raft))
     }
 
     /// A receiver that turns true when the node shuts down.
@@ -329,10 +329,10 @@ impl Replicas {
     /// A digest of each group's state as this node's replica holds it (`admin::GroupDigest`).
     pub async fn digests(&self) -> Result<Vec<GroupDigest>> {
         let store = Arc::clone(&self.inner.store);
-        let groups = self.inner.groups.len() as GroupId;
+        let groups = self.inner.groups.len() as u32;
         tokio::task::spawn_blocking(move || {
             (0..groups)
-                .map(|g| snapshot::digest(g, &store))
+                .map(|g| snapshot::digest(GroupId::new(g), &store))
                 .collect::<Result<Vec<_>>>()
         })
         .await
@@ -353,7 +353,7 @@ impl Replicas {
             let snap = m.snapshot.map(|l| l.index).unwrap_or(0);
             if applied.saturating_sub(snap) >= 1000 {
                 if let Err(e) = raft.trigger().snapshot().await {
-                    tracing::warn!(group = g, "snapshot trigger failed: {e}");
+                    tracing::warn!(group = %g, "snapshot trigger failed: {e}");
                 }
             }
         }

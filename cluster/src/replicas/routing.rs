@@ -125,7 +125,7 @@ impl Replicas {
             };
             match outcome {
                 Err(e) if attempts.may_retry(&e) && Instant::now() < deadline => {
-                    tracing::debug!(group, attempt, "retried: {e:?}");
+                    tracing::debug!(%group, attempt, "retried: {e:?}");
                     hint = self.retry_hint(e, attempt);
                     attempt += 1;
                     tokio::time::sleep(backoff(attempt)).await;

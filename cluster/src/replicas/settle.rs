@@ -54,7 +54,7 @@ impl Replicas {
         if !behind.is_empty() {
             tracing::warn!(
                 ?behind,
-                group,
+                %group,
                 index,
                 "change not yet applied on every member"
             );

@@ -10,7 +10,7 @@ use crate::ids::GroupId;
 
 pub fn group_message<T: Serialize>(group: GroupId, value: &T) -> Result<GroupMessage> {
     Ok(GroupMessage {
-        group,
+        group: group.get(),
         payload: serde_json::to_vec(value)?,
     })
 }
@@ -61,8 +61,8 @@ mod tests {
     #[test]
     fn errors_cross_the_wire_typed() {
         let e = Error::NotLeader {
-            group: 3,
-            leader: Some(2),
+            group: crate::ids::GroupId::new(3),
+            leader: Some(crate::ids::NodeId::new(2)),
             leader_addr: Some("127.0.0.1:1".into()),
         };
         let back: Result<u32> = from_reply(reply::<u32>(Err(e.clone())));

@@ -29,7 +29,7 @@ use super::MAX_MESSAGE_BYTES;
 use crate::admin::{AdminRequest, AdminResponse};
 use crate::command::{Command, Proposed, ReadRequest, ReadResponse};
 use crate::error::{Error, Result};
-use crate::ids::{GroupId, NodeId};
+use crate::ids::{GroupId, NodeId, META_GROUP};
 use crate::raft::{TypeConfig, Vote};
 use crate::statemachine::SnapshotFile;
 
@@ -103,7 +103,7 @@ impl PeerRouter {
             Ok(ch) => {
                 peers.insert(node, (addr.to_string(), ch));
             }
-            Err(e) => tracing::warn!(node, addr, "cannot use peer address: {e}"),
+            Err(e) => tracing::warn!(%node, addr, "cannot use peer address: {e}"),
         }
     }
 
@@ -201,7 +201,7 @@ impl PeerRouter {
         Self::node_call(
             channel_for_addr(addr, None)?,
             NodeRpc::Admin,
-            0,
+            META_GROUP,
             req,
             timeout,
         )
@@ -214,7 +214,14 @@ impl PeerRouter {
         req: &AdminRequest,
         timeout: Duration,
     ) -> Result<AdminResponse> {
-        Self::node_call(self.channel(node)?, NodeRpc::Admin, 0, req, timeout).await
+        Self::node_call(
+            self.channel(node)?,
+            NodeRpc::Admin,
+            META_GROUP,
+            req,
+            timeout,
+        )
+        .await
     }
 
     async fn send_snapshot(
@@ -239,7 +246,7 @@ impl PeerRouter {
                 let n = file.read(&mut buf).await?;
                 buf.truncate(n);
                 let chunk = SnapshotChunk {
-                    group,
+                    group: group.get(),
                     header: first.take().unwrap_or_default(),
                     data: buf,
                 };

@@ -34,7 +34,7 @@ impl Job for Compaction {
                         .admin(node, &AdminRequest::Compact, Duration::from_secs(30))
                         .await
                     {
-                        tracing::info!(node, "compaction request failed: {e}");
+                        tracing::info!(%node, "compaction request failed: {e}");
                     }
                 }
             }

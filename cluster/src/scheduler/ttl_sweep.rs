@@ -8,6 +8,7 @@ use futures::future::BoxFuture;
 use super::job::Job;
 use crate::command::{Command, CommandResult};
 use crate::error::Result;
+use crate::ids::GroupId;
 use crate::replicas::{now_ms, Replicas};
 
 pub struct TtlSweep {
@@ -26,7 +27,7 @@ impl Job for TtlSweep {
     fn run<'a>(&'a self, replicas: &'a Replicas) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
             let now = now_ms();
-            let sweeps = (0..=replicas.shards())
+            let sweeps = GroupId::all(replicas.shards())
                 .map(|g| replicas.propose(g, Command::ExpireRecords { now_ms: now }));
             let mut first_error = None;
             for r in futures::future::join_all(sweeps).await {

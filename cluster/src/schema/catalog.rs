@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::{schema_key, ClassSchema, ColumnChange, Need, SchemaError, SYSTEM_CLASSES};
 use crate::command::{Command, CommandResult};
 use crate::error::{Error, Result};
-use crate::ids::META_GROUP;
+use crate::ids::{GroupId, META_GROUP};
 use crate::namespace::Namespace;
 use crate::query::index::{meta_key, IndexMeta};
 use crate::replicas::Replicas;
@@ -210,7 +210,7 @@ impl<'a> Catalog<'a> {
             .class_groups(class)
             .first()
             .copied()
-            .unwrap_or(1);
+            .unwrap_or(GroupId::new(1));
         let meta = self
             .replicas
             .get_record(first, Namespace::IndexMeta, &meta_key(app, class))
@@ -242,7 +242,7 @@ impl<'a> Catalog<'a> {
                         Ok(p) => p.result,
                         Err(e) if page_may_repeat(&e) && failures + 1 < PAGE_ATTEMPTS => {
                             failures += 1;
-                            tracing::info!(group, "paged command: {e} (repeating the page)");
+                            tracing::info!(%group, "paged command: {e} (repeating the page)");
                             continue;
                         }
                         Err(e) => return Err(e),

@@ -431,6 +431,7 @@ fn apply_expire_records(st: &mut Staged<'_>, now_ms: i64) -> Result<CommandResul
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::GroupId;
     use crate::storage::keys::CF_SM;
     use crate::storage::Store;
     use crate::update::parse_updates;
@@ -459,7 +460,7 @@ mod tests {
 
     fn object(store: &Store, id: &str) -> Option<StoredObject> {
         store
-            .get(CF_SM, &keys::object_key(1, "a", "C", id))
+            .get(CF_SM, &keys::object_key(GroupId::new(1), "a", "C", id))
             .unwrap()
             .map(|b| StoredObject::decode(&b).unwrap())
     }
@@ -488,7 +489,7 @@ mod tests {
     fn a_quota_counts_uses_stamped_after_the_command() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
-        let mut st = Staged::new(&store, 1);
+        let mut st = Staged::new(&store, GroupId::new(1));
         assert!(matches!(
             apply_command(&mut st, take_quota(2_000)).unwrap(),
             CommandResult::Record(_)
@@ -511,7 +512,7 @@ mod tests {
     fn a_returned_use_no_longer_counts() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
-        let mut st = Staged::new(&store, 1);
+        let mut st = Staged::new(&store, GroupId::new(1));
         let give_back = |ms| Command::ReturnQuota {
             ns: "q".into(),
             key: "k".into(),
@@ -538,7 +539,7 @@ mod tests {
     fn a_quota_counts_uses_per_sliding_window() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
-        let mut st = Staged::new(&store, 1);
+        let mut st = Staged::new(&store, GroupId::new(1));
         let full = |r: CommandResult| matches!(r, CommandResult::Rejected(Error::QuotaExceeded(_)));
         assert!(!full(apply_command(&mut st, take_quota(1_000)).unwrap()));
         assert!(
@@ -566,7 +567,7 @@ mod tests {
     fn a_record_is_taken_once() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
-        let mut st = Staged::new(&store, 1);
+        let mut st = Staged::new(&store, GroupId::new(1));
         put_record(&mut st, "t", "tok", json!({"x": 1}), Some(100)).unwrap();
         let take = |now| Command::TakeRecord {
             ns: "t".into(),
@@ -593,7 +594,7 @@ mod tests {
     fn later_commands_see_earlier_writes_of_the_same_batch() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
-        let mut st = Staged::new(&store, 1);
+        let mut st = Staged::new(&store, GroupId::new(1));
         apply_command(&mut st, create("x", 10, json!({"n": 1}))).unwrap();
         let r = apply_command(
             &mut st,
@@ -615,7 +616,7 @@ mod tests {
     fn a_rejected_command_stages_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
-        let mut st = Staged::new(&store, 1);
+        let mut st = Staged::new(&store, GroupId::new(1));
         apply_command(&mut st, create("x", 10, json!({"s": "text", "n": 1}))).unwrap();
         let r = apply_command(
             &mut st,
@@ -637,7 +638,7 @@ mod tests {
     fn update_and_delete_of_a_missing_object_are_not_found() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
-        let mut st = Staged::new(&store, 1);
+        let mut st = Staged::new(&store, GroupId::new(1));
         let r = apply_command(&mut st, update("nope", 1, json!({"a": 1}))).unwrap();
         assert_eq!(r, CommandResult::Rejected(Error::ObjectNotFound));
         let r = apply_command(
@@ -657,7 +658,7 @@ mod tests {
     fn a_retried_create_is_answered_not_duplicated() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
-        let mut st = Staged::new(&store, 1);
+        let mut st = Staged::new(&store, GroupId::new(1));
         apply_command(&mut st, create("x", 10, json!({"n": 1}))).unwrap();
         let again = apply_command(&mut st, create("x", 10, json!({"n": 1}))).unwrap();
         assert!(matches!(again, CommandResult::Created { .. }));
@@ -669,7 +670,7 @@ mod tests {
     fn records_expire_by_the_sweep_and_overwrites_move_the_index() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
-        let mut st = Staged::new(&store, 1);
+        let mut st = Staged::new(&store, GroupId::new(1));
         let put = |k: &str, t: Option<i64>| Command::PutRecord {
             ns: "n".into(),
             key: k.into(),
@@ -681,20 +682,20 @@ mod tests {
         apply_command(&mut st, put("long", Some(5000))).unwrap();
         apply_command(&mut st, put("forever", None)).unwrap();
         store.write(st.into_batch().unwrap(), false).unwrap();
-        let mut st = Staged::new(&store, 1);
+        let mut st = Staged::new(&store, GroupId::new(1));
         let r = apply_command(&mut st, Command::ExpireRecords { now_ms: 1000 }).unwrap();
         assert_eq!(r, CommandResult::Expired { count: 1 });
         store.write(st.into_batch().unwrap(), false).unwrap();
         let has = |k: &str| {
             store
-                .get(CF_SM, &keys::record_key(1, "n", k))
+                .get(CF_SM, &keys::record_key(GroupId::new(1), "n", k))
                 .unwrap()
                 .is_some()
         };
         assert!(!has("short"));
         assert!(has("long"));
         assert!(has("forever"));
-        let mut st = Staged::new(&store, 1);
+        let mut st = Staged::new(&store, GroupId::new(1));
         let r = apply_command(&mut st, Command::ExpireRecords { now_ms: 6000 }).unwrap();
         assert_eq!(r, CommandResult::Expired { count: 1 });
     }
@@ -703,7 +704,7 @@ mod tests {
     fn insert_record_claims_a_key_once_until_it_expires() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
-        let mut st = Staged::new(&store, 1);
+        let mut st = Staged::new(&store, GroupId::new(1));
         let insert = |now: i64| Command::InsertRecord {
             ns: "nonce".into(),
             key: "app/n1".into(),
@@ -730,7 +731,7 @@ mod tests {
     fn merge_record_changes_only_the_given_members() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
-        let mut st = Staged::new(&store, 1);
+        let mut st = Staged::new(&store, GroupId::new(1));
         let merge = Command::MergeRecord {
             ns: "app".into(),
             key: "a1".into(),
@@ -760,7 +761,7 @@ mod tests {
     fn purge_class_pages_through_objects_and_strips_fields() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
-        let mut st = Staged::new(&store, 1);
+        let mut st = Staged::new(&store, GroupId::new(1));
         for i in 0..5 {
             apply_command(
                 &mut st,
@@ -788,7 +789,7 @@ mod tests {
             after,
             limit: 2,
         };
-        let mut st = Staged::new(&store, 1);
+        let mut st = Staged::new(&store, GroupId::new(1));
         let r = apply_command(&mut st, purge(Some("a"), None)).unwrap();
         assert_eq!(
             r,
@@ -817,7 +818,7 @@ mod tests {
         let o = object(&store, "o4").unwrap();
         assert!(o.fields.get("a").is_none() && o.fields["b"] == json!(1));
         // Deleting sees the staged deletes of the same batch.
-        let mut st = Staged::new(&store, 1);
+        let mut st = Staged::new(&store, GroupId::new(1));
         let mut after = None;
         let mut total = 0;
         loop {
@@ -836,7 +837,7 @@ mod tests {
         store.write(st.into_batch().unwrap(), false).unwrap();
         assert!(object(&store, "o0").is_none() && object(&store, "o4").is_none());
         assert!(store
-            .get(CF_SM, &keys::object_key(1, "a", "CC", "z"))
+            .get(CF_SM, &keys::object_key(GroupId::new(1), "a", "CC", "z"))
             .unwrap()
             .is_some());
     }
@@ -846,7 +847,7 @@ mod tests {
         use crate::schema::{Column, ColumnType, Need};
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
-        let mut st = Staged::new(&store, 0);
+        let mut st = Staged::new(&store, GroupId::new(0));
         let ensure = |t: ColumnType, may: bool| Command::EnsureColumns {
             app: "a".into(),
             class: "Game".into(),
@@ -904,7 +905,7 @@ mod tests {
     fn declare_index_pages_by_its_limit_and_old_entries_by_ten_thousand() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
-        let mut st = Staged::new(&store, 1);
+        let mut st = Staged::new(&store, GroupId::new(1));
         for i in 0..5 {
             apply_command(&mut st, create(&format!("o{i}"), 1, json!({"n": i}))).unwrap();
         }
@@ -913,7 +914,7 @@ mod tests {
         let old: Command = serde_json::from_value(json!({"DeclareIndex": {
             "app": "a", "class": "C", "field": "n", "after": null}}))
         .unwrap();
-        let mut st = Staged::new(&store, 1);
+        let mut st = Staged::new(&store, GroupId::new(1));
         assert_eq!(
             apply_command(&mut st, old).unwrap(),
             CommandResult::Purged {

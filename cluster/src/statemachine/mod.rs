@@ -85,7 +85,7 @@ fn apply_entry(
             let group = staged.group;
             metrics::counter!("basalt_apply_failures_total", "group" => group.to_string())
                 .increment(1);
-            tracing::error!(group, index, command = %label, "entry could not be applied: {e}");
+            tracing::error!(%group, index, command = %label, "entry could not be applied: {e}");
             Ok(CommandResult::Rejected(Error::NotApplied(e.to_string())))
         }
     }
@@ -186,6 +186,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use crate::command::Command;
+    use crate::ids::GroupId;
     use crate::storage::keys::CF_SM;
     use crate::update::{FieldUpdate, UpdateOp};
     use serde_json::json;
@@ -220,12 +221,12 @@ mod tests {
     fn an_entry_that_cannot_apply_fails_alone() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
-        let bad_key = keys::object_key(1, "a", "C", "bad");
+        let bad_key = keys::object_key(GroupId::new(1), "a", "C", "bad");
         let mut setup = crate::storage::WriteBatch::default();
         setup.put_cf(store.cf(CF_SM).unwrap(), &bad_key, b"\x01not json");
         store.write(setup, true).unwrap();
 
-        let mut staged = Staged::new(&store, 1);
+        let mut staged = Staged::new(&store, GroupId::new(1));
         assert!(matches!(
             apply_entry(&mut staged, 1, create("ok")).unwrap(),
             CommandResult::Created { .. }
@@ -245,7 +246,7 @@ mod tests {
             b"\x01not json"
         );
         let ok = store
-            .get(CF_SM, &keys::object_key(1, "a", "C", "ok"))
+            .get(CF_SM, &keys::object_key(GroupId::new(1), "a", "C", "ok"))
             .unwrap()
             .unwrap();
         let ok = crate::object::StoredObject::decode(&ok).unwrap();

@@ -280,7 +280,7 @@ pub fn digest(group: GroupId, store: &Store) -> Result<GroupDigest> {
 pub fn resume_interrupted_install(group: GroupId, store: &Store) -> Result<()> {
     if let Some(bytes) = store.get(CF_RAFT_META, &keys::meta_key(group, keys::META_INSTALLING))? {
         let marker: InstallMarker = serde_json::from_slice(&bytes)?;
-        tracing::warn!(group, path = %marker.path.display(), "redoing an interrupted snapshot install");
+        tracing::warn!(%group, path = %marker.path.display(), "redoing an interrupted snapshot install");
         load(group, store, &marker)?;
         if let Some(dir) = marker.path.parent() {
             set_current(dir, &marker.path)?;
@@ -338,6 +338,7 @@ fn load(group: GroupId, store: &Store, marker: &InstallMarker) -> Result<Applied
 mod tests {
     use super::*;
     use crate::command::Command;
+    use crate::ids::GroupId;
     use crate::statemachine::{apply::apply_command, staged::Staged};
     use serde_json::json;
 
@@ -345,7 +346,7 @@ mod tests {
     fn a_snapshot_installs_the_same_state_elsewhere() {
         let src_dir = tempfile::tempdir().unwrap();
         let src = Store::open(&src_dir.path().join("db")).unwrap();
-        let mut st = Staged::new(&src, 3);
+        let mut st = Staged::new(&src, GroupId::new(3));
         for i in 0..50 {
             let cmd = Command::PutRecord {
                 ns: "n".into(),
@@ -356,16 +357,16 @@ mod tests {
             apply_command(&mut st, cmd).unwrap();
         }
         st.put(
-            keys::meta_key(3, keys::SM_APPLIED).to_vec(),
+            keys::meta_key(GroupId::new(3), keys::SM_APPLIED).to_vec(),
             serde_json::to_vec(&AppliedState::default()).unwrap(),
         );
         src.write(st.into_batch().unwrap(), false).unwrap();
-        let snap = build(3, &src, &src_dir.path().join("snaps")).unwrap();
+        let snap = build(GroupId::new(3), &src, &src_dir.path().join("snaps")).unwrap();
 
         let dst_dir = tempfile::tempdir().unwrap();
         let dst = Store::open(&dst_dir.path().join("db")).unwrap();
         // Stale data of the group on the receiver must disappear; other groups stay.
-        let mut st = Staged::new(&dst, 3);
+        let mut st = Staged::new(&dst, GroupId::new(3));
         apply_command(
             &mut st,
             Command::PutRecord {
@@ -377,7 +378,7 @@ mod tests {
         )
         .unwrap();
         dst.write(st.into_batch().unwrap(), false).unwrap();
-        let mut st = Staged::new(&dst, 4);
+        let mut st = Staged::new(&dst, GroupId::new(4));
         apply_command(
             &mut st,
             Command::PutRecord {
@@ -393,7 +394,7 @@ mod tests {
         let copy = dst_dir.path().join("incoming.snap");
         fs::copy(&snap.snapshot.path, &copy).unwrap();
         install(
-            3,
+            GroupId::new(3),
             &dst,
             &dst_dir.path().join("snaps"),
             &snap.meta,
@@ -403,8 +404,8 @@ mod tests {
         let mut n = 0;
         dst.scan(
             CF_SM,
-            &keys::record_ns_prefix(3, "n"),
-            &keys::group_end(3),
+            &keys::record_ns_prefix(GroupId::new(3), "n"),
+            &keys::group_end(GroupId::new(3)),
             |_, _| {
                 n += 1;
                 Ok(true)
@@ -413,15 +414,18 @@ mod tests {
         .unwrap();
         assert_eq!(n, 50);
         assert!(dst
-            .get(CF_SM, &keys::record_key(3, "n", "stale"))
+            .get(CF_SM, &keys::record_key(GroupId::new(3), "n", "stale"))
             .unwrap()
             .is_none());
         assert!(dst
-            .get(CF_SM, &keys::record_key(4, "n", "other"))
+            .get(CF_SM, &keys::record_key(GroupId::new(4), "n", "other"))
             .unwrap()
             .is_some());
         assert!(dst
-            .get(CF_RAFT_META, &keys::meta_key(3, keys::META_INSTALLING))
+            .get(
+                CF_RAFT_META,
+                &keys::meta_key(GroupId::new(3), keys::META_INSTALLING)
+            )
             .unwrap()
             .is_none());
         assert!(current(&dst_dir.path().join("snaps")).unwrap().is_some());

@@ -37,12 +37,12 @@ pub const SM_INDEX: u8 = b'x';
 pub const NODE_IDENTITY: &[u8] = b"node";
 
 pub fn group_prefix(group: GroupId) -> [u8; 4] {
-    group.to_be_bytes()
+    group.get().to_be_bytes()
 }
 
 /// The first key after every key of `group`.
 pub fn group_end(group: GroupId) -> Vec<u8> {
-    match group.checked_add(1) {
+    match group.get().checked_add(1) {
         Some(next) => next.to_be_bytes().to_vec(),
         None => vec![0xff; 5],
     }
@@ -50,14 +50,14 @@ pub fn group_end(group: GroupId) -> Vec<u8> {
 
 pub fn log_key(group: GroupId, index: u64) -> [u8; 12] {
     let mut k = [0u8; 12];
-    k[..4].copy_from_slice(&group.to_be_bytes());
+    k[..4].copy_from_slice(&group.get().to_be_bytes());
     k[4..].copy_from_slice(&index.to_be_bytes());
     k
 }
 
 pub fn meta_key(group: GroupId, tag: u8) -> [u8; 5] {
     let mut k = [0u8; 5];
-    k[..4].copy_from_slice(&group.to_be_bytes());
+    k[..4].copy_from_slice(&group.get().to_be_bytes());
     k[4] = tag;
     k
 }
@@ -127,24 +127,27 @@ pub fn parse_ttl_key(k: &[u8]) -> Option<(i64, String, String)> {
 mod tests {
     use super::*;
 
+    const G1: GroupId = GroupId::new(1);
+    const G2: GroupId = GroupId::new(2);
+
     #[test]
     fn groups_are_contiguous_and_ordered() {
-        assert!(log_key(1, u64::MAX).as_slice() < group_end(1).as_slice());
-        assert!(log_key(2, 0).as_slice() >= group_end(1).as_slice());
-        assert!(log_key(1, 9) < log_key(1, 10));
+        assert!(log_key(G1, u64::MAX).as_slice() < group_end(G1).as_slice());
+        assert!(log_key(G2, 0).as_slice() >= group_end(G1).as_slice());
+        assert!(log_key(G1, 9) < log_key(G1, 10));
     }
 
     #[test]
     fn class_prefix_does_not_match_longer_class_names() {
-        let p = class_prefix(1, "app", "Game");
-        assert!(object_key(1, "app", "Game", "x").starts_with(&p));
-        assert!(!object_key(1, "app", "GameScore", "x").starts_with(&p));
+        let p = class_prefix(G1, "app", "Game");
+        assert!(object_key(G1, "app", "Game", "x").starts_with(&p));
+        assert!(!object_key(G1, "app", "GameScore", "x").starts_with(&p));
     }
 
     #[test]
     fn ttl_keys_sort_by_expiry_and_round_trip() {
-        let a = ttl_key(1, 1000, "sms", "k");
-        let b = ttl_key(1, 2000, "a", "b");
+        let a = ttl_key(G1, 1000, "sms", "k");
+        let b = ttl_key(G1, 2000, "a", "b");
         assert!(a < b);
         assert_eq!(parse_ttl_key(&a), Some((1000, "sms".into(), "k".into())));
     }

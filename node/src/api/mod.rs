@@ -1,10 +1,11 @@
-//! The HTTP surface on one screen: every implemented path of the spec, its handler and the
-//! authentication it needs.
+//! The HTTP surface on one screen: every implemented path of the spec, its handlers and the
+//! access it needs, as one table (`table`) from which `routes` builds the router.
 //!
-//! Three families by authentication: app routes (`context::require_app`: app keys or a signed
-//! request), master-key routes (`context::require_master`: schemas), and console routes (app
-//! management and SMS templates, `context::ConsoleAccount`). `/health` and `/metrics` need none. Each family's
-//! handlers live in the file of the same name.
+//! Access families: app routes (`context::require_app`: app keys or a signed request),
+//! master-key routes (`context::require_master`: schemas), console routes (app management and
+//! SMS templates: the `context::ConsoleAccount` extractor), link routes (pages opened from
+//! emailed links and captcha pictures: the token in the path is the credential) and open
+//! routes (`/health`, `/metrics`). Each family's handlers live in the file of the same name.
 
 pub mod apps;
 pub mod batch;
@@ -22,126 +23,295 @@ pub mod timestamp;
 pub mod users;
 
 use axum::middleware::from_fn_with_state;
-use axum::routing::{get, post, put};
+use axum::routing::{MethodFilter, MethodRouter};
 use axum::Router;
 
 use context::{require_app, require_master, AppState};
 
-pub fn routes(state: AppState) -> Router {
-    // Objects, batch and server time (spec 4.1): app keys or a signed request.
-    let app_routes = Router::new()
-        .route(
-            "/1/classes/{class}",
-            get(objects::query_objects).post(objects::create_object),
-        )
-        .route(
-            "/1/classes/{class}/{id}",
-            get(objects::get_object)
-                .put(objects::update_object)
-                .delete(objects::delete_object),
-        )
-        // Users (spec 4.5); `/1/classes/_User` is rewritten to `/1/users` before routing.
-        .route("/1/users", get(users::query_users).post(users::sign_up))
-        .route("/1/usersv1", post(users::sign_up))
-        .route(
-            "/1/users/{id}",
-            get(users::get_user)
-                .put(users::update_user)
-                .delete(users::delete_user),
-        )
-        .route(
-            "/1/login",
-            get(users::log_in_by_query).post(users::log_in_by_body),
-        )
-        .route(
-            "/1/updateUserPassword/{id}",
-            post(users::update_user_password).put(users::update_user_password),
-        )
-        .route(
-            "/1/updatePassword/{id}",
-            put(users::update_user_password).post(users::update_user_password),
-        )
-        .route("/1/checkSession/{id}", get(users::check_session))
-        .route("/1/requestEmailVerify", post(email::request_email_verify))
-        .route(
-            "/1/requestPasswordReset",
-            post(email::request_password_reset),
-        )
+/// Who may call a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// App keys, or a signed request (`require_app`).
+    App,
+    /// The app's master key (`require_master`).
+    Master,
+    /// A console account's email and password (`ConsoleAccount`).
+    Console,
+    /// The token in the path (emailed links, captcha pictures).
+    Link,
+    /// Anyone (health and metrics).
+    Open,
+}
+
+/// One path of the table: its access, and each method with the name of its handler.
+pub struct Route<S> {
+    pub path: &'static str,
+    pub access: Access,
+    pub methods: Vec<(MethodFilter, &'static str)>,
+    pub router: MethodRouter<S>,
+}
+
+/// A `Route`: `route!(Access, "/path", GET => module::handler, POST => ...)`; the handlers'
+/// names are recorded as written.
+macro_rules! route {
+    ($access:ident, $path:literal, $($method:ident => $handler:path),+ $(,)?) => {
+        Route {
+            path: $path,
+            access: Access::$access,
+            methods: vec![$((MethodFilter::$method, stringify!($handler))),+],
+            router: MethodRouter::new()$(.on(MethodFilter::$method, $handler))+,
+        }
+    };
+}
+
+/// Every route. `/1/classes/_User`, `_Role` and `_Installation` are rewritten to `/1/users`,
+/// `/1/roles` and `/1/installations` before routing (`paths`).
+pub fn table() -> Vec<Route<AppState>> {
+    vec![
+        // Objects, batch and server time (spec 4.1).
+        route!(App, "/1/classes/{class}", GET => objects::query_objects, POST => objects::create_object),
+        route!(App, "/1/classes/{class}/{id}",
+            GET => objects::get_object, PUT => objects::update_object, DELETE => objects::delete_object),
+        route!(App, "/1/batch", POST => batch::run_batch),
+        route!(App, "/1/timestamp", GET => timestamp::get_timestamp),
+        route!(App, "/1/cloudQuery", GET => cloud_query::cloud_query),
+        // Users (spec 4.5).
+        route!(App, "/1/users", GET => users::query_users, POST => users::sign_up),
+        route!(App, "/1/usersv1", POST => users::sign_up),
+        route!(App, "/1/users/{id}",
+            GET => users::get_user, PUT => users::update_user, DELETE => users::delete_user),
+        route!(App, "/1/login", GET => users::log_in_by_query, POST => users::log_in_by_body),
+        route!(App, "/1/updateUserPassword/{id}",
+            POST => users::update_user_password, PUT => users::update_user_password),
+        route!(App, "/1/updatePassword/{id}",
+            PUT => users::update_user_password, POST => users::update_user_password),
+        route!(App, "/1/checkSession/{id}", GET => users::check_session),
+        route!(App, "/1/requestEmailVerify", POST => email::request_email_verify),
+        route!(App, "/1/requestPasswordReset", POST => email::request_password_reset),
         // SMS codes and captchas (spec 4.10).
-        .route("/1/requestSmsCode", post(sms::request_sms_code))
-        .route("/1/verifySmsCode", post(sms::verify_sms_code_in_body))
-        .route(
-            "/1/verifySmsCode/{code}",
-            post(sms::verify_sms_code_in_path),
-        )
-        .route("/1/querySms/{sms_id}", get(sms::query_sms))
-        .route(
-            "/1/resetPasswordBySmsCode/{code}",
-            put(sms::reset_password_by_sms_code).post(sms::reset_password_by_sms_code),
-        )
-        .route("/1/requestCaptcha", post(captcha::request_captcha))
-        .route("/1/verifyCaptcha", post(captcha::verify_captcha))
-        // Roles (spec 4.6); `/1/classes/_Role` is rewritten to `/1/roles`.
-        .route("/1/roles", get(roles::query_roles).post(roles::create_role))
-        .route(
-            "/1/roles/{id}",
-            get(roles::get_role)
-                .put(roles::update_role)
-                .delete(roles::delete_role),
-        )
-        .route("/1/batch", post(batch::run_batch))
-        .route("/1/timestamp", get(timestamp::get_timestamp))
-        .route("/1/cloudQuery", get(cloud_query::cloud_query))
-        .route_layer(from_fn_with_state(state.clone(), require_app));
-    // Schemas (spec 4.9): the master key.
-    let master_routes = Router::new()
-        .route("/1/schemas", get(schemas::list_schemas))
-        .route(
-            "/1/schemas/{class}",
-            get(schemas::get_schema)
-                .post(schemas::create_schema)
-                .put(schemas::update_schema)
-                .delete(schemas::delete_schema),
-        )
-        .route(
-            "/1/schemas/{class}/indexes",
-            get(schemas::list_indexes).post(schemas::create_index),
-        )
-        .route_layer(from_fn_with_state(state.clone(), require_master));
-    // App management (spec 4.8): the console account's email and password.
-    let console_routes = Router::new()
-        .route(
-            "/1/apps",
-            get(apps::list_apps_of_account).post(apps::create_app),
-        )
-        .route(
-            "/1/apps/{app_id}",
-            get(apps::get_app).put(apps::update_app_settings),
-        )
-        .route(
-            "/1/apps/{app_id}/smsTemplates",
-            get(sms::list_templates).post(sms::put_template),
-        )
-        .route(
-            "/1/apps/{app_id}/smsTemplates/{name}",
-            axum::routing::delete(sms::delete_template),
-        );
+        route!(App, "/1/requestSmsCode", POST => sms::request_sms_code),
+        route!(App, "/1/verifySmsCode", POST => sms::verify_sms_code_in_body),
+        route!(App, "/1/verifySmsCode/{code}", POST => sms::verify_sms_code_in_path),
+        route!(App, "/1/querySms/{sms_id}", GET => sms::query_sms),
+        route!(App, "/1/resetPasswordBySmsCode/{code}",
+            PUT => sms::reset_password_by_sms_code, POST => sms::reset_password_by_sms_code),
+        route!(App, "/1/requestCaptcha", POST => captcha::request_captcha),
+        route!(App, "/1/verifyCaptcha", POST => captcha::verify_captcha),
+        // Roles (spec 4.6).
+        route!(App, "/1/roles", GET => roles::query_roles, POST => roles::create_role),
+        route!(App, "/1/roles/{id}",
+            GET => roles::get_role, PUT => roles::update_role, DELETE => roles::delete_role),
+        // Schemas (spec 4.9).
+        route!(Master, "/1/schemas", GET => schemas::list_schemas),
+        route!(Master, "/1/schemas/{class}",
+            GET => schemas::get_schema, POST => schemas::create_schema,
+            PUT => schemas::update_schema, DELETE => schemas::delete_schema),
+        route!(Master, "/1/schemas/{class}/indexes",
+            GET => schemas::list_indexes, POST => schemas::create_index),
+        // App management (spec 4.8).
+        route!(Console, "/1/apps", GET => apps::list_apps_of_account, POST => apps::create_app),
+        route!(Console, "/1/apps/{app_id}", GET => apps::get_app, PUT => apps::update_app_settings),
+        route!(Console, "/1/apps/{app_id}/smsTemplates",
+            GET => sms::list_templates, POST => sms::put_template),
+        route!(Console, "/1/apps/{app_id}/smsTemplates/{name}", DELETE => sms::delete_template),
+        // Pages opened from emailed links, and captcha pictures.
+        route!(Link, "/email/verify/{token}", GET => email::follow_verify_link),
+        route!(Link, "/email/reset/{token}", GET => email::show_reset_page, POST => email::reset_password),
+        route!(Link, "/captcha/{name}", GET => captcha::captcha_picture),
+        // Operations (not part of the spec).
+        route!(Open, "/health", GET => ops::health),
+        route!(Open, "/metrics", GET => ops::metrics),
+    ]
+}
+
+/// The router of `table`: each access family behind its check; unknown paths and methods
+/// answered by `ops`.
+pub fn routes(state: AppState) -> Router {
+    let (mut app, mut master, mut other) = (Router::new(), Router::new(), Router::new());
+    for r in table() {
+        match r.access {
+            Access::App => app = app.route(r.path, r.router),
+            Access::Master => master = master.route(r.path, r.router),
+            Access::Console | Access::Link | Access::Open => other = other.route(r.path, r.router),
+        }
+    }
     Router::new()
-        .merge(app_routes)
-        .merge(master_routes)
-        .merge(console_routes)
-        // Pages opened from emailed links: the token is the credential.
-        .route("/email/verify/{token}", get(email::follow_verify_link))
-        .route(
-            "/email/reset/{token}",
-            get(email::show_reset_page).post(email::reset_password),
-        )
-        // Captcha pictures: the token is the credential.
-        .route("/captcha/{name}", get(captcha::captcha_picture))
-        // Operations: health and Prometheus metrics (not part of the spec).
-        .route("/health", get(ops::health))
-        .route("/metrics", get(ops::metrics))
+        .merge(app.route_layer(from_fn_with_state(state.clone(), require_app)))
+        .merge(master.route_layer(from_fn_with_state(state.clone(), require_master)))
+        .merge(other)
         .fallback(ops::not_found)
         .method_not_allowed_fallback(ops::method_not_allowed)
         .with_state(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode};
+    use tower::ServiceExt;
+
+    /// The table's paths and methods, each answering with its handler's name and access.
+    fn echo_router() -> Router {
+        table().into_iter().fold(Router::new(), |router, r| {
+            let access = r.access;
+            let methods = r
+                .methods
+                .iter()
+                .fold(MethodRouter::new(), |m, &(filter, name)| {
+                    m.on(filter, move || async move { format!("{name} {access:?}") })
+                });
+            router.route(r.path, methods)
+        })
+    }
+
+    /// What `method url` reaches, after the path rewrite every request gets (`paths`).
+    async fn reach(method: &str, url: &str) -> Result<String, StatusCode> {
+        let req = Request::builder()
+            .method(method)
+            .uri(crate::paths::routed_path(url))
+            .body(Body::empty())
+            .unwrap();
+        let resp = echo_router().oneshot(req).await.unwrap();
+        if resp.status() != StatusCode::OK {
+            return Err(resp.status());
+        }
+        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        Ok(String::from_utf8(bytes.to_vec()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn each_url_and_method_reaches_its_handler_behind_its_access() {
+        let rows = [
+            ("GET", "/1/classes/GameScore", "objects::query_objects App"),
+            ("POST", "/1/classes/GameScore", "objects::create_object App"),
+            ("GET", "/1/classes/GameScore/a1", "objects::get_object App"),
+            (
+                "PUT",
+                "/1/classes/GameScore/a1",
+                "objects::update_object App",
+            ),
+            (
+                "DELETE",
+                "/1/classes/GameScore/a1",
+                "objects::delete_object App",
+            ),
+            ("GET", "/1/classes/GameScore/", "objects::query_objects App"),
+            ("POST", "/1/batch", "batch::run_batch App"),
+            ("GET", "/1/timestamp", "timestamp::get_timestamp App"),
+            ("GET", "/1/cloudQuery", "cloud_query::cloud_query App"),
+            ("GET", "/1/users", "users::query_users App"),
+            ("GET", "/1/classes/_User", "users::query_users App"),
+            ("POST", "/1/classes/_User", "users::sign_up App"),
+            ("POST", "/1/usersv1", "users::sign_up App"),
+            ("GET", "/1/classes/_User/u1", "users::get_user App"),
+            ("PUT", "/1/users/u1", "users::update_user App"),
+            ("DELETE", "/1/users/u1", "users::delete_user App"),
+            ("GET", "/1/login", "users::log_in_by_query App"),
+            ("POST", "/1/login", "users::log_in_by_body App"),
+            (
+                "PUT",
+                "/1/updateUserPassword/u1",
+                "users::update_user_password App",
+            ),
+            (
+                "POST",
+                "/1/updatePassword/u1",
+                "users::update_user_password App",
+            ),
+            ("GET", "/1/checkSession/u1", "users::check_session App"),
+            (
+                "POST",
+                "/1/requestEmailVerify",
+                "email::request_email_verify App",
+            ),
+            (
+                "POST",
+                "/1/requestPasswordReset",
+                "email::request_password_reset App",
+            ),
+            ("POST", "/1/requestSmsCode", "sms::request_sms_code App"),
+            (
+                "POST",
+                "/1/verifySmsCode",
+                "sms::verify_sms_code_in_body App",
+            ),
+            (
+                "POST",
+                "/1/verifySmsCode/123456",
+                "sms::verify_sms_code_in_path App",
+            ),
+            ("GET", "/1/querySms/7", "sms::query_sms App"),
+            (
+                "PUT",
+                "/1/resetPasswordBySmsCode/123456",
+                "sms::reset_password_by_sms_code App",
+            ),
+            ("POST", "/1/requestCaptcha", "captcha::request_captcha App"),
+            ("POST", "/1/verifyCaptcha", "captcha::verify_captcha App"),
+            ("GET", "/1/classes/_Role", "roles::query_roles App"),
+            ("POST", "/1/roles", "roles::create_role App"),
+            ("PUT", "/1/classes/_Role/r1", "roles::update_role App"),
+            ("DELETE", "/1/roles/r1", "roles::delete_role App"),
+            ("GET", "/1/schemas", "schemas::list_schemas Master"),
+            ("GET", "/1/schemas/_User", "schemas::get_schema Master"),
+            (
+                "DELETE",
+                "/1/schemas/GameScore",
+                "schemas::delete_schema Master",
+            ),
+            (
+                "POST",
+                "/1/schemas/GameScore/indexes",
+                "schemas::create_index Master",
+            ),
+            ("GET", "/1/apps", "apps::list_apps_of_account Console"),
+            ("PUT", "/1/apps/a1", "apps::update_app_settings Console"),
+            (
+                "POST",
+                "/1/apps/a1/smsTemplates",
+                "sms::put_template Console",
+            ),
+            (
+                "DELETE",
+                "/1/apps/a1/smsTemplates/t",
+                "sms::delete_template Console",
+            ),
+            ("GET", "/email/verify/tok", "email::follow_verify_link Link"),
+            ("POST", "/email/reset/tok", "email::reset_password Link"),
+            ("GET", "/captcha/tok.png", "captcha::captcha_picture Link"),
+            ("GET", "/health", "ops::health Open"),
+            ("GET", "/metrics", "ops::metrics Open"),
+        ];
+        for (method, url, expected) in rows {
+            assert_eq!(
+                reach(method, url).await.as_deref(),
+                Ok(expected),
+                "{method} {url}"
+            );
+        }
+        let refused = [
+            ("GET", "/1/nothing", StatusCode::NOT_FOUND),
+            ("GET", "/1/classes/_Installation", StatusCode::NOT_FOUND),
+            ("GET", "/1/classes/Game/a1/extra", StatusCode::NOT_FOUND),
+            ("DELETE", "/1/users", StatusCode::METHOD_NOT_ALLOWED),
+            ("GET", "/1/batch", StatusCode::METHOD_NOT_ALLOWED),
+            ("DELETE", "/1/apps/a1", StatusCode::METHOD_NOT_ALLOWED),
+        ];
+        for (method, url, status) in refused {
+            assert_eq!(reach(method, url).await, Err(status), "{method} {url}");
+        }
+    }
+
+    #[test]
+    fn the_table_names_each_path_once() {
+        let table = table();
+        let mut paths: Vec<&str> = table.iter().map(|r| r.path).collect();
+        paths.sort_unstable();
+        paths.dedup();
+        assert_eq!(paths.len(), table.len());
+        assert!(table.iter().all(|r| !r.methods.is_empty()));
+    }
 }

@@ -11,6 +11,7 @@ use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use basalt_cluster::ids::GroupId;
 use basalt_cluster::names::ObjectId;
 use basalt_cluster::object::format_wire_time;
 use basalt_cluster::schema::infer::requirements;
@@ -28,10 +29,10 @@ use crate::users::protected::UserView;
 use crate::users::session::{ends_sessions, principals};
 use crate::users::USER_CLASS;
 
-fn version_headers(resp: &mut Response, group: u32, p: &Proposed) {
+fn version_headers(resp: &mut Response, group: GroupId, p: &Proposed) {
     let h = resp.headers_mut();
     h.insert("x-basalt-version", HeaderValue::from(p.log_index));
-    h.insert("x-basalt-group", HeaderValue::from(group));
+    h.insert("x-basalt-group", HeaderValue::from(group.get()));
 }
 
 /// Checks a write against its class schema, fixing the types of new columns (111 on a type
@@ -60,13 +61,13 @@ pub async fn create_in(
     class: &str,
     object_id: &ObjectId,
     updates: Vec<FieldUpdate>,
-) -> Result<(i64, u32, Proposed), ApiError> {
+) -> Result<(i64, GroupId, Proposed), ApiError> {
     admit_write(state, ctx, class, &updates).await?;
     let now = now_ms();
     let app = ctx.app.application_id.clone();
     let group = state.cluster.object_group(&app, class, object_id);
     let cmd = Command::CreateObject {
-        app,
+        app: app.to_string(),
         class: class.to_string(),
         object_id: object_id.to_string(),
         now_ms: now,
@@ -87,7 +88,7 @@ pub fn created_response(
     created_ms: i64,
     object_id: &str,
     extra: Vec<(&str, Value)>,
-    group: u32,
+    group: GroupId,
     p: &Proposed,
 ) -> Response {
     let mut body = json!({"createdAt": format_wire_time(created_ms), "objectId": object_id});
@@ -183,7 +184,7 @@ pub async fn update_in(
     let now = now_ms();
     let settle = class == USER_CLASS && ends_sessions(None, &updates, now);
     let cmd = Command::UpdateObject {
-        app,
+        app: app.to_string(),
         class: class.to_string(),
         object_id: object_id.to_string(),
         now_ms: now,
@@ -228,7 +229,7 @@ pub async fn delete_in(
     let app = ctx.app.application_id.clone();
     let group = state.cluster.object_group(&app, class, object_id);
     let cmd = Command::DeleteObject {
-        app,
+        app: app.to_string(),
         class: class.to_string(),
         object_id: object_id.to_string(),
         principals,

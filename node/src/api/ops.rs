@@ -65,7 +65,7 @@ pub async fn metrics(State(state): State<AppState>) -> Result<String, ApiError> 
         let group = g.group.to_string();
         metrics::gauge!("basalt_raft_term", "group" => group.clone()).set(g.term as f64);
         metrics::gauge!("basalt_raft_leader", "group" => group.clone())
-            .set(g.leader.map_or(-1.0, |l| l as f64));
+            .set(g.leader.map_or(-1.0, |l| l.get() as f64));
         metrics::gauge!("basalt_raft_is_leader", "group" => group.clone()).set(
             if g.leader == Some(status.node_id) {
                 1.0

@@ -114,7 +114,7 @@ pub async fn reset_password_by_sms_code(
     let body = body.object()?;
     let password = string(&body, "password")?
         .ok_or_else(|| ApiError::InvalidBody("password is required.".into()))?;
-    let app = ctx.app.application_id.as_str();
+    let app = &ctx.app.application_id;
     let number = match string(&body, "mobilePhoneNumber")? {
         Some(n) => n.to_string(),
         None => sms::number_of_code(&state.cluster, app, &code)
@@ -143,8 +143,8 @@ pub async fn list_templates(
     account: ConsoleAccount,
     ApiPath(app_id): ApiPath<String>,
 ) -> Result<Json<Value>, ApiError> {
-    owned_app(&state, &account, &app_id).await?;
-    let list = sms::list_templates(&state.cluster, &app_id).await?;
+    let app = owned_app(&state, &account, &app_id).await?;
+    let list = sms::list_templates(&state.cluster, &app.application_id).await?;
     Ok(Json(json!({ "results": list })))
 }
 
@@ -155,9 +155,9 @@ pub async fn put_template(
     ApiPath(app_id): ApiPath<String>,
     body: ApiBody,
 ) -> Result<Json<Value>, ApiError> {
-    owned_app(&state, &account, &app_id).await?;
+    let app = owned_app(&state, &account, &app_id).await?;
     let t = Template::from_body(&body.object()?)?;
-    sms::put_template(&state.cluster, &app_id, &t).await?;
+    sms::put_template(&state.cluster, &app.application_id, &t).await?;
     Ok(Json(json!(t)))
 }
 
@@ -167,8 +167,8 @@ pub async fn delete_template(
     account: ConsoleAccount,
     ApiPath((app_id, name)): ApiPath<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
-    owned_app(&state, &account, &app_id).await?;
-    if sms::delete_template(&state.cluster, &app_id, &name).await? {
+    let app = owned_app(&state, &account, &app_id).await?;
+    if sms::delete_template(&state.cluster, &app.application_id, &name).await? {
         Ok(ok())
     } else {
         Err(ApiError::ObjectNotFound(format!("template {name}")))

@@ -10,6 +10,7 @@
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use basalt_cluster::ids::GroupId;
 use basalt_cluster::names::ObjectId;
 use basalt_cluster::now_ms;
 use basalt_cluster::object::{random_alphanumeric, StoredObject};
@@ -38,7 +39,7 @@ fn user_created(
     state: &AppState,
     user_id: &str,
     created_ms: i64,
-    group: u32,
+    group: GroupId,
     p: &basalt_cluster::command::Proposed,
     extra: Vec<(&str, Value)>,
 ) -> Response {

@@ -232,7 +232,7 @@ async fn signed_app(
         .await?
         .ok_or(AuthError::Unauthorized("unknown secret key"))?;
     if let Some(id) = header(h, &names.application_id) {
-        if id != app.application_id {
+        if id != app.application_id.as_str() {
             return Err(AuthError::Unauthorized("app id and secret key disagree"));
         }
     }

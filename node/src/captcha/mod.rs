@@ -7,6 +7,8 @@
 
 pub mod image;
 
+use basalt_cluster::ids::GroupId;
+use basalt_cluster::names::AppId;
 use basalt_cluster::namespace::Namespace;
 use basalt_cluster::object::random_alphanumeric;
 use basalt_cluster::{now_ms, Cluster, Error as ClusterError};
@@ -81,14 +83,14 @@ impl CaptchaParams {
 /// What a captcha record holds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Captcha {
-    pub app: String,
+    pub app: AppId,
     pub text: String,
     pub seed: u64,
     pub width: u32,
     pub height: u32,
 }
 
-fn group(cluster: &Cluster, token: &str) -> u32 {
+fn group(cluster: &Cluster, token: &str) -> GroupId {
     cluster.shard_for("_captcha", "_token", token)
 }
 
@@ -99,12 +101,12 @@ fn well_formed(token: &str) -> bool {
 /// Stores a new captcha for `app`; answers its token and text.
 pub async fn issue(
     cluster: &Cluster,
-    app: &str,
+    app: &AppId,
     p: CaptchaParams,
 ) -> Result<(String, String), CaptchaError> {
     let token = random_alphanumeric(TOKEN_LEN);
     let captcha = Captcha {
-        app: app.to_string(),
+        app: app.clone(),
         text: image::random_text(p.size as usize),
         seed: rand::random(),
         width: p.width,
@@ -145,7 +147,7 @@ pub async fn picture(cluster: &Cluster, token: &str) -> Result<Option<Vec<u8>>, 
 /// validate token. 10023 for a wrong text or an unknown, expired or used captcha.
 pub async fn verify(
     cluster: &Cluster,
-    app: &str,
+    app: &AppId,
     token: &str,
     text: &str,
 ) -> Result<String, CaptchaError> {
@@ -160,7 +162,7 @@ pub async fn verify(
         Some(Err(e)) => return Err(e.into()),
         None => return Err(CaptchaError::Failed),
     };
-    if captcha.app != app || !captcha.text.eq_ignore_ascii_case(text.trim()) {
+    if captcha.app != *app || !captcha.text.eq_ignore_ascii_case(text.trim()) {
         return Err(CaptchaError::Failed);
     }
     let pass = random_alphanumeric(TOKEN_LEN);
@@ -177,7 +179,7 @@ pub async fn verify(
 }
 
 /// Takes a validate token of `app`: true once per token, while it is live.
-pub async fn take_pass(cluster: &Cluster, app: &str, pass: &str) -> Result<bool, CaptchaError> {
+pub async fn take_pass(cluster: &Cluster, app: &AppId, pass: &str) -> Result<bool, CaptchaError> {
     if !well_formed(pass) {
         return Ok(false);
     }

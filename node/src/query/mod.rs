@@ -129,7 +129,7 @@ pub async fn run(
         let groups = cluster
             .queries()
             .aggregate(AggregateRequest {
-                app: app.clone(),
+                app: app.to_string(),
                 class: q.class,
                 filter,
                 spec: agg.spec.clone(),
@@ -143,7 +143,7 @@ pub async fn run(
     }
     let req_class = q.class.clone();
     let req = ScanRequest {
-        app: app.clone(),
+        app: app.to_string(),
         class: q.class,
         filter,
         order: q.order,

@@ -23,7 +23,8 @@ pub mod provider;
 
 use std::sync::Arc;
 
-use basalt_cluster::ids::META_GROUP;
+use basalt_cluster::ids::{GroupId, META_GROUP};
+use basalt_cluster::names::AppId;
 use basalt_cluster::namespace::Namespace;
 use basalt_cluster::{now_ms, Cluster, Error as ClusterError, QuotaWindow};
 use rand::Rng;
@@ -160,7 +161,7 @@ pub fn counted(text: &str) -> (usize, usize) {
     (len, segments)
 }
 
-fn template_key(app: &str, name: &str) -> String {
+fn template_key(app: &AppId, name: &str) -> String {
     format!("{app}/{name}")
 }
 
@@ -168,7 +169,7 @@ fn internal(e: serde_json::Error) -> SmsError {
     SmsError::Record(e)
 }
 
-pub async fn put_template(cluster: &Cluster, app: &str, t: &Template) -> Result<(), SmsError> {
+pub async fn put_template(cluster: &Cluster, app: &AppId, t: &Template) -> Result<(), SmsError> {
     let v = serde_json::to_value(t).map_err(internal)?;
     cluster
         .put_record(
@@ -182,7 +183,7 @@ pub async fn put_template(cluster: &Cluster, app: &str, t: &Template) -> Result<
     Ok(())
 }
 
-pub async fn list_templates(cluster: &Cluster, app: &str) -> Result<Vec<Template>, SmsError> {
+pub async fn list_templates(cluster: &Cluster, app: &AppId) -> Result<Vec<Template>, SmsError> {
     cluster
         .list_records(META_GROUP, Namespace::SmsTemplate, &format!("{app}/"))
         .await?
@@ -193,7 +194,7 @@ pub async fn list_templates(cluster: &Cluster, app: &str) -> Result<Vec<Template
 
 pub async fn find_template(
     cluster: &Cluster,
-    app: &str,
+    app: &AppId,
     name: &str,
 ) -> Result<Option<Template>, SmsError> {
     cluster
@@ -204,18 +205,18 @@ pub async fn find_template(
 }
 
 /// Deletes a template; false when there was none.
-pub async fn delete_template(cluster: &Cluster, app: &str, name: &str) -> Result<bool, SmsError> {
+pub async fn delete_template(cluster: &Cluster, app: &AppId, name: &str) -> Result<bool, SmsError> {
     Ok(cluster
         .take_record(META_GROUP, Namespace::SmsTemplate, &template_key(app, name))
         .await?
         .is_some())
 }
 
-fn number_group(cluster: &Cluster, app: &str, number: &str) -> u32 {
+fn number_group(cluster: &Cluster, app: &AppId, number: &str) -> GroupId {
     cluster.shard_for(app, "_sms", number)
 }
 
-fn message_group(cluster: &Cluster, app: &str, sms_id: &str) -> u32 {
+fn message_group(cluster: &Cluster, app: &AppId, sms_id: &str) -> GroupId {
     cluster.shard_for(app, "_sms", sms_id)
 }
 
@@ -235,7 +236,7 @@ pub async fn request_code(
     app: &AppRecord,
     req: CodeRequest<'_>,
 ) -> Result<i64, SmsError> {
-    let appid = app.application_id.as_str();
+    let appid = &app.application_id;
     // Quotas and codes are keyed on the number's one form, however the client wrote it.
     let Some(number) = phone::normalize(req.number) else {
         return Err(SmsError::InvalidParams(
@@ -310,7 +311,7 @@ pub async fn request_code(
     let (counted_length, segments) = counted(&content);
     let sms = Sms {
         sms_id,
-        app_id: appid.to_string(),
+        app_id: appid.clone(),
         app_name: app.app_name.clone(),
         mobile_phone_number: req.number.to_string(),
         template: template.name,
@@ -323,7 +324,7 @@ pub async fn request_code(
 }
 
 /// Stores a new message record under a fresh smsId (an integer below 2^53, exact in JSON).
-async fn new_message(cluster: &Cluster, app: &str, number: &str) -> Result<i64, SmsError> {
+async fn new_message(cluster: &Cluster, app: &AppId, number: &str) -> Result<i64, SmsError> {
     for _ in 0..5 {
         let id = rand::rng().random_range(1..(1i64 << 53));
         let key = format!("{app}/{id}");
@@ -346,7 +347,7 @@ async fn new_message(cluster: &Cluster, app: &str, number: &str) -> Result<i64, 
     Err(SmsError::NoFreeId)
 }
 
-async fn set_message(cluster: &Cluster, app: &str, sms_id: i64, member: &str, v: Value) {
+async fn set_message(cluster: &Cluster, app: &AppId, sms_id: i64, member: &str, v: Value) {
     let mut m = Map::new();
     m.insert(member.into(), v);
     let g = message_group(cluster, app, &sms_id.to_string());
@@ -373,7 +374,7 @@ async fn deliver(cluster: Cluster, provider: Arc<dyn SmsProvider>, sms: Sms) {
 /// digits, or the number has had too many attempts).
 pub async fn take_code(
     cluster: &Cluster,
-    app: &str,
+    app: &AppId,
     number: &str,
     code: &str,
 ) -> Result<(), SmsError> {
@@ -412,7 +413,7 @@ pub async fn take_code(
 /// app by `RESET_LOOKUP_WINDOWS`).
 pub async fn number_of_code(
     cluster: &Cluster,
-    app: &str,
+    app: &AppId,
     code: &str,
 ) -> Result<Option<String>, SmsError> {
     if code.len() != 6 || !code.bytes().all(|b| b.is_ascii_digit()) {
@@ -442,7 +443,7 @@ pub async fn number_of_code(
 }
 
 /// `{sms_state, verify_state}` of a message of `app` (101 when unknown).
-pub async fn query(cluster: &Cluster, app: &str, sms_id: &str) -> Result<Value, SmsError> {
+pub async fn query(cluster: &Cluster, app: &AppId, sms_id: &str) -> Result<Value, SmsError> {
     let unknown = || SmsError::UnknownMessage(sms_id.to_string());
     let id: i64 = sms_id.parse().map_err(|_| unknown())?;
     let rec = cluster

@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use basalt_cluster::names::AppId;
 use serde::Serialize;
 
 /// One message, as the webhook receives it.
@@ -13,7 +14,7 @@ use serde::Serialize;
 #[serde(rename_all = "camelCase")]
 pub struct Sms {
     pub sms_id: i64,
-    pub app_id: String,
+    pub app_id: AppId,
     pub app_name: String,
     pub mobile_phone_number: String,
     pub template: String,

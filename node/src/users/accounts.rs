@@ -7,6 +7,7 @@
 
 use std::future::Future;
 
+use basalt_cluster::names::AppId;
 use basalt_cluster::object::StoredObject;
 use basalt_cluster::update::{FieldUpdate, UpdateOp};
 use basalt_cluster::{now_ms, Cluster};
@@ -73,7 +74,7 @@ pub async fn password_update(password: String) -> Result<FieldUpdate, UsersError
 /// with `extra` updates, and ends every session of the user (settled on every member).
 pub async fn reset_password(
     cluster: &Cluster,
-    app: &str,
+    app: &AppId,
     user_id: &str,
     password: String,
     extra: Vec<FieldUpdate>,
@@ -96,7 +97,7 @@ pub async fn password_matches(password: String, stored: &StoredObject) -> Result
 /// (`SessionRequired` otherwise; `UserNotFound` when there is no such user).
 pub async fn changeable_user(
     cluster: &Cluster,
-    app: &str,
+    app: &AppId,
     master: bool,
     session_token: Option<&str>,
     user_id: &str,
@@ -138,7 +139,7 @@ pub fn held_names(user: &StoredObject) -> Vec<(Unique, String)> {
 /// at its reservation record, so at most one write runs with it.
 pub async fn claiming<T, E, W>(
     cluster: &Cluster,
-    app: &str,
+    app: &AppId,
     names: &[(Unique, String)],
     user_id: &str,
     write: W,
@@ -162,7 +163,12 @@ where
 
 /// Gives up `user_id`'s claims (a failure is logged: the claim is then taken over once
 /// abandoned, `unique::PENDING_MS`).
-pub async fn release_all(cluster: &Cluster, app: &str, names: &[(Unique, String)], user_id: &str) {
+pub async fn release_all(
+    cluster: &Cluster,
+    app: &AppId,
+    names: &[(Unique, String)],
+    user_id: &str,
+) {
     for (kind, v) in names {
         if let Err(e) = unique::release(cluster, app, *kind, v, user_id).await {
             tracing::warn!("releasing {} {v:?}: {e}", kind.field());

@@ -4,6 +4,8 @@
 //! leader-elected scheduler removes expired ones. A link works once.
 
 use crate::throttle::MAIL_WINDOWS;
+use basalt_cluster::ids::GroupId;
+use basalt_cluster::names::AppId;
 use basalt_cluster::namespace::Namespace;
 use basalt_cluster::object::random_alphanumeric;
 use basalt_cluster::{now_ms, Cluster};
@@ -35,13 +37,13 @@ impl Purpose {
 /// What a link's record holds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EmailLink {
-    pub app: String,
+    pub app: AppId,
     pub user_id: String,
     pub email: String,
     pub purpose: Purpose,
 }
 
-fn group(cluster: &Cluster, token: &str) -> u32 {
+fn group(cluster: &Cluster, token: &str) -> GroupId {
     cluster.shard_for("_links", "_email", token)
 }
 

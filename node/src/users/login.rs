@@ -7,6 +7,7 @@
 //! cluster-wide (`throttle::LOGIN_WINDOWS`); the per-client-IP limit is the endpoint's
 //! (`api::users`), which knows the client.
 
+use basalt_cluster::names::AppId;
 use basalt_cluster::object::StoredObject;
 use basalt_cluster::update::{FieldUpdate, UpdateOp};
 use basalt_cluster::{now_ms, Cluster};
@@ -49,7 +50,7 @@ pub fn phone_verified() -> Vec<FieldUpdate> {
 }
 
 /// Logs in to `app`: the whole user (no password) plus a new `sessionToken`.
-pub async fn log_in(cluster: &Cluster, app: &str, p: LoginParams) -> Result<Value, UsersError> {
+pub async fn log_in(cluster: &Cluster, app: &AppId, p: LoginParams) -> Result<Value, UsersError> {
     if let Some(code) = p.sms_code.filter(|c| !c.is_empty()) {
         let number = p
             .mobile_phone_number
@@ -120,7 +121,7 @@ pub async fn log_in(cluster: &Cluster, app: &str, p: LoginParams) -> Result<Valu
 /// session ends (and the write settles on every member first).
 pub async fn start_session(
     cluster: &Cluster,
-    app: &str,
+    app: &AppId,
     user_id: &str,
     stored: &StoredObject,
     extra: Vec<FieldUpdate>,

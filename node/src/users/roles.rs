@@ -13,6 +13,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
+use basalt_cluster::names::AppId;
 use basalt_cluster::object::StoredObject;
 use basalt_cluster::Cluster;
 use serde_json::Value;
@@ -67,19 +68,19 @@ impl RoleGraphs {
     pub fn roles_of(
         &self,
         cluster: &Cluster,
-        app: &str,
+        app: &AppId,
         user_id: &str,
     ) -> Result<Vec<String>, UsersError> {
         Ok(roles_in_graph(&self.graph(cluster, app)?, user_id))
     }
 
-    fn graph(&self, cluster: &Cluster, app: &str) -> Result<Graph, UsersError> {
+    fn graph(&self, cluster: &Cluster, app: &AppId) -> Result<Graph, UsersError> {
         let applied = cluster.meta_applied();
         let cached = self
             .graphs
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(app)
+            .get(app.as_str())
             .filter(|(index, _)| *index == applied)
             .map(|(_, g)| Arc::clone(g));
         if let Some(g) = cached {
@@ -92,7 +93,7 @@ impl RoleGraphs {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         // Keep the newest: a slower reader must not replace a graph read at a later index.
-        let newer = graphs.get(app).is_some_and(|(i, _)| *i > index);
+        let newer = graphs.get(app.as_str()).is_some_and(|(i, _)| *i > index);
         if !newer {
             graphs.insert(app.to_string(), (index, Arc::clone(&graph)));
         }

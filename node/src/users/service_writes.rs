@@ -2,6 +2,7 @@
 //! by email or SMS, verification flags. Callers: `users::login`, `api::email`, `api::sms`; a
 //! write that ends sessions settles on every member (`session::ends_sessions`).
 
+use basalt_cluster::names::AppId;
 use basalt_cluster::object::StoredObject;
 use basalt_cluster::update::FieldUpdate;
 use basalt_cluster::{now_ms, Cluster, Command, CommandResult};
@@ -14,7 +15,7 @@ use super::USER_CLASS;
 /// flags. 101 when the user is gone. Updates that end sessions settle on every member.
 pub async fn set_user_fields(
     cluster: &Cluster,
-    app: &str,
+    app: &AppId,
     user_id: &str,
     updates: Vec<FieldUpdate>,
 ) -> Result<(), UsersError> {
@@ -26,7 +27,7 @@ pub async fn set_user_fields(
 /// session counts as ending one).
 pub(super) async fn write_user(
     cluster: &Cluster,
-    app: &str,
+    app: &AppId,
     user_id: &str,
     before: Option<&StoredObject>,
     updates: Vec<FieldUpdate>,

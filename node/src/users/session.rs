@@ -6,6 +6,7 @@
 //! on its own replica of the user's shard when it can (decisions/0011); the writes that end
 //! sessions (`ends_sessions`, and deleting a user) settle on every member first.
 
+use basalt_cluster::names::AppId;
 use basalt_cluster::object::{is_object_id, random_alphanumeric, StoredObject};
 use basalt_cluster::update::{FieldUpdate, UpdateOp};
 use basalt_cluster::{now_ms, Cluster};
@@ -106,7 +107,7 @@ pub fn ends_sessions(user: Option<&StoredObject>, updates: &[FieldUpdate], now: 
 /// made a moment ago through another node may not have reached this replica yet.
 pub async fn session_user(
     cluster: &Cluster,
-    app: &str,
+    app: &AppId,
     token: &str,
 ) -> Result<Option<(String, StoredObject)>, UsersError> {
     let Some(user_id) = token_user(token) else {

@@ -10,6 +10,8 @@
 //! between claim and create) is taken over once it is older than `PENDING_MS` and no user holds
 //! the value.
 
+use basalt_cluster::ids::GroupId;
+use basalt_cluster::names::AppId;
 use basalt_cluster::namespace::Namespace;
 use basalt_cluster::{now_ms, Cluster, Error as ClusterError};
 use serde_json::{json, Map, Value};
@@ -105,14 +107,14 @@ fn key(app: &str, kind: Unique, value: &str) -> String {
     format!("{app}/{}/{}", kind.key_part(), kind.normalize(value))
 }
 
-fn group(cluster: &Cluster, app: &str, k: &str) -> u32 {
+fn group(cluster: &Cluster, app: &AppId, k: &str) -> GroupId {
     cluster.shard_for(app, "_unique", k)
 }
 
 /// The user holding a value, if any.
 pub async fn owner(
     cluster: &Cluster,
-    app: &str,
+    app: &AppId,
     kind: Unique,
     value: &str,
 ) -> Result<Option<String>, UsersError> {
@@ -126,7 +128,7 @@ pub async fn owner(
 /// Claims `value` for `user_id`; the documented code when another user holds it.
 pub async fn reserve(
     cluster: &Cluster,
-    app: &str,
+    app: &AppId,
     kind: Unique,
     value: &str,
     user_id: &str,
@@ -168,7 +170,7 @@ pub async fn reserve(
 /// old enough not to be a registration still under way.
 async fn abandoned(
     cluster: &Cluster,
-    app: &str,
+    app: &AppId,
     kind: Unique,
     value: &str,
     rec: &Value,
@@ -186,7 +188,7 @@ async fn abandoned(
 /// Gives up `user_id`'s claim on `value` (nothing when another user holds it).
 pub async fn release(
     cluster: &Cluster,
-    app: &str,
+    app: &AppId,
     kind: Unique,
     value: &str,
     user_id: &str,

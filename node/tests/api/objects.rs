@@ -477,6 +477,40 @@ async fn typed_values_dot_paths_and_include() {
         Err(e) => assert_eq!((e.status(), e.code()), (Some(413), Some(107)), "{e}"),
         Ok(c) => panic!("oversize body accepted: {c:?}"),
     }
+    // A body far over the limit is read and dropped, so a client that writes its whole body
+    // before reading (as Python's http.client does) still gets its answer rather than a reset
+    // connection.
+    {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let body = format!("{{\"blob\":\"{}\"}}", "x".repeat(8 << 20));
+        let head = format!(
+            "POST /1/classes/Big HTTP/1.1\r\nHost: x\r\nX-Service-Application-Id: {}\r\n\
+             X-Service-REST-API-Key: {}\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n",
+            cluster.keys.application_id,
+            cluster.keys.rest_key,
+            body.len()
+        );
+        let mut conn = tokio::net::TcpStream::connect(&cluster.nodes[0].http)
+            .await
+            .expect("connect");
+        conn.write_all(head.as_bytes()).await.expect("write head");
+        conn.write_all(body.as_bytes())
+            .await
+            .expect("the whole oversize body is taken");
+        let mut answer = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !String::from_utf8_lossy(&answer).contains("\"code\"") {
+            let n = conn.read(&mut buf).await.expect("read the answer");
+            if n == 0 {
+                break;
+            }
+            answer.extend_from_slice(&buf[..n]);
+        }
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+        assert!(answer.contains("\"code\":107"), "{answer}");
+    }
     assert_eq!(
         client.query("Big", &[("count", "1")]).await.unwrap()["count"],
         0

@@ -588,19 +588,35 @@ async fn third_party_accounts_register_log_in_link_and_unlink() {
     assert!(again.body["sessionToken"].is_string());
     assert!(again.body.get("authData").is_none() && again.body.get("_authData").is_none());
 
-    // Bad authData: unknown platform or missing id field (107).
-    assert_api_error(
-        post(json!({"authData": {"myspace": {"id": "x"}}})).await,
-        400,
-        107,
-        "platform",
-    );
-    assert_api_error(
-        post(json!({"authData": {"weibo": {"openid": "x"}}})).await,
-        400,
-        107,
-        "id field",
-    );
+    // Bad authData (107) and missing keys (401) register nobody.
+    let one_user = || After::Count("_User", 1);
+    run_rows(
+        &cluster,
+        &[
+            Row::new("an unknown platform", Method::POST, "/1/users")
+                .body(r#"{"authData":{"myspace":{"id":"x"}}}"#)
+                .fails(400, 107)
+                .after(one_user()),
+            Row::new("no id field", Method::POST, "/1/users")
+                .body(r#"{"authData":{"weibo":{"openid":"x"}}}"#)
+                .fails(400, 107)
+                .after(one_user()),
+            Row::new(
+                "a platform's data that is not an object",
+                Method::POST,
+                "/1/users",
+            )
+            .body(r#"{"authData":{"weixin":"wx-2"}}"#)
+            .fails(400, 107)
+            .after(one_user()),
+            Row::new("authData without keys", Method::POST, "/1/users")
+                .auth(As::Nobody)
+                .body(json!({ "authData": weibo }).to_string())
+                .unauthorized()
+                .after(one_user()),
+        ],
+    )
+    .await;
 
     // Link a second platform to a password user; the same account cannot go to another user
     // (208); unlinking frees it.
@@ -624,19 +640,20 @@ async fn third_party_accounts_register_log_in_link_and_unlink() {
         .await
         .expect("login by linked account");
     assert_eq!(by_weibo.body["objectId"], ann_id.as_str());
-    assert_api_error(
-        as_ann
-            .request(
-                Method::PUT,
-                &ann_path,
-                Some(&json!({ "authData": weixin })),
-                false,
-            )
-            .await,
-        400,
-        208,
-        "account linked to another user",
-    );
+    run_rows(
+        &cluster,
+        &[Row::new(
+            "link an account linked to another user",
+            Method::PUT,
+            &ann_path,
+        )
+        .auth(As::Session(
+            ann["sessionToken"].as_str().unwrap_or("").to_string(),
+        ))
+        .body(json!({ "authData": weixin }).to_string())
+        .fails(400, 208)],
+    )
+    .await;
     let as_first = client.clone().with_session(Some(&token));
     as_first
         .request(

@@ -274,6 +274,27 @@ async fn a_joining_node_gets_replicas_and_a_removed_node_gives_them_up() {
         .expect("get")
         .is_some());
 
+    // Marking node 1 removed stops it vouching for its replicas at once (decisions/0011), while
+    // it still holds them: the mark is settled on every member before `remove-node` waits.
+    let marked = std::process::Command::new(env!("CARGO_BIN_EXE_basalt"))
+        .args(["admin", "--rpc", &cluster.nodes[1].rpc])
+        .args(["remove-node", "1", "--wait-secs", "0"])
+        .output()
+        .expect("run basalt admin");
+    assert!(
+        String::from_utf8_lossy(&marked.stdout).contains("marked removed"),
+        "{marked:?}"
+    );
+    let status: Value = serde_json::from_str(&cluster.admin(0, &["status"])).expect("status");
+    let groups = status["Status"]["groups"].as_array().expect("groups");
+    assert!(
+        groups.iter().any(|g| hosts(g, 1)),
+        "node 1 still holds replicas: {status}"
+    );
+    assert!(
+        groups.iter().all(|g| g["current"] == false),
+        "a removed node vouches for no replica: {status}"
+    );
     cluster.admin(1, &["remove-node", "1", "--wait-secs", "90"]);
     let p = cluster.placement(1);
     let groups: Vec<Value> = p

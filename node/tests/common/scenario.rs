@@ -98,6 +98,13 @@ impl Row {
         self
     }
 
+    /// Expects this status and no error code to check: a page, not a JSON error.
+    pub fn answers(mut self, status: u16) -> Row {
+        self.status = status;
+        self.code = None;
+        self
+    }
+
     pub fn after(mut self, after: After) -> Row {
         self.after = Some(after);
         self
