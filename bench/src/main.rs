@@ -11,7 +11,7 @@
 //!
 //! Query workloads (`queries`): `load-queries` fills the class `QueryItem` up to `--objects`
 //! objects (resuming a partial load), `declare-indexes` indexes its `k` and `score` columns and
-//! prints how long each build took, and `q-eq`, `q-range`, `q-count`, `q-groupby` time queries
+//! prints how long each build took, and `q-eq`, `q-range`, `q-newest`, `q-newest-counted`, `q-list`, `q-count`, `q-groupby` time queries
 //! (run them before and after `declare-indexes` for the comparison).
 
 mod queries;

@@ -1,6 +1,7 @@
 //! The query workloads of `basalt-bench`: loading a class of N generated objects through
 //! `POST /1/batch`, declaring its indexes, and the parameters of each query workload (indexed
-//! equality, range with order+limit, count, groupby aggregation). `main` times them.
+//! equality, range with order+limit, the newest 20 with and without a count, the first page,
+//! count, groupby aggregation). `main` times them.
 //!
 //! Every object is a function of its number `i`, so a load can resume and every query's
 //! selectivity is known: `k = i mod N/10` (10 objects per value), `score` a spread of `i` over
@@ -66,6 +67,16 @@ pub fn params(name: &str, r: u64, objects: u64) -> Option<Vec<(&'static str, Str
             ("order", "-score".into()),
             ("limit", "20".into()),
         ],
+        // The 20 newest objects (the most common app query): walks the createdAt index.
+        "q-newest" => vec![("order", "-createdAt".into()), ("limit", "20".into())],
+        // The same with the count of the class: every object is read.
+        "q-newest-counted" => vec![
+            ("order", "-createdAt".into()),
+            ("limit", "20".into()),
+            ("count", "1".into()),
+        ],
+        // The first page in the default order (objectId).
+        "q-list" => vec![("limit", "20".into())],
         // 5% of the objects counted.
         "q-count" => vec![
             ("where", between(COUNT_WIDTH)),

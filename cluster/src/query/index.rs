@@ -195,6 +195,9 @@ pub struct Plan {
     /// The field the plan narrows on (`objectId` for point reads).
     pub field: String,
     pub candidates: Candidates,
+    /// The candidates are few by design (known ids, exact values or a geo band), rather than
+    /// a range that may hold most of the class: worth reading whole before ordering.
+    pub pinpoint: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -207,10 +210,11 @@ pub enum Candidates {
 }
 
 impl Plan {
-    fn ranges(field: &str, ranges: Vec<(Vec<u8>, Vec<u8>)>) -> Plan {
+    fn ranges(field: &str, ranges: Vec<(Vec<u8>, Vec<u8>)>, pinpoint: bool) -> Plan {
         Plan {
             field: field.to_string(),
             candidates: Candidates::Ranges(ranges),
+            pinpoint,
         }
     }
 }
@@ -301,6 +305,7 @@ pub fn plan(
         return Some(Plan {
             field: "objectId".into(),
             candidates: Candidates::Ids(ids),
+            pinpoint: true,
         });
     }
     if !meta.complete {
@@ -337,7 +342,7 @@ pub fn plan(
             })
             .collect();
         if let Some(ranges) = ranges {
-            return Some(Plan::ranges(field, ranges));
+            return Some(Plan::ranges(field, ranges, true));
         }
     }
     // Ranges, all bounds on one field together.
@@ -352,7 +357,7 @@ pub fn plan(
             .collect();
         let prefix = field_prefix(group, app, class, field);
         if let Some(r) = range_of(&prefix, &conds) {
-            return Some(Plan::ranges(field, vec![r]));
+            return Some(Plan::ranges(field, vec![r], false));
         }
     }
     // Geo: a latitude band (GeoPoint fields are always indexed).
@@ -370,7 +375,7 @@ pub fn plan(
         start.extend_from_slice(&encode_latitude(lo.max(-90.0)));
         let mut end = prefix;
         end.extend_from_slice(&encode_latitude(hi.min(90.0)));
-        return Some(Plan::ranges(field, vec![(start, after_prefix(&end))]));
+        return Some(Plan::ranges(field, vec![(start, after_prefix(&end))], true));
     }
     None
 }

@@ -40,6 +40,14 @@ pub struct ScanRequest {
     /// paging. `None` (master key) sees everything.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub principals: Option<Vec<String>>,
+    /// Whether every match must be counted (`count=1`). Without it a shard stops once it has
+    /// its rows, and the count it answers is meaningless. Absent (an older node): counted.
+    #[serde(default = "counted")]
+    pub count: bool,
+}
+
+fn counted() -> bool {
+    true
 }
 
 impl ScanRequest {

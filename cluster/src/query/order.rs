@@ -30,6 +30,11 @@ impl RowOrder {
         }
     }
 
+    /// Whether rows are in objectId order (no `order` keys, no `$nearSphere`).
+    pub fn is_by_object_id(&self) -> bool {
+        self.keys.is_empty() && self.near.is_none()
+    }
+
     pub fn compare(&self, a: &Value, b: &Value) -> Ordering {
         match &self.near {
             Some((path, point)) => {

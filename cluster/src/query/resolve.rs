@@ -136,6 +136,7 @@ impl Coordinator {
             skip: 0,
             limit: MAX_SUB_QUERY_ROWS + 1,
             principals: principals.map(<[String]>::to_vec),
+            count: false,
         };
         let (rows, _) = self.scan(req).await?;
         if rows.len() > MAX_SUB_QUERY_ROWS {

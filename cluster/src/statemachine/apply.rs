@@ -944,4 +944,73 @@ mod tests {
             }
         );
     }
+
+    /// A query that needs no count walks the createdAt/updatedAt index and stops early; it
+    /// answers exactly the rows of the counted query, which reads every match — with many
+    /// objects tied on the walked key, ACLs, filters, and ranges on the walked field.
+    #[test]
+    fn the_ordered_walk_answers_like_reading_every_match() {
+        use crate::query::filter::Filter;
+        use crate::query::shard_exec::scan_shard;
+        use crate::query::{ScanRequest, SortKey};
+
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let g = GroupId::new(1);
+        let mut st = Staged::new(&store, g);
+        for i in 0..60i64 {
+            let mut body = json!({"n": i % 7});
+            if i % 9 == 0 {
+                body["ACL"] = json!({"someone": {"read": true}});
+            }
+            // Five distinct creation times: most objects tie on createdAt.
+            apply_command(&mut st, create(&format!("o{i:02}"), 1_000 + i % 5, body)).unwrap();
+        }
+        for i in (0..60i64).filter(|i| i % 4 == 0) {
+            apply_command(
+                &mut st,
+                update(&format!("o{i:02}"), 2_000 + i % 3, json!({"m": 1})),
+            )
+            .unwrap();
+        }
+        store.write(st.into_batch().unwrap(), true).unwrap();
+
+        let filters = [
+            json!({}),
+            json!({"n": {"$gte": 3}}),
+            json!({"createdAt": {"$gte": {"__type": "Date", "iso": "1970-01-01T00:00:01.002Z"}}}),
+            json!({"createdAt": {"$lt": {"__type": "Date", "iso": "1970-01-01T00:00:01.003Z"}}, "n": {"$ne": 2}}),
+        ];
+        let mut walks = 0;
+        for w in &filters {
+            let filter = Filter::parse(w.as_object().unwrap()).unwrap();
+            for field in ["createdAt", "updatedAt"] {
+                for descending in [false, true] {
+                    for (skip, limit) in [(0, 1), (0, 7), (3, 10), (50, 20), (0, 100)] {
+                        for principals in [None, Some(vec!["*".to_string()])] {
+                            let req = |count| ScanRequest {
+                                app: "a".into(),
+                                class: "C".into(),
+                                filter: filter.clone(),
+                                order: vec![SortKey {
+                                    field: field.into(),
+                                    descending,
+                                }],
+                                skip,
+                                limit,
+                                principals: principals.clone(),
+                                count,
+                            };
+                            let (all, count) = scan_shard(&store, g, &req(true)).unwrap();
+                            let (walked, _) = scan_shard(&store, g, &req(false)).unwrap();
+                            assert_eq!(walked, all, "{w} {field} desc={descending} {skip}+{limit}");
+                            assert_eq!(all.len(), (skip + limit).min(count as usize));
+                            walks += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(walks, 160);
+    }
 }

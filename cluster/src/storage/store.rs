@@ -119,6 +119,21 @@ impl Store {
         visit_items(it, &mut visit)
     }
 
+    /// Visits the keys in `[start, end)` of `cf` in reverse order until `visit` returns false.
+    pub fn scan_rev(
+        &self,
+        cf: &str,
+        start: &[u8],
+        end: &[u8],
+        mut visit: impl FnMut(&[u8], &[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        let mut ro = ReadOptions::default();
+        ro.set_iterate_lower_bound(start.to_vec());
+        ro.set_iterate_upper_bound(end.to_vec());
+        let it = self.db.iterator_cf_opt(self.cf(cf)?, ro, IteratorMode::End);
+        visit_items(it, &mut visit)
+    }
+
     /// The last key/value in `[start, end)` of `cf`.
     pub fn last_in_range(
         &self,
@@ -234,5 +249,39 @@ fn run_wal_syncer(db: &DB, rx: &mpsc::Receiver<SyncCallback>) {
                 Err(e) => Err(std::io::Error::other(e.to_string())),
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::keys::CF_SM;
+
+    #[test]
+    fn scans_run_forward_and_backward_within_their_bounds() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mut batch = WriteBatch::default();
+        for k in [&b"a"[..], b"b1", b"b2", b"b3", b"c"] {
+            batch.put_cf(store.cf(CF_SM).unwrap(), k, b"");
+        }
+        store.write(batch, true).unwrap();
+        let collect = |reverse: bool, stop_after: usize| {
+            let mut seen: Vec<Vec<u8>> = Vec::new();
+            let visit = |k: &[u8], _: &[u8]| {
+                seen.push(k.to_vec());
+                Ok(seen.len() < stop_after)
+            };
+            if reverse {
+                store.scan_rev(CF_SM, b"b", b"c", visit).unwrap();
+            } else {
+                store.scan(CF_SM, b"b", b"c", visit).unwrap();
+            }
+            seen
+        };
+        let keys = |ks: &[&[u8]]| ks.iter().map(|k| k.to_vec()).collect::<Vec<_>>();
+        assert_eq!(collect(false, 9), keys(&[b"b1", b"b2", b"b3"]));
+        assert_eq!(collect(true, 9), keys(&[b"b3", b"b2", b"b1"]));
+        assert_eq!(collect(true, 2), keys(&[b"b3", b"b2"]));
     }
 }

@@ -150,6 +150,7 @@ pub async fn run(
         skip: q.skip,
         limit,
         principals: who.to_acl(),
+        count: q.count,
     };
     let (mut rows, count) = cluster
         .queries()
