@@ -111,25 +111,24 @@ enum BodyRead {
 }
 
 /// Reads `body` whole when it fits in `max` bytes; past that, drops what follows (up to
-/// `DRAIN_BYTES`).
-async fn read_limited(body: axum::body::Body, max: usize) -> BodyRead {
+/// `DRAIN_BYTES`). `seen` counts the bytes read, also when the read is cut short.
+async fn read_limited(body: axum::body::Body, max: usize, seen: &mut usize) -> BodyRead {
     let mut frames = body.into_data_stream();
     let mut buf = bytes::BytesMut::new();
-    let mut seen = 0usize;
     while let Some(chunk) = futures::StreamExt::next(&mut frames).await {
         let Ok(chunk) = chunk else {
             return BodyRead::Broken;
         };
-        seen = seen.saturating_add(chunk.len());
-        if seen <= max {
+        *seen = seen.saturating_add(chunk.len());
+        if *seen <= max {
             buf.extend_from_slice(&chunk);
-        } else if seen - max > DRAIN_BYTES {
+        } else if *seen - max > DRAIN_BYTES {
             return BodyRead::TooLarge { drained: false };
-        } else {
-            buf.clear();
+        } else if !buf.is_empty() {
+            buf = bytes::BytesMut::new();
         }
     }
-    if seen > max {
+    if *seen > max {
         BodyRead::TooLarge { drained: true }
     } else {
         BodyRead::Whole(buf.freeze())
@@ -164,9 +163,9 @@ async fn read_body_then(rules: BodyRules, req: Request, next: Next) -> Response 
             return too_large_closing(rules.max_bytes);
         }
     }
-    let bytes = match tokio::time::timeout(rules.deadline, read_limited(body, rules.max_bytes))
-        .await
-    {
+    let mut seen = 0usize;
+    let read = read_limited(body, rules.max_bytes, &mut seen);
+    let bytes = match tokio::time::timeout(rules.deadline, read).await {
         Ok(BodyRead::Whole(b)) => b,
         Ok(BodyRead::TooLarge { drained: true }) => {
             return ApiError::BodyTooLarge(rules.max_bytes).into_response()
@@ -175,6 +174,8 @@ async fn read_body_then(rules: BodyRules, req: Request, next: Next) -> Response 
         Ok(BodyRead::Broken) => {
             return ApiError::InvalidBody("the request body ended early.".into()).into_response()
         }
+        // Already over the limit: that is the answer, whatever the rest would have been.
+        Err(_) if seen > rules.max_bytes => return too_large_closing(rules.max_bytes),
         Err(_) => return ApiError::BodyTimeout(rules.deadline.as_secs()).into_response(),
     };
     next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))

@@ -195,9 +195,6 @@ pub struct Plan {
     /// The field the plan narrows on (`objectId` for point reads).
     pub field: String,
     pub candidates: Candidates,
-    /// The candidates are few by design (known ids, exact values or a geo band), rather than
-    /// a range that may hold most of the class: worth reading whole before ordering.
-    pub pinpoint: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -210,11 +207,10 @@ pub enum Candidates {
 }
 
 impl Plan {
-    fn ranges(field: &str, ranges: Vec<(Vec<u8>, Vec<u8>)>, pinpoint: bool) -> Plan {
+    fn ranges(field: &str, ranges: Vec<(Vec<u8>, Vec<u8>)>) -> Plan {
         Plan {
             field: field.to_string(),
             candidates: Candidates::Ranges(ranges),
-            pinpoint,
         }
     }
 }
@@ -305,7 +301,6 @@ pub fn plan(
         return Some(Plan {
             field: "objectId".into(),
             candidates: Candidates::Ids(ids),
-            pinpoint: true,
         });
     }
     if !meta.complete {
@@ -342,7 +337,7 @@ pub fn plan(
             })
             .collect();
         if let Some(ranges) = ranges {
-            return Some(Plan::ranges(field, ranges, true));
+            return Some(Plan::ranges(field, ranges));
         }
     }
     // Ranges, all bounds on one field together.
@@ -357,7 +352,7 @@ pub fn plan(
             .collect();
         let prefix = field_prefix(group, app, class, field);
         if let Some(r) = range_of(&prefix, &conds) {
-            return Some(Plan::ranges(field, vec![r], false));
+            return Some(Plan::ranges(field, vec![r]));
         }
     }
     // Geo: a latitude band (GeoPoint fields are always indexed).
@@ -375,7 +370,7 @@ pub fn plan(
         start.extend_from_slice(&encode_latitude(lo.max(-90.0)));
         let mut end = prefix;
         end.extend_from_slice(&encode_latitude(hi.min(90.0)));
-        return Some(Plan::ranges(field, vec![(start, after_prefix(&end))], true));
+        return Some(Plan::ranges(field, vec![(start, after_prefix(&end))]));
     }
     None
 }

@@ -161,13 +161,14 @@ fn walkable(order: &[SortKey]) -> Option<&SortKey> {
 
 /// The first `keep` matches under `order`, walking the index of its first key (`key`) in that
 /// key's direction and stopping once `keep` rows are found and the key's value changes (rows
-/// tied on it may still differ on later keys or objectId). `None` when the filter's own plan
-/// is better: a handful of known ids or exact values of another field, or a geo band.
+/// tied on it may still differ on later keys or objectId). `None` when the filter has its own
+/// plan on another field (or known ids): its candidates are read instead.
 fn walk_in_order(
     store: &Store,
     group: GroupId,
     req: &ScanRequest,
     key: &SortKey,
+    order: &RowOrder,
     keep: usize,
 ) -> Result<Option<Vec<Value>>> {
     let matcher = Matcher::new(
@@ -187,11 +188,14 @@ fn walk_in_order(
             Candidates::Ranges(r) => r,
             Candidates::Ids(_) => return Ok(None),
         },
-        Some(p) if p.pinpoint => return Ok(None),
-        _ => vec![(prefix.clone(), keys::separated_end(&prefix))],
+        // Another field's plan reads only its candidates; walking would read every entry.
+        Some(_) => return Ok(None),
+        None => vec![(prefix.clone(), keys::separated_end(&prefix))],
     };
     metrics::counter!("basalt_query_ordered_walks_total").increment(1);
+    // `$in` may name a value twice: walk each range once.
     ranges.sort();
+    ranges.dedup();
     if key.descending {
         ranges.reverse();
     }
@@ -203,7 +207,9 @@ fn walk_in_order(
             let Some(id) = entry_object_id(k) else {
                 return Ok(true);
             };
-            let value = &k[prefix.len().min(k.len())..k.len().saturating_sub(id.len() + 1)];
+            let Some(value) = k.get(prefix.len()..k.len().saturating_sub(id.len() + 1)) else {
+                return Ok(true);
+            };
             if boundary.as_deref().is_some_and(|b| b != value) {
                 return Ok(false);
             }
@@ -212,6 +218,10 @@ fn walk_in_order(
                 rows.push(obj);
                 if rows.len() == keep {
                     boundary = Some(value.to_vec());
+                } else if boundary.is_some() && rows.len() >= keep.saturating_mul(2).max(64) {
+                    // Many rows tied on the boundary value: keep the best `keep`.
+                    rows.sort_by(|a, b| order.compare(a, b));
+                    rows.truncate(keep);
                 }
             }
             Ok(true)
@@ -240,7 +250,7 @@ pub fn scan_shard(store: &Store, group: GroupId, req: &ScanRequest) -> Result<(V
         return Ok((rows, 0));
     }
     let walked = match walkable(&req.order) {
-        Some(key) if !req.count => walk_in_order(store, group, req, key, keep)?,
+        Some(key) if !req.count => walk_in_order(store, group, req, key, &order, keep)?,
         _ => None,
     };
     let mut count = 0u64;

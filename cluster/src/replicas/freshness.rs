@@ -49,6 +49,10 @@ impl Replicas {
         let Ok(raft) = self.group(group) else {
             return false;
         };
+        // Read before borrowing the metrics: openraft cannot publish while they are borrowed.
+        if self.removed() {
+            return false;
+        }
         let me = self.node_id();
         let metrics = raft.metrics();
         let m = metrics.borrow_watched();
@@ -58,9 +62,6 @@ impl Replicas {
         let membership = m.membership_config.membership();
         let voters: Vec<_> = membership.voter_ids().collect();
         if !voters.contains(&me) && !membership.learner_ids().any(|l| l == me) {
-            return false;
-        }
-        if self.removed() {
             return false;
         }
         let caught_up = match (&m.last_applied, &m.cluster_committed) {

@@ -980,6 +980,12 @@ mod tests {
             json!({"n": {"$gte": 3}}),
             json!({"createdAt": {"$gte": {"__type": "Date", "iso": "1970-01-01T00:00:01.002Z"}}}),
             json!({"createdAt": {"$lt": {"__type": "Date", "iso": "1970-01-01T00:00:01.003Z"}}, "n": {"$ne": 2}}),
+            // A value named twice is one range walked once.
+            json!({"createdAt": {"$in": [
+                {"__type": "Date", "iso": "1970-01-01T00:00:01.002Z"},
+                {"__type": "Date", "iso": "1970-01-01T00:00:01.002Z"},
+                {"__type": "Date", "iso": "1970-01-01T00:00:01.000Z"},
+            ]}}),
         ];
         let mut walks = 0;
         for w in &filters {
@@ -1011,6 +1017,6 @@ mod tests {
                 }
             }
         }
-        assert_eq!(walks, 160);
+        assert_eq!(walks, 200);
     }
 }
