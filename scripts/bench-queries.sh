@@ -2,13 +2,15 @@
 # Query benchmark (issue 5): a fresh 3-node cluster on loopback, OBJECTS (default 1,000,000)
 # objects loaded through /1/batch, then indexed equality, range+order+limit, count and groupby
 # timed for SECONDS_PER seconds each (default 20) with CONCURRENCY clients (default 1) — first
-# without indexes, then after declaring them (and once more with 4 clients). Prints the tables; the cluster and its data dir
-# are removed afterwards (KEEP=1 keeps the dir). Bounded: the load ends at OBJECTS objects.
+# without indexes, then after declaring them (and once more with CONCURRENCY_HIGH clients,
+# default 4). Prints the tables; the cluster and its data dir are removed afterwards (KEEP=1
+# keeps the dir). Bounded: the load ends at OBJECTS objects.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TARGET="${CARGO_TARGET_DIR:-target}/release"
 SECS="${SECONDS_PER:-20}"
 CONC="${CONCURRENCY:-1}"
+CONC_HIGH="${CONCURRENCY_HIGH:-4}"
 OBJECTS="${OBJECTS:-1000000}"
 NODES="${NODES:-3}"
 dir=$(mktemp -d)
@@ -43,7 +45,9 @@ bench --concurrency "$CONC" --seconds "$SECS" --label "no index" \
 bench --concurrency 1 --workload declare-indexes
 echo
 echo "### with indexes on k and score"
-for c in "$CONC" 4; do
+for c in "$CONC" "$CONC_HIGH"; do
   bench --concurrency "$c" --seconds "$SECS" --label "indexed" \
-    --workload q-eq --workload q-range --workload q-count --workload q-groupby
+    --workload q-eq --workload q-range --workload q-top --workload q-top-unindexed \
+    --workload q-newest --workload q-newest-counted --workload q-count \
+    --workload q-count-unindexed --workload q-count-all --workload q-groupby
 done

@@ -11,8 +11,9 @@
 //!
 //! Query workloads (`queries`): `load-queries` fills the class `QueryItem` up to `--objects`
 //! objects (resuming a partial load), `declare-indexes` indexes its `k` and `score` columns and
-//! prints how long each build took, and `q-eq`, `q-range`, `q-newest`, `q-newest-counted`, `q-list`, `q-count`, `q-groupby` time queries
-//! (run them before and after `declare-indexes` for the comparison).
+//! prints how long each build took, and `q-eq`, `q-range`, `q-top`, `q-top-unindexed`,
+//! `q-newest`, `q-newest-counted`, `q-list`, `q-count`, `q-count-all`, `q-count-unindexed`,
+//! `q-groupby` time queries (run them before and after `declare-indexes` for the comparison).
 
 mod queries;
 

@@ -5,7 +5,8 @@
 //!
 //! Every object is a function of its number `i`, so a load can resume and every query's
 //! selectivity is known: `k = i mod N/10` (10 objects per value), `score` a spread of `i` over
-//! 0..1,000,000, `team` one of 20 values.
+//! 0..1,000,000 (`rank` the same values in a column never declared indexed, to compare a query
+//! with and without its index in one run), `team` one of 20 values.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -34,6 +35,7 @@ pub fn item(i: u64, objects: u64) -> Value {
     json!({
         "k": i % (objects / 10).max(1),
         "score": spread(i) % SCORES,
+        "rank": spread(i) % SCORES,
         "team": format!("t{:02}", i % TEAMS),
         "payload": "q".repeat(64),
     })
@@ -67,6 +69,18 @@ pub fn params(name: &str, r: u64, objects: u64) -> Option<Vec<(&'static str, Str
             ("order", "-score".into()),
             ("limit", "20".into()),
         ],
+        // The 20 best scores above a random one (the query): walks the score index.
+        "q-top" => vec![
+            ("where", json!({"score": {"$gt": lo(0)}}).to_string()),
+            ("order", "-score".into()),
+            ("limit", "20".into()),
+        ],
+        // The same on `rank`, which has no index: every object is read.
+        "q-top-unindexed" => vec![
+            ("where", json!({"rank": {"$gt": lo(0)}}).to_string()),
+            ("order", "-rank".into()),
+            ("limit", "20".into()),
+        ],
         // The 20 newest objects (the most common app query): walks the createdAt index.
         "q-newest" => vec![("order", "-createdAt".into()), ("limit", "20".into())],
         // The same with the count of the class: every object is read.
@@ -80,6 +94,18 @@ pub fn params(name: &str, r: u64, objects: u64) -> Option<Vec<(&'static str, Str
         // 5% of the objects counted.
         "q-count" => vec![
             ("where", between(COUNT_WIDTH)),
+            ("count", "1".into()),
+            ("limit", "0".into()),
+        ],
+        // The whole class counted (from the shards' class counts).
+        "q-count-all" => vec![("count", "1".into()), ("limit", "0".into())],
+        // 5% of the objects counted on `rank`, without an index: every object is read.
+        "q-count-unindexed" => vec![
+            (
+                "where",
+                json!({"rank": {"$gte": lo(COUNT_WIDTH), "$lt": lo(COUNT_WIDTH) + COUNT_WIDTH}})
+                    .to_string(),
+            ),
             ("count", "1".into()),
             ("limit", "0".into()),
         ],

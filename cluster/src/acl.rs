@@ -7,6 +7,9 @@
 
 use serde_json::Value;
 
+/// The principal every caller holds: anyone.
+pub const PUBLIC_PRINCIPAL: &str = "*";
+
 /// What a caller wants to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {

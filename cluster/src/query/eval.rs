@@ -34,10 +34,11 @@ pub fn compare_values(a: &Value, b: &Value) -> Ordering {
         (Value::Bool(x), Value::Bool(y)) => x.cmp(y),
         (Value::Number(x), Value::Number(y)) => match (x.as_i64(), y.as_i64()) {
             (Some(i), Some(j)) => i.cmp(&j),
-            _ => x
-                .as_f64()
-                .unwrap_or(0.0)
-                .total_cmp(&y.as_f64().unwrap_or(0.0)),
+            // -0.0 equals 0, as in the index.
+            _ => {
+                let (a, b) = (x.as_f64().unwrap_or(0.0), y.as_f64().unwrap_or(0.0));
+                a.partial_cmp(&b).unwrap_or_else(|| a.total_cmp(&b))
+            }
         },
         (Value::String(x), Value::String(y)) => x.cmp(y),
         (Value::Object(x), Value::Object(y)) => match (x.get("iso"), y.get("iso")) {

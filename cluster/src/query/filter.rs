@@ -556,7 +556,12 @@ pub struct Prepared<'a> {
     regexes: Vec<Regex>,
 }
 
-impl Prepared<'_> {
+impl<'a> Prepared<'a> {
+    /// The filter it was prepared from.
+    pub fn filter(&self) -> &'a Filter {
+        self.filter
+    }
+
     /// Whether a rendered object (with `objectId`, `createdAt`, `updatedAt`) matches.
     /// Unresolved sub-queries match nothing.
     pub fn matches(&self, object: &Value) -> bool {

@@ -1,14 +1,25 @@
 //! Secondary indexes of a shard: their key encoding, the entries an object has, and the
 //! planner that turns a filter into index ranges.
 //!
-//! Entries are keys `group · x · app 0 class 0 field 0 · value · objectId · len(objectId)` with
-//! an empty value, written in the same batch as the object (`statemachine::index_upkeep`).
+//! Entries are keys `group · x · app 0 class 0 field 0 · value · objectId · len(objectId)`,
+//! written in the same batch as the object (`statemachine::index_upkeep`); the entry's value is
+//! one byte of flags (`PUBLIC`: anyone may read the object; `ELEMENT`: the entry is one element
+//! of an array, so the object may have several), empty in entries written before flags existed.
 //! Every object has entries for `createdAt` and `updatedAt` (to the millisecond, as queries
 //! compare them), for each GeoPoint-valued field (its latitude), and for the fields the class
 //! declares indexed on the shard (`IndexMeta::declared`), one per element for arrays. Values
 //! encode so that byte order is query order: numbers (`0x10`, ordered f64), strings, Dates and
 //! Pointers as their comparable string (`0x20`, 0-escaped, `00 00`-terminated), booleans
-//! (`0x08`), latitudes (`0x30`).
+//! (`0x08`), latitudes (`0x30`). An object whose declared field holds no single such value
+//! has a marker entry too (`0x01`: missing, null, an object; `0x02`: an array), so that a
+//! walk of the field in sort order finds the objects that are not in it (`irregular_range`),
+//! and a range with several bounds finds the arrays whose elements meet them separately.
+//! An object the public may not read has an entry under the pseudo-field `_readers` for each
+//! principal its ACL lets read it (`readers_prefix`), so that counting what a caller may read
+//! needs no object.
+//!
+//! `IndexMeta` also keeps the class's exact object counts on the shard (`ClassCounts`: all
+//! objects, and those anyone may read), changed in the same batch as each object.
 //!
 //! The planner (`plan`) picks one condition of the filter's top-level conjunction: known
 //! objectIds (`objectId` equality or `$in`, a resolved `$relatedTo`) become point reads;
@@ -21,6 +32,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::filter::{comparable, Cond, Filter, GeoPoint};
+use crate::acl::{allows, Access, PUBLIC_PRINCIPAL};
 use crate::ids::GroupId;
 use crate::object::StoredObject;
 use crate::storage::keys::{self, SM_INDEX};
@@ -28,6 +40,20 @@ use crate::storage::keys::{self, SM_INDEX};
 /// Fields every object is indexed on.
 pub const ALWAYS_INDEXED: [&str; 2] = ["createdAt", "updatedAt"];
 
+/// Pseudo-field of the reader entries of objects the public may not read.
+const READERS: &str = "_readers";
+
+/// Entry flag: anyone may read the object.
+pub const PUBLIC: u8 = 0x01;
+/// Entry flag: the entry is one element of an array value (the object may have several).
+pub const ELEMENT: u8 = 0x02;
+
+/// Index format of classes whose entries carry flags, irregular markers and reader entries,
+/// and whose counts are kept. Format 0 (before them) is upgraded by a rebuild.
+pub const FORMAT: u8 = 1;
+
+const TAG_NOT_SCALAR: u8 = 0x01;
+const TAG_ARRAY: u8 = 0x02;
 const TAG_BOOL: u8 = 0x08;
 const TAG_NUMBER: u8 = 0x10;
 const TAG_STRING: u8 = 0x20;
@@ -41,6 +67,72 @@ pub struct IndexMeta {
     pub complete: bool,
     /// Fields the app declared indexed, beyond the automatic ones.
     pub declared: Vec<String>,
+    /// The entries' format (`FORMAT`; 0 for classes indexed before flags and counts existed).
+    #[serde(default)]
+    pub format: u8,
+    /// The class's objects on the shard (exact when `counts_exact`).
+    #[serde(default)]
+    pub counts: ClassCounts,
+    /// While a rebuild runs: the last objectId it has counted (empty before its first page).
+    /// Writes to objects after it are counted by the rebuild's later pages instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebuilt_through: Option<String>,
+}
+
+/// How many objects of a class a shard holds, and how many of them anyone may read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClassCounts {
+    pub objects: u64,
+    pub public: u64,
+}
+
+impl IndexMeta {
+    /// The metadata of a class with no objects yet: complete, current, counted.
+    pub fn empty() -> IndexMeta {
+        IndexMeta {
+            complete: true,
+            declared: Vec::new(),
+            format: FORMAT,
+            counts: ClassCounts::default(),
+            rebuilt_through: None,
+        }
+    }
+
+    /// Whether entries have flags, markers and readers, and `counts` is exact.
+    pub fn current(&self) -> bool {
+        self.complete && self.format >= FORMAT && self.rebuilt_through.is_none()
+    }
+
+    /// Whether a write to `object_id` changes `counts` now (a running rebuild counts the
+    /// objects after its position itself).
+    pub fn counts_write_to(&self, object_id: &str) -> bool {
+        match &self.rebuilt_through {
+            Some(through) => object_id <= through.as_str(),
+            None => self.format >= FORMAT,
+        }
+    }
+
+    /// Whether `field` has entries (always-indexed or declared).
+    pub fn indexes(&self, field: &str) -> bool {
+        ALWAYS_INDEXED.contains(&field) || self.declared.iter().any(|d| d == field)
+    }
+}
+
+impl ClassCounts {
+    /// Adds (`sign` 1) or removes (`sign` -1) one object.
+    pub fn add(&mut self, public: bool, sign: i8) {
+        let step = |n: &mut u64| {
+            *n = if sign >= 0 {
+                n.saturating_add(1)
+            } else {
+                n.saturating_sub(1)
+            }
+        };
+        step(&mut self.objects);
+        if public {
+            step(&mut self.public);
+        }
+    }
 }
 
 pub fn meta_key(app: &str, class: &str) -> String {
@@ -55,6 +147,55 @@ pub fn field_prefix(group: GroupId, app: &str, class: &str, field: &str) -> Vec<
         k.push(0);
     }
     k
+}
+
+/// The prefix of the reader entries of `principal`: objects the public may not read and
+/// `principal` may.
+pub fn readers_prefix(group: GroupId, app: &str, class: &str, principal: &str) -> Vec<u8> {
+    let mut k = field_prefix(group, app, class, READERS);
+    k.push(TAG_STRING);
+    push_string(&mut k, principal);
+    k
+}
+
+/// The range of a field's markers: objects whose value is not one scalar (missing, null, an
+/// object: tag `0x01`; an array: `0x02`), which a walk of the field's values does not meet in
+/// sort order.
+pub fn irregular_range(field_prefix: &[u8]) -> KeyRange {
+    let mut start = field_prefix.to_vec();
+    start.push(TAG_NOT_SCALAR);
+    let mut end = field_prefix.to_vec();
+    end.push(TAG_ARRAY + 1);
+    (start, end)
+}
+
+/// The range of a field's array markers: the objects whose value is an array.
+fn array_markers(field_prefix: &[u8]) -> KeyRange {
+    let mut start = field_prefix.to_vec();
+    start.push(TAG_ARRAY);
+    let end = after_prefix(&start);
+    (start, end)
+}
+
+/// Whether an entry's encoded value is an array marker.
+pub fn is_array_marker(encoded: &[u8]) -> bool {
+    encoded == [TAG_ARRAY]
+}
+
+/// The range of a field's scalar values (booleans, numbers, strings; no markers, no
+/// latitudes), in sort order.
+pub fn scalar_range(field_prefix: &[u8]) -> KeyRange {
+    let mut start = field_prefix.to_vec();
+    start.push(TAG_BOOL);
+    let mut end = field_prefix.to_vec();
+    end.push(TAG_GEO);
+    (start, end)
+}
+
+/// The scalar a field holds, in the index's sense: a value `encode` takes that is no array.
+/// Objects whose order key holds one appear in the index walk at their sort position.
+pub fn single_scalar(v: Option<&Value>) -> bool {
+    v.is_some_and(|v| !v.is_array() && encode(v).is_some())
 }
 
 /// The prefix of every entry of a class.
@@ -131,8 +272,9 @@ pub fn entry_object_id(key: &[u8]) -> Option<&str> {
     std::str::from_utf8(&rest[start..]).ok()
 }
 
-/// Every entry of one object: its timestamps as queries see them, and its client-visible
-/// fields (internal `_` fields never).
+/// Every entry of one object, with its flags: its timestamps as queries see them, its
+/// client-visible fields (internal `_` fields never), markers of declared fields without one
+/// scalar, and reader entries when the public may not read it. Sorted by key, keys unique.
 pub fn entries(
     group: GroupId,
     app: &str,
@@ -140,8 +282,19 @@ pub fn entries(
     object_id: &str,
     obj: &StoredObject,
     declared: &[String],
-) -> Vec<Vec<u8>> {
-    let mut out = Vec::new();
+) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let public = public_read(&obj.fields);
+    let flags = |element: bool| {
+        let mut f = 0;
+        if public {
+            f |= PUBLIC;
+        }
+        if element {
+            f |= ELEMENT;
+        }
+        vec![f]
+    };
+    let mut out: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
     let times: Vec<(String, Value)> = obj
         .query_times()
         .into_iter()
@@ -155,26 +308,65 @@ pub fn entries(
     for (name, v) in fields {
         let prefix = || field_prefix(group, app, class, name);
         if let Some(p) = GeoPoint::from_value(v) {
-            out.push(entry(&prefix(), &encode_latitude(p.latitude), object_id));
+            out.push((
+                entry(&prefix(), &encode_latitude(p.latitude), object_id),
+                flags(false),
+            ));
             continue;
         }
         if !(ALWAYS_INDEXED.contains(&name.as_str()) || declared.contains(name)) {
             continue;
         }
-        let values: Vec<&Value> = match v {
-            Value::Array(items) => items.iter().collect(),
-            other => vec![other],
+        let (values, element): (Vec<&Value>, bool) = match v {
+            Value::Array(items) => (items.iter().collect(), true),
+            other => (vec![other], false),
         };
         let prefix = prefix();
         for item in values {
             if let Some(enc) = encode(item) {
-                out.push(entry(&prefix, &enc, object_id));
+                out.push((entry(&prefix, &enc, object_id), flags(element)));
             }
         }
     }
+    for name in declared {
+        let value = obj.fields.get(name);
+        if !single_scalar(value) && !ALWAYS_INDEXED.contains(&name.as_str()) {
+            let prefix = field_prefix(group, app, class, name);
+            let tag = match value {
+                Some(Value::Array(_)) => TAG_ARRAY,
+                _ => TAG_NOT_SCALAR,
+            };
+            out.push((entry(&prefix, &[tag], object_id), flags(false)));
+        }
+    }
+    if !public {
+        for principal in readers(&obj.fields) {
+            let prefix = readers_prefix(group, app, class, principal);
+            out.push((entry(&prefix, &[], object_id), flags(false)));
+        }
+    }
     out.sort();
-    out.dedup();
+    out.dedup_by(|a, b| a.0 == b.0);
     out
+}
+
+/// Whether anyone (the principal `*`) may read an object with these fields.
+pub fn public_read(fields: &serde_json::Map<String, Value>) -> bool {
+    allows(fields, Some(&[PUBLIC_PRINCIPAL.to_string()]), Access::Read)
+}
+
+/// The principals an object's ACL lets read it.
+fn readers(fields: &serde_json::Map<String, Value>) -> Vec<&str> {
+    fields
+        .get("ACL")
+        .and_then(Value::as_object)
+        .map(|acl| {
+            acl.iter()
+                .filter(|(_, e)| e.get("read").and_then(Value::as_bool) == Some(true))
+                .map(|(p, _)| p.as_str())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// The first key after every key that starts with `k`.
@@ -189,28 +381,35 @@ fn after_prefix(k: &[u8]) -> Vec<u8> {
     vec![0xff; k.len() + 1]
 }
 
+/// Keys `[start, end)` of the index.
+pub type KeyRange = (Vec<u8>, Vec<u8>);
+
 /// Where a shard finds a superset of the objects a filter can match.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Plan {
     /// The field the plan narrows on (`objectId` for point reads).
     pub field: String,
     pub candidates: Candidates,
+    /// The ranges end with the field's array markers: its array-valued objects are candidates
+    /// from there, not from their elements (bounds that different elements may meet).
+    pub arrays_from_markers: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Candidates {
     /// Index key ranges `[start, end)`: their entries name the candidates.
-    Ranges(Vec<(Vec<u8>, Vec<u8>)>),
+    Ranges(Vec<KeyRange>),
     /// The candidates' objectIds (`objectId` equality or `$in`, `$relatedTo`): point reads,
     /// which need no index.
     Ids(Vec<String>),
 }
 
 impl Plan {
-    fn ranges(field: &str, ranges: Vec<(Vec<u8>, Vec<u8>)>) -> Plan {
+    fn ranges(field: &str, ranges: Vec<KeyRange>) -> Plan {
         Plan {
             field: field.to_string(),
             candidates: Candidates::Ranges(ranges),
+            arrays_from_markers: false,
         }
     }
 }
@@ -237,8 +436,15 @@ fn id_candidates(f: &Filter) -> Option<Vec<String>> {
     }
 }
 
+/// Whether a number is one the index may hold as a neighbour's equal (integers beyond 2^53
+/// lose precision as f64): bounds on it include the neighbours, and the object decides.
+pub fn imprecise(v: &Value) -> bool {
+    v.as_f64()
+        .is_some_and(|f| f.abs() >= 9_007_199_254_740_992.0)
+}
+
 /// Bounds on one field from its range conditions: `(start, end)` within one type tag.
-fn range_of(prefix: &[u8], conds: &[&Cond]) -> Option<(Vec<u8>, Vec<u8>)> {
+fn range_of(prefix: &[u8], conds: &[&Cond]) -> Option<KeyRange> {
     let mut tag: Option<u8> = None;
     let mut start: Option<Vec<u8>> = None;
     let mut end: Option<Vec<u8>> = None;
@@ -251,6 +457,8 @@ fn range_of(prefix: &[u8], conds: &[&Cond]) -> Option<(Vec<u8>, Vec<u8>)> {
             _ => continue,
         };
         let enc = encode(bound)?;
+        // Integers beyond 2^53 share their f64 with neighbours: keep every neighbour.
+        let inclusive = inclusive || imprecise(bound);
         if matches!(tag, Some(t) if t != enc[0]) {
             // Bounds of different kinds match nothing together; let the scan decide.
             return None;
@@ -301,12 +509,13 @@ pub fn plan(
         return Some(Plan {
             field: "objectId".into(),
             candidates: Candidates::Ids(ids),
+            arrays_from_markers: false,
         });
     }
     if !meta.complete {
         return None;
     }
-    let indexed = |f: &str| ALWAYS_INDEXED.contains(&f) || meta.declared.iter().any(|d| d == f);
+    let indexed = |f: &str| meta.indexes(f);
     let fields: Vec<(&str, &Cond)> = conjuncts
         .iter()
         .filter_map(|f| match f {
@@ -340,19 +549,34 @@ pub fn plan(
             return Some(Plan::ranges(field, ranges));
         }
     }
-    // Ranges, all bounds on one field together.
+    // Ranges, all bounds on one field together. An array meets each bound when any element
+    // does, not necessarily the same one: a declared column's arrays come from its markers
+    // (classes indexed before markers existed use one bound alone).
     for (field, _) in &fields {
         if !indexed(field) {
             continue;
         }
-        let conds: Vec<&Cond> = fields
+        let mut conds: Vec<&Cond> = fields
             .iter()
             .filter(|(f, _)| f == field)
             .map(|(_, c)| *c)
+            .filter(|c| matches!(c, Cond::Gt(_) | Cond::Gte(_) | Cond::Lt(_) | Cond::Lte(_)))
             .collect();
+        let may_hold_arrays = !ALWAYS_INDEXED.contains(field) && conds.len() > 1;
+        let markers = may_hold_arrays && meta.format >= FORMAT;
+        if may_hold_arrays && !markers {
+            conds.truncate(1);
+        }
         let prefix = field_prefix(group, app, class, field);
         if let Some(r) = range_of(&prefix, &conds) {
-            return Some(Plan::ranges(field, vec![r]));
+            let mut plan = Plan::ranges(field, vec![r]);
+            if markers {
+                if let Candidates::Ranges(r) = &mut plan.candidates {
+                    r.push(array_markers(&prefix));
+                }
+                plan.arrays_from_markers = true;
+            }
+            return Some(plan);
         }
     }
     // Geo: a latitude band (GeoPoint fields are always indexed).
@@ -412,19 +636,41 @@ mod tests {
             &obj,
             &["tags".into(), "_secret".into()],
         );
-        // createdAt, updatedAt, two tags, the GeoPoint; n is not declared, _secret internal.
-        assert_eq!(e.len(), 5);
-        assert!(e.iter().all(|k| entry_object_id(k) == Some("obj1")));
-        assert!(e
+        // createdAt, updatedAt, two tags, the GeoPoint, and the marker of `tags` (no single
+        // scalar); n is not declared, _secret internal.
+        assert_eq!(e.len(), 6, "{e:?}");
+        assert!(e.iter().all(|(k, _)| entry_object_id(k) == Some("obj1")));
+        assert!(e.iter().all(|(k, _)| k.starts_with(&class_index_prefix(
+            GroupId::new(1),
+            "a",
+            "C"
+        ))));
+        let tags = field_prefix(GroupId::new(1), "a", "C", "tags");
+        let flags: Vec<u8> = e
             .iter()
-            .all(|k| k.starts_with(&class_index_prefix(GroupId::new(1), "a", "C"))));
+            .filter(|(k, _)| k.starts_with(&tags))
+            .map(|(_, v)| v[0])
+            .collect();
+        assert_eq!(flags, [PUBLIC, PUBLIC | ELEMENT, PUBLIC | ELEMENT]);
+        // A private object: reader entries for each principal that may read it, no PUBLIC.
+        obj.fields.insert(
+            "ACL".into(),
+            json!({"u1": {"read": true}, "role:r": {"read": true, "write": true}, "u2": {"write": true}}),
+        );
+        let e = entries(GroupId::new(1), "a", "C", "obj1", &obj, &[]);
+        let readers = |p: &str| {
+            let prefix = readers_prefix(GroupId::new(1), "a", "C", p);
+            e.iter().filter(|(k, _)| k.starts_with(&prefix)).count()
+        };
+        assert_eq!((readers("u1"), readers("role:r"), readers("u2")), (1, 1, 0));
+        assert!(e.iter().all(|(_, v)| v[0] & PUBLIC == 0));
     }
 
     #[test]
     fn plans_prefer_equality_then_ranges_then_geo() {
         let all = IndexMeta {
-            complete: true,
             declared: vec!["n".into(), "tag".into()],
+            ..IndexMeta::empty()
         };
         let all = &all;
         let f = |w: Value| Filter::parse(w.as_object().unwrap()).unwrap();
@@ -474,10 +720,7 @@ mod tests {
             plan(GroupId::new(1), "a", "C", &f(json!({"a.b": 1})), all),
             None
         );
-        let undeclared = IndexMeta {
-            complete: true,
-            declared: vec![],
-        };
+        let undeclared = IndexMeta::empty();
         assert_eq!(
             plan(GroupId::new(1), "a", "C", &f(json!({"n": 1})), &undeclared),
             None

@@ -6,7 +6,7 @@ use std::cmp::Ordering;
 use serde_json::Value;
 
 use super::eval::{compare_values, lookup};
-use super::filter::{Filter, GeoPoint};
+use super::filter::{comparable, Filter, GeoPoint};
 use super::SortKey;
 
 /// The order of a query's rows: its `order` keys, or, when it has none and its `where` has a
@@ -57,12 +57,23 @@ fn object_id(v: &Value) -> &str {
         .unwrap_or_default()
 }
 
+/// Order of two sort values: Dates by their ISO string, Pointers by `className/objectId`,
+/// Files by url (their comparable form, as filters compare them and indexes hold them),
+/// other values by `compare_values`.
+fn sort_compare(x: &Value, y: &Value) -> Ordering {
+    if x.is_object() || y.is_object() {
+        compare_values(&comparable(x), &comparable(y))
+    } else {
+        compare_values(x, y)
+    }
+}
+
 /// Order of two objects under `order`; ties break on objectId.
 pub fn compare_objects(a: &Value, b: &Value, order: &[SortKey]) -> Ordering {
     for key in order {
         let x = lookup(a, &key.field).unwrap_or(&Value::Null);
         let y = lookup(b, &key.field).unwrap_or(&Value::Null);
-        let o = compare_values(x, y);
+        let o = sort_compare(x, y);
         let o = if key.descending { o.reverse() } else { o };
         if o != Ordering::Equal {
             return o;

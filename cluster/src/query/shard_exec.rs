@@ -2,21 +2,32 @@
 //! that match the filter (`for_each_match`: candidates by objectId or from index ranges when
 //! the planner finds them, else a scan of the class; the filter is checked on every candidate),
 //! then either keeps the first `skip + limit` under the requested order (`scan_shard`) or folds
-//! them into partial groups (`aggregate_shard`). A query that needs no count stops early: it
-//! walks the index of its first order key in order (`walk_in_order`), or, in objectId order,
-//! stops after its first `skip + limit` matches.
+//! them into partial groups (`aggregate_shard`).
+//!
+//! Shortcuts, each answering exactly what reading every match would:
+//! - a count of the whole class, or of a filter that is one indexed equality, `$in` or range,
+//!   comes from the class's counts and its index entries without reading objects
+//!   (`exact_count`);
+//! - rows that need no full count walk the index of the first order key in order and stop
+//!   once they have `skip + limit` (`walk_in_order`: `createdAt`, `updatedAt`, declared
+//!   columns), unless the filter's own index plan is estimated cheaper; in objectId order a
+//!   shard stops after its first `skip + limit` matches.
+
+use std::collections::HashSet;
 
 use serde_json::Value;
 
 use super::aggregate::{AggregateRequest, Folder, PartialGroup};
-use super::filter::Filter;
-use super::filter::Prepared;
+use super::eval::lookup;
+use super::filter::{Cond, Filter, Prepared};
 use super::index::{
-    entry_object_id, field_prefix, meta_key, plan, Candidates, IndexMeta, Plan, ALWAYS_INDEXED,
+    entry_object_id, field_prefix, imprecise, irregular_range, is_array_marker, meta_key, plan,
+    readers_prefix, scalar_range, single_scalar, Candidates, IndexMeta, KeyRange, Plan,
+    ALWAYS_INDEXED, ELEMENT, PUBLIC,
 };
 use super::order::RowOrder;
 use super::{ScanRequest, SortKey};
-use crate::acl::{allows, Access};
+use crate::acl::{allows, Access, PUBLIC_PRINCIPAL};
 use crate::error::{Error, Result};
 use crate::ids::GroupId;
 use crate::namespace::Namespace;
@@ -66,6 +77,21 @@ impl<'a> Matcher<'a> {
         })
     }
 
+    /// The object `id` of the class read from the store and checked (`check`).
+    fn fetch(
+        &self,
+        store: &Store,
+        group: GroupId,
+        app: &str,
+        class: &str,
+        id: &str,
+    ) -> Result<Option<Value>> {
+        match store.get(CF_SM, &keys::object_key(group, app, class, id))? {
+            Some(bytes) => self.check(id, &bytes),
+            None => Ok(None),
+        }
+    }
+
     /// The object rendered as the query engine sees it (`render_for_query`), when the caller
     /// may read it and the filter selects it.
     fn check(&self, object_id: &str, bytes: &[u8]) -> Result<Option<Value>> {
@@ -81,20 +107,18 @@ impl<'a> Matcher<'a> {
 /// Calls `visit` with each object of `app`/`class` on the shard that `principals` may read and
 /// `filter` selects, rendered as the query engine sees it (`render_for_query`), in objectId
 /// order, until `visit` answers false.
-pub fn for_each_match(
+fn for_each_match(
     store: &Store,
     group: GroupId,
     app: &str,
     class: &str,
-    filter: &Filter,
-    principals: Option<&[String]>,
+    matcher: &Matcher<'_>,
     mut visit: impl FnMut(Value) -> Result<bool>,
 ) -> Result<()> {
-    let matcher = Matcher::new(store, group, app, class, filter, principals)?;
-    match plan(group, app, class, filter, &matcher.meta) {
+    match plan(group, app, class, matcher.filter.filter(), &matcher.meta) {
         Some(plan) => {
             metrics::counter!("basalt_query_index_plans_total").increment(1);
-            visit_planned(store, group, app, class, plan, &matcher, &mut visit)
+            visit_planned(store, group, app, class, plan, matcher, &mut visit)
         }
         None => {
             metrics::counter!("basalt_query_scans_total").increment(1);
@@ -140,67 +164,306 @@ fn visit_planned(
         }
     };
     for id in ids {
-        if let Some(bytes) = store.get(CF_SM, &keys::object_key(group, app, class, &id))? {
-            if let Some(obj) = matcher.check(&id, &bytes)? {
-                if !visit(obj)? {
-                    break;
-                }
+        if let Some(obj) = matcher.fetch(store, group, app, class, &id)? {
+            if !visit(obj)? {
+                break;
             }
         }
     }
     Ok(())
 }
 
-/// The sort key a shard can walk in index order: the first `order` key, when every object has
-/// exactly one entry for it (`createdAt`, `updatedAt`), so that index order is query order.
-fn walkable(order: &[SortKey]) -> Option<&SortKey> {
-    order
-        .first()
-        .filter(|k| ALWAYS_INDEXED.contains(&k.field.as_str()))
+/// The top-level conjuncts of a filter.
+fn conjuncts(filter: &Filter) -> Vec<&Filter> {
+    match filter {
+        Filter::And(fs) => fs.iter().collect(),
+        other => vec![other],
+    }
+}
+
+/// Whether `filter` says exactly "`field` has an entry in the plan's ranges": one equality or
+/// `$in` on `field`, or only range bounds on it, with no imprecise number.
+fn covered_by_index(filter: &Filter, field: &str) -> bool {
+    let conds: Option<Vec<&Cond>> = conjuncts(filter)
+        .into_iter()
+        .map(|f| match f {
+            Filter::Field { path, cond } if path == field => Some(cond),
+            _ => None,
+        })
+        .collect();
+    let Some(conds) = conds else { return false };
+    let precise = |v: &Value| !imprecise(v);
+    match conds.as_slice() {
+        [Cond::Eq(v)] => precise(v),
+        [Cond::In(vs)] => vs.iter().all(precise),
+        [] => false,
+        many => many.iter().all(|c| match c {
+            Cond::Gt(b) | Cond::Gte(b) | Cond::Lt(b) | Cond::Lte(b) => precise(b),
+            _ => false,
+        }),
+    }
+}
+
+/// The objects of the class that the public may not read and one of `principals` may, from
+/// the reader entries.
+fn privately_readable(
+    store: &Store,
+    group: GroupId,
+    app: &str,
+    class: &str,
+    principals: &[String],
+) -> Result<HashSet<String>> {
+    let mut ids = HashSet::new();
+    for p in principals.iter().filter(|p| p.as_str() != PUBLIC_PRINCIPAL) {
+        let prefix = readers_prefix(group, app, class, p);
+        store.scan(CF_SM, &prefix, &keys::separated_end(&prefix), |k, _| {
+            if let Some(id) = entry_object_id(k) {
+                ids.insert(id.to_string());
+            }
+            Ok(true)
+        })?;
+    }
+    Ok(ids)
+}
+
+/// The exact count of the query's matches without reading objects, when the class's index is
+/// current: the whole class from its counts (plus, for a caller, the private objects it may
+/// read, from reader entries); a filter that is one indexed equality, `$in` or range from its
+/// entries and their flags. `None` when neither applies.
+fn exact_count(
+    store: &Store,
+    group: GroupId,
+    req: &ScanRequest,
+    matcher: &Matcher<'_>,
+) -> Result<Option<u64>> {
+    let meta = &matcher.meta;
+    if !meta.current() {
+        return Ok(None);
+    }
+    let (app, class) = (req.app.as_str(), req.class.as_str());
+    let private = || match matcher.principals {
+        Some(ps) => privately_readable(store, group, app, class, ps),
+        None => Ok(HashSet::new()),
+    };
+    if matches!(req.filter, Filter::All) {
+        metrics::counter!("basalt_query_counted_from_index_total").increment(1);
+        return Ok(Some(match matcher.principals {
+            None => meta.counts.objects,
+            Some(_) => meta.counts.public + private()?.len() as u64,
+        }));
+    }
+    let Some(Plan {
+        field,
+        candidates: Candidates::Ranges(mut ranges),
+        arrays_from_markers,
+    }) = plan(group, app, class, &req.filter, meta)
+    else {
+        return Ok(None);
+    };
+    if !covered_by_index(&req.filter, &field) {
+        return Ok(None);
+    }
+    metrics::counter!("basalt_query_counted_from_index_total").increment(1);
+    ranges.sort();
+    ranges.dedup();
+    let prefix = field_prefix(group, app, class, &field);
+    let mut readable: Option<HashSet<String>> = None;
+    // Objects met through several entries (array elements) count once.
+    let mut elements: HashSet<String> = HashSet::new();
+    let mut count = 0u64;
+    for (start, end) in &ranges {
+        store.scan(CF_SM, start, end, |k, flags| {
+            let Some(id) = entry_object_id(k) else {
+                return Ok(true);
+            };
+            let value = k.get(prefix.len()..k.len().saturating_sub(id.len() + 1));
+            let flag = flags.first().copied().unwrap_or_default();
+            if arrays_from_markers && flag & ELEMENT != 0 {
+                // Arrays are met through their markers.
+                return Ok(true);
+            }
+            // An array marker, an imprecise number or an entry without flags: the object
+            // decides.
+            let precise = value.is_some_and(|v| !imprecise_entry(v) && !is_array_marker(v));
+            let selected = match flags.first() {
+                Some(&f) if precise => {
+                    f & PUBLIC != 0
+                        || matcher.principals.is_none()
+                        || match &readable {
+                            Some(r) => r.contains(id),
+                            None => readable.insert(private()?).contains(id),
+                        }
+                }
+                _ => matcher.fetch(store, group, app, class, id)?.is_some(),
+            };
+            let once = flags.first().is_none_or(|f| f & ELEMENT != 0) || !precise;
+            if selected && (!once || elements.insert(id.to_string())) {
+                count += 1;
+            }
+            Ok(true)
+        })?;
+    }
+    Ok(Some(count))
+}
+
+/// Whether an encoded entry value is a number the index holds imprecisely (`imprecise`).
+fn imprecise_entry(encoded: &[u8]) -> bool {
+    match encoded {
+        [0x10, bytes @ ..] if bytes.len() == 8 => {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(bytes);
+            let bits = u64::from_be_bytes(b);
+            let bits = if bits >> 63 == 1 {
+                bits & !(1 << 63)
+            } else {
+                !bits
+            };
+            f64::from_bits(bits).abs() >= 9_007_199_254_740_992.0
+        }
+        _ => false,
+    }
+}
+
+/// Whether reading a plan's candidates (`ranges`) is cheaper than walking the order key's
+/// index for `keep` rows: with `c` candidates among `n` objects a walk reads about
+/// `keep * n / c` objects, so the plan wins while `c * c < keep * n`. Counts entries only up
+/// to that point.
+fn plan_is_cheaper(
+    store: &Store,
+    meta: &IndexMeta,
+    ranges: &[KeyRange],
+    keep: usize,
+) -> Result<bool> {
+    if !meta.current() {
+        return Ok(true);
+    }
+    let budget = ((keep as f64) * (meta.counts.objects as f64)).sqrt() as u64 + 1;
+    let mut seen = 0u64;
+    for (start, end) in ranges {
+        store.scan(CF_SM, start, end, |_, _| {
+            seen += 1;
+            Ok(seen < budget)
+        })?;
+        if seen >= budget {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// The order key's index ranges to walk for `req`: within the filter's own conditions on that
+/// field when it has them, else every value. `None` when reading the filter's plan on
+/// another field (or its known ids) is cheaper, or the field cannot be walked.
+fn walk_ranges(
+    store: &Store,
+    group: GroupId,
+    req: &ScanRequest,
+    meta: &IndexMeta,
+    key: &SortKey,
+    keep: usize,
+) -> Result<Option<Vec<KeyRange>>> {
+    let prefix = field_prefix(group, &req.app, &req.class, &key.field);
+    let whole = if ALWAYS_INDEXED.contains(&key.field.as_str()) {
+        (prefix.clone(), keys::separated_end(&prefix))
+    } else {
+        scalar_range(&prefix)
+    };
+    // The plan's value ranges on the key, without markers (the walk reads those itself).
+    let own = |filter: &Filter| match plan(group, &req.app, &req.class, filter, meta) {
+        Some(Plan {
+            field,
+            candidates: Candidates::Ranges(r),
+            ..
+        }) if field == key.field => Some(
+            r.into_iter()
+                .map(|(s, e)| (s.max(whole.0.clone()), e.min(whole.1.clone())))
+                .filter(|(s, e)| s < e)
+                .collect(),
+        ),
+        _ => None,
+    };
+    Ok(match plan(group, &req.app, &req.class, &req.filter, meta) {
+        None => Some(vec![whole.clone()]),
+        Some(Plan {
+            candidates: Candidates::Ids(_),
+            ..
+        }) => None,
+        Some(p) if p.field == key.field => own(&req.filter),
+        Some(Plan {
+            candidates: Candidates::Ranges(other),
+            ..
+        }) => {
+            if plan_is_cheaper(store, meta, &other, keep)? {
+                None
+            } else {
+                // Walk the order key, within its own conditions if the filter has some.
+                let on_key: Vec<Filter> = conjuncts(&req.filter)
+                    .into_iter()
+                    .filter(|f| matches!(f, Filter::Field { path, .. } if *path == key.field))
+                    .cloned()
+                    .collect();
+                Some(own(&Filter::And(on_key)).unwrap_or_else(|| vec![whole.clone()]))
+            }
+        }
+    })
 }
 
 /// The first `keep` matches under `order`, walking the index of its first key (`key`) in that
 /// key's direction and stopping once `keep` rows are found and the key's value changes (rows
-/// tied on it may still differ on later keys or objectId). `None` when the filter has its own
-/// plan on another field (or known ids): its candidates are read instead.
+/// tied on it may still differ on later keys or objectId). A declared column's objects that
+/// hold no single scalar (missing, null, arrays, objects) are not where the sort puts them in
+/// the walk: they are read from the column's markers and all kept as candidates. `None` when
+/// the key cannot be walked or the filter's own plan is cheaper.
 fn walk_in_order(
     store: &Store,
     group: GroupId,
     req: &ScanRequest,
-    key: &SortKey,
+    matcher: &Matcher<'_>,
     order: &RowOrder,
     keep: usize,
 ) -> Result<Option<Vec<Value>>> {
-    let matcher = Matcher::new(
-        store,
-        group,
-        &req.app,
-        &req.class,
-        &req.filter,
-        req.principals.as_deref(),
-    )?;
-    if !matcher.meta.complete {
+    let Some(key) = req.order.first() else {
+        return Ok(None);
+    };
+    let meta = &matcher.meta;
+    let always = ALWAYS_INDEXED.contains(&key.field.as_str());
+    let declared = meta.current() && meta.declared.contains(&key.field);
+    if !meta.complete || !(always || declared) {
         return Ok(None);
     }
-    let prefix = field_prefix(group, &req.app, &req.class, &key.field);
-    let mut ranges = match plan(group, &req.app, &req.class, &req.filter, &matcher.meta) {
-        Some(p) if p.field == key.field => match p.candidates {
-            Candidates::Ranges(r) => r,
-            Candidates::Ids(_) => return Ok(None),
-        },
-        // Another field's plan reads only its candidates; walking would read every entry.
-        Some(_) => return Ok(None),
-        None => vec![(prefix.clone(), keys::separated_end(&prefix))],
+    let Some(mut ranges) = walk_ranges(store, group, req, meta, key, keep)? else {
+        return Ok(None);
     };
     metrics::counter!("basalt_query_ordered_walks_total").increment(1);
+    let (app, class) = (req.app.as_str(), req.class.as_str());
+    let prefix = field_prefix(group, app, class, &key.field);
+    let mut rows: Vec<Value> = Vec::new();
+    let keep_best = |rows: &mut Vec<Value>| {
+        if rows.len() >= keep.saturating_mul(2).max(64) {
+            rows.sort_by(|a, b| order.compare(a, b));
+            rows.truncate(keep);
+        }
+    };
+    if !always {
+        let (start, end) = irregular_range(&prefix);
+        store.scan(CF_SM, &start, &end, |k, _| {
+            if let Some(id) = entry_object_id(k) {
+                if let Some(obj) = matcher.fetch(store, group, app, class, id)? {
+                    rows.push(obj);
+                    keep_best(&mut rows);
+                }
+            }
+            Ok(true)
+        })?;
+    }
     // `$in` may name a value twice: walk each range once.
     ranges.sort();
     ranges.dedup();
     if key.descending {
         ranges.reverse();
     }
-    let mut rows: Vec<Value> = Vec::new();
-    // The encoded value of the `keep`-th row's key: the walk ends past it.
+    let mut walked = 0usize;
+    // The encoded value of the `keep`-th walked row's key: the walk ends past it.
     let mut boundary: Option<Vec<u8>> = None;
     for (start, end) in &ranges {
         let mut step = |k: &[u8], _: &[u8]| -> Result<bool> {
@@ -213,17 +476,19 @@ fn walk_in_order(
             if boundary.as_deref().is_some_and(|b| b != value) {
                 return Ok(false);
             }
-            let object = store.get(CF_SM, &keys::object_key(group, &req.app, &req.class, id))?;
-            if let Some(obj) = object.map(|b| matcher.check(id, &b)).transpose()?.flatten() {
-                rows.push(obj);
-                if rows.len() == keep {
-                    boundary = Some(value.to_vec());
-                } else if boundary.is_some() && rows.len() >= keep.saturating_mul(2).max(64) {
-                    // Many rows tied on the boundary value: keep the best `keep`.
-                    rows.sort_by(|a, b| order.compare(a, b));
-                    rows.truncate(keep);
-                }
+            let Some(obj) = matcher.fetch(store, group, app, class, id)? else {
+                return Ok(true);
+            };
+            // An array's elements are entries too; the array itself came with the markers.
+            if !always && !single_scalar(lookup(&obj, &key.field)) {
+                return Ok(true);
             }
+            rows.push(obj);
+            walked += 1;
+            if walked == keep {
+                boundary = Some(value.to_vec());
+            }
+            keep_best(&mut rows);
             Ok(true)
         };
         if key.descending {
@@ -238,53 +503,92 @@ fn walk_in_order(
     Ok(Some(rows))
 }
 
-/// The shard's matching objects (ordered, at most `skip + limit`) and their count. Without
-/// `count`, the shard stops once it has its rows: walking the index of the first order key
-/// (`walk_in_order`), or, in the default order (objectId), after the first `skip + limit`
-/// matches; the count it answers then is only the rows it kept.
+/// The first `keep` matches in the query's order, without counting every match: an ordered
+/// walk when it applies, else every match in objectId order, stopping after `keep` when that
+/// is the query's order.
+fn first_rows(
+    store: &Store,
+    group: GroupId,
+    req: &ScanRequest,
+    matcher: &Matcher<'_>,
+    order: &RowOrder,
+    keep: usize,
+) -> Result<Vec<Value>> {
+    if let Some(rows) = walk_in_order(store, group, req, matcher, order, keep)? {
+        return Ok(rows);
+    }
+    let stop_early = order.is_by_object_id();
+    let mut rows = Vec::new();
+    collect_matches(store, group, req, matcher, order, keep, &mut rows, |n| {
+        !(stop_early && n >= keep)
+    })?;
+    Ok(rows)
+}
+
+/// Visits every match, keeping the best `keep` in `rows`; `go_on` sees how many rows are
+/// held and may stop the visit. Answers how many matches were visited.
+#[allow(clippy::too_many_arguments)]
+fn collect_matches(
+    store: &Store,
+    group: GroupId,
+    req: &ScanRequest,
+    matcher: &Matcher<'_>,
+    order: &RowOrder,
+    keep: usize,
+    rows: &mut Vec<Value>,
+    go_on: impl Fn(usize) -> bool,
+) -> Result<u64> {
+    let mut count = 0u64;
+    for_each_match(store, group, &req.app, &req.class, matcher, |obj| {
+        count += 1;
+        if keep > 0 {
+            rows.push(obj);
+            // Keep memory bounded: trim to the best `keep` whenever the buffer doubles.
+            if rows.len() >= keep.saturating_mul(2).max(64) {
+                rows.sort_by(|a, b| order.compare(a, b));
+                rows.truncate(keep);
+            }
+        }
+        Ok(go_on(rows.len()))
+    })?;
+    Ok(count)
+}
+
+/// The shard's matching objects (ordered, at most `skip + limit`) and their count. A count
+/// the index answers (`exact_count`) leaves the rows to `first_rows`; so does a query without
+/// `count`, whose answered count is then only the rows kept.
 pub fn scan_shard(store: &Store, group: GroupId, req: &ScanRequest) -> Result<(Vec<Value>, u64)> {
     let keep = req.skip.saturating_add(req.limit);
     let order = RowOrder::new(&req.order, &req.filter);
-    let mut rows: Vec<Value> = Vec::new();
-    if !req.count && keep == 0 {
-        return Ok((rows, 0));
-    }
-    let walked = match walkable(&req.order) {
-        Some(key) if !req.count => walk_in_order(store, group, req, key, &order, keep)?,
-        _ => None,
+    let matcher = Matcher::new(
+        store,
+        group,
+        &req.app,
+        &req.class,
+        &req.filter,
+        req.principals.as_deref(),
+    )?;
+    let counted = match req.count {
+        true => exact_count(store, group, req, &matcher)?,
+        false => None,
     };
-    let mut count = 0u64;
-    match walked {
-        Some(found) => {
-            count = found.len() as u64;
-            rows = found;
+    let (mut rows, count) = match (req.count, counted) {
+        (true, None) => {
+            let mut rows = Vec::new();
+            let n = collect_matches(store, group, req, &matcher, &order, keep, &mut rows, |_| {
+                true
+            })?;
+            (rows, n)
         }
-        None => {
-            let stop_early = !req.count && order.is_by_object_id();
-            for_each_match(
-                store,
-                group,
-                &req.app,
-                &req.class,
-                &req.filter,
-                req.principals.as_deref(),
-                |obj| {
-                    count += 1;
-                    if keep > 0 {
-                        rows.push(obj);
-                        // Keep memory bounded: trim to the best `keep` whenever the buffer
-                        // doubles.
-                        if rows.len() >= keep.saturating_mul(2).max(64) {
-                            rows.sort_by(|a, b| order.compare(a, b));
-                            rows.truncate(keep);
-                        }
-                    }
-                    // Matches come in objectId order: the first `keep` are the rows.
-                    Ok(!(stop_early && rows.len() >= keep))
-                },
-            )?;
+        (_, counted) => {
+            let rows = match keep {
+                0 => Vec::new(),
+                _ => first_rows(store, group, req, &matcher, &order, keep)?,
+            };
+            let n = counted.unwrap_or(rows.len() as u64);
+            (rows, n)
         }
-    }
+    };
     rows.sort_by(|a, b| order.compare(a, b));
     rows.truncate(keep);
     crate::limits::check_answer(&rows, crate::limits::MAX_SHARD_ROWS_BYTES)?;
@@ -299,14 +603,16 @@ pub fn aggregate_shard(
 ) -> Result<Vec<PartialGroup>> {
     let columns = req.spec.columns();
     let mut folder = Folder::default();
-    for_each_match(
+    let matcher = Matcher::new(
         store,
         group,
         &req.app,
         &req.class,
         &req.filter,
         req.principals.as_deref(),
-        |obj| folder.add(&req.spec, &columns, &obj).map(|()| true),
     )?;
+    for_each_match(store, group, &req.app, &req.class, &matcher, |obj| {
+        folder.add(&req.spec, &columns, &obj).map(|()| true)
+    })?;
     Ok(folder.into_partials())
 }

@@ -1,6 +1,7 @@
-//! Keeps a shard's secondary index entries (`query::index`) in step with its objects: every
-//! object write stages the entries it removes and adds in the same batch as the object, and
-//! `DeclareIndex` adds a declared field and (re)builds the class's entries.
+//! Keeps a shard's secondary index entries (`query::index`) and the class's object counts
+//! (`IndexMeta::counts`) in step with its objects: every object write stages the entries it
+//! removes, adds or re-flags and the counts' change in the same batch as the object, and
+//! `DeclareIndex` adds a declared field and (re)builds the class's entries and counts.
 
 use super::record_writes::put_record;
 use super::staged::Staged;
@@ -62,13 +63,11 @@ fn meta_for_write(st: &mut Staged<'_>, app: &str, class: &str) -> Result<IndexMe
         return Ok(m);
     }
     let (start, end) = class_range(st, app, class);
-    let m = IndexMeta {
-        complete: st.keys_in_range_limited(&start, &end, 1)?.is_empty(),
-        declared: Vec::new(),
-    };
-    if m.complete {
-        put_meta(st, app, class, &m)?;
+    if !st.keys_in_range_limited(&start, &end, 1)?.is_empty() {
+        return Ok(IndexMeta::default());
     }
+    let m = IndexMeta::empty();
+    put_meta(st, app, class, &m)?;
     Ok(m)
 }
 
@@ -79,13 +78,14 @@ fn entries_of(
     object_id: &str,
     obj: Option<&StoredObject>,
     declared: &[String],
-) -> Vec<Vec<u8>> {
+) -> Vec<(Vec<u8>, Vec<u8>)> {
     obj.map(|o| index::entries(st.group, app, class, object_id, o, declared))
         .unwrap_or_default()
 }
 
-/// Stages the entry changes of one object going from `old` to `new` (either may be absent).
-/// Called before the object itself is staged, so a first create sees its class still empty.
+/// Stages the entry and count changes of one object going from `old` to `new` (either may
+/// be absent). Called before the object itself is staged, so a first create sees its class
+/// still empty.
 pub(super) fn reindex(
     st: &mut Staged<'_>,
     app: &str,
@@ -94,17 +94,38 @@ pub(super) fn reindex(
     old: Option<&StoredObject>,
     new: Option<&StoredObject>,
 ) -> Result<()> {
-    let declared = meta_for_write(st, app, class)?.declared;
-    let before = entries_of(st, app, class, object_id, old, &declared);
-    let after = entries_of(st, app, class, object_id, new, &declared);
-    for k in &before {
-        if after.binary_search(k).is_err() {
+    let mut m = meta_for_write(st, app, class)?;
+    let before = entries_of(st, app, class, object_id, old, &m.declared);
+    let after = entries_of(st, app, class, object_id, new, &m.declared);
+    let find = |list: &[(Vec<u8>, Vec<u8>)], k: &[u8]| {
+        list.binary_search_by(|(e, _)| e.as_slice().cmp(k))
+            .ok()
+            .map(|i| list[i].1.clone())
+    };
+    for (k, _) in &before {
+        if find(&after, k).is_none() {
             st.delete(k.clone());
         }
     }
-    for k in after {
-        if before.binary_search(&k).is_err() {
-            st.put(k, Vec::new());
+    for (k, v) in after {
+        if find(&before, &k).as_ref() != Some(&v) {
+            st.put(k, v);
+        }
+    }
+    if m.counts_write_to(object_id) {
+        let was = old.map(|o| index::public_read(&o.fields));
+        let is = new.map(|o| index::public_read(&o.fields));
+        if was != is {
+            let counts = m.counts;
+            if let Some(p) = was {
+                m.counts.add(p, -1);
+            }
+            if let Some(p) = is {
+                m.counts.add(p, 1);
+            }
+            if m.counts != counts {
+                put_meta(st, app, class, &m)?;
+            }
         }
     }
     Ok(())
@@ -127,9 +148,14 @@ pub(super) fn apply_declare_index(
             m.declared.push(f.to_string());
         }
     }
+    if after.is_none() {
+        // A rebuild starts: it writes the current format and counts every object again.
+        m.format = index::FORMAT;
+        m.counts = index::ClassCounts::default();
+        m.rebuilt_through = Some(String::new());
+    }
     // While rebuilding, queries scan.
     m.complete = false;
-    put_meta(st, app, class, &m)?;
     let (prefix, end) = class_range(st, app, class);
     let start = match after {
         Some(id) => {
@@ -147,16 +173,24 @@ pub(super) fn apply_declare_index(
         let id = String::from_utf8_lossy(&key[prefix.len()..]).into_owned();
         let Some(bytes) = st.get(&key)? else { continue };
         let obj = StoredObject::decode(&bytes)?;
-        for k in entries_of(st, app, class, &id, Some(&obj), &m.declared) {
-            st.put(k, Vec::new());
+        for (k, v) in entries_of(st, app, class, &id, Some(&obj), &m.declared) {
+            st.put(k, v);
+        }
+        // A page proposed again after it applied counts nothing twice.
+        if let Some(through) = &mut m.rebuilt_through {
+            if id.as_str() > through.as_str() {
+                m.counts.add(index::public_read(&obj.fields), 1);
+                *through = id.clone();
+            }
         }
         count += 1;
         last_id = Some(id);
     }
     if !more {
         m.complete = true;
-        put_meta(st, app, class, &m)?;
+        m.rebuilt_through = None;
     }
+    put_meta(st, app, class, &m)?;
     Ok(CommandResult::Purged {
         count,
         next: if more { last_id } else { None },

@@ -17,6 +17,8 @@ mod apply_schema;
 mod index_upkeep;
 pub mod ops;
 mod record_writes;
+#[cfg(test)]
+mod shard_query_tests;
 pub mod snapshot;
 mod staged;
 

@@ -88,7 +88,7 @@ fn unique_name(index: u64) -> String {
 }
 
 /// Writes the group's current state to a new snapshot file and makes it `current`.
-fn build(
+pub(super) fn build(
     group: GroupId,
     store: &Store,
     dir: &Path,

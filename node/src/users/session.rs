@@ -149,7 +149,7 @@ async fn find_principals(
     if ctx.master {
         return Ok(Principals::Master);
     }
-    let mut out = vec!["*".to_string()];
+    let mut out = vec![basalt_cluster::acl::PUBLIC_PRINCIPAL.to_string()];
     let app = &ctx.app.application_id;
     if let Some(token) = &ctx.session_token {
         if let Some((user_id, _)) = session_user(cluster, app, token).await? {

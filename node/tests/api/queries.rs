@@ -487,11 +487,15 @@ async fn paging_order_keys_and_nested_include() {
     assert!(r["results"][0].get("password").is_none());
 }
 
-/// Index plans and scans counted over every node.
+/// Shard queries answered through an index (candidates read from an index plan, or a count
+/// from index entries) and by scanning the class, over every node.
 async fn plans(cluster: &TestCluster) -> (f64, f64) {
     let (mut p, mut s) = (0.0, 0.0);
     for i in 0..3 {
         p += cluster.metric(i, "basalt_query_index_plans_total").await;
+        p += cluster
+            .metric(i, "basalt_query_counted_from_index_total")
+            .await;
         s += cluster.metric(i, "basalt_query_scans_total").await;
     }
     (p, s)
