@@ -45,3 +45,4 @@ pub use error::{Error, Result};
 pub use ids::{is_meta_class, META_CLASSES};
 pub use raft::RaftTuning;
 pub use replicas::{now_ms, Replicas};
+pub use storage::StoreTuning;

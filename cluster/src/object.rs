@@ -42,6 +42,11 @@ impl StoredObject {
     /// The object as the API returns it: user fields with internal members removed, plus the
     /// reserved fields.
     pub fn render(&self, object_id: &str) -> Value {
+        self.render_with_times(object_id, format_wire_time)
+    }
+
+    /// `render` with `createdAt`/`updatedAt` written by `time`.
+    fn render_with_times(&self, object_id: &str, time: fn(i64) -> String) -> Value {
         let mut out = Map::with_capacity(self.fields.len() + 3);
         // Fields named with a leading underscore are the service's own (a user's password hash
         // and sessions); clients can never write or see them.
@@ -49,14 +54,8 @@ impl StoredObject {
             out.insert(k.clone(), render_value(v));
         }
         out.insert("objectId".into(), Value::String(object_id.to_string()));
-        out.insert(
-            "createdAt".into(),
-            Value::String(format_wire_time(self.created_ms)),
-        );
-        out.insert(
-            "updatedAt".into(),
-            Value::String(format_wire_time(self.updated_ms)),
-        );
+        out.insert("createdAt".into(), Value::String(time(self.created_ms)));
+        out.insert("updatedAt".into(), Value::String(time(self.updated_ms)));
         Value::Object(out)
     }
 
@@ -64,11 +63,7 @@ impl StoredObject {
     /// `updatedAt` to the millisecond (`QUERY_TIME_FORMAT`). The coordinator cuts them back to
     /// the wire form (`trim_query_times`) before rows leave the cluster.
     pub fn render_for_query(&self, object_id: &str) -> Value {
-        let mut v = self.render(object_id);
-        for (k, t) in self.query_times() {
-            v[k] = Value::String(t);
-        }
-        v
+        self.render_with_times(object_id, format_query_time)
     }
 
     /// `createdAt` and `updatedAt` in `QUERY_TIME_FORMAT`.
@@ -79,8 +74,8 @@ impl StoredObject {
         ]
         .into_iter()
         .filter_map(|(k, ms)| {
-            let t = Utc.timestamp_millis_opt(ms).single()?;
-            Some((k, t.format(QUERY_TIME_FORMAT).to_string()))
+            Utc.timestamp_millis_opt(ms).single()?;
+            Some((k, format_query_time(ms)))
         })
         .collect()
     }
@@ -157,10 +152,46 @@ pub fn wire_time_of(query_time: &str) -> &str {
 
 /// Formats milliseconds since the epoch as `YYYY-mm-dd HH:ii:ss` UTC.
 pub fn format_wire_time(ms: i64) -> String {
-    match Utc.timestamp_millis_opt(ms).single() {
-        Some(t) => t.format(WIRE_TIME_FORMAT).to_string(),
-        None => String::new(),
+    format_time(ms, false)
+}
+
+/// Formats milliseconds since the epoch in `QUERY_TIME_FORMAT` (`YYYY-mm-dd HH:ii:ss.SSS`).
+pub fn format_query_time(ms: i64) -> String {
+    format_time(ms, true)
+}
+
+/// `WIRE_TIME_FORMAT`, with `.SSS` when `millis`: written field by field (every object a
+/// query reads is rendered with two of these), through chrono's formatter only for years
+/// outside 0..=9999, which it writes with a sign. Empty for a time chrono cannot represent.
+fn format_time(ms: i64, millis: bool) -> String {
+    use chrono::{Datelike, Timelike};
+    use std::fmt::Write;
+    let Some(t) = Utc.timestamp_millis_opt(ms).single() else {
+        return String::new();
+    };
+    if !(0..=9999).contains(&t.year()) {
+        let format = if millis {
+            QUERY_TIME_FORMAT
+        } else {
+            WIRE_TIME_FORMAT
+        };
+        return t.format(format).to_string();
     }
+    let mut out = String::with_capacity(23);
+    let _ = write!(
+        out,
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}",
+        t.year(),
+        t.month(),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second()
+    );
+    if millis {
+        let _ = write!(out, ".{:03}", t.timestamp_subsec_millis());
+    }
+    out
 }
 
 /// Parses the three accepted Date forms (`2006-01-02T15:04:05.000Z`, `2006-01-02T15:04:05`,
@@ -236,6 +267,26 @@ pub fn validate_field_name(name: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_are_written_as_chrono_writes_them() {
+        let mut ms: i64 = -62_135_596_800_000 - 86_400_000;
+        let step = 7_919_993_337_i64;
+        while ms < 253_402_300_800_000 + 86_400_000 * 400 {
+            let t = Utc.timestamp_millis_opt(ms).single().unwrap();
+            assert_eq!(format_wire_time(ms), t.format(WIRE_TIME_FORMAT).to_string());
+            assert_eq!(
+                format_query_time(ms),
+                t.format(QUERY_TIME_FORMAT).to_string()
+            );
+            ms += step;
+        }
+        assert_eq!(
+            format_query_time(1_767_225_600_007),
+            "2026-01-01 00:00:00.007"
+        );
+        assert_eq!(format_wire_time(i64::MAX), "");
+    }
     use serde_json::json;
 
     #[test]

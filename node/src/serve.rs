@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use basalt_cluster::ids::NodeId;
-use basalt_cluster::{Bootstrap, Cluster, ClusterOptions, RaftTuning};
+
+use basalt_cluster::{Bootstrap, Cluster, ClusterOptions, RaftTuning, StoreTuning};
 
 use crate::api::context::{AppState, HeaderNames, Outside};
 use crate::api::ops::install_metrics_recorder;
@@ -50,6 +51,9 @@ pub struct ServeArgs {
     /// Replicas per group of a new cluster (capped by the number of nodes).
     #[arg(long, default_value_t = 3, env = "BASALT_REPLICAS")]
     pub replicas: u32,
+    /// MiB of RocksDB block cache (default: an eighth of the machine's memory, 64 MiB to 8 GiB).
+    #[arg(long, env = "BASALT_BLOCK_CACHE_MB")]
+    pub block_cache_mb: Option<usize>,
     #[command(flatten)]
     pub service: ServiceArgs,
 }
@@ -227,6 +231,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         ttl_sweep_every: Duration::from_secs(args.service.ttl_sweep_secs.max(1)),
         compact_every: Duration::from_secs(args.service.compact_secs.max(1)),
         query_timeout: Duration::from_secs(args.service.query_timeout_secs.max(1)),
+        store: match args.block_cache_mb {
+            Some(mb) => StoreTuning {
+                block_cache_bytes: mb.max(1).saturating_mul(1 << 20),
+            },
+            None => StoreTuning::default(),
+        },
     };
     crate::sms::phone::set_default_region(&args.service.phone_region)?;
     let cluster = Cluster::start(opts).await?;

@@ -36,7 +36,7 @@ impl Cluster {
     /// Opens the node's storage and groups, starts its gRPC server and background work.
     pub async fn start(opts: ClusterOptions) -> Result<Cluster> {
         std::fs::create_dir_all(&opts.data_dir)?;
-        let store = Store::open(&opts.data_dir.join("db"))?;
+        let store = Store::open_tuned(&opts.data_dir.join("db"), &opts.store)?;
         let identity: Option<NodeIdentity> = store
             .get_default(NODE_IDENTITY)?
             .map(|b| serde_json::from_slice(&b))

@@ -92,6 +92,31 @@ impl<'a> Matcher<'a> {
         }
     }
 
+    /// The objects `ids` of the class read together (one multi-get) and checked (`check`),
+    /// in the order of `ids`.
+    fn fetch_all(
+        &self,
+        store: &Store,
+        group: GroupId,
+        app: &str,
+        class: &str,
+        ids: &[&str],
+    ) -> Result<Vec<Option<Value>>> {
+        let keys: Vec<Vec<u8>> = ids
+            .iter()
+            .map(|id| keys::object_key(group, app, class, id))
+            .collect();
+        store
+            .multi_get(CF_SM, &keys)?
+            .into_iter()
+            .zip(ids)
+            .map(|(bytes, id)| match bytes {
+                Some(b) => self.check(id, &b),
+                None => Ok(None),
+            })
+            .collect()
+    }
+
     /// The object rendered as the query engine sees it (`render_for_query`), when the caller
     /// may read it and the filter selects it.
     fn check(&self, object_id: &str, bytes: &[u8]) -> Result<Option<Value>> {
@@ -124,7 +149,7 @@ fn for_each_match(
             metrics::counter!("basalt_query_scans_total").increment(1);
             let prefix = keys::class_prefix(group, app, class);
             let end = keys::separated_end(&prefix);
-            store.scan(CF_SM, &prefix, &end, |k, v| {
+            store.scan_bulk(CF_SM, &prefix, &end, |k, v| {
                 let object_id = String::from_utf8_lossy(&k[prefix.len()..]);
                 match matcher.check(&object_id, v)? {
                     Some(obj) => visit(obj),
@@ -163,10 +188,15 @@ fn visit_planned(
             ids
         }
     };
-    for id in ids {
-        if let Some(obj) = matcher.fetch(store, group, app, class, &id)? {
+    for chunk in ids.chunks(FETCH_BATCH) {
+        let chunk: Vec<&str> = chunk.iter().map(String::as_str).collect();
+        for obj in matcher
+            .fetch_all(store, group, app, class, &chunk)?
+            .into_iter()
+            .flatten()
+        {
             if !visit(obj)? {
-                break;
+                return Ok(());
             }
         }
     }
@@ -408,12 +438,91 @@ fn walk_ranges(
     })
 }
 
-/// The first `keep` matches under `order`, walking the index of its first key (`key`) in that
-/// key's direction and stopping once `keep` rows are found and the key's value changes (rows
-/// tied on it may still differ on later keys or objectId). A declared column's objects that
-/// hold no single scalar (missing, null, arrays, objects) are not where the sort puts them in
-/// the walk: they are read from the column's markers and all kept as candidates. `None` when
-/// the key cannot be walked or the filter's own plan is cheaper.
+/// Objects read together (one RocksDB multi-get) while walking or reading candidates.
+const FETCH_BATCH: usize = 64;
+
+/// Keeps memory bounded: trims `rows` to the best `keep` whenever the buffer doubles.
+fn keep_best(rows: &mut Vec<Value>, keep: usize, order: &RowOrder) {
+    if rows.len() >= keep.saturating_mul(2).max(64) {
+        rows.sort_by(|a, b| order.compare(a, b));
+        rows.truncate(keep);
+    }
+}
+
+/// An ordered walk in progress: index entries offered in walk order, their objects read a
+/// batch at a time, and the rows found so far.
+struct OrderedWalk<'a, 'm> {
+    store: &'a Store,
+    group: GroupId,
+    req: &'a ScanRequest,
+    matcher: &'a Matcher<'m>,
+    order: &'a RowOrder,
+    /// The walked field is `createdAt`/`updatedAt` (every object has exactly one entry).
+    always: bool,
+    keep: usize,
+    rows: Vec<Value>,
+    /// Rows met through the walk (not the markers).
+    walked: usize,
+    /// The encoded value of the `keep`-th walked row's key: the walk ends past it.
+    boundary: Option<Vec<u8>>,
+    /// Entries whose objects are not read yet: (objectId, encoded value).
+    pending: Vec<(String, Vec<u8>)>,
+}
+
+impl OrderedWalk<'_, '_> {
+    /// Takes the next entry of the walk; false once the walk is past its boundary.
+    fn offer(&mut self, id: &str, value: &[u8]) -> Result<bool> {
+        if self.boundary.as_deref().is_some_and(|b| b != value) {
+            return Ok(false);
+        }
+        self.pending.push((id.to_string(), value.to_vec()));
+        let want = self.keep.saturating_sub(self.walked).clamp(4, FETCH_BATCH);
+        if self.pending.len() >= want {
+            return self.flush();
+        }
+        Ok(true)
+    }
+
+    /// Reads and checks the pending entries' objects, in walk order; false once past the
+    /// boundary.
+    fn flush(&mut self) -> Result<bool> {
+        let pending = std::mem::take(&mut self.pending);
+        let ids: Vec<&str> = pending.iter().map(|(id, _)| id.as_str()).collect();
+        let (app, class) = (self.req.app.as_str(), self.req.class.as_str());
+        let objects = self
+            .matcher
+            .fetch_all(self.store, self.group, app, class, &ids)?;
+        let field = self.req.order.first().map_or("", |k| k.field.as_str());
+        for ((_, value), obj) in pending.iter().zip(objects) {
+            if self
+                .boundary
+                .as_deref()
+                .is_some_and(|b| b != value.as_slice())
+            {
+                return Ok(false);
+            }
+            let Some(obj) = obj else { continue };
+            // An array's elements are entries too; the array itself came with the markers.
+            if !self.always && !single_scalar(lookup(&obj, field)) {
+                continue;
+            }
+            self.rows.push(obj);
+            self.walked += 1;
+            if self.walked == self.keep {
+                self.boundary = Some(value.clone());
+            }
+            keep_best(&mut self.rows, self.keep, self.order);
+        }
+        Ok(true)
+    }
+}
+
+/// The first `keep` matches under `order`, walking the index of its first key in that key's
+/// direction and stopping once `keep` rows are found and the key's value changes (rows tied
+/// on it may still differ on later keys or objectId). A declared column's objects that hold
+/// no single scalar (missing, null, arrays, objects) are not where the sort puts them in the
+/// walk: they are read from the column's markers and all kept as candidates. `None` when the
+/// key cannot be walked or the filter's own plan is cheaper.
 fn walk_in_order(
     store: &Store,
     group: GroupId,
@@ -437,24 +546,37 @@ fn walk_in_order(
     metrics::counter!("basalt_query_ordered_walks_total").increment(1);
     let (app, class) = (req.app.as_str(), req.class.as_str());
     let prefix = field_prefix(group, app, class, &key.field);
-    let mut rows: Vec<Value> = Vec::new();
-    let keep_best = |rows: &mut Vec<Value>| {
-        if rows.len() >= keep.saturating_mul(2).max(64) {
-            rows.sort_by(|a, b| order.compare(a, b));
-            rows.truncate(keep);
-        }
+    let mut walk = OrderedWalk {
+        store,
+        group,
+        req,
+        matcher,
+        order,
+        always,
+        keep,
+        rows: Vec::new(),
+        walked: 0,
+        boundary: None,
+        pending: Vec::new(),
     };
     if !always {
         let (start, end) = irregular_range(&prefix);
+        let mut ids: Vec<String> = Vec::new();
         store.scan(CF_SM, &start, &end, |k, _| {
-            if let Some(id) = entry_object_id(k) {
-                if let Some(obj) = matcher.fetch(store, group, app, class, id)? {
-                    rows.push(obj);
-                    keep_best(&mut rows);
-                }
-            }
+            ids.extend(entry_object_id(k).map(str::to_string));
             Ok(true)
         })?;
+        for chunk in ids.chunks(FETCH_BATCH) {
+            let chunk: Vec<&str> = chunk.iter().map(String::as_str).collect();
+            for obj in matcher
+                .fetch_all(store, group, app, class, &chunk)?
+                .into_iter()
+                .flatten()
+            {
+                walk.rows.push(obj);
+                keep_best(&mut walk.rows, keep, order);
+            }
+        }
     }
     // `$in` may name a value twice: walk each range once.
     ranges.sort();
@@ -462,45 +584,26 @@ fn walk_in_order(
     if key.descending {
         ranges.reverse();
     }
-    let mut walked = 0usize;
-    // The encoded value of the `keep`-th walked row's key: the walk ends past it.
-    let mut boundary: Option<Vec<u8>> = None;
     for (start, end) in &ranges {
         let mut step = |k: &[u8], _: &[u8]| -> Result<bool> {
             let Some(id) = entry_object_id(k) else {
                 return Ok(true);
             };
-            let Some(value) = k.get(prefix.len()..k.len().saturating_sub(id.len() + 1)) else {
-                return Ok(true);
-            };
-            if boundary.as_deref().is_some_and(|b| b != value) {
-                return Ok(false);
+            match k.get(prefix.len()..k.len().saturating_sub(id.len() + 1)) {
+                Some(value) => walk.offer(id, value),
+                None => Ok(true),
             }
-            let Some(obj) = matcher.fetch(store, group, app, class, id)? else {
-                return Ok(true);
-            };
-            // An array's elements are entries too; the array itself came with the markers.
-            if !always && !single_scalar(lookup(&obj, &key.field)) {
-                return Ok(true);
-            }
-            rows.push(obj);
-            walked += 1;
-            if walked == keep {
-                boundary = Some(value.to_vec());
-            }
-            keep_best(&mut rows);
-            Ok(true)
         };
         if key.descending {
             store.scan_rev(CF_SM, start, end, &mut step)?;
         } else {
             store.scan(CF_SM, start, end, &mut step)?;
         }
-        if boundary.is_some() {
+        if !walk.flush()? || walk.boundary.is_some() {
             break;
         }
     }
-    Ok(Some(rows))
+    Ok(Some(walk.rows))
 }
 
 /// The first `keep` matches in the query's order, without counting every match: an ordered
@@ -543,11 +646,7 @@ fn collect_matches(
         count += 1;
         if keep > 0 {
             rows.push(obj);
-            // Keep memory bounded: trim to the best `keep` whenever the buffer doubles.
-            if rows.len() >= keep.saturating_mul(2).max(64) {
-                rows.sort_by(|a, b| order.compare(a, b));
-                rows.truncate(keep);
-            }
+            keep_best(rows, keep, order);
         }
         Ok(go_on(rows.len()))
     })?;

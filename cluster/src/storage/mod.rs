@@ -7,7 +7,7 @@ pub mod keys;
 pub mod records;
 pub mod store;
 
-pub use store::Store;
+pub use store::{Store, StoreTuning};
 
 /// The write batch type of the store, for modules that stage writes (the state machine).
 pub use rocksdb::WriteBatch;

@@ -4,6 +4,13 @@
 //! then handed to one syncer thread, which fsyncs the shared write-ahead log once for
 //! everything written so far and only then reports those appends durable: many proposals of
 //! many groups share one fsync (group commit). Votes and snapshot installs sync inline.
+//!
+//! Tuning (`StoreTuning`, measured in `docs/performance.md`): one block cache shared by every
+//! column family, sized from the machine's memory, holding index and filter blocks too;
+//! bloom filters on the state machine's keys (point reads of objects and records) and in its
+//! memtable; no compression for the Raft log (written once, read back soon, then deleted).
+//! Scans of a whole class read ahead and leave the cache to the hot data (`scan_bulk`);
+//! candidates found in an index are read together (`multi_get`).
 
 use std::path::Path;
 use std::sync::mpsc;
@@ -11,12 +18,37 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use rocksdb::{
-    ColumnFamily, ColumnFamilyDescriptor, Direction, IteratorMode, Options, ReadOptions,
-    WriteBatch, WriteOptions, DB,
+    BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, Direction, IteratorMode,
+    Options, ReadOptions, WriteBatch, WriteOptions, DB,
 };
 
 use super::keys::{CF_RAFT_LOG, CF_RAFT_META, CF_SM};
 use crate::error::{Error, Result};
+
+/// How the node's RocksDB uses memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreTuning {
+    /// Bytes of the block cache every column family shares (data, index and filter blocks).
+    pub block_cache_bytes: usize,
+}
+
+impl Default for StoreTuning {
+    /// A block cache of an eighth of the machine's memory, between 64 MiB and 8 GiB.
+    fn default() -> Self {
+        let total = machine_memory_bytes().unwrap_or(2 << 30);
+        StoreTuning {
+            block_cache_bytes: (total / 8).clamp(64 << 20, 8 << 30),
+        }
+    }
+}
+
+/// The machine's memory (`MemTotal` of `/proc/meminfo`), when it can be read.
+fn machine_memory_bytes() -> Option<usize> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: usize = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
 
 /// Called once the WAL holding an earlier write is on disk (or the sync failed).
 pub type SyncCallback = Box<dyn FnOnce(std::io::Result<()>) + Send>;
@@ -39,16 +71,41 @@ impl Drop for Store {
 }
 
 impl Store {
-    /// Opens (or creates) the database under `path` with Basalt's column families.
+    /// Opens (or creates) the database under `path` with Basalt's column families and the
+    /// default tuning.
     pub fn open(path: &Path) -> Result<Arc<Store>> {
+        Store::open_tuned(path, &StoreTuning::default())
+    }
+
+    /// Opens (or creates) the database under `path` with Basalt's column families.
+    pub fn open_tuned(path: &Path, tuning: &StoreTuning) -> Result<Arc<Store>> {
         let mut opts = Options::default();
         opts.create_if_missing(true);
         opts.create_missing_column_families(true);
         opts.set_max_background_jobs(2);
         opts.set_keep_log_file_num(4);
+        let cache = Cache::new_lru_cache(tuning.block_cache_bytes);
+        let table = |bloom: bool| {
+            let mut t = BlockBasedOptions::default();
+            t.set_block_cache(&cache);
+            t.set_cache_index_and_filter_blocks(true);
+            t.set_pin_l0_filter_and_index_blocks_in_cache(true);
+            if bloom {
+                t.set_bloom_filter(10.0, false);
+            }
+            t
+        };
         let cfs = [CF_RAFT_LOG, CF_RAFT_META, CF_SM].map(|name| {
             let mut o = Options::default();
-            o.set_compression_type(rocksdb::DBCompressionType::Lz4);
+            if name == CF_RAFT_LOG {
+                o.set_compression_type(rocksdb::DBCompressionType::None);
+                o.set_block_based_table_factory(&table(false));
+            } else {
+                o.set_compression_type(rocksdb::DBCompressionType::Lz4);
+                o.set_block_based_table_factory(&table(true));
+                o.set_memtable_whole_key_filtering(true);
+                o.set_memtable_prefix_bloom_ratio(0.05);
+            }
             ColumnFamilyDescriptor::new(name, o)
         });
         let db = Arc::new(DB::open_cf_descriptors(&opts, path, cfs)?);
@@ -72,6 +129,15 @@ impl Store {
 
     pub fn get(&self, cf: &str, key: &[u8]) -> Result<Option<Vec<u8>>> {
         Ok(self.db.get_cf(self.cf(cf)?, key)?)
+    }
+
+    /// The values of `keys` of `cf`, read together, in the order of `keys`.
+    pub fn multi_get(&self, cf: &str, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>> {
+        self.db
+            .batched_multi_get_cf(self.cf(cf)?, keys, false)
+            .into_iter()
+            .map(|r| Ok(r?.map(|v| v.to_vec())))
+            .collect()
     }
 
     pub fn get_default(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
@@ -99,6 +165,27 @@ impl Store {
         if let Err(mpsc::SendError(cb)) = tx.send(callback) {
             cb(Err(std::io::Error::other("WAL syncer stopped")));
         }
+    }
+
+    /// Like [`Store::scan`], for reading much of a column family once: reads ahead, and
+    /// leaves the block cache to the data other reads keep coming back to.
+    pub fn scan_bulk(
+        &self,
+        cf: &str,
+        start: &[u8],
+        end: &[u8],
+        mut visit: impl FnMut(&[u8], &[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        let mut ro = ReadOptions::default();
+        ro.set_iterate_upper_bound(end.to_vec());
+        ro.fill_cache(false);
+        ro.set_readahead_size(2 << 20);
+        let it = self.db.iterator_cf_opt(
+            self.cf(cf)?,
+            ro,
+            IteratorMode::From(start, Direction::Forward),
+        );
+        visit_items(it, &mut visit)
     }
 
     /// Visits the keys in `[start, end)` of `cf` in order until `visit` returns false.
