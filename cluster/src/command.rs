@@ -147,6 +147,10 @@ pub enum Command {
         /// Objects per page (absent in logs written before it existed: 10,000).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         limit: Option<u32>,
+        /// The rebuild these pages belong to (a token its caller drew); a later rebuild of
+        /// the class replaces it. Absent in logs written before it existed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rebuild: Option<String>,
     },
 }
 

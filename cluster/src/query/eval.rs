@@ -32,20 +32,52 @@ fn type_rank(v: &Value) -> u8 {
 pub fn compare_values(a: &Value, b: &Value) -> Ordering {
     match (a, b) {
         (Value::Bool(x), Value::Bool(y)) => x.cmp(y),
-        (Value::Number(x), Value::Number(y)) => match (x.as_i64(), y.as_i64()) {
-            (Some(i), Some(j)) => i.cmp(&j),
-            // -0.0 equals 0, as in the index.
-            _ => {
-                let (a, b) = (x.as_f64().unwrap_or(0.0), y.as_f64().unwrap_or(0.0));
-                a.partial_cmp(&b).unwrap_or_else(|| a.total_cmp(&b))
-            }
-        },
+        (Value::Number(x), Value::Number(y)) => compare_numbers(x, y),
         (Value::String(x), Value::String(y)) => x.cmp(y),
+        // Objects with an `iso` (Dates) first, by it; the others tie.
         (Value::Object(x), Value::Object(y)) => match (x.get("iso"), y.get("iso")) {
             (Some(i), Some(j)) => compare_values(i, j),
-            _ => Ordering::Equal,
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (None, None) => Ordering::Equal,
         },
         _ => type_rank(a).cmp(&type_rank(b)),
+    }
+}
+
+/// Exact order of two JSON numbers (integers of any size against floats included, -0.0 equal
+/// to 0), so that sorting sees a total order.
+fn compare_numbers(x: &serde_json::Number, y: &serde_json::Number) -> Ordering {
+    let int = |n: &serde_json::Number| {
+        n.as_i64()
+            .map(i128::from)
+            .or_else(|| n.as_u64().map(i128::from))
+    };
+    match (int(x), int(y)) {
+        (Some(i), Some(j)) => i.cmp(&j),
+        (Some(i), None) => int_against_float(i, y.as_f64().unwrap_or(0.0)),
+        (None, Some(j)) => int_against_float(j, x.as_f64().unwrap_or(0.0)).reverse(),
+        (None, None) => {
+            let (a, b) = (x.as_f64().unwrap_or(0.0), y.as_f64().unwrap_or(0.0));
+            a.partial_cmp(&b).unwrap_or_else(|| a.total_cmp(&b))
+        }
+    }
+}
+
+/// Exact order of an integer and a float.
+fn int_against_float(i: i128, f: f64) -> Ordering {
+    // Beyond ±2^100 no JSON integer (at most 64 bits) reaches.
+    const FAR: f64 = 1.267_650_600_228_229_4e30;
+    if f >= FAR {
+        return Ordering::Less;
+    }
+    if f <= -FAR {
+        return Ordering::Greater;
+    }
+    let floor = f.floor();
+    match i.cmp(&(floor as i128)) {
+        Ordering::Equal if f > floor => Ordering::Less,
+        o => o,
     }
 }
 
@@ -59,5 +91,22 @@ mod tests {
         assert_eq!(compare_values(&json!(1), &json!(1.5)), Ordering::Less);
         assert_eq!(compare_values(&json!(-3), &json!(2)), Ordering::Less);
         assert_eq!(compare_values(&json!("b"), &json!(5)), Ordering::Greater);
+        // Exact across integers and floats, so the order is total.
+        let big = json!(9_007_199_254_740_993i64);
+        assert_eq!(
+            compare_values(&big, &json!(9_007_199_254_740_992.0)),
+            Ordering::Greater
+        );
+        assert_eq!(compare_values(&json!(-0.0), &json!(0)), Ordering::Equal);
+        assert_eq!(compare_values(&json!(2.5), &json!(2)), Ordering::Greater);
+        assert_eq!(compare_values(&json!(-2.5), &json!(-2)), Ordering::Less);
+        assert_eq!(
+            compare_values(&json!(u64::MAX), &json!(1e300)),
+            Ordering::Less
+        );
+        assert_eq!(
+            compare_values(&json!({"iso": "a"}), &json!({})),
+            Ordering::Less
+        );
     }
 }

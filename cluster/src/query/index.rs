@@ -70,13 +70,16 @@ pub struct IndexMeta {
     /// The entries' format (`FORMAT`; 0 for classes indexed before flags and counts existed).
     #[serde(default)]
     pub format: u8,
-    /// The class's objects on the shard (exact when `counts_exact`).
+    /// The class's objects on the shard (exact when `current`).
     #[serde(default)]
     pub counts: ClassCounts,
     /// While a rebuild runs: the last objectId it has counted (empty before its first page).
     /// Writes to objects after it are counted by the rebuild's later pages instead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rebuilt_through: Option<String>,
+    /// The token of the latest rebuild (`DeclareIndex.rebuild`): only its pages count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebuild: Option<String>,
 }
 
 /// How many objects of a class a shard holds, and how many of them anyone may read.
@@ -95,6 +98,7 @@ impl IndexMeta {
             format: FORMAT,
             counts: ClassCounts::default(),
             rebuilt_through: None,
+            rebuild: None,
         }
     }
 
@@ -439,8 +443,28 @@ fn id_candidates(f: &Filter) -> Option<Vec<String>> {
 /// Whether a number is one the index may hold as a neighbour's equal (integers beyond 2^53
 /// lose precision as f64): bounds on it include the neighbours, and the object decides.
 pub fn imprecise(v: &Value) -> bool {
-    v.as_f64()
-        .is_some_and(|f| f.abs() >= 9_007_199_254_740_992.0)
+    v.as_f64().is_some_and(|f| f.abs() >= PRECISE_LIMIT)
+}
+
+/// 2^53: integers from here on may share their f64 with a neighbour.
+const PRECISE_LIMIT: f64 = 9_007_199_254_740_992.0;
+
+/// Whether an encoded entry value is a number the index holds imprecisely (`imprecise`).
+pub fn imprecise_entry(encoded: &[u8]) -> bool {
+    let [TAG_NUMBER, bytes @ ..] = encoded else {
+        return false;
+    };
+    let Ok(bytes) = <[u8; 8]>::try_from(bytes) else {
+        return false;
+    };
+    let bits = u64::from_be_bytes(bytes);
+    // `ordered_f64` in reverse.
+    let bits = if bits >> 63 == 1 {
+        bits & !(1 << 63)
+    } else {
+        !bits
+    };
+    f64::from_bits(bits).abs() >= PRECISE_LIMIT
 }
 
 /// Bounds on one field from its range conditions: `(start, end)` within one type tag.

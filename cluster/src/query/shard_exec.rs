@@ -21,9 +21,9 @@ use super::aggregate::{AggregateRequest, Folder, PartialGroup};
 use super::eval::lookup;
 use super::filter::{Cond, Filter, Prepared};
 use super::index::{
-    entry_object_id, field_prefix, imprecise, irregular_range, is_array_marker, meta_key, plan,
-    readers_prefix, scalar_range, single_scalar, Candidates, IndexMeta, KeyRange, Plan,
-    ALWAYS_INDEXED, ELEMENT, PUBLIC,
+    entry_object_id, field_prefix, imprecise, imprecise_entry, irregular_range, is_array_marker,
+    meta_key, plan, readers_prefix, scalar_range, single_scalar, Candidates, IndexMeta, KeyRange,
+    Plan, ALWAYS_INDEXED, ELEMENT, PUBLIC,
 };
 use super::order::RowOrder;
 use super::{ScanRequest, SortKey};
@@ -33,7 +33,8 @@ use crate::ids::GroupId;
 use crate::namespace::Namespace;
 use crate::object::StoredObject;
 use crate::storage::keys::{self, CF_SM};
-use crate::storage::records::{live_record, ReplicaState};
+use crate::storage::records::{live_record, ViewState};
+use crate::storage::store::ReadView;
 use crate::storage::Store;
 
 /// What a shard needs to check one stored object against a query: the filter (prepared), the
@@ -46,7 +47,7 @@ struct Matcher<'a> {
 
 impl<'a> Matcher<'a> {
     fn new(
-        store: &Store,
+        store: &ReadView<'_>,
         group: GroupId,
         app: &str,
         class: &str,
@@ -61,7 +62,7 @@ impl<'a> Matcher<'a> {
         let prepared = filter
             .prepare()
             .map_err(|e| Error::InvalidValue(e.to_string()))?;
-        let state = ReplicaState { store, group };
+        let state = ViewState { view: store, group };
         let meta: IndexMeta = live_record(
             &state,
             Namespace::IndexMeta.name(),
@@ -80,7 +81,7 @@ impl<'a> Matcher<'a> {
     /// The object `id` of the class read from the store and checked (`check`).
     fn fetch(
         &self,
-        store: &Store,
+        store: &ReadView<'_>,
         group: GroupId,
         app: &str,
         class: &str,
@@ -96,7 +97,7 @@ impl<'a> Matcher<'a> {
     /// in the order of `ids`.
     fn fetch_all(
         &self,
-        store: &Store,
+        store: &ReadView<'_>,
         group: GroupId,
         app: &str,
         class: &str,
@@ -133,7 +134,7 @@ impl<'a> Matcher<'a> {
 /// `filter` selects, rendered as the query engine sees it (`render_for_query`), in objectId
 /// order, until `visit` answers false.
 fn for_each_match(
-    store: &Store,
+    store: &ReadView<'_>,
     group: GroupId,
     app: &str,
     class: &str,
@@ -162,7 +163,7 @@ fn for_each_match(
 
 /// Visits the matching candidates of `plan` in objectId order.
 fn visit_planned(
-    store: &Store,
+    store: &ReadView<'_>,
     group: GroupId,
     app: &str,
     class: &str,
@@ -237,7 +238,7 @@ fn covered_by_index(filter: &Filter, field: &str) -> bool {
 /// The objects of the class that the public may not read and one of `principals` may, from
 /// the reader entries.
 fn privately_readable(
-    store: &Store,
+    store: &ReadView<'_>,
     group: GroupId,
     app: &str,
     class: &str,
@@ -261,13 +262,17 @@ fn privately_readable(
 /// read, from reader entries); a filter that is one indexed equality, `$in` or range from its
 /// entries and their flags. `None` when neither applies.
 fn exact_count(
-    store: &Store,
+    store: &ReadView<'_>,
     group: GroupId,
     req: &ScanRequest,
     matcher: &Matcher<'_>,
 ) -> Result<Option<u64>> {
     let meta = &matcher.meta;
-    if !meta.current() {
+    // Public objects count for callers holding `*` (every caller but the master key does).
+    let anyone = matcher
+        .principals
+        .is_none_or(|ps| ps.iter().any(|p| p == PUBLIC_PRINCIPAL));
+    if !meta.current() || !anyone {
         return Ok(None);
     }
     let (app, class) = (req.app.as_str(), req.class.as_str());
@@ -336,30 +341,12 @@ fn exact_count(
     Ok(Some(count))
 }
 
-/// Whether an encoded entry value is a number the index holds imprecisely (`imprecise`).
-fn imprecise_entry(encoded: &[u8]) -> bool {
-    match encoded {
-        [0x10, bytes @ ..] if bytes.len() == 8 => {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(bytes);
-            let bits = u64::from_be_bytes(b);
-            let bits = if bits >> 63 == 1 {
-                bits & !(1 << 63)
-            } else {
-                !bits
-            };
-            f64::from_bits(bits).abs() >= 9_007_199_254_740_992.0
-        }
-        _ => false,
-    }
-}
-
 /// Whether reading a plan's candidates (`ranges`) is cheaper than walking the order key's
 /// index for `keep` rows: with `c` candidates among `n` objects a walk reads about
 /// `keep * n / c` objects, so the plan wins while `c * c < keep * n`. Counts entries only up
 /// to that point.
 fn plan_is_cheaper(
-    store: &Store,
+    store: &ReadView<'_>,
     meta: &IndexMeta,
     ranges: &[KeyRange],
     keep: usize,
@@ -385,7 +372,7 @@ fn plan_is_cheaper(
 /// field when it has them, else every value. `None` when reading the filter's plan on
 /// another field (or its known ids) is cheaper, or the field cannot be walked.
 fn walk_ranges(
-    store: &Store,
+    store: &ReadView<'_>,
     group: GroupId,
     req: &ScanRequest,
     meta: &IndexMeta,
@@ -452,7 +439,7 @@ fn keep_best(rows: &mut Vec<Value>, keep: usize, order: &RowOrder) {
 /// An ordered walk in progress: index entries offered in walk order, their objects read a
 /// batch at a time, and the rows found so far.
 struct OrderedWalk<'a, 'm> {
-    store: &'a Store,
+    store: &'a ReadView<'a>,
     group: GroupId,
     req: &'a ScanRequest,
     matcher: &'a Matcher<'m>,
@@ -524,7 +511,7 @@ impl OrderedWalk<'_, '_> {
 /// walk: they are read from the column's markers and all kept as candidates. `None` when the
 /// key cannot be walked or the filter's own plan is cheaper.
 fn walk_in_order(
-    store: &Store,
+    store: &ReadView<'_>,
     group: GroupId,
     req: &ScanRequest,
     matcher: &Matcher<'_>,
@@ -610,7 +597,7 @@ fn walk_in_order(
 /// walk when it applies, else every match in objectId order, stopping after `keep` when that
 /// is the query's order.
 fn first_rows(
-    store: &Store,
+    store: &ReadView<'_>,
     group: GroupId,
     req: &ScanRequest,
     matcher: &Matcher<'_>,
@@ -632,7 +619,7 @@ fn first_rows(
 /// held and may stop the visit. Answers how many matches were visited.
 #[allow(clippy::too_many_arguments)]
 fn collect_matches(
-    store: &Store,
+    store: &ReadView<'_>,
     group: GroupId,
     req: &ScanRequest,
     matcher: &Matcher<'_>,
@@ -657,6 +644,8 @@ fn collect_matches(
 /// the index answers (`exact_count`) leaves the rows to `first_rows`; so does a query without
 /// `count`, whose answered count is then only the rows kept.
 pub fn scan_shard(store: &Store, group: GroupId, req: &ScanRequest) -> Result<(Vec<Value>, u64)> {
+    let view = store.view();
+    let store = &view;
     let keep = req.skip.saturating_add(req.limit);
     let order = RowOrder::new(&req.order, &req.filter);
     let matcher = Matcher::new(
@@ -700,6 +689,8 @@ pub fn aggregate_shard(
     group: GroupId,
     req: &AggregateRequest,
 ) -> Result<Vec<PartialGroup>> {
+    let view = store.view();
+    let store = &view;
     let columns = req.spec.columns();
     let mut folder = Folder::default();
     let matcher = Matcher::new(

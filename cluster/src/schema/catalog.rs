@@ -193,12 +193,14 @@ impl<'a> Catalog<'a> {
     /// and builds its entries; queries use the index once every page is done. Answers how many
     /// objects were indexed.
     pub async fn declare_index(&self, app: &str, class: &str, field: Option<&str>) -> Result<u64> {
+        let rebuild = crate::object::random_alphanumeric(16);
         self.paged_on_every_shard(class, |after| Command::DeclareIndex {
             app: app.into(),
             class: class.into(),
             field: field.map(str::to_string),
             after,
             limit: Some(REBUILD_BATCH),
+            rebuild: Some(rebuild.clone()),
         })
         .await
     }

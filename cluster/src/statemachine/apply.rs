@@ -110,6 +110,7 @@ pub fn apply_command(st: &mut Staged<'_>, cmd: Command) -> Result<CommandResult>
             field,
             after,
             limit,
+            rebuild,
         } => index_upkeep::apply_declare_index(
             st,
             &app,
@@ -117,6 +118,7 @@ pub fn apply_command(st: &mut Staged<'_>, cmd: Command) -> Result<CommandResult>
             field.as_deref(),
             after.as_deref(),
             limit.map_or(index_upkeep::DEFAULT_REBUILD_PAGE, |l| l.max(1) as usize),
+            rebuild.as_deref(),
         ),
     }
 }
@@ -399,7 +401,9 @@ fn apply_purge_class(
             }
         }
     }
-    if !more && field.is_none() {
+    // Objects of a class made again under the name while the purge ran keep the class's
+    // index state (their entries and counts are in it).
+    if !more && field.is_none() && st.keys_in_range_limited(&prefix, &end, 1)?.is_empty() {
         index_upkeep::forget_class(st, app, class);
     }
     Ok(CommandResult::Purged {
@@ -928,6 +932,7 @@ mod tests {
             field: None,
             after: after.map(str::to_string),
             limit: Some(2),
+            rebuild: None,
         };
         assert_eq!(
             apply_command(&mut st, paged(None)).unwrap(),

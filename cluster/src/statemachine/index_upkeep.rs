@@ -133,7 +133,9 @@ pub(super) fn reindex(
 
 /// Declares `field` indexed (none: only rebuild) and rebuilds the class's entries on this
 /// shard, `page` objects per call from after `after`; `Purged.next` names where the
-/// next call continues, and the class's indexes are complete once it is `None`.
+/// next call continues, and the class's indexes are complete once it is `None`. A rebuild
+/// is named by `rebuild` (its first page's token): a later rebuild's first page replaces it,
+/// and the pages of the replaced one then do nothing.
 pub(super) fn apply_declare_index(
     st: &mut Staged<'_>,
     app: &str,
@@ -141,8 +143,17 @@ pub(super) fn apply_declare_index(
     field: Option<&str>,
     after: Option<&str>,
     page: usize,
+    rebuild: Option<&str>,
 ) -> Result<CommandResult> {
     let mut m = meta(st, app, class)?.unwrap_or_default();
+    if after.is_some() && m.rebuild.as_deref() != rebuild {
+        // A page of a rebuild that a later one replaced: that one rebuilds everything,
+        // this field included.
+        return Ok(CommandResult::Purged {
+            count: 0,
+            next: None,
+        });
+    }
     if let Some(f) = field {
         if !m.declared.iter().any(|d| d == f) {
             m.declared.push(f.to_string());
@@ -153,6 +164,7 @@ pub(super) fn apply_declare_index(
         m.format = index::FORMAT;
         m.counts = index::ClassCounts::default();
         m.rebuilt_through = Some(String::new());
+        m.rebuild = rebuild.map(str::to_string);
     }
     // While rebuilding, queries scan.
     m.complete = false;

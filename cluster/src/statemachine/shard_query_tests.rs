@@ -69,12 +69,17 @@ fn delete(id: &str) -> Command {
 }
 
 fn declare(field: Option<&str>, after: Option<String>, limit: u32) -> Command {
+    rebuild(field, after, limit, None)
+}
+
+fn rebuild(field: Option<&str>, after: Option<String>, limit: u32, token: Option<&str>) -> Command {
     Command::DeclareIndex {
         app: "a".into(),
         class: "C".into(),
         field: field.map(str::to_string),
         after,
         limit: Some(limit),
+        rebuild: token.map(str::to_string),
     }
 }
 
@@ -522,4 +527,36 @@ fn class_counts_follow_creates_acl_changes_deletes_and_drops() {
     assert_counts_exact(&store, "after the class came back");
     assert_eq!(whole(None), 1);
     assert_eq!(whole(Some(vec!["*".into()])), 1);
+}
+
+/// Two rebuilds of one class whose pages interleave (a declaration retried while the first
+/// runs): the later one replaces the earlier, whose remaining pages do nothing; the counts end
+/// exact and every declared column is indexed.
+#[test]
+fn a_later_rebuild_replaces_an_earlier_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut rng = StdRng::seed_from_u64(11);
+    for i in 0..60 {
+        run(
+            &store,
+            create(&random_id(&mut rng, i), 1_000, &random_body(&mut rng)),
+        );
+    }
+    let page = |field, after, token| match run(&store, rebuild(field, after, 5, Some(token))) {
+        CommandResult::Purged { next, .. } => next,
+        other => panic!("a page answers Purged: {other:?}"),
+    };
+    let mut a = page(Some("s"), None, "A");
+    a = page(Some("s"), a, "A");
+    a = page(Some("s"), a, "A");
+    let mut b = page(Some("n"), None, "B");
+    // A's next page belongs to a replaced rebuild: it does nothing and ends.
+    assert_eq!(page(Some("s"), a, "A"), None);
+    while b.is_some() {
+        b = page(Some("n"), b, "B");
+    }
+    assert_counts_exact(&store, "after two interleaved rebuilds");
+    assert_eq!(meta(&store).declared, ["s", "n"]);
+    check_queries(&store, &mut rng, 150, 11);
 }

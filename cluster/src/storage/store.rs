@@ -9,8 +9,9 @@
 //! column family, sized from the machine's memory, holding index and filter blocks too;
 //! bloom filters on the state machine's keys (point reads of objects and records) and in its
 //! memtable; no compression for the Raft log (written once, read back soon, then deleted).
-//! Scans of a whole class read ahead and leave the cache to the hot data (`scan_bulk`);
-//! candidates found in an index are read together (`multi_get`).
+//! Queries read through a point-in-time view (`ReadView`): scans of a whole class read ahead
+//! and leave the cache to the hot data (`scan_bulk`); candidates found in an index are read
+//! together (`multi_get`).
 
 use std::path::Path;
 use std::sync::mpsc;
@@ -24,6 +25,73 @@ use rocksdb::{
 
 use super::keys::{CF_RAFT_LOG, CF_RAFT_META, CF_SM};
 use crate::error::{Error, Result};
+
+/// A point-in-time view of the store (`Store::view`): every read through it sees the state of
+/// the moment it was taken, whatever apply writes meanwhile, so a query that reads an index and
+/// then objects neither meets an object twice nor misses one that moved.
+pub struct ReadView<'a> {
+    store: &'a Store,
+    snap: rocksdb::SnapshotWithThreadMode<'a, DB>,
+}
+
+impl ReadView<'_> {
+    fn options(&self) -> ReadOptions {
+        let mut ro = ReadOptions::default();
+        ro.set_snapshot(&self.snap);
+        ro
+    }
+
+    pub fn get(&self, cf: &str, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self
+            .store
+            .db
+            .get_cf_opt(self.store.cf(cf)?, key, &self.options())?)
+    }
+
+    /// The values of `keys` of `cf`, read together (one multi-get), in the order of `keys`.
+    pub fn multi_get(&self, cf: &str, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>> {
+        self.store.multi_get_with(cf, keys, &self.options())
+    }
+
+    /// Visits the keys in `[start, end)` of `cf` in order until `visit` returns false.
+    pub fn scan(
+        &self,
+        cf: &str,
+        start: &[u8],
+        end: &[u8],
+        mut visit: impl FnMut(&[u8], &[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        self.store
+            .scan_with(cf, start, end, self.options(), false, &mut visit)
+    }
+
+    /// Like [`ReadView::scan`], from the last key of the range to the first.
+    pub fn scan_rev(
+        &self,
+        cf: &str,
+        start: &[u8],
+        end: &[u8],
+        mut visit: impl FnMut(&[u8], &[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        self.store
+            .scan_with(cf, start, end, self.options(), true, &mut visit)
+    }
+
+    /// Like [`ReadView::scan`], for reading much of a column family once: reads ahead, and
+    /// leaves the block cache to the data other reads keep coming back to.
+    pub fn scan_bulk(
+        &self,
+        cf: &str,
+        start: &[u8],
+        end: &[u8],
+        mut visit: impl FnMut(&[u8], &[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        let mut ro = self.options();
+        ro.fill_cache(false);
+        ro.set_readahead_size(2 << 20);
+        self.store.scan_with(cf, start, end, ro, false, &mut visit)
+    }
+}
 
 /// How the node's RocksDB uses memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,13 +199,47 @@ impl Store {
         Ok(self.db.get_cf(self.cf(cf)?, key)?)
     }
 
+    /// A point-in-time view of the store for reads that must agree with each other.
+    pub fn view(&self) -> ReadView<'_> {
+        ReadView {
+            store: self,
+            snap: self.db.snapshot(),
+        }
+    }
+
     /// The values of `keys` of `cf`, read together, in the order of `keys`.
-    pub fn multi_get(&self, cf: &str, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>> {
+    fn multi_get_with(
+        &self,
+        cf: &str,
+        keys: &[Vec<u8>],
+        ro: &ReadOptions,
+    ) -> Result<Vec<Option<Vec<u8>>>> {
         self.db
-            .batched_multi_get_cf(self.cf(cf)?, keys, false)
+            .batched_multi_get_cf_opt(self.cf(cf)?, keys, false, ro)
             .into_iter()
             .map(|r| Ok(r?.map(|v| v.to_vec())))
             .collect()
+    }
+
+    /// Visits `[start, end)` of `cf` with `ro`, forwards or from the end.
+    fn scan_with(
+        &self,
+        cf: &str,
+        start: &[u8],
+        end: &[u8],
+        mut ro: ReadOptions,
+        reverse: bool,
+        visit: &mut impl FnMut(&[u8], &[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        ro.set_iterate_upper_bound(end.to_vec());
+        let mode = if reverse {
+            ro.set_iterate_lower_bound(start.to_vec());
+            IteratorMode::End
+        } else {
+            IteratorMode::From(start, Direction::Forward)
+        };
+        let it = self.db.iterator_cf_opt(self.cf(cf)?, ro, mode);
+        visit_items(it, visit)
     }
 
     pub fn get_default(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
@@ -167,27 +269,6 @@ impl Store {
         }
     }
 
-    /// Like [`Store::scan`], for reading much of a column family once: reads ahead, and
-    /// leaves the block cache to the data other reads keep coming back to.
-    pub fn scan_bulk(
-        &self,
-        cf: &str,
-        start: &[u8],
-        end: &[u8],
-        mut visit: impl FnMut(&[u8], &[u8]) -> Result<bool>,
-    ) -> Result<()> {
-        let mut ro = ReadOptions::default();
-        ro.set_iterate_upper_bound(end.to_vec());
-        ro.fill_cache(false);
-        ro.set_readahead_size(2 << 20);
-        let it = self.db.iterator_cf_opt(
-            self.cf(cf)?,
-            ro,
-            IteratorMode::From(start, Direction::Forward),
-        );
-        visit_items(it, &mut visit)
-    }
-
     /// Visits the keys in `[start, end)` of `cf` in order until `visit` returns false.
     pub fn scan(
         &self,
@@ -196,17 +277,10 @@ impl Store {
         end: &[u8],
         mut visit: impl FnMut(&[u8], &[u8]) -> Result<bool>,
     ) -> Result<()> {
-        let mut ro = ReadOptions::default();
-        ro.set_iterate_upper_bound(end.to_vec());
-        let it = self.db.iterator_cf_opt(
-            self.cf(cf)?,
-            ro,
-            IteratorMode::From(start, Direction::Forward),
-        );
-        visit_items(it, &mut visit)
+        self.scan_with(cf, start, end, ReadOptions::default(), false, &mut visit)
     }
 
-    /// Visits the keys in `[start, end)` of `cf` in reverse order until `visit` returns false.
+    /// Like [`Store::scan`], from the last key of the range to the first.
     pub fn scan_rev(
         &self,
         cf: &str,
@@ -214,11 +288,7 @@ impl Store {
         end: &[u8],
         mut visit: impl FnMut(&[u8], &[u8]) -> Result<bool>,
     ) -> Result<()> {
-        let mut ro = ReadOptions::default();
-        ro.set_iterate_lower_bound(start.to_vec());
-        ro.set_iterate_upper_bound(end.to_vec());
-        let it = self.db.iterator_cf_opt(self.cf(cf)?, ro, IteratorMode::End);
-        visit_items(it, &mut visit)
+        self.scan_with(cf, start, end, ReadOptions::default(), true, &mut visit)
     }
 
     /// The last key/value in `[start, end)` of `cf`.

@@ -7,7 +7,7 @@
 
 use axum::extract::State;
 use axum::Json;
-use basalt_cluster::object::validate_field_name;
+use basalt_cluster::object::{validate_field_name, RESERVED_FIELDS};
 use basalt_cluster::schema::{Column, ColumnChange, ColumnType, SchemaError, SYSTEM_CLASSES};
 use serde_json::{json, Map, Value};
 
@@ -179,6 +179,11 @@ pub async fn create_index(
         .and_then(Value::as_str)
         .ok_or_else(|| ApiError::InvalidBody("field must be a column name.".into()))?;
     validate_field_name(field).map_err(ApiError::from)?;
+    if RESERVED_FIELDS.contains(&field) || field == "ACL" {
+        return Err(ApiError::ReservedKey(format!(
+            "{field} cannot be declared indexed: createdAt and updatedAt always are, objectId and ACL are not columns."
+        )));
+    }
     let indexed = state
         .cluster
         .catalog()

@@ -541,6 +541,21 @@ async fn declared_and_automatic_indexes_answer_like_a_scan() {
         10061,
         "indexes need the master key",
     );
+    for reserved in ["objectId", "ACL", "createdAt"] {
+        assert_api_error(
+            master
+                .request(
+                    Method::POST,
+                    "/1/schemas/Row/indexes",
+                    Some(&json!({ "field": reserved })),
+                    true,
+                )
+                .await,
+            400,
+            105,
+            "a reserved name is no column to index",
+        );
+    }
 
     let count = |w: Value| {
         let c = c.clone();
