@@ -7,17 +7,19 @@ use serde_json::Value;
 
 use crate::acl::{allows, Access};
 use crate::command::{ReadRequest, ReadResponse};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::ids::GroupId;
 use crate::object::StoredObject;
-use crate::query::shard_exec::{aggregate_shard, scan_shard};
+use crate::query::shard_exec::{aggregate_shards, scan_shards};
 use crate::storage::keys::{self, CF_SM};
 use crate::storage::records::{live_record, live_records_with_prefix, ReplicaState};
 use crate::storage::Store;
 
+/// Serves `req` from the store: a scan or aggregation over every group of `groups` (read
+/// together, `query::shard_exec`), any other read from its one group.
 pub fn serve_read(
     store: &Store,
-    group: GroupId,
+    groups: &[GroupId],
     req: &ReadRequest,
     now_ms: i64,
 ) -> Result<ReadResponse> {
@@ -29,7 +31,10 @@ pub fn serve_read(
             principals,
         } => {
             let obj = store
-                .get(CF_SM, &keys::object_key(group, app, class, object_id))?
+                .get(
+                    CF_SM,
+                    &keys::object_key(one_group(groups)?, app, class, object_id),
+                )?
                 .map(|b| StoredObject::decode(&b))
                 .transpose()?
                 .filter(|o| allows(&o.fields, principals.as_deref(), Access::Read))
@@ -42,12 +47,15 @@ pub fn serve_read(
             object_id,
         } => ReadResponse::Stored(
             store
-                .get(CF_SM, &keys::object_key(group, app, class, object_id))?
+                .get(
+                    CF_SM,
+                    &keys::object_key(one_group(groups)?, app, class, object_id),
+                )?
                 .map(|b| StoredObject::decode(&b))
                 .transpose()?,
         ),
         ReadRequest::ScanStoredObjects { app, class } => {
-            let prefix = keys::class_prefix(group, app, class);
+            let prefix = keys::class_prefix(one_group(groups)?, app, class);
             let end = keys::separated_end(&prefix);
             let mut out = Vec::new();
             store.scan(CF_SM, &prefix, &end, |k, v| {
@@ -58,17 +66,32 @@ pub fn serve_read(
             ReadResponse::StoredObjects(out)
         }
         ReadRequest::GetRecord { ns, key } => {
-            ReadResponse::Record(get_record(store, group, ns, key, now_ms)?)
+            ReadResponse::Record(get_record(store, one_group(groups)?, ns, key, now_ms)?)
         }
-        ReadRequest::ListRecords { ns, prefix } => {
-            ReadResponse::Records(live_records_with_prefix(store, group, ns, prefix, now_ms)?)
-        }
+        ReadRequest::ListRecords { ns, prefix } => ReadResponse::Records(live_records_with_prefix(
+            store,
+            one_group(groups)?,
+            ns,
+            prefix,
+            now_ms,
+        )?),
         ReadRequest::ScanObjects(scan) => {
-            let (rows, count) = scan_shard(store, group, scan)?;
+            let (rows, count) = scan_shards(store, groups, scan)?;
             ReadResponse::Scan { rows, count }
         }
-        ReadRequest::Aggregate(agg) => ReadResponse::Groups(aggregate_shard(store, group, agg)?),
+        ReadRequest::Aggregate(agg) => ReadResponse::Groups(aggregate_shards(store, groups, agg)?),
     })
+}
+
+/// The one group a point read names.
+fn one_group(groups: &[GroupId]) -> Result<GroupId> {
+    match groups {
+        [group] => Ok(*group),
+        _ => Err(Error::InvalidOperation(format!(
+            "a point read names one group, not {}",
+            groups.len()
+        ))),
+    }
 }
 
 /// A record's value unless it is absent or expired at `now_ms`.

@@ -3,6 +3,12 @@
 use basalt::cli::{Cli, Cmd};
 use clap::Parser;
 
+/// mimalloc instead of the system allocator: a query builds and drops many small JSON values
+/// on several threads at once, where glibc's malloc spent a fifth of the CPU
+/// (docs/decisions/0013).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(

@@ -62,9 +62,17 @@ impl NodeService for NodeServiceImpl {
         let span = request_span(&req);
         let msg = req.into_inner();
         let result = async {
-            tracing::debug!(group = msg.group, "forwarded read");
+            tracing::debug!(
+                group = msg.group,
+                more = msg.more_groups.len(),
+                "forwarded read"
+            );
             let r: ReadRequest = decode(&msg.payload)?;
-            self.replicas.local_read(GroupId::new(msg.group), &r).await
+            let groups: Vec<GroupId> = std::iter::once(msg.group)
+                .chain(msg.more_groups.iter().copied())
+                .map(GroupId::new)
+                .collect();
+            self.replicas.local_read_groups(&groups, &r).await
         }
         .instrument(span)
         .await;

@@ -1,9 +1,11 @@
 //! The coordinator of a query: the node that received it asks every group that stores the
-//! class (`ids::class_groups`) for its part concurrently (`shard_exec` runs there), merges the
+//! class (`ids::class_groups`) for its part concurrently — the groups one node leads in one
+//! read there (`shard_exec` runs there, over those groups together) — merges the
 //! shards' rows under the query's order (`merge`) or their partial groups (`aggregate`), and
 //! resolves sub-queries first (`resolve`). Any shard that fails fails the query: results are
 //! never silently partial.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::aggregate::{merge_partials, AggregateRequest, PartialGroup};
@@ -12,8 +14,9 @@ use super::order::RowOrder;
 use super::ScanRequest;
 use crate::command::{ReadRequest, ReadResponse};
 use crate::error::Result;
+use crate::ids::{GroupId, NodeId};
 use crate::object::trim_query_times;
-use crate::replicas::{unexpected, Replicas};
+use crate::replicas::{unexpected, Attempts, Replicas};
 
 /// Runs queries through this node's replicas, each shard's part within `timeout`.
 #[derive(Clone)]
@@ -29,11 +32,49 @@ impl Coordinator {
         Coordinator { replicas, timeout }
     }
 
-    /// Asks every group of `class` for its part of `req`, concurrently.
+    /// Asks every group of `class` for its part of `req`, concurrently: the groups one node
+    /// leads (as this node last heard) in one read served from one snapshot there; each group
+    /// alone, through the routing loop, when its leader is unknown or that read failed in a
+    /// way a retry may cure (a leader changed).
     async fn scatter(&self, class: &str, req: ReadRequest) -> Result<Vec<ReadResponse>> {
-        let reads = self
-            .replicas
-            .class_groups(class)
+        let mut by_leader: BTreeMap<Option<NodeId>, Vec<GroupId>> = BTreeMap::new();
+        for g in self.replicas.class_groups(class) {
+            by_leader
+                .entry(self.replicas.leader_of(g))
+                .or_default()
+                .push(g);
+        }
+        let parts = by_leader
+            .into_iter()
+            .map(|(leader, groups)| self.read_part(leader, groups, &req));
+        let answers: Vec<Vec<ReadResponse>> = futures::future::join_all(parts)
+            .await
+            .into_iter()
+            .collect::<Result<_>>()?;
+        Ok(answers.into_iter().flatten().collect())
+    }
+
+    /// The answers of `groups`, whose leader is thought to be `leader`.
+    async fn read_part(
+        &self,
+        leader: Option<NodeId>,
+        groups: Vec<GroupId>,
+        req: &ReadRequest,
+    ) -> Result<Vec<ReadResponse>> {
+        if let Some(node) = leader.filter(|_| groups.len() > 1) {
+            match self
+                .replicas
+                .read_groups_at(node, &groups, req, self.timeout)
+                .await
+            {
+                Ok(answer) => return Ok(vec![answer]),
+                Err(e) if Attempts::Idempotent.may_retry(&e) => {
+                    tracing::debug!(%node, "groups read one by one after: {e}");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let reads = groups
             .into_iter()
             .map(|g| self.replicas.read_within(g, req.clone(), self.timeout));
         futures::future::join_all(reads).await.into_iter().collect()

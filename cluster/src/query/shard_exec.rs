@@ -21,9 +21,9 @@ use super::aggregate::{AggregateRequest, Folder, PartialGroup};
 use super::eval::lookup;
 use super::filter::{Cond, Filter, Prepared};
 use super::index::{
-    entry_object_id, field_prefix, imprecise, imprecise_entry, irregular_range, is_array_marker,
-    meta_key, plan, readers_prefix, scalar_range, single_scalar, Candidates, IndexMeta, KeyRange,
-    Plan, ALWAYS_INDEXED, ELEMENT, PUBLIC,
+    encode, entry_object_id, field_prefix, imprecise, imprecise_entry, irregular_range,
+    is_array_marker, meta_key, plan, readers_prefix, scalar_range, single_scalar, Candidates,
+    IndexMeta, KeyRange, Plan, ALWAYS_INDEXED, ELEMENT, PUBLIC,
 };
 use super::order::RowOrder;
 use super::{ScanRequest, SortKey};
@@ -452,6 +452,10 @@ struct OrderedWalk<'a, 'm> {
     walked: usize,
     /// The encoded value of the `keep`-th walked row's key: the walk ends past it.
     boundary: Option<Vec<u8>>,
+    /// The encoded key of the worst row other shards already hold among the query's best
+    /// `keep` (`scan_shards`): entries strictly past it cannot make the page.
+    limit: Option<Vec<u8>>,
+    descending: bool,
     /// Entries whose objects are not read yet: (objectId, encoded value).
     pending: Vec<(String, Vec<u8>)>,
 }
@@ -460,6 +464,13 @@ impl OrderedWalk<'_, '_> {
     /// Takes the next entry of the walk; false once the walk is past its boundary.
     fn offer(&mut self, id: &str, value: &[u8]) -> Result<bool> {
         if self.boundary.as_deref().is_some_and(|b| b != value) {
+            return Ok(false);
+        }
+        let past = |l: &[u8]| match self.descending {
+            true => value < l,
+            false => value > l,
+        };
+        if self.limit.as_deref().is_some_and(past) {
             return Ok(false);
         }
         self.pending.push((id.to_string(), value.to_vec()));
@@ -508,8 +519,10 @@ impl OrderedWalk<'_, '_> {
 /// direction and stopping once `keep` rows are found and the key's value changes (rows tied
 /// on it may still differ on later keys or objectId). A declared column's objects that hold
 /// no single scalar (missing, null, arrays, objects) are not where the sort puts them in the
-/// walk: they are read from the column's markers and all kept as candidates. `None` when the
-/// key cannot be walked or the filter's own plan is cheaper.
+/// walk: they are read from the column's markers and all kept as candidates. The walk also
+/// ends past `worst`, a row other shards hold that this shard's rows must beat. `None` when
+/// the key cannot be walked or the filter's own plan is cheaper.
+#[allow(clippy::too_many_arguments)]
 fn walk_in_order(
     store: &ReadView<'_>,
     group: GroupId,
@@ -517,6 +530,7 @@ fn walk_in_order(
     matcher: &Matcher<'_>,
     order: &RowOrder,
     keep: usize,
+    worst: Option<&Value>,
 ) -> Result<Option<Vec<Value>>> {
     let Some(key) = req.order.first() else {
         return Ok(None);
@@ -544,6 +558,11 @@ fn walk_in_order(
         rows: Vec::new(),
         walked: 0,
         boundary: None,
+        limit: worst
+            .and_then(|w| lookup(w, &key.field))
+            .filter(|v| single_scalar(Some(v)))
+            .and_then(encode),
+        descending: key.descending,
         pending: Vec::new(),
     };
     if !always {
@@ -595,7 +614,8 @@ fn walk_in_order(
 
 /// The first `keep` matches in the query's order, without counting every match: an ordered
 /// walk when it applies, else every match in objectId order, stopping after `keep` when that
-/// is the query's order.
+/// is the query's order (or once past `worst`, which other shards' rows already beat).
+#[allow(clippy::too_many_arguments)]
 fn first_rows(
     store: &ReadView<'_>,
     group: GroupId,
@@ -603,20 +623,38 @@ fn first_rows(
     matcher: &Matcher<'_>,
     order: &RowOrder,
     keep: usize,
+    worst: Option<&Value>,
 ) -> Result<Vec<Value>> {
-    if let Some(rows) = walk_in_order(store, group, req, matcher, order, keep)? {
+    if let Some(rows) = walk_in_order(store, group, req, matcher, order, keep, worst)? {
         return Ok(rows);
     }
     let stop_early = order.is_by_object_id();
+    let worst_id = worst
+        .and_then(|w| w.get("objectId"))
+        .and_then(Value::as_str);
     let mut rows = Vec::new();
-    collect_matches(store, group, req, matcher, order, keep, &mut rows, |n| {
-        !(stop_early && n >= keep)
-    })?;
+    collect_matches(
+        store,
+        group,
+        req,
+        matcher,
+        order,
+        keep,
+        &mut rows,
+        |n, obj| {
+            let past = || {
+                let id = obj.get("objectId").and_then(Value::as_str);
+                worst_id.is_some_and(|w| id.is_some_and(|id| id > w))
+            };
+            !(stop_early && (n >= keep || past()))
+        },
+    )?;
     Ok(rows)
 }
 
 /// Visits every match, keeping the best `keep` in `rows`; `go_on` sees how many rows are
-/// held and may stop the visit. Answers how many matches were visited.
+/// held and the match just visited, and may stop the visit. Answers how many matches were
+/// visited.
 #[allow(clippy::too_many_arguments)]
 fn collect_matches(
     store: &ReadView<'_>,
@@ -626,28 +664,60 @@ fn collect_matches(
     order: &RowOrder,
     keep: usize,
     rows: &mut Vec<Value>,
-    go_on: impl Fn(usize) -> bool,
+    go_on: impl Fn(usize, &Value) -> bool,
 ) -> Result<u64> {
     let mut count = 0u64;
     for_each_match(store, group, &req.app, &req.class, matcher, |obj| {
         count += 1;
+        let go = go_on(rows.len() + usize::from(keep > 0), &obj);
         if keep > 0 {
             rows.push(obj);
             keep_best(rows, keep, order);
         }
-        Ok(go_on(rows.len()))
+        Ok(go)
     })?;
     Ok(count)
 }
 
-/// The shard's matching objects (ordered, at most `skip + limit`) and their count. A count
-/// the index answers (`exact_count`) leaves the rows to `first_rows`; so does a query without
-/// `count`, whose answered count is then only the rows kept.
-pub fn scan_shard(store: &Store, group: GroupId, req: &ScanRequest) -> Result<(Vec<Value>, u64)> {
+/// The matching objects of several shards read together (ordered, at most `skip + limit`)
+/// and their count, from one snapshot of the store. Each shard after the first knows the
+/// worst of the best rows found so far, and an ordered walk or an objectId-ordered read stops
+/// once its rows cannot beat it: of `n` shards' candidates, about `skip + limit` objects are
+/// read instead of `n` times as many.
+pub fn scan_shards(
+    store: &Store,
+    groups: &[GroupId],
+    req: &ScanRequest,
+) -> Result<(Vec<Value>, u64)> {
     let view = store.view();
-    let store = &view;
     let keep = req.skip.saturating_add(req.limit);
     let order = RowOrder::new(&req.order, &req.filter);
+    let mut rows: Vec<Value> = Vec::new();
+    let mut count = 0u64;
+    for &group in groups {
+        let worst = keep.checked_sub(1).and_then(|i| rows.get(i));
+        let (part, n) = scan_shard(&view, group, req, &order, worst)?;
+        count += n;
+        rows.extend(part);
+        rows.sort_by(|a, b| order.compare(a, b));
+        rows.truncate(keep);
+    }
+    crate::limits::check_answer(&rows, crate::limits::MAX_SHARD_ROWS_BYTES)?;
+    Ok((rows, count))
+}
+
+/// One shard's matching objects (ordered, at most `skip + limit`; without `count`, none
+/// worse than `worst`) and their count. A count the index answers (`exact_count`) leaves the
+/// rows to `first_rows`; so does a query without `count`, whose answered count is then only
+/// the rows kept.
+fn scan_shard(
+    store: &ReadView<'_>,
+    group: GroupId,
+    req: &ScanRequest,
+    order: &RowOrder,
+    worst: Option<&Value>,
+) -> Result<(Vec<Value>, u64)> {
+    let keep = req.skip.saturating_add(req.limit);
     let matcher = Matcher::new(
         store,
         group,
@@ -663,15 +733,22 @@ pub fn scan_shard(store: &Store, group: GroupId, req: &ScanRequest) -> Result<(V
     let (mut rows, count) = match (req.count, counted) {
         (true, None) => {
             let mut rows = Vec::new();
-            let n = collect_matches(store, group, req, &matcher, &order, keep, &mut rows, |_| {
-                true
-            })?;
+            let n = collect_matches(
+                store,
+                group,
+                req,
+                &matcher,
+                order,
+                keep,
+                &mut rows,
+                |_, _| true,
+            )?;
             (rows, n)
         }
         (_, counted) => {
             let rows = match keep {
                 0 => Vec::new(),
-                _ => first_rows(store, group, req, &matcher, &order, keep)?,
+                _ => first_rows(store, group, req, &matcher, order, keep, worst)?,
             };
             let n = counted.unwrap_or(rows.len() as u64);
             (rows, n)
@@ -679,30 +756,32 @@ pub fn scan_shard(store: &Store, group: GroupId, req: &ScanRequest) -> Result<(V
     };
     rows.sort_by(|a, b| order.compare(a, b));
     rows.truncate(keep);
-    crate::limits::check_answer(&rows, crate::limits::MAX_SHARD_ROWS_BYTES)?;
     Ok((rows, count))
 }
 
-/// The shard's partial groups for an aggregation.
-pub fn aggregate_shard(
+/// The partial groups of an aggregation over several shards, folded together from one
+/// snapshot of the store.
+pub fn aggregate_shards(
     store: &Store,
-    group: GroupId,
+    groups: &[GroupId],
     req: &AggregateRequest,
 ) -> Result<Vec<PartialGroup>> {
     let view = store.view();
     let store = &view;
     let columns = req.spec.columns();
     let mut folder = Folder::default();
-    let matcher = Matcher::new(
-        store,
-        group,
-        &req.app,
-        &req.class,
-        &req.filter,
-        req.principals.as_deref(),
-    )?;
-    for_each_match(store, group, &req.app, &req.class, &matcher, |obj| {
-        folder.add(&req.spec, &columns, &obj).map(|()| true)
-    })?;
+    for &group in groups {
+        let matcher = Matcher::new(
+            store,
+            group,
+            &req.app,
+            &req.class,
+            &req.filter,
+            req.principals.as_deref(),
+        )?;
+        for_each_match(store, group, &req.app, &req.class, &matcher, |obj| {
+            folder.add(&req.spec, &columns, &obj).map(|()| true)
+        })?;
+    }
     Ok(folder.into_partials())
 }

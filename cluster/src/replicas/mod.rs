@@ -63,8 +63,9 @@ struct Inner {
 }
 
 /// What serves a read from a replica's state (`local_read::serve_read`): given to `open`, so
-/// that routing reads needs no knowledge of what they ask.
-pub type ReadServer = fn(&Store, GroupId, &ReadRequest, i64) -> Result<ReadResponse>;
+/// that routing reads needs no knowledge of what they ask. A scan or aggregation may cover
+/// several groups; any other read names one.
+pub type ReadServer = fn(&Store, &[GroupId], &ReadRequest, i64) -> Result<ReadResponse>;
 
 pub fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
@@ -210,6 +211,34 @@ impl Replicas {
         group: GroupId,
         req: &ReadRequest,
     ) -> Result<ReadResponse> {
+        self.local_read_groups(&[group], req).await
+    }
+
+    /// Serves `req` over `groups` (one group, or the shards of a scan or aggregation), once
+    /// this node confirmed its leadership of each with a read index (concurrently): one
+    /// blocking task reads them all from one snapshot of the store. Fails as the first group
+    /// that this node does not lead.
+    pub(crate) async fn local_read_groups(
+        &self,
+        groups: &[GroupId],
+        req: &ReadRequest,
+    ) -> Result<ReadResponse> {
+        let checks = groups.iter().map(|&g| self.linearize(g));
+        for check in futures::future::join_all(checks).await {
+            check?;
+        }
+        let store = Arc::clone(&self.inner.store);
+        let req = req.clone();
+        let groups = groups.to_vec();
+        let serve = self.inner.serve;
+        tokio::task::spawn_blocking(move || serve(&store, &groups, &req, now_ms()))
+            .await
+            .map_err(|e| Error::Internal(e.to_string()))?
+    }
+
+    /// Waits until this node, as `group`'s leader, confirmed with a quorum that it still is
+    /// and applied up to the read index.
+    async fn linearize(&self, group: GroupId) -> Result<()> {
         let raft = self.group(group)?;
         match tokio::time::timeout(
             FORWARD_TIMEOUT,
@@ -217,31 +246,25 @@ impl Replicas {
         )
         .await
         {
-            Err(_) => return Err(Error::Timeout(format!("read of group {group}"))),
+            Err(_) => Err(Error::Timeout(format!("read of group {group}"))),
             Ok(Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(f)))) => {
-                return Err(Error::NotLeader {
+                Err(Error::NotLeader {
                     group,
                     leader: f.leader_id,
                     leader_addr: f.leader_node.map(|n| n.addr),
                 })
             }
-            Ok(Err(RaftError::APIError(e))) => return Err(Error::Unavailable(e.to_string())),
-            Ok(Err(RaftError::Fatal(e))) => return Err(Error::Unavailable(e.to_string())),
-            Ok(Ok(_)) => {}
+            Ok(Err(RaftError::APIError(e))) => Err(Error::Unavailable(e.to_string())),
+            Ok(Err(RaftError::Fatal(e))) => Err(Error::Unavailable(e.to_string())),
+            Ok(Ok(_)) => Ok(()),
         }
-        let store = Arc::clone(&self.inner.store);
-        let req = req.clone();
-        let serve = self.inner.serve;
-        tokio::task::spawn_blocking(move || serve(&store, group, &req, now_ms()))
-            .await
-            .map_err(|e| Error::Internal(e.to_string()))?
     }
 
     /// Serves a read from this node's replica as it stands, without asking the leader (for
     /// the metadata group, whose writes settle on every member before they answer, and for a
     /// replica that vouches for being current: `freshness`).
     pub(crate) fn stale_read(&self, group: GroupId, req: &ReadRequest) -> Result<ReadResponse> {
-        (self.inner.serve)(&self.inner.store, group, req, now_ms())
+        (self.inner.serve)(&self.inner.store, &[group], req, now_ms())
     }
 
     /// Records of a namespace of the metadata group from this node's replica (may lag the
@@ -286,6 +309,14 @@ impl Replicas {
             .filter(|(_, r)| r.metrics().borrow_watched().current_leader == Some(self.node_id()))
             .map(|(g, _)| g)
             .collect()
+    }
+
+    /// The leader of `group` as this node's replica last heard (none without a replica or
+    /// during an election).
+    pub fn leader_of(&self, group: GroupId) -> Option<NodeId> {
+        self.group(group)
+            .ok()
+            .and_then(|r| r.metrics().borrow_watched().current_leader)
     }
 
     /// Whether this node leads `group`.

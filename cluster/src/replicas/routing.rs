@@ -26,7 +26,7 @@ pub enum Attempts {
 }
 
 impl Attempts {
-    fn may_retry(self, e: &Error) -> bool {
+    pub fn may_retry(self, e: &Error) -> bool {
         match self {
             Attempts::NotApplied => e.is_retryable(),
             Attempts::Idempotent => e.is_retryable() || matches!(e, Error::Unavailable(_)),
@@ -67,6 +67,25 @@ impl Replicas {
     /// A linearizable read of `group`, served by its leader, with the point-read deadline.
     pub async fn read(&self, group: GroupId, req: ReadRequest) -> Result<ReadResponse> {
         self.read_within(group, req, FORWARD_TIMEOUT).await
+    }
+
+    /// A linearizable read of `groups` (the shards of a scan or aggregation) served together
+    /// by `node`, which leads them all, within `timeout`. No retry: a failure that another
+    /// attempt may cure (`Attempts::Idempotent`) leaves each group to `read_within`.
+    pub async fn read_groups_at(
+        &self,
+        node: NodeId,
+        groups: &[GroupId],
+        req: &ReadRequest,
+        timeout: Duration,
+    ) -> Result<ReadResponse> {
+        if node == self.node_id() {
+            tokio::time::timeout(timeout, self.local_read_groups(groups, req))
+                .await
+                .map_err(|_| Error::Timeout(format!("read of {} groups", groups.len())))?
+        } else {
+            self.router().read_groups(node, groups, req, timeout).await
+        }
     }
 
     /// A linearizable read of `group` that gives up after `timeout`.

@@ -12,6 +12,7 @@ pub fn group_message<T: Serialize>(group: GroupId, value: &T) -> Result<GroupMes
     Ok(GroupMessage {
         group: group.get(),
         payload: serde_json::to_vec(value)?,
+        more_groups: Vec::new(),
     })
 }
 

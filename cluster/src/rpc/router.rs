@@ -24,7 +24,7 @@ use tonic::transport::{Channel, Endpoint};
 use super::convert::{from_reply, group_message, transport_error};
 use super::pb::node_service_client::NodeServiceClient;
 use super::pb::raft_service_client::RaftServiceClient;
-use super::pb::{Reply, SnapshotChunk};
+use super::pb::{GroupMessage, Reply, SnapshotChunk};
 use super::MAX_MESSAGE_BYTES;
 use crate::admin::{AdminRequest, AdminResponse};
 use crate::command::{Command, Proposed, ReadRequest, ReadResponse};
@@ -147,15 +147,14 @@ impl PeerRouter {
     }
 
     /// Calls one `NodeService` method on `ch` and decodes its reply.
-    async fn node_call<Req: Serialize, Resp: DeserializeOwned>(
+    async fn node_call<Resp: DeserializeOwned>(
         ch: Channel,
         method: NodeRpc,
-        group: GroupId,
-        req: &Req,
+        msg: GroupMessage,
         timeout: Duration,
     ) -> Result<Resp> {
         let mut client = Self::node_client(ch);
-        let mut msg = with_timeout(group_message(group, req)?, timeout);
+        let mut msg = with_timeout(msg, timeout);
         // The peer logs the work under the id of the client request it serves.
         if let Some(v) = crate::request_id::current().and_then(|id| id.parse().ok()) {
             msg.metadata_mut()
@@ -174,8 +173,7 @@ impl PeerRouter {
         Self::node_call(
             self.channel(node)?,
             NodeRpc::Propose,
-            group,
-            cmd,
+            group_message(group, cmd)?,
             FORWARD_TIMEOUT,
         )
         .await
@@ -189,7 +187,24 @@ impl PeerRouter {
         req: &ReadRequest,
         timeout: Duration,
     ) -> Result<ReadResponse> {
-        Self::node_call(self.channel(node)?, NodeRpc::Read, group, req, timeout).await
+        self.read_groups(node, &[group], req, timeout).await
+    }
+
+    /// Asks `node` to serve a linearizable read of `groups` (a scan or aggregation of several
+    /// shards), as the leader of each, within `timeout`.
+    pub async fn read_groups(
+        &self,
+        node: NodeId,
+        groups: &[GroupId],
+        req: &ReadRequest,
+        timeout: Duration,
+    ) -> Result<ReadResponse> {
+        let (&first, more) = groups
+            .split_first()
+            .ok_or_else(|| Error::InvalidOperation("a read names no group".into()))?;
+        let mut msg = group_message(first, req)?;
+        msg.more_groups = more.iter().map(|g| g.get()).collect();
+        Self::node_call(self.channel(node)?, NodeRpc::Read, msg, timeout).await
     }
 
     /// Sends an admin request to the node at `addr`.
@@ -201,8 +216,7 @@ impl PeerRouter {
         Self::node_call(
             channel_for_addr(addr, None)?,
             NodeRpc::Admin,
-            META_GROUP,
-            req,
+            group_message(META_GROUP, req)?,
             timeout,
         )
         .await
@@ -217,8 +231,7 @@ impl PeerRouter {
         Self::node_call(
             self.channel(node)?,
             NodeRpc::Admin,
-            META_GROUP,
-            req,
+            group_message(META_GROUP, req)?,
             timeout,
         )
         .await
