@@ -438,8 +438,8 @@ fn keep_best(rows: &mut Vec<Value>, keep: usize, order: &RowOrder) {
 
 /// An ordered walk in progress: index entries offered in walk order, their objects read a
 /// batch at a time, and the rows found so far.
-struct OrderedWalk<'a, 'm> {
-    store: &'a ReadView<'a>,
+struct OrderedWalk<'a, 'm, 'v> {
+    store: &'a ReadView<'v>,
     group: GroupId,
     req: &'a ScanRequest,
     matcher: &'a Matcher<'m>,
@@ -460,7 +460,7 @@ struct OrderedWalk<'a, 'm> {
     pending: Vec<(String, Vec<u8>)>,
 }
 
-impl OrderedWalk<'_, '_> {
+impl OrderedWalk<'_, '_, '_> {
     /// Takes the next entry of the walk; false once the walk is past its boundary.
     fn offer(&mut self, id: &str, value: &[u8]) -> Result<bool> {
         if self.boundary.as_deref().is_some_and(|b| b != value) {

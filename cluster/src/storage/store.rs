@@ -29,12 +29,17 @@ use crate::error::{Error, Result};
 /// A point-in-time view of the store (`Store::view`): every read through it sees the state of
 /// the moment it was taken, whatever apply writes meanwhile, so a query that reads an index and
 /// then objects neither meets an object twice nor misses one that moved.
+///
+/// Its scans of the state machine's column family share one RocksDB iterator, made at the
+/// first scan and moved by seeks (creating an iterator costs more than the few entries an
+/// ordered walk reads); the iterator is declared before the snapshot so it is dropped first.
 pub struct ReadView<'a> {
     store: &'a Store,
+    sm_iter: std::cell::RefCell<Option<rocksdb::DBRawIteratorWithThreadMode<'a, DB>>>,
     snap: rocksdb::SnapshotWithThreadMode<'a, DB>,
 }
 
-impl ReadView<'_> {
+impl<'a> ReadView<'a> {
     fn options(&self) -> ReadOptions {
         let mut ro = ReadOptions::default();
         ro.set_snapshot(&self.snap);
@@ -61,8 +66,7 @@ impl ReadView<'_> {
         end: &[u8],
         mut visit: impl FnMut(&[u8], &[u8]) -> Result<bool>,
     ) -> Result<()> {
-        self.store
-            .scan_with(cf, start, end, self.options(), false, &mut visit)
+        self.walk(cf, start, end, false, &mut visit)
     }
 
     /// Like [`ReadView::scan`], from the last key of the range to the first.
@@ -73,8 +77,62 @@ impl ReadView<'_> {
         end: &[u8],
         mut visit: impl FnMut(&[u8], &[u8]) -> Result<bool>,
     ) -> Result<()> {
-        self.store
-            .scan_with(cf, start, end, self.options(), true, &mut visit)
+        self.walk(cf, start, end, true, &mut visit)
+    }
+
+    /// A scan of `[start, end)` in either direction: through the view's shared iterator for
+    /// the state machine's column family, a new bounded one for the others (and for a scan
+    /// made while another is visiting).
+    fn walk(
+        &self,
+        cf: &str,
+        start: &[u8],
+        end: &[u8],
+        reverse: bool,
+        visit: &mut impl FnMut(&[u8], &[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        // A scan inside another's visit (the shared iterator is busy) gets its own.
+        let mut slot = match self.sm_iter.try_borrow_mut() {
+            Ok(slot) if cf == CF_SM => slot,
+            _ => {
+                return self
+                    .store
+                    .scan_with(cf, start, end, self.options(), reverse, visit)
+            }
+        };
+        let store: &'a Store = self.store;
+        let it = match slot.as_mut() {
+            Some(it) => it,
+            None => slot.insert(
+                store
+                    .db
+                    .raw_iterator_cf_opt(store.cf(CF_SM)?, self.options()),
+            ),
+        };
+        if reverse {
+            it.seek_for_prev(end);
+            // `end` is excluded.
+            if it.key() == Some(end) {
+                it.prev();
+            }
+        } else {
+            it.seek(start);
+        }
+        while let (Some(k), Some(v)) = (it.key(), it.value()) {
+            let inside = match reverse {
+                true => k >= start,
+                false => k < end,
+            };
+            if !inside || !visit(k, v)? {
+                break;
+            }
+            if reverse {
+                it.prev();
+            } else {
+                it.next();
+            }
+        }
+        Ok(it.status()?)
     }
 
     /// Like [`ReadView::scan`], for reading much of a column family once: reads ahead, and
@@ -203,6 +261,7 @@ impl Store {
     pub fn view(&self) -> ReadView<'_> {
         ReadView {
             store: self,
+            sm_iter: std::cell::RefCell::new(None),
             snap: self.db.snapshot(),
         }
     }
@@ -440,5 +499,60 @@ mod tests {
         assert_eq!(collect(false, 9), keys(&[b"b1", b"b2", b"b3"]));
         assert_eq!(collect(true, 9), keys(&[b"b3", b"b2", b"b1"]));
         assert_eq!(collect(true, 2), keys(&[b"b3", b"b2"]));
+    }
+
+    /// A view's scans share one iterator: each scan still sees exactly its range in its
+    /// direction (an `end` that is a stored key stays out), a scan started inside another's
+    /// visit gets its own, and writes after the view was taken are not seen.
+    #[test]
+    fn a_views_scans_share_an_iterator_and_keep_their_bounds() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let put = |keys: &[&[u8]]| {
+            let mut batch = WriteBatch::default();
+            for k in keys {
+                batch.put_cf(store.cf(CF_SM).unwrap(), k, k);
+            }
+            store.write(batch, true).unwrap();
+        };
+        put(&[b"a", b"b1", b"b2", b"b3", b"c", b"d"]);
+        let view = store.view();
+        put(&[b"b25", b"a1"]);
+        let scan = |start: &[u8], end: &[u8], reverse: bool| {
+            let mut seen: Vec<Vec<u8>> = Vec::new();
+            let visit = |k: &[u8], v: &[u8]| {
+                assert_eq!(k, v);
+                seen.push(k.to_vec());
+                Ok(true)
+            };
+            if reverse {
+                view.scan_rev(CF_SM, start, end, visit).unwrap();
+            } else {
+                view.scan(CF_SM, start, end, visit).unwrap();
+            }
+            seen
+        };
+        let keys = |ks: &[&[u8]]| ks.iter().map(|k| k.to_vec()).collect::<Vec<_>>();
+        for _ in 0..2 {
+            assert_eq!(scan(b"b", b"c", false), keys(&[b"b1", b"b2", b"b3"]));
+            assert_eq!(scan(b"b", b"c", true), keys(&[b"b3", b"b2", b"b1"]));
+            assert_eq!(scan(b"b2", b"b3", true), keys(&[b"b2"]));
+            assert_eq!(scan(b"a", b"b2", false), keys(&[b"a", b"b1"]));
+            assert_eq!(scan(b"c", b"z", true), keys(&[b"d", b"c"]));
+            assert_eq!(scan(b"0", b"a", true), keys(&[]));
+            assert_eq!(scan(b"x", b"z", false), keys(&[]));
+        }
+        let mut pairs = Vec::new();
+        view.scan(CF_SM, b"b", b"c", |outer, _| {
+            view.scan_rev(CF_SM, b"c", b"e", |inner, _| {
+                pairs.push((outer.to_vec(), inner.to_vec()));
+                Ok(true)
+            })?;
+            Ok(true)
+        })
+        .unwrap();
+        assert_eq!(pairs.len(), 6);
+        assert_eq!(pairs[0], (b"b1".to_vec(), b"d".to_vec()));
+        assert_eq!(pairs[5], (b"b3".to_vec(), b"c".to_vec()));
     }
 }
