@@ -14,6 +14,7 @@
 
 pub mod acl;
 pub mod admin;
+pub mod cancel;
 pub mod cluster;
 pub mod command;
 pub mod error;

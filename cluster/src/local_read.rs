@@ -6,6 +6,7 @@
 use serde_json::Value;
 
 use crate::acl::{allows, Access};
+use crate::cancel::Cancel;
 use crate::command::{ReadRequest, ReadResponse};
 use crate::error::{Error, Result};
 use crate::ids::GroupId;
@@ -16,12 +17,14 @@ use crate::storage::records::{live_record, live_records_with_prefix, ReplicaStat
 use crate::storage::Store;
 
 /// Serves `req` from the store: a scan or aggregation over every group of `groups` (read
-/// together, `query::shard_exec`), any other read from its one group.
+/// together, `query::shard_exec`, which stops once `cancel` trips), any other read from its
+/// one group.
 pub fn serve_read(
     store: &Store,
     groups: &[GroupId],
     req: &ReadRequest,
     now_ms: i64,
+    cancel: &Cancel,
 ) -> Result<ReadResponse> {
     Ok(match req {
         ReadRequest::GetObject {
@@ -76,10 +79,12 @@ pub fn serve_read(
             now_ms,
         )?),
         ReadRequest::ScanObjects(scan) => {
-            let (rows, count) = scan_shards(store, groups, scan)?;
+            let (rows, count) = scan_shards(store, groups, scan, cancel)?;
             ReadResponse::Scan { rows, count }
         }
-        ReadRequest::Aggregate(agg) => ReadResponse::Groups(aggregate_shards(store, groups, agg)?),
+        ReadRequest::Aggregate(agg) => {
+            ReadResponse::Groups(aggregate_shards(store, groups, agg, cancel)?)
+        }
     })
 }
 

@@ -28,6 +28,7 @@ use super::index::{
 use super::order::RowOrder;
 use super::{ScanRequest, SortKey};
 use crate::acl::{allows, Access, PUBLIC_PRINCIPAL};
+use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 use crate::ids::GroupId;
 use crate::namespace::Namespace;
@@ -41,6 +42,8 @@ use crate::storage::Store;
 /// caller's principals, and the class's index state.
 struct Matcher<'a> {
     filter: Prepared<'a>,
+    /// Trips when nobody waits for the answer any more: every check stops the read.
+    cancel: &'a Cancel,
     principals: Option<&'a [String]>,
     meta: IndexMeta,
 }
@@ -53,6 +56,7 @@ impl<'a> Matcher<'a> {
         class: &str,
         filter: &'a Filter,
         principals: Option<&'a [String]>,
+        cancel: &'a Cancel,
     ) -> Result<Matcher<'a>> {
         if filter.sub_queries() {
             return Err(Error::InvalidValue(
@@ -73,6 +77,7 @@ impl<'a> Matcher<'a> {
         .unwrap_or_default();
         Ok(Matcher {
             filter: prepared,
+            cancel,
             principals,
             meta,
         })
@@ -121,6 +126,7 @@ impl<'a> Matcher<'a> {
     /// The object rendered as the query engine sees it (`render_for_query`), when the caller
     /// may read it and the filter selects it.
     fn check(&self, object_id: &str, bytes: &[u8]) -> Result<Option<Value>> {
+        self.cancel.check()?;
         let stored = StoredObject::decode(bytes)?;
         if !allows(&stored.fields, self.principals, Access::Read) {
             return Ok(None);
@@ -178,6 +184,7 @@ fn visit_planned(
             let mut ids: Vec<String> = Vec::new();
             for (start, end) in &ranges {
                 store.scan(CF_SM, start, end, |k, _| {
+                    matcher.cancel.check()?;
                     if let Some(id) = entry_object_id(k) {
                         ids.push(id.to_string());
                     }
@@ -308,6 +315,7 @@ fn exact_count(
     let mut count = 0u64;
     for (start, end) in &ranges {
         store.scan(CF_SM, start, end, |k, flags| {
+            matcher.cancel.check()?;
             let Some(id) = entry_object_id(k) else {
                 return Ok(true);
             };
@@ -688,6 +696,7 @@ pub fn scan_shards(
     store: &Store,
     groups: &[GroupId],
     req: &ScanRequest,
+    cancel: &Cancel,
 ) -> Result<(Vec<Value>, u64)> {
     let view = store.view();
     let keep = req.skip.saturating_add(req.limit);
@@ -696,7 +705,8 @@ pub fn scan_shards(
     let mut count = 0u64;
     for &group in groups {
         let worst = keep.checked_sub(1).and_then(|i| rows.get(i));
-        let (part, n) = scan_shard(&view, group, req, &order, worst)?;
+        cancel.check()?;
+        let (part, n) = scan_shard(&view, group, req, &order, worst, cancel)?;
         count += n;
         rows.extend(part);
         rows.sort_by(|a, b| order.compare(a, b));
@@ -716,6 +726,7 @@ fn scan_shard(
     req: &ScanRequest,
     order: &RowOrder,
     worst: Option<&Value>,
+    cancel: &Cancel,
 ) -> Result<(Vec<Value>, u64)> {
     let keep = req.skip.saturating_add(req.limit);
     let matcher = Matcher::new(
@@ -725,6 +736,7 @@ fn scan_shard(
         &req.class,
         &req.filter,
         req.principals.as_deref(),
+        cancel,
     )?;
     let counted = match req.count {
         true => exact_count(store, group, req, &matcher)?,
@@ -765,6 +777,7 @@ pub fn aggregate_shards(
     store: &Store,
     groups: &[GroupId],
     req: &AggregateRequest,
+    cancel: &Cancel,
 ) -> Result<Vec<PartialGroup>> {
     let view = store.view();
     let store = &view;
@@ -778,6 +791,7 @@ pub fn aggregate_shards(
             &req.class,
             &req.filter,
             req.principals.as_deref(),
+            cancel,
         )?;
         for_each_match(store, group, &req.app, &req.class, &matcher, |obj| {
             folder.add(&req.spec, &columns, &obj).map(|()| true)

@@ -26,6 +26,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 use crate::admin::{ClusterSettings, GroupDigest, GroupStatus, NodeRecord, NodeState, NodeStatus};
+use crate::cancel::Cancel;
 use crate::command::{Command, CommandResult, Proposed, ReadRequest, ReadResponse};
 use crate::error::{Error, Result};
 use crate::ids::{class_groups, object_group, shard_for, GroupId, NodeId, META_GROUP};
@@ -65,7 +66,7 @@ struct Inner {
 /// What serves a read from a replica's state (`local_read::serve_read`): given to `open`, so
 /// that routing reads needs no knowledge of what they ask. A scan or aggregation may cover
 /// several groups; any other read names one.
-pub type ReadServer = fn(&Store, &[GroupId], &ReadRequest, i64) -> Result<ReadResponse>;
+pub type ReadServer = fn(&Store, &[GroupId], &ReadRequest, i64, &Cancel) -> Result<ReadResponse>;
 
 pub fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
@@ -231,9 +232,13 @@ impl Replicas {
         let req = req.clone();
         let groups = groups.to_vec();
         let serve = self.inner.serve;
-        tokio::task::spawn_blocking(move || serve(&store, &groups, &req, now_ms()))
-            .await
-            .map_err(|e| Error::Internal(e.to_string()))?
+        // Dropping this future (the caller left, or its deadline passed) stops the task.
+        let (cancel, guard) = Cancel::new();
+        let answer =
+            tokio::task::spawn_blocking(move || serve(&store, &groups, &req, now_ms(), &cancel))
+                .await;
+        guard.disarm();
+        answer.map_err(|e| Error::Internal(e.to_string()))?
     }
 
     /// Waits until this node, as `group`'s leader, confirmed with a quorum that it still is
@@ -264,7 +269,7 @@ impl Replicas {
     /// the metadata group, whose writes settle on every member before they answer, and for a
     /// replica that vouches for being current: `freshness`).
     pub(crate) fn stale_read(&self, group: GroupId, req: &ReadRequest) -> Result<ReadResponse> {
-        (self.inner.serve)(&self.inner.store, &[group], req, now_ms())
+        (self.inner.serve)(&self.inner.store, &[group], req, now_ms(), &Cancel::never())
     }
 
     /// Records of a namespace of the metadata group from this node's replica (may lag the

@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 use super::apply::apply_command;
 use super::staged::Staged;
 use crate::acl::{allows, Access};
+use crate::cancel::Cancel;
 use crate::command::{Command, CommandResult};
 use crate::ids::GroupId;
 use crate::namespace::Namespace;
@@ -335,21 +336,21 @@ fn check_queries_of(
             req.order, req.principals
         );
         let (want_rows, want_count) = naive(store, groups, &req);
-        let (rows, count) = scan_shards(store, groups, &req).unwrap();
+        let (rows, count) = scan_shards(store, groups, &req, &Cancel::never()).unwrap();
         assert_eq!(count, want_count, "count, {what}");
         assert_eq!(rows, want_rows, "counted rows, {what}");
         let uncounted = ScanRequest {
             count: false,
             ..req.clone()
         };
-        let (rows, _) = scan_shards(store, groups, &uncounted).unwrap();
+        let (rows, _) = scan_shards(store, groups, &uncounted, &Cancel::never()).unwrap();
         assert_eq!(rows, want_rows, "uncounted rows, {what}");
         if groups.len() > 1 {
             let order = RowOrder::new(&req.order, &req.filter);
             let parts = groups
                 .iter()
                 .map(|g| {
-                    scan_shards(store, std::slice::from_ref(g), &uncounted)
+                    scan_shards(store, std::slice::from_ref(g), &uncounted, &Cancel::never())
                         .unwrap()
                         .0
                 })
@@ -501,6 +502,42 @@ fn shards_read_together_answer_like_reading_every_object() {
     }
 }
 
+/// A read whose caller left stops: with its token tripped, a scan, a count and an ordered
+/// walk answer the abandonment error instead of rows.
+#[test]
+fn an_abandoned_read_stops() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut rng = StdRng::seed_from_u64(3);
+    populate(&store, &mut rng, false);
+    let (cancel, guard) = Cancel::new();
+    let req = |w: Value, order: &str, count: bool| ScanRequest {
+        app: "a".into(),
+        class: "C".into(),
+        filter: Filter::parse(w.as_object().unwrap()).unwrap(),
+        order: ScanRequest::parse_order(order),
+        skip: 0,
+        limit: 10,
+        principals: None,
+        count,
+    };
+    let cases = [
+        req(json!({}), "", false),
+        req(json!({"n": {"$gt": 2}}), "-s", true),
+        req(json!({}), "-createdAt", false),
+    ];
+    for r in &cases {
+        assert!(scan_shards(&store, &[G], r, &cancel).is_ok());
+    }
+    drop(guard);
+    for r in &cases {
+        assert!(matches!(
+            scan_shards(&store, &[G], r, &cancel),
+            Err(crate::error::Error::Timeout(_))
+        ));
+    }
+}
+
 /// A replica that received the shard by snapshot, and then restarted (its store reopened),
 /// keeps the same counts, entries and answers.
 #[test]
@@ -567,6 +604,7 @@ fn class_counts_follow_creates_acl_changes_deletes_and_drops() {
                 principals,
                 count: true,
             },
+            &Cancel::never(),
         )
         .unwrap()
         .1

@@ -637,3 +637,66 @@ async fn declared_and_automatic_indexes_answer_like_a_scan() {
     let (_, s5) = plans(&cluster).await;
     assert_eq!(s5 - s4, 4.0, "an undeclared column scans");
 }
+
+/// A listing whose client hung up stops where its shards are read, on every node that reads
+/// them: the nodes count the abandoned reads (`basalt_reads_cancelled_total`), and the same
+/// listing still answers in full afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_whose_client_left_stops_on_every_node() {
+    let cluster = TestCluster::start(3, &["--shards", "6"], &[]).await;
+    let c = cluster.spread_client();
+    let bodies: Vec<Value> = (0..6_000)
+        .map(|i| json!({"i": i, "pad": format!("{i:05}{}", "x".repeat(400))}))
+        .collect();
+    create_many(&c, "Slow", &bodies).await;
+    // Unindexed: every shard reads and checks all of its objects.
+    let path = format!(
+        "/1/classes/Slow?order=-pad&limit=3&where={}",
+        urlencode(&json!({"pad": {"$regex": "^0"}}).to_string())
+    );
+    // (on the coordinating node 1, on its peers)
+    let cancelled = || async {
+        let mut peers = 0.0;
+        for i in 1..3 {
+            peers += cluster.metric(i, "basalt_reads_cancelled_total").await;
+        }
+        let here = cluster.metric(0, "basalt_reads_cancelled_total").await;
+        (here, peers)
+    };
+    assert_eq!(cancelled().await, (0.0, 0.0));
+    let both = |(here, peers): (f64, f64)| here >= 1.0 && peers >= 1.0;
+    let impatient = cluster
+        .client(0)
+        .with_timeout(std::time::Duration::from_millis(5))
+        .unwrap();
+    let mut abandoned = 0;
+    for _ in 0..40 {
+        if impatient
+            .request(Method::GET, &path, None, false)
+            .await
+            .is_err()
+        {
+            abandoned += 1;
+        }
+        if both(cancelled().await) {
+            break;
+        }
+    }
+    assert!(abandoned > 0, "some listing outlasted the client's 5 ms");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !both(cancelled().await) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the nodes count abandoned reads, the coordinator's and a peer's"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let full = get(&c, &path).await;
+    let names: Vec<&str> = full["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| &r["pad"].as_str().unwrap()[..5])
+        .collect();
+    assert_eq!(names, ["05999", "05998", "05997"]);
+}
