@@ -24,6 +24,8 @@ pub enum Error {
         code: Option<i64>,
         message: String,
         body: Value,
+        /// `Retry-After` in seconds, when the server sent one (429, 503 of a busy node).
+        retry_after: Option<u64>,
     },
     /// The connection could not be opened: the request was never sent.
     #[error("connect: {0}")]
@@ -256,6 +258,7 @@ impl Client {
         let location = header("location");
         let version = header("x-basalt-version").and_then(|v| v.parse().ok());
         let group = header("x-basalt-group").and_then(|v| v.parse().ok());
+        let retry_after: Option<u64> = header("retry-after").and_then(|v| v.parse().ok());
         let text = resp.text().await.map_err(|e| Error::Transport(chain(&e)))?;
         let body: Value = if text.is_empty() {
             Value::Null
@@ -263,7 +266,11 @@ impl Client {
             serde_json::from_str(&text).unwrap_or(Value::String(text))
         };
         if !status.is_success() {
-            return Err(api_error(status, body));
+            let mut e = api_error(status, body);
+            if let Error::Api { retry_after: r, .. } = &mut e {
+                *r = retry_after;
+            }
+            return Err(e);
         }
         Ok(Response {
             status: status.as_u16(),
@@ -424,5 +431,6 @@ fn api_error(status: StatusCode, body: Value) -> Error {
         code,
         message,
         body,
+        retry_after: None,
     }
 }

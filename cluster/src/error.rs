@@ -29,6 +29,9 @@ pub enum Error {
     /// The operation did not finish in time; a write may or may not have taken effect.
     #[error("timed out: {0}")]
     Timeout(String),
+    /// The node already runs as many queries as it may: this one was refused before any work.
+    #[error("overloaded: {0}")]
+    Overloaded(String),
     /// The addressed object does not exist.
     #[error("object not found")]
     ObjectNotFound,

@@ -147,6 +147,10 @@ pub struct ServiceArgs {
     /// 503 (an unindexed scan of a large class takes seconds).
     #[arg(long, default_value_t = 30, env = "BASALT_QUERY_TIMEOUT_SECS")]
     pub query_timeout_secs: u64,
+    /// Queries (listings, counts, aggregations) one node runs at once; one more answers 503
+    /// with `Retry-After` instead of waiting behind them.
+    #[arg(long, default_value_t = 256, env = "BASALT_MAX_QUERIES_IN_FLIGHT")]
+    pub max_queries_in_flight: usize,
 }
 
 impl ServiceArgs {
@@ -231,6 +235,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         ttl_sweep_every: Duration::from_secs(args.service.ttl_sweep_secs.max(1)),
         compact_every: Duration::from_secs(args.service.compact_secs.max(1)),
         query_timeout: Duration::from_secs(args.service.query_timeout_secs.max(1)),
+        max_queries_in_flight: args.service.max_queries_in_flight,
         store: match args.block_cache_mb {
             Some(mb) => StoreTuning {
                 block_cache_bytes: mb.max(1).saturating_mul(1 << 20),

@@ -85,7 +85,11 @@ impl Cluster {
         let listener = tokio::net::TcpListener::bind(opts.rpc_listen).await?;
         let cluster = Cluster {
             inner: Arc::new(Inner {
-                queries: Coordinator::new(replicas.clone(), opts.query_timeout),
+                queries: Coordinator::new(
+                    replicas.clone(),
+                    opts.query_timeout,
+                    opts.max_queries_in_flight,
+                ),
                 replicas: replicas.clone(),
                 options: opts,
                 tasks: Mutex::new(Vec::new()),

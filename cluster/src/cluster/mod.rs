@@ -58,6 +58,8 @@ pub struct ClusterOptions {
     /// Deadline of each shard's part of a query or aggregation (scans of large unindexed
     /// classes take seconds); point reads and writes keep the shorter forward deadline.
     pub query_timeout: Duration,
+    /// Queries (listings, counts, aggregations) this node runs at once; more answer 503.
+    pub max_queries_in_flight: usize,
     /// How the node's RocksDB uses memory.
     pub store: crate::storage::StoreTuning,
 }

@@ -6,6 +6,8 @@
 //! never silently partial.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::aggregate::{merge_partials, AggregateRequest, PartialGroup};
@@ -13,7 +15,7 @@ use super::merge::merge_rows;
 use super::order::RowOrder;
 use super::ScanRequest;
 use crate::command::{ReadRequest, ReadResponse};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::ids::{GroupId, NodeId};
 use crate::object::trim_query_times;
 use crate::replicas::{unexpected, Attempts, Replicas};
@@ -25,11 +27,44 @@ pub struct Coordinator {
     /// Deadline of each shard's part (scans of large unindexed classes take seconds; point
     /// reads and writes keep the shorter forward deadline).
     timeout: Duration,
+    /// Queries this node runs now (`admit`), and how many it may.
+    in_flight: Arc<AtomicUsize>,
+    max_in_flight: usize,
+}
+
+/// A query's place among those the node runs (`Coordinator::admit`), given back when dropped.
+pub struct QuerySlot(Arc<AtomicUsize>);
+
+impl Drop for QuerySlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Coordinator {
-    pub fn new(replicas: Replicas, timeout: Duration) -> Self {
-        Coordinator { replicas, timeout }
+    pub fn new(replicas: Replicas, timeout: Duration, max_in_flight: usize) -> Self {
+        Coordinator {
+            replicas,
+            timeout,
+            in_flight: Arc::default(),
+            max_in_flight: max_in_flight.max(1),
+        }
+    }
+
+    /// A place for one more query (its sub-queries, scans and aggregation included), or
+    /// `Overloaded` when the node already runs as many as it may: a node sheds queries it
+    /// could only queue behind the others instead of letting them all slow down to timeouts.
+    pub fn admit(&self) -> Result<QuerySlot> {
+        let before = self.in_flight.fetch_add(1, Ordering::Relaxed);
+        let slot = QuerySlot(Arc::clone(&self.in_flight));
+        if before >= self.max_in_flight {
+            metrics::counter!("basalt_queries_shed_total").increment(1);
+            return Err(Error::Overloaded(format!(
+                "{} queries already run on this node",
+                self.max_in_flight
+            )));
+        }
+        Ok(slot)
     }
 
     /// Asks every group of `class` for its part of `req`, concurrently: the groups one node

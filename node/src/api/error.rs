@@ -135,6 +135,9 @@ pub enum ApiError {
     /// The cause is logged with the request id, never sent to the client.
     #[error("the request timed out; a write may or may not have taken effect.")]
     Timeout(String),
+    /// The node runs as many queries as it may (503 with `Retry-After`); the cause is logged.
+    #[error("the node is busy with other queries; try again in 1 s.")]
+    Overloaded(String),
     /// Too many attempts by one client or on one account (429 with `Retry-After`).
     #[error("too many {what}; try again in {retry_after_secs} s.")]
     Throttled { what: String, retry_after_secs: u64 },
@@ -272,7 +275,7 @@ impl ApiError {
             ApiError::OriginNotAllowed(_) => 403,
             ApiError::RouteNotFound => 404,
             ApiError::MethodNotAllowed => 405,
-            ApiError::Unavailable(_) | ApiError::Timeout(_) => 503,
+            ApiError::Unavailable(_) | ApiError::Timeout(_) | ApiError::Overloaded(_) => 503,
             ApiError::Internal(_) => 500,
         }
     }
@@ -290,7 +293,9 @@ impl ApiError {
                 StatusCode::TOO_MANY_REQUESTS
             }
             ApiError::OriginNotAllowed(_) => StatusCode::FORBIDDEN,
-            ApiError::Unavailable(_) | ApiError::Timeout(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unavailable(_) | ApiError::Timeout(_) | ApiError::Overloaded(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::InvalidQuery(_)
             | ApiError::InvalidClassName(_)
@@ -371,6 +376,7 @@ impl From<ClusterError> for ApiError {
                 ApiError::Unavailable(format!("group {group} is electing a leader"))
             }
             ClusterError::Timeout(m) => ApiError::Timeout(m),
+            ClusterError::Overloaded(m) => ApiError::Overloaded(m),
             ClusterError::Schema(e) => e.into(),
             e @ (ClusterError::InvalidOperation(_)
             | ClusterError::Storage(_)
@@ -552,7 +558,9 @@ impl IntoResponse for ApiError {
                 tracing::error!(cause = %fault.chain(), "internal error");
                 json!({"code": self.code(), "error": BUSY_MESSAGE})
             }
-            ApiError::Unavailable(cause) | ApiError::Timeout(cause) => {
+            ApiError::Unavailable(cause)
+            | ApiError::Timeout(cause)
+            | ApiError::Overloaded(cause) => {
                 tracing::warn!(cause = %cause, "{self}");
                 json!({"code": self.code(), "error": self.to_string()})
             }
@@ -573,6 +581,10 @@ impl IntoResponse for ApiError {
         {
             resp.headers_mut()
                 .insert("retry-after", HeaderValue::from(*s));
+        }
+        if let ApiError::Overloaded(_) = &self {
+            resp.headers_mut()
+                .insert("retry-after", HeaderValue::from(1u64));
         }
         resp
     }
@@ -646,10 +658,11 @@ mod tests {
             ApiError::Unavailable(_) => 57,
             ApiError::Timeout(_) => 58,
             ApiError::Internal(_) => 59,
+            ApiError::Overloaded(_) => 60,
         }
     }
 
-    const VARIANTS: usize = 60;
+    const VARIANTS: usize = 61;
 
     /// Every variant with its documented status and code (docs/api.md, "Errors").
     #[test]
@@ -726,6 +739,7 @@ mod tests {
             (ApiError::RouteNotFound, 404, 404),
             (ApiError::MethodNotAllowed, 405, 405),
             (ApiError::Unavailable("x".into()), 503, 503),
+            (ApiError::Overloaded("x".into()), 503, 503),
             (ApiError::Timeout("x".into()), 503, 503),
             (ApiError::internal("x"), 500, 500),
         ];

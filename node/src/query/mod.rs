@@ -106,6 +106,10 @@ pub async fn run(
     };
     let limit = q.limit.unwrap_or(DEFAULT_LIMIT).min(max);
     let app = &ctx.app.application_id;
+    let _slot = cluster
+        .queries()
+        .admit()
+        .map_err(QueryError::from_cluster)?;
     let who = principals(cluster, roles, ctx).await?;
     let view = UserView::new(&ctx.app, who.acl());
     let named = q.order.iter().map(|k| k.field.as_str()).chain(

@@ -700,3 +700,63 @@ async fn a_listing_whose_client_left_stops_on_every_node() {
         .collect();
     assert_eq!(names, ["05999", "05998", "05997"]);
 }
+
+/// A node runs at most `--max-queries-in-flight` queries: one more answers 503 with
+/// `Retry-After` at once instead of queueing behind them, point reads go on meanwhile, and the
+/// same query answers once the others are done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_node_sheds_queries_with_a_retry_hint() {
+    let cluster = TestCluster::start(1, &["--max-queries-in-flight", "2"], &[]).await;
+    let c = cluster.client(0);
+    let bodies: Vec<Value> = (0..4_000)
+        .map(|i| json!({"i": i, "pad": format!("{i:05}{}", "x".repeat(400))}))
+        .collect();
+    let ids = create_many(&c, "Busy", &bodies).await;
+    // Unindexed: every shard reads all of its objects.
+    let path = format!(
+        "/1/classes/Busy?order=-pad&limit=3&where={}",
+        urlencode(&json!({"pad": {"$regex": "^0"}}).to_string())
+    );
+    let burst: Vec<_> = (0..16)
+        .map(|_| {
+            let (c, path) = (c.clone(), path.clone());
+            tokio::spawn(async move { c.request(Method::GET, &path, None, false).await })
+        })
+        .collect();
+    let point = c
+        .request(
+            Method::GET,
+            &format!("/1/classes/Busy/{}", ids[0]),
+            None,
+            false,
+        )
+        .await
+        .unwrap();
+    assert_eq!(point.body["i"], 0);
+    let (mut answered, mut shed) = (0, 0);
+    for task in burst {
+        match task.await.unwrap() {
+            Ok(r) => {
+                assert_eq!(r.body["results"].as_array().unwrap().len(), 3);
+                answered += 1;
+            }
+            Err(basalt_client::Error::Api {
+                status,
+                code,
+                retry_after,
+                ..
+            }) => {
+                assert_eq!((status, code, retry_after), (503, Some(503), Some(1)));
+                shed += 1;
+            }
+            Err(e) => panic!("neither an answer nor shed: {e}"),
+        }
+    }
+    assert!(
+        answered >= 1 && shed >= 1,
+        "{answered} answered, {shed} shed"
+    );
+    assert!(cluster.metric(0, "basalt_queries_shed_total").await >= 1.0);
+    let after = get(&c, &path).await;
+    assert_eq!(after["results"][0]["i"], 3_999);
+}
