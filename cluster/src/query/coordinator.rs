@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::aggregate::{merge_partials, AggregateRequest, PartialGroup};
 use super::merge::merge_rows;
@@ -79,9 +79,10 @@ impl Coordinator {
                 .or_default()
                 .push(g);
         }
+        let deadline = Instant::now() + self.timeout;
         let parts = by_leader
             .into_iter()
-            .map(|(leader, groups)| self.read_part(leader, groups, &req));
+            .map(|(leader, groups)| self.read_part(leader, groups, &req, deadline));
         let answers: Vec<Vec<ReadResponse>> = futures::future::join_all(parts)
             .await
             .into_iter()
@@ -89,12 +90,13 @@ impl Coordinator {
         Ok(answers.into_iter().flatten().collect())
     }
 
-    /// The answers of `groups`, whose leader is thought to be `leader`.
+    /// The answers of `groups`, whose leader is thought to be `leader`, by `deadline`.
     async fn read_part(
         &self,
         leader: Option<NodeId>,
         groups: Vec<GroupId>,
         req: &ReadRequest,
+        deadline: Instant,
     ) -> Result<Vec<ReadResponse>> {
         if let Some(node) = leader.filter(|_| groups.len() > 1) {
             match self
@@ -109,9 +111,13 @@ impl Coordinator {
                 Err(e) => return Err(e),
             }
         }
+        // What is left of the query's time (a failed batch already used some).
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(100));
         let reads = groups
             .into_iter()
-            .map(|g| self.replicas.read_within(g, req.clone(), self.timeout));
+            .map(|g| self.replicas.read_within(g, req.clone(), left));
         futures::future::join_all(reads).await.into_iter().collect()
     }
 

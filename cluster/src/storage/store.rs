@@ -103,11 +103,13 @@ impl<'a> ReadView<'a> {
         let store: &'a Store = self.store;
         let it = match slot.as_mut() {
             Some(it) => it,
-            None => slot.insert(
-                store
-                    .db
-                    .raw_iterator_cf_opt(store.cf(CF_SM)?, self.options()),
-            ),
+            None => {
+                // Unbounded, it could pass many deleted keys beyond a range's end before the
+                // next live one: it gives up after a few and the scan goes on bounded.
+                let mut ro = self.options();
+                ro.set_max_skippable_internal_keys(SHARED_ITERATOR_SKIPS);
+                slot.insert(store.db.raw_iterator_cf_opt(store.cf(CF_SM)?, ro))
+            }
         };
         if reverse {
             it.seek_for_prev(end);
@@ -118,21 +120,40 @@ impl<'a> ReadView<'a> {
         } else {
             it.seek(start);
         }
+        let mut last: Option<Vec<u8>> = None;
         while let (Some(k), Some(v)) = (it.key(), it.value()) {
             let inside = match reverse {
                 true => k >= start,
                 false => k < end,
             };
             if !inside || !visit(k, v)? {
-                break;
+                return Ok(());
             }
+            let buf = last.get_or_insert_with(Vec::new);
+            buf.clear();
+            buf.extend_from_slice(k);
             if reverse {
                 it.prev();
             } else {
                 it.next();
             }
         }
-        Ok(it.status()?)
+        match it.status() {
+            Err(e) if e.kind() == rocksdb::ErrorKind::Incomplete => {
+                // Resume after the last key visited, with a bounded iterator.
+                let (start, end) = match (last, reverse) {
+                    (Some(mut k), false) => {
+                        k.push(0);
+                        (k, end.to_vec())
+                    }
+                    (Some(k), true) => (start.to_vec(), k),
+                    (None, _) => (start.to_vec(), end.to_vec()),
+                };
+                self.store
+                    .scan_with(cf, &start, &end, self.options(), reverse, visit)
+            }
+            other => Ok(other?),
+        }
     }
 
     /// Like [`ReadView::scan`], for reading much of a column family once: reads ahead, and
@@ -150,6 +171,10 @@ impl<'a> ReadView<'a> {
         self.store.scan_with(cf, start, end, ro, false, &mut visit)
     }
 }
+
+/// Deleted (or overwritten) keys the shared iterator of a view passes in one step before it
+/// gives the scan over to a bounded iterator.
+const SHARED_ITERATOR_SKIPS: u64 = 4096;
 
 /// How the node's RocksDB uses memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -552,6 +577,40 @@ mod tests {
         })
         .unwrap();
         assert_eq!(pairs.len(), 6);
+        // Many deleted keys on both sides of a range: the shared iterator gives up passing
+        // them and the scan goes on bounded, with the same keys.
+        let mut batch = WriteBatch::default();
+        for i in 0..10_000 {
+            batch.put_cf(store.cf(CF_SM).unwrap(), format!("a{i:05}"), b"x");
+            batch.put_cf(store.cf(CF_SM).unwrap(), format!("c{i:05}"), b"x");
+        }
+        store.write(batch, true).unwrap();
+        let mut batch = WriteBatch::default();
+        for i in 0..10_000 {
+            batch.delete_cf(store.cf(CF_SM).unwrap(), format!("a{i:05}"));
+            batch.delete_cf(store.cf(CF_SM).unwrap(), format!("c{i:05}"));
+        }
+        store.write(batch, true).unwrap();
+        let view = store.view();
+        let scan = |start: &[u8], end: &[u8], reverse: bool| {
+            let mut seen: Vec<Vec<u8>> = Vec::new();
+            let visit = |k: &[u8], _: &[u8]| {
+                seen.push(k.to_vec());
+                Ok(true)
+            };
+            if reverse {
+                view.scan_rev(CF_SM, start, end, visit).unwrap();
+            } else {
+                view.scan(CF_SM, start, end, visit).unwrap();
+            }
+            seen
+        };
+        assert_eq!(
+            scan(b"b", b"c1", false),
+            keys(&[b"b1", b"b2", b"b25", b"b3", b"c"])
+        );
+        assert_eq!(scan(b"a", b"b2", true), keys(&[b"b1", b"a1", b"a"]));
+        assert_eq!(scan(b"a0", b"a2", false), keys(&[b"a1"]));
         assert_eq!(pairs[0], (b"b1".to_vec(), b"d".to_vec()));
         assert_eq!(pairs[5], (b"b3".to_vec(), b"c".to_vec()));
     }
