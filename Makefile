@@ -10,7 +10,7 @@ NODES ?= 1
 JEPSEN_SECONDS ?= 120
 JEPSEN_NODES ?= 3
 
-.PHONY: run dev test lint deps build bench bench-queries jepsen fuzz clean-data
+.PHONY: run dev test lint deps build bench bench-queries bench-peers jepsen fuzz clean-data
 
 ## Install the system packages the build needs (libclang for rust-rocksdb's bindgen).
 deps:
@@ -49,6 +49,13 @@ bench: deps
 bench-queries: deps
 	$(CARGO) build $(PROFILE_FLAGS) -p basalt -p basalt-bench
 	./scripts/bench-queries.sh
+
+## Side by side with the peers (Parse Server on PostgreSQL, a 3-member etcd) and 1- and
+## 3-node Basalt, one load generator (wrk) for all: installs the peers if missing, runs
+## at most MAX_MINUTES (45), writes bench/results/<date>-peers.md and .svg. OBJECTS,
+## SECONDS_PER, CONNECTIONS, SYSTEMS override (scripts/bench-peers.py).
+bench-peers: build
+	python3 scripts/bench-peers.py
 
 ## Jepsen: every workload under every nemesis (JEPSEN_SECONDS of load each), then a table.
 ## Run directories (history, node logs, summary, plot) go to ./jepsen-runs.

@@ -4,6 +4,8 @@
 //! the reserved fields `objectId`, `createdAt`, `updatedAt` are rendered on the way out. The
 //! encoding carries a version number so that later formats can be read next to old ones.
 
+use std::collections::HashSet;
+
 use chrono::{DateTime, NaiveDateTime, TimeZone, Utc};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
@@ -100,10 +102,192 @@ impl StoredObject {
 
     pub fn decode(bytes: &[u8]) -> Result<Self> {
         let obj: StoredObject = serde_json::from_slice(bytes)?;
-        if obj.v != OBJECT_FORMAT_V1 {
-            return Err(Error::Storage(format!("unknown object format {}", obj.v)));
+        obj.checked()
+    }
+
+    /// `decode` keeping only the user fields `keep` names: the others are skipped as the bytes
+    /// are parsed, never built (a query reads thousands of objects for the few fields its
+    /// filter, order or aggregation names).
+    pub fn decode_only(bytes: &[u8], keep: &HashSet<String>) -> Result<Self> {
+        use serde::de::DeserializeSeed;
+        let mut de = serde_json::Deserializer::from_slice(bytes);
+        let obj = lean::ObjectSeed(keep).deserialize(&mut de)?;
+        de.end()?;
+        obj.checked()
+    }
+
+    fn checked(self) -> Result<Self> {
+        if self.v != OBJECT_FORMAT_V1 {
+            return Err(Error::Storage(format!("unknown object format {}", self.v)));
         }
-        Ok(obj)
+        Ok(self)
+    }
+
+    /// `render_for_query` of an object from `decode_only`, with `createdAt` and `updatedAt`
+    /// only when `times`.
+    pub fn render_partial_for_query(&self, object_id: &str, times: bool) -> Value {
+        let mut out = Map::with_capacity(self.fields.len() + 3);
+        for (k, v) in self.fields.iter().filter(|(k, _)| !k.starts_with('_')) {
+            out.insert(k.clone(), render_value(v));
+        }
+        out.insert("objectId".into(), Value::String(object_id.to_string()));
+        if times {
+            out.insert(
+                "createdAt".into(),
+                Value::String(format_query_time(self.created_ms)),
+            );
+            out.insert(
+                "updatedAt".into(),
+                Value::String(format_query_time(self.updated_ms)),
+            );
+        }
+        Value::Object(out)
+    }
+}
+
+/// The parse behind `StoredObject::decode_only`: serde seeds that build the envelope and the
+/// kept fields, and skip every other value without allocating (`IgnoredAny`).
+mod lean {
+    use std::collections::HashSet;
+    use std::fmt;
+
+    use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
+    use serde_json::{Map, Value};
+
+    use super::StoredObject;
+
+    pub struct ObjectSeed<'k>(pub &'k HashSet<String>);
+
+    impl<'de> DeserializeSeed<'de> for ObjectSeed<'_> {
+        type Value = StoredObject;
+
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<StoredObject, D::Error> {
+            d.deserialize_map(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for ObjectSeed<'_> {
+        type Value = StoredObject;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a stored object")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<StoredObject, A::Error> {
+            use serde::de::Error;
+            let (mut v, mut created, mut updated, mut fields) = (None, None, None, None);
+            while let Some(key) = map.next_key_seed(EnvelopeKey)? {
+                match key {
+                    Envelope::V => v = Some(map.next_value()?),
+                    Envelope::Created => created = Some(map.next_value()?),
+                    Envelope::Updated => updated = Some(map.next_value()?),
+                    Envelope::Fields => fields = Some(map.next_value_seed(FieldsSeed(self.0))?),
+                    Envelope::Other => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+            }
+            Ok(StoredObject {
+                v: v.ok_or_else(|| A::Error::missing_field("v"))?,
+                created_ms: created.ok_or_else(|| A::Error::missing_field("created_ms"))?,
+                updated_ms: updated.ok_or_else(|| A::Error::missing_field("updated_ms"))?,
+                fields: fields.ok_or_else(|| A::Error::missing_field("fields"))?,
+            })
+        }
+    }
+
+    /// The members of a stored object's envelope.
+    enum Envelope {
+        V,
+        Created,
+        Updated,
+        Fields,
+        Other,
+    }
+
+    struct EnvelopeKey;
+
+    impl<'de> DeserializeSeed<'de> for EnvelopeKey {
+        type Value = Envelope;
+
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Envelope, D::Error> {
+            d.deserialize_str(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for EnvelopeKey {
+        type Value = Envelope;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a member of a stored object")
+        }
+
+        fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Envelope, E> {
+            Ok(match s {
+                "v" => Envelope::V,
+                "created_ms" => Envelope::Created,
+                "updated_ms" => Envelope::Updated,
+                "fields" => Envelope::Fields,
+                _ => Envelope::Other,
+            })
+        }
+    }
+
+    /// A field name, kept (as an owned string) only when `self.0` names it; other names are
+    /// compared where they lie and dropped.
+    struct KeySeed<'k>(&'k HashSet<String>);
+
+    impl<'de> DeserializeSeed<'de> for KeySeed<'_> {
+        type Value = Option<String>;
+
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<String>, D::Error> {
+            d.deserialize_str(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for KeySeed<'_> {
+        type Value = Option<String>;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a field name")
+        }
+
+        fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Option<String>, E> {
+            Ok(self.0.contains(s).then(|| s.to_string()))
+        }
+    }
+
+    struct FieldsSeed<'k>(&'k HashSet<String>);
+
+    impl<'de> DeserializeSeed<'de> for FieldsSeed<'_> {
+        type Value = Map<String, Value>;
+
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_map(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for FieldsSeed<'_> {
+        type Value = Map<String, Value>;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("the fields of a stored object")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut out = Map::new();
+            while let Some(key) = map.next_key_seed(KeySeed(self.0))? {
+                match key {
+                    Some(k) => {
+                        out.insert(k, map.next_value()?);
+                    }
+                    None => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+            }
+            Ok(out)
+        }
     }
 }
 
@@ -267,6 +451,72 @@ pub fn validate_field_name(name: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_partial_decode_keeps_only_the_named_fields_as_they_were() {
+        let mut o = StoredObject::new(1_700_000_000_123);
+        o.updated_ms = 1_700_000_999_456;
+        o.fields = serde_json::json!({
+            "score": 12.5,
+            "na\"me\u{e9}": {"nested": [1, {"a": "b"}], "s": "x\ny"},
+            "ACL": {"*": {"read": true}},
+            "skipped": [[[{"deep": null}]], "\u{2603}", -0.0, 1e300, true],
+            "tags": ["a", "b"],
+        })
+        .as_object()
+        .unwrap()
+        .clone();
+        let bytes = o.encode().unwrap();
+        let keep: HashSet<String> = ["score", "na\"me\u{e9}", "ACL", "absent"]
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+        let lean = StoredObject::decode_only(&bytes, &keep).unwrap();
+        assert_eq!(
+            (lean.v, lean.created_ms, lean.updated_ms),
+            (o.v, o.created_ms, o.updated_ms)
+        );
+        let mut expected = o.fields.clone();
+        expected.retain(|k, _| keep.contains(k));
+        assert_eq!(lean.fields, expected);
+        assert_eq!(lean.fields.len(), 3);
+        // Keeping every name gives what `decode` gives.
+        let all: HashSet<String> = o.fields.keys().cloned().collect();
+        assert_eq!(StoredObject::decode_only(&bytes, &all).unwrap(), o);
+        // Rendered without times: the kept fields and the objectId only.
+        let row = lean.render_partial_for_query("abc", false);
+        assert_eq!(row["objectId"], "abc");
+        assert_eq!(row["score"], 12.5);
+        assert!(row.get("createdAt").is_none() && row.get("tags").is_none());
+        let row = lean.render_partial_for_query("abc", true);
+        assert_eq!(row["createdAt"], format_query_time(o.created_ms));
+        assert_eq!(row["updatedAt"], format_query_time(o.updated_ms));
+        // Names written with escapes are compared unescaped.
+        let bytes =
+            br#"{"fields":{"k\u00e9y":1,"o":{"x":"\u2603"}},"v":1,"created_ms":1,"updated_ms":2}"#;
+        let keep: HashSet<String> = ["k\u{e9}y".to_string()].into_iter().collect();
+        let lean = StoredObject::decode_only(bytes, &keep).unwrap();
+        assert_eq!(
+            Value::Object(lean.fields),
+            serde_json::json!({"k\u{e9}y": 1})
+        );
+        assert_eq!((lean.created_ms, lean.updated_ms), (1, 2));
+    }
+
+    #[test]
+    fn a_partial_decode_refuses_what_decode_refuses() {
+        let keep: HashSet<String> = ["a".to_string()].into_iter().collect();
+        for bad in [
+            &br#"{"v":2,"created_ms":1,"updated_ms":1,"fields":{}}"#[..],
+            br#"{"v":1,"created_ms":1,"fields":{}}"#,
+            br#"{"v":1,"created_ms":1,"updated_ms":1,"fields":{"a":1,"b":[}"#,
+            br#"{"v":1,"created_ms":1,"updated_ms":1,"fields":{}} trailing"#,
+            br#"[1]"#,
+        ] {
+            assert!(StoredObject::decode(bad).is_err());
+            assert!(StoredObject::decode_only(bad, &keep).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn times_are_written_as_chrono_writes_them() {

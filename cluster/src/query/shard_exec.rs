@@ -39,16 +39,45 @@ use crate::storage::store::ReadView;
 use crate::storage::Store;
 
 /// What a shard needs to check one stored object against a query: the filter (prepared), the
-/// caller's principals, and the class's index state.
+/// caller's principals, the class's index state, and the fields the query reads.
 struct Matcher<'a> {
     filter: Prepared<'a>,
     /// Trips when nobody waits for the answer any more: every check stops the read.
     cancel: &'a Cancel,
     principals: Option<&'a [String]>,
     meta: IndexMeta,
+    /// The top-level fields the filter, the ACL check, the order or the aggregation read: the
+    /// only ones decoded from each candidate (`StoredObject::decode_only`).
+    fields: HashSet<String>,
+    /// Whether they include `createdAt` or `updatedAt`.
+    times: bool,
+}
+
+/// The top-level fields a query reads to select, order or fold objects: those its filter
+/// names, `ACL` when the caller is not the master key, and `extra` (order keys, aggregated
+/// columns). A dot path names its first key.
+fn read_fields(filter: &Filter, principals: bool, extra: &[&str]) -> HashSet<String> {
+    let fields = std::cell::RefCell::new(HashSet::new());
+    let add = |path: &str| {
+        let mut fields = fields.borrow_mut();
+        fields.insert(path.to_string());
+        if let Some((top, _)) = path.split_once('.') {
+            fields.insert(top.to_string());
+        }
+    };
+    filter.any_path(&|p| {
+        add(p);
+        false
+    });
+    extra.iter().for_each(|p| add(p));
+    if principals {
+        add("ACL");
+    }
+    fields.into_inner()
 }
 
 impl<'a> Matcher<'a> {
+    #[allow(clippy::too_many_arguments)]
     fn new(
         store: &ReadView<'_>,
         group: GroupId,
@@ -56,6 +85,7 @@ impl<'a> Matcher<'a> {
         class: &str,
         filter: &'a Filter,
         principals: Option<&'a [String]>,
+        extra: &[&str],
         cancel: &'a Cancel,
     ) -> Result<Matcher<'a>> {
         if filter.sub_queries() {
@@ -75,11 +105,15 @@ impl<'a> Matcher<'a> {
         )?
         .and_then(|r| serde_json::from_value(r.value).ok())
         .unwrap_or_default();
+        let fields = read_fields(filter, principals.is_some(), extra);
+        let times = fields.contains("createdAt") || fields.contains("updatedAt");
         Ok(Matcher {
             filter: prepared,
             cancel,
             principals,
             meta,
+            fields,
+            times,
         })
     }
 
@@ -108,12 +142,7 @@ impl<'a> Matcher<'a> {
         class: &str,
         ids: &[&str],
     ) -> Result<Vec<Option<Value>>> {
-        let keys: Vec<Vec<u8>> = ids
-            .iter()
-            .map(|id| keys::object_key(group, app, class, id))
-            .collect();
-        store
-            .multi_get(CF_SM, &keys)?
+        read_objects(store, group, app, class, ids)?
             .into_iter()
             .zip(ids)
             .map(|(bytes, id)| match bytes {
@@ -123,17 +152,64 @@ impl<'a> Matcher<'a> {
             .collect()
     }
 
-    /// The object rendered as the query engine sees it (`render_for_query`), when the caller
-    /// may read it and the filter selects it.
+    /// The fields the query reads of the object (`fields`), rendered as the query engine sees
+    /// them (`render_partial_for_query`), when the caller may read it and the filter selects
+    /// it. `whole` renders the rows a shard answers with.
     fn check(&self, object_id: &str, bytes: &[u8]) -> Result<Option<Value>> {
         self.cancel.check()?;
-        let stored = StoredObject::decode(bytes)?;
+        let stored = StoredObject::decode_only(bytes, &self.fields)?;
         if !allows(&stored.fields, self.principals, Access::Read) {
             return Ok(None);
         }
-        let obj = stored.render_for_query(object_id);
+        let obj = stored.render_partial_for_query(object_id, self.times);
         Ok(self.filter.matches(&obj).then_some(obj))
     }
+
+    /// `rows` from `check` rendered whole (`render_for_query`), read again from the same
+    /// snapshot: only the rows a shard answers with are ever decoded in full.
+    fn whole(
+        &self,
+        store: &ReadView<'_>,
+        group: GroupId,
+        app: &str,
+        class: &str,
+        rows: Vec<Value>,
+    ) -> Result<Vec<Value>> {
+        let ids: Vec<&str> = rows
+            .iter()
+            .map(|r| {
+                r.get("objectId")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| Error::Storage("a matched row without its objectId".into()))
+            })
+            .collect::<Result<_>>()?;
+        read_objects(store, group, app, class, &ids)?
+            .into_iter()
+            .zip(&ids)
+            .map(|(bytes, id)| {
+                let bytes = bytes.ok_or_else(|| {
+                    Error::Storage(format!("object {id} left a snapshot while it was read"))
+                })?;
+                Ok(StoredObject::decode(&bytes)?.render_for_query(id))
+            })
+            .collect()
+    }
+}
+
+/// The stored bytes of the objects `ids` of the class, read together (one multi-get), in the
+/// order of `ids`.
+fn read_objects(
+    store: &ReadView<'_>,
+    group: GroupId,
+    app: &str,
+    class: &str,
+    ids: &[&str],
+) -> Result<Vec<Option<Vec<u8>>>> {
+    let keys: Vec<Vec<u8>> = ids
+        .iter()
+        .map(|id| keys::object_key(group, app, class, id))
+        .collect();
+    store.multi_get(CF_SM, &keys)
 }
 
 /// Calls `visit` with each object of `app`/`class` on the shard that `principals` may read and
@@ -436,26 +512,64 @@ fn walk_ranges(
 /// Objects read together (one RocksDB multi-get) while walking or reading candidates.
 const FETCH_BATCH: usize = 64;
 
-/// Keeps memory bounded: trims `rows` to the best `keep` whenever the buffer doubles.
-fn keep_best(rows: &mut Vec<Value>, keep: usize, order: &RowOrder) {
-    if rows.len() >= keep.saturating_mul(2).max(64) {
-        rows.sort_by(|a, b| order.compare(a, b));
-        rows.truncate(keep);
+/// The best `keep` rows offered under an order, in bounded memory: the buffer is cut back
+/// to the best `keep` whenever it doubles, and from the first cut on a row that does not
+/// beat the worst kept one is turned away with one comparison.
+struct Best<'o> {
+    rows: Vec<Value>,
+    keep: usize,
+    order: &'o RowOrder,
+    /// The worst row kept at the last cut.
+    worst: Option<Value>,
+}
+
+impl<'o> Best<'o> {
+    fn new(keep: usize, order: &'o RowOrder) -> Best<'o> {
+        Best {
+            rows: Vec::new(),
+            keep,
+            order,
+            worst: None,
+        }
+    }
+
+    fn offer(&mut self, row: Value) {
+        if self.keep == 0
+            || self
+                .worst
+                .as_ref()
+                .is_some_and(|w| self.order.compare(&row, w).is_ge())
+        {
+            return;
+        }
+        self.rows.push(row);
+        if self.rows.len() >= self.keep.saturating_mul(2).max(64) {
+            self.rows.sort_by(|a, b| self.order.compare(a, b));
+            self.rows.truncate(self.keep);
+            self.worst = self.rows.last().cloned();
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    fn into_rows(self) -> Vec<Value> {
+        self.rows
     }
 }
 
 /// An ordered walk in progress: index entries offered in walk order, their objects read a
 /// batch at a time, and the rows found so far.
-struct OrderedWalk<'a, 'm, 'v> {
+struct OrderedWalk<'a, 'm, 'v, 'o> {
     store: &'a ReadView<'v>,
     group: GroupId,
     req: &'a ScanRequest,
     matcher: &'a Matcher<'m>,
-    order: &'a RowOrder,
     /// The walked field is `createdAt`/`updatedAt` (every object has exactly one entry).
     always: bool,
     keep: usize,
-    rows: Vec<Value>,
+    rows: Best<'o>,
     /// Rows met through the walk (not the markers).
     walked: usize,
     /// The encoded value of the `keep`-th walked row's key: the walk ends past it.
@@ -468,7 +582,7 @@ struct OrderedWalk<'a, 'm, 'v> {
     pending: Vec<(String, Vec<u8>)>,
 }
 
-impl OrderedWalk<'_, '_, '_> {
+impl OrderedWalk<'_, '_, '_, '_> {
     /// Takes the next entry of the walk; false once the walk is past its boundary.
     fn offer(&mut self, id: &str, value: &[u8]) -> Result<bool> {
         if self.boundary.as_deref().is_some_and(|b| b != value) {
@@ -512,12 +626,11 @@ impl OrderedWalk<'_, '_, '_> {
             if !self.always && !single_scalar(lookup(&obj, field)) {
                 continue;
             }
-            self.rows.push(obj);
+            self.rows.offer(obj);
             self.walked += 1;
             if self.walked == self.keep {
                 self.boundary = Some(value.clone());
             }
-            keep_best(&mut self.rows, self.keep, self.order);
         }
         Ok(true)
     }
@@ -560,10 +673,9 @@ fn walk_in_order(
         group,
         req,
         matcher,
-        order,
         always,
         keep,
-        rows: Vec::new(),
+        rows: Best::new(keep, order),
         walked: 0,
         boundary: None,
         limit: worst
@@ -587,8 +699,7 @@ fn walk_in_order(
                 .into_iter()
                 .flatten()
             {
-                walk.rows.push(obj);
-                keep_best(&mut walk.rows, keep, order);
+                walk.rows.offer(obj);
             }
         }
     }
@@ -617,7 +728,7 @@ fn walk_in_order(
             break;
         }
     }
-    Ok(Some(walk.rows))
+    Ok(Some(walk.rows.into_rows()))
 }
 
 /// The first `keep` matches in the query's order, without counting every match: an ordered
@@ -640,48 +751,33 @@ fn first_rows(
     let worst_id = worst
         .and_then(|w| w.get("objectId"))
         .and_then(Value::as_str);
-    let mut rows = Vec::new();
-    collect_matches(
-        store,
-        group,
-        req,
-        matcher,
-        order,
-        keep,
-        &mut rows,
-        |n, obj| {
-            let past = || {
-                let id = obj.get("objectId").and_then(Value::as_str);
-                worst_id.is_some_and(|w| id.is_some_and(|id| id > w))
-            };
-            !(stop_early && (n >= keep || past()))
-        },
-    )?;
-    Ok(rows)
+    let mut rows = Best::new(keep, order);
+    collect_matches(store, group, req, matcher, &mut rows, |n, obj| {
+        let past = || {
+            let id = obj.get("objectId").and_then(Value::as_str);
+            worst_id.is_some_and(|w| id.is_some_and(|id| id > w))
+        };
+        !(stop_early && (n >= keep || past()))
+    })?;
+    Ok(rows.into_rows())
 }
 
-/// Visits every match, keeping the best `keep` in `rows`; `go_on` sees how many rows are
-/// held and the match just visited, and may stop the visit. Answers how many matches were
-/// visited.
-#[allow(clippy::too_many_arguments)]
+/// Visits every match, keeping the best in `rows`; `go_on` sees how many rows are held
+/// with the match just visited, and that match, and may stop the visit. Answers how many
+/// matches were visited.
 fn collect_matches(
     store: &ReadView<'_>,
     group: GroupId,
     req: &ScanRequest,
     matcher: &Matcher<'_>,
-    order: &RowOrder,
-    keep: usize,
-    rows: &mut Vec<Value>,
+    rows: &mut Best<'_>,
     go_on: impl Fn(usize, &Value) -> bool,
 ) -> Result<u64> {
     let mut count = 0u64;
     for_each_match(store, group, &req.app, &req.class, matcher, |obj| {
         count += 1;
-        let go = go_on(rows.len() + usize::from(keep > 0), &obj);
-        if keep > 0 {
-            rows.push(obj);
-            keep_best(rows, keep, order);
-        }
+        let go = go_on(rows.len() + usize::from(rows.keep > 0), &obj);
+        rows.offer(obj);
         Ok(go)
     })?;
     Ok(count)
@@ -729,6 +825,7 @@ fn scan_shard(
     cancel: &Cancel,
 ) -> Result<(Vec<Value>, u64)> {
     let keep = req.skip.saturating_add(req.limit);
+    let order_fields: Vec<&str> = req.order.iter().map(|k| k.field.as_str()).collect();
     let matcher = Matcher::new(
         store,
         group,
@@ -736,6 +833,7 @@ fn scan_shard(
         &req.class,
         &req.filter,
         req.principals.as_deref(),
+        &order_fields,
         cancel,
     )?;
     let counted = match req.count {
@@ -744,18 +842,9 @@ fn scan_shard(
     };
     let (mut rows, count) = match (req.count, counted) {
         (true, None) => {
-            let mut rows = Vec::new();
-            let n = collect_matches(
-                store,
-                group,
-                req,
-                &matcher,
-                order,
-                keep,
-                &mut rows,
-                |_, _| true,
-            )?;
-            (rows, n)
+            let mut rows = Best::new(keep, order);
+            let n = collect_matches(store, group, req, &matcher, &mut rows, |_, _| true)?;
+            (rows.into_rows(), n)
         }
         (_, counted) => {
             let rows = match keep {
@@ -768,6 +857,7 @@ fn scan_shard(
     };
     rows.sort_by(|a, b| order.compare(a, b));
     rows.truncate(keep);
+    let rows = matcher.whole(store, group, &req.app, &req.class, rows)?;
     Ok((rows, count))
 }
 
@@ -783,6 +873,13 @@ pub fn aggregate_shards(
     let store = &view;
     let columns = req.spec.columns();
     let mut folder = Folder::default();
+    let read: Vec<&str> = req
+        .spec
+        .group_by
+        .iter()
+        .chain(&columns)
+        .map(String::as_str)
+        .collect();
     for &group in groups {
         let matcher = Matcher::new(
             store,
@@ -791,6 +888,7 @@ pub fn aggregate_shards(
             &req.class,
             &req.filter,
             req.principals.as_deref(),
+            &read,
             cancel,
         )?;
         for_each_match(store, group, &req.app, &req.class, &matcher, |obj| {

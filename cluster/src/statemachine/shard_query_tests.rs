@@ -20,11 +20,12 @@ use crate::command::{Command, CommandResult};
 use crate::ids::GroupId;
 use crate::namespace::Namespace;
 use crate::object::StoredObject;
+use crate::query::aggregate::{AggregateRequest, AggregateSpec, Folder, Metric};
 use crate::query::filter::Filter;
 use crate::query::index::{meta_key, public_read, IndexMeta};
 use crate::query::merge::merge_rows;
 use crate::query::order::RowOrder;
-use crate::query::shard_exec::scan_shards;
+use crate::query::shard_exec::{aggregate_shards, scan_shards};
 use crate::query::{ScanRequest, SortKey};
 use crate::storage::keys::{self, CF_SM};
 use crate::storage::records::{live_record, ReplicaState};
@@ -345,6 +346,7 @@ fn check_queries_of(
         };
         let (rows, _) = scan_shards(store, groups, &uncounted, &Cancel::never()).unwrap();
         assert_eq!(rows, want_rows, "uncounted rows, {what}");
+        check_aggregation(store, groups, &req, rng, &what);
         if groups.len() > 1 {
             let order = RowOrder::new(&req.order, &req.filter);
             let parts = groups
@@ -359,6 +361,56 @@ fn check_queries_of(
             assert_eq!(merged, want_rows, "rows merged from single shards, {what}");
         }
     }
+}
+
+/// An aggregation with the query's filter and caller (grouped by `s`, `n` or the day of
+/// `createdAt`; sum of `n`, extremes of `s`) against folding every match `naive` finds.
+fn check_aggregation(
+    store: &Store,
+    groups: &[GroupId],
+    req: &ScanRequest,
+    rng: &mut StdRng,
+    what: &str,
+) {
+    let group_by = ["s", "n", "createdAt"][rng.random_range(0..3)].to_string();
+    let spec = AggregateSpec {
+        group_by: vec![group_by],
+        metrics: vec![
+            (Metric::Sum, "n".to_string()),
+            (Metric::Max, "s".to_string()),
+            (Metric::Min, "s".to_string()),
+        ],
+        group_count: true,
+    };
+    let all = ScanRequest {
+        skip: 0,
+        limit: usize::MAX,
+        ..req.clone()
+    };
+    let columns = spec.columns();
+    let mut folder = Folder::default();
+    // Shards fold their matches group by group, each in objectId order.
+    for g in groups {
+        let (mut matches, _) = naive(store, std::slice::from_ref(g), &all);
+        matches.sort_by(|a, b| a["objectId"].as_str().cmp(&b["objectId"].as_str()));
+        for m in &matches {
+            folder.add(&spec, &columns, m).unwrap();
+        }
+    }
+    let agg = AggregateRequest {
+        app: req.app.clone(),
+        class: req.class.clone(),
+        filter: req.filter.clone(),
+        spec: spec.clone(),
+        principals: req.principals.clone(),
+    };
+    let got = aggregate_shards(store, groups, &agg, &Cancel::never()).unwrap();
+    assert_eq!(
+        got,
+        folder.into_partials(),
+        "aggregation by {:?}, {what}",
+        spec.group_by
+    );
 }
 
 fn random_id(rng: &mut StdRng, i: usize) -> String {
