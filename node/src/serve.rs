@@ -93,6 +93,9 @@ pub struct ServiceArgs {
     /// Smallest Raft election timeout in milliseconds (the largest is twice this).
     #[arg(long, default_value_t = 1200, env = "BASALT_ELECTION_MS")]
     pub election_ms: u64,
+    /// Confirm every read with a quorum round (read index) instead of the leader's lease.
+    #[arg(long, env = "BASALT_NO_LEASE_READS")]
+    pub no_lease_reads: bool,
     /// Entries applied since the last snapshot that trigger a new one.
     #[arg(long, default_value_t = 20_000, env = "BASALT_SNAPSHOT_LOGS")]
     pub snapshot_logs: u64,
@@ -229,6 +232,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             heartbeat_ms: args.service.heartbeat_ms,
             election_min_ms: args.service.election_ms,
             election_max_ms: args.service.election_ms * 2,
+            lease_reads: !args.service.no_lease_reads,
             snapshot_logs: args.service.snapshot_logs,
             keep_logs: args.service.keep_logs,
         },

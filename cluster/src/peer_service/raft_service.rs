@@ -1,6 +1,7 @@
 //! `RaftService`: hands Raft messages (votes, appends, snapshots streamed in chunks) to the
 //! addressed group's local replica, noting each accepted append as contact with the leader
-//! (`replicas::freshness`).
+//! (`replicas::freshness`). A node that started within a leader lease refuses votes until the
+//! lease is over (decisions/0015).
 
 use futures::StreamExt;
 use openraft::raft::{
@@ -23,6 +24,17 @@ pub struct RaftServiceImpl {
 }
 
 impl RaftServiceImpl {
+    /// Refuses votes and pre-votes while this node's vote hold after its start lasts
+    /// (`RaftTuning::vote_hold`): the candidate sees an unreachable voter and tries again.
+    fn vote_allowed(&self) -> Result<()> {
+        match self.replicas.may_vote() {
+            true => Ok(()),
+            false => Err(Error::Unavailable(
+                "this node started within a leader lease and does not vote yet".into(),
+            )),
+        }
+    }
+
     async fn install_snapshot_stream(
         &self,
         mut stream: Streaming<SnapshotChunk>,
@@ -97,6 +109,7 @@ impl RaftService for RaftServiceImpl {
     async fn vote(&self, req: Request<GroupMessage>) -> RpcResult {
         let msg = req.into_inner();
         let result = async {
+            self.vote_allowed()?;
             let rpc: VoteRequest<TypeConfig> = decode(&msg.payload)?;
             self.replicas
                 .group(GroupId::new(msg.group))?
@@ -111,6 +124,7 @@ impl RaftService for RaftServiceImpl {
     async fn pre_vote(&self, req: Request<GroupMessage>) -> RpcResult {
         let msg = req.into_inner();
         let result = async {
+            self.vote_allowed()?;
             let rpc: VoteRequest<TypeConfig> = decode(&msg.payload)?;
             self.replicas
                 .group(GroupId::new(msg.group))?

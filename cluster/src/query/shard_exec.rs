@@ -13,7 +13,7 @@
 //!   columns), unless the filter's own index plan is estimated cheaper; in objectId order a
 //!   shard stops after its first `skip + limit` matches.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
 
@@ -154,7 +154,7 @@ impl<'a> Matcher<'a> {
 
     /// The fields the query reads of the object (`fields`), rendered as the query engine sees
     /// them (`render_partial_for_query`), when the caller may read it and the filter selects
-    /// it. `whole` renders the rows a shard answers with.
+    /// it. `whole_rows` renders the rows a query answers with.
     fn check(&self, object_id: &str, bytes: &[u8]) -> Result<Option<Value>> {
         self.cancel.check()?;
         let stored = StoredObject::decode_only(bytes, &self.fields)?;
@@ -163,36 +163,6 @@ impl<'a> Matcher<'a> {
         }
         let obj = stored.render_partial_for_query(object_id, self.times);
         Ok(self.filter.matches(&obj).then_some(obj))
-    }
-
-    /// `rows` from `check` rendered whole (`render_for_query`), read again from the same
-    /// snapshot: only the rows a shard answers with are ever decoded in full.
-    fn whole(
-        &self,
-        store: &ReadView<'_>,
-        group: GroupId,
-        app: &str,
-        class: &str,
-        rows: Vec<Value>,
-    ) -> Result<Vec<Value>> {
-        let ids: Vec<&str> = rows
-            .iter()
-            .map(|r| {
-                r.get("objectId")
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| Error::Storage("a matched row without its objectId".into()))
-            })
-            .collect::<Result<_>>()?;
-        read_objects(store, group, app, class, &ids)?
-            .into_iter()
-            .zip(&ids)
-            .map(|(bytes, id)| {
-                let bytes = bytes.ok_or_else(|| {
-                    Error::Storage(format!("object {id} left a snapshot while it was read"))
-                })?;
-                Ok(StoredObject::decode(&bytes)?.render_for_query(id))
-            })
-            .collect()
     }
 }
 
@@ -210,6 +180,42 @@ fn read_objects(
         .map(|id| keys::object_key(group, app, class, id))
         .collect();
     store.multi_get(CF_SM, &keys)
+}
+
+/// `rows` from `Matcher::check` (each with its shard) rendered whole (`render_for_query`),
+/// read again from the same snapshot: only the rows a read answers with are ever decoded in
+/// full, however many objects it checked.
+fn whole_rows(
+    store: &ReadView<'_>,
+    app: &str,
+    class: &str,
+    rows: Vec<(Value, GroupId)>,
+) -> Result<Vec<Value>> {
+    let mut by_group: HashMap<GroupId, Vec<usize>> = HashMap::new();
+    for (i, (_, group)) in rows.iter().enumerate() {
+        by_group.entry(*group).or_default().push(i);
+    }
+    let mut out: Vec<Option<Value>> = vec![None; rows.len()];
+    for (group, at) in by_group {
+        let ids: Vec<&str> = at
+            .iter()
+            .map(|&i| {
+                rows[i]
+                    .0
+                    .get("objectId")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| Error::Storage("a matched row without its objectId".into()))
+            })
+            .collect::<Result<_>>()?;
+        let objects = read_objects(store, group, app, class, &ids)?;
+        for ((&i, bytes), id) in at.iter().zip(objects).zip(&ids) {
+            let bytes = bytes.ok_or_else(|| {
+                Error::Storage(format!("object {id} left a snapshot while it was read"))
+            })?;
+            out[i] = Some(StoredObject::decode(&bytes)?.render_for_query(id));
+        }
+    }
+    Ok(out.into_iter().flatten().collect())
 }
 
 /// Calls `visit` with each object of `app`/`class` on the shard that `principals` may read and
@@ -797,17 +803,22 @@ pub fn scan_shards(
     let view = store.view();
     let keep = req.skip.saturating_add(req.limit);
     let order = RowOrder::new(&req.order, &req.filter);
-    let mut rows: Vec<Value> = Vec::new();
+    // Rows as the shards checked them (the fields the query reads), each with its shard.
+    let mut rows: Vec<(Value, GroupId)> = Vec::new();
     let mut count = 0u64;
     for &group in groups {
-        let worst = keep.checked_sub(1).and_then(|i| rows.get(i));
+        let worst = keep
+            .checked_sub(1)
+            .and_then(|i| rows.get(i))
+            .map(|(r, _)| r);
         cancel.check()?;
         let (part, n) = scan_shard(&view, group, req, &order, worst, cancel)?;
         count += n;
-        rows.extend(part);
-        rows.sort_by(|a, b| order.compare(a, b));
+        rows.extend(part.into_iter().map(|r| (r, group)));
+        rows.sort_by(|a, b| order.compare(&a.0, &b.0));
         rows.truncate(keep);
     }
+    let rows = whole_rows(&view, &req.app, &req.class, rows)?;
     crate::limits::check_answer(&rows, crate::limits::MAX_SHARD_ROWS_BYTES)?;
     Ok((rows, count))
 }
@@ -857,7 +868,6 @@ fn scan_shard(
     };
     rows.sort_by(|a, b| order.compare(a, b));
     rows.truncate(keep);
-    let rows = matcher.whole(store, group, &req.app, &req.class, rows)?;
     Ok((rows, count))
 }
 

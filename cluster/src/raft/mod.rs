@@ -39,6 +39,9 @@ pub struct RaftTuning {
     pub snapshot_logs: u64,
     /// Entries kept in the log behind a snapshot (for followers that lag a little).
     pub keep_logs: u64,
+    /// Whether a leader serves linearizable reads within its lease, without a quorum round
+    /// per read (decisions/0015); false confirms every read with a read index.
+    pub lease_reads: bool,
 }
 
 impl Default for RaftTuning {
@@ -49,11 +52,31 @@ impl Default for RaftTuning {
             election_max_ms: 2400,
             snapshot_logs: 20_000,
             keep_logs: 1_000,
+            lease_reads: true,
         }
     }
 }
 
 impl RaftTuning {
+    /// The oldest quorum acknowledgement a lease read trusts: nine tenths of openraft's
+    /// leader lease (the largest election timeout, which followers wait out before voting
+    /// for anyone else), the rest a margin for clock rates. `None` without lease reads.
+    pub fn read_lease(&self) -> Option<std::time::Duration> {
+        self.lease_reads
+            .then(|| std::time::Duration::from_millis(self.election_max_ms * 9 / 10))
+    }
+
+    /// How long a node refuses to vote after it starts when reads use leases: a follower
+    /// that acknowledged a leader just before it restarted must not elect another leader
+    /// while that leader may still serve reads on the acknowledgement (openraft forgets the
+    /// follower's side of the lease on restart).
+    pub fn vote_hold(&self) -> std::time::Duration {
+        match self.lease_reads {
+            true => std::time::Duration::from_millis(self.election_max_ms),
+            false => std::time::Duration::ZERO,
+        }
+    }
+
     pub fn config(&self, group: crate::ids::GroupId) -> Result<Arc<openraft::Config>> {
         let config = openraft::Config {
             cluster_name: format!("basalt-g{group}"),
@@ -74,5 +97,27 @@ impl RaftTuning {
             .validate()
             .map(Arc::new)
             .map_err(|e| Error::Internal(format!("raft config: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_read_lease_is_shorter_than_the_vote_hold_it_relies_on() {
+        let tuning = RaftTuning::default();
+        let lease = tuning.read_lease().expect("leases are on by default");
+        assert_eq!(lease, Duration::from_millis(2160));
+        assert_eq!(tuning.vote_hold(), Duration::from_millis(2400));
+        assert!(lease < tuning.vote_hold());
+        let config = tuning.config(crate::ids::GroupId::new(1)).unwrap();
+        assert!(lease < Duration::from_millis(config.election_timeout_max));
+        let off = RaftTuning {
+            lease_reads: false,
+            ..RaftTuning::default()
+        };
+        assert_eq!((off.read_lease(), off.vote_hold()), (None, Duration::ZERO));
     }
 }

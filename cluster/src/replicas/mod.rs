@@ -19,9 +19,10 @@ use openraft::async_runtime::WatchReceiver;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use openraft::error::{ClientWriteError, LinearizableReadError, RaftError};
-use openraft::ReadPolicy;
+use openraft::{LinearizerOption, ReadPolicy};
 use serde_json::Value;
 use tokio::sync::watch;
 
@@ -61,6 +62,11 @@ struct Inner {
     shutdown: watch::Sender<bool>,
     serve: ReadServer,
     contact: leader_contact::LeaderContact,
+    /// The oldest quorum acknowledgement a read trusts (`RaftTuning::read_lease`); `None`:
+    /// every read makes a read-index round.
+    read_lease: Option<Duration>,
+    /// Votes are refused until then (`RaftTuning::vote_hold`).
+    votes_from: Instant,
 }
 
 /// What serves a read from a replica's state (`local_read::serve_read`): given to `open`, so
@@ -108,6 +114,8 @@ impl Replicas {
                 shutdown,
                 serve,
                 contact: leader_contact::LeaderContact::new(settings.shards as usize + 1, tuning),
+                read_lease: tuning.read_lease(),
+                votes_from: Instant::now() + tuning.vote_hold(),
             }),
         })
     }
@@ -241,16 +249,16 @@ impl Replicas {
         answer.map_err(|e| Error::Internal(e.to_string()))?
     }
 
-    /// Waits until this node, as `group`'s leader, confirmed with a quorum that it still is
-    /// and applied up to the read index.
+    /// Waits until this node, as `group`'s leader, knows that it still is — within its lease
+    /// (a quorum acknowledged it within `read_lease`), else confirmed by a heartbeat round to
+    /// a quorum — and applied up to the read index.
     async fn linearize(&self, group: GroupId) -> Result<()> {
         let raft = self.group(group)?;
-        match tokio::time::timeout(
-            FORWARD_TIMEOUT,
-            raft.ensure_linearizable(ReadPolicy::ReadIndex),
-        )
-        .await
-        {
+        let option = match self.inner.read_lease {
+            Some(age) => LinearizerOption::new(Some(age), true),
+            None => ReadPolicy::ReadIndex.into(),
+        };
+        match tokio::time::timeout(FORWARD_TIMEOUT, raft.ensure_linearizable(option)).await {
             Err(_) => Err(Error::Timeout(format!("read of group {group}"))),
             Ok(Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(f)))) => {
                 Err(Error::NotLeader {
@@ -263,6 +271,11 @@ impl Replicas {
             Ok(Err(RaftError::Fatal(e))) => Err(Error::Unavailable(e.to_string())),
             Ok(Ok(_)) => Ok(()),
         }
+    }
+
+    /// Whether this node may vote yet: not within `RaftTuning::vote_hold` of its start.
+    pub(crate) fn may_vote(&self) -> bool {
+        Instant::now() >= self.inner.votes_from
     }
 
     /// Serves a read from this node's replica as it stands, without asking the leader (for
