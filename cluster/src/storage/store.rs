@@ -526,6 +526,26 @@ mod tests {
         assert_eq!(collect(true, 2), keys(&[b"b3", b"b2"]));
     }
 
+    /// The (key, value) pairs a view's scan of `[start, end)` visits, in its direction.
+    fn scan_keys(
+        view: &ReadView<'_>,
+        start: &[u8],
+        end: &[u8],
+        reverse: bool,
+    ) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut seen = Vec::new();
+        let visit = |k: &[u8], v: &[u8]| {
+            seen.push((k.to_vec(), v.to_vec()));
+            Ok(true)
+        };
+        if reverse {
+            view.scan_rev(CF_SM, start, end, visit).unwrap();
+        } else {
+            view.scan(CF_SM, start, end, visit).unwrap();
+        }
+        seen
+    }
+
     /// A view's scans share one iterator: each scan still sees exactly its range in its
     /// direction (an `end` that is a stored key stays out), a scan started inside another's
     /// visit gets its own, and writes after the view was taken are not seen.
@@ -544,18 +564,9 @@ mod tests {
         let view = store.view();
         put(&[b"b25", b"a1"]);
         let scan = |start: &[u8], end: &[u8], reverse: bool| {
-            let mut seen: Vec<Vec<u8>> = Vec::new();
-            let visit = |k: &[u8], v: &[u8]| {
-                assert_eq!(k, v);
-                seen.push(k.to_vec());
-                Ok(true)
-            };
-            if reverse {
-                view.scan_rev(CF_SM, start, end, visit).unwrap();
-            } else {
-                view.scan(CF_SM, start, end, visit).unwrap();
-            }
-            seen
+            let seen = scan_keys(&view, start, end, reverse);
+            seen.iter().for_each(|(k, v)| assert_eq!(k, v));
+            seen.into_iter().map(|(k, _)| k).collect::<Vec<_>>()
         };
         let keys = |ks: &[&[u8]]| ks.iter().map(|k| k.to_vec()).collect::<Vec<_>>();
         for _ in 0..2 {
@@ -593,17 +604,8 @@ mod tests {
         store.write(batch, true).unwrap();
         let view = store.view();
         let scan = |start: &[u8], end: &[u8], reverse: bool| {
-            let mut seen: Vec<Vec<u8>> = Vec::new();
-            let visit = |k: &[u8], _: &[u8]| {
-                seen.push(k.to_vec());
-                Ok(true)
-            };
-            if reverse {
-                view.scan_rev(CF_SM, start, end, visit).unwrap();
-            } else {
-                view.scan(CF_SM, start, end, visit).unwrap();
-            }
-            seen
+            let seen = scan_keys(&view, start, end, reverse);
+            seen.into_iter().map(|(k, _)| k).collect::<Vec<_>>()
         };
         assert_eq!(
             scan(b"b", b"c1", false),
