@@ -152,6 +152,14 @@ pub enum Command {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         rebuild: Option<String>,
     },
+    /// Data shard: opt `field` of a class out of its indexes (automatic or declared) and
+    /// delete up to `limit` of its entries (answers `Purged`; `next` is set while more remain).
+    DropIndex {
+        app: String,
+        class: String,
+        field: String,
+        limit: u32,
+    },
 }
 
 impl Command {
@@ -222,6 +230,11 @@ impl fmt::Display for Command {
             Command::PurgeClass { app, class, .. } => write!(f, "PurgeClass({app}/{class})"),
             Command::DeclareIndex { app, class, .. } => {
                 write!(f, "DeclareIndex({app}/{class})")
+            }
+            Command::DropIndex {
+                app, class, field, ..
+            } => {
+                write!(f, "DropIndex({app}/{class}/{field})")
             }
         }
     }

@@ -523,6 +523,30 @@ impl Filter {
         }
     }
 
+    /// Whether only objects holding top-level `field` can match: some conjunct is a
+    /// condition on it that an absent value never meets (equality, `$in`, a range,
+    /// `$exists: true`, `$all`, a regex or a geo condition).
+    pub fn needs_value(&self, field: &str) -> bool {
+        match self {
+            Filter::And(fs) => fs.iter().any(|f| f.needs_value(field)),
+            Filter::Field { path, cond } if path == field => matches!(
+                cond,
+                Cond::Eq(_)
+                    | Cond::In(_)
+                    | Cond::Lt(_)
+                    | Cond::Lte(_)
+                    | Cond::Gt(_)
+                    | Cond::Gte(_)
+                    | Cond::Exists(true)
+                    | Cond::All(_)
+                    | Cond::Regex { .. }
+                    | Cond::Near { .. }
+                    | Cond::WithinBox { .. }
+            ),
+            _ => false,
+        }
+    }
+
     /// Compiles the filter's regexes once for evaluating many objects.
     pub fn prepare(&self) -> Result<Prepared<'_>, FilterError> {
         let mut regexes = Vec::new();

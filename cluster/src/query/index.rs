@@ -6,14 +6,19 @@
 //! one byte of flags (`PUBLIC`: anyone may read the object; `ELEMENT`: the entry is one element
 //! of an array, so the object may have several), empty in entries written before flags existed.
 //! Every object has entries for `createdAt` and `updatedAt` (to the millisecond, as queries
-//! compare them), for each GeoPoint-valued field (its latitude), and for the fields the class
-//! declares indexed on the shard (`IndexMeta::declared`), one per element for arrays. Values
+//! compare them), for each GeoPoint-valued field (its latitude), for the fields the class
+//! declares indexed on the shard (`IndexMeta::declared`) and for its automatic columns (every
+//! top-level client column the shard met since the class began there, up to `MAX_AUTOMATIC`:
+//! `IndexMeta::automatic`, decisions/0016), one per element for arrays. Values
 //! encode so that byte order is query order: numbers (`0x10`, ordered f64), strings, Dates and
 //! Pointers as their comparable string (`0x20`, 0-escaped, `00 00`-terminated), booleans
 //! (`0x08`), latitudes (`0x30`). An object whose declared field holds no single such value
 //! has a marker entry too (`0x01`: missing, null, an object; `0x02`: an array), so that a
 //! walk of the field in sort order finds the objects that are not in it (`irregular_range`),
-//! and a range with several bounds finds the arrays whose elements meet them separately.
+//! and a range with several bounds finds the arrays whose elements meet them separately. An
+//! automatic column has markers only for objects that hold it: objects without it are found
+//! by no walk, which is therefore used only when `IndexMeta::walkable` (every object holds it,
+//! or the filter needs a value).
 //! An object the public may not read has an entry under the pseudo-field `_readers` for each
 //! principal its ACL lets read it (`readers_prefix`), so that counting what a caller may read
 //! needs no object.
@@ -80,7 +85,30 @@ pub struct IndexMeta {
     /// The token of the latest rebuild (`DeclareIndex.rebuild`): only its pages count.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rebuild: Option<String>,
+    /// The columns indexed without a declaration (decisions/0016); `None` for a class whose
+    /// objects on the shard predate automatic indexes, until a rebuild.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub automatic: Option<Automatic>,
+    /// Columns the app opted out of automatic indexing (`DropIndex`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub opted_out: Vec<String>,
 }
+
+/// The columns of a class a shard indexes by itself: every top-level client column met
+/// since the class began on the shard (or since its last rebuild), up to `MAX_AUTOMATIC`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Automatic {
+    /// Each column and how many of the class's objects hold it (any value, null included):
+    /// when every object does, a walk of its entries and markers meets them all.
+    pub columns: std::collections::BTreeMap<String, u64>,
+    /// A column was turned away at the limit: later columns are not indexed by themselves
+    /// either (an older object might hold them without entries).
+    #[serde(default)]
+    pub full: bool,
+}
+
+/// The most columns of a class a shard indexes by itself.
+pub const MAX_AUTOMATIC: usize = 64;
 
 /// How many objects of a class a shard holds, and how many of them anyone may read.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -99,6 +127,8 @@ impl IndexMeta {
             counts: ClassCounts::default(),
             rebuilt_through: None,
             rebuild: None,
+            automatic: Some(Automatic::default()),
+            opted_out: Vec::new(),
         }
     }
 
@@ -116,10 +146,86 @@ impl IndexMeta {
         }
     }
 
-    /// Whether `field` has entries (always-indexed or declared).
+    /// Whether `field` has entries (always-indexed, declared or automatic).
     pub fn indexes(&self, field: &str) -> bool {
-        ALWAYS_INDEXED.contains(&field) || self.declared.iter().any(|d| d == field)
+        ALWAYS_INDEXED.contains(&field)
+            || self.declared.iter().any(|d| d == field)
+            || self.indexes_by_itself(field)
     }
+
+    /// Whether `field` is one of the class's automatic columns.
+    pub fn indexes_by_itself(&self, field: &str) -> bool {
+        self.automatic
+            .as_ref()
+            .is_some_and(|a| a.columns.contains_key(field))
+    }
+
+    /// Whether a walk of `field`'s entries and markers meets every object of the class that
+    /// may match: always for a declared column (objects without a value have markers); for
+    /// an automatic one, when every object holds the column or the filter matches only
+    /// objects that do (`needs_value`), since an object without it has no entry.
+    pub fn walkable(&self, field: &str, needs_value: bool) -> bool {
+        if !self.current() {
+            return false;
+        }
+        if self.declared.iter().any(|d| d == field) {
+            return true;
+        }
+        self.automatic
+            .as_ref()
+            .and_then(|a| a.columns.get(field))
+            .is_some_and(|&n| needs_value || n == self.counts.objects)
+    }
+
+    /// Makes the new top-level columns of `obj` automatic (within `MAX_AUTOMATIC`); true when
+    /// the metadata changed.
+    pub fn admit_columns(&mut self, obj: &StoredObject) -> bool {
+        let Some(auto) = &mut self.automatic else {
+            return false;
+        };
+        if auto.full {
+            return false;
+        }
+        let mut changed = false;
+        for name in obj.fields.keys() {
+            let new = automatic_candidate(name)
+                && !auto.columns.contains_key(name)
+                && !self.declared.contains(name)
+                && !self.opted_out.contains(name);
+            if !new {
+                continue;
+            }
+            changed = true;
+            if auto.columns.len() >= MAX_AUTOMATIC {
+                auto.full = true;
+                break;
+            }
+            auto.columns.insert(name.clone(), 0);
+        }
+        changed
+    }
+
+    /// Counts `obj` in (`sign` 1) or out (-1) of the automatic columns it holds.
+    pub fn count_columns(&mut self, obj: &StoredObject, sign: i8) {
+        let Some(auto) = &mut self.automatic else {
+            return;
+        };
+        for name in obj.fields.keys() {
+            if let Some(n) = auto.columns.get_mut(name) {
+                *n = if sign >= 0 {
+                    n.saturating_add(1)
+                } else {
+                    n.saturating_sub(1)
+                };
+            }
+        }
+    }
+}
+
+/// Whether a stored field may be indexed by itself: a client column, not the ACL or an
+/// internal `_` field (the timestamps are always indexed and not stored as fields).
+fn automatic_candidate(name: &str) -> bool {
+    !name.starts_with('_') && name != "ACL" && !ALWAYS_INDEXED.contains(&name)
 }
 
 impl ClassCounts {
@@ -191,6 +297,16 @@ pub fn is_array_marker(encoded: &[u8]) -> bool {
 pub fn scalar_range(field_prefix: &[u8]) -> KeyRange {
     let mut start = field_prefix.to_vec();
     start.push(TAG_BOOL);
+    let mut end = field_prefix.to_vec();
+    end.push(TAG_GEO);
+    (start, end)
+}
+
+/// The range of a field's entries and markers, without its latitude entries (a GeoPoint
+/// column is always indexed).
+pub fn value_range(field_prefix: &[u8]) -> KeyRange {
+    let mut start = field_prefix.to_vec();
+    start.push(TAG_NOT_SCALAR);
     let mut end = field_prefix.to_vec();
     end.push(TAG_GEO);
     (start, end)
@@ -285,8 +401,9 @@ pub fn entries(
     class: &str,
     object_id: &str,
     obj: &StoredObject,
-    declared: &[String],
+    meta: &IndexMeta,
 ) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let declared = &meta.declared;
     let public = public_read(&obj.fields);
     let flags = |element: bool| {
         let mut f = 0;
@@ -318,7 +435,8 @@ pub fn entries(
             ));
             continue;
         }
-        if !(ALWAYS_INDEXED.contains(&name.as_str()) || declared.contains(name)) {
+        let always = ALWAYS_INDEXED.contains(&name.as_str());
+        if !(always || declared.contains(name) || meta.indexes_by_itself(name)) {
             continue;
         }
         let (values, element): (Vec<&Value>, bool) = match v {
@@ -332,7 +450,13 @@ pub fn entries(
             }
         }
     }
-    for name in declared {
+    // Markers: for each declared column without one scalar (missing included), and for each
+    // automatic column held without one (an object without it has nothing).
+    let automatic = obj
+        .fields
+        .keys()
+        .filter(|name| meta.indexes_by_itself(name) && !declared.contains(name));
+    for name in declared.iter().chain(automatic) {
         let value = obj.fields.get(name);
         if !single_scalar(value) && !ALWAYS_INDEXED.contains(&name.as_str()) {
             let prefix = field_prefix(group, app, class, name);
@@ -652,14 +776,12 @@ mod tests {
         let fields = json!({"tags": ["x", "y"], "n": 3, "_secret": "s",
                             "loc": {"__type": "GeoPoint", "latitude": 1.0, "longitude": 2.0}});
         obj.fields = fields.as_object().unwrap().clone();
-        let e = entries(
-            GroupId::new(1),
-            "a",
-            "C",
-            "obj1",
-            &obj,
-            &["tags".into(), "_secret".into()],
-        );
+        let declared = IndexMeta {
+            declared: vec!["tags".into(), "_secret".into()],
+            automatic: None,
+            ..IndexMeta::empty()
+        };
+        let e = entries(GroupId::new(1), "a", "C", "obj1", &obj, &declared);
         // createdAt, updatedAt, two tags, the GeoPoint, and the marker of `tags` (no single
         // scalar); n is not declared, _secret internal.
         assert_eq!(e.len(), 6, "{e:?}");
@@ -681,13 +803,80 @@ mod tests {
             "ACL".into(),
             json!({"u1": {"read": true}, "role:r": {"read": true, "write": true}, "u2": {"write": true}}),
         );
-        let e = entries(GroupId::new(1), "a", "C", "obj1", &obj, &[]);
+        let e = entries(
+            GroupId::new(1),
+            "a",
+            "C",
+            "obj1",
+            &obj,
+            &IndexMeta::default(),
+        );
         let readers = |p: &str| {
             let prefix = readers_prefix(GroupId::new(1), "a", "C", p);
             e.iter().filter(|(k, _)| k.starts_with(&prefix)).count()
         };
         assert_eq!((readers("u1"), readers("role:r"), readers("u2")), (1, 1, 0));
         assert!(e.iter().all(|(_, v)| v[0] & PUBLIC == 0));
+    }
+
+    #[test]
+    fn automatic_columns_index_what_objects_hold() {
+        let g = GroupId::new(1);
+        let mut meta = IndexMeta::empty();
+        let mut obj = StoredObject::new(1_767_225_600_000);
+        let fields = json!({"tags": ["x", "y"], "n": 3, "_secret": "s", "none": null,
+                            "ACL": {"*": {"read": true}},
+                            "loc": {"__type": "GeoPoint", "latitude": 1.0, "longitude": 2.0}});
+        obj.fields = fields.as_object().unwrap().clone();
+        assert!(meta.admit_columns(&obj));
+        assert!(!meta.admit_columns(&obj), "nothing new the second time");
+        let auto = meta.automatic.clone().unwrap();
+        assert_eq!(
+            auto.columns.keys().collect::<Vec<_>>(),
+            ["loc", "n", "none", "tags"]
+        );
+        let e = entries(g, "a", "C", "obj1", &obj, &meta);
+        let under = |f: &str| {
+            let p = field_prefix(g, "a", "C", f);
+            e.iter().filter(|(k, _)| k.starts_with(&p)).count()
+        };
+        // Two elements and the array's marker; the value; a null's marker; the latitude and
+        // the GeoPoint's marker (no single scalar).
+        assert_eq!(
+            (under("tags"), under("n"), under("none"), under("loc")),
+            (3, 1, 1, 2)
+        );
+        assert_eq!((under("_secret"), under("ACL")), (0, 0));
+        meta.count_columns(&obj, 1);
+        // An object without `n` has nothing under it (automatic columns mark no absence).
+        obj.fields.remove("n");
+        let e = entries(g, "a", "C", "obj2", &obj, &meta);
+        let n = field_prefix(g, "a", "C", "n");
+        assert!(!e.iter().any(|(k, _)| k.starts_with(&n)));
+        // Walkable whole only while every object holds the column.
+        meta.counts.objects = 2;
+        meta.count_columns(&obj, 1);
+        assert!(meta.walkable("tags", false) && !meta.walkable("n", false));
+        assert!(meta.walkable("n", true));
+        // Opted-out and declared columns are not admitted; past the limit nothing is.
+        let mut meta = IndexMeta {
+            declared: vec!["d".into()],
+            opted_out: vec!["o".into()],
+            ..IndexMeta::empty()
+        };
+        let mut wide = StoredObject::new(1);
+        for i in 0..MAX_AUTOMATIC + 5 {
+            wide.fields.insert(format!("c{i:03}"), json!(i));
+        }
+        wide.fields.insert("d".into(), json!(1));
+        wide.fields.insert("o".into(), json!(1));
+        assert!(meta.admit_columns(&wide));
+        let auto = meta.automatic.clone().unwrap();
+        assert!(auto.full && auto.columns.len() == MAX_AUTOMATIC);
+        assert!(!auto.columns.contains_key("d") && !auto.columns.contains_key("o"));
+        let mut later = StoredObject::new(2);
+        later.fields.insert("zz".into(), json!(1));
+        assert!(!meta.admit_columns(&later) && !meta.indexes("zz"));
     }
 
     #[test]

@@ -664,8 +664,8 @@ fn walk_in_order(
     };
     let meta = &matcher.meta;
     let always = ALWAYS_INDEXED.contains(&key.field.as_str());
-    let declared = meta.current() && meta.declared.contains(&key.field);
-    if !meta.complete || !(always || declared) {
+    let walkable = meta.walkable(&key.field, req.filter.needs_value(&key.field));
+    if !meta.complete || !(always || walkable) {
         return Ok(None);
     }
     let Some(mut ranges) = walk_ranges(store, group, req, meta, key, keep)? else {

@@ -6,12 +6,14 @@
 //! `EnsureColumns` command proposed to the metadata group, which decides authoritatively. So the
 //! steady state costs no extra Raft round, and the first write of a column costs one.
 
+use std::collections::BTreeSet;
+
 use serde_json::Value;
 
 use super::{schema_key, ClassSchema, ColumnChange, Need, SchemaError, SYSTEM_CLASSES};
 use crate::command::{Command, CommandResult};
 use crate::error::{Error, Result};
-use crate::ids::{GroupId, META_GROUP};
+use crate::ids::META_GROUP;
 use crate::namespace::Namespace;
 use crate::query::index::{meta_key, IndexMeta};
 use crate::replicas::Replicas;
@@ -27,6 +29,19 @@ const PAGED_SHARDS_AT_ONCE: usize = 2;
 /// safe: a rebuild page writes the same entries again, a purge page deletes from the same
 /// cursor onwards.
 const PAGE_ATTEMPTS: u32 = 5;
+
+/// A class's indexed columns as `GET /1/schemas/<class>/indexes` lists them.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ClassIndexes {
+    /// Declared by the app (`declare_index`).
+    pub declared: Vec<String>,
+    /// Indexed by a shard by itself (decisions/0016), on at least one shard.
+    pub automatic: BTreeSet<String>,
+    /// Some shard reached the limit of automatic columns: later columns are not indexed there.
+    pub full: bool,
+    /// Opted out by the app (`drop_index`).
+    pub opted_out: BTreeSet<String>,
+}
 
 fn decode(v: Value) -> Result<ClassSchema> {
     serde_json::from_value(v).map_err(|e| Error::Internal(format!("schema record: {e}")))
@@ -205,21 +220,41 @@ impl<'a> Catalog<'a> {
         .await
     }
 
-    /// The declared indexed fields of a class (as the first group holding it knows them).
-    pub async fn declared_indexes(&self, app: &str, class: &str) -> Result<Vec<String>> {
-        let first = self
-            .replicas
-            .class_groups(class)
-            .first()
-            .copied()
-            .unwrap_or(GroupId::new(1));
-        let meta = self
-            .replicas
-            .get_record(first, Namespace::IndexMeta, &meta_key(app, class))
-            .await?
-            .and_then(|v| serde_json::from_value::<IndexMeta>(v).ok())
-            .unwrap_or_default();
-        Ok(meta.declared)
+    /// Opts `field` of a class out of its indexes on every shard (automatic or declared) and
+    /// deletes its entries; `declare_index` opts it back in. Answers how many entries went.
+    pub async fn drop_index(&self, app: &str, class: &str, field: &str) -> Result<u64> {
+        self.paged_on_every_shard(class, |_| Command::DropIndex {
+            app: app.into(),
+            class: class.into(),
+            field: field.into(),
+            limit: REBUILD_BATCH,
+        })
+        .await
+    }
+
+    /// A class's indexed columns: declared (as the first shard holding the class knows
+    /// them), automatic on some shard, and opted out.
+    pub async fn indexes(&self, app: &str, class: &str) -> Result<ClassIndexes> {
+        let groups = self.replicas.class_groups(class);
+        let mut out = ClassIndexes::default();
+        for (i, group) in groups.into_iter().enumerate() {
+            let meta = self
+                .replicas
+                .get_record(group, Namespace::IndexMeta, &meta_key(app, class))
+                .await?
+                .and_then(|v| serde_json::from_value::<IndexMeta>(v).ok())
+                .unwrap_or_default();
+            if i == 0 {
+                out.declared = meta.declared;
+            }
+            if let Some(auto) = meta.automatic {
+                out.automatic.extend(auto.columns.into_keys());
+                out.full |= auto.full;
+            }
+            out.opted_out.extend(meta.opted_out);
+        }
+        out.automatic.retain(|c| !out.declared.contains(c));
+        Ok(out)
     }
 
     /// Runs a paged command (answering `Purged`) on every data shard until each is done, a few

@@ -120,6 +120,12 @@ pub fn apply_command(st: &mut Staged<'_>, cmd: Command) -> Result<CommandResult>
             limit.map_or(index_upkeep::DEFAULT_REBUILD_PAGE, |l| l.max(1) as usize),
             rebuild.as_deref(),
         ),
+        Command::DropIndex {
+            app,
+            class,
+            field,
+            limit,
+        } => index_upkeep::apply_drop_index(st, &app, &class, &field, limit.max(1) as usize),
     }
 }
 

@@ -77,9 +77,9 @@ fn entries_of(
     class: &str,
     object_id: &str,
     obj: Option<&StoredObject>,
-    declared: &[String],
+    meta: &IndexMeta,
 ) -> Vec<(Vec<u8>, Vec<u8>)> {
-    obj.map(|o| index::entries(st.group, app, class, object_id, o, declared))
+    obj.map(|o| index::entries(st.group, app, class, object_id, o, meta))
         .unwrap_or_default()
 }
 
@@ -95,8 +95,10 @@ pub(super) fn reindex(
     new: Option<&StoredObject>,
 ) -> Result<()> {
     let mut m = meta_for_write(st, app, class)?;
-    let before = entries_of(st, app, class, object_id, old, &m.declared);
-    let after = entries_of(st, app, class, object_id, new, &m.declared);
+    // The entries the old object has, under the columns indexed before this write.
+    let before = entries_of(st, app, class, object_id, old, &m);
+    let mut changed = new.is_some_and(|o| m.admit_columns(o));
+    let after = entries_of(st, app, class, object_id, new, &m);
     let find = |list: &[(Vec<u8>, Vec<u8>)], k: &[u8]| {
         list.binary_search_by(|(e, _)| e.as_slice().cmp(k))
             .ok()
@@ -123,12 +125,33 @@ pub(super) fn reindex(
             if let Some(p) = is {
                 m.counts.add(p, 1);
             }
-            if m.counts != counts {
-                put_meta(st, app, class, &m)?;
+            changed |= m.counts != counts;
+        }
+        if m.automatic.is_some() && columns_differ(old, new) {
+            let columns = m.automatic.clone();
+            if let Some(o) = old {
+                m.count_columns(o, -1);
             }
+            if let Some(o) = new {
+                m.count_columns(o, 1);
+            }
+            changed |= m.automatic != columns;
         }
     }
+    if changed {
+        put_meta(st, app, class, &m)?;
+    }
     Ok(())
+}
+
+/// Whether the two versions of an object hold different sets of fields.
+fn columns_differ(old: Option<&StoredObject>, new: Option<&StoredObject>) -> bool {
+    match (old, new) {
+        (Some(a), Some(b)) => {
+            a.fields.len() != b.fields.len() || a.fields.keys().any(|k| !b.fields.contains_key(k))
+        }
+        _ => true,
+    }
 }
 
 /// Declares `field` indexed (none: only rebuild) and rebuilds the class's entries on this
@@ -158,13 +181,24 @@ pub(super) fn apply_declare_index(
         if !m.declared.iter().any(|d| d == f) {
             m.declared.push(f.to_string());
         }
+        m.opted_out.retain(|o| o != f);
+        if let Some(auto) = &mut m.automatic {
+            auto.columns.remove(f);
+        }
     }
     if after.is_none() {
-        // A rebuild starts: it writes the current format and counts every object again.
+        // A rebuild starts: it writes the current format and counts every object again,
+        // the automatic columns' holders included. Columns stay automatic (or turned away)
+        // as they were; a class from before automatic columns starts them here.
         m.format = index::FORMAT;
         m.counts = index::ClassCounts::default();
         m.rebuilt_through = Some(String::new());
         m.rebuild = rebuild.map(str::to_string);
+        let auto = m.automatic.take().unwrap_or_default();
+        m.automatic = Some(index::Automatic {
+            columns: auto.columns.into_keys().map(|c| (c, 0)).collect(),
+            full: auto.full,
+        });
     }
     // While rebuilding, queries scan.
     m.complete = false;
@@ -185,14 +219,16 @@ pub(super) fn apply_declare_index(
         let id = String::from_utf8_lossy(&key[prefix.len()..]).into_owned();
         let Some(bytes) = st.get(&key)? else { continue };
         let obj = StoredObject::decode(&bytes)?;
-        for (k, v) in entries_of(st, app, class, &id, Some(&obj), &m.declared) {
+        m.admit_columns(&obj);
+        for (k, v) in entries_of(st, app, class, &id, Some(&obj), &m) {
             st.put(k, v);
         }
         // A page proposed again after it applied counts nothing twice.
-        if let Some(through) = &mut m.rebuilt_through {
-            if id.as_str() > through.as_str() {
+        if let Some(through) = m.rebuilt_through.clone() {
+            if id > through {
                 m.counts.add(index::public_read(&obj.fields), 1);
-                *through = id.clone();
+                m.count_columns(&obj, 1);
+                m.rebuilt_through = Some(id.clone());
             }
         }
         count += 1;
@@ -206,5 +242,42 @@ pub(super) fn apply_declare_index(
     Ok(CommandResult::Purged {
         count,
         next: if more { last_id } else { None },
+    })
+}
+
+/// Opts `field` out of the class's indexes on this shard (it is no longer automatic, nor
+/// declared) and deletes up to `page` of its entries and markers; `Purged.next` is set
+/// while more remain. A GeoPoint column keeps its latitude entries (always indexed).
+pub(super) fn apply_drop_index(
+    st: &mut Staged<'_>,
+    app: &str,
+    class: &str,
+    field: &str,
+    page: usize,
+) -> Result<CommandResult> {
+    let mut m = meta_for_write(st, app, class)?;
+    let before = m.clone();
+    m.declared.retain(|d| d != field);
+    if let Some(auto) = &mut m.automatic {
+        auto.columns.remove(field);
+    }
+    if !m.opted_out.iter().any(|o| o == field) {
+        m.opted_out.push(field.to_string());
+    }
+    if m != before {
+        put_meta(st, app, class, &m)?;
+    }
+    let prefix = index::field_prefix(st.group, app, class, field);
+    let (start, end) = index::value_range(&prefix);
+    let found = st.keys_in_range_limited(&start, &end, page + 1)?;
+    let more = found.len() > page;
+    let mut count = 0;
+    for key in found.into_iter().take(page) {
+        st.delete(key);
+        count += 1;
+    }
+    Ok(CommandResult::Purged {
+        count,
+        next: more.then(String::new),
     })
 }

@@ -148,17 +148,24 @@ fn random_body(rng: &mut StdRng) -> Value {
     if rng.random_bool(0.9) {
         o.insert("n".into(), json!(rng.random_range(0..10)));
     }
+    // `t`: held by every object (a scalar, sometimes null or an array).
+    let t = match rng.random_range(0..8) {
+        0 => Value::Null,
+        1 => Value::Array((0..rng.random_range(0..3)).map(|_| scalar(rng)).collect()),
+        _ => scalar(rng),
+    };
+    o.insert("t".into(), t);
     if let Some(a) = acl(rng) {
         o.insert("ACL".into(), a);
     }
     Value::Object(o)
 }
 
-/// A random condition on `s` or `n`.
+/// A random condition on `s`, `t` or `n`.
 fn condition(rng: &mut StdRng) -> Value {
-    let field = if rng.random_bool(0.7) { "s" } else { "n" };
+    let field = ["s", "s", "s", "t", "t", "n", "n"][rng.random_range(0..7)];
     let arg = |rng: &mut StdRng| match field {
-        "s" => scalar(rng),
+        "s" | "t" => scalar(rng),
         _ => json!(rng.random_range(0..10)),
     };
     let cond = match rng.random_range(0..9) {
@@ -224,7 +231,9 @@ fn random_order(rng: &mut StdRng) -> Vec<SortKey> {
         "-createdAt",
         "-updatedAt",
         "",
-    ][rng.random_range(0..10)];
+        "t",
+        "-t,n",
+    ][rng.random_range(0..12)];
     ScanRequest::parse_order(spec)
 }
 
@@ -269,14 +278,20 @@ fn meta(store: &Store) -> IndexMeta {
     .unwrap_or_default()
 }
 
-/// The class's kept counts equal the stored objects (all, and readable by anyone).
+/// The class's kept counts equal the stored objects (all, and readable by anyone), and each
+/// automatic column's count the objects holding it.
 fn assert_counts_exact(store: &Store, when: &str) {
     let prefix = keys::class_prefix(G, "a", "C");
     let (mut objects, mut public) = (0, 0);
+    let mut holders: std::collections::BTreeMap<String, u64> = Default::default();
     store
         .scan(CF_SM, &prefix, &keys::separated_end(&prefix), |_, v| {
+            let obj = StoredObject::decode(v)?;
             objects += 1;
-            public += u64::from(public_read(&StoredObject::decode(v)?.fields));
+            public += u64::from(public_read(&obj.fields));
+            for k in obj.fields.keys() {
+                *holders.entry(k.clone()).or_default() += 1;
+            }
             Ok(true)
         })
         .unwrap();
@@ -287,6 +302,75 @@ fn assert_counts_exact(store: &Store, when: &str) {
         (objects, public),
         "{when}"
     );
+    if let Some(auto) = &m.automatic {
+        for (column, n) in &auto.columns {
+            assert_eq!(
+                *n,
+                holders.get(column).copied().unwrap_or_default(),
+                "{when}: holders of {column}"
+            );
+        }
+    }
+}
+
+/// How a test class gets its indexes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Indexing {
+    /// `s` and `n` declared before any object.
+    Declared,
+    /// Objects first (their columns automatic), then `n` declared and `s` rebuilt in pages
+    /// while writes go on.
+    RebuiltMidway,
+    /// Nothing declared: every column automatic.
+    Automatic,
+    /// A class from before automatic columns (scanned on them), rebuilt midway.
+    Legacy,
+}
+
+const INDEXINGS: [Indexing; 4] = [
+    Indexing::Declared,
+    Indexing::RebuiltMidway,
+    Indexing::Automatic,
+    Indexing::Legacy,
+];
+
+/// Opts `field` out of the indexes in pages of `page` entries; none of them remain.
+fn drop_index(store: &Store, field: &str, page: u32) {
+    loop {
+        let cmd = Command::DropIndex {
+            app: "a".into(),
+            class: "C".into(),
+            field: field.into(),
+            limit: page,
+        };
+        let CommandResult::Purged { next, .. } = run(store, cmd) else {
+            panic!("a drop page answers Purged");
+        };
+        if next.is_none() {
+            break;
+        }
+    }
+    assert_eq!(
+        entries_under(store, field),
+        0,
+        "entries of {field} left after dropping its index"
+    );
+    let m = meta(store);
+    assert!(!m.indexes(field) && m.opted_out.contains(&field.to_string()));
+}
+
+/// How many entries and markers `field` has (latitude entries aside).
+fn entries_under(store: &Store, field: &str) -> usize {
+    let prefix = crate::query::index::field_prefix(G, "a", "C", field);
+    let (start, end) = crate::query::index::value_range(&prefix);
+    let mut n = 0;
+    store
+        .scan(CF_SM, &start, &end, |_, _| {
+            n += 1;
+            Ok(true)
+        })
+        .unwrap();
+    n
 }
 
 /// Checks `queries` random queries, counted and not, against `naive`, over `G`.
@@ -422,13 +506,33 @@ fn random_id(rng: &mut StdRng, i: usize) -> String {
     format!("o{i:03}{tail}")
 }
 
-/// Writes, updates and deletes random objects; declared before or rebuilt in small pages
-/// while writes go on between pages.
-fn populate(store: &Store, rng: &mut StdRng, rebuild_midway: bool) -> Vec<String> {
-    if !rebuild_midway {
-        run(store, declare(Some("s"), None, 100));
-        run(store, declare(Some("n"), None, 100));
+/// Writes, updates and deletes random objects, indexed as `indexing` says.
+fn populate(store: &Store, rng: &mut StdRng, indexing: Indexing) -> Vec<String> {
+    match indexing {
+        Indexing::Declared => {
+            run(store, declare(Some("s"), None, 100));
+            run(store, declare(Some("n"), None, 100));
+        }
+        Indexing::Legacy => {
+            // The metadata an older Basalt left: current, without automatic columns.
+            let old = IndexMeta {
+                automatic: None,
+                ..IndexMeta::empty()
+            };
+            let mut st = Staged::new(store, G);
+            super::record_writes::put_record(
+                &mut st,
+                Namespace::IndexMeta.name(),
+                &meta_key("a", "C"),
+                serde_json::to_value(&old).unwrap(),
+                None,
+            )
+            .unwrap();
+            store.write(st.into_batch().unwrap(), true).unwrap();
+        }
+        Indexing::RebuiltMidway | Indexing::Automatic => {}
     }
+    let rebuild_midway = matches!(indexing, Indexing::RebuiltMidway | Indexing::Legacy);
     let mut ids = Vec::new();
     for i in 0..90 {
         let id = random_id(rng, i);
@@ -439,6 +543,12 @@ fn populate(store: &Store, rng: &mut StdRng, rebuild_midway: bool) -> Vec<String
             CommandResult::Created { .. }
         ));
         ids.push(id);
+    }
+    if indexing == Indexing::Legacy {
+        // No automatic columns yet: `s`, `t` and `n` are read from the objects.
+        let m = meta(store);
+        assert!(m.current() && !m.indexes("s") && !m.indexes("t"), "{m:?}");
+        check_queries(store, rng, 40, 0);
     }
     if rebuild_midway {
         // A class with objects before its indexes: `n` at once, then `s` rebuilt 7 objects a
@@ -505,13 +615,51 @@ fn installed_copy(
 
 #[test]
 fn every_query_path_answers_like_reading_every_object() {
-    for seed in 0..6u64 {
+    for seed in 0..8u64 {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
         let mut rng = StdRng::seed_from_u64(seed);
-        populate(&store, &mut rng, seed % 2 == 1);
-        assert_counts_exact(&store, &format!("seed {seed}"));
+        let indexing = INDEXINGS[seed as usize % INDEXINGS.len()];
+        populate(&store, &mut rng, indexing);
+        let when = format!("seed {seed}, {indexing:?}");
+        assert_counts_exact(&store, &when);
+        // Columns nobody declared are indexed by themselves (after a rebuild, for a class
+        // from before automatic columns); `t`, held by every object, is walked whole.
+        let m = meta(&store);
+        assert!(m.indexes("t") && m.walkable("t", false), "{when}: {m:?}");
+        assert!(m.indexes("s"), "{when}: {m:?}");
         check_queries(&store, &mut rng, 300, seed);
+        if indexing == Indexing::Automatic {
+            // Opted out: entries gone, queries read the objects again.
+            drop_index(&store, "t", 7);
+            drop_index(&store, "s", 1_000);
+            assert_counts_exact(&store, &format!("{when}, after opting out"));
+            check_queries(&store, &mut rng, 150, seed);
+            // Writes after the opt-out index nothing under them.
+            run(
+                &store,
+                create("zz-after-drop", 60_000, &random_body(&mut rng)),
+            );
+            assert_eq!(entries_under(&store, "t"), 0);
+            // Declaring opts back in and builds the column.
+            let (mut field, mut after) = (Some("t"), None);
+            loop {
+                let CommandResult::Purged { next, .. } = run(&store, declare(field, after, 5))
+                else {
+                    panic!("a page answers Purged");
+                };
+                field = None;
+                match next {
+                    Some(n) => after = Some(n),
+                    None => break,
+                }
+            }
+            let m = meta(&store);
+            assert!(
+                m.declared.contains(&"t".to_string()) && !m.opted_out.contains(&"t".to_string())
+            );
+            check_queries(&store, &mut rng, 150, seed);
+        }
     }
 }
 
@@ -561,7 +709,7 @@ fn an_abandoned_read_stops() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
     let mut rng = StdRng::seed_from_u64(3);
-    populate(&store, &mut rng, false);
+    populate(&store, &mut rng, Indexing::Declared);
     let (cancel, guard) = Cancel::new();
     let req = |w: Value, order: &str, count: bool| ScanRequest {
         app: "a".into(),
@@ -597,7 +745,7 @@ fn counts_and_indexes_survive_a_snapshot_and_a_restart() {
     let src_dir = tempfile::tempdir().unwrap();
     let src = Store::open(&src_dir.path().join("db")).unwrap();
     let mut rng = StdRng::seed_from_u64(7);
-    populate(&src, &mut rng, true);
+    populate(&src, &mut rng, Indexing::RebuiltMidway);
     let want = meta(&src).counts;
     let dst_dir = tempfile::tempdir().unwrap();
     let dst = installed_copy(&src, src_dir.path(), dst_dir.path());

@@ -108,6 +108,7 @@ pub fn table() -> Vec<Route<AppState>> {
             PUT => schemas::update_schema, DELETE => schemas::delete_schema),
         route!(Master, "/1/schemas/{class}/indexes",
             GET => schemas::list_indexes, POST => schemas::create_index),
+        route!(Master, "/1/schemas/{class}/indexes/{field}", DELETE => schemas::drop_index),
         // App management (spec 4.8).
         route!(Console, "/1/apps", GET => apps::list_apps_of_account, POST => apps::create_app),
         route!(Console, "/1/apps/{app_id}", GET => apps::get_app, PUT => apps::update_app_settings),
@@ -266,6 +267,11 @@ mod tests {
                 "POST",
                 "/1/schemas/GameScore/indexes",
                 "schemas::create_index Master",
+            ),
+            (
+                "DELETE",
+                "/1/schemas/GameScore/indexes/score",
+                "schemas::drop_index Master",
             ),
             ("GET", "/1/apps", "apps::list_apps_of_account Console"),
             ("PUT", "/1/apps/a1", "apps::update_app_settings Console"),

@@ -7,11 +7,12 @@
 
 use axum::extract::State;
 use axum::Json;
+use basalt_cluster::names::ClassName;
 use basalt_cluster::object::{validate_field_name, RESERVED_FIELDS};
 use basalt_cluster::schema::{Column, ColumnChange, ColumnType, SchemaError, SYSTEM_CLASSES};
 use serde_json::{json, Map, Value};
 
-use super::context::{ApiBody, AppState, RequestCtx, SchemaPath};
+use super::context::{ApiBody, ApiPath, AppState, RequestCtx, SchemaPath};
 use super::error::ApiError;
 
 /// Parses `{className?, fields?}` into column changes; `deletes` allows `{__op: "Delete"}`.
@@ -149,19 +150,56 @@ pub async fn delete_schema(
     Ok(Json(json!({"msg": "ok"})))
 }
 
-/// `GET /1/schemas/<class>/indexes`: the class's declared indexes (beyond the automatic
-/// `createdAt`, `updatedAt` and GeoPoint ones).
+/// `GET /1/schemas/<class>/indexes`: the class's indexed columns beyond `createdAt`,
+/// `updatedAt` and GeoPoint ones: `results` the declared ones, `automatic` those shards index
+/// by themselves (`automaticFull` once a shard reached the limit of them), `optedOut` those
+/// the app excluded.
 pub async fn list_indexes(
     State(state): State<AppState>,
     ctx: RequestCtx,
     SchemaPath(class): SchemaPath,
 ) -> Result<Json<Value>, ApiError> {
-    let fields = state
+    let ix = state
         .cluster
         .catalog()
-        .declared_indexes(&ctx.app.application_id, &class)
+        .indexes(&ctx.app.application_id, &class)
         .await?;
-    Ok(Json(json!({"results": fields})))
+    Ok(Json(json!({
+        "results": ix.declared,
+        "automatic": ix.automatic,
+        "automaticFull": ix.full,
+        "optedOut": ix.opted_out,
+    })))
+}
+
+/// `DELETE /1/schemas/<class>/indexes/<column>`: takes a column out of the class's indexes,
+/// automatic or declared, on every shard, and deletes its entries before answering
+/// `{"msg": "ok", "removed": <entries>}`; queries on it then read the objects. Declaring
+/// the column (`POST`) indexes it again.
+pub async fn drop_index(
+    State(state): State<AppState>,
+    ctx: RequestCtx,
+    ApiPath((class, field)): ApiPath<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    let class = ClassName::user_or_system(&class)?;
+    index_column(&field)?;
+    let removed = state
+        .cluster
+        .catalog()
+        .drop_index(&ctx.app.application_id, &class, &field)
+        .await?;
+    Ok(Json(json!({"msg": "ok", "removed": removed})))
+}
+
+/// A column an index may be declared on or dropped from (105 otherwise).
+fn index_column(field: &str) -> Result<(), ApiError> {
+    validate_field_name(field).map_err(ApiError::from)?;
+    if RESERVED_FIELDS.contains(&field) || field == "ACL" {
+        return Err(ApiError::ReservedKey(format!(
+            "{field} cannot be declared indexed or dropped from the indexes: createdAt and updatedAt always are, objectId and ACL are not columns."
+        )));
+    }
+    Ok(())
 }
 
 /// `POST /1/schemas/<class>/indexes {"field": "score"}`: declares a top-level column indexed
@@ -178,12 +216,7 @@ pub async fn create_index(
         .get("field")
         .and_then(Value::as_str)
         .ok_or_else(|| ApiError::InvalidBody("field must be a column name.".into()))?;
-    validate_field_name(field).map_err(ApiError::from)?;
-    if RESERVED_FIELDS.contains(&field) || field == "ACL" {
-        return Err(ApiError::ReservedKey(format!(
-            "{field} cannot be declared indexed: createdAt and updatedAt always are, objectId and ACL are not columns."
-        )));
-    }
+    index_column(field)?;
     let indexed = state
         .cluster
         .catalog()

@@ -529,6 +529,10 @@ async fn declared_and_automatic_indexes_answer_like_a_scan() {
         .unwrap()
         .body;
     assert_eq!(listed["results"], json!(["score"]));
+    // The other columns are indexed by themselves; `score`, now declared, is not listed twice.
+    assert_eq!(listed["automatic"], json!(["i", "tags"]));
+    assert_eq!(listed["optedOut"], json!([]));
+    assert_eq!(listed["automaticFull"], json!(false));
     assert_api_error(
         c.request(
             Method::POST,
@@ -599,11 +603,98 @@ async fn declared_and_automatic_indexes_answer_like_a_scan() {
     }
     assert_eq!(count(json!({"score": 3})).await, 10);
     assert_eq!(count(json!({"score": 4})).await, 25);
-    // Undeclared fields scan, with the same answers.
-    let (_, s2) = plans(&cluster).await;
+    // A column nobody declared is indexed by itself: its counts and listings read entries.
+    let (p2, s2) = plans(&cluster).await;
     assert_eq!(count(json!({"i": {"$lt": 10}})).await, 9);
+    let (p3, s3) = plans(&cluster).await;
+    assert_eq!((p3 - p2, s3 - s2), (4.0, 0.0));
+    let walks = || async {
+        let mut n = 0.0;
+        for i in 0..3 {
+            n += cluster.metric(i, "basalt_query_ordered_walks_total").await;
+        }
+        n
+    };
+    let top = |order: &'static str| {
+        let c = c.clone();
+        async move {
+            let rows = get(&c, &format!("/1/classes/Row?order={order}&limit=3")).await;
+            rows["results"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["i"].as_i64().unwrap())
+                .collect::<Vec<_>>()
+        }
+    };
+    let w0 = walks().await;
+    assert_eq!(top("-i").await, [199, 198, 197]);
+    assert!(
+        walks().await > w0,
+        "an ordered listing walks an automatic column"
+    );
+
+    // Opted out: its entries go, later writes do not index it, answers stay the same.
+    assert_api_error(
+        master
+            .request(
+                Method::DELETE,
+                "/1/schemas/Row/indexes/createdAt",
+                None,
+                true,
+            )
+            .await,
+        400,
+        105,
+        "createdAt is always indexed",
+    );
+    let r = master
+        .request(Method::DELETE, "/1/schemas/Row/indexes/i", None, true)
+        .await
+        .unwrap();
+    assert_eq!(
+        r.body["removed"], 195,
+        "one entry per object left: {:?}",
+        r.body
+    );
+    create_many(&c, "Row", &[json!({"i": -1, "score": 0, "tags": []})]).await;
+    let listed = master
+        .request(Method::GET, "/1/schemas/Row/indexes", None, true)
+        .await
+        .unwrap()
+        .body;
+    assert_eq!(listed["automatic"], json!(["tags"]));
+    assert_eq!(listed["optedOut"], json!(["i"]));
+    let (_, s2) = plans(&cluster).await;
+    assert_eq!(count(json!({"i": {"$lt": 10}})).await, 10);
     let (_, s3) = plans(&cluster).await;
-    assert_eq!(s3 - s2, 4.0);
+    assert_eq!(s3 - s2, 4.0, "an opted-out column scans");
+    let w1 = walks().await;
+    assert_eq!(top("-i").await, [199, 198, 197]);
+    assert_eq!(top("i").await, [-1, 0, 1]);
+    assert_eq!(walks().await, w1, "an opted-out column is not walked");
+    // Declared again: back in, built for every object.
+    let r = master
+        .request(
+            Method::POST,
+            "/1/schemas/Row/indexes",
+            Some(&json!({"field": "i"})),
+            true,
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.body["indexed"], 196);
+    let listed = master
+        .request(Method::GET, "/1/schemas/Row/indexes", None, true)
+        .await
+        .unwrap()
+        .body;
+    assert_eq!(listed["results"], json!(["score", "i"]));
+    assert_eq!(listed["optedOut"], json!([]));
+    let (p2, s2) = plans(&cluster).await;
+    assert_eq!(count(json!({"i": {"$lt": 10}})).await, 10);
+    let (p3, s3) = plans(&cluster).await;
+    assert_eq!((p3 - p2, s3 - s2), (4.0, 0.0));
 
     // createdAt is always indexed: a range on it is planned, and order + limit still hold.
     let listed = get(&c, "/1/classes/Row?order=createdAt&limit=1000").await;
@@ -619,8 +710,8 @@ async fn declared_and_automatic_indexes_answer_like_a_scan() {
     let (p5, _) = plans(&cluster).await;
     assert_eq!(p5 - p4, 4.0);
 
-    // Dropping the class drops its declarations: a class made again under the name starts
-    // without them, and its queries scan.
+    // Dropping the class drops its declarations and opt-outs: a class made again under the
+    // name starts without them, its columns indexed by themselves.
     master
         .request(Method::DELETE, "/1/schemas/Row", None, true)
         .await
@@ -632,10 +723,16 @@ async fn declared_and_automatic_indexes_answer_like_a_scan() {
         .body;
     assert_eq!(listed["results"], json!([]));
     create_many(&c, "Row", &bodies[..20]).await;
-    let (_, s4) = plans(&cluster).await;
+    let listed = master
+        .request(Method::GET, "/1/schemas/Row/indexes", None, true)
+        .await
+        .unwrap()
+        .body;
+    assert_eq!(listed["automatic"], json!(["i", "score", "tags"]));
+    let (p4, s4) = plans(&cluster).await;
     assert_eq!(count(json!({"score": 3})).await, 2);
-    let (_, s5) = plans(&cluster).await;
-    assert_eq!(s5 - s4, 4.0, "an undeclared column scans");
+    let (p5, s5) = plans(&cluster).await;
+    assert_eq!((p5 - p4, s5 - s4), (4.0, 0.0));
 }
 
 /// A listing whose client hung up stops where its shards are read, on every node that reads

@@ -1,9 +1,10 @@
 //! A property test of the query engine: random objects (some readable by nobody but the master
 //! key; an array column `t`) spread over every shard of a 3-node cluster, with `a` declared
-//! indexed before the objects and `b`, `t` after them (so their indexes are rebuilt), and
+//! indexed before the objects, `b`, `t` after them (so their indexes are rebuilt) and `c`
+//! never (indexed by itself, decisions/0016), and
 //! random `where` / `order` / `skip` / `limit`, with and without `count`, answer exactly what
 //! a naive in-memory evaluation written here (independently of the engine) selects: through
-//! ordered walks of declared columns, counts from the index, plans and scans alike. Orders by `createdAt` / `updatedAt`, whose
+//! ordered walks of declared and automatic columns, counts from the index, plans and scans alike. Orders by `createdAt` / `updatedAt`, whose
 //! milliseconds the wire does not show, are checked across the engine's paths instead: the
 //! counted query (which reads every match) and the uncounted one (which walks the index in
 //! order and stops early) answer the same rows.

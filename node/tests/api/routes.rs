@@ -71,6 +71,7 @@ const ROUTES: &[(&str, &str, Auth)] = &[
     ("DELETE", "/1/schemas/RouteT", Master),
     ("GET", "/1/schemas/RouteT/indexes", Master),
     ("POST", "/1/schemas/RouteT/indexes", Master),
+    ("DELETE", "/1/schemas/RouteT/indexes/x", Master),
     ("GET", "/1/apps", Console),
     ("POST", "/1/apps", Console),
     ("GET", "/1/apps/{app}", Console),
