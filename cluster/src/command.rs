@@ -152,12 +152,14 @@ pub enum Command {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         rebuild: Option<String>,
     },
-    /// Data shard: opt `field` of a class out of its indexes (automatic or declared) and
-    /// delete up to `limit` of its entries (answers `Purged`; `next` is set while more remain).
+    /// Data shard: opt `field` of a class out of its indexes (automatic or declared; the
+    /// first page, `started` false) and delete up to `limit` entries of the columns being
+    /// dropped (answers `Purged`; `next` is set while more remain).
     DropIndex {
         app: String,
         class: String,
         field: String,
+        started: bool,
         limit: u32,
     },
 }

@@ -92,6 +92,10 @@ pub struct IndexMeta {
     /// Columns the app opted out of automatic indexing (`DropIndex`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub opted_out: Vec<String>,
+    /// Columns taken out of the indexes whose entries may not all be deleted yet: every
+    /// paged command over the class (drops, rebuilds, purges) deletes them first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropping: Vec<String>,
 }
 
 /// The columns of a class a shard indexes by itself: every top-level client column met
@@ -129,6 +133,7 @@ impl IndexMeta {
             rebuild: None,
             automatic: Some(Automatic::default()),
             opted_out: Vec::new(),
+            dropping: Vec::new(),
         }
     }
 

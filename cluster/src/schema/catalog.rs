@@ -223,10 +223,11 @@ impl<'a> Catalog<'a> {
     /// Opts `field` of a class out of its indexes on every shard (automatic or declared) and
     /// deletes its entries; `declare_index` opts it back in. Answers how many entries went.
     pub async fn drop_index(&self, app: &str, class: &str, field: &str) -> Result<u64> {
-        self.paged_on_every_shard(class, |_| Command::DropIndex {
+        self.paged_on_every_shard(class, |after| Command::DropIndex {
             app: app.into(),
             class: class.into(),
             field: field.into(),
+            started: after.is_some(),
             limit: REBUILD_BATCH,
         })
         .await

@@ -124,8 +124,11 @@ pub fn apply_command(st: &mut Staged<'_>, cmd: Command) -> Result<CommandResult>
             app,
             class,
             field,
+            started,
             limit,
-        } => index_upkeep::apply_drop_index(st, &app, &class, &field, limit.max(1) as usize),
+        } => {
+            index_upkeep::apply_drop_index(st, &app, &class, &field, started, limit.max(1) as usize)
+        }
     }
 }
 
@@ -409,8 +412,16 @@ fn apply_purge_class(
     }
     // Objects of a class made again under the name while the purge ran keep the class's
     // index state (their entries and counts are in it).
-    if !more && field.is_none() && st.keys_in_range_limited(&prefix, &end, 1)?.is_empty() {
-        index_upkeep::forget_class(st, app, class);
+    if !more
+        && field.is_none()
+        && st.keys_in_range_limited(&prefix, &end, 1)?.is_empty()
+        && !index_upkeep::forget_class(st, app, class, limit)?
+    {
+        // Entries of columns being dropped remain: the next page goes on deleting them.
+        return Ok(CommandResult::Purged {
+            count,
+            next: Some(last_id.or(after.map(str::to_string)).unwrap_or_default()),
+        });
     }
     Ok(CommandResult::Purged {
         count,

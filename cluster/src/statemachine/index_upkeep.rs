@@ -40,13 +40,59 @@ fn put_meta(st: &mut Staged<'_>, app: &str, class: &str, meta: &IndexMeta) -> Re
 }
 
 /// Forgets a dropped class's index metadata (its entries went with its objects), so a class
-/// created again under the name starts without the old declarations.
-pub(super) fn forget_class(st: &mut Staged<'_>, app: &str, class: &str) {
+/// created again under the name starts without the old declarations — once the entries of
+/// columns still being dropped are deleted too, up to `budget` of them a call. False while
+/// some remain (the caller's page is then repeated).
+pub(super) fn forget_class(
+    st: &mut Staged<'_>,
+    app: &str,
+    class: &str,
+    budget: usize,
+) -> Result<bool> {
+    if let Some(mut m) = meta(st, app, class)? {
+        if delete_dropped(st, app, class, &mut m, budget)?.1 {
+            put_meta(st, app, class, &m)?;
+            return Ok(false);
+        }
+    }
     st.delete(keys::record_key(
         st.group,
         Namespace::IndexMeta.name(),
         &index::meta_key(app, class),
     ));
+    Ok(true)
+}
+
+/// Deletes up to `budget` entries and markers of the columns `m.dropping` names, forgetting
+/// each column once none remain. Answers how many went, and whether some remain.
+fn delete_dropped(
+    st: &mut Staged<'_>,
+    app: &str,
+    class: &str,
+    m: &mut IndexMeta,
+    budget: usize,
+) -> Result<(u64, bool)> {
+    let budget = budget.max(1);
+    let mut deleted = 0;
+    while let Some(column) = m.dropping.first().cloned() {
+        let left = budget - deleted;
+        let prefix = index::field_prefix(st.group, app, class, &column);
+        let (start, end) = index::value_range(&prefix);
+        let found = st.keys_in_range_limited(&start, &end, left + 1)?;
+        let more = found.len() > left;
+        for key in found.into_iter().take(left) {
+            st.delete(key);
+            deleted += 1;
+        }
+        if more {
+            return Ok((deleted as u64, true));
+        }
+        m.dropping.remove(0);
+        if deleted == budget {
+            return Ok((deleted as u64, !m.dropping.is_empty()));
+        }
+    }
+    Ok((deleted as u64, false))
 }
 
 fn class_range(st: &Staged<'_>, app: &str, class: &str) -> (Vec<u8>, Vec<u8>) {
@@ -177,7 +223,9 @@ pub(super) fn apply_declare_index(
             next: None,
         });
     }
-    if let Some(f) = field {
+    // The first page declares (a later page of this rebuild must not undo an opt-out that
+    // came after it).
+    if let (Some(f), None) = (field, after) {
         if !m.declared.iter().any(|d| d == f) {
             m.declared.push(f.to_string());
         }
@@ -202,6 +250,15 @@ pub(super) fn apply_declare_index(
     }
     // While rebuilding, queries scan.
     m.complete = false;
+    // Entries of dropped columns go first, so that a column declared again starts clean;
+    // objects are indexed only after.
+    if delete_dropped(st, app, class, &mut m, page)?.1 {
+        put_meta(st, app, class, &m)?;
+        return Ok(CommandResult::Purged {
+            count: 0,
+            next: Some(after.unwrap_or_default().to_string()),
+        });
+    }
     let (prefix, end) = class_range(st, app, class);
     let start = match after {
         Some(id) => {
@@ -221,7 +278,11 @@ pub(super) fn apply_declare_index(
         let obj = StoredObject::decode(&bytes)?;
         m.admit_columns(&obj);
         for (k, v) in entries_of(st, app, class, &id, Some(&obj), &m) {
-            st.put(k, v);
+            // An entry already there as it should be is not written again: a second
+            // version of every entry would slow range reads until compaction merges them.
+            if st.get(&k)?.as_deref() != Some(v.as_slice()) {
+                st.put(k, v);
+            }
         }
         // A page proposed again after it applied counts nothing twice.
         if let Some(through) = m.rebuilt_through.clone() {
@@ -246,35 +307,35 @@ pub(super) fn apply_declare_index(
 }
 
 /// Opts `field` out of the class's indexes on this shard (it is no longer automatic, nor
-/// declared) and deletes up to `page` of its entries and markers; `Purged.next` is set
-/// while more remain. A GeoPoint column keeps its latitude entries (always indexed).
+/// declared; its first page, `started` false) and deletes up to `page` entries and markers
+/// of the columns being dropped; `Purged.next` is set while more remain. The column stays
+/// in `dropping` until its last entry is gone, whoever deletes it (a later page, a rebuild's
+/// or a purge's), so a drop cut short leaves nothing a later declaration could trust. A
+/// GeoPoint column keeps its latitude entries (always indexed).
 pub(super) fn apply_drop_index(
     st: &mut Staged<'_>,
     app: &str,
     class: &str,
     field: &str,
+    started: bool,
     page: usize,
 ) -> Result<CommandResult> {
     let mut m = meta_for_write(st, app, class)?;
     let before = m.clone();
-    m.declared.retain(|d| d != field);
-    if let Some(auto) = &mut m.automatic {
-        auto.columns.remove(field);
+    if !started {
+        m.declared.retain(|d| d != field);
+        if let Some(auto) = &mut m.automatic {
+            auto.columns.remove(field);
+        }
+        for list in [&mut m.opted_out, &mut m.dropping] {
+            if !list.iter().any(|o| o == field) {
+                list.push(field.to_string());
+            }
+        }
     }
-    if !m.opted_out.iter().any(|o| o == field) {
-        m.opted_out.push(field.to_string());
-    }
+    let (count, more) = delete_dropped(st, app, class, &mut m, page)?;
     if m != before {
         put_meta(st, app, class, &m)?;
-    }
-    let prefix = index::field_prefix(st.group, app, class, field);
-    let (start, end) = index::value_range(&prefix);
-    let found = st.keys_in_range_limited(&start, &end, page + 1)?;
-    let more = found.len() > page;
-    let mut count = 0;
-    for key in found.into_iter().take(page) {
-        st.delete(key);
-        count += 1;
     }
     Ok(CommandResult::Purged {
         count,

@@ -313,6 +313,33 @@ fn assert_counts_exact(store: &Store, when: &str) {
     }
 }
 
+/// The class's index entries are exactly those its objects have under its metadata: none
+/// left behind by deleted objects, old values or dropped columns, none missing.
+fn assert_entries_exact(store: &Store, when: &str) {
+    let m = meta(store);
+    let prefix = keys::class_prefix(G, "a", "C");
+    let mut want: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    store
+        .scan(CF_SM, &prefix, &keys::separated_end(&prefix), |k, v| {
+            let id = String::from_utf8_lossy(&k[prefix.len()..]).into_owned();
+            let obj = StoredObject::decode(v)?;
+            want.extend(crate::query::index::entries(G, "a", "C", &id, &obj, &m));
+            Ok(true)
+        })
+        .unwrap();
+    want.sort();
+    let ix = crate::query::index::class_index_prefix(G, "a", "C");
+    let mut have = Vec::new();
+    store
+        .scan(CF_SM, &ix, &keys::separated_end(&ix), |k, v| {
+            have.push((k.to_vec(), v.to_vec()));
+            Ok(true)
+        })
+        .unwrap();
+    assert_eq!(have.len(), want.len(), "{when}: entries stored vs due");
+    assert!(have == want, "{when}: entries differ from the objects'");
+}
+
 /// How a test class gets its indexes.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Indexing {
@@ -336,19 +363,15 @@ const INDEXINGS: [Indexing; 4] = [
 
 /// Opts `field` out of the indexes in pages of `page` entries; none of them remain.
 fn drop_index(store: &Store, field: &str, page: u32) {
+    let mut started = false;
     loop {
-        let cmd = Command::DropIndex {
-            app: "a".into(),
-            class: "C".into(),
-            field: field.into(),
-            limit: page,
-        };
-        let CommandResult::Purged { next, .. } = run(store, cmd) else {
+        let CommandResult::Purged { next, .. } = run(store, drop_page(field, started, page)) else {
             panic!("a drop page answers Purged");
         };
         if next.is_none() {
             break;
         }
+        started = true;
     }
     assert_eq!(
         entries_under(store, field),
@@ -357,6 +380,16 @@ fn drop_index(store: &Store, field: &str, page: u32) {
     );
     let m = meta(store);
     assert!(!m.indexes(field) && m.opted_out.contains(&field.to_string()));
+}
+
+fn drop_page(field: &str, started: bool, limit: u32) -> Command {
+    Command::DropIndex {
+        app: "a".into(),
+        class: "C".into(),
+        field: field.into(),
+        started,
+        limit,
+    }
 }
 
 /// How many entries and markers `field` has (latitude entries aside).
@@ -623,6 +656,7 @@ fn every_query_path_answers_like_reading_every_object() {
         populate(&store, &mut rng, indexing);
         let when = format!("seed {seed}, {indexing:?}");
         assert_counts_exact(&store, &when);
+        assert_entries_exact(&store, &when);
         // Columns nobody declared are indexed by themselves (after a rebuild, for a class
         // from before automatic columns); `t`, held by every object, is walked whole.
         let m = meta(&store);
@@ -658,6 +692,7 @@ fn every_query_path_answers_like_reading_every_object() {
             assert!(
                 m.declared.contains(&"t".to_string()) && !m.opted_out.contains(&"t".to_string())
             );
+            assert_entries_exact(&store, &format!("{when}, declared again"));
             check_queries(&store, &mut rng, 150, seed);
         }
     }
@@ -869,4 +904,99 @@ fn a_later_rebuild_replaces_an_earlier_one() {
     assert_counts_exact(&store, "after two interleaved rebuilds");
     assert_eq!(meta(&store).declared, ["s", "n"]);
     check_queries(&store, &mut rng, 150, 11);
+}
+
+/// Answers the `next` of a paged command's page.
+fn next_page(r: CommandResult) -> Option<String> {
+    match r {
+        CommandResult::Purged { next, .. } => next,
+        other => panic!("a page answers Purged: {other:?}"),
+    }
+}
+
+/// An opt-out and a declaration of the same column whose pages interleave, with writes
+/// between pages, leave exactly the entries the objects have (whichever came last wins); so
+/// does an opt-out cut short after its first page followed by dropping the class and making
+/// it again.
+#[test]
+fn opt_outs_and_declarations_interleaved_leave_exact_entries() {
+    for seed in 30..36u64 {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut ids = populate(&store, &mut rng, Indexing::Automatic);
+        let churn = |store: &Store, rng: &mut StdRng, ids: &mut Vec<String>| {
+            let id = ids[rng.random_range(0..ids.len())].clone();
+            run(store, update(&id, 30_000, &random_body(rng)));
+            let victim = ids.remove(rng.random_range(0..ids.len()));
+            run(store, delete(&victim));
+            let id = format!("o{:03}late{}", 950 + ids.len(), rng.random_range(0..1000));
+            run(store, create(&id, 31_000, &random_body(rng)));
+            ids.push(id);
+        };
+        let declare_last = seed % 2 == 0;
+        // The opt-out's first page, then the declaration's, then their pages in turns.
+        let mut drop_next = next_page(run(&store, drop_page("t", false, 7)));
+        let token = format!("r{seed}");
+        let mut declare_next = next_page(run(&store, rebuild(Some("t"), None, 7, Some(&token))));
+        if !declare_last {
+            // The column is opted out again after the declaration started: that wins.
+            drop_next = next_page(run(&store, drop_page("t", false, 7)));
+        }
+        while drop_next.is_some() || declare_next.is_some() {
+            churn(&store, &mut rng, &mut ids);
+            if drop_next.is_some() {
+                drop_next = next_page(run(&store, drop_page("t", true, 7)));
+            }
+            if let Some(after) = declare_next.take() {
+                let page = rebuild(Some("t"), Some(after), 7, Some(&token));
+                declare_next = next_page(run(&store, page));
+            }
+        }
+        let when = format!("seed {seed}, declared last: {declare_last}");
+        let m = meta(&store);
+        assert_eq!(
+            m.declared.contains(&"t".to_string()),
+            declare_last,
+            "{when}: {m:?}"
+        );
+        assert_eq!(
+            m.opted_out.contains(&"t".to_string()),
+            !declare_last,
+            "{when}: {m:?}"
+        );
+        assert!(m.dropping.is_empty(), "{when}: {m:?}");
+        assert_counts_exact(&store, &when);
+        assert_entries_exact(&store, &when);
+        check_queries(&store, &mut rng, 100, seed);
+
+        // An opt-out cut short after its first page, writes that leave its entries stale,
+        // then the class dropped and made again: the new class starts clean.
+        run(&store, drop_page("s", false, 3));
+        churn(&store, &mut rng, &mut ids);
+        let mut after = None;
+        loop {
+            let cmd = Command::PurgeClass {
+                app: "a".into(),
+                class: "C".into(),
+                field: None,
+                after,
+                limit: 5,
+            };
+            match next_page(run(&store, cmd)) {
+                Some(n) => after = Some(n),
+                None => break,
+            }
+        }
+        assert_eq!(meta(&store), IndexMeta::default(), "{when}: forgotten");
+        for i in 0..20 {
+            let body = random_body(&mut rng);
+            run(&store, create(&format!("again{i:02}"), 40_000, &body));
+        }
+        let m = meta(&store);
+        assert!(m.indexes("s") && m.opted_out.is_empty(), "{when}: {m:?}");
+        assert_counts_exact(&store, &format!("{when}, class made again"));
+        assert_entries_exact(&store, &format!("{when}, class made again"));
+        check_queries(&store, &mut rng, 100, seed);
+    }
 }
