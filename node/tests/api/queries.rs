@@ -742,11 +742,18 @@ async fn declared_and_automatic_indexes_answer_like_a_scan() {
 async fn a_listing_whose_client_left_stops_on_every_node() {
     let cluster = TestCluster::start(3, &["--shards", "6"], &[]).await;
     let c = cluster.spread_client();
+    // `pad` taken out of the indexes before the class has objects: every shard reads and
+    // checks all of its objects.
+    let r = cluster
+        .master_client(0)
+        .request(Method::DELETE, "/1/schemas/Slow/indexes/pad", None, true)
+        .await
+        .unwrap();
+    assert_eq!(r.body["msg"], "ok");
     let bodies: Vec<Value> = (0..6_000)
         .map(|i| json!({"i": i, "pad": format!("{i:05}{}", "x".repeat(400))}))
         .collect();
     create_many(&c, "Slow", &bodies).await;
-    // Unindexed: every shard reads and checks all of its objects.
     let path = format!(
         "/1/classes/Slow?order=-pad&limit=3&where={}",
         urlencode(&json!({"pad": {"$regex": "^0"}}).to_string())
