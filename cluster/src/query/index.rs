@@ -96,6 +96,11 @@ pub struct IndexMeta {
     /// paged command over the class (drops, rebuilds, purges) deletes them first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dropping: Vec<String>,
+    /// How many markers each indexed column has (`marker_columns`; a column not named has
+    /// none), exact when `current`: an ordered walk of a column without markers reads only its
+    /// values. `None` for a class whose metadata predates these counts, until a rebuild.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub markers: Option<std::collections::BTreeMap<String, u64>>,
 }
 
 /// The columns of a class a shard indexes by itself: every top-level client column met
@@ -134,6 +139,7 @@ impl IndexMeta {
             automatic: Some(Automatic::default()),
             opted_out: Vec::new(),
             dropping: Vec::new(),
+            markers: Some(Default::default()),
         }
     }
 
@@ -180,6 +186,56 @@ impl IndexMeta {
             .as_ref()
             .and_then(|a| a.columns.get(field))
             .is_some_and(|&n| needs_value || n == self.counts.objects)
+    }
+
+    /// Whether `field`'s markers may hold objects (a walk must read them): false only when
+    /// the column's markers are counted and there are none.
+    pub fn may_have_markers(&self, field: &str) -> bool {
+        !(self.current()
+            && self
+                .markers
+                .as_ref()
+                .is_some_and(|m| m.get(field).copied().unwrap_or(0) == 0))
+    }
+
+    /// The indexed columns for which `obj` has a marker (`entries`): each declared column
+    /// where it holds no single scalar (missing included), each automatic one it holds
+    /// without one.
+    pub fn marker_columns(&self, obj: &StoredObject) -> Vec<String> {
+        let automatic = obj
+            .fields
+            .keys()
+            .filter(|name| self.indexes_by_itself(name) && !self.declared.contains(name));
+        let mut out: Vec<String> = self
+            .declared
+            .iter()
+            .chain(automatic)
+            .filter(|name| {
+                !ALWAYS_INDEXED.contains(&name.as_str()) && !single_scalar(obj.fields.get(*name))
+            })
+            .cloned()
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// Counts `columns`' markers of one object in (`sign` 1) or out (-1).
+    pub fn count_markers(&mut self, columns: &[String], sign: i8) {
+        let Some(markers) = &mut self.markers else {
+            return;
+        };
+        for name in columns {
+            let n = markers.entry(name.clone()).or_default();
+            *n = if sign >= 0 {
+                n.saturating_add(1)
+            } else {
+                n.saturating_sub(1)
+            };
+            if *n == 0 {
+                markers.remove(name);
+            }
+        }
     }
 
     /// Makes the new top-level columns of `obj` automatic (within `MAX_AUTOMATIC`); true when
@@ -457,20 +513,13 @@ pub fn entries(
     }
     // Markers: for each declared column without one scalar (missing included), and for each
     // automatic column held without one (an object without it has nothing).
-    let automatic = obj
-        .fields
-        .keys()
-        .filter(|name| meta.indexes_by_itself(name) && !declared.contains(name));
-    for name in declared.iter().chain(automatic) {
-        let value = obj.fields.get(name);
-        if !single_scalar(value) && !ALWAYS_INDEXED.contains(&name.as_str()) {
-            let prefix = field_prefix(group, app, class, name);
-            let tag = match value {
-                Some(Value::Array(_)) => TAG_ARRAY,
-                _ => TAG_NOT_SCALAR,
-            };
-            out.push((entry(&prefix, &[tag], object_id), flags(false)));
-        }
+    for name in meta.marker_columns(obj) {
+        let prefix = field_prefix(group, app, class, &name);
+        let tag = match obj.fields.get(&name) {
+            Some(Value::Array(_)) => TAG_ARRAY,
+            _ => TAG_NOT_SCALAR,
+        };
+        out.push((entry(&prefix, &[tag], object_id), flags(false)));
     }
     if !public {
         for principal in readers(&obj.fields) {

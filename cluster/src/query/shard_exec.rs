@@ -9,9 +9,13 @@
 //!   comes from the class's counts and its index entries without reading objects
 //!   (`exact_count`);
 //! - rows that need no full count walk the index of the first order key in order and stop
-//!   once they have `skip + limit` (`walk_in_order`: `createdAt`, `updatedAt`, declared
-//!   columns), unless the filter's own index plan is estimated cheaper; in objectId order a
-//!   shard stops after its first `skip + limit` matches.
+//!   once they have `skip + limit` (`walk_in_order`: `createdAt`, `updatedAt`, declared and
+//!   automatic columns), unless the filter's own index plan is estimated cheaper; in objectId
+//!   order a shard stops after its first `skip + limit` matches;
+//! - shards read together first read a few entries of each walk, and every walk stops past
+//!   the `skip + limit`-th best of those sure to match (`walk_bound`), so about `skip + limit`
+//!   objects are read in all however many shards the node leads; a column that the shard
+//!   counted no markers for has no marker range to read.
 
 use std::collections::{HashMap, HashSet};
 
@@ -34,7 +38,7 @@ use crate::ids::GroupId;
 use crate::namespace::Namespace;
 use crate::object::StoredObject;
 use crate::storage::keys::{self, CF_SM};
-use crate::storage::records::{live_record, ViewState};
+use crate::storage::records::StoredRecord;
 use crate::storage::store::ReadView;
 use crate::storage::Store;
 
@@ -77,12 +81,9 @@ fn read_fields(filter: &Filter, principals: bool, extra: &[&str]) -> HashSet<Str
 }
 
 impl<'a> Matcher<'a> {
-    #[allow(clippy::too_many_arguments)]
+    /// The matcher of one query, for every shard it reads: `meta` is set per shard
+    /// (`class_metas`) before that shard is read.
     fn new(
-        store: &ReadView<'_>,
-        group: GroupId,
-        app: &str,
-        class: &str,
         filter: &'a Filter,
         principals: Option<&'a [String]>,
         extra: &[&str],
@@ -96,22 +97,13 @@ impl<'a> Matcher<'a> {
         let prepared = filter
             .prepare()
             .map_err(|e| Error::InvalidValue(e.to_string()))?;
-        let state = ViewState { view: store, group };
-        let meta: IndexMeta = live_record(
-            &state,
-            Namespace::IndexMeta.name(),
-            &meta_key(app, class),
-            None,
-        )?
-        .and_then(|r| serde_json::from_value(r.value).ok())
-        .unwrap_or_default();
         let fields = read_fields(filter, principals.is_some(), extra);
         let times = fields.contains("createdAt") || fields.contains("updatedAt");
         Ok(Matcher {
             filter: prepared,
             cancel,
             principals,
-            meta,
+            meta: IndexMeta::default(),
             fields,
             times,
         })
@@ -642,13 +634,188 @@ impl OrderedWalk<'_, '_, '_, '_> {
     }
 }
 
+/// Where a shard's ordered walk goes: the order key's index ranges in walk order.
+struct WalkPlan {
+    ranges: Vec<KeyRange>,
+    /// The walked field is `createdAt`/`updatedAt` (every object has exactly one entry).
+    always: bool,
+    descending: bool,
+    /// The prefix of the walked field's entries.
+    prefix: Vec<u8>,
+}
+
+/// The plan of an ordered walk of the first order key, when the shard can walk it (the
+/// class's entries are complete, the key is always indexed or walkable) and the filter's own
+/// plan is not cheaper.
+fn walk_plan(
+    store: &ReadView<'_>,
+    group: GroupId,
+    req: &ScanRequest,
+    meta: &IndexMeta,
+    keep: usize,
+) -> Result<Option<WalkPlan>> {
+    let Some(key) = req.order.first() else {
+        return Ok(None);
+    };
+    let always = ALWAYS_INDEXED.contains(&key.field.as_str());
+    let walkable = meta.walkable(&key.field, req.filter.needs_value(&key.field));
+    if !meta.complete || !(always || walkable) {
+        return Ok(None);
+    }
+    let Some(mut ranges) = walk_ranges(store, group, req, meta, key, keep)? else {
+        return Ok(None);
+    };
+    // `$in` may name a value twice: walk each range once.
+    ranges.sort();
+    ranges.dedup();
+    if key.descending {
+        ranges.reverse();
+    }
+    Ok(Some(WalkPlan {
+        ranges,
+        always,
+        descending: key.descending,
+        prefix: field_prefix(group, &req.app, &req.class, &key.field),
+    }))
+}
+
+/// One index entry read ahead of a walk: the index of its range, its key, its flags.
+type PeekedEntry = (usize, Vec<u8>, Option<u8>);
+
+/// The first index entries of a walk, read before any object (`peek`), and where reading
+/// goes on from.
+struct Peeked {
+    plan: WalkPlan,
+    /// The entries read, in walk order.
+    entries: Vec<PeekedEntry>,
+    /// The range not read to its end (and the last key read of it, if any): it and the ranges
+    /// after it are read by the walk itself. `None` when every range was read.
+    resume: Option<(usize, Option<Vec<u8>>)>,
+}
+
+/// Reads up to `max` entries of `plan`'s ranges, in walk order.
+fn peek(store: &ReadView<'_>, plan: WalkPlan, max: usize) -> Result<Peeked> {
+    let mut entries: Vec<PeekedEntry> = Vec::new();
+    let mut resume = None;
+    for (i, (start, end)) in plan.ranges.iter().enumerate() {
+        if entries.len() >= max {
+            resume = Some((i, None));
+            break;
+        }
+        let mut visit = |k: &[u8], flags: &[u8]| {
+            entries.push((i, k.to_vec(), flags.first().copied()));
+            Ok(entries.len() < max)
+        };
+        if plan.descending {
+            store.scan_rev(CF_SM, start, end, &mut visit)?;
+        } else {
+            store.scan(CF_SM, start, end, &mut visit)?;
+        }
+        if entries.len() >= max {
+            resume = Some((i, entries.last().map(|(_, k, _)| k.clone())));
+            break;
+        }
+    }
+    Ok(Peeked {
+        plan,
+        entries,
+        resume,
+    })
+}
+
+impl Peeked {
+    /// The encoded order-key values of the peeked entries whose objects surely match the
+    /// query and sort at that value: the filter says no more than "an entry in the walked
+    /// ranges" (`covered`), the entry is no array element, imprecise number or marker, and the
+    /// caller may read the object (the master key, or a public object).
+    fn sure_values(&self, covered: bool, master: bool) -> impl Iterator<Item = &[u8]> {
+        let prefix = self.plan.prefix.len();
+        self.entries
+            .iter()
+            .filter(move |_| covered)
+            .filter_map(move |(_, k, flags)| {
+                let id = entry_object_id(k)?;
+                let value = k.get(prefix..k.len().saturating_sub(id.len() + 1))?;
+                let f = (*flags)?;
+                let sure = f & ELEMENT == 0
+                    && (master || f & PUBLIC != 0)
+                    && !imprecise_entry(value)
+                    && !is_array_marker(value);
+                sure.then_some(value)
+            })
+    }
+}
+
+/// Where the ordered walks of several shards may stop, and what each read ahead.
+struct WalkBound {
+    bound: Option<Vec<u8>>,
+    /// Per shard, in the order of the groups.
+    peeks: Vec<Option<Peeked>>,
+}
+
+/// Shards' walks read at most this many entries each before any object (`walk_bound`).
+const PEEK_MAX: usize = 1_000;
+
+/// The encoded value of the first order key that the `keep`-th best row of `groups` together
+/// reaches, from index entries alone: at least `keep` readable matches sort at it or better,
+/// so each shard's walk may stop past it (most shards then read few objects, or none). Also
+/// answers each shard's peeked entries, which its walk goes on from. No bound (and no
+/// peeks) for one shard, a `keep` beyond `PEEK_MAX`, or an unordered query.
+fn walk_bound(
+    store: &ReadView<'_>,
+    groups: &[GroupId],
+    metas: &[IndexMeta],
+    req: &ScanRequest,
+    keep: usize,
+) -> Result<WalkBound> {
+    let mut peeks: Vec<Option<Peeked>> = groups.iter().map(|_| None).collect();
+    let Some(key) = req.order.first() else {
+        return Ok(WalkBound { bound: None, peeks });
+    };
+    if groups.len() < 2 || keep == 0 || keep > PEEK_MAX {
+        return Ok(WalkBound { bound: None, peeks });
+    }
+    let covered = matches!(req.filter, Filter::All) || covered_by_index(&req.filter, &key.field);
+    let master = req.principals.is_none();
+    // Each shard's first entries, about twice its share of `keep`: the bound is then close to
+    // the `keep`-th best row, and few walks need more entries than were read ahead (reading
+    // entries backwards costs about as much as reading an object).
+    let each = (2 * keep)
+        .div_ceil(groups.len())
+        .saturating_add(1)
+        .min(keep);
+    for ((&group, meta), slot) in groups.iter().zip(metas).zip(peeks.iter_mut()) {
+        if let Some(plan) = walk_plan(store, group, req, meta, keep)? {
+            *slot = Some(peek(store, plan, each)?);
+        }
+    }
+    let mut values: Vec<&[u8]> = Vec::new();
+    for p in peeks.iter().flatten() {
+        values.extend(p.sure_values(covered, master));
+    }
+    if values.len() < keep {
+        return Ok(WalkBound { bound: None, peeks });
+    }
+    // The `keep`-th best value.
+    let nth = match key.descending {
+        true => values.len() - keep,
+        false => keep - 1,
+    };
+    let (_, bound, _) = values.select_nth_unstable(nth);
+    Ok(WalkBound {
+        bound: Some(bound.to_vec()),
+        peeks,
+    })
+}
+
 /// The first `keep` matches under `order`, walking the index of its first key in that key's
 /// direction and stopping once `keep` rows are found and the key's value changes (rows tied
 /// on it may still differ on later keys or objectId). A declared column's objects that hold
 /// no single scalar (missing, null, arrays, objects) are not where the sort puts them in the
 /// walk: they are read from the column's markers and all kept as candidates. The walk also
-/// ends past `worst`, a row other shards hold that this shard's rows must beat. `None` when
-/// the key cannot be walked or the filter's own plan is cheaper.
+/// ends past `worst`, a row other shards hold that this shard's rows must beat, and past
+/// `bound` (`walk_bound`); it goes on from `peeked` entries when given. `None` when the key
+/// cannot be walked or the filter's own plan is cheaper.
 #[allow(clippy::too_many_arguments)]
 fn walk_in_order(
     store: &ReadView<'_>,
@@ -658,41 +825,62 @@ fn walk_in_order(
     order: &RowOrder,
     keep: usize,
     worst: Option<&Value>,
+    bound: Option<&[u8]>,
+    peeked: Option<Peeked>,
 ) -> Result<Option<Vec<Value>>> {
     let Some(key) = req.order.first() else {
         return Ok(None);
     };
     let meta = &matcher.meta;
-    let always = ALWAYS_INDEXED.contains(&key.field.as_str());
-    let walkable = meta.walkable(&key.field, req.filter.needs_value(&key.field));
-    if !meta.complete || !(always || walkable) {
-        return Ok(None);
-    }
-    let Some(mut ranges) = walk_ranges(store, group, req, meta, key, keep)? else {
-        return Ok(None);
+    let peeked = match peeked {
+        Some(p) => p,
+        None => match walk_plan(store, group, req, meta, keep)? {
+            Some(plan) => Peeked {
+                plan,
+                entries: Vec::new(),
+                resume: Some((0, None)),
+            },
+            None => return Ok(None),
+        },
     };
+    let Peeked {
+        plan,
+        entries,
+        resume,
+    } = peeked;
     metrics::counter!("basalt_query_ordered_walks_total").increment(1);
     let (app, class) = (req.app.as_str(), req.class.as_str());
-    let prefix = field_prefix(group, app, class, &key.field);
+    let prefix = plan.prefix.as_slice();
+    // The walk stops at the tighter of the two.
+    let worst = worst
+        .and_then(|w| lookup(w, &key.field))
+        .filter(|v| single_scalar(Some(v)))
+        .and_then(encode);
+    let limit = match (worst, bound) {
+        (Some(w), Some(b)) => Some(match key.descending {
+            true => w.max(b.to_vec()),
+            false => w.min(b.to_vec()),
+        }),
+        (w, b) => w.or_else(|| b.map(<[u8]>::to_vec)),
+    };
     let mut walk = OrderedWalk {
         store,
         group,
         req,
         matcher,
-        always,
+        always: plan.always,
         keep,
         rows: Best::new(keep, order),
         walked: 0,
         boundary: None,
-        limit: worst
-            .and_then(|w| lookup(w, &key.field))
-            .filter(|v| single_scalar(Some(v)))
-            .and_then(encode),
+        limit,
         descending: key.descending,
         pending: Vec::new(),
     };
-    if !always {
-        let (start, end) = irregular_range(&prefix);
+    // Objects without one scalar come from the column's markers (none to read when the
+    // shard counted none).
+    if !plan.always && meta.may_have_markers(&key.field) {
+        let (start, end) = irregular_range(prefix);
         let mut ids: Vec<String> = Vec::new();
         store.scan(CF_SM, &start, &end, |k, _| {
             ids.extend(entry_object_id(k).map(str::to_string));
@@ -709,26 +897,48 @@ fn walk_in_order(
             }
         }
     }
-    // `$in` may name a value twice: walk each range once.
-    ranges.sort();
-    ranges.dedup();
-    if key.descending {
-        ranges.reverse();
-    }
-    for (start, end) in &ranges {
-        let mut step = |k: &[u8], _: &[u8]| -> Result<bool> {
-            let Some(id) = entry_object_id(k) else {
-                return Ok(true);
-            };
-            match k.get(prefix.len()..k.len().saturating_sub(id.len() + 1)) {
-                Some(value) => walk.offer(id, value),
-                None => Ok(true),
-            }
+    let step = |walk: &mut OrderedWalk<'_, '_, '_, '_>, k: &[u8]| -> Result<bool> {
+        let Some(id) = entry_object_id(k) else {
+            return Ok(true);
         };
-        if key.descending {
-            store.scan_rev(CF_SM, start, end, &mut step)?;
-        } else {
-            store.scan(CF_SM, start, end, &mut step)?;
+        match k.get(prefix.len()..k.len().saturating_sub(id.len() + 1)) {
+            Some(value) => walk.offer(id, value),
+            None => Ok(true),
+        }
+    };
+    let mut entries = entries.into_iter().peekable();
+    for (i, (start, end)) in plan.ranges.iter().enumerate() {
+        // The entries of this range read ahead (an earlier range's left when its walk
+        // stopped), then the rest of it.
+        while entries.next_if(|(r, _, _)| *r < i).is_some() {}
+        let mut going = true;
+        while let Some((_, k, _)) = entries.next_if(|(r, _, _)| *r == i) {
+            if !step(&mut walk, &k)? {
+                going = false;
+                break;
+            }
+        }
+        let rest: Option<KeyRange> = match &resume {
+            _ if !going => None,
+            None => None,
+            Some((r, _)) if i < *r => None,
+            Some((r, Some(last))) if i == *r => Some(match key.descending {
+                true => (start.clone(), last.clone()),
+                false => {
+                    let mut after = last.clone();
+                    after.push(0);
+                    (after, end.clone())
+                }
+            }),
+            Some(_) => Some((start.clone(), end.clone())),
+        };
+        if let Some((start, end)) = rest {
+            let mut visit = |k: &[u8], _: &[u8]| step(&mut walk, k);
+            if key.descending {
+                store.scan_rev(CF_SM, &start, &end, &mut visit)?;
+            } else {
+                store.scan(CF_SM, &start, &end, &mut visit)?;
+            }
         }
         if !walk.flush()? || walk.boundary.is_some() {
             break;
@@ -749,8 +959,12 @@ fn first_rows(
     order: &RowOrder,
     keep: usize,
     worst: Option<&Value>,
+    bound: Option<&[u8]>,
+    peeked: Option<Peeked>,
 ) -> Result<Vec<Value>> {
-    if let Some(rows) = walk_in_order(store, group, req, matcher, order, keep, worst)? {
+    if let Some(rows) = walk_in_order(
+        store, group, req, matcher, order, keep, worst, bound, peeked,
+    )? {
         return Ok(rows);
     }
     let stop_early = order.is_by_object_id();
@@ -789,6 +1003,33 @@ fn collect_matches(
     Ok(count)
 }
 
+/// The index metadata of a class on each of `groups` (the default, incomplete one where a
+/// shard has none), read together in one multi-get.
+fn class_metas(
+    store: &ReadView<'_>,
+    groups: &[GroupId],
+    app: &str,
+    class: &str,
+) -> Result<Vec<IndexMeta>> {
+    let name = meta_key(app, class);
+    let keys: Vec<Vec<u8>> = groups
+        .iter()
+        .map(|&g| keys::record_key(g, Namespace::IndexMeta.name(), &name))
+        .collect();
+    store
+        .multi_get(CF_SM, &keys)?
+        .into_iter()
+        .map(|bytes| {
+            let Some(bytes) = bytes else {
+                return Ok(IndexMeta::default());
+            };
+            // Index metadata never expires.
+            let rec = StoredRecord::decode(&bytes)?;
+            Ok(serde_json::from_value(rec.value).unwrap_or_default())
+        })
+        .collect()
+}
+
 /// The matching objects of several shards read together (ordered, at most `skip + limit`)
 /// and their count, from one snapshot of the store. Each shard after the first knows the
 /// worst of the best rows found so far, and an ordered walk or an objectId-ordered read stops
@@ -806,13 +1047,29 @@ pub fn scan_shards(
     // Rows as the shards checked them (the fields the query reads), each with its shard.
     let mut rows: Vec<(Value, GroupId)> = Vec::new();
     let mut count = 0u64;
-    for &group in groups {
+    let order_fields: Vec<&str> = req.order.iter().map(|k| k.field.as_str()).collect();
+    let mut matcher = Matcher::new(
+        &req.filter,
+        req.principals.as_deref(),
+        &order_fields,
+        cancel,
+    )?;
+    let metas = class_metas(&view, groups, &req.app, &req.class)?;
+    let WalkBound { bound, peeks } = walk_bound(&view, groups, &metas, req, keep)?;
+    for ((&group, meta), peeked) in groups.iter().zip(metas).zip(peeks) {
+        matcher.meta = meta;
         let worst = keep
             .checked_sub(1)
             .and_then(|i| rows.get(i))
             .map(|(r, _)| r);
         cancel.check()?;
-        let (part, n) = scan_shard(&view, group, req, &order, worst, cancel)?;
+        let shard = Shard {
+            group,
+            worst,
+            bound: bound.as_deref(),
+            peeked,
+        };
+        let (part, n) = scan_shard(&view, req, &matcher, &order, shard)?;
         count += n;
         rows.extend(part.into_iter().map(|r| (r, group)));
         rows.sort_by(|a, b| order.compare(&a.0, &b.0));
@@ -823,44 +1080,51 @@ pub fn scan_shards(
     Ok((rows, count))
 }
 
+/// One shard of a scan over several, and what the others tell it (`scan_shards`).
+struct Shard<'a> {
+    group: GroupId,
+    /// The worst of the best rows the shards read before hold.
+    worst: Option<&'a Value>,
+    /// The walks' common stop (`walk_bound`).
+    bound: Option<&'a [u8]>,
+    /// The entries this shard's walk read ahead.
+    peeked: Option<Peeked>,
+}
+
 /// One shard's matching objects (ordered, at most `skip + limit`; without `count`, none
 /// worse than `worst`) and their count. A count the index answers (`exact_count`) leaves the
 /// rows to `first_rows`; so does a query without `count`, whose answered count is then only
 /// the rows kept.
 fn scan_shard(
     store: &ReadView<'_>,
-    group: GroupId,
     req: &ScanRequest,
+    matcher: &Matcher<'_>,
     order: &RowOrder,
-    worst: Option<&Value>,
-    cancel: &Cancel,
+    shard: Shard<'_>,
 ) -> Result<(Vec<Value>, u64)> {
-    let keep = req.skip.saturating_add(req.limit);
-    let order_fields: Vec<&str> = req.order.iter().map(|k| k.field.as_str()).collect();
-    let matcher = Matcher::new(
-        store,
+    let Shard {
         group,
-        &req.app,
-        &req.class,
-        &req.filter,
-        req.principals.as_deref(),
-        &order_fields,
-        cancel,
-    )?;
+        worst,
+        bound,
+        peeked,
+    } = shard;
+    let keep = req.skip.saturating_add(req.limit);
     let counted = match req.count {
-        true => exact_count(store, group, req, &matcher)?,
+        true => exact_count(store, group, req, matcher)?,
         false => None,
     };
     let (mut rows, count) = match (req.count, counted) {
         (true, None) => {
             let mut rows = Best::new(keep, order);
-            let n = collect_matches(store, group, req, &matcher, &mut rows, |_, _| true)?;
+            let n = collect_matches(store, group, req, matcher, &mut rows, |_, _| true)?;
             (rows.into_rows(), n)
         }
         (_, counted) => {
             let rows = match keep {
                 0 => Vec::new(),
-                _ => first_rows(store, group, req, &matcher, order, keep, worst)?,
+                _ => first_rows(
+                    store, group, req, matcher, order, keep, worst, bound, peeked,
+                )?,
             };
             let n = counted.unwrap_or(rows.len() as u64);
             (rows, n)
@@ -890,17 +1154,10 @@ pub fn aggregate_shards(
         .chain(&columns)
         .map(String::as_str)
         .collect();
-    for &group in groups {
-        let matcher = Matcher::new(
-            store,
-            group,
-            &req.app,
-            &req.class,
-            &req.filter,
-            req.principals.as_deref(),
-            &read,
-            cancel,
-        )?;
+    let mut matcher = Matcher::new(&req.filter, req.principals.as_deref(), &read, cancel)?;
+    let metas = class_metas(store, groups, &req.app, &req.class)?;
+    for (&group, meta) in groups.iter().zip(metas) {
+        matcher.meta = meta;
         for_each_match(store, group, &req.app, &req.class, &matcher, |obj| {
             folder.add(&req.spec, &columns, &obj).map(|()| true)
         })?;

@@ -143,6 +143,7 @@ pub(super) fn reindex(
     let mut m = meta_for_write(st, app, class)?;
     // The entries the old object has, under the columns indexed before this write.
     let before = entries_of(st, app, class, object_id, old, &m);
+    let markers_before = old.map(|o| m.marker_columns(o)).unwrap_or_default();
     let mut changed = new.is_some_and(|o| m.admit_columns(o));
     let after = entries_of(st, app, class, object_id, new, &m);
     let find = |list: &[(Vec<u8>, Vec<u8>)], k: &[u8]| {
@@ -182,6 +183,13 @@ pub(super) fn reindex(
                 m.count_columns(o, 1);
             }
             changed |= m.automatic != columns;
+        }
+        let markers_after = new.map(|o| m.marker_columns(o)).unwrap_or_default();
+        if markers_before != markers_after {
+            let markers = m.markers.clone();
+            m.count_markers(&markers_before, -1);
+            m.count_markers(&markers_after, 1);
+            changed |= m.markers != markers;
         }
     }
     if changed {
@@ -247,6 +255,7 @@ pub(super) fn apply_declare_index(
             columns: auto.columns.into_keys().map(|c| (c, 0)).collect(),
             full: auto.full,
         });
+        m.markers = Some(Default::default());
     }
     // While rebuilding, queries scan.
     m.complete = false;
@@ -289,6 +298,8 @@ pub(super) fn apply_declare_index(
             if id > through {
                 m.counts.add(index::public_read(&obj.fields), 1);
                 m.count_columns(&obj, 1);
+                let markers = m.marker_columns(&obj);
+                m.count_markers(&markers, 1);
                 m.rebuilt_through = Some(id.clone());
             }
         }
@@ -326,6 +337,9 @@ pub(super) fn apply_drop_index(
         m.declared.retain(|d| d != field);
         if let Some(auto) = &mut m.automatic {
             auto.columns.remove(field);
+        }
+        if let Some(markers) = &mut m.markers {
+            markers.remove(field);
         }
         for list in [&mut m.opted_out, &mut m.dropping] {
             if !list.iter().any(|o| o == field) {

@@ -7,7 +7,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::keys::{self, CF_SM};
-use super::store::ReadView;
 use super::Store;
 use crate::error::Result;
 use crate::ids::GroupId;
@@ -51,22 +50,6 @@ impl StateRead for ReplicaState<'_> {
 
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         self.store.get(CF_SM, key)
-    }
-}
-
-/// One group's state as a point-in-time view of this node's store holds it.
-pub struct ViewState<'a, 'b> {
-    pub view: &'a ReadView<'b>,
-    pub group: GroupId,
-}
-
-impl StateRead for ViewState<'_, '_> {
-    fn group(&self) -> GroupId {
-        self.group
-    }
-
-    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.view.get(CF_SM, key)
     }
 }
 
