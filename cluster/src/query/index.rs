@@ -98,7 +98,7 @@ pub struct IndexMeta {
     pub dropping: Vec<String>,
     /// How many markers each indexed column has (`marker_columns`; a column not named has
     /// none), exact when `current`: an ordered walk of a column without markers reads only its
-    /// values. `None` for a class whose metadata predates these counts, until a rebuild.
+    /// values. Columns being dropped are not counted (their entries are not walked). `None` for a class whose metadata predates these counts, until a rebuild.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub markers: Option<std::collections::BTreeMap<String, u64>>,
 }

@@ -688,8 +688,9 @@ struct Peeked {
     plan: WalkPlan,
     /// The entries read, in walk order.
     entries: Vec<PeekedEntry>,
-    /// The range not read to its end (and the last key read of it, if any): it and the ranges
-    /// after it are read by the walk itself. `None` when every range was read.
+    /// Where reading stopped, when it stopped at `max` entries: the range (and the last key read
+    /// of it, if any) whose rest, and the ranges after it, the walk reads itself. `None` when
+    /// every range was read to its end.
     resume: Option<(usize, Option<Vec<u8>>)>,
 }
 
@@ -727,8 +728,13 @@ impl Peeked {
     /// The encoded order-key values of the peeked entries whose objects surely match the
     /// query and sort at that value: the filter says no more than "an entry in the walked
     /// ranges" (`covered`), the entry is no array element, imprecise number or marker, and the
-    /// caller may read the object (the master key, or a public object).
-    fn sure_values(&self, covered: bool, master: bool) -> impl Iterator<Item = &[u8]> {
+    /// caller may read the object (`master`, or `public` readers and a public object).
+    fn sure_values(
+        &self,
+        covered: bool,
+        master: bool,
+        public: bool,
+    ) -> impl Iterator<Item = &[u8]> {
         let prefix = self.plan.prefix.len();
         self.entries
             .iter()
@@ -738,7 +744,7 @@ impl Peeked {
                 let value = k.get(prefix..k.len().saturating_sub(id.len() + 1))?;
                 let f = (*flags)?;
                 let sure = f & ELEMENT == 0
-                    && (master || f & PUBLIC != 0)
+                    && (master || (public && f & PUBLIC != 0))
                     && !imprecise_entry(value)
                     && !is_array_marker(value);
                 sure.then_some(value)
@@ -775,23 +781,43 @@ fn walk_bound(
     if groups.len() < 2 || keep == 0 || keep > PEEK_MAX {
         return Ok(WalkBound { bound: None, peeks });
     }
-    let covered = matches!(req.filter, Filter::All) || covered_by_index(&req.filter, &key.field);
+    // Only when the walk's ranges come from the filter's own plan on the key do they say all
+    // the filter says (a filter the planner cannot use, such as `$in` with a null, is walked
+    // whole).
+    let covered = |group: GroupId, meta: &IndexMeta| {
+        matches!(req.filter, Filter::All)
+            || (covered_by_index(&req.filter, &key.field)
+                && matches!(
+                    plan(group, &req.app, &req.class, &req.filter, meta),
+                    Some(Plan { field, candidates: Candidates::Ranges(_), .. }) if field == key.field
+                ))
+    };
     let master = req.principals.is_none();
+    let public = req
+        .principals
+        .as_ref()
+        .is_some_and(|ps| ps.iter().any(|p| p == PUBLIC_PRINCIPAL));
     // Each shard's first entries, about twice its share of `keep`: the bound is then close to
-    // the `keep`-th best row, and few walks need more entries than were read ahead (reading
-    // entries backwards costs about as much as reading an object).
+    // the `keep`-th best row, and few walks need more entries than were read ahead. Reading
+    // `keep` entries of every shard instead gained nothing (bench/results/
+    // 2026-11-24-walk-bound.md): stepping an iterator backwards costs about as much as the
+    // object reads it saves.
     let each = (2 * keep)
         .div_ceil(groups.len())
         .saturating_add(1)
         .min(keep);
+    let mut sure: Vec<bool> = Vec::with_capacity(groups.len());
     for ((&group, meta), slot) in groups.iter().zip(metas).zip(peeks.iter_mut()) {
         if let Some(plan) = walk_plan(store, group, req, meta, keep)? {
             *slot = Some(peek(store, plan, each)?);
         }
+        sure.push(covered(group, meta));
     }
     let mut values: Vec<&[u8]> = Vec::new();
-    for p in peeks.iter().flatten() {
-        values.extend(p.sure_values(covered, master));
+    for (p, &covered) in peeks.iter().zip(&sure) {
+        if let Some(p) = p {
+            values.extend(p.sure_values(covered, master, public));
+        }
     }
     if values.len() < keep {
         return Ok(WalkBound { bound: None, peeks });
