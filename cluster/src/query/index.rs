@@ -227,11 +227,7 @@ impl IndexMeta {
         };
         for name in columns {
             let n = markers.entry(name.clone()).or_default();
-            *n = if sign >= 0 {
-                n.saturating_add(1)
-            } else {
-                n.saturating_sub(1)
-            };
+            step(n, sign);
             if *n == 0 {
                 markers.remove(name);
             }
@@ -273,11 +269,7 @@ impl IndexMeta {
         };
         for name in obj.fields.keys() {
             if let Some(n) = auto.columns.get_mut(name) {
-                *n = if sign >= 0 {
-                    n.saturating_add(1)
-                } else {
-                    n.saturating_sub(1)
-                };
+                step(n, sign);
             }
         }
     }
@@ -292,18 +284,20 @@ fn automatic_candidate(name: &str) -> bool {
 impl ClassCounts {
     /// Adds (`sign` 1) or removes (`sign` -1) one object.
     pub fn add(&mut self, public: bool, sign: i8) {
-        let step = |n: &mut u64| {
-            *n = if sign >= 0 {
-                n.saturating_add(1)
-            } else {
-                n.saturating_sub(1)
-            }
-        };
-        step(&mut self.objects);
+        step(&mut self.objects, sign);
         if public {
-            step(&mut self.public);
+            step(&mut self.public, sign);
         }
     }
+}
+
+/// Adds one to a count (`sign` 1) or takes one away (-1), never past its bounds.
+fn step(n: &mut u64, sign: i8) {
+    *n = if sign >= 0 {
+        n.saturating_add(1)
+    } else {
+        n.saturating_sub(1)
+    };
 }
 
 pub fn meta_key(app: &str, class: &str) -> String {

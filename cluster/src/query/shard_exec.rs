@@ -451,8 +451,9 @@ fn plan_is_cheaper(
 }
 
 /// The order key's index ranges to walk for `req`: within the filter's own conditions on that
-/// field when it has them, else every value. `None` when reading the filter's plan on
-/// another field (or its known ids) is cheaper, or the field cannot be walked.
+/// field when it has them, else every value, and whether they are the filter's own plan on
+/// that field. `None` when reading the filter's plan on another field (or its known ids) is
+/// cheaper, or the field cannot be walked.
 fn walk_ranges(
     store: &ReadView<'_>,
     group: GroupId,
@@ -460,34 +461,39 @@ fn walk_ranges(
     meta: &IndexMeta,
     key: &SortKey,
     keep: usize,
-) -> Result<Option<Vec<KeyRange>>> {
+) -> Result<Option<(Vec<KeyRange>, bool)>> {
     let prefix = field_prefix(group, &req.app, &req.class, &key.field);
     let whole = if ALWAYS_INDEXED.contains(&key.field.as_str()) {
         (prefix.clone(), keys::separated_end(&prefix))
     } else {
         scalar_range(&prefix)
     };
-    // The plan's value ranges on the key, without markers (the walk reads those itself).
+    // A plan's value ranges on the key, without markers (the walk reads those itself).
+    let values = |r: Vec<KeyRange>| -> Vec<KeyRange> {
+        r.into_iter()
+            .map(|(s, e)| (s.max(whole.0.clone()), e.min(whole.1.clone())))
+            .filter(|(s, e)| s < e)
+            .collect()
+    };
     let own = |filter: &Filter| match plan(group, &req.app, &req.class, filter, meta) {
         Some(Plan {
             field,
             candidates: Candidates::Ranges(r),
             ..
-        }) if field == key.field => Some(
-            r.into_iter()
-                .map(|(s, e)| (s.max(whole.0.clone()), e.min(whole.1.clone())))
-                .filter(|(s, e)| s < e)
-                .collect(),
-        ),
+        }) if field == key.field => Some(values(r)),
         _ => None,
     };
     Ok(match plan(group, &req.app, &req.class, &req.filter, meta) {
-        None => Some(vec![whole.clone()]),
+        None => Some((vec![whole.clone()], false)),
         Some(Plan {
             candidates: Candidates::Ids(_),
             ..
         }) => None,
-        Some(p) if p.field == key.field => own(&req.filter),
+        Some(Plan {
+            field,
+            candidates: Candidates::Ranges(r),
+            ..
+        }) if field == key.field => Some((values(r), true)),
         Some(Plan {
             candidates: Candidates::Ranges(other),
             ..
@@ -501,7 +507,10 @@ fn walk_ranges(
                     .filter(|f| matches!(f, Filter::Field { path, .. } if *path == key.field))
                     .cloned()
                     .collect();
-                Some(own(&Filter::And(on_key)).unwrap_or_else(|| vec![whole.clone()]))
+                Some((
+                    own(&Filter::And(on_key)).unwrap_or_else(|| vec![whole.clone()]),
+                    false,
+                ))
             }
         }
     })
@@ -642,6 +651,8 @@ struct WalkPlan {
     descending: bool,
     /// The prefix of the walked field's entries.
     prefix: Vec<u8>,
+    /// The ranges are the filter's own plan on the key (`walk_ranges`).
+    own_plan: bool,
 }
 
 /// The plan of an ordered walk of the first order key, when the shard can walk it (the
@@ -662,7 +673,7 @@ fn walk_plan(
     if !meta.complete || !(always || walkable) {
         return Ok(None);
     }
-    let Some(mut ranges) = walk_ranges(store, group, req, meta, key, keep)? else {
+    let Some((mut ranges, own_plan)) = walk_ranges(store, group, req, meta, key, keep)? else {
         return Ok(None);
     };
     // `$in` may name a value twice: walk each range once.
@@ -676,6 +687,7 @@ fn walk_plan(
         always,
         descending: key.descending,
         prefix: field_prefix(group, &req.app, &req.class, &key.field),
+        own_plan,
     }))
 }
 
@@ -784,14 +796,8 @@ fn walk_bound(
     // Only when the walk's ranges come from the filter's own plan on the key do they say all
     // the filter says (a filter the planner cannot use, such as `$in` with a null, is walked
     // whole).
-    let covered = |group: GroupId, meta: &IndexMeta| {
-        matches!(req.filter, Filter::All)
-            || (covered_by_index(&req.filter, &key.field)
-                && matches!(
-                    plan(group, &req.app, &req.class, &req.filter, meta),
-                    Some(Plan { field, candidates: Candidates::Ranges(_), .. }) if field == key.field
-                ))
-    };
+    let all = matches!(req.filter, Filter::All);
+    let on_key = covered_by_index(&req.filter, &key.field);
     let master = req.principals.is_none();
     let public = req
         .principals
@@ -806,18 +812,15 @@ fn walk_bound(
         .div_ceil(groups.len())
         .saturating_add(1)
         .min(keep);
-    let mut sure: Vec<bool> = Vec::with_capacity(groups.len());
     for ((&group, meta), slot) in groups.iter().zip(metas).zip(peeks.iter_mut()) {
         if let Some(plan) = walk_plan(store, group, req, meta, keep)? {
             *slot = Some(peek(store, plan, each)?);
         }
-        sure.push(covered(group, meta));
     }
     let mut values: Vec<&[u8]> = Vec::new();
-    for (p, &covered) in peeks.iter().zip(&sure) {
-        if let Some(p) = p {
-            values.extend(p.sure_values(covered, master, public));
-        }
+    for p in peeks.iter().flatten() {
+        let covered = all || (on_key && p.plan.own_plan);
+        values.extend(p.sure_values(covered, master, public));
     }
     if values.len() < keep {
         return Ok(WalkBound { bound: None, peeks });
