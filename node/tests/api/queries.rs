@@ -506,6 +506,28 @@ async fn declared_and_automatic_indexes_answer_like_a_scan() {
     let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
     let c = cluster.spread_client();
     let master = cluster.master_client(1);
+    // The class's index listing, and a declaration (answered by the master key).
+    let indexes = || async {
+        master
+            .request(Method::GET, "/1/schemas/Row/indexes", None, true)
+            .await
+            .unwrap()
+            .body
+    };
+    let declare = |field: &'static str| {
+        let master = &master;
+        async move {
+            master
+                .request(
+                    Method::POST,
+                    "/1/schemas/Row/indexes",
+                    Some(&json!({ "field": field })),
+                    true,
+                )
+                .await
+                .unwrap()
+        }
+    };
 
     let bodies: Vec<Value> = (0..200)
         .map(|i| json!({"i": i, "score": i % 10, "tags": [format!("t{}", i % 3)]}))
@@ -513,21 +535,9 @@ async fn declared_and_automatic_indexes_answer_like_a_scan() {
     let ids = create_many(&c, "Row", &bodies).await;
 
     // Declaring an index builds it for the existing objects on every shard.
-    let r = master
-        .request(
-            Method::POST,
-            "/1/schemas/Row/indexes",
-            Some(&json!({"field": "score"})),
-            true,
-        )
-        .await
-        .unwrap();
+    let r = declare("score").await;
     assert_eq!(r.body["indexed"], 200);
-    let listed = master
-        .request(Method::GET, "/1/schemas/Row/indexes", None, true)
-        .await
-        .unwrap()
-        .body;
+    let listed = indexes().await;
     assert_eq!(listed["results"], json!(["score"]));
     // The other columns are indexed by themselves; `score`, now declared, is not listed twice.
     assert_eq!(listed["automatic"], json!(["i", "tags"]));
@@ -658,11 +668,7 @@ async fn declared_and_automatic_indexes_answer_like_a_scan() {
         r.body
     );
     create_many(&c, "Row", &[json!({"i": -1, "score": 0, "tags": []})]).await;
-    let listed = master
-        .request(Method::GET, "/1/schemas/Row/indexes", None, true)
-        .await
-        .unwrap()
-        .body;
+    let listed = indexes().await;
     assert_eq!(listed["automatic"], json!(["tags"]));
     assert_eq!(listed["optedOut"], json!(["i"]));
     let (_, s2) = plans(&cluster).await;
@@ -674,21 +680,9 @@ async fn declared_and_automatic_indexes_answer_like_a_scan() {
     assert_eq!(top("i").await, [-1, 0, 1]);
     assert_eq!(walks().await, w1, "an opted-out column is not walked");
     // Declared again: back in, built for every object.
-    let r = master
-        .request(
-            Method::POST,
-            "/1/schemas/Row/indexes",
-            Some(&json!({"field": "i"})),
-            true,
-        )
-        .await
-        .unwrap();
+    let r = declare("i").await;
     assert_eq!(r.body["indexed"], 196);
-    let listed = master
-        .request(Method::GET, "/1/schemas/Row/indexes", None, true)
-        .await
-        .unwrap()
-        .body;
+    let listed = indexes().await;
     assert_eq!(listed["results"], json!(["score", "i"]));
     assert_eq!(listed["optedOut"], json!([]));
     let (p2, s2) = plans(&cluster).await;
@@ -716,18 +710,10 @@ async fn declared_and_automatic_indexes_answer_like_a_scan() {
         .request(Method::DELETE, "/1/schemas/Row", None, true)
         .await
         .unwrap();
-    let listed = master
-        .request(Method::GET, "/1/schemas/Row/indexes", None, true)
-        .await
-        .unwrap()
-        .body;
+    let listed = indexes().await;
     assert_eq!(listed["results"], json!([]));
     create_many(&c, "Row", &bodies[..20]).await;
-    let listed = master
-        .request(Method::GET, "/1/schemas/Row/indexes", None, true)
-        .await
-        .unwrap()
-        .body;
+    let listed = indexes().await;
     assert_eq!(listed["automatic"], json!(["i", "score", "tags"]));
     let (p4, s4) = plans(&cluster).await;
     assert_eq!(count(json!({"score": 3})).await, 2);
