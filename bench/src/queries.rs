@@ -117,6 +117,8 @@ pub fn params(name: &str, r: u64, objects: u64) -> Option<Vec<(&'static str, Str
             ("average", "score".into()),
             ("groupcount", "true".into()),
         ],
+        // Every object summed per team (bench-peers' `groupby sum`).
+        "q-groupby-all" => vec![("groupby", "team".into()), ("sum", "score".into())],
         _ => return None,
     })
 }

@@ -2,7 +2,10 @@
 //!
 //! A stored object keeps its user fields plus `created_ms`/`updated_ms` (milliseconds, UTC);
 //! the reserved fields `objectId`, `createdAt`, `updatedAt` are rendered on the way out. The
-//! encoding carries a version number so that later formats can be read next to old ones.
+//! encoding starts with its format, so that older formats are read next to the current one:
+//! the current one (`encode`) lets a reader parse only the fields it needs; objects of the
+//! first (one JSON document) are still read, and rewritten in the current one when a node
+//! opens its store (`statemachine::upgrade`).
 
 use std::collections::HashSet;
 
@@ -19,13 +22,14 @@ pub const RESERVED_FIELDS: [&str; 3] = ["objectId", "createdAt", "updatedAt"];
 /// Wire format of `createdAt`/`updatedAt` and of Date values: `YYYY-mm-dd HH:ii:ss`, UTC.
 pub const WIRE_TIME_FORMAT: &str = "%Y-%m-%d %H:%M:%S";
 
-/// Current encoding version of [`StoredObject`].
-const OBJECT_FORMAT_V1: u8 = 1;
+/// First byte of the current encoding of [`StoredObject`] (`encode`). Objects of the first
+/// encoding are one JSON document (`{"v":1,…}`), so their first byte is `{`.
+const FORMAT_V2: u8 = 2;
+/// The `v` of the first encoding.
+const FORMAT_V1: u8 = 1;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StoredObject {
-    /// Encoding version.
-    pub v: u8,
     pub created_ms: i64,
     pub updated_ms: i64,
     pub fields: Map<String, Value>,
@@ -34,7 +38,6 @@ pub struct StoredObject {
 impl StoredObject {
     pub fn new(now_ms: i64) -> Self {
         StoredObject {
-            v: OBJECT_FORMAT_V1,
             created_ms: now_ms,
             updated_ms: now_ms,
             fields: Map::new(),
@@ -96,39 +99,97 @@ impl StoredObject {
             .unwrap_or_default()
     }
 
+    /// The object in the current encoding (`FORMAT_V2`): the format byte, `created_ms` and
+    /// `updated_ms` (8 bytes each, little-endian), then per field its name and its value as
+    /// JSON text, each after its length (4 bytes, little-endian). A reader finds one field by
+    /// its name and parses only that value (`decode_only`). The same object always encodes to
+    /// the same bytes (fields in name order), as replicas compare their state byte for byte.
     pub fn encode(&self) -> Result<Vec<u8>> {
-        Ok(serde_json::to_vec(self)?)
-    }
-
-    pub fn decode(bytes: &[u8]) -> Result<Self> {
-        let obj: StoredObject = serde_json::from_slice(bytes)?;
-        obj.checked()
-    }
-
-    /// `decode` keeping only the user fields `keep` names: the others are skipped as the bytes
-    /// are parsed, never built (a query reads thousands of objects for the few fields its
-    /// filter, order or aggregation names).
-    pub fn decode_only(bytes: &[u8], keep: &HashSet<String>) -> Result<Self> {
-        use serde::de::DeserializeSeed;
-        let mut de = serde_json::Deserializer::from_slice(bytes);
-        let obj = lean::ObjectSeed(keep).deserialize(&mut de)?;
-        de.end()?;
-        obj.checked()
-    }
-
-    fn checked(self) -> Result<Self> {
-        if self.v != OBJECT_FORMAT_V1 {
-            return Err(Error::Storage(format!("unknown object format {}", self.v)));
+        let mut out = Vec::with_capacity(17 + self.fields.len() * 32);
+        out.push(FORMAT_V2);
+        out.extend_from_slice(&self.created_ms.to_le_bytes());
+        out.extend_from_slice(&self.updated_ms.to_le_bytes());
+        for (name, value) in &self.fields {
+            let at = out.len();
+            out.extend_from_slice(&[0; 4]);
+            out.extend_from_slice(name.as_bytes());
+            set_length(&mut out, at)?;
+            let at = out.len();
+            out.extend_from_slice(&[0; 4]);
+            serde_json::to_writer(&mut out, value)?;
+            set_length(&mut out, at)?;
         }
-        Ok(self)
+        Ok(out)
+    }
+
+    /// The object `encode` wrote, or one of the first encoding.
+    pub fn decode(bytes: &[u8]) -> Result<Self> {
+        Self::decode_fields(bytes, None)
+    }
+
+    /// `decode` keeping only the user fields `keep` names: the other values are stepped over
+    /// by their length, never parsed (a query reads thousands of objects for the few fields
+    /// its filter, order or aggregation names).
+    pub fn decode_only(bytes: &[u8], keep: &HashSet<String>) -> Result<Self> {
+        Self::decode_fields(bytes, Some(keep))
+    }
+
+    /// Whether `bytes` are in the current encoding (objects in the first are rewritten once,
+    /// when a node opens its store).
+    pub fn is_current_encoding(bytes: &[u8]) -> bool {
+        bytes.first() == Some(&FORMAT_V2)
+    }
+
+    fn decode_fields(bytes: &[u8], keep: Option<&HashSet<String>>) -> Result<Self> {
+        match bytes.split_first() {
+            Some((&FORMAT_V2, rest)) => {
+                let mut r = Reader(rest);
+                let created_ms = r.int()?;
+                let updated_ms = r.int()?;
+                let mut fields = Map::new();
+                while !r.0.is_empty() {
+                    let name = std::str::from_utf8(r.chunk()?)
+                        .map_err(|_| corrupt("a field name is not UTF-8"))?;
+                    let value = r.chunk()?;
+                    if keep.is_none_or(|k| k.contains(name)) {
+                        fields.insert(name.to_string(), serde_json::from_slice(value)?);
+                    }
+                }
+                Ok(StoredObject {
+                    created_ms,
+                    updated_ms,
+                    fields,
+                })
+            }
+            Some((b'{', _)) => {
+                let v1: FirstEncoding = serde_json::from_slice(bytes)?;
+                if v1.v != FORMAT_V1 {
+                    return Err(corrupt(&format!("unknown object format {}", v1.v)));
+                }
+                let mut fields = v1.fields;
+                if let Some(keep) = keep {
+                    fields.retain(|k, _| keep.contains(k));
+                }
+                Ok(StoredObject {
+                    created_ms: v1.created_ms,
+                    updated_ms: v1.updated_ms,
+                    fields,
+                })
+            }
+            _ => Err(corrupt("unknown object format")),
+        }
     }
 
     /// `render_for_query` of an object from `decode_only`, with `createdAt` and `updatedAt`
-    /// only when `times`.
-    pub fn render_partial_for_query(&self, object_id: &str, times: bool) -> Value {
+    /// only when `times`; the fields are moved, not copied.
+    pub fn into_partial_for_query(self, object_id: &str, times: bool) -> Value {
         let mut out = Map::with_capacity(self.fields.len() + 3);
-        for (k, v) in self.fields.iter().filter(|(k, _)| !k.starts_with('_')) {
-            out.insert(k.clone(), render_value(v));
+        for (k, v) in self.fields.into_iter().filter(|(k, _)| !k.starts_with('_')) {
+            let v = match v {
+                Value::Object(m) => render_value_owned(m),
+                other => other,
+            };
+            out.insert(k, v);
         }
         out.insert("objectId".into(), Value::String(object_id.to_string()));
         if times {
@@ -145,149 +206,52 @@ impl StoredObject {
     }
 }
 
-/// The parse behind `StoredObject::decode_only`: serde seeds that build the envelope and the
-/// kept fields, and skip every other value without allocating (`IgnoredAny`).
-mod lean {
-    use std::collections::HashSet;
-    use std::fmt;
+/// An object as the first encoding stored it: one JSON document.
+#[derive(Deserialize)]
+struct FirstEncoding {
+    v: u8,
+    created_ms: i64,
+    updated_ms: i64,
+    fields: Map<String, Value>,
+}
 
-    use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
-    use serde_json::{Map, Value};
+fn corrupt(what: &str) -> Error {
+    Error::Storage(format!("a stored object is damaged: {what}"))
+}
 
-    use super::StoredObject;
+/// Writes the length of what follows the 4 bytes at `at` into them.
+fn set_length(out: &mut [u8], at: usize) -> Result<()> {
+    let len = u32::try_from(out.len() - at - 4)
+        .map_err(|_| Error::InvalidValue("a field of more than 4 GiB".into()))?;
+    out[at..at + 4].copy_from_slice(&len.to_le_bytes());
+    Ok(())
+}
 
-    pub struct ObjectSeed<'k>(pub &'k HashSet<String>);
+/// Reads `FORMAT_V2` bytes front to back.
+struct Reader<'a>(&'a [u8]);
 
-    impl<'de> DeserializeSeed<'de> for ObjectSeed<'_> {
-        type Value = StoredObject;
-
-        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<StoredObject, D::Error> {
-            d.deserialize_map(self)
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        if self.0.len() < n {
+            return Err(corrupt("it ends early"));
         }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Ok(head)
     }
 
-    impl<'de> Visitor<'de> for ObjectSeed<'_> {
-        type Value = StoredObject;
-
-        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-            f.write_str("a stored object")
-        }
-
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<StoredObject, A::Error> {
-            use serde::de::Error;
-            let (mut v, mut created, mut updated, mut fields) = (None, None, None, None);
-            while let Some(key) = map.next_key_seed(EnvelopeKey)? {
-                match key {
-                    Envelope::V => v = Some(map.next_value()?),
-                    Envelope::Created => created = Some(map.next_value()?),
-                    Envelope::Updated => updated = Some(map.next_value()?),
-                    Envelope::Fields => fields = Some(map.next_value_seed(FieldsSeed(self.0))?),
-                    Envelope::Other => {
-                        map.next_value::<IgnoredAny>()?;
-                    }
-                }
-            }
-            Ok(StoredObject {
-                v: v.ok_or_else(|| A::Error::missing_field("v"))?,
-                created_ms: created.ok_or_else(|| A::Error::missing_field("created_ms"))?,
-                updated_ms: updated.ok_or_else(|| A::Error::missing_field("updated_ms"))?,
-                fields: fields.ok_or_else(|| A::Error::missing_field("fields"))?,
-            })
-        }
+    fn int(&mut self) -> Result<i64> {
+        let b = self.take(8)?;
+        Ok(i64::from_le_bytes(
+            b.try_into().map_err(|_| corrupt("a short time"))?,
+        ))
     }
 
-    /// The members of a stored object's envelope.
-    enum Envelope {
-        V,
-        Created,
-        Updated,
-        Fields,
-        Other,
-    }
-
-    struct EnvelopeKey;
-
-    impl<'de> DeserializeSeed<'de> for EnvelopeKey {
-        type Value = Envelope;
-
-        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Envelope, D::Error> {
-            d.deserialize_str(self)
-        }
-    }
-
-    impl<'de> Visitor<'de> for EnvelopeKey {
-        type Value = Envelope;
-
-        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-            f.write_str("a member of a stored object")
-        }
-
-        fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Envelope, E> {
-            Ok(match s {
-                "v" => Envelope::V,
-                "created_ms" => Envelope::Created,
-                "updated_ms" => Envelope::Updated,
-                "fields" => Envelope::Fields,
-                _ => Envelope::Other,
-            })
-        }
-    }
-
-    /// A field name, kept (as an owned string) only when `self.0` names it; other names are
-    /// compared where they lie and dropped.
-    struct KeySeed<'k>(&'k HashSet<String>);
-
-    impl<'de> DeserializeSeed<'de> for KeySeed<'_> {
-        type Value = Option<String>;
-
-        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<String>, D::Error> {
-            d.deserialize_str(self)
-        }
-    }
-
-    impl<'de> Visitor<'de> for KeySeed<'_> {
-        type Value = Option<String>;
-
-        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-            f.write_str("a field name")
-        }
-
-        fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Option<String>, E> {
-            Ok(self.0.contains(s).then(|| s.to_string()))
-        }
-    }
-
-    struct FieldsSeed<'k>(&'k HashSet<String>);
-
-    impl<'de> DeserializeSeed<'de> for FieldsSeed<'_> {
-        type Value = Map<String, Value>;
-
-        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-            d.deserialize_map(self)
-        }
-    }
-
-    impl<'de> Visitor<'de> for FieldsSeed<'_> {
-        type Value = Map<String, Value>;
-
-        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-            f.write_str("the fields of a stored object")
-        }
-
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-            let mut out = Map::new();
-            while let Some(key) = map.next_key_seed(KeySeed(self.0))? {
-                match key {
-                    Some(k) => {
-                        out.insert(k, map.next_value()?);
-                    }
-                    None => {
-                        map.next_value::<IgnoredAny>()?;
-                    }
-                }
-            }
-            Ok(out)
-        }
+    /// A length-prefixed part.
+    fn chunk(&mut self) -> Result<&'a [u8]> {
+        let b = self.take(4)?;
+        let len = u32::from_le_bytes(b.try_into().map_err(|_| corrupt("a short length"))?);
+        self.take(len as usize)
     }
 }
 
@@ -312,6 +276,14 @@ fn render_value(v: &Value) -> Value {
         }
         other => other.clone(),
     }
+}
+
+/// `render_value` of an object value the caller owns.
+fn render_value_owned(mut m: Map<String, Value>) -> Value {
+    if m.get("__type").and_then(Value::as_str) == Some("Relation") {
+        m.remove("objects");
+    }
+    Value::Object(m)
 }
 
 /// `createdAt`/`updatedAt` as queries compare and sort them: the wire form plus milliseconds
@@ -472,9 +444,10 @@ mod tests {
             .map(str::to_string)
             .collect();
         let lean = StoredObject::decode_only(&bytes, &keep).unwrap();
+        assert!(StoredObject::is_current_encoding(&bytes));
         assert_eq!(
-            (lean.v, lean.created_ms, lean.updated_ms),
-            (o.v, o.created_ms, o.updated_ms)
+            (lean.created_ms, lean.updated_ms),
+            (o.created_ms, o.updated_ms)
         );
         let mut expected = o.fields.clone();
         expected.retain(|k, _| keep.contains(k));
@@ -484,14 +457,15 @@ mod tests {
         let all: HashSet<String> = o.fields.keys().cloned().collect();
         assert_eq!(StoredObject::decode_only(&bytes, &all).unwrap(), o);
         // Rendered without times: the kept fields and the objectId only.
-        let row = lean.render_partial_for_query("abc", false);
+        let row = lean.clone().into_partial_for_query("abc", false);
         assert_eq!(row["objectId"], "abc");
         assert_eq!(row["score"], 12.5);
         assert!(row.get("createdAt").is_none() && row.get("tags").is_none());
-        let row = lean.render_partial_for_query("abc", true);
+        let row = lean.into_partial_for_query("abc", true);
         assert_eq!(row["createdAt"], format_query_time(o.created_ms));
         assert_eq!(row["updatedAt"], format_query_time(o.updated_ms));
-        // Names written with escapes are compared unescaped.
+        // Objects of the first encoding (one JSON document) read the same; names written with
+        // escapes are compared unescaped.
         let bytes =
             br#"{"fields":{"k\u00e9y":1,"o":{"x":"\u2603"}},"v":1,"created_ms":1,"updated_ms":2}"#;
         let keep: HashSet<String> = ["k\u{e9}y".to_string()].into_iter().collect();
@@ -501,6 +475,65 @@ mod tests {
             serde_json::json!({"k\u{e9}y": 1})
         );
         assert_eq!((lean.created_ms, lean.updated_ms), (1, 2));
+    }
+
+    #[test]
+    fn both_encodings_read_the_same_object_and_the_current_one_is_canonical() {
+        let mut o = StoredObject::new(-5);
+        o.updated_ms = i64::MAX;
+        o.fields = json!({"z": {"__type": "Relation", "className": "_User", "objects": ["a"]},
+                          "a": "\u{0}\"", "_password": "h", "n": null, "e": {}, "l": []})
+        .as_object()
+        .unwrap()
+        .clone();
+        let first = json!({"v": 1, "created_ms": -5, "updated_ms": i64::MAX,
+                           "fields": o.fields.clone()});
+        let first = serde_json::to_vec(&first).unwrap();
+        assert!(!StoredObject::is_current_encoding(&first));
+        let read = StoredObject::decode(&first).unwrap();
+        assert_eq!(read, o);
+        let bytes = o.encode().unwrap();
+        assert_eq!(read.encode().unwrap(), bytes);
+        assert_eq!(StoredObject::decode(&bytes).unwrap(), o);
+        let keep: HashSet<String> = ["z".to_string(), "_password".to_string()].into();
+        let lean = StoredObject::decode_only(&bytes, &keep).unwrap();
+        assert_eq!(lean.fields.len(), 2);
+        assert_eq!(lean, StoredObject::decode_only(&first, &keep).unwrap());
+        // Rendered for a query: internal fields hidden, Relation members stripped.
+        assert_eq!(
+            lean.into_partial_for_query("x", false),
+            json!({"z": {"__type": "Relation", "className": "_User"}, "objectId": "x"})
+        );
+    }
+
+    #[test]
+    fn a_damaged_object_is_an_error_not_a_panic() {
+        let mut o = StoredObject::new(7);
+        o.fields.insert("name".into(), json!("value"));
+        o.fields.insert("n".into(), json!([1, 2]));
+        let good = o.encode().unwrap();
+        let keep: HashSet<String> = ["n".to_string()].into();
+        // Every cut of the bytes but the ends of whole fields is refused.
+        let ends = [17, 17 + 4 + 1 + 4 + 5];
+        for cut in 0..good.len() {
+            let r = StoredObject::decode(&good[..cut]);
+            assert_eq!(r.is_ok(), ends.contains(&cut), "cut at {cut}");
+        }
+        let mut bad_name = good.clone();
+        bad_name[17 + 4] = 0xff;
+        let mut bad_value = good.clone();
+        let last = bad_value.len() - 1;
+        bad_value[last] = b'!';
+        let mut long = good.clone();
+        long[17] = 0xff;
+        for bad in [bad_name, bad_value, long, vec![3, 1, 2], vec![]] {
+            assert!(StoredObject::decode(&bad).is_err(), "{bad:?}");
+        }
+        // A value the reader steps over is not parsed, but its length must hold.
+        let mut skipped = good.clone();
+        skipped[last] = b'!';
+        assert!(StoredObject::decode_only(&skipped, &keep).is_ok());
+        assert!(StoredObject::decode_only(&skipped, &["name".to_string()].into()).is_err());
     }
 
     #[test]

@@ -37,6 +37,7 @@ impl Cluster {
     pub async fn start(opts: ClusterOptions) -> Result<Cluster> {
         std::fs::create_dir_all(&opts.data_dir)?;
         let store = Store::open_tuned(&opts.data_dir.join("db"), &opts.store)?;
+        crate::statemachine::upgrade::upgrade_objects(&store)?;
         let identity: Option<NodeIdentity> = store
             .get_default(NODE_IDENTITY)?
             .map(|b| serde_json::from_slice(&b))

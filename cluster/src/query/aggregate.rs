@@ -8,6 +8,7 @@
 //! equals a computation over all objects at once. Time columns (Dates, `createdAt`,
 //! `updatedAt`) group by day, `YYYY-mm-dd`.
 
+use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
@@ -187,52 +188,78 @@ pub struct PartialGroup {
 }
 
 /// The value an object contributes to a group column: time values by day.
-fn group_value(object: &Value, column: &str) -> Value {
-    let v = lookup(object, column).cloned().unwrap_or(Value::Null);
-    let day = |s: &str| Value::String(s.get(..10).unwrap_or(s).to_string());
-    match &v {
+fn group_value<'o>(object: &'o Value, column: &str) -> Cow<'o, Value> {
+    let Some(v) = lookup(object, column) else {
+        return Cow::Owned(Value::Null);
+    };
+    let day = |s: &str| Cow::Owned(Value::String(s.get(..10).unwrap_or(s).to_string()));
+    match v {
         Value::String(s) if column == "createdAt" || column == "updatedAt" => day(s),
         Value::Object(m) if m.get("__type").and_then(Value::as_str) == Some("Date") => m
             .get("iso")
             .and_then(Value::as_str)
-            .map_or(Value::Null, day),
-        _ => v,
+            .map_or(Cow::Owned(Value::Null), day),
+        _ => Cow::Borrowed(v),
     }
 }
 
 /// Folds matching objects into groups, as one shard does.
 #[derive(Debug, Default)]
 pub struct Folder {
+    /// By the group's values written as one JSON array.
     groups: BTreeMap<String, PartialGroup>,
+    /// The last object's group values as JSON, reused: finding a known group allocates
+    /// nothing.
+    id: Vec<u8>,
 }
 
 impl Folder {
     pub fn add(&mut self, spec: &AggregateSpec, columns: &[String], object: &Value) -> Result<()> {
-        let key: Vec<Value> = spec
-            .group_by
-            .iter()
-            .map(|c| group_value(object, c))
-            .collect();
-        let id = serde_json::to_string(&key)?;
-        if !self.groups.contains_key(&id) && self.groups.len() >= MAX_GROUPS {
+        self.id.clear();
+        self.id.push(b'[');
+        for (i, c) in spec.group_by.iter().enumerate() {
+            if i > 0 {
+                self.id.push(b',');
+            }
+            serde_json::to_writer(&mut self.id, group_value(object, c).as_ref())?;
+        }
+        self.id.push(b']');
+        let id = std::str::from_utf8(&self.id)
+            .map_err(|_| Error::Internal("a group key is not UTF-8".into()))?;
+        if let Some(g) = self.groups.get_mut(id) {
+            g.fold(columns, object);
+            return Ok(());
+        }
+        if self.groups.len() >= MAX_GROUPS {
             return Err(too_many_groups());
         }
-        let g = self.groups.entry(id).or_insert_with(|| PartialGroup {
-            key,
+        let mut g = PartialGroup {
+            key: spec
+                .group_by
+                .iter()
+                .map(|c| group_value(object, c).into_owned())
+                .collect(),
             count: 0,
             columns: vec![ColumnPartial::default(); columns.len()],
-        });
-        g.count += 1;
-        for (c, partial) in columns.iter().zip(g.columns.iter_mut()) {
-            if let Some(v) = lookup(object, c) {
-                partial.add(v);
-            }
-        }
+        };
+        g.fold(columns, object);
+        self.groups.insert(id.to_string(), g);
         Ok(())
     }
 
     pub fn into_partials(self) -> Vec<PartialGroup> {
         self.groups.into_values().collect()
+    }
+}
+
+impl PartialGroup {
+    fn fold(&mut self, columns: &[String], object: &Value) {
+        self.count += 1;
+        for (c, partial) in columns.iter().zip(self.columns.iter_mut()) {
+            if let Some(v) = lookup(object, c) {
+                partial.add(v);
+            }
+        }
     }
 }
 

@@ -145,7 +145,7 @@ impl<'a> Matcher<'a> {
     }
 
     /// The fields the query reads of the object (`fields`), rendered as the query engine sees
-    /// them (`render_partial_for_query`), when the caller may read it and the filter selects
+    /// them (`into_partial_for_query`), when the caller may read it and the filter selects
     /// it. `whole_rows` renders the rows a query answers with.
     fn check(&self, object_id: &str, bytes: &[u8]) -> Result<Option<Value>> {
         self.cancel.check()?;
@@ -153,7 +153,7 @@ impl<'a> Matcher<'a> {
         if !allows(&stored.fields, self.principals, Access::Read) {
             return Ok(None);
         }
-        let obj = stored.render_partial_for_query(object_id, self.times);
+        let obj = stored.into_partial_for_query(object_id, self.times);
         Ok(self.filter.matches(&obj).then_some(obj))
     }
 }

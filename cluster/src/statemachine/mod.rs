@@ -21,6 +21,7 @@ mod record_writes;
 mod shard_query_tests;
 pub mod snapshot;
 mod staged;
+pub mod upgrade;
 
 use std::io;
 use std::path::PathBuf;

@@ -1,0 +1,152 @@
+//! Rewrites the objects a node stores in the first encoding (one JSON document each) in the
+//! current one (`object::StoredObject::encode`), once, when the node opens its store and
+//! before its groups start (`cluster::bootstrap`). Both encodings are always readable, so a
+//! rewrite cut short by a crash is simply done again at the next start; the marker
+//! `OBJECTS_UPGRADED` in the default column family says that every object was rewritten.
+//! Writes go straight to this node's store, not through Raft: they change how an object is
+//! written, never what it holds. Nodes of one cluster run the same build (see
+//! `docs/decisions/0017-object-encoding.md`), so replicas agree byte for byte afterwards.
+
+use crate::error::Result;
+use crate::ids::GroupId;
+use crate::object::StoredObject;
+use crate::storage::keys::{self, CF_SM};
+use crate::storage::{Store, WriteBatch};
+
+/// Key of the marker, in the default column family.
+const OBJECTS_UPGRADED: &[u8] = b"objects-encoding-2";
+/// Objects rewritten per write batch.
+const BATCH: usize = 1_000;
+
+/// Rewrites every object of the first encoding in the current one; answers how many it
+/// rewrote (none once the marker is written).
+pub fn upgrade_objects(store: &Store) -> Result<u64> {
+    if store.get_default(OBJECTS_UPGRADED)?.is_some() {
+        return Ok(0);
+    }
+    let mut rewritten = 0u64;
+    let mut group = first_group(store, &[])?;
+    while let Some(g) = group {
+        let start = keys::sm_family(g, keys::SM_OBJECT);
+        let end = keys::sm_family(g, keys::SM_OBJECT + 1);
+        let mut from = start;
+        loop {
+            let mut page: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+            let mut last: Option<Vec<u8>> = None;
+            store.scan(CF_SM, &from, &end, |k, v| {
+                if !StoredObject::is_current_encoding(v) {
+                    page.push((k.to_vec(), StoredObject::decode(v)?.encode()?));
+                }
+                last = Some(k.to_vec());
+                Ok(page.len() < BATCH)
+            })?;
+            if !page.is_empty() {
+                let mut batch = WriteBatch::default();
+                let cf = store.cf(CF_SM)?;
+                for (k, v) in &page {
+                    batch.put_cf(cf, k, v);
+                }
+                store.write(batch, true)?;
+                rewritten += page.len() as u64;
+            }
+            match last {
+                Some(mut k) if page.len() == BATCH => {
+                    k.push(0);
+                    from = k;
+                }
+                _ => break,
+            }
+        }
+        group = first_group(store, &keys::group_end(g))?;
+    }
+    let mut marker = WriteBatch::default();
+    marker.put(OBJECTS_UPGRADED, [2u8]);
+    store.write(marker, true)?;
+    if rewritten > 0 {
+        tracing::info!(rewritten, "objects rewritten in the current encoding");
+    }
+    Ok(rewritten)
+}
+
+/// The group of the first state-machine key at or after `from`.
+fn first_group(store: &Store, from: &[u8]) -> Result<Option<GroupId>> {
+    let mut found = None;
+    store.scan(CF_SM, from, &[0xff; 5], |k, _| {
+        found = k
+            .get(..4)
+            .and_then(|b| b.try_into().ok())
+            .map(|b| GroupId::new(u32::from_be_bytes(b)));
+        Ok(false)
+    })?;
+    Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn first_encoding(ms: i64, fields: serde_json::Value) -> Vec<u8> {
+        serde_json::to_vec(&json!({"v": 1, "created_ms": ms, "updated_ms": ms, "fields": fields}))
+            .unwrap()
+    }
+
+    #[test]
+    fn objects_of_the_first_encoding_are_rewritten_once_and_read_the_same() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mut expected = Vec::new();
+        let mut current = 0;
+        let mut batch = WriteBatch::default();
+        let cf = store.cf(CF_SM).unwrap();
+        // Three groups, one with more objects than a write batch, some objects already in
+        // the current encoding; records and index entries around them stay as they are.
+        for (g, n) in [(1u32, 3usize), (7, BATCH + 5), (40_000, 1)] {
+            let group = GroupId::new(g);
+            for i in 0..n {
+                let key = keys::object_key(group, "app", "C", &format!("id{i:05}"));
+                let fields = json!({"i": i, "s": "x".repeat(i % 7)});
+                let bytes = first_encoding(i as i64, fields.clone());
+                let obj = StoredObject::decode(&bytes).unwrap();
+                if i == 1 {
+                    current += 1;
+                    batch.put_cf(cf, &key, obj.encode().unwrap());
+                } else {
+                    batch.put_cf(cf, &key, &bytes);
+                }
+                expected.push((key, obj));
+            }
+            batch.put_cf(cf, keys::record_key(group, "ns", "k"), b"{\"r\":1}");
+            batch.put_cf(cf, keys::sm_family(group, keys::SM_INDEX), b"");
+        }
+        store.write(batch, true).unwrap();
+
+        let total = expected.len() as u64;
+        assert_eq!(upgrade_objects(&store).unwrap(), total - current);
+        for (key, obj) in &expected {
+            let bytes = store.get(CF_SM, key).unwrap().unwrap();
+            assert!(StoredObject::is_current_encoding(&bytes));
+            assert_eq!(&StoredObject::decode(&bytes).unwrap(), obj);
+        }
+        for g in [1u32, 7, 40_000] {
+            let group = GroupId::new(g);
+            let record = store
+                .get(CF_SM, &keys::record_key(group, "ns", "k"))
+                .unwrap();
+            assert_eq!(record.as_deref(), Some(&b"{\"r\":1}"[..]));
+        }
+        // Once done, a later open reads no object again.
+        let key = &expected[0].0;
+        store
+            .write(
+                {
+                    let mut b = WriteBatch::default();
+                    b.put_cf(store.cf(CF_SM).unwrap(), key, first_encoding(9, json!({})));
+                    b
+                },
+                true,
+            )
+            .unwrap();
+        assert_eq!(upgrade_objects(&store).unwrap(), 0);
+    }
+}
