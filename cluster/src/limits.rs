@@ -207,6 +207,13 @@ mod tests {
         }
         obj.fields.insert("f".into(), v.clone());
         roundtrip(&obj);
+        let stored = obj.encode().expect("encodes");
+        assert_eq!(StoredObject::decode(&stored).expect("decodes"), obj);
+        let keep = ["f".to_string()].into();
+        assert_eq!(
+            StoredObject::decode_only(&stored, &keep).expect("decodes"),
+            obj
+        );
         roundtrip(&ReadResponse::Stored(Some(obj.clone())));
         roundtrip(&ReadResponse::StoredObjects(vec![("o".into(), obj)]));
         roundtrip(&ReadResponse::Scan {

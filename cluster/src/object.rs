@@ -215,8 +215,10 @@ struct FirstEncoding {
     fields: Map<String, Value>,
 }
 
+/// A stored object that cannot be read: the object's fault, not the store's (a command on it
+/// is rejected on every replica alike instead of stopping apply, as for bad JSON).
 fn corrupt(what: &str) -> Error {
-    Error::Storage(format!("a stored object is damaged: {what}"))
+    Error::Internal(format!("a stored object is damaged: {what}"))
 }
 
 /// Writes the length of what follows the 4 bytes at `at` into them.
@@ -537,7 +539,7 @@ mod tests {
     }
 
     #[test]
-    fn a_partial_decode_refuses_what_decode_refuses() {
+    fn a_partial_decode_of_the_first_encoding_refuses_what_decode_refuses() {
         let keep: HashSet<String> = ["a".to_string()].into_iter().collect();
         for bad in [
             &br#"{"v":2,"created_ms":1,"updated_ms":1,"fields":{}}"#[..],

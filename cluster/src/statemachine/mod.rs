@@ -227,6 +227,12 @@ mod tests {
         let bad_key = keys::object_key(GroupId::new(1), "a", "C", "bad");
         let mut setup = crate::storage::WriteBatch::default();
         setup.put_cf(store.cf(CF_SM).unwrap(), &bad_key, b"\x01not json");
+        // Cut short in the current encoding: its first field's length runs past the end.
+        let cut_key = keys::object_key(GroupId::new(1), "a", "C", "cut");
+        let mut cut = vec![2u8];
+        cut.extend_from_slice(&[0; 16]);
+        cut.extend_from_slice(&[9, 0, 0, 0, b'f']);
+        setup.put_cf(store.cf(CF_SM).unwrap(), &cut_key, &cut);
         store.write(setup, true).unwrap();
 
         let mut staged = Staged::new(&store, GroupId::new(1));
@@ -239,8 +245,13 @@ mod tests {
             matches!(r, CommandResult::Rejected(Error::NotApplied(_))),
             "{r:?}"
         );
+        let r = apply_entry(&mut staged, 3, set("cut", json!(1))).unwrap();
+        assert!(
+            matches!(r, CommandResult::Rejected(Error::NotApplied(_))),
+            "{r:?}"
+        );
         assert!(matches!(
-            apply_entry(&mut staged, 3, set("ok", json!(2))).unwrap(),
+            apply_entry(&mut staged, 4, set("ok", json!(2))).unwrap(),
             CommandResult::Updated { .. }
         ));
         store.write(staged.into_batch().unwrap(), true).unwrap();

@@ -19,6 +19,7 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 
 use super::applied_state::AppliedState;
+use super::upgrade;
 use crate::admin::GroupDigest;
 use crate::error::{Error, Result};
 use crate::ids::GroupId;
@@ -308,7 +309,7 @@ fn load(group: GroupId, store: &Store, marker: &InstallMarker) -> Result<Applied
         let mut key = keys::group_prefix(group).to_vec();
         key.extend_from_slice(&read_exact_vec(&mut r, klen)?);
         let vlen = read_u32(&mut r)?;
-        let value = read_exact_vec(&mut r, vlen)?;
+        let value = upgrade::current_encoding(&key, read_exact_vec(&mut r, vlen)?);
         bytes += key.len() + value.len();
         batch.put_cf(cf, key, value);
         if bytes >= INSTALL_BATCH_BYTES {
@@ -360,6 +361,11 @@ mod tests {
             keys::meta_key(GroupId::new(3), keys::SM_APPLIED).to_vec(),
             serde_json::to_vec(&AppliedState::default()).unwrap(),
         );
+        // An object stored before the current encoding (a snapshot built before a node's
+        // upgrade holds such objects) is installed in the current one.
+        let old = keys::object_key(GroupId::new(3), "app", "C", "old");
+        let first = br#"{"v":1,"created_ms":1,"updated_ms":2,"fields":{"a":[1]}}"#;
+        st.put(old.clone(), first.to_vec());
         src.write(st.into_batch().unwrap(), false).unwrap();
         let snap = build(GroupId::new(3), &src, &src_dir.path().join("snaps")).unwrap();
 
@@ -429,5 +435,11 @@ mod tests {
             .unwrap()
             .is_none());
         assert!(current(&dst_dir.path().join("snaps")).unwrap().is_some());
+        let installed = dst.get(CF_SM, &old).unwrap().unwrap();
+        assert!(crate::object::StoredObject::is_current_encoding(&installed));
+        assert_eq!(
+            crate::object::StoredObject::decode(&installed).unwrap(),
+            crate::object::StoredObject::decode(first).unwrap()
+        );
     }
 }

@@ -3,9 +3,12 @@
 //! before its groups start (`cluster::bootstrap`). Both encodings are always readable, so a
 //! rewrite cut short by a crash is simply done again at the next start; the marker
 //! `OBJECTS_UPGRADED` in the default column family says that every object was rewritten.
-//! Writes go straight to this node's store, not through Raft: they change how an object is
-//! written, never what it holds. Nodes of one cluster run the same build (see
-//! `docs/decisions/0017-object-encoding.md`), so replicas agree byte for byte afterwards.
+//! Snapshots, which may have been built before the rewrite, are rewritten as they are
+//! installed (`current_encoding`, called by `snapshot::load`). Writes go straight to this
+//! node's store, not through Raft: they change how an object is written, never what it holds.
+//! Nodes of one cluster run the same build (see `docs/decisions/0017-object-encoding.md`), so
+//! replicas agree byte for byte afterwards. An object that cannot be decoded is left as it is
+//! (reading it fails as it did before) and logged: it never stops a node from starting.
 
 use crate::error::Result;
 use crate::ids::GroupId;
@@ -25,6 +28,7 @@ pub fn upgrade_objects(store: &Store) -> Result<u64> {
         return Ok(0);
     }
     let mut rewritten = 0u64;
+    let mut damaged = 0u64;
     let mut group = first_group(store, &[])?;
     while let Some(g) = group {
         let start = keys::sm_family(g, keys::SM_OBJECT);
@@ -35,7 +39,13 @@ pub fn upgrade_objects(store: &Store) -> Result<u64> {
             let mut last: Option<Vec<u8>> = None;
             store.scan(CF_SM, &from, &end, |k, v| {
                 if !StoredObject::is_current_encoding(v) {
-                    page.push((k.to_vec(), StoredObject::decode(v)?.encode()?));
+                    match StoredObject::decode(v).and_then(|o| o.encode()) {
+                        Ok(bytes) => page.push((k.to_vec(), bytes)),
+                        Err(e) => {
+                            damaged += 1;
+                            tracing::warn!(key = ?k, error = %e, "an object that cannot be decoded is left as it is");
+                        }
+                    }
                 }
                 last = Some(k.to_vec());
                 Ok(page.len() < BATCH)
@@ -62,10 +72,29 @@ pub fn upgrade_objects(store: &Store) -> Result<u64> {
     let mut marker = WriteBatch::default();
     marker.put(OBJECTS_UPGRADED, [2u8]);
     store.write(marker, true)?;
-    if rewritten > 0 {
-        tracing::info!(rewritten, "objects rewritten in the current encoding");
+    if rewritten + damaged > 0 {
+        tracing::info!(
+            rewritten,
+            damaged,
+            "objects rewritten in the current encoding"
+        );
     }
     Ok(rewritten)
+}
+
+/// `value` of state-machine key `key` (group prefix included) as a snapshot install writes
+/// it: an object of the first encoding in the current one, anything else as it is.
+pub fn current_encoding(key: &[u8], value: Vec<u8>) -> Vec<u8> {
+    if key.get(4) != Some(&keys::SM_OBJECT) || StoredObject::is_current_encoding(&value) {
+        return value;
+    }
+    match StoredObject::decode(&value).and_then(|o| o.encode()) {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            tracing::warn!(key = ?key, error = %e, "an object that cannot be decoded is installed as it is");
+            value
+        }
+    }
 }
 
 /// The group of the first state-machine key at or after `from`.
@@ -117,6 +146,8 @@ mod tests {
                 expected.push((key, obj));
             }
             batch.put_cf(cf, keys::record_key(group, "ns", "k"), b"{\"r\":1}");
+            // A damaged object stays as it is and does not stop the rewrite.
+            batch.put_cf(cf, keys::object_key(group, "app", "D", "bad"), b"{\"v\":1,");
             batch.put_cf(cf, keys::sm_family(group, keys::SM_INDEX), b"");
         }
         store.write(batch, true).unwrap();
@@ -148,5 +179,26 @@ mod tests {
             )
             .unwrap();
         assert_eq!(upgrade_objects(&store).unwrap(), 0);
+    }
+
+    #[test]
+    fn a_snapshot_installs_objects_in_the_current_encoding_and_nothing_else_changes() {
+        let group = GroupId::new(3);
+        let object = keys::object_key(group, "app", "C", "id");
+        let first = first_encoding(4, json!({"a": [1, {"b": null}]}));
+        let now = current_encoding(&object, first.clone());
+        assert!(StoredObject::is_current_encoding(&now));
+        assert_eq!(
+            StoredObject::decode(&now).unwrap(),
+            StoredObject::decode(&first).unwrap()
+        );
+        assert_eq!(current_encoding(&object, now.clone()), now);
+        // Records (JSON that looks like an object) and damaged objects pass as they are.
+        let record = keys::record_key(group, "ns", "k");
+        assert_eq!(current_encoding(&record, first.clone()), first);
+        assert_eq!(
+            current_encoding(&object, b"{oops".to_vec()),
+            b"{oops".to_vec()
+        );
     }
 }
