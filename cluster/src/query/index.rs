@@ -327,11 +327,17 @@ pub fn readers_prefix(group: GroupId, app: &str, class: &str, principal: &str) -
 /// object: tag `0x01`; an array: `0x02`), which a walk of the field's values does not meet in
 /// sort order.
 pub fn irregular_range(field_prefix: &[u8]) -> KeyRange {
-    let mut start = field_prefix.to_vec();
-    start.push(TAG_NOT_SCALAR);
-    let mut end = field_prefix.to_vec();
-    end.push(TAG_ARRAY + 1);
-    (start, end)
+    tag_range(field_prefix, TAG_NOT_SCALAR, TAG_ARRAY + 1)
+}
+
+/// The entries of a field whose encoded value starts with a tag in `first..end`.
+fn tag_range(field_prefix: &[u8], first: u8, end: u8) -> KeyRange {
+    let with = |tag: u8| {
+        let mut k = field_prefix.to_vec();
+        k.push(tag);
+        k
+    };
+    (with(first), with(end))
 }
 
 /// The range of a field's array markers: the objects whose value is an array.
@@ -350,21 +356,13 @@ pub fn is_array_marker(encoded: &[u8]) -> bool {
 /// The range of a field's scalar values (booleans, numbers, strings; no markers, no
 /// latitudes), in sort order.
 pub fn scalar_range(field_prefix: &[u8]) -> KeyRange {
-    let mut start = field_prefix.to_vec();
-    start.push(TAG_BOOL);
-    let mut end = field_prefix.to_vec();
-    end.push(TAG_GEO);
-    (start, end)
+    tag_range(field_prefix, TAG_BOOL, TAG_GEO)
 }
 
 /// The range of a field's entries and markers, without its latitude entries (a GeoPoint
 /// column is always indexed).
 pub fn value_range(field_prefix: &[u8]) -> KeyRange {
-    let mut start = field_prefix.to_vec();
-    start.push(TAG_NOT_SCALAR);
-    let mut end = field_prefix.to_vec();
-    end.push(TAG_GEO);
-    (start, end)
+    tag_range(field_prefix, TAG_NOT_SCALAR, TAG_GEO)
 }
 
 /// The scalar a field holds, in the index's sense: a value `encode` takes that is no array.
