@@ -62,7 +62,7 @@ const TAG_ARRAY: u8 = 0x02;
 const TAG_BOOL: u8 = 0x08;
 const TAG_NUMBER: u8 = 0x10;
 const TAG_STRING: u8 = 0x20;
-const TAG_GEO: u8 = 0x30;
+pub(crate) const TAG_GEO: u8 = 0x30;
 
 /// What a shard knows about a class's indexes.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -101,6 +101,10 @@ pub struct IndexMeta {
     /// values. Columns being dropped are not counted (their entries are not walked). `None` for a class whose metadata predates these counts, until a rebuild.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub markers: Option<std::collections::BTreeMap<String, u64>>,
+    /// Declared columns' entries are tallied per value bucket (`query::tally`), exactly when
+    /// `current`. False for a class whose metadata predates tallies, until a rebuild.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tallies: bool,
 }
 
 /// The columns of a class a shard indexes by itself: every top-level client column met
@@ -140,6 +144,7 @@ impl IndexMeta {
             opted_out: Vec::new(),
             dropping: Vec::new(),
             markers: Some(Default::default()),
+            tallies: true,
         }
     }
 
@@ -186,6 +191,12 @@ impl IndexMeta {
             .as_ref()
             .and_then(|a| a.columns.get(field))
             .is_some_and(|&n| needs_value || n == self.counts.objects)
+    }
+
+    /// Whether counts of `field`'s ranges may read its tallies (a declared column of a class
+    /// whose tallies are kept).
+    pub fn tallied(&self, field: &str) -> bool {
+        self.tallies && self.current() && self.declared.iter().any(|d| d == field)
     }
 
     /// Whether `field`'s markers may hold objects (a walk must read them): false only when
@@ -351,6 +362,14 @@ fn array_markers(field_prefix: &[u8]) -> KeyRange {
 /// Whether an entry's encoded value is an array marker.
 pub fn is_array_marker(encoded: &[u8]) -> bool {
     encoded == [TAG_ARRAY]
+}
+
+/// Whether an encoded entry value is a scalar (no marker, no latitude): what `scalar_range`
+/// holds.
+pub fn is_scalar_entry(encoded: &[u8]) -> bool {
+    encoded
+        .first()
+        .is_some_and(|&tag| (TAG_BOOL..TAG_GEO).contains(&tag))
 }
 
 /// The range of a field's scalar values (booleans, numbers, strings; no markers, no
@@ -544,7 +563,7 @@ fn readers(fields: &serde_json::Map<String, Value>) -> Vec<&str> {
 }
 
 /// The first key after every key that starts with `k`.
-fn after_prefix(k: &[u8]) -> Vec<u8> {
+pub(crate) fn after_prefix(k: &[u8]) -> Vec<u8> {
     let mut out = k.to_vec();
     while let Some(last) = out.pop() {
         if last < 0xff {
@@ -756,7 +775,9 @@ pub fn plan(
             .map(|(_, c)| *c)
             .filter(|c| matches!(c, Cond::Gt(_) | Cond::Gte(_) | Cond::Lt(_) | Cond::Lte(_)))
             .collect();
-        let may_hold_arrays = !ALWAYS_INDEXED.contains(field) && conds.len() > 1;
+        // A column counted without markers holds no arrays.
+        let may_hold_arrays =
+            !ALWAYS_INDEXED.contains(field) && conds.len() > 1 && meta.may_have_markers(field);
         let markers = may_hold_arrays && meta.format >= FORMAT;
         if may_hold_arrays && !markers {
             conds.truncate(1);

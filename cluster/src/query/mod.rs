@@ -15,6 +15,7 @@ pub mod merge;
 pub mod order;
 pub mod resolve;
 pub mod shard_exec;
+pub mod tally;
 
 use serde::{Deserialize, Serialize};
 

@@ -7,7 +7,8 @@
 //! Shortcuts, each answering exactly what reading every match would:
 //! - a count of the whole class, or of a filter that is one indexed equality, `$in` or range,
 //!   comes from the class's counts and its index entries without reading objects
-//!   (`exact_count`);
+//!   (`exact_count`); a declared column's range reads the tallies of the value buckets it
+//!   covers whole instead of their entries (`query::tally`);
 //! - rows that need no full count walk the index of the first order key in order and stop
 //!   once they have `skip + limit` (`walk_in_order`: `createdAt`, `updatedAt`, declared and
 //!   automatic columns), unless the filter's own index plan is estimated cheaper; in objectId
@@ -30,6 +31,7 @@ use super::index::{
     IndexMeta, KeyRange, Plan, ALWAYS_INDEXED, ELEMENT, PUBLIC,
 };
 use super::order::RowOrder;
+use super::tally::{self, Tally};
 use super::{ScanRequest, SortKey};
 use crate::acl::{allows, Access, PUBLIC_PRINCIPAL};
 use crate::cancel::Cancel;
@@ -383,6 +385,28 @@ fn exact_count(
     ranges.sort();
     ranges.dedup();
     let prefix = field_prefix(group, app, class, &field);
+    // Entries to read: the ranges, less what the tallies of the buckets inside them count.
+    let mut tallied = 0u64;
+    if meta.tallied(&field) {
+        let tally_prefix = tally::field_tally_prefix(group, app, class, &field);
+        let mut read = Vec::new();
+        for range in ranges {
+            let Some((first, end)) = tally::tally_range(&prefix, &tally_prefix, &range) else {
+                read.push(range);
+                continue;
+            };
+            let mut buckets = Vec::new();
+            store.scan(CF_SM, &first, &end, |k, v| {
+                buckets.push((k[tally_prefix.len()..].to_vec(), Tally::decode(v)?));
+                Ok(true)
+            })?;
+            let split = tally::split(&prefix, &range, &buckets);
+            tallied += split.counted;
+            read.extend(split.read);
+        }
+        metrics::counter!("basalt_query_counted_from_tallies_total").increment(1);
+        ranges = read;
+    }
     let mut readable: Option<HashSet<String>> = None;
     // Objects met through several entries (array elements) count once.
     let mut elements: HashSet<String> = HashSet::new();
@@ -393,7 +417,7 @@ fn exact_count(
             let Some(id) = entry_object_id(k) else {
                 return Ok(true);
             };
-            let value = k.get(prefix.len()..k.len().saturating_sub(id.len() + 1));
+            let value = tally::entry_value(k, prefix.len());
             let flag = flags.first().copied().unwrap_or_default();
             if arrays_from_markers && flag & ELEMENT != 0 {
                 // Arrays are met through their markers.
@@ -420,7 +444,7 @@ fn exact_count(
             Ok(true)
         })?;
     }
-    Ok(Some(count))
+    Ok(Some(count + tallied))
 }
 
 /// Whether reading a plan's candidates (`ranges`) is cheaper than walking the order key's

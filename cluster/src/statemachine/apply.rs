@@ -923,7 +923,7 @@ mod tests {
     }
 
     #[test]
-    fn declare_index_pages_by_its_limit_and_old_entries_by_ten_thousand() {
+    fn declare_index_pages_by_its_limit_old_tallies_first_and_old_entries_by_ten_thousand() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
         let mut st = Staged::new(&store, GroupId::new(1));
@@ -951,8 +951,24 @@ mod tests {
             limit: Some(2),
             rebuild: None,
         };
+        // A rebuild first deletes the class's tallies (one per value here), by the same
+        // limit, before it counts objects again.
         assert_eq!(
             apply_command(&mut st, paged(None)).unwrap(),
+            CommandResult::Purged {
+                count: 0,
+                next: Some(String::new())
+            }
+        );
+        assert_eq!(
+            apply_command(&mut st, paged(Some(""))).unwrap(),
+            CommandResult::Purged {
+                count: 0,
+                next: Some(String::new())
+            }
+        );
+        assert_eq!(
+            apply_command(&mut st, paged(Some(""))).unwrap(),
             CommandResult::Purged {
                 count: 2,
                 next: Some("o1".into())

@@ -1,7 +1,8 @@
 //! Keeps a shard's secondary index entries (`query::index`) and the class's object counts
 //! (`IndexMeta::counts`) in step with its objects: every object write stages the entries it
-//! removes, adds or re-flags and the counts' change in the same batch as the object, and
-//! `DeclareIndex` adds a declared field and (re)builds the class's entries and counts.
+//! removes, adds or re-flags, the counts' change and its declared columns' tally changes
+//! (`query::tally`) in the same batch as the object, and `DeclareIndex` adds a declared field
+//! and (re)builds the class's entries, counts and tallies.
 
 use super::record_writes::put_record;
 use super::staged::Staged;
@@ -10,6 +11,7 @@ use crate::error::Result;
 use crate::namespace::Namespace;
 use crate::object::StoredObject;
 use crate::query::index::{self, IndexMeta};
+use crate::query::tally::{self, Tally};
 use crate::storage::keys;
 use crate::storage::records::live_record;
 
@@ -55,6 +57,10 @@ pub(super) fn forget_class(
             return Ok(false);
         }
     }
+    // Tallies went with the objects' entries; any a write left behind go now.
+    if delete_some(st, &class_tallies(st, app, class), budget.max(1))?.1 {
+        return Ok(false);
+    }
     st.delete(keys::record_key(
         st.group,
         Namespace::IndexMeta.name(),
@@ -75,17 +81,15 @@ fn delete_dropped(
     let budget = budget.max(1);
     let mut deleted = 0;
     while let Some(column) = m.dropping.first().cloned() {
-        let left = budget - deleted;
         let prefix = index::field_prefix(st.group, app, class, &column);
-        let (start, end) = index::value_range(&prefix);
-        let found = st.keys_in_range_limited(&start, &end, left + 1)?;
-        let more = found.len() > left;
-        for key in found.into_iter().take(left) {
-            st.delete(key);
-            deleted += 1;
-        }
-        if more {
-            return Ok((deleted as u64, true));
+        let tallies = tally::field_tally_prefix(st.group, app, class, &column);
+        let tallies = (tallies.clone(), keys::separated_end(&tallies));
+        for range in [index::value_range(&prefix), tallies] {
+            let (n, more) = delete_some(st, &range, budget - deleted)?;
+            deleted += n;
+            if more {
+                return Ok((deleted as u64, true));
+            }
         }
         m.dropping.remove(0);
         if deleted == budget {
@@ -93,6 +97,12 @@ fn delete_dropped(
         }
     }
     Ok((deleted as u64, false))
+}
+
+fn class_tallies(st: &Staged<'_>, app: &str, class: &str) -> (Vec<u8>, Vec<u8>) {
+    let prefix = tally::class_tally_prefix(st.group, app, class);
+    let end = keys::separated_end(&prefix);
+    (prefix, end)
 }
 
 fn class_range(st: &Staged<'_>, app: &str, class: &str) -> (Vec<u8>, Vec<u8>) {
@@ -146,6 +156,10 @@ pub(super) fn reindex(
     let markers_before = old.map(|o| m.marker_columns(o)).unwrap_or_default();
     let mut changed = new.is_some_and(|o| m.admit_columns(o));
     let after = entries_of(st, app, class, object_id, new, &m);
+    if m.tallies && m.counts_write_to(object_id) {
+        let changes = tally::changes(st.group, app, class, &m.declared, &before, &after);
+        stage_tallies(st, changes)?;
+    }
     let find = |list: &[(Vec<u8>, Vec<u8>)], k: &[u8]| {
         list.binary_search_by(|(e, _)| e.as_slice().cmp(k))
             .ok()
@@ -196,6 +210,41 @@ pub(super) fn reindex(
         put_meta(st, app, class, &m)?;
     }
     Ok(())
+}
+
+/// Applies tally changes (`tally::changes`): a bucket left without entries loses its tally.
+fn stage_tallies(
+    st: &mut Staged<'_>,
+    changes: std::collections::BTreeMap<Vec<u8>, (i64, i64)>,
+) -> Result<()> {
+    for (key, change) in changes {
+        let mut t = match st.get(&key)? {
+            Some(bytes) => Tally::decode(&bytes)?,
+            None => Tally::default(),
+        };
+        t.add(change);
+        match t.is_empty() {
+            true => st.delete(key),
+            false => st.put(key, t.encode()),
+        }
+    }
+    Ok(())
+}
+
+/// Deletes up to `budget` keys of `[start, end)`; true when more remain.
+fn delete_some(
+    st: &mut Staged<'_>,
+    (start, end): &(Vec<u8>, Vec<u8>),
+    budget: usize,
+) -> Result<(usize, bool)> {
+    let found = st.keys_in_range_limited(start, end, budget + 1)?;
+    let more = found.len() > budget;
+    let mut deleted = 0;
+    for key in found.into_iter().take(budget) {
+        st.delete(key);
+        deleted += 1;
+    }
+    Ok((deleted, more))
 }
 
 /// Whether the two versions of an object hold different sets of fields.
@@ -256,12 +305,23 @@ pub(super) fn apply_declare_index(
             full: auto.full,
         });
         m.markers = Some(Default::default());
+        // Tallied again from nothing: the old tallies go before any object is counted.
+        m.tallies = true;
     }
     // While rebuilding, queries scan.
     m.complete = false;
     // Entries of dropped columns go first, so that a column declared again starts clean;
     // objects are indexed only after.
     if delete_dropped(st, app, class, &mut m, page)?.1 {
+        put_meta(st, app, class, &m)?;
+        return Ok(CommandResult::Purged {
+            count: 0,
+            next: Some(after.unwrap_or_default().to_string()),
+        });
+    }
+    if m.rebuilt_through.as_deref() == Some("")
+        && delete_some(st, &class_tallies(st, app, class), page.max(1))?.1
+    {
         put_meta(st, app, class, &m)?;
         return Ok(CommandResult::Purged {
             count: 0,
@@ -286,16 +346,19 @@ pub(super) fn apply_declare_index(
         let Some(bytes) = st.get(&key)? else { continue };
         let obj = StoredObject::decode(&bytes)?;
         m.admit_columns(&obj);
-        for (k, v) in entries_of(st, app, class, &id, Some(&obj), &m) {
+        let entries = entries_of(st, app, class, &id, Some(&obj), &m);
+        for (k, v) in &entries {
             // An entry already there as it should be is not written again: a second
             // version of every entry would slow range reads until compaction merges them.
-            if st.get(&k)?.as_deref() != Some(v.as_slice()) {
-                st.put(k, v);
+            if st.get(k)?.as_deref() != Some(v.as_slice()) {
+                st.put(k.clone(), v.clone());
             }
         }
         // A page proposed again after it applied counts nothing twice.
         if let Some(through) = m.rebuilt_through.clone() {
             if id > through {
+                let changes = tally::changes(st.group, app, class, &m.declared, &[], &entries);
+                stage_tallies(st, changes)?;
                 m.counts.add(index::public_read(&obj.fields), 1);
                 m.count_columns(&obj, 1);
                 let markers = m.marker_columns(&obj);

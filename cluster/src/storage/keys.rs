@@ -13,7 +13,8 @@
 //! |               | group · `o` · app 0 class 0 objectId     | object                     |
 //! |               | group · `r` · ns 0 key                   | record                     |
 //! |               | group · `t` · expiry ms (u64 BE) · ns 0 key | (empty): TTL index      |
-//! |               | group · `x` · app 0 class 0 field 0 · value · objectId · len | (empty): secondary index (`query::index`) |
+//! |               | group · `x` · app 0 class 0 field 0 · value · objectId · len | flags: secondary index (`query::index`) |
+//! |               | group · `y` · app 0 class 0 field 0 · value bucket | entries per bucket (`query::tally`) |
 //! | `default`     | `node`                                   | this node's identity       |
 
 use crate::ids::GroupId;
@@ -32,6 +33,7 @@ pub const SM_OBJECT: u8 = b'o';
 pub const SM_RECORD: u8 = b'r';
 pub const SM_TTL: u8 = b't';
 pub const SM_INDEX: u8 = b'x';
+pub const SM_TALLY: u8 = b'y';
 
 /// Key of this node's identity in the default column family.
 pub const NODE_IDENTITY: &[u8] = b"node";
