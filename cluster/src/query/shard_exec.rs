@@ -395,6 +395,7 @@ fn exact_count(
                 read.push(range);
                 continue;
             };
+            metrics::counter!("basalt_query_counted_from_tallies_total").increment(1);
             let mut buckets = Vec::new();
             store.scan(CF_SM, &first, &end, |k, v| {
                 buckets.push((k[tally_prefix.len()..].to_vec(), Tally::decode(v)?));
@@ -404,7 +405,6 @@ fn exact_count(
             tallied += split.counted;
             read.extend(split.read);
         }
-        metrics::counter!("basalt_query_counted_from_tallies_total").increment(1);
         ranges = read;
     }
     let mut readable: Option<HashSet<String>> = None;

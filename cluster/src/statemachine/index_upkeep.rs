@@ -69,8 +69,9 @@ pub(super) fn forget_class(
     Ok(true)
 }
 
-/// Deletes up to `budget` entries and markers of the columns `m.dropping` names, forgetting
-/// each column once none remain. Answers how many went, and whether some remain.
+/// Deletes up to `budget` entries, markers and tallies of the columns `m.dropping` names,
+/// forgetting each column once none remain. Answers how many entries and markers went, and
+/// whether some remain.
 fn delete_dropped(
     st: &mut Staged<'_>,
     app: &str,
@@ -79,24 +80,28 @@ fn delete_dropped(
     budget: usize,
 ) -> Result<(u64, bool)> {
     let budget = budget.max(1);
-    let mut deleted = 0;
+    // Keys deleted (entries and tallies, within `budget`); only entries are reported.
+    let (mut deleted, mut entries) = (0, 0u64);
     while let Some(column) = m.dropping.first().cloned() {
         let prefix = index::field_prefix(st.group, app, class, &column);
         let tallies = tally::field_tally_prefix(st.group, app, class, &column);
         let tallies = (tallies.clone(), keys::separated_end(&tallies));
-        for range in [index::value_range(&prefix), tallies] {
+        for (range, are_entries) in [(index::value_range(&prefix), true), (tallies, false)] {
             let (n, more) = delete_some(st, &range, budget - deleted)?;
             deleted += n;
+            if are_entries {
+                entries += n as u64;
+            }
             if more {
-                return Ok((deleted as u64, true));
+                return Ok((entries, true));
             }
         }
         m.dropping.remove(0);
         if deleted == budget {
-            return Ok((deleted as u64, !m.dropping.is_empty()));
+            return Ok((entries, !m.dropping.is_empty()));
         }
     }
-    Ok((deleted as u64, false))
+    Ok((entries, false))
 }
 
 fn class_tallies(st: &Staged<'_>, app: &str, class: &str) -> (Vec<u8>, Vec<u8>) {
