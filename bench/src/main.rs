@@ -13,7 +13,8 @@
 //! objects (resuming a partial load), `declare-indexes` indexes its `k` and `score` columns and
 //! prints how long each build took, and `q-eq`, `q-range`, `q-top`, `q-top-unindexed`,
 //! `q-newest`, `q-newest-counted`, `q-list`, `q-count`, `q-count-all`, `q-count-unindexed`,
-//! `q-groupby`, `q-groupby-all` time queries (run them before and after `declare-indexes` for the comparison).
+//! `q-groupby`, `q-groupby-all`, `q-groupcount-all` time queries (run them before and after
+//! `declare-indexes` for the comparison).
 
 mod queries;
 

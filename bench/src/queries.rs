@@ -119,6 +119,8 @@ pub fn params(name: &str, r: u64, objects: u64) -> Option<Vec<(&'static str, Str
         ],
         // Every object summed per team (bench-peers' `groupby sum`).
         "q-groupby-all" => vec![("groupby", "team".into()), ("sum", "score".into())],
+        // Every object counted per team (from the `team` entries, without reading objects).
+        "q-groupcount-all" => vec![("groupby", "team".into()), ("groupcount", "true".into())],
         _ => return None,
     })
 }

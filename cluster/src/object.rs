@@ -7,8 +7,6 @@
 //! first (one JSON document) are still read, and rewritten in the current one when a node
 //! opens its store (`statemachine::upgrade`).
 
-use std::collections::HashSet;
-
 use chrono::{DateTime, NaiveDateTime, TimeZone, Utc};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
@@ -130,7 +128,7 @@ impl StoredObject {
     /// `decode` keeping only the user fields `keep` names: the other values are stepped over
     /// by their length, never parsed (a query reads thousands of objects for the few fields
     /// its filter, order or aggregation names).
-    pub fn decode_only(bytes: &[u8], keep: &HashSet<String>) -> Result<Self> {
+    pub fn decode_only(bytes: &[u8], keep: &dyn Fn(&str) -> bool) -> Result<Self> {
         Self::decode_fields(bytes, Some(keep))
     }
 
@@ -140,7 +138,7 @@ impl StoredObject {
         bytes.first() == Some(&FORMAT_V2)
     }
 
-    fn decode_fields(bytes: &[u8], keep: Option<&HashSet<String>>) -> Result<Self> {
+    fn decode_fields(bytes: &[u8], keep: Option<&dyn Fn(&str) -> bool>) -> Result<Self> {
         match bytes.split_first() {
             Some((&FORMAT_V2, rest)) => {
                 let mut r = Reader(rest);
@@ -151,7 +149,7 @@ impl StoredObject {
                     let name = std::str::from_utf8(r.chunk()?)
                         .map_err(|_| corrupt("a field name is not UTF-8"))?;
                     let value = r.chunk()?;
-                    if keep.is_none_or(|k| k.contains(name)) {
+                    if keep.is_none_or(|k| k(name)) {
                         fields.insert(name.to_string(), serde_json::from_slice(value)?);
                     }
                 }
@@ -168,7 +166,7 @@ impl StoredObject {
                 }
                 let mut fields = v1.fields;
                 if let Some(keep) = keep {
-                    fields.retain(|k, _| keep.contains(k));
+                    fields.retain(|k, _| keep(k));
                 }
                 Ok(StoredObject {
                     created_ms: v1.created_ms,
@@ -183,13 +181,12 @@ impl StoredObject {
     /// `render_for_query` of an object from `decode_only`, with `createdAt` and `updatedAt`
     /// only when `times`; the fields are moved, not copied.
     pub fn into_partial_for_query(self, object_id: &str, times: bool) -> Value {
-        let mut out = Map::with_capacity(self.fields.len() + 3);
-        for (k, v) in self.fields.into_iter().filter(|(k, _)| !k.starts_with('_')) {
-            let v = match v {
-                Value::Object(m) => render_value_owned(m),
-                other => other,
-            };
-            out.insert(k, v);
+        let mut out = self.fields;
+        out.retain(|k, _| !k.starts_with('_'));
+        for v in out.values_mut() {
+            if let Value::Object(m) = v {
+                *v = render_value_owned(std::mem::take(m));
+            }
         }
         out.insert("objectId".into(), Value::String(object_id.to_string()));
         if times {
@@ -425,6 +422,7 @@ pub fn validate_field_name(name: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashSet;
 
     #[test]
     fn a_partial_decode_keeps_only_the_named_fields_as_they_were() {
@@ -445,7 +443,7 @@ mod tests {
             .into_iter()
             .map(str::to_string)
             .collect();
-        let lean = StoredObject::decode_only(&bytes, &keep).unwrap();
+        let lean = StoredObject::decode_only(&bytes, &|n| keep.contains(n)).unwrap();
         assert!(StoredObject::is_current_encoding(&bytes));
         assert_eq!(
             (lean.created_ms, lean.updated_ms),
@@ -457,7 +455,10 @@ mod tests {
         assert_eq!(lean.fields.len(), 3);
         // Keeping every name gives what `decode` gives.
         let all: HashSet<String> = o.fields.keys().cloned().collect();
-        assert_eq!(StoredObject::decode_only(&bytes, &all).unwrap(), o);
+        assert_eq!(
+            StoredObject::decode_only(&bytes, &|n| all.contains(n)).unwrap(),
+            o
+        );
         // Rendered without times: the kept fields and the objectId only.
         let row = lean.clone().into_partial_for_query("abc", false);
         assert_eq!(row["objectId"], "abc");
@@ -471,7 +472,7 @@ mod tests {
         let bytes =
             br#"{"fields":{"k\u00e9y":1,"o":{"x":"\u2603"}},"v":1,"created_ms":1,"updated_ms":2}"#;
         let keep: HashSet<String> = ["k\u{e9}y".to_string()].into_iter().collect();
-        let lean = StoredObject::decode_only(bytes, &keep).unwrap();
+        let lean = StoredObject::decode_only(bytes, &|n| keep.contains(n)).unwrap();
         assert_eq!(
             Value::Object(lean.fields),
             serde_json::json!({"k\u{e9}y": 1})
@@ -498,9 +499,12 @@ mod tests {
         assert_eq!(read.encode().unwrap(), bytes);
         assert_eq!(StoredObject::decode(&bytes).unwrap(), o);
         let keep: HashSet<String> = ["z".to_string(), "_password".to_string()].into();
-        let lean = StoredObject::decode_only(&bytes, &keep).unwrap();
+        let lean = StoredObject::decode_only(&bytes, &|n| keep.contains(n)).unwrap();
         assert_eq!(lean.fields.len(), 2);
-        assert_eq!(lean, StoredObject::decode_only(&first, &keep).unwrap());
+        assert_eq!(
+            lean,
+            StoredObject::decode_only(&first, &|n| keep.contains(n)).unwrap()
+        );
         // Rendered for a query: internal fields hidden, Relation members stripped.
         assert_eq!(
             lean.into_partial_for_query("x", false),
@@ -534,8 +538,8 @@ mod tests {
         // A value the reader steps over is not parsed, but its length must hold.
         let mut skipped = good.clone();
         skipped[last] = b'!';
-        assert!(StoredObject::decode_only(&skipped, &keep).is_ok());
-        assert!(StoredObject::decode_only(&skipped, &["name".to_string()].into()).is_err());
+        assert!(StoredObject::decode_only(&skipped, &|n| keep.contains(n)).is_ok());
+        assert!(StoredObject::decode_only(&skipped, &|n| n == "name").is_err());
     }
 
     #[test]
@@ -549,7 +553,10 @@ mod tests {
             br#"[1]"#,
         ] {
             assert!(StoredObject::decode(bad).is_err());
-            assert!(StoredObject::decode_only(bad, &keep).is_err(), "{bad:?}");
+            assert!(
+                StoredObject::decode_only(bad, &|n| keep.contains(n)).is_err(),
+                "{bad:?}"
+            );
         }
     }
 

@@ -206,10 +206,10 @@ fn group_value<'o>(object: &'o Value, column: &str) -> Cow<'o, Value> {
 /// Folds matching objects into groups, as one shard does.
 #[derive(Debug, Default)]
 pub struct Folder {
-    /// By the group's values written as one JSON array.
-    groups: BTreeMap<String, PartialGroup>,
-    /// The last object's group values as JSON, reused: finding a known group allocates
-    /// nothing.
+    /// Each group's place in `groups`, by the group's values written as one JSON array.
+    index: BTreeMap<String, usize>,
+    groups: Vec<PartialGroup>,
+    /// The last group values as JSON, reused: finding a known group allocates nothing.
     id: Vec<u8>,
 }
 
@@ -224,31 +224,62 @@ impl Folder {
             serde_json::to_writer(&mut self.id, group_value(object, c).as_ref())?;
         }
         self.id.push(b']');
-        let id = std::str::from_utf8(&self.id)
-            .map_err(|_| Error::Internal("a group key is not UTF-8".into()))?;
-        if let Some(g) = self.groups.get_mut(id) {
-            g.fold(columns, object);
-            return Ok(());
-        }
-        if self.groups.len() >= MAX_GROUPS {
-            return Err(too_many_groups());
-        }
-        let mut g = PartialGroup {
-            key: spec
-                .group_by
+        let g = self.group(columns.len(), || {
+            spec.group_by
                 .iter()
                 .map(|c| group_value(object, c).into_owned())
-                .collect(),
-            count: 0,
-            columns: vec![ColumnPartial::default(); columns.len()],
-        };
+                .collect()
+        })?;
         g.fold(columns, object);
-        self.groups.insert(id.to_string(), g);
         Ok(())
     }
 
+    /// Adds `n` objects to the group of `value`, for an aggregation by one column without
+    /// metrics (`shard_exec` counts them from the column's index entries).
+    pub fn add_counted(&mut self, value: Value, n: u64) -> Result<()> {
+        self.id.clear();
+        self.id.push(b'[');
+        serde_json::to_writer(&mut self.id, &value)?;
+        self.id.push(b']');
+        self.group(0, || vec![value])?.count += n;
+        Ok(())
+    }
+
+    /// The group whose values `self.id` holds, made from `key` when new.
+    fn group(
+        &mut self,
+        columns: usize,
+        key: impl FnOnce() -> Vec<Value>,
+    ) -> Result<&mut PartialGroup> {
+        let id = std::str::from_utf8(&self.id)
+            .map_err(|_| Error::Internal("a group key is not UTF-8".into()))?;
+        let at = match self.index.get(id) {
+            Some(&at) => at,
+            None => {
+                if self.groups.len() >= MAX_GROUPS {
+                    return Err(too_many_groups());
+                }
+                self.index.insert(id.to_string(), self.groups.len());
+                self.groups.push(PartialGroup {
+                    key: key(),
+                    count: 0,
+                    columns: vec![ColumnPartial::default(); columns],
+                });
+                self.groups.len() - 1
+            }
+        };
+        self.groups
+            .get_mut(at)
+            .ok_or_else(|| Error::Internal("a group went missing".into()))
+    }
+
+    /// The groups in the order of their values' JSON.
     pub fn into_partials(self) -> Vec<PartialGroup> {
-        self.groups.into_values().collect()
+        let mut groups: Vec<Option<PartialGroup>> = self.groups.into_iter().map(Some).collect();
+        self.index
+            .values()
+            .filter_map(|&at| groups.get_mut(at).and_then(Option::take))
+            .collect()
     }
 }
 

@@ -4,7 +4,8 @@
 //! Entries are keys `group · x · app 0 class 0 field 0 · value · objectId · len(objectId)`,
 //! written in the same batch as the object (`statemachine::index_upkeep`); the entry's value is
 //! one byte of flags (`PUBLIC`: anyone may read the object; `ELEMENT`: the entry is one element
-//! of an array, so the object may have several), empty in entries written before flags existed.
+//! of an array, so the object may have several; `TYPED`: the value is not the JSON its encoding
+//! reads back as, see `scalar_value`), empty in entries written before flags existed.
 //! Every object has entries for `createdAt` and `updatedAt` (to the millisecond, as queries
 //! compare them), for each GeoPoint-valued field (its latitude), for the fields the class
 //! declares indexed on the shard (`IndexMeta::declared`) and for its automatic columns (every
@@ -52,10 +53,16 @@ const READERS: &str = "_readers";
 pub const PUBLIC: u8 = 0x01;
 /// Entry flag: the entry is one element of an array value (the object may have several).
 pub const ELEMENT: u8 = 0x02;
+/// Entry flag: the value is a Date, Pointer or File (encoded as its comparable string) or a
+/// whole number written as a float (`1.0`): `scalar_value` of the entry is not the value.
+pub const TYPED: u8 = 0x04;
 
 /// Index format of classes whose entries carry flags, irregular markers and reader entries,
 /// and whose counts are kept. Format 0 (before them) is upgraded by a rebuild.
 pub const FORMAT: u8 = 1;
+/// Index format of classes whose entries also carry `TYPED` (the format a rebuild or a new
+/// class writes): a walk may take a group's value from its entries (`scalar_value`).
+pub const FORMAT_TYPED: u8 = 2;
 
 const TAG_NOT_SCALAR: u8 = 0x01;
 const TAG_ARRAY: u8 = 0x02;
@@ -136,7 +143,7 @@ impl IndexMeta {
         IndexMeta {
             complete: true,
             declared: Vec::new(),
-            format: FORMAT,
+            format: FORMAT_TYPED,
             counts: ClassCounts::default(),
             rebuilt_through: None,
             rebuild: None,
@@ -477,13 +484,16 @@ pub fn entries(
 ) -> Vec<(Vec<u8>, Vec<u8>)> {
     let declared = &meta.declared;
     let public = public_read(&obj.fields);
-    let flags = |element: bool| {
+    let flags = |element: bool, typed: bool| {
         let mut f = 0;
         if public {
             f |= PUBLIC;
         }
         if element {
             f |= ELEMENT;
+        }
+        if typed {
+            f |= TYPED;
         }
         vec![f]
     };
@@ -503,7 +513,7 @@ pub fn entries(
         if let Some(p) = GeoPoint::from_value(v) {
             out.push((
                 entry(&prefix(), &encode_latitude(p.latitude), object_id),
-                flags(false),
+                flags(false, false),
             ));
             continue;
         }
@@ -518,7 +528,7 @@ pub fn entries(
         let prefix = prefix();
         for item in values {
             if let Some(enc) = encode(item) {
-                out.push((entry(&prefix, &enc, object_id), flags(element)));
+                out.push((entry(&prefix, &enc, object_id), flags(element, typed(item))));
             }
         }
     }
@@ -530,17 +540,80 @@ pub fn entries(
             Some(Value::Array(_)) => TAG_ARRAY,
             _ => TAG_NOT_SCALAR,
         };
-        out.push((entry(&prefix, &[tag], object_id), flags(false)));
+        out.push((entry(&prefix, &[tag], object_id), flags(false, false)));
     }
     if !public {
         for principal in readers(&obj.fields) {
             let prefix = readers_prefix(group, app, class, principal);
-            out.push((entry(&prefix, &[], object_id), flags(false)));
+            out.push((entry(&prefix, &[], object_id), flags(false, false)));
         }
     }
     out.sort();
     out.dedup_by(|a, b| a.0 == b.0);
     out
+}
+
+/// Whether an indexed scalar is not what `scalar_value` reads back from its encoding: an
+/// object (a Date, Pointer or File, encoded as its comparable string) or a whole number
+/// written as a float.
+fn typed(v: &Value) -> bool {
+    match v {
+        Value::Object(_) => true,
+        Value::Number(n) => {
+            !n.is_i64() && !n.is_u64() && n.as_f64().is_some_and(|f| f.fract() == 0.0)
+        }
+        _ => false,
+    }
+}
+
+/// The JSON value of an encoded scalar whose entry is not `TYPED`: a boolean, a string, an
+/// integer when the number is whole, else a float. `None` for a marker, a latitude, a number
+/// the index holds imprecisely (`imprecise_entry`) or damaged bytes.
+pub fn scalar_value(encoded: &[u8]) -> Option<Value> {
+    match encoded.split_first()? {
+        (&TAG_BOOL, [b]) => Some(Value::Bool(*b == 1)),
+        (&TAG_NUMBER, bytes) => {
+            let f = entry_f64(bytes)?;
+            if f.abs() >= PRECISE_LIMIT {
+                None
+            } else if f.fract() == 0.0 {
+                Some(Value::from(f as i64))
+            } else {
+                serde_json::Number::from_f64(f).map(Value::Number)
+            }
+        }
+        (&TAG_STRING, bytes) => {
+            let mut out = Vec::with_capacity(bytes.len());
+            let mut rest = bytes;
+            loop {
+                match rest {
+                    [0, 0] => break,
+                    [0, 0xff, tail @ ..] => {
+                        out.push(0);
+                        rest = tail;
+                    }
+                    [b, tail @ ..] if *b != 0 => {
+                        out.push(*b);
+                        rest = tail;
+                    }
+                    _ => return None,
+                }
+            }
+            String::from_utf8(out).ok().map(Value::String)
+        }
+        _ => None,
+    }
+}
+
+/// The number of an encoded number's 8 bytes (`ordered_f64` in reverse).
+fn entry_f64(bytes: &[u8]) -> Option<f64> {
+    let bits = u64::from_be_bytes(<[u8; 8]>::try_from(bytes).ok()?);
+    let bits = if bits >> 63 == 1 {
+        bits & !(1 << 63)
+    } else {
+        !bits
+    };
+    Some(f64::from_bits(bits))
 }
 
 /// Whether anyone (the principal `*`) may read an object with these fields.
@@ -643,17 +716,7 @@ pub fn imprecise_entry(encoded: &[u8]) -> bool {
     let [TAG_NUMBER, bytes @ ..] = encoded else {
         return false;
     };
-    let Ok(bytes) = <[u8; 8]>::try_from(bytes) else {
-        return false;
-    };
-    let bits = u64::from_be_bytes(bytes);
-    // `ordered_f64` in reverse.
-    let bits = if bits >> 63 == 1 {
-        bits & !(1 << 63)
-    } else {
-        !bits
-    };
-    f64::from_bits(bits).abs() >= PRECISE_LIMIT
+    entry_f64(bytes).is_some_and(|f| f.abs() >= PRECISE_LIMIT)
 }
 
 /// Bounds on one field from its range conditions: `(start, end)` within one type tag.
@@ -817,6 +880,51 @@ pub fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn plain_scalars_read_back_from_their_encoding() {
+        for v in [
+            json!(true),
+            json!(false),
+            json!(0),
+            json!(-7),
+            json!(9_007_199_254_740_991i64),
+            json!(2.5),
+            json!(-0.125),
+            json!(""),
+            json!("a\u{0}b\u{0}"),
+            json!("\u{e9}t\u{e9}"),
+        ] {
+            assert!(!typed(&v), "{v}");
+            assert_eq!(scalar_value(&encode(&v).unwrap()), Some(v.clone()), "{v}");
+        }
+        // Whole floats, Dates, Pointers and Files are flagged; numbers past 2^53 do not read
+        // back; neither do markers, latitudes or damaged bytes.
+        for v in [
+            json!(1.0),
+            json!(-0.0),
+            json!({"__type": "Date", "iso": "2026-01-01 00:00:00"}),
+            json!({"__type": "Pointer", "className": "P", "objectId": "a"}),
+            json!({"__type": "File", "url": "u", "name": "n"}),
+        ] {
+            assert!(typed(&v), "{v}");
+        }
+        assert_eq!(
+            scalar_value(&encode(&json!(9_007_199_254_740_993i64)).unwrap()),
+            None
+        );
+        for bad in [
+            &[TAG_NOT_SCALAR][..],
+            &[TAG_ARRAY],
+            &encode_latitude(1.0),
+            &[TAG_STRING, b'a', 0],
+            &[TAG_STRING, 0xff, 0, 0],
+            &[TAG_NUMBER, 1, 2],
+            &[TAG_BOOL],
+        ] {
+            assert_eq!(scalar_value(bad), None, "{bad:?}");
+        }
+    }
     use crate::ids::GroupId;
     use serde_json::json;
 

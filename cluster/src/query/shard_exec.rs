@@ -16,7 +16,10 @@
 //! - shards read together first read a few entries of each walk, and every walk stops past
 //!   the `skip + limit`-th best of those sure to match (`walk_bound`), so about `skip + limit`
 //!   objects are read in all however many shards the node leads; a column that the shard
-//!   counted no markers for has no marker range to read.
+//!   counted no markers for has no marker range to read;
+//! - an aggregation that only counts the groups of one column a walk meets whole, without a
+//!   filter, counts plain values from the column's entries and reads only the other objects
+//!   (`count_groups`).
 
 use std::collections::{HashMap, HashSet};
 
@@ -27,8 +30,9 @@ use super::eval::lookup;
 use super::filter::{Cond, Filter, Prepared};
 use super::index::{
     encode, entry_object_id, field_prefix, imprecise, imprecise_entry, irregular_range,
-    is_array_marker, meta_key, plan, readers_prefix, scalar_range, single_scalar, Candidates,
-    IndexMeta, KeyRange, Plan, ALWAYS_INDEXED, ELEMENT, PUBLIC,
+    is_array_marker, is_scalar_entry, meta_key, plan, readers_prefix, scalar_range, scalar_value,
+    single_scalar, value_range, Candidates, IndexMeta, KeyRange, Plan, ALWAYS_INDEXED, ELEMENT,
+    FORMAT_TYPED, PUBLIC, TYPED,
 };
 use super::order::RowOrder;
 use super::tally::{self, Tally};
@@ -53,8 +57,9 @@ struct Matcher<'a> {
     principals: Option<&'a [String]>,
     meta: IndexMeta,
     /// The top-level fields the filter, the ACL check, the order or the aggregation read: the
-    /// only ones decoded from each candidate (`StoredObject::decode_only`).
-    fields: HashSet<String>,
+    /// only ones decoded from each candidate (`StoredObject::decode_only`). A handful, so
+    /// looked up by comparison, cheaper than hashing every name of every object.
+    fields: Vec<String>,
     /// Whether they include `createdAt` or `updatedAt`.
     times: bool,
 }
@@ -62,7 +67,7 @@ struct Matcher<'a> {
 /// The top-level fields a query reads to select, order or fold objects: those its filter
 /// names, `ACL` when the caller is not the master key, and `extra` (order keys, aggregated
 /// columns). A dot path names its first key.
-fn read_fields(filter: &Filter, principals: bool, extra: &[&str]) -> HashSet<String> {
+fn read_fields(filter: &Filter, principals: bool, extra: &[&str]) -> Vec<String> {
     let fields = std::cell::RefCell::new(HashSet::new());
     let add = |path: &str| {
         let mut fields = fields.borrow_mut();
@@ -79,7 +84,9 @@ fn read_fields(filter: &Filter, principals: bool, extra: &[&str]) -> HashSet<Str
     if principals {
         add("ACL");
     }
-    fields.into_inner()
+    let mut fields: Vec<String> = fields.into_inner().into_iter().collect();
+    fields.sort_unstable();
+    fields
 }
 
 impl<'a> Matcher<'a> {
@@ -100,7 +107,7 @@ impl<'a> Matcher<'a> {
             .prepare()
             .map_err(|e| Error::InvalidValue(e.to_string()))?;
         let fields = read_fields(filter, principals.is_some(), extra);
-        let times = fields.contains("createdAt") || fields.contains("updatedAt");
+        let times = fields.iter().any(|f| f == "createdAt" || f == "updatedAt");
         Ok(Matcher {
             filter: prepared,
             cancel,
@@ -151,7 +158,8 @@ impl<'a> Matcher<'a> {
     /// it. `whole_rows` renders the rows a query answers with.
     fn check(&self, object_id: &str, bytes: &[u8]) -> Result<Option<Value>> {
         self.cancel.check()?;
-        let stored = StoredObject::decode_only(bytes, &self.fields)?;
+        let stored =
+            StoredObject::decode_only(bytes, &|name| self.fields.iter().any(|f| f == name))?;
         if !allows(&stored.fields, self.principals, Access::Read) {
             return Ok(None);
         }
@@ -1211,9 +1219,106 @@ pub fn aggregate_shards(
     let metas = class_metas(store, groups, &req.app, &req.class)?;
     for (&group, meta) in groups.iter().zip(metas) {
         matcher.meta = meta;
+        if let Some(field) = indexed_group_column(req, &matcher.meta) {
+            if count_groups(store, group, req, &matcher, field, &mut folder)? {
+                metrics::counter!("basalt_query_groups_from_index_total").increment(1);
+                continue;
+            }
+        }
         for_each_match(store, group, &req.app, &req.class, &matcher, |obj| {
             folder.add(&req.spec, &columns, &obj).map(|()| true)
         })?;
     }
     Ok(folder.into_partials())
+}
+
+/// The column whose index entries may count an aggregation's groups on a shard
+/// (`count_groups`): the one column it groups by, when it has no metric to read and no
+/// filter, the column is a client one (times group by day) and a walk of its entries and
+/// markers meets every object, in entries that say when their value does not read back as it
+/// is (`FORMAT_TYPED`).
+fn indexed_group_column<'r>(req: &'r AggregateRequest, meta: &IndexMeta) -> Option<&'r str> {
+    let [field] = req.spec.group_by.as_slice() else {
+        return None;
+    };
+    let counted = req.spec.metrics.is_empty()
+        && matches!(req.filter, Filter::All)
+        && !ALWAYS_INDEXED.contains(&field.as_str())
+        && meta.format >= FORMAT_TYPED
+        && meta.walkable(field, false);
+    counted.then_some(field.as_str())
+}
+
+/// Folds a shard's objects into groups by `field` walking the column's entries: an entry the
+/// caller may read whose value reads back as it is (`scalar_value`: not `TYPED`, precise)
+/// adds one object to its group without the object being read; the objects of markers
+/// (missing, null, objects, arrays; array elements are skipped), of private entries for a
+/// caller without the master key and of the other values are read and folded as a scan folds
+/// them. Answers false, having folded nothing, when more than a quarter of the shard's objects
+/// would be read: a scan of the class is then cheaper.
+fn count_groups(
+    store: &ReadView<'_>,
+    group: GroupId,
+    req: &AggregateRequest,
+    matcher: &Matcher<'_>,
+    field: &str,
+    folder: &mut Folder,
+) -> Result<bool> {
+    let prefix = field_prefix(group, &req.app, &req.class, field);
+    let (start, end) = value_range(&prefix);
+    let most_read = matcher.meta.counts.objects / 4;
+    // Runs of one encoded value: its JSON (none when it does not read back) and its objects.
+    let mut runs: Vec<(Vec<u8>, Option<Value>, u64)> = Vec::new();
+    let mut read: Vec<String> = Vec::new();
+    let mut cheaper_to_scan = false;
+    store.scan(CF_SM, &start, &end, |k, flags| {
+        matcher.cancel.check()?;
+        let (Some(id), Some(value)) = (entry_object_id(k), tally::entry_value(k, prefix.len()))
+        else {
+            return Ok(true);
+        };
+        let flag = flags.first().copied();
+        let scalar = is_scalar_entry(value);
+        if scalar && flag.is_some_and(|f| f & ELEMENT != 0) {
+            // Arrays are met through their markers.
+            return Ok(true);
+        }
+        let counted = scalar
+            && flag.is_some_and(|f| {
+                f & TYPED == 0 && (f & PUBLIC != 0 || matcher.principals.is_none())
+            });
+        if counted {
+            if runs.last().is_none_or(|(v, _, _)| v.as_slice() != value) {
+                runs.push((value.to_vec(), scalar_value(value), 0));
+            }
+            if let Some((_, Some(_), n)) = runs.last_mut() {
+                *n += 1;
+                return Ok(true);
+            }
+        }
+        read.push(id.to_string());
+        cheaper_to_scan = read.len() as u64 > most_read;
+        Ok(!cheaper_to_scan)
+    })?;
+    if cheaper_to_scan {
+        return Ok(false);
+    }
+    for (_, value, n) in runs {
+        if let Some(value) = value {
+            folder.add_counted(value, n)?;
+        }
+    }
+    read.sort_unstable();
+    read.dedup();
+    for chunk in read.chunks(FETCH_BATCH) {
+        let chunk: Vec<&str> = chunk.iter().map(String::as_str).collect();
+        for obj in matcher
+            .fetch_all(store, group, &req.app, &req.class, &chunk)?
+            .into_iter()
+            .flatten()
+        {
+            folder.add(&req.spec, &[], &obj)?;
+        }
+    }
+    Ok(true)
 }

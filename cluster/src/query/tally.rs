@@ -18,7 +18,9 @@
 
 use std::collections::BTreeMap;
 
-use super::index::{after_prefix, imprecise_entry, is_scalar_entry, KeyRange, PUBLIC, TAG_GEO};
+use super::index::{
+    after_prefix, imprecise_entry, is_scalar_entry, KeyRange, PUBLIC, TAG_GEO, TYPED,
+};
 use crate::error::{Error, Result};
 use crate::ids::GroupId;
 use crate::storage::keys::{self, SM_TALLY};
@@ -138,9 +140,10 @@ fn bucket_range(prefix: &[u8], bucket: &[u8], first: &mut Vec<u8>, last: &mut Ve
     }
 }
 
-/// Whether an entry with `flags` and encoded `value` counts as it is (`Tally::plain`).
+/// Whether an entry with `flags` and encoded `value` counts as it is (`Tally::plain`): public,
+/// no array element, precise (`TYPED` does not matter to a count).
 pub fn plain(flags: &[u8], value: &[u8]) -> bool {
-    flags == [PUBLIC] && !imprecise_entry(value)
+    matches!(flags, [f] if f & !TYPED == PUBLIC) && !imprecise_entry(value)
 }
 
 /// The tally changes of one object whose entries go from `before` to `after` (each sorted,

@@ -300,7 +300,7 @@ pub(super) fn apply_declare_index(
         // A rebuild starts: it writes the current format and counts every object again,
         // the automatic columns' holders included. Columns stay automatic (or turned away)
         // as they were; a class from before automatic columns starts them here.
-        m.format = index::FORMAT;
+        m.format = index::FORMAT_TYPED;
         m.counts = index::ClassCounts::default();
         m.rebuilt_through = Some(String::new());
         m.rebuild = rebuild.map(str::to_string);

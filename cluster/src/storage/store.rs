@@ -10,7 +10,8 @@
 //! bloom filters on the state machine's keys (point reads of objects and records) and in its
 //! memtable; no compression for the Raft log (written once, read back soon, then deleted).
 //! Queries read through a point-in-time view (`ReadView`): scans of a whole class read ahead
-//! and leave the cache to the hot data (`scan_bulk`); candidates found in an index are read
+//! and keep their blocks in the cache only when the class takes at most a quarter of it,
+//! leaving a bigger one's to the hot data (`scan_bulk`); candidates found in an index are read
 //! together (`multi_get`).
 
 use std::path::Path;
@@ -156,8 +157,10 @@ impl<'a> ReadView<'a> {
         }
     }
 
-    /// Like [`ReadView::scan`], for reading much of a column family once: reads ahead, and
-    /// leaves the block cache to the data other reads keep coming back to.
+    /// Like [`ReadView::scan`], for reading much of a column family: reads ahead, and keeps
+    /// what it reads in the block cache only when the range's files take at most
+    /// `Store::bulk_cached_bytes` (a class that fits is read again by the next aggregation;
+    /// a bigger one would push out the data other reads keep coming back to).
     pub fn scan_bulk(
         &self,
         cf: &str,
@@ -166,7 +169,14 @@ impl<'a> ReadView<'a> {
         mut visit: impl FnMut(&[u8], &[u8]) -> Result<bool>,
     ) -> Result<()> {
         let mut ro = self.options();
-        ro.fill_cache(false);
+        let size = self
+            .store
+            .db
+            .get_approximate_sizes_cf(self.store.cf(cf)?, &[rocksdb::Range::new(start, end)]);
+        ro.fill_cache(
+            size.first()
+                .is_some_and(|&s| s <= self.store.bulk_cached_bytes),
+        );
         ro.set_readahead_size(2 << 20);
         self.store.scan_with(cf, start, end, ro, false, &mut visit)
     }
@@ -206,6 +216,8 @@ pub type SyncCallback = Box<dyn FnOnce(std::io::Result<()>) + Send>;
 
 pub struct Store {
     db: Arc<DB>,
+    /// The largest range (bytes on disk) a bulk scan keeps in the block cache: a quarter of it.
+    bulk_cached_bytes: u64,
     sync_tx: Option<mpsc::Sender<SyncCallback>>,
     syncer: Option<std::thread::JoinHandle<()>>,
 }
@@ -267,6 +279,7 @@ impl Store {
             .spawn(move || run_wal_syncer(&syncer_db, &sync_rx))?;
         Ok(Arc::new(Store {
             db,
+            bulk_cached_bytes: (tuning.block_cache_bytes / 4) as u64,
             sync_tx: Some(sync_tx),
             syncer: Some(syncer),
         }))
