@@ -4,6 +4,7 @@
 //! Errors separate what the server answered ([`Error::Api`], definite) from a request whose
 //! outcome is unknown ([`Error::Transport`]: the write may or may not have happened).
 
+pub mod ports;
 pub mod signing;
 
 use std::time::Duration;

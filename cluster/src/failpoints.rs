@@ -8,18 +8,21 @@
 //! The points: `log-append` (a Raft log batch is written, not yet reported durable),
 //! `apply-staged` (a batch of committed entries is applied in memory, not yet written),
 //! `apply-written` (written, not yet answered), `snapshot-install-batch` (part of a received
-//! snapshot is loaded over the old state, the rest not). Neighbours: `raft::log_store`,
-//! `statemachine`, `statemachine::snapshot`.
+//! snapshot is loaded over the old state, the rest not); and on the read path
+//! `aggregate-read` (a node is about to read its shards for an aggregation: `return` fails
+//! that read, `sleep(ms)` delays it). Neighbours: `raft::log_store`, `statemachine`,
+//! `statemachine::snapshot`, `local_read`.
 
 /// The environment variable that arms fail points at start.
 pub const FAILPOINTS_ENV: &str = "BASALT_FAILPOINTS";
 
 /// The fail points this build has.
-pub const FAIL_POINTS: [&str; 4] = [
+pub const FAIL_POINTS: [&str; 5] = [
     "log-append",
     "apply-staged",
     "apply-written",
     "snapshot-install-batch",
+    "aggregate-read",
 ];
 
 /// Arms the fail points `BASALT_FAILPOINTS` names (nothing when it is unset). An unknown point,

@@ -83,6 +83,9 @@ pub fn serve_read(
             ReadResponse::Scan { rows, count }
         }
         ReadRequest::Aggregate(agg) => {
+            fail::fail_point!("aggregate-read", |_| Err(Error::Internal(
+                "fail point aggregate-read".into()
+            )));
             ReadResponse::Groups(aggregate_shards(store, groups, agg, cancel)?)
         }
     })

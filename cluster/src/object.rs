@@ -125,7 +125,7 @@ impl StoredObject {
         Self::decode_fields(bytes, None)
     }
 
-    /// `decode` keeping only the user fields `keep` names: the other values are stepped over
+    /// `decode` keeping only the user fields whose names `keep` accepts: the other values are stepped over
     /// by their length, never parsed (a query reads thousands of objects for the few fields
     /// its filter, order or aggregation names).
     pub fn decode_only(bytes: &[u8], keep: &dyn Fn(&str) -> bool) -> Result<Self> {

@@ -9,30 +9,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use basalt_client::ports::free_port;
 use basalt_client::{AppKeys, Client};
 use serde_json::Value;
 
 use crate::proxy::{source_ip, Net};
-
-/// A port nothing listens on now, for a node or proxy to bind later. Taken below Linux's
-/// ephemeral range (32768–60999), where the kernel picks the source ports of the run's own
-/// connections: one of them could take the port before the node binds it. Each process walks
-/// the range from its own offset, so one run never picks a port twice.
-fn free_port() -> anyhow::Result<u16> {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    const FIRST: u32 = 20_000;
-    const PORTS: u32 = 12_000;
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let start = std::process::id().wrapping_mul(7_919);
-    for _ in 0..PORTS {
-        let port = FIRST + start.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed)) % PORTS;
-        let port = u16::try_from(port)?;
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return Ok(port);
-        }
-    }
-    bail!("no free port in {FIRST}..{}", FIRST + PORTS)
-}
 
 pub struct NodeProc {
     /// Cluster node id (a replaced node gets a fresh one).

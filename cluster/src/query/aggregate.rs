@@ -294,7 +294,7 @@ impl PartialGroup {
     }
 }
 
-fn too_many_groups() -> Error {
+pub(crate) fn too_many_groups() -> Error {
     Error::InvalidValue(format!("the aggregation has more than {MAX_GROUPS} groups"))
 }
 

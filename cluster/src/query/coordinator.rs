@@ -83,10 +83,9 @@ impl Coordinator {
         let parts = by_leader
             .into_iter()
             .map(|(leader, groups)| self.read_part(leader, groups, &req, deadline));
-        let answers: Vec<Vec<ReadResponse>> = futures::future::join_all(parts)
-            .await
-            .into_iter()
-            .collect::<Result<_>>()?;
+        // The first part to fail answers the query: the others are dropped, which cancels
+        // their reads on every node (`cancel`).
+        let answers = futures::future::try_join_all(parts).await?;
         Ok(answers.into_iter().flatten().collect())
     }
 
@@ -118,7 +117,7 @@ impl Coordinator {
         let reads = groups
             .into_iter()
             .map(|g| self.replicas.read_within(g, req.clone(), left));
-        futures::future::join_all(reads).await.into_iter().collect()
+        futures::future::try_join_all(reads).await
     }
 
     /// A scan of a class: the page of rows under the order, skip and limit, and how many

@@ -79,7 +79,8 @@ pub struct IndexMeta {
     pub complete: bool,
     /// Fields the app declared indexed, beyond the automatic ones.
     pub declared: Vec<String>,
-    /// The entries' format (`FORMAT`; 0 for classes indexed before flags and counts existed).
+    /// The entries' format: `FORMAT_TYPED` for classes written (or rebuilt) since entries
+    /// say `TYPED`, `FORMAT` before that, 0 for classes indexed before flags and counts existed.
     #[serde(default)]
     pub format: u8,
     /// The class's objects on the shard (exact when `current`).

@@ -25,7 +25,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
 
-use super::aggregate::{AggregateRequest, Folder, PartialGroup};
+use super::aggregate::{too_many_groups, AggregateRequest, Folder, PartialGroup, MAX_GROUPS};
 use super::eval::lookup;
 use super::filter::{Cond, Filter, Prepared};
 use super::index::{
@@ -62,6 +62,10 @@ struct Matcher<'a> {
     fields: Vec<String>,
     /// Whether they include `createdAt` or `updatedAt`.
     times: bool,
+    /// The shards the query reads on this node, and whether their scans of the class keep
+    /// what they read in the block cache (`ReadView::worth_caching`, asked at the first scan).
+    groups: &'a [GroupId],
+    cache_scans: std::cell::OnceCell<bool>,
 }
 
 /// The top-level fields a query reads to select, order or fold objects: those its filter
@@ -96,6 +100,7 @@ impl<'a> Matcher<'a> {
         filter: &'a Filter,
         principals: Option<&'a [String]>,
         extra: &[&str],
+        groups: &'a [GroupId],
         cancel: &'a Cancel,
     ) -> Result<Matcher<'a>> {
         if filter.sub_queries() {
@@ -115,7 +120,28 @@ impl<'a> Matcher<'a> {
             meta: IndexMeta::default(),
             fields,
             times,
+            groups,
+            cache_scans: std::cell::OnceCell::new(),
         })
+    }
+
+    /// Whether scans of the class on this node's shards keep their blocks cached (the same
+    /// answer for every shard of the query).
+    fn cache_scans(&self, store: &ReadView<'_>, app: &str, class: &str) -> Result<bool> {
+        if let Some(&cache) = self.cache_scans.get() {
+            return Ok(cache);
+        }
+        let ranges: Vec<(Vec<u8>, Vec<u8>)> = self
+            .groups
+            .iter()
+            .map(|&g| {
+                let prefix = keys::class_prefix(g, app, class);
+                let end = keys::separated_end(&prefix);
+                (prefix, end)
+            })
+            .collect();
+        let cache = store.worth_caching(CF_SM, &ranges)?;
+        Ok(*self.cache_scans.get_or_init(|| cache))
     }
 
     /// The object `id` of the class read from the store and checked (`check`).
@@ -240,7 +266,8 @@ fn for_each_match(
             metrics::counter!("basalt_query_scans_total").increment(1);
             let prefix = keys::class_prefix(group, app, class);
             let end = keys::separated_end(&prefix);
-            store.scan_bulk(CF_SM, &prefix, &end, |k, v| {
+            let cache = matcher.cache_scans(store, app, class)?;
+            store.scan_bulk(CF_SM, &prefix, &end, cache, |k, v| {
                 let object_id = String::from_utf8_lossy(&k[prefix.len()..]);
                 match matcher.check(&object_id, v)? {
                     Some(obj) => visit(obj),
@@ -1113,6 +1140,7 @@ pub fn scan_shards(
         &req.filter,
         req.principals.as_deref(),
         &order_fields,
+        groups,
         cancel,
     )?;
     let metas = class_metas(&view, groups, &req.app, &req.class)?;
@@ -1215,13 +1243,21 @@ pub fn aggregate_shards(
         .chain(&columns)
         .map(String::as_str)
         .collect();
-    let mut matcher = Matcher::new(&req.filter, req.principals.as_deref(), &read, cancel)?;
+    let mut matcher = Matcher::new(
+        &req.filter,
+        req.principals.as_deref(),
+        &read,
+        groups,
+        cancel,
+    )?;
     let metas = class_metas(store, groups, &req.app, &req.class)?;
     for (&group, meta) in groups.iter().zip(metas) {
         matcher.meta = meta;
         if let Some(field) = indexed_group_column(req, &matcher.meta) {
             if count_groups(store, group, req, &matcher, field, &mut folder)? {
                 metrics::counter!("basalt_query_groups_from_index_total").increment(1);
+                #[cfg(test)]
+                GROUP_WALKS.with(|n| n.set(n.get() + 1));
                 continue;
             }
         }
@@ -1230,6 +1266,12 @@ pub fn aggregate_shards(
         })?;
     }
     Ok(folder.into_partials())
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Shards whose groups `count_groups` counted, on this thread (tests check the walk ran).
+    pub(crate) static GROUP_WALKS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// The column whose index entries may count an aggregation's groups on a shard
@@ -1255,7 +1297,8 @@ fn indexed_group_column<'r>(req: &'r AggregateRequest, meta: &IndexMeta) -> Opti
 /// (missing, null, objects, arrays; array elements are skipped), of private entries for a
 /// caller without the master key and of the other values are read and folded as a scan folds
 /// them. Answers false, having folded nothing, when more than a quarter of the shard's objects
-/// would be read: a scan of the class is then cheaper.
+/// would be read (known ahead for markers and private objects, met during the walk for typed
+/// values): a scan of the class is then cheaper.
 fn count_groups(
     store: &ReadView<'_>,
     group: GroupId,
@@ -1264,9 +1307,28 @@ fn count_groups(
     field: &str,
     folder: &mut Folder,
 ) -> Result<bool> {
+    let meta = &matcher.meta;
+    let most_read = meta.counts.objects / 4;
+    // Public objects count for callers holding `*` (every caller but the master key does).
+    let anyone = matcher
+        .principals
+        .is_none_or(|ps| ps.iter().any(|p| p == PUBLIC_PRINCIPAL));
+    let private = match matcher.principals {
+        Some(_) => meta.counts.objects.saturating_sub(meta.counts.public),
+        None => 0,
+    };
+    let markers = meta
+        .markers
+        .as_ref()
+        .and_then(|m| m.get(field))
+        .copied()
+        .unwrap_or(0);
+    if !anyone || markers.saturating_add(private) > most_read {
+        // Too many objects to read one by one: the scan is cheaper.
+        return Ok(false);
+    }
     let prefix = field_prefix(group, &req.app, &req.class, field);
     let (start, end) = value_range(&prefix);
-    let most_read = matcher.meta.counts.objects / 4;
     // Runs of one encoded value: its JSON (none when it does not read back) and its objects.
     let mut runs: Vec<(Vec<u8>, Option<Value>, u64)> = Vec::new();
     let mut read: Vec<String> = Vec::new();
@@ -1289,6 +1351,11 @@ fn count_groups(
             });
         if counted {
             if runs.last().is_none_or(|(v, _, _)| v.as_slice() != value) {
+                if runs.len() >= MAX_GROUPS {
+                    // As many groups as a scan would refuse (distinct plain values are
+                    // distinct groups).
+                    return Err(too_many_groups());
+                }
                 runs.push((value.to_vec(), scalar_value(value), 0));
             }
             if let Some((_, Some(_), n)) = runs.last_mut() {

@@ -10,9 +10,9 @@
 //! bloom filters on the state machine's keys (point reads of objects and records) and in its
 //! memtable; no compression for the Raft log (written once, read back soon, then deleted).
 //! Queries read through a point-in-time view (`ReadView`): scans of a whole class read ahead
-//! and keep their blocks in the cache only when the class takes at most a quarter of it,
-//! leaving a bigger one's to the hot data (`scan_bulk`); candidates found in an index are read
-//! together (`multi_get`).
+//! and keep their blocks in the cache only when the class's shards a node reads take at most a
+//! quarter of it uncompressed, leaving a bigger class's to the hot data (`scan_bulk`,
+//! `worth_caching`); candidates found in an index are read together (`multi_get`).
 
 use std::path::Path;
 use std::sync::mpsc;
@@ -157,30 +157,44 @@ impl<'a> ReadView<'a> {
         }
     }
 
+    /// Whether bulk scans of `ranges` of `cf` should keep what they read in the block cache:
+    /// their files together take at most `Store::bulk_cached_bytes` once uncompressed (taken
+    /// as `COMPRESSION_ALLOWANCE` times their size on disk). A class that fits is read again by
+    /// the next aggregation; a bigger one would push out the data other reads come back to.
+    pub fn worth_caching(&self, cf: &str, ranges: &[(Vec<u8>, Vec<u8>)]) -> Result<bool> {
+        let ranges: Vec<rocksdb::Range> = ranges
+            .iter()
+            .map(|(start, end)| rocksdb::Range::new(start, end))
+            .collect();
+        let on_disk: u64 = self
+            .store
+            .db
+            .get_approximate_sizes_cf(self.store.cf(cf)?, &ranges)
+            .iter()
+            .sum();
+        Ok(on_disk.saturating_mul(COMPRESSION_ALLOWANCE) <= self.store.bulk_cached_bytes)
+    }
+
     /// Like [`ReadView::scan`], for reading much of a column family: reads ahead, and keeps
-    /// what it reads in the block cache only when the range's files take at most
-    /// `Store::bulk_cached_bytes` (a class that fits is read again by the next aggregation;
-    /// a bigger one would push out the data other reads keep coming back to).
+    /// what it reads in the block cache only when `cache` (`worth_caching`).
     pub fn scan_bulk(
         &self,
         cf: &str,
         start: &[u8],
         end: &[u8],
+        cache: bool,
         mut visit: impl FnMut(&[u8], &[u8]) -> Result<bool>,
     ) -> Result<()> {
         let mut ro = self.options();
-        let size = self
-            .store
-            .db
-            .get_approximate_sizes_cf(self.store.cf(cf)?, &[rocksdb::Range::new(start, end)]);
-        ro.fill_cache(
-            size.first()
-                .is_some_and(|&s| s <= self.store.bulk_cached_bytes),
-        );
+        ro.fill_cache(cache);
         ro.set_readahead_size(2 << 20);
         self.store.scan_with(cf, start, end, ro, false, &mut visit)
     }
 }
+
+/// How many times its size on disk a range of the state machine takes uncompressed, at most
+/// (LZ4 on JSON text), for `ReadView::worth_caching`.
+const COMPRESSION_ALLOWANCE: u64 = 4;
 
 /// Deleted (or overwritten) keys the shared iterator of a view passes in one step before it
 /// gives the scan over to a bounded iterator.
@@ -216,7 +230,8 @@ pub type SyncCallback = Box<dyn FnOnce(std::io::Result<()>) + Send>;
 
 pub struct Store {
     db: Arc<DB>,
-    /// The largest range (bytes on disk) a bulk scan keeps in the block cache: a quarter of it.
+    /// The most a node's bulk scans of one class keep in the block cache (uncompressed): a
+    /// quarter of it (`ReadView::worth_caching`).
     bulk_cached_bytes: u64,
     sync_tx: Option<mpsc::Sender<SyncCallback>>,
     syncer: Option<std::thread::JoinHandle<()>>,

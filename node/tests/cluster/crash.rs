@@ -2,10 +2,13 @@
 //! `BASALT_FAILPOINTS`): a node that dies after a log append, in the middle of applying
 //! committed entries, or in the middle of installing a snapshot comes back with nothing lost —
 //! every acknowledged write is there, a write that was in flight is there at most once, and a
-//! replica ends with exactly the state of its peers.
+//! replica ends with exactly the state of its peers. On the read path: a node whose part of a
+//! query fails ends the query, and the other nodes stop reading theirs.
 
-use std::time::Duration;
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
 
+use reqwest::Method;
 use serde_json::{json, Value};
 
 use super::common::TestCluster;
@@ -163,4 +166,80 @@ async fn a_node_that_crashes_installing_a_snapshot_ends_with_its_peers_state() {
             "{class} {id} readable through node 3"
         );
     }
+}
+
+/// An aggregation whose part on one node fails answers the error without waiting for the
+/// other parts, and the nodes reading those stop (they count the abandoned read in
+/// `basalt_reads_cancelled_total`) instead of reading on for an answer nobody waits for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_part_of_a_read_cancels_the_other_parts() {
+    let mut cluster = TestCluster::start(3, &["--shards", "6"], &[]).await;
+    let client = cluster.client(0);
+    for i in 0..30 {
+        client
+            .create_object("Tally", &json!({"k": i % 3}))
+            .await
+            .expect("create");
+    }
+    // Node 2 fails its aggregation reads at once; node 3 starts its own 5 s late.
+    cluster.stop(1);
+    cluster.restart_with_failpoints(1, "aggregate-read=return");
+    cluster.stop(2);
+    cluster.restart_with_failpoints(2, "aggregate-read=sleep(5000)");
+    cluster.wait_healthy(1, Duration::from_secs(60)).await;
+    cluster.wait_healthy(2, Duration::from_secs(60)).await;
+    TestCluster::eventually(
+        Duration::from_secs(120),
+        "nodes 2 and 3 lead data groups",
+        || {
+            let leaders: BTreeSet<u64> = cluster
+                .placement(0)
+                .as_object()
+                .map(|groups| {
+                    groups
+                        .iter()
+                        .filter(|(g, _)| g.as_str() != "0")
+                        .filter_map(|(_, s)| s["leader"].as_u64())
+                        .collect()
+                })
+                .unwrap_or_default();
+            leaders.contains(&2) && leaders.contains(&3)
+        },
+    )
+    .await;
+    let aggregate = || {
+        client.request(
+            Method::GET,
+            "/1/classes/Tally?groupby=k&groupcount=true",
+            None,
+            false,
+        )
+    };
+    let before = cluster.metric(2, "basalt_reads_cancelled_total").await;
+    let r = aggregate().await;
+    assert!(r.is_err(), "node 2's failed part fails the query: {r:?}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while cluster.metric(2, "basalt_reads_cancelled_total").await < before + 1.0 {
+        assert!(
+            Instant::now() < deadline,
+            "node 3 abandons its part once node 2's failed"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Without the fail points every part answers again.
+    cluster.stop(1);
+    cluster.restart(1).await;
+    cluster.stop(2);
+    cluster.restart(2).await;
+    cluster.wait_healthy(1, Duration::from_secs(60)).await;
+    cluster.wait_healthy(2, Duration::from_secs(60)).await;
+    let r = aggregate().await.expect("aggregation");
+    let counts: Vec<u64> = r
+        .body
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|row| row["_count"].as_u64().unwrap_or(0))
+        .collect();
+    assert_eq!(counts, vec![10, 10, 10]);
 }

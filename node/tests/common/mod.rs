@@ -38,24 +38,9 @@ pub fn exclusive() -> MutexGuard<'static, ()> {
         .unwrap_or_else(|p| p.into_inner())
 }
 
-/// A port nothing listens on now, for a node to bind. Taken below Linux's ephemeral range
-/// (32768–60999): a port the kernel handed out there could become the source port of one of
-/// the test's own connections before the node binds it ("Address already in use" at start).
-/// Each process walks the range from its own offset, so two picks of one test never repeat.
+/// A loopback port nothing listens on now, for a node to bind (`basalt_client::ports`).
 pub fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    const FIRST: u32 = 20_000;
-    const PORTS: u32 = 12_000;
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let start = std::process::id().wrapping_mul(7_919);
-    for _ in 0..PORTS {
-        let port = FIRST + start.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed)) % PORTS;
-        let port = u16::try_from(port).expect("a port below 32000");
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no free port in {FIRST}..{}", FIRST + PORTS)
+    basalt_client::ports::free_port().expect("a free loopback port")
 }
 
 /// The nodes' log filter: `BASALT_TEST_LOG` when set (to chase a failure), else info.
