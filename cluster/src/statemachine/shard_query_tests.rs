@@ -1315,6 +1315,21 @@ fn range_counts_from_tallies_answer_like_reading_every_object() {
     check(&store, &mut rng, "declared again");
 }
 
+/// Every object of the class `principals` may read, unordered (what an aggregation without
+/// `where` folds).
+fn whole_class(principals: Option<Vec<String>>) -> ScanRequest {
+    ScanRequest {
+        app: "a".into(),
+        class: "C".into(),
+        filter: Filter::All,
+        order: Vec::new(),
+        skip: 0,
+        limit: 0,
+        principals,
+        count: false,
+    }
+}
+
 /// Group counts by a column that a walk of its entries meets whole (declared, or automatic and
 /// held by every object) count the objects of plain public values from their entries and read
 /// the others: arrays (whose elements have entries too), whole numbers written as floats,
@@ -1392,18 +1407,8 @@ fn group_counts_from_index_entries_answer_like_reading_every_object() {
                 let walked = principals
                     .as_ref()
                     .is_none_or(|ps| ps.contains(&"*".to_string()));
-                let req = ScanRequest {
-                    app: "a".into(),
-                    class: "C".into(),
-                    filter: Filter::All,
-                    order: Vec::new(),
-                    skip: 0,
-                    limit: 0,
-                    principals: principals.clone(),
-                    count: false,
-                };
                 let what = format!("seed {seed} round {round} as {principals:?}");
-                assert_aggregation(&store, &[G], &req, &spec, &what);
+                assert_aggregation(&store, &[G], &whole_class(principals), &spec, &what);
                 assert_eq!(
                     GROUP_WALKS.with(|n| n.get()) > walks,
                     walked,
@@ -1436,16 +1441,7 @@ fn group_counts_from_index_entries_answer_like_reading_every_object() {
             ..meta(&store)
         };
         put_meta(&store, &old);
-        let req = ScanRequest {
-            app: "a".into(),
-            class: "C".into(),
-            filter: Filter::All,
-            order: Vec::new(),
-            skip: 0,
-            limit: 0,
-            principals: None,
-            count: false,
-        };
-        assert_aggregation(&store, &[G], &req, &spec, &format!("seed {seed}, format 1"));
+        let what = format!("seed {seed}, format 1");
+        assert_aggregation(&store, &[G], &whole_class(None), &spec, &what);
     }
 }
