@@ -29,9 +29,12 @@ impl RaftServiceImpl {
     fn vote_allowed(&self) -> Result<()> {
         match self.replicas.may_vote() {
             true => Ok(()),
-            false => Err(Error::Unavailable(
-                "this node started within a leader lease and does not vote yet".into(),
-            )),
+            false => {
+                metrics::counter!("basalt_raft_votes_refused_total").increment(1);
+                Err(Error::Unavailable(
+                    "this node started within a leader lease and does not vote yet".into(),
+                ))
+            }
         }
     }
 

@@ -36,6 +36,45 @@ async fn create_numbered(
     ids
 }
 
+/// Nodes restarted together refuse to vote while a leader elected before the restart may
+/// still serve lease reads (one election timeout: `basalt_raft_votes_refused_total`), then
+/// elect leaders and serve every object written before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarted_nodes_hold_their_votes_then_elect_leaders() {
+    let mut cluster = TestCluster::start(3, &["--shards", "6"], &[]).await;
+    let client = cluster.client(0);
+    let ids = create_numbered(&client, "Held", 12, |i| json!({"n": i})).await;
+    cluster.restart_all().await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut refused = 0.0;
+        for i in 0..3 {
+            refused += cluster.metric(i, "basalt_raft_votes_refused_total").await;
+        }
+        if refused >= 1.0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first candidates after the restart meet nodes within their hold"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for (i, id) in ids.iter().enumerate() {
+        let obj = cluster
+            .client(i % 3)
+            .get_object("Held", id)
+            .await
+            .expect("get")
+            .expect("the object survived the restart");
+        assert_eq!(obj["n"], json!(i));
+    }
+    client
+        .create_object("Held", &json!({"n": 12}))
+        .await
+        .expect("a write after the restart");
+}
+
 /// Every create through any node is readable through every node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_accept_creates_everywhere_and_serve_every_object() {
