@@ -125,6 +125,13 @@ impl<'a> Matcher<'a> {
         })
     }
 
+    /// Whether the caller may read every object anyone may (it holds `*`, as every caller but
+    /// the master key does, or it is the master key): public entries then count for it.
+    fn reads_public(&self) -> bool {
+        self.principals
+            .is_none_or(|ps| ps.iter().any(|p| p == PUBLIC_PRINCIPAL))
+    }
+
     /// Whether scans of the class on this node's shards keep their blocks cached (the same
     /// answer for every shard of the query).
     fn cache_scans(&self, store: &ReadView<'_>, app: &str, class: &str) -> Result<bool> {
@@ -386,11 +393,7 @@ fn exact_count(
     matcher: &Matcher<'_>,
 ) -> Result<Option<u64>> {
     let meta = &matcher.meta;
-    // Public objects count for callers holding `*` (every caller but the master key does).
-    let anyone = matcher
-        .principals
-        .is_none_or(|ps| ps.iter().any(|p| p == PUBLIC_PRINCIPAL));
-    if !meta.current() || !anyone {
+    if !meta.current() || !matcher.reads_public() {
         return Ok(None);
     }
     let (app, class) = (req.app.as_str(), req.class.as_str());
@@ -1309,10 +1312,6 @@ fn count_groups(
 ) -> Result<bool> {
     let meta = &matcher.meta;
     let most_read = meta.counts.objects / 4;
-    // Public objects count for callers holding `*` (every caller but the master key does).
-    let anyone = matcher
-        .principals
-        .is_none_or(|ps| ps.iter().any(|p| p == PUBLIC_PRINCIPAL));
     let private = match matcher.principals {
         Some(_) => meta.counts.objects.saturating_sub(meta.counts.public),
         None => 0,
@@ -1323,7 +1322,7 @@ fn count_groups(
         .and_then(|m| m.get(field))
         .copied()
         .unwrap_or(0);
-    if !anyone || markers.saturating_add(private) > most_read {
+    if !matcher.reads_public() || markers.saturating_add(private) > most_read {
         // Too many objects to read one by one: the scan is cheaper.
         return Ok(false);
     }

@@ -45,21 +45,15 @@ async fn restarted_nodes_hold_their_votes_then_elect_leaders() {
     let client = cluster.client(0);
     let ids = create_numbered(&client, "Held", 12, |i| json!({"n": i})).await;
     cluster.restart_all().await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let mut refused = 0.0;
-        for i in 0..3 {
-            refused += cluster.metric(i, "basalt_raft_votes_refused_total").await;
-        }
-        if refused >= 1.0 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the first candidates after the restart meet nodes within their hold"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    cluster
+        .wait_metric_sum(
+            &[0, 1, 2],
+            "basalt_raft_votes_refused_total",
+            1.0,
+            Duration::from_secs(20),
+            "the first candidates after the restart meet nodes within their hold",
+        )
+        .await;
     for (i, id) in ids.iter().enumerate() {
         let obj = cluster
             .client(i % 3)
@@ -443,21 +437,15 @@ async fn the_scheduler_moves_to_the_new_metadata_leader() {
             .await
             .expect("signed create");
     }
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let mut expired = 0.0;
-        for &i in &others {
-            expired += cluster.metric(i, "basalt_ttl_expired_records_total").await;
-        }
-        if expired >= 5.0 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the new scheduler did not remove the expired nonces"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    cluster
+        .wait_metric_sum(
+            &others,
+            "basalt_ttl_expired_records_total",
+            5.0,
+            Duration::from_secs(60),
+            "the new scheduler removes the expired nonces",
+        )
+        .await;
 }
 
 /// `basalt dev` started again on the same data dir resumes the same cluster with its data; the

@@ -543,6 +543,29 @@ impl TestCluster {
         }
     }
 
+    /// Waits until the samples matching `prefix` summed over `nodes` reach `at_least`.
+    pub async fn wait_metric_sum(
+        &self,
+        nodes: &[usize],
+        prefix: &str,
+        at_least: f64,
+        timeout: Duration,
+        what: &str,
+    ) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let mut sum = 0.0;
+            for &i in nodes {
+                sum += self.metric(i, prefix).await;
+            }
+            if sum >= at_least {
+                return;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     /// The value of a Prometheus sample (sum over label sets matching `prefix`).
     pub async fn metric(&self, i: usize, prefix: &str) -> f64 {
         let text = self.client(i).metrics().await.unwrap_or_default();
