@@ -313,6 +313,19 @@ pub enum ReadRequest {
     },
 }
 
+impl ReadRequest {
+    /// Whether the read may walk a whole class (a listing, count or aggregation), as opposed
+    /// to reading a few keys.
+    pub fn is_bulk(&self) -> bool {
+        matches!(
+            self,
+            ReadRequest::ScanObjects(_)
+                | ReadRequest::Aggregate(_)
+                | ReadRequest::ScanStoredObjects { .. }
+        )
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ReadResponse {
     /// A rendered object (with its reserved fields), or none.

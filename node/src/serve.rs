@@ -154,6 +154,11 @@ pub struct ServiceArgs {
     /// with `Retry-After` instead of waiting behind them.
     #[arg(long, default_value_t = 256, env = "BASALT_MAX_QUERIES_IN_FLIGHT")]
     pub max_queries_in_flight: usize,
+    /// Threads that read for listings, counts and aggregations at once (0: one per core);
+    /// the other admitted queries wait for one, so that scans never outnumber the threads
+    /// that carry Raft heartbeats.
+    #[arg(long, default_value_t = 0, env = "BASALT_BULK_READ_THREADS")]
+    pub bulk_read_threads: usize,
 }
 
 impl ServiceArgs {
@@ -240,6 +245,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         compact_every: Duration::from_secs(args.service.compact_secs.max(1)),
         query_timeout: Duration::from_secs(args.service.query_timeout_secs.max(1)),
         max_queries_in_flight: args.service.max_queries_in_flight,
+        bulk_read_threads: args.service.bulk_read_threads,
         store: match args.block_cache_mb {
             Some(mb) => StoreTuning {
                 block_cache_bytes: mb.max(1).saturating_mul(1 << 20),

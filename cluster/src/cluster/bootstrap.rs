@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::ids::META_GROUP;
 use crate::namespace::Namespace;
 use crate::query::coordinator::Coordinator;
-use crate::replicas::Replicas;
+use crate::replicas::{ReadService, Replicas};
 use crate::rpc::router::PeerRouter;
 use crate::storage::keys::NODE_IDENTITY;
 use crate::storage::Store;
@@ -80,7 +80,10 @@ impl Cluster {
             router,
             &opts.data_dir,
             &opts.tuning,
-            crate::local_read::serve_read,
+            ReadService {
+                serve: crate::local_read::serve_read,
+                bulk_threads: opts.bulk_read_threads,
+            },
         )
         .await?;
         let listener = tokio::net::TcpListener::bind(opts.rpc_listen).await?;

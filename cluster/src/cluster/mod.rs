@@ -60,6 +60,9 @@ pub struct ClusterOptions {
     pub query_timeout: Duration,
     /// Queries (listings, counts, aggregations) this node runs at once; more answer 503.
     pub max_queries_in_flight: usize,
+    /// Threads that read for listings, counts and aggregations at once (0: one per core);
+    /// other bulk reads wait for one (`Replicas::local_read_groups`).
+    pub bulk_read_threads: usize,
     /// How the node's RocksDB uses memory.
     pub store: crate::storage::StoreTuning,
 }

@@ -17,6 +17,8 @@ pub mod resolve;
 pub mod shard_exec;
 pub mod tally;
 
+use std::collections::HashSet;
+
 use serde::{Deserialize, Serialize};
 
 /// One sort key: a field name and its direction.
@@ -45,6 +47,11 @@ pub struct ScanRequest {
     /// its rows, and the count it answers is meaningless. Absent (an older node): counted.
     #[serde(default = "counted")]
     pub count: bool,
+    /// The fields the answer keeps (`keys`; a dotted key keeps its top-level field): each
+    /// shard decodes and renders only these, the order's and the reserved ones. Empty (and
+    /// from an older node): whole objects.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keys: Vec<String>,
 }
 
 fn counted() -> bool {
@@ -52,6 +59,21 @@ fn counted() -> bool {
 }
 
 impl ScanRequest {
+    /// The top-level fields each row must keep (`keys` and the order's), or `None` for all.
+    pub fn kept_fields(&self) -> Option<HashSet<&str>> {
+        if self.keys.is_empty() {
+            return None;
+        }
+        Some(
+            self.keys
+                .iter()
+                .map(String::as_str)
+                .chain(self.order.iter().map(|k| k.field.as_str()))
+                .map(|f| f.split('.').next().unwrap_or(f))
+                .collect(),
+        )
+    }
+
     /// Parses an `order` parameter: `a,-b` sorts by a ascending, then b descending.
     pub fn parse_order(order: &str) -> Vec<SortKey> {
         order

@@ -19,6 +19,9 @@ use crate::error::{Error, Result};
 /// Most objects a sub-query may match.
 pub const MAX_SUB_QUERY_ROWS: usize = 10_000;
 
+/// The only field a `$inQuery` sub-query needs of its rows.
+const OBJECT_ID: &str = "objectId";
+
 /// Most sub-queries one query may hold (each is a scan of every shard).
 pub const MAX_SUB_QUERIES: usize = 20;
 
@@ -102,30 +105,34 @@ impl Coordinator {
         Ok(match cond {
             Cond::InQuery(q) => {
                 let class = q.class.clone();
-                Cond::In(pointers(self.sub_query(app, q, principals).await?, &class))
+                let rows = self.sub_query(app, q, principals, OBJECT_ID).await?;
+                Cond::In(pointers(rows, &class))
             }
             Cond::NotInQuery(q) => {
                 let class = q.class.clone();
-                Cond::Nin(pointers(self.sub_query(app, q, principals).await?, &class))
+                let rows = self.sub_query(app, q, principals, OBJECT_ID).await?;
+                Cond::Nin(pointers(rows, &class))
             }
             Cond::Select { key, query } => Cond::In(selected(
-                self.sub_query(app, query, principals).await?,
+                self.sub_query(app, query, principals, &key).await?,
                 &key,
             )),
             Cond::DontSelect { key, query } => Cond::Nin(selected(
-                self.sub_query(app, query, principals).await?,
+                self.sub_query(app, query, principals, &key).await?,
                 &key,
             )),
             plain => plain,
         })
     }
 
-    /// Every object of the sub-query the caller may read (at most `MAX_SUB_QUERY_ROWS`).
+    /// Every object of the sub-query the caller may read (at most `MAX_SUB_QUERY_ROWS`), with
+    /// its `key` only.
     async fn sub_query(
         &self,
         app: &str,
         q: SubQuery,
         principals: Option<&[String]>,
+        key: &str,
     ) -> Result<Vec<Value>> {
         let filter = self.resolve_filter(app, *q.filter, principals).await?;
         let req = ScanRequest {
@@ -137,6 +144,7 @@ impl Coordinator {
             limit: MAX_SUB_QUERY_ROWS + 1,
             principals: principals.map(<[String]>::to_vec),
             count: false,
+            keys: vec![key.to_string()],
         };
         let (rows, _) = self.scan(req).await?;
         if rows.len() > MAX_SUB_QUERY_ROWS {

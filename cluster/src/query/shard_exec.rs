@@ -188,7 +188,7 @@ impl<'a> Matcher<'a> {
 
     /// The fields the query reads of the object (`fields`), rendered as the query engine sees
     /// them (`into_partial_for_query`), when the caller may read it and the filter selects
-    /// it. `whole_rows` renders the rows a query answers with.
+    /// it. `answer_rows` renders the rows a query answers with.
     fn check(&self, object_id: &str, bytes: &[u8]) -> Result<Option<Value>> {
         self.cancel.check()?;
         let stored =
@@ -217,14 +217,16 @@ fn read_objects(
     store.multi_get(CF_SM, &keys)
 }
 
-/// `rows` from `Matcher::check` (each with its shard) rendered whole (`render_for_query`),
-/// read again from the same snapshot: only the rows a read answers with are ever decoded in
-/// full, however many objects it checked.
-fn whole_rows(
+/// `rows` from `Matcher::check` (each with its shard) rendered (`render_for_query`) with the
+/// fields `kept` names (all when `None`), read again from the same snapshot: only the rows a
+/// read answers with are ever decoded, and only for the fields they answer with, however many
+/// objects it checked.
+fn answer_rows(
     store: &ReadView<'_>,
     app: &str,
     class: &str,
     rows: Vec<(Value, GroupId)>,
+    kept: Option<&HashSet<&str>>,
 ) -> Result<Vec<Value>> {
     let mut by_group: HashMap<GroupId, Vec<usize>> = HashMap::new();
     for (i, (_, group)) in rows.iter().enumerate() {
@@ -247,7 +249,11 @@ fn whole_rows(
             let bytes = bytes.ok_or_else(|| {
                 Error::Storage(format!("object {id} left a snapshot while it was read"))
             })?;
-            out[i] = Some(StoredObject::decode(&bytes)?.render_for_query(id));
+            out[i] = Some(match kept {
+                None => StoredObject::decode(&bytes)?.render_for_query(id),
+                Some(kept) => StoredObject::decode_only(&bytes, &|f| kept.contains(f))?
+                    .into_partial_for_query(id, true),
+            });
         }
     }
     Ok(out.into_iter().flatten().collect())
@@ -1167,7 +1173,8 @@ pub fn scan_shards(
         rows.sort_by(|a, b| order.compare(&a.0, &b.0));
         rows.truncate(keep);
     }
-    let rows = whole_rows(&view, &req.app, &req.class, rows)?;
+    let kept = req.kept_fields();
+    let rows = answer_rows(&view, &req.app, &req.class, rows, kept.as_ref())?;
     crate::limits::check_answer(&rows, crate::limits::MAX_SHARD_ROWS_BYTES)?;
     Ok((rows, count))
 }

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use openraft::error::{ClientWriteError, LinearizableReadError, RaftError};
 use openraft::{LinearizerOption, ReadPolicy};
 use serde_json::Value;
-use tokio::sync::watch;
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::admin::{ClusterSettings, GroupDigest, GroupStatus, NodeRecord, NodeState, NodeStatus};
 use crate::cancel::Cancel;
@@ -67,12 +67,24 @@ struct Inner {
     read_lease: Option<Duration>,
     /// Votes are refused until then (`RaftTuning::vote_hold`).
     votes_from: Instant,
+    /// One permit per thread that may serve a bulk read (`ReadRequest::is_bulk`) at once:
+    /// with no more of them than cores, scans share the CPU with the async workers that
+    /// carry Raft heartbeats instead of outnumbering them.
+    bulk_reads: Arc<Semaphore>,
 }
 
 /// What serves a read from a replica's state (`local_read::serve_read`): given to `open`, so
 /// that routing reads needs no knowledge of what they ask. A scan or aggregation may cover
 /// several groups; any other read names one.
 pub type ReadServer = fn(&Store, &[GroupId], &ReadRequest, i64, &Cancel) -> Result<ReadResponse>;
+
+/// How a node serves reads from its replicas.
+#[derive(Clone, Copy)]
+pub struct ReadService {
+    pub serve: ReadServer,
+    /// Threads that may serve bulk reads at once (0: one per core).
+    pub bulk_threads: usize,
+}
 
 pub fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
@@ -87,8 +99,12 @@ impl Replicas {
         router: PeerRouter,
         data_dir: &Path,
         tuning: &RaftTuning,
-        serve: ReadServer,
+        reads: ReadService,
     ) -> Result<Replicas> {
+        let bulk_read_threads = match reads.bulk_threads {
+            0 => std::thread::available_parallelism().map_or(1, usize::from),
+            n => n,
+        };
         let incoming_dir = data_dir.join("snapshots").join("incoming");
         std::fs::create_dir_all(&incoming_dir)?;
         let mut groups = Vec::with_capacity(settings.shards as usize + 1);
@@ -112,10 +128,11 @@ impl Replicas {
                 router,
                 incoming_dir,
                 shutdown,
-                serve,
+                serve: reads.serve,
                 contact: leader_contact::LeaderContact::new(settings.shards as usize + 1, tuning),
                 read_lease: tuning.read_lease(),
                 votes_from: Instant::now() + tuning.vote_hold(),
+                bulk_reads: Arc::new(Semaphore::new(bulk_read_threads)),
             }),
         })
     }
@@ -225,8 +242,8 @@ impl Replicas {
 
     /// Serves `req` over `groups` (one group, or the shards of a scan or aggregation), once
     /// this node confirmed its leadership of each with a read index (concurrently): one
-    /// blocking task reads them all from one snapshot of the store. Fails as the first group
-    /// that this node does not lead.
+    /// blocking task reads them all from one snapshot of the store, once a bulk read's thread
+    /// is free (`bulk_reads`). Fails as the first group that this node does not lead.
     pub(crate) async fn local_read_groups(
         &self,
         groups: &[GroupId],
@@ -236,17 +253,36 @@ impl Replicas {
         for check in futures::future::join_all(checks).await {
             check?;
         }
+        let permit = match req.is_bulk() {
+            false => None,
+            true => Some(self.bulk_read_permit().await?),
+        };
         let store = Arc::clone(&self.inner.store);
         let req = req.clone();
         let groups = groups.to_vec();
         let serve = self.inner.serve;
         // Dropping this future (the caller left, or its deadline passed) stops the task.
         let (cancel, guard) = Cancel::new();
-        let answer =
-            tokio::task::spawn_blocking(move || serve(&store, &groups, &req, now_ms(), &cancel))
-                .await;
+        let answer = tokio::task::spawn_blocking(move || {
+            let answer = serve(&store, &groups, &req, now_ms(), &cancel);
+            drop(permit);
+            answer
+        })
+        .await;
         guard.disarm();
         answer.map_err(|e| Error::Internal(e.to_string()))?
+    }
+
+    /// A thread for a bulk read, as soon as one is free (reads that waited are counted).
+    async fn bulk_read_permit(&self) -> Result<OwnedSemaphorePermit> {
+        let bulk = Arc::clone(&self.inner.bulk_reads);
+        if let Ok(permit) = Arc::clone(&bulk).try_acquire_owned() {
+            return Ok(permit);
+        }
+        metrics::counter!("basalt_query_bulk_reads_queued_total").increment(1);
+        bulk.acquire_owned()
+            .await
+            .map_err(|e| Error::Internal(e.to_string()))
     }
 
     /// Waits until this node, as `group`'s leader, knows that it still is — within its lease

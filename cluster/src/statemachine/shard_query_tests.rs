@@ -548,6 +548,7 @@ fn check_queries_of(
             limit,
             principals: principals[rng.random_range(0..principals.len())].clone(),
             count: true,
+            keys: Vec::new(),
         };
         let what = format!(
             "seed {seed} query {q}: where {w} order {:?} {skip}+{limit} as {:?}",
@@ -563,6 +564,29 @@ fn check_queries_of(
         };
         let (rows, _) = scan_shards(store, groups, &uncounted, &Cancel::never()).unwrap();
         assert_eq!(rows, want_rows, "uncounted rows, {what}");
+        let keys = [&["n"][..], &["s", "t"], &["ACL"], &["s.k"], &["objectId"]]
+            [rng.random_range(0..5)]
+        .iter()
+        .map(|k| k.to_string())
+        .collect();
+        let keyed = ScanRequest {
+            keys,
+            ..req.clone()
+        };
+        let (rows, _) = scan_shards(store, groups, &keyed, &Cancel::never()).unwrap();
+        let kept = keyed.kept_fields().unwrap();
+        let want_keyed: Vec<Value> = want_rows
+            .iter()
+            .map(|r| {
+                let mut r = r.as_object().unwrap().clone();
+                r.retain(|k, _| {
+                    kept.contains(k.as_str())
+                        || ["objectId", "createdAt", "updatedAt"].contains(&k.as_str())
+                });
+                Value::Object(r)
+            })
+            .collect();
+        assert_eq!(rows, want_keyed, "rows with keys {:?}, {what}", keyed.keys);
         check_aggregation(store, groups, &req, rng, &what);
         if groups.len() > 1 {
             let order = RowOrder::new(&req.order, &req.filter);
@@ -929,6 +953,7 @@ fn walks_over_shards_stop_at_their_common_bound() {
                 limit,
                 principals: principals[rng.random_range(0..principals.len())].clone(),
                 count: rng.random_bool(0.3),
+                keys: Vec::new(),
             };
             let what = format!(
                 "seed {seed} query {q}: where {w} order {order} {skip}+{limit} as {:?}",
@@ -959,6 +984,7 @@ fn an_abandoned_read_stops() {
         limit: 10,
         principals: None,
         count,
+        keys: Vec::new(),
     };
     let cases = [
         req(json!({}), "", false),
@@ -1042,6 +1068,7 @@ fn class_counts_follow_creates_acl_changes_deletes_and_drops() {
                 limit: 0,
                 principals,
                 count: true,
+                keys: Vec::new(),
             },
             &Cancel::never(),
         )
@@ -1216,6 +1243,7 @@ fn counts_of(store: &Store, w: &Value, principals: Option<Vec<String>>) -> (u64,
         limit: 0,
         principals,
         count: true,
+        keys: Vec::new(),
     };
     let (_, count) = scan_shards(store, &[G], &req, &Cancel::never()).unwrap();
     (count, naive(store, &[G], &req).1)
@@ -1327,6 +1355,7 @@ fn whole_class(principals: Option<Vec<String>>) -> ScanRequest {
         limit: 0,
         principals,
         count: false,
+        keys: Vec::new(),
     }
 }
 

@@ -146,6 +146,11 @@ pub async fn run(
         return Ok(Outcome::Groups(rows));
     }
     let req_class = q.class.clone();
+    // Included keys are returned even when `keys` leaves them out.
+    let mut keys = q.keys;
+    if !keys.is_empty() {
+        keys.extend(q.include.iter().map(|i| i.key.clone()));
+    }
     let req = ScanRequest {
         app: app.to_string(),
         class: q.class,
@@ -155,17 +160,13 @@ pub async fn run(
         limit,
         principals: who.to_acl(),
         count: q.count,
+        keys: keys.clone(),
     };
     let (mut rows, count) = cluster
         .queries()
         .scan(req)
         .await
         .map_err(QueryError::from_cluster)?;
-    // Included keys are returned even when `keys` leaves them out.
-    let mut keys = q.keys;
-    if !keys.is_empty() {
-        keys.extend(q.include.iter().map(|i| i.key.clone()));
-    }
     view.hide_rows(&req_class, &mut rows);
     project(&mut rows, &keys);
     expand(cluster, app, &mut rows, &q.include, who.acl(), &view).await?;

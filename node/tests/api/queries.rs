@@ -319,6 +319,23 @@ async fn where_operators_select_exactly_the_matching_objects() {
     }
 }
 
+/// Creates `n` objects `{i, pad}` in `class` (`pad`: `i` in five digits, then `width` x's),
+/// with `pad` taken out of the indexes before the class has objects: a filter on it reads
+/// and checks every object of each shard.
+async fn create_unindexed_pads(cluster: &TestCluster, class: &str, n: usize, width: usize) {
+    let path = format!("/1/schemas/{class}/indexes/pad");
+    let r = cluster
+        .master_client(0)
+        .request(Method::DELETE, &path, None, true)
+        .await
+        .unwrap();
+    assert_eq!(r.body["msg"], "ok");
+    let bodies: Vec<Value> = (0..n)
+        .map(|i| json!({"i": i, "pad": format!("{i:05}{}", "x".repeat(width))}))
+        .collect();
+    create_many(&cluster.spread_client(), class, &bodies).await;
+}
+
 /// Creates `objects` in `class` through `/1/batch`, 50 at a time; their objectIds in order.
 pub(super) async fn create_many(c: &Client, class: &str, objects: &[Value]) -> Vec<String> {
     let mut ids = Vec::new();
@@ -728,19 +745,8 @@ async fn declared_and_automatic_indexes_answer_like_a_scan() {
 async fn a_listing_whose_client_left_stops_on_every_node() {
     let cluster = TestCluster::start(3, &["--shards", "6"], &[]).await;
     let c = cluster.spread_client();
-    // `pad` taken out of the indexes before the class has objects: every shard reads and
-    // checks all of its objects.
-    let r = cluster
-        .master_client(0)
-        .request(Method::DELETE, "/1/schemas/Slow/indexes/pad", None, true)
-        .await
-        .unwrap();
-    assert_eq!(r.body["msg"], "ok");
     // Enough to read that the coordinator's own part lasts a few milliseconds.
-    let bodies: Vec<Value> = (0..9_000)
-        .map(|i| json!({"i": i, "pad": format!("{i:05}{}", "x".repeat(1_000))}))
-        .collect();
-    create_many(&c, "Slow", &bodies).await;
+    create_unindexed_pads(&cluster, "Slow", 9_000, 1_000).await;
     let path = format!(
         "/1/classes/Slow?order=-pad&limit=3&where={}",
         urlencode(&json!({"pad": {"$regex": "^0"}}).to_string())
@@ -862,4 +868,67 @@ async fn a_busy_node_sheds_queries_with_a_retry_hint() {
     assert!(cluster.metric(0, "basalt_queries_shed_total").await >= 1.0);
     let after = get(&c, &path).await;
     assert_eq!(after["results"][0]["i"], 3_999);
+}
+
+/// Listings from many clients at once over a big unindexed class: each node reads for them
+/// on at most `--bulk-read-threads` threads (the rest wait their turn, counted), every one
+/// answers, and the Raft heartbeats keep arriving meanwhile: no group's term moves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scans_from_many_clients_take_turns_and_keep_every_leader() {
+    let cluster = TestCluster::start(3, &["--shards", "6"], &["--bulk-read-threads", "2"]).await;
+    create_unindexed_pads(&cluster, "Wide", 6_000, 600).await;
+    let path = format!(
+        "/1/classes/Wide?order=-pad&limit=2&count=1&where={}",
+        urlencode(&json!({"pad": {"$regex": "^0"}}).to_string())
+    );
+    let terms = || -> Vec<Vec<(u64, u64)>> {
+        (0..3)
+            .map(|i| cluster.data_group_field(i, "term"))
+            .collect()
+    };
+    // Placement may still move a leader to its preferred node: start once terms hold still.
+    let mut before = terms();
+    for _ in 0..10 {
+        tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+        let now = terms();
+        if now == before {
+            break;
+        }
+        before = now;
+    }
+    assert!(before.iter().all(|t| t.len() == 6), "terms {before:?}");
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(6);
+    let clients: Vec<_> = (0..48)
+        .map(|k| {
+            let (c, path) = (cluster.client(k % 3), path.clone());
+            tokio::spawn(async move {
+                let mut answered = 0;
+                while std::time::Instant::now() < until {
+                    let r = c.request(Method::GET, &path, None, false).await;
+                    let r = r.unwrap_or_else(|e| panic!("a listing failed: {e}"));
+                    assert_eq!(r.body["count"], 6_000);
+                    assert_eq!(r.body["results"][0]["i"], 5_999);
+                    answered += 1;
+                }
+                answered
+            })
+        })
+        .collect();
+    let mut answered = 0;
+    for client in clients {
+        answered += client.await.unwrap();
+    }
+    assert!(answered >= 48, "{answered} listings answered");
+    let mut queued = 0.0;
+    for i in 0..3 {
+        queued += cluster
+            .metric(i, "basalt_query_bulk_reads_queued_total")
+            .await;
+    }
+    assert!(queued >= 1.0, "no bulk read waited for a thread");
+    assert_eq!(
+        terms(),
+        before,
+        "a group elected a leader while the scans ran"
+    );
 }

@@ -1,5 +1,7 @@
-//! A property test of the query engine: random objects (some readable by nobody but the master
-//! key; an array column `t`) spread over every shard of a 3-node cluster, with `a` declared
+//! A property test of the query engine: random objects (public, or readable by one user, by
+//! a role that user holds, or by nobody but the master key; an array column `t` of numbers and
+//! one `m` of numbers and strings mixed) spread over every shard of a 3-node cluster, asked by an
+//! anonymous client, that user or the master key, with `a` declared
 //! indexed before the objects, `b`, `t` after them (so their indexes are rebuilt) and `c`
 //! never (indexed by itself, decisions/0016), and
 //! random `where` / `order` / `skip` / `limit`, with and without `count`, answer exactly what
@@ -7,18 +9,19 @@
 //! ordered walks of declared and automatic columns, counts from the index, plans and scans alike. Orders by `createdAt` / `updatedAt`, whose
 //! milliseconds the wire does not show, are checked across the engine's paths instead: the
 //! counted query (which reads every match) and the uncounted one (which walks the index in
-//! order and stops early) answer the same rows. Group counts by each column answer what
-//! counting the readable objects by value gives.
+//! order and stops early) answer the same rows. Group counts by each column answer, for
+//! each caller, what counting the objects it may read by value gives.
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
+use basalt_client::Client;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use reqwest::Method;
 use serde_json::{json, Map, Value};
 
-use super::common::TestCluster;
+use super::common::{register_user, TestCluster};
 use super::queries::{create_many, get, urlencode};
 
 const WORDS: [&str; 4] = ["x", "y", "z", "xy"];
@@ -28,6 +31,8 @@ fn random_value(rng: &mut StdRng, field: &str) -> Value {
     match field {
         "a" | "t" => json!(rng.random_range(0..20)),
         "b" => json!(WORDS[rng.random_range(0..WORDS.len())]),
+        "m" if rng.random_bool(0.5) => json!(WORDS[rng.random_range(0..WORDS.len())]),
+        "m" => json!(rng.random_range(0..10)),
         _ => json!((rng.random_range(0..400) as f64) / 8.0),
     }
 }
@@ -92,7 +97,7 @@ fn random_condition(rng: &mut StdRng) -> (Value, Vec<(String, String, Value)>) {
     let mut parts = Vec::new();
     let mut w = Map::new();
     for _ in 0..rng.random_range(1..=2) {
-        let field = ["a", "b", "c", "t"][rng.random_range(0..4)].to_string();
+        let field = ["a", "b", "c", "t", "m"][rng.random_range(0..5)].to_string();
         if w.contains_key(&field) {
             continue;
         }
@@ -118,6 +123,14 @@ fn random_condition(rng: &mut StdRng) -> (Value, Vec<(String, String, Value)>) {
     (Value::Object(w), parts)
 }
 
+/// The answer to a GET of `path`, with the master key when `master`.
+async fn ask(c: &Client, master: bool, path: &str) -> Value {
+    c.request(Method::GET, path, None, master)
+        .await
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+        .body
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_queries_answer_like_a_naive_evaluation() {
     let seed: u64 = std::env::var("BASALT_QUERY_SEED")
@@ -141,6 +154,31 @@ async fn random_queries_answer_like_a_naive_evaluation() {
         }
     };
     declare("a").await;
+    // The user `u1`, who holds the role `r`.
+    let (u1, u1_token) = register_user(&c, "u1").await;
+    let role = json!({
+        "name": "r",
+        "ACL": {"*": {"read": true}},
+        "users": {"__op": "AddRelation", "objects": [
+            {"__type": "Pointer", "className": "_User", "objectId": u1}
+        ]},
+    });
+    let r = master
+        .request(Method::POST, "/1/roles", Some(&role), true)
+        .await
+        .expect("create the role");
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let callers = [
+        ("anonymous", c.clone(), false),
+        ("u1", c.clone().with_session(Some(&u1_token)), false),
+        ("master", master.clone(), true),
+    ];
+    // Whether `caller` may read an object (its ACL, as the objects below have them).
+    let may_read = |caller: &str, o: &Value| match (caller, o.get("ACL")) {
+        ("master", _) | (_, None) => true,
+        ("u1", Some(acl)) => acl.get(&u1).is_some() || acl.get("role:r").is_some(),
+        _ => false,
+    };
 
     let mut bodies = Vec::new();
     for _ in 0..120 {
@@ -156,9 +194,18 @@ async fn random_queries_answer_like_a_naive_evaluation() {
                 .collect();
             o.insert("t".into(), Value::Array(t));
         }
-        if rng.random_bool(0.1) {
-            o.insert("ACL".into(), json!({"someone": {"read": true}}));
+        if rng.random_bool(0.8) {
+            let m: Vec<Value> = (0..rng.random_range(0..4))
+                .map(|_| random_value(&mut rng, "m"))
+                .collect();
+            o.insert("m".into(), Value::Array(m));
         }
+        match rng.random_range(0..10) {
+            0 => o.insert("ACL".into(), json!({"someone": {"read": true}})),
+            1 => o.insert("ACL".into(), json!({ u1.clone(): {"read": true} })),
+            2 => o.insert("ACL".into(), json!({"role:r": {"read": true}})),
+            _ => None,
+        };
         bodies.push(Value::Object(o));
     }
     let ids = create_many(&c, "Obj", &bodies).await;
@@ -174,11 +221,7 @@ async fn random_queries_answer_like_a_naive_evaluation() {
             .await
             .expect("update");
     }
-    let objects: Vec<(String, Value)> = ids
-        .into_iter()
-        .zip(bodies)
-        .filter(|(_, o)| o.get("ACL").is_none())
-        .collect();
+    let objects: Vec<(String, Value)> = ids.into_iter().zip(bodies).collect();
     let times: Vec<String> = get(&c, "/1/classes/Obj?limit=200&keys=createdAt").await["results"]
         .as_array()
         .expect("results")
@@ -199,7 +242,8 @@ async fn random_queries_answer_like_a_naive_evaluation() {
             (w, vec![p])
         };
         let order_field =
-            ["a", "b", "c", "t", "", "createdAt", "updatedAt"][rng.random_range(0..7)];
+            ["a", "b", "c", "t", "m", "", "createdAt", "updatedAt"][rng.random_range(0..8)];
+        let (caller, c, as_master) = &callers[rng.random_range(0..callers.len())];
         let descending = rng.random_bool(0.5);
         let skip = rng.random_range(0..10);
         let limit = rng.random_range(1..50);
@@ -235,12 +279,12 @@ async fn random_queries_answer_like_a_naive_evaluation() {
             } else {
                 w
             };
-            let all = get(&c, &query(true, &w)).await;
-            let walked = get(&c, &query(false, &w)).await;
+            let all = ask(c, *as_master, &query(true, &w)).await;
+            let walked = ask(c, *as_master, &query(false, &w)).await;
             assert_eq!(
                 ids_of(&walked),
                 ids_of(&all),
-                "query {q}: {}",
+                "query {q} as {caller}: {}",
                 query(false, &w)
             );
             let total = all["count"].as_u64().unwrap() as usize;
@@ -254,6 +298,7 @@ async fn random_queries_answer_like_a_naive_evaluation() {
 
         let mut want: Vec<&(String, Value)> = objects
             .iter()
+            .filter(|(_, o)| may_read(caller, o))
             .filter(|(_, o)| {
                 preds.iter().any(|conj| {
                     conj.iter()
@@ -278,31 +323,35 @@ async fn random_queries_answer_like_a_naive_evaluation() {
             .collect();
 
         let path = query(counted, &w);
-        let r = get(&c, &path).await;
-        assert_eq!(ids_of(&r), want, "query {q}: {path}");
+        let r = ask(c, *as_master, &path).await;
+        assert_eq!(ids_of(&r), want, "query {q} as {caller}: {path}");
         if counted {
-            assert_eq!(r["count"], total, "query {q}: {path}");
+            assert_eq!(r["count"], total, "query {q} as {caller}: {path}");
         } else {
-            assert!(r.get("count").is_none(), "query {q}: {path}");
+            assert!(r.get("count").is_none(), "query {q} as {caller}: {path}");
         }
     }
 
     // Group counts by each column (declared `a`, `b`, `t`: from their entries; `c`, which some
-    // objects lack: from the objects) against counting the readable objects by their value.
-    for field in ["a", "b", "c", "t"] {
+    // objects lack: from the objects) against counting the objects each caller may read by
+    // their value.
+    for (field, (caller, c, as_master)) in ["a", "b", "c", "t", "m"]
+        .into_iter()
+        .flat_map(|f| callers.iter().map(move |c| (f, c)))
+    {
         let mut want: BTreeMap<String, u64> = BTreeMap::new();
-        for (_, o) in &objects {
+        for (_, o) in objects.iter().filter(|(_, o)| may_read(caller, o)) {
             let value = o.get(field).cloned().unwrap_or(Value::Null);
             *want.entry(value.to_string()).or_default() += 1;
         }
         let path = format!("/1/classes/Obj?groupby={field}&groupcount=true&limit=1000");
-        let rows = get(&c, &path).await;
+        let rows = ask(c, *as_master, &path).await;
         let got: BTreeMap<String, u64> = rows
             .as_array()
             .expect("rows")
             .iter()
             .map(|r| (r[field].to_string(), r["_count"].as_u64().unwrap_or(0)))
             .collect();
-        assert_eq!(got, want, "{path}");
+        assert_eq!(got, want, "{path} as {caller}");
     }
 }
