@@ -10,7 +10,7 @@ NODES ?= 1
 JEPSEN_SECONDS ?= 120
 JEPSEN_NODES ?= 3
 
-.PHONY: run dev test lint deps build bench bench-queries bench-peers jepsen fuzz clean-data
+.PHONY: run dev test lint deps build bench bench-queries bench-peers bench-store jepsen fuzz clean-data
 
 ## Install the system packages the build needs (libclang for rust-rocksdb's bindgen).
 deps:
@@ -56,6 +56,12 @@ bench-queries: deps
 ## SECONDS_PER, CONNECTIONS, SYSTEMS override (scripts/bench-peers.py).
 bench-peers: build
 	python3 scripts/bench-peers.py
+
+## RocksDB settings, each turned off alone against all on, on a store read past the page
+## cache (cluster/src/storage/settings_bench.rs; BASALT_BENCH_STORE_OBJECTS and
+## BASALT_BENCH_STORE_CACHE_MB override 300,000 objects and 16 MiB).
+bench-store: deps
+	$(CARGO) test $(PROFILE_FLAGS) -p basalt-cluster --lib store_settings -- --ignored --nocapture
 
 ## Jepsen: every workload under every nemesis (JEPSEN_SECONDS of load each), then a table.
 ## Run directories (history, node logs, summary, plot) go to ./jepsen-runs.

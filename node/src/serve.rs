@@ -247,9 +247,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         max_queries_in_flight: args.service.max_queries_in_flight,
         bulk_read_threads: args.service.bulk_read_threads,
         store: match args.block_cache_mb {
-            Some(mb) => StoreTuning {
-                block_cache_bytes: mb.max(1).saturating_mul(1 << 20),
-            },
+            Some(mb) => StoreTuning::with_cache(mb.max(1).saturating_mul(1 << 20)),
             None => StoreTuning::default(),
         },
     };

@@ -205,6 +205,19 @@ const SHARED_ITERATOR_SKIPS: u64 = 4096;
 pub struct StoreTuning {
     /// Bytes of the block cache every column family shares (data, index and filter blocks).
     pub block_cache_bytes: usize,
+    /// The settings a node always runs with; `make bench-store` turns each off alone to
+    /// measure what it gives (`settings_bench`).
+    pub settings: StoreSettings,
+}
+
+impl StoreTuning {
+    /// The default settings with a block cache of `bytes`.
+    pub fn with_cache(bytes: usize) -> Self {
+        StoreTuning {
+            block_cache_bytes: bytes,
+            ..StoreTuning::default()
+        }
+    }
 }
 
 impl Default for StoreTuning {
@@ -213,6 +226,37 @@ impl Default for StoreTuning {
         let total = machine_memory_bytes().unwrap_or(2 << 30);
         StoreTuning {
             block_cache_bytes: (total / 8).clamp(64 << 20, 8 << 30),
+            settings: StoreSettings::default(),
+        }
+    }
+}
+
+/// RocksDB settings of `Store::open_tuned`, each on in a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreSettings {
+    /// One block cache of `block_cache_bytes` for every column family (off: RocksDB's
+    /// default, a small cache per column family).
+    pub shared_cache: bool,
+    /// Index and filter blocks held in the block cache, those of level 0 pinned (off: kept
+    /// by each open table, outside any bound).
+    pub index_and_filters_in_cache: bool,
+    /// Bloom filters (10 bits a key) on the state machine's tables and memtables.
+    pub bloom_filters: bool,
+    /// The Raft log stored uncompressed (off: LZ4 like the state machine).
+    pub raw_raft_log: bool,
+    /// Reads straight from the disk, past the page cache (off in a node): how
+    /// `make bench-store` reads a state machine as if it were larger than memory.
+    pub direct_reads: bool,
+}
+
+impl Default for StoreSettings {
+    fn default() -> Self {
+        StoreSettings {
+            shared_cache: true,
+            index_and_filters_in_cache: true,
+            bloom_filters: true,
+            raw_raft_log: true,
+            direct_reads: false,
         }
     }
 }
@@ -262,13 +306,19 @@ impl Store {
         opts.create_missing_column_families(true);
         opts.set_max_background_jobs(2);
         opts.set_keep_log_file_num(4);
+        let set = tuning.settings;
+        opts.set_use_direct_reads(set.direct_reads);
         let cache = Cache::new_lru_cache(tuning.block_cache_bytes);
         let table = |bloom: bool| {
             let mut t = BlockBasedOptions::default();
-            t.set_block_cache(&cache);
-            t.set_cache_index_and_filter_blocks(true);
-            t.set_pin_l0_filter_and_index_blocks_in_cache(true);
-            if bloom {
+            if set.shared_cache {
+                t.set_block_cache(&cache);
+            }
+            if set.index_and_filters_in_cache {
+                t.set_cache_index_and_filter_blocks(true);
+                t.set_pin_l0_filter_and_index_blocks_in_cache(true);
+            }
+            if bloom && set.bloom_filters {
                 t.set_bloom_filter(10.0, false);
             }
             t
@@ -276,13 +326,18 @@ impl Store {
         let cfs = [CF_RAFT_LOG, CF_RAFT_META, CF_SM].map(|name| {
             let mut o = Options::default();
             if name == CF_RAFT_LOG {
-                o.set_compression_type(rocksdb::DBCompressionType::None);
+                o.set_compression_type(match set.raw_raft_log {
+                    true => rocksdb::DBCompressionType::None,
+                    false => rocksdb::DBCompressionType::Lz4,
+                });
                 o.set_block_based_table_factory(&table(false));
             } else {
                 o.set_compression_type(rocksdb::DBCompressionType::Lz4);
                 o.set_block_based_table_factory(&table(true));
-                o.set_memtable_whole_key_filtering(true);
-                o.set_memtable_prefix_bloom_ratio(0.05);
+                if set.bloom_filters {
+                    o.set_memtable_whole_key_filtering(true);
+                    o.set_memtable_prefix_bloom_ratio(0.05);
+                }
             }
             ColumnFamilyDescriptor::new(name, o)
         });
@@ -520,6 +575,10 @@ fn run_wal_syncer(db: &DB, rx: &mpsc::Receiver<SyncCallback>) {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "settings_bench.rs"]
+mod settings_bench;
 
 #[cfg(test)]
 mod tests {
