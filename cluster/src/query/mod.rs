@@ -59,16 +59,22 @@ fn counted() -> bool {
 }
 
 impl ScanRequest {
-    /// The top-level fields each row must keep (`keys` and the order's), or `None` for all.
+    /// The top-level fields each row must keep (`keys` and what the rows are merged by: the
+    /// order's fields, or without them a `$nearSphere`'s), or `None` for all.
     pub fn kept_fields(&self) -> Option<HashSet<&str>> {
         if self.keys.is_empty() {
             return None;
         }
+        let near = match self.order.is_empty() {
+            true => self.filter.near().map(|(path, _)| path),
+            false => None,
+        };
         Some(
             self.keys
                 .iter()
                 .map(String::as_str)
                 .chain(self.order.iter().map(|k| k.field.as_str()))
+                .chain(near)
                 .map(|f| f.split('.').next().unwrap_or(f))
                 .collect(),
         )
@@ -91,5 +97,46 @@ impl ScanRequest {
                 },
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn request(w: serde_json::Value, order: &str, keys: &[&str]) -> ScanRequest {
+        ScanRequest {
+            app: "a".into(),
+            class: "C".into(),
+            filter: filter::Filter::parse(w.as_object().unwrap()).unwrap(),
+            order: ScanRequest::parse_order(order),
+            skip: 0,
+            limit: 10,
+            principals: None,
+            count: false,
+            keys: keys.iter().map(|k| k.to_string()).collect(),
+        }
+    }
+
+    /// Rows keep what the coordinator merges them by: the order's fields, or without an
+    /// order the `$nearSphere` point (rows are merged nearest first).
+    #[test]
+    fn kept_fields_hold_what_rows_are_merged_by() {
+        let near =
+            json!({"at": {"$nearSphere": {"__type": "GeoPoint", "latitude": 0, "longitude": 0}}});
+        let kept = |w: &serde_json::Value, order: &str, keys: &[&str]| {
+            let req = request(w.clone(), order, keys);
+            let mut kept: Vec<String> = req
+                .kept_fields()
+                .map(|k| k.into_iter().map(str::to_string).collect())
+                .unwrap_or_default();
+            kept.sort();
+            kept
+        };
+        assert_eq!(kept(&near, "", &["rank"]), ["at", "rank"]);
+        assert_eq!(kept(&near, "-score", &["rank"]), ["rank", "score"]);
+        assert_eq!(kept(&json!({}), "a.b", &["c.d"]), ["a", "c"]);
+        assert!(request(near, "", &[]).kept_fields().is_none());
     }
 }

@@ -42,6 +42,9 @@ use crate::storage::Store;
 
 pub use routing::Attempts;
 
+/// Most threads `--bulk-read-threads` may ask for.
+const MAX_BULK_READ_THREADS: usize = 4096;
+
 /// A Raft group handle.
 pub(crate) type GroupRaft = openraft::Raft<TypeConfig, ShardStateMachine>;
 
@@ -103,7 +106,7 @@ impl Replicas {
     ) -> Result<Replicas> {
         let bulk_read_threads = match reads.bulk_threads {
             0 => std::thread::available_parallelism().map_or(1, usize::from),
-            n => n,
+            n => n.min(MAX_BULK_READ_THREADS),
         };
         let incoming_dir = data_dir.join("snapshots").join("incoming");
         std::fs::create_dir_all(&incoming_dir)?;

@@ -297,6 +297,25 @@ async fn where_operators_select_exactly_the_matching_objects() {
         ordered(near(4800.0), "name").await,
         ["honolulu", "sacramento", "sf"]
     );
+    // Nearest first across every node's rows, with `keys` leaving the point out.
+    let spots: Vec<Value> = (0..12)
+        .map(|i| json!({"rank": i, "at": geo(0.0, f64::from(i) * 0.05)}))
+        .collect();
+    create_many(&c, "Spot", &spots).await;
+    let w = json!({"at": {"$nearSphere": geo(0.0, 0.0)}});
+    let path = format!(
+        "/1/classes/Spot?keys=rank&skip=2&limit=5&where={}",
+        urlencode(&w.to_string())
+    );
+    let rows = get(&c, &path).await;
+    let ranks: Vec<i64> = rows["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["rank"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ranks, [2, 3, 4, 5, 6], "{rows}");
+    assert!(rows["results"][0].get("at").is_none(), "{rows}");
 
     // Malformed wheres are 102.
     for bad in [
@@ -888,14 +907,17 @@ async fn scans_from_many_clients_take_turns_and_keep_every_leader() {
     };
     // Placement may still move a leader to its preferred node: start once terms hold still.
     let mut before = terms();
+    let mut settled = false;
     for _ in 0..10 {
         tokio::time::sleep(std::time::Duration::from_secs(3)).await;
         let now = terms();
-        if now == before {
+        settled = now == before;
+        before = now;
+        if settled {
             break;
         }
-        before = now;
     }
+    assert!(settled, "leaders still moving after 30 s: {before:?}");
     assert!(before.iter().all(|t| t.len() == 6), "terms {before:?}");
     let until = std::time::Instant::now() + std::time::Duration::from_secs(6);
     let clients: Vec<_> = (0..48)
