@@ -256,6 +256,9 @@ impl Replicas {
         for check in futures::future::join_all(checks).await {
             check?;
         }
+        // Dropping this future (the caller left, or its deadline passed) stops the task, or
+        // gives up its turn for a thread (counted as cancelled either way).
+        let (cancel, guard) = Cancel::new();
         let permit = match req.is_bulk() {
             false => None,
             true => Some(self.bulk_read_permit().await?),
@@ -264,8 +267,6 @@ impl Replicas {
         let req = req.clone();
         let groups = groups.to_vec();
         let serve = self.inner.serve;
-        // Dropping this future (the caller left, or its deadline passed) stops the task.
-        let (cancel, guard) = Cancel::new();
         let answer = tokio::task::spawn_blocking(move || {
             let answer = serve(&store, &groups, &req, now_ms(), &cancel);
             drop(permit);
