@@ -222,6 +222,7 @@ async fn random_queries_answer_like_a_naive_evaluation() {
             .expect("update");
     }
     let objects: Vec<(String, Value)> = ids.into_iter().zip(bodies).collect();
+    let by_id: BTreeMap<&str, &Value> = objects.iter().map(|(id, o)| (id.as_str(), o)).collect();
     let times: Vec<String> = get(&c, "/1/classes/Obj?limit=200&keys=createdAt").await["results"]
         .as_array()
         .expect("results")
@@ -337,8 +338,6 @@ async fn random_queries_answer_like_a_naive_evaluation() {
             assert!(r.get("count").is_none(), "query {q} as {caller}: {path}");
         }
         if !keys.is_empty() {
-            let by_id: BTreeMap<&str, &Value> =
-                objects.iter().map(|(id, o)| (id.as_str(), o)).collect();
             for row in r["results"].as_array().unwrap() {
                 let row = row.as_object().unwrap();
                 let o = by_id[row["objectId"].as_str().unwrap()];
