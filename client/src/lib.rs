@@ -206,16 +206,56 @@ impl Client {
         body: Option<&Value>,
         master: bool,
     ) -> Result<Response> {
+        let body_text = body.map(Value::to_string);
+        let signed_body = body_text.as_deref().unwrap_or("").as_bytes();
+        let mut req = self.prepared(method, path, signed_body, master);
+        if let Some(b) = body_text {
+            req = req.header("Content-Type", "application/json").body(b);
+        }
+        self.send(req).await
+    }
+
+    /// Uploads `body` as a file named `name` (`POST /2/files/<name>`, the body raw with
+    /// `content_type`): the answer's body is `{filename, url, cdn}`.
+    pub async fn upload_file(
+        &self,
+        name: &str,
+        content_type: &str,
+        body: impl Into<reqwest::Body>,
+    ) -> Result<Response> {
+        let mut url = reqwest::Url::parse("http://host/2/files/")
+            .map_err(|e| Error::Config(e.to_string()))?;
+        url.path_segments_mut()
+            .map_err(|()| Error::Config("no path".into()))?
+            .pop_if_empty()
+            .push(name);
+        // An upload's signature leaves its body out (the bytes stream to storage).
+        let req = self
+            .prepared(Method::POST, url.path(), b"", false)
+            .header("Content-Type", content_type)
+            .body(body);
+        self.send(req).await
+    }
+
+    /// A request to the next node with the app's (or console's) credentials and session; when
+    /// signing, `signed_body` is what the signature covers.
+    fn prepared(
+        &self,
+        method: Method,
+        path: &str,
+        signed_body: &[u8],
+        master: bool,
+    ) -> reqwest::RequestBuilder {
         let mut req = self
             .http
             .request(method, format!("{}{}", self.node(), path));
         let brand = &self.brand;
-        let body_text = body.map(Value::to_string);
         if let Some(s) = &self.signing {
             let bare_path = path.split('?').next().unwrap_or(path);
-            let bytes = body_text.as_deref().unwrap_or("").as_bytes();
             let ts = signing::timestamp_now(s.formula);
-            for (name, value) in signing::sign(s, bare_path, bytes, &ts, &signing::new_nonce()) {
+            for (name, value) in
+                signing::sign(s, bare_path, signed_body, &ts, &signing::new_nonce())
+            {
                 req = req.header(format!("X-{brand}-{name}"), value);
             }
             if let (Some(mk), true) = (
@@ -239,9 +279,11 @@ impl Client {
         if let Some(t) = &self.session {
             req = req.header(format!("X-{brand}-Session-Token"), t);
         }
-        if let Some(b) = body_text {
-            req = req.header("Content-Type", "application/json").body(b);
-        }
+        req
+    }
+
+    /// Sends `req` and reads its answer: the JSON body of a success, else `Error::Api`.
+    async fn send(&self, req: reqwest::RequestBuilder) -> Result<Response> {
         let resp = req.send().await.map_err(|e| {
             if e.is_connect() {
                 Error::Connect(chain(&e))

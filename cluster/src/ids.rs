@@ -119,16 +119,31 @@ pub fn class_groups(class: &str, shards: u32) -> Vec<GroupId> {
     }
 }
 
-/// Rendezvous (highest random weight) score of `node` for `group`: placement ranks nodes by it.
-pub fn placement_score(group: GroupId, node: NodeId) -> u64 {
-    let g = group.get().to_be_bytes();
-    let n = node.get().to_be_bytes();
-    // A final avalanche step spreads nearby ids apart.
-    let mut h = fnv1a64([&g[..], &n[..]]);
+/// The data shard that holds the record of the stored file `file_id` (decisions/0020). Fixed
+/// forever, like [`shard_for`]: it decides where existing file records are.
+pub fn file_group(file_id: &str, shards: u32) -> GroupId {
+    shard_for("", "_File", file_id, shards)
+}
+
+/// Rendezvous score of `node` for the copies of the stored file `file_id`: a file's copies go
+/// to the nodes ranked first by it (decisions/0020).
+pub fn copy_score(file_id: &str, node: NodeId) -> u64 {
+    avalanche(fnv1a64([file_id.as_bytes(), &node.get().to_be_bytes()[..]]))
+}
+
+/// A final mixing step that spreads nearby hashes apart.
+fn avalanche(mut h: u64) -> u64 {
     h ^= h >> 33;
     h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
     h ^= h >> 33;
     h
+}
+
+/// Rendezvous (highest random weight) score of `node` for `group`: placement ranks nodes by it.
+pub fn placement_score(group: GroupId, node: NodeId) -> u64 {
+    let g = group.get().to_be_bytes();
+    let n = node.get().to_be_bytes();
+    avalanche(fnv1a64([&g[..], &n[..]]))
 }
 
 #[cfg(test)]

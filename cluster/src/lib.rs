@@ -19,6 +19,7 @@ pub mod cluster;
 pub mod command;
 pub mod error;
 pub mod failpoints;
+pub mod files;
 pub mod health;
 pub mod ids;
 pub mod limits;

@@ -47,11 +47,13 @@ pub enum Namespace {
     Tries,
     /// Which columns of a class are indexed, per shard (key `app/class`).
     IndexMeta,
+    /// Stored files (key: the file's id; decisions/0020).
+    File,
 }
 
 impl Namespace {
     /// Every namespace.
-    pub const ALL: [Namespace; 19] = [
+    pub const ALL: [Namespace; 20] = [
         Namespace::Schema,
         Namespace::Node,
         Namespace::Cluster,
@@ -71,6 +73,7 @@ impl Namespace {
         Namespace::CaptchaPass,
         Namespace::Tries,
         Namespace::IndexMeta,
+        Namespace::File,
     ];
 
     /// The stored name (never changes: it is in keys on disk and in the Raft log).
@@ -95,6 +98,7 @@ impl Namespace {
             Namespace::CaptchaPass => "captcha_pass",
             Namespace::Tries => "tries",
             Namespace::IndexMeta => "index_meta",
+            Namespace::File => "file",
         }
     }
 
@@ -140,6 +144,7 @@ mod tests {
                 "captcha_pass",
                 "tries",
                 "index_meta",
+                "file",
             ]
         );
         for ns in Namespace::ALL {

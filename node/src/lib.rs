@@ -18,6 +18,7 @@ pub mod cli;
 pub mod config;
 pub mod connections;
 pub mod dev;
+pub mod files;
 pub mod json_text;
 pub mod mail;
 pub mod paths;

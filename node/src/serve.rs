@@ -84,7 +84,8 @@ pub struct ServiceArgs {
     /// go to `<data-dir>/sms-outbox/` and the log.
     #[arg(long, env = "BASALT_SMS_WEBHOOK_URL")]
     pub sms_webhook_url: Option<String>,
-    /// Base URL of links in mails and of captcha pictures (default: `http://<http-addr>`).
+    /// Base URL of links in mails, captcha pictures and stored files (default:
+    /// `http://<http-addr>`).
     #[arg(long, env = "BASALT_PUBLIC_URL")]
     pub public_url: Option<String>,
     /// Raft heartbeat interval in milliseconds.
@@ -159,6 +160,36 @@ pub struct ServiceArgs {
     /// that carry Raft heartbeats.
     #[arg(long, default_value_t = 0, env = "BASALT_BULK_READ_THREADS")]
     pub bulk_read_threads: usize,
+    /// Name of the file storage: answered as `cdn` and the first part of files' url paths.
+    #[arg(long, default_value = "basalt", value_parser = parse_cdn_name, env = "BASALT_FILES_CDN")]
+    pub files_cdn: String,
+    /// Largest uploaded file, in MiB (larger answers 1500).
+    #[arg(long, default_value_t = 100, env = "BASALT_MAX_FILE_MB")]
+    pub max_file_mb: u64,
+    /// Seconds between rounds of file upkeep (copies re-replicated and reclaimed).
+    #[arg(long, default_value_t = 300, env = "BASALT_FILES_UPKEEP_SECS")]
+    pub files_upkeep_secs: u64,
+    /// Seconds before a copy of a file without a record (a failed upload) is reclaimed.
+    #[arg(long, default_value_t = 3600, env = "BASALT_FILES_ORPHAN_GRACE_SECS")]
+    pub files_orphan_grace_secs: u64,
+}
+
+/// A storage name: 1 to 32 lowercase letters, digits, `-` or `_`, starting with a letter (so
+/// files' urls never look like the API's own paths).
+fn parse_cdn_name(name: &str) -> Result<String, String> {
+    let ok = (1..=32).contains(&name.len())
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+        && !["captcha", "email", "health", "metrics"].contains(&name);
+    if ok {
+        Ok(name.to_string())
+    } else {
+        Err(format!(
+            "{name:?}: 1 to 32 lowercase letters, digits, - or _, starting with a letter, not a path the API uses"
+        ))
+    }
 }
 
 impl ServiceArgs {
@@ -250,6 +281,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             Some(mb) => StoreTuning::with_cache(mb.max(1).saturating_mul(1 << 20)),
             None => StoreTuning::default(),
         },
+        file_upkeep: basalt_cluster::files::upkeep::UpkeepTimes {
+            every: Duration::from_secs(args.service.files_upkeep_secs.max(1)),
+            orphan_grace: Duration::from_secs(args.service.files_orphan_grace_secs),
+        },
     };
     crate::sms::phone::set_default_region(&args.service.phone_region)?;
     let cluster = Cluster::start(opts).await?;
@@ -268,6 +303,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             .public_url
             .clone()
             .unwrap_or_else(|| format!("http://{}", args.http_addr)),
+        crate::files::FilesConfig {
+            cdn: args.service.files_cdn.clone(),
+            max_bytes: args.service.max_file_mb.saturating_mul(1 << 20),
+            idle: Duration::from_secs(args.service.http_body_timeout_secs.max(1)),
+        },
         crate::throttle::IpLimits {
             login: args.service.login_attempts_per_ip,
             sms: args.service.sms_requests_per_ip,

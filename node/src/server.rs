@@ -17,7 +17,7 @@ use futures::future::Either;
 use tower::{Layer, ServiceExt};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
-use crate::api::error::ApiError;
+use crate::api::error::{closing, ApiError, DRAIN_BYTES};
 use crate::connections::ConnectionLimits;
 use crate::paths::normalize_path;
 
@@ -94,11 +94,6 @@ async fn edge(
     resp
 }
 
-/// Bytes a client may still send once its body has passed the limit: read and dropped, so that
-/// it gets its 413 instead of a connection reset while it writes. Past this the connection is
-/// closed.
-const DRAIN_BYTES: usize = 64 << 20;
-
 /// How reading a request's body ended.
 enum BodyRead {
     Whole(bytes::Bytes),
@@ -137,17 +132,15 @@ async fn read_limited(body: axum::body::Body, max: usize, seen: &mut usize) -> B
 
 /// A 413 after which the connection closes, since part of the body may still be unread.
 fn too_large_closing(max: usize) -> Response {
-    let mut resp = ApiError::BodyTooLarge(max).into_response();
-    resp.headers_mut().insert(
-        header::CONNECTION,
-        axum::http::HeaderValue::from_static("close"),
-    );
-    resp
+    closing(ApiError::BodyTooLarge(max).into_response())
 }
 
 async fn read_body_then(rules: BodyRules, req: Request, next: Next) -> Response {
-    // Most reads carry no body: nothing to wait for.
-    if axum::body::HttpBody::size_hint(req.body()).exact() == Some(0) {
+    // Most reads carry no body: nothing to wait for. A file upload's body streams to its
+    // handler, which reads it under the file limits (`files::store`).
+    if axum::body::HttpBody::size_hint(req.body()).exact() == Some(0)
+        || (req.method() == Method::POST && crate::auth::is_upload_path(req.uri().path()))
+    {
         return next.run(req).await;
     }
     let (parts, body) = req.into_parts();

@@ -87,8 +87,11 @@ impl Cluster {
         )
         .await?;
         let listener = tokio::net::TcpListener::bind(opts.rpc_listen).await?;
+        let copies = crate::files::copies::CopyStore::open(&opts.data_dir.join("files"))?;
+        let files = crate::files::Files::new(replicas.clone(), copies);
         let cluster = Cluster {
             inner: Arc::new(Inner {
+                files: files.clone(),
                 queries: Coordinator::new(
                     replicas.clone(),
                     opts.query_timeout,
@@ -103,6 +106,7 @@ impl Cluster {
         cluster.spawn(crate::peer_service::serve(
             replicas.clone(),
             Arc::new(cluster.clone()),
+            files.clone(),
             listener,
         ));
         if fresh_init {
@@ -110,6 +114,10 @@ impl Cluster {
         }
         cluster.spawn(register_self(cluster.clone(), join_addr));
         cluster.spawn(crate::placement::run(replicas.clone()));
+        cluster.spawn(crate::files::upkeep::run(
+            files,
+            cluster.inner.options.file_upkeep,
+        ));
         let jobs = crate::scheduler::Intervals {
             ttl_sweep: cluster.inner.options.ttl_sweep_every,
             compaction: cluster.inner.options.compact_every,

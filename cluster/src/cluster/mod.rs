@@ -2,9 +2,10 @@
 //! dereferences to: proposals, reads, records and objects through their owning group) plus the
 //! node's life: `bootstrap` opens the store and groups and starts the peer services, placement
 //! and the scheduler; `membership` answers admin requests (joins, removals, status); queries
-//! run through its [`Coordinator`], schema operations through a [`Catalog`].
+//! run through its [`Coordinator`], schema operations through a [`Catalog`], stored files
+//! through its [`crate::files::Files`].
 //!
-//! Layering inside the crate, top to bottom: `cluster` → `peer_service`, `placement`,
+//! Layering inside the crate, top to bottom: `cluster` → `peer_service` → `files`, `placement`,
 //! `scheduler`, `query::coordinator`, `schema::catalog` → `replicas` (routing, records) →
 //! `raft`, `network`, `rpc` (peer client) → `statemachine`, `local_read`, `query` engine →
 //! `storage`. Nothing below `cluster` holds a `Cluster`.
@@ -65,10 +66,13 @@ pub struct ClusterOptions {
     pub bulk_read_threads: usize,
     /// How the node's RocksDB uses memory.
     pub store: crate::storage::StoreTuning,
+    /// How often copies of stored files are re-replicated and reclaimed.
+    pub file_upkeep: crate::files::upkeep::UpkeepTimes,
 }
 
 struct Inner {
     replicas: Replicas,
+    files: crate::files::Files,
     queries: Coordinator,
     options: ClusterOptions,
     tasks: Mutex<Vec<JoinHandle<()>>>,
@@ -98,6 +102,11 @@ impl Cluster {
     /// Scans, counts, aggregations and sub-query resolution across the groups of a class.
     pub fn queries(&self) -> &Coordinator {
         &self.inner.queries
+    }
+
+    /// Stored files: uploads, reads, deletes (decisions/0020).
+    pub fn files(&self) -> &crate::files::Files {
+        &self.inner.files
     }
 
     /// Class schemas: checks of writes against them and the schema endpoints' operations.

@@ -1,8 +1,10 @@
 //! The server side of node-to-node gRPC: `raft_service` hands Raft traffic to the addressed
 //! group's local replica; `node_service` serves proposals and reads forwarded by other nodes
 //! (through the local replica only, never forwarded again) and hands admin requests to an
-//! [`AdminHandler`] (the `Cluster`). Both work on the node's `Replicas`.
+//! [`AdminHandler`] (the `Cluster`). Both work on the node's `Replicas`. `file_service` writes,
+//! reads, lists, pulls and drops copies of stored files for peers (`files`).
 
+mod file_service;
 mod node_service;
 mod raft_service;
 
@@ -10,18 +12,22 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 
+use crate::files::Files;
 use crate::replicas::Replicas;
+use crate::rpc::pb::file_service_server::FileServiceServer;
 use crate::rpc::pb::node_service_server::NodeServiceServer;
 use crate::rpc::pb::raft_service_server::RaftServiceServer;
 use crate::rpc::MAX_MESSAGE_BYTES;
+use file_service::FileServiceImpl;
 pub use node_service::AdminHandler;
 use node_service::NodeServiceImpl;
 use raft_service::RaftServiceImpl;
 
-/// Serves both peer services on `listener` until the node shuts down.
+/// Serves the peer services on `listener` until the node shuts down.
 pub async fn serve(
     replicas: Replicas,
     admin: Arc<dyn AdminHandler>,
+    files: Files,
     listener: tokio::net::TcpListener,
 ) {
     let mut shutdown = replicas.shutdown_signal();
@@ -31,6 +37,9 @@ pub async fn serve(
     .max_decoding_message_size(MAX_MESSAGE_BYTES)
     .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let node = NodeServiceServer::new(NodeServiceImpl { replicas, admin })
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let files = FileServiceServer::new(FileServiceImpl { files })
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     // Accepted sockets need TCP_NODELAY themselves (the builder's setting only applies to
@@ -44,6 +53,7 @@ pub async fn serve(
         .tcp_nodelay(true)
         .add_service(raft)
         .add_service(node)
+        .add_service(files)
         .serve_with_incoming_shutdown(incoming, async move {
             let _ = shutdown.changed().await;
         })

@@ -55,9 +55,18 @@ enum NodeRpc {
     Admin,
 }
 
+/// How a peer is reached: its address, the connection Raft traffic, forwarded requests and
+/// admin requests share, and a second one for the bytes of stored files (`rpc::file_client`),
+/// so that Raft messages never wait behind them.
+struct Peer {
+    addr: String,
+    channel: Channel,
+    bulk: Channel,
+}
+
 #[derive(Clone, Default)]
 pub struct PeerRouter {
-    peers: Arc<Mutex<HashMap<NodeId, (String, Channel)>>>,
+    peers: Arc<Mutex<HashMap<NodeId, Peer>>>,
     /// Local address outgoing peer connections are made from (None: the system's choice).
     source_ip: Option<IpAddr>,
 }
@@ -96,24 +105,42 @@ impl PeerRouter {
         let Ok(mut peers) = self.peers.lock() else {
             return;
         };
-        if peers.get(&node).is_some_and(|(a, _)| a == addr) {
+        if peers.get(&node).is_some_and(|p| p.addr == addr) {
             return;
         }
-        match channel_for_addr(addr, self.source_ip) {
-            Ok(ch) => {
-                peers.insert(node, (addr.to_string(), ch));
+        let channels = channel_for_addr(addr, self.source_ip)
+            .and_then(|ch| Ok((ch, channel_for_addr(addr, self.source_ip)?)));
+        match channels {
+            Ok((channel, bulk)) => {
+                peers.insert(
+                    node,
+                    Peer {
+                        addr: addr.to_string(),
+                        channel,
+                        bulk,
+                    },
+                );
             }
             Err(e) => tracing::warn!(%node, addr, "cannot use peer address: {e}"),
         }
     }
 
-    fn channel(&self, node: NodeId) -> Result<Channel> {
+    fn peer_channel(&self, node: NodeId, pick: fn(&Peer) -> &Channel) -> Result<Channel> {
         self.peers
             .lock()
             .map_err(|_| Error::Internal("peer table poisoned".into()))?
             .get(&node)
-            .map(|(_, ch)| ch.clone())
+            .map(|p| pick(p).clone())
             .ok_or_else(|| Error::Unavailable(format!("no address known for node {node}")))
+    }
+
+    fn channel(&self, node: NodeId) -> Result<Channel> {
+        self.peer_channel(node, |p| &p.channel)
+    }
+
+    /// The connection to `node` that carries the bytes of stored files.
+    pub(crate) fn bulk_channel(&self, node: NodeId) -> Result<Channel> {
+        self.peer_channel(node, |p| &p.bulk)
     }
 
     async fn raft_call<Req: Serialize, Resp: DeserializeOwned>(

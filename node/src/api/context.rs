@@ -3,7 +3,8 @@
 //! extractor of app management, and extractors that answer malformed input with API codes.
 //!
 //! A signed (encrypted-mode) request's body is part of its signature, so the middleware reads
-//! it, within the body limit, before the handler runs and hands it on unchanged.
+//! it, within the body limit, before the handler runs and hands it on unchanged — except a
+//! file upload's, whose signature leaves the body out and whose bytes stream to the handler.
 
 use std::sync::{Arc, OnceLock};
 
@@ -46,8 +47,10 @@ pub struct Shared {
     pub mailer: Arc<dyn crate::mail::Mailer>,
     /// Where SMS go (webhook or the dev outbox).
     pub sms: Arc<dyn crate::sms::provider::SmsProvider>,
-    /// The base URL of links in mails and of captcha pictures (`--public-url`).
+    /// The base URL of links in mails, captcha pictures and stored files (`--public-url`).
     pub public_url: String,
+    /// How stored files are named and bounded.
+    pub files: crate::files::FilesConfig,
     /// Per-client-IP attempt counts of this node (logins, SMS, mails).
     pub limiter: crate::throttle::IpLimiter,
     /// Verifies third-party `authData` with its platform.
@@ -70,6 +73,7 @@ impl AppState {
         max_body_bytes: usize,
         outside: Outside,
         public_url: String,
+        files: crate::files::FilesConfig,
         ip_limits: crate::throttle::IpLimits,
     ) -> Self {
         AppState(Arc::new(Shared {
@@ -80,6 +84,7 @@ impl AppState {
             mailer: outside.mailer,
             sms: outside.sms,
             public_url,
+            files,
             limiter: crate::throttle::IpLimiter::new(ip_limits),
             identity: outside.identity,
             roles: Default::default(),
@@ -107,7 +112,12 @@ async fn authenticated(state: AppState, req: Request, next: Next, need_master: b
     }
     let (mut parts, body) = req.into_parts();
     let signed = auth::is_signed(&state.headers, &parts.headers);
-    let (bytes, body) = if signed {
+    let sent = parts
+        .extensions
+        .get::<crate::paths::SentPath>()
+        .map(|p| p.0.clone());
+    let path = sent.as_deref().unwrap_or(parts.uri.path());
+    let (bytes, body) = if signed && auth::signs_body(&parts.method, path) {
         match axum::body::to_bytes(body, state.max_body_bytes).await {
             Ok(b) => (b, None),
             Err(_) => return ApiError::BodyTooLarge(state.max_body_bytes).into_response(),
@@ -115,10 +125,6 @@ async fn authenticated(state: AppState, req: Request, next: Next, need_master: b
     } else {
         (Bytes::new(), Some(body))
     };
-    let sent = parts
-        .extensions
-        .get::<crate::paths::SentPath>()
-        .map(|p| p.0.clone());
     let creds = auth::Request {
         method: &parts.method,
         path: sent.as_deref().unwrap_or(parts.uri.path()),

@@ -14,6 +14,7 @@ use crate::apps::AppsError;
 use crate::auth::password::PasswordError;
 use crate::auth::AuthError;
 use crate::captcha::CaptchaError;
+use crate::files::FilesError;
 use crate::query::QueryError;
 use crate::sms::SmsError;
 use crate::throttle::ThrottleError;
@@ -147,6 +148,17 @@ pub enum ApiError {
     /// A browser origin the app does not list in `allowedOrigins`.
     #[error("requests from the origin {0:?} are not allowed for this app.")]
     OriginNotAllowed(String),
+    #[error("{0}")]
+    FileNameInvalid(String),
+    #[error("the file is empty.")]
+    FileEmpty,
+    #[error("the file is larger than {0} bytes.")]
+    FileTooLarge(u64),
+    #[error("{0}")]
+    FileNotFound(String),
+    /// Some files of a `cdnBatchDelete` were not deleted: by cdn name, their urls.
+    #[error("some files could not be deleted.")]
+    FilesNotDeleted(serde_json::Value),
     #[error("not found")]
     RouteNotFound,
     #[error("method not allowed")]
@@ -212,6 +224,20 @@ impl ApiError {
     }
 }
 
+/// Bytes a client may still send once its body has passed the limit: read and dropped, so that
+/// it gets its 413 instead of a connection reset while it writes. Past this the connection is
+/// closed.
+pub const DRAIN_BYTES: usize = 64 << 20;
+
+/// `resp` with `Connection: close`: part of the request's body may still be unread.
+pub fn closing(mut resp: Response) -> Response {
+    resp.headers_mut().insert(
+        axum::http::header::CONNECTION,
+        HeaderValue::from_static("close"),
+    );
+    resp
+}
+
 /// The generic message of internal faults (decisions.md).
 pub const BUSY_MESSAGE: &str = "It is busy...Try it later!";
 
@@ -273,6 +299,11 @@ impl ApiError {
             ApiError::Throttled { .. } => 10076,
             ApiError::ConsoleThrottled { .. } => 10210,
             ApiError::OriginNotAllowed(_) => 403,
+            ApiError::FileNameInvalid(_) => 146,
+            ApiError::FileEmpty => 149,
+            ApiError::FileNotFound(_) => 151,
+            ApiError::FilesNotDeleted(_) => 154,
+            ApiError::FileTooLarge(_) => 1500,
             ApiError::RouteNotFound => 404,
             ApiError::MethodNotAllowed => 405,
             ApiError::Unavailable(_) | ApiError::Timeout(_) | ApiError::Overloaded(_) => 503,
@@ -343,7 +374,12 @@ impl ApiError {
             | ApiError::UnknownColumn(_)
             | ApiError::BuiltInColumn(_)
             | ApiError::TooManyColumns(_)
-            | ApiError::Bql(_) => StatusCode::BAD_REQUEST,
+            | ApiError::Bql(_)
+            | ApiError::FileNameInvalid(_)
+            | ApiError::FileEmpty
+            | ApiError::FileTooLarge(_)
+            | ApiError::FileNotFound(_)
+            | ApiError::FilesNotDeleted(_) => StatusCode::BAD_REQUEST,
         }
     }
 
@@ -382,6 +418,22 @@ impl From<ClusterError> for ApiError {
             | ClusterError::Storage(_)
             | ClusterError::NotApplied(_)
             | ClusterError::Internal(_)) => ApiError::fault("cluster", e),
+        }
+    }
+}
+
+impl From<FilesError> for ApiError {
+    fn from(e: FilesError) -> Self {
+        match e {
+            e @ (FilesError::NoExtension(_) | FilesError::BadName(_)) => {
+                ApiError::FileNameInvalid(e.to_string())
+            }
+            FilesError::Empty => ApiError::FileEmpty,
+            FilesError::TooLarge(max) => ApiError::FileTooLarge(max),
+            e @ FilesError::NotFound(_) => ApiError::FileNotFound(e.to_string()),
+            FilesError::BadBody(m) => ApiError::InvalidBody(m),
+            FilesError::Stalled(secs) => ApiError::BodyTimeout(secs),
+            FilesError::Cluster(e) => e.into(),
         }
     }
 }
@@ -564,6 +616,9 @@ impl IntoResponse for ApiError {
                 tracing::warn!(cause = %cause, "{self}");
                 json!({"code": self.code(), "error": self.to_string()})
             }
+            ApiError::FilesNotDeleted(fail) => {
+                json!({"code": self.code(), "error": self.to_string(), "fail": fail})
+            }
             other => json!({"code": other.code(), "error": capped(other.to_string())}),
         };
         let mut resp = (status, axum::Json(body)).into_response();
@@ -659,10 +714,15 @@ mod tests {
             ApiError::Timeout(_) => 58,
             ApiError::Internal(_) => 59,
             ApiError::Overloaded(_) => 60,
+            ApiError::FileNameInvalid(_) => 61,
+            ApiError::FileEmpty => 62,
+            ApiError::FileTooLarge(_) => 63,
+            ApiError::FileNotFound(_) => 64,
+            ApiError::FilesNotDeleted(_) => 65,
         }
     }
 
-    const VARIANTS: usize = 61;
+    const VARIANTS: usize = 66;
 
     /// Every variant with its documented status and code (docs/api.md, "Errors").
     #[test]
@@ -742,6 +802,11 @@ mod tests {
             (ApiError::Overloaded("x".into()), 503, 503),
             (ApiError::Timeout("x".into()), 503, 503),
             (ApiError::internal("x"), 500, 500),
+            (ApiError::FileNameInvalid("x".into()), 400, 146),
+            (ApiError::FileEmpty, 400, 149),
+            (ApiError::FileNotFound("x".into()), 400, 151),
+            (ApiError::FilesNotDeleted(serde_json::json!({})), 400, 154),
+            (ApiError::FileTooLarge(1), 400, 1500),
         ];
         let mut covered = [false; VARIANTS];
         for (e, status, code) in table {

@@ -14,6 +14,7 @@ pub mod cloud_query;
 pub mod context;
 pub mod email;
 pub mod error;
+pub mod files;
 pub mod objects;
 pub mod ops;
 pub mod roles;
@@ -97,6 +98,9 @@ pub fn table() -> Vec<Route<AppState>> {
             PUT => sms::reset_password_by_sms_code, POST => sms::reset_password_by_sms_code),
         route!(App, "/1/requestCaptcha", POST => captcha::request_captcha),
         route!(App, "/1/verifyCaptcha", POST => captcha::verify_captcha),
+        // Files (spec 4.7); a file's url is an open route below.
+        route!(App, "/2/files/{*path}", POST => files::upload, DELETE => files::delete_file),
+        route!(App, "/2/cdnBatchDelete", POST => files::batch_delete),
         // Roles (spec 4.6).
         route!(App, "/1/roles", GET => roles::query_roles, POST => roles::create_role),
         route!(App, "/1/roles/{id}",
@@ -119,10 +123,18 @@ pub fn table() -> Vec<Route<AppState>> {
         route!(Link, "/email/verify/{token}", GET => email::follow_verify_link),
         route!(Link, "/email/reset/{token}", GET => email::show_reset_page, POST => email::reset_password),
         route!(Link, "/captcha/{name}", GET => captcha::captcha_picture),
+        // Stored files' urls (`<public url>/<cdn>/YYYY/MM/DD/<id>.<ext>`); `<cdn>` is the
+        // configured name (`path_with_cdn`).
+        route!(Open, "/<cdn>/{year}/{month}/{day}/{name}", GET => files::download),
         // Operations (not part of the spec).
         route!(Open, "/health", GET => ops::health),
         route!(Open, "/metrics", GET => ops::metrics),
     ]
+}
+
+/// A table path as routed: `<cdn>` replaced by the storage name of files (`--files-cdn`).
+pub fn path_with_cdn(path: &str, cdn: &str) -> String {
+    path.replace("<cdn>", cdn)
 }
 
 /// The router of `table`: each access family behind its check; unknown paths and methods
@@ -130,10 +142,11 @@ pub fn table() -> Vec<Route<AppState>> {
 pub fn routes(state: AppState) -> Router {
     let (mut app, mut master, mut other) = (Router::new(), Router::new(), Router::new());
     for r in table() {
+        let path = path_with_cdn(r.path, &state.files.cdn);
         match r.access {
-            Access::App => app = app.route(r.path, r.router),
-            Access::Master => master = master.route(r.path, r.router),
-            Access::Console | Access::Link | Access::Open => other = other.route(r.path, r.router),
+            Access::App => app = app.route(&path, r.router),
+            Access::Master => master = master.route(&path, r.router),
+            Access::Console | Access::Link | Access::Open => other = other.route(&path, r.router),
         }
     }
     Router::new()
@@ -162,7 +175,7 @@ mod tests {
                 .fold(MethodRouter::new(), |m, &(filter, name)| {
                     m.on(filter, move || async move { format!("{name} {access:?}") })
                 });
-            router.route(r.path, methods)
+            router.route(&path_with_cdn(r.path, "basalt"), methods)
         })
     }
 
@@ -288,6 +301,19 @@ mod tests {
             ("GET", "/email/verify/tok", "email::follow_verify_link Link"),
             ("POST", "/email/reset/tok", "email::reset_password Link"),
             ("GET", "/captcha/tok.png", "captcha::captcha_picture Link"),
+            ("POST", "/2/files/a.png", "files::upload App"),
+            (
+                "DELETE",
+                "/2/files/basalt/2026/01/02/x.png",
+                "files::delete_file App",
+            ),
+            (
+                "DELETE",
+                "/2/files/upyun//basalt/2026/01/02/x.png",
+                "files::delete_file App",
+            ),
+            ("POST", "/2/cdnBatchDelete", "files::batch_delete App"),
+            ("GET", "/basalt/2026/01/02/x.png", "files::download Open"),
             ("GET", "/health", "ops::health Open"),
             ("GET", "/metrics", "ops::metrics Open"),
         ];
@@ -302,6 +328,8 @@ mod tests {
             ("GET", "/1/nothing", StatusCode::NOT_FOUND),
             ("GET", "/1/classes/_Installation", StatusCode::NOT_FOUND),
             ("GET", "/1/classes/Game/a1/extra", StatusCode::NOT_FOUND),
+            ("POST", "/1/classes/Game/a1/extra", StatusCode::NOT_FOUND),
+            ("GET", "/other/2026/01/02/x.png", StatusCode::NOT_FOUND),
             ("DELETE", "/1/users", StatusCode::METHOD_NOT_ALLOWED),
             ("GET", "/1/batch", StatusCode::METHOD_NOT_ALLOWED),
             ("DELETE", "/1/apps/a1", StatusCode::METHOD_NOT_ALLOWED),

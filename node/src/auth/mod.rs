@@ -149,6 +149,17 @@ pub struct Request<'a> {
     pub body: &'a [u8],
 }
 
+/// Whether the signature of a request covers its body: POST and PUT, except file uploads,
+/// whose bytes stream to their holders rather than being read first (decisions.md).
+pub fn signs_body(method: &Method, path: &str) -> bool {
+    matches!(*method, Method::POST | Method::PUT) && !is_upload_path(path)
+}
+
+/// Whether `path` is a file upload's (`/2/files/<name>`).
+pub fn is_upload_path(path: &str) -> bool {
+    path.starts_with("/2/files/")
+}
+
 /// Whether a request is signed (encrypted mode); only then does its body need reading first.
 pub fn is_signed(names: &HeaderNames, headers: &HeaderMap) -> bool {
     header(headers, &names.secret_key).is_some() || header(headers, &names.safe_sign).is_some()
@@ -239,8 +250,7 @@ async fn signed_app(
     if app.safe_token.is_empty() {
         return Err(AuthError::Unauthorized("the app has no safe token"));
     }
-    let with_body =
-        matches!(*req.method, Method::POST | Method::PUT) && !req.path.starts_with("/2/files/");
+    let with_body = signs_body(req.method, req.path);
     let signed = Signed {
         path: req.path,
         timestamp,

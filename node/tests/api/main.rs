@@ -14,6 +14,7 @@ mod auth;
 mod batch;
 mod cloud_query;
 mod email;
+mod files;
 mod limits;
 mod multi_node;
 mod objects;

@@ -1,0 +1,269 @@
+//! Stored files (decisions/0020): a file is a record in a data shard (`ids::file_group`,
+//! namespace `file`: `record::FileRecord`) and whole copies on the R active nodes ranked first by
+//! `ids::copy_score`. `copies` keeps this node's copies on disk; `upload` streams a new file to
+//! its holders and commits its record once a majority of them hold it; this module reads
+//! (`Files::read`: this node's copy, else a peer's), deletes and pulls copies; `upkeep`
+//! re-replicates copies and reclaims the ones no record needs. The peer side of the copy RPCs
+//! is `peer_service::file_service`, their client side `rpc::file_client`, their messages
+//! `wire`. The node crate's files API works through [`Files`] (`Cluster::files`).
+
+pub mod copies;
+pub mod record;
+pub mod upkeep;
+mod upload;
+pub mod wire;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use futures::StreamExt;
+
+use crate::error::{Error, Result};
+use crate::ids::{copy_score, file_group, GroupId, NodeId};
+use crate::namespace::Namespace;
+use crate::replicas::Replicas;
+use copies::CopyStore;
+use record::{FileId, FileRecord};
+pub use upload::Upload;
+use wire::{CopyRequest, HeldCopy};
+
+/// How long a holder may take to drop copies or list its copies.
+const ASK_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a pull (a whole copy fetched from a peer and made durable) may take.
+const PULL_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// This node's door to stored files (cheap to clone).
+#[derive(Clone)]
+pub struct Files {
+    replicas: Replicas,
+    copies: CopyStore,
+}
+
+impl Files {
+    pub fn new(replicas: Replicas, copies: CopyStore) -> Files {
+        Files { replicas, copies }
+    }
+
+    /// This node's copies.
+    pub fn copies(&self) -> &CopyStore {
+        &self.copies
+    }
+
+    /// The active members ranked for the copies of `id`, best first.
+    fn ranked(&self, id: &FileId) -> Vec<NodeId> {
+        let mut nodes: Vec<NodeId> = self.replicas.member_addrs().into_keys().collect();
+        nodes.sort_by_key(|&n| std::cmp::Reverse(copy_score(id.as_str(), n)));
+        nodes
+    }
+
+    /// How many copies a file should have among `members` active nodes.
+    fn wanted(&self, members: usize) -> usize {
+        (self.replicas.settings().replicas as usize).clamp(1, members.max(1))
+    }
+
+    fn shards(&self) -> u32 {
+        self.replicas.settings().shards
+    }
+
+    /// The record of `id`, read linearizably from its shard.
+    pub async fn record(&self, id: &FileId) -> Result<Option<FileRecord>> {
+        let group = file_group(id.as_str(), self.shards());
+        match self
+            .replicas
+            .get_record(group, Namespace::File, id.as_str())
+            .await?
+        {
+            Some(v) => Ok(Some(serde_json::from_value(v)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Streams `len` bytes of the file `id` (whose copies hold `size` bytes) from `offset`:
+    /// this node's copy when it holds one, else a peer's, the best ranked first.
+    pub async fn read(
+        &self,
+        id: &FileId,
+        size: u64,
+        offset: u64,
+        len: u64,
+    ) -> Result<BoxStream<'static, Result<Bytes>>> {
+        if self.copies.get(id).is_some_and(|c| c.size == size) {
+            if let Some(reader) = self.copies.reader(id, offset, len).await? {
+                return Ok(stream_of(reader));
+            }
+        }
+        let me = self.replicas.node_id();
+        let mut last = Error::Unavailable(format!("no node holds a copy of {id}"));
+        for node in self.ranked(id).into_iter().filter(|&n| n != me) {
+            match self.replicas.router().get_copy(node, id, offset, len).await {
+                Ok((held, stream)) if held == size => return Ok(stream),
+                Ok((held, _)) => {
+                    last = Error::Internal(format!(
+                        "node {node} holds {held} bytes of {id}, not {size}"
+                    ))
+                }
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    /// Deletes the file `id` of `app` at `path`: takes its record away (compare-and-set on the
+    /// record as read, so of two racing deletes one succeeds), then asks every member to drop
+    /// its copy. `None` when `app` has no such file.
+    pub async fn delete(&self, app: &str, id: &FileId, path: &str) -> Result<Option<FileRecord>> {
+        let group = file_group(id.as_str(), self.shards());
+        let Some(value) = self
+            .replicas
+            .get_record(group, Namespace::File, id.as_str())
+            .await?
+        else {
+            return Ok(None);
+        };
+        let record: FileRecord = serde_json::from_value(value.clone())?;
+        if record.app != app || record.path != path {
+            return Ok(None);
+        }
+        match self
+            .replicas
+            .cas_record(group, Namespace::File, id.as_str(), Some(value), None)
+            .await
+        {
+            Ok(_) => {}
+            Err(Error::Conflict(_)) => return Ok(None),
+            Err(e) => return Err(e),
+        }
+        // The copies go now; a member that misses this drops its copy at the next upkeep.
+        let files = self.clone();
+        let id = id.clone();
+        tokio::spawn(async move { files.drop_everywhere(&[id]).await });
+        Ok(Some(record))
+    }
+
+    /// Asks every active member (this node included) to drop its copies of `ids`.
+    pub(crate) async fn drop_everywhere(&self, ids: &[FileId]) {
+        let members = self.replicas.member_addrs().into_keys();
+        futures::future::join_all(members.map(|node| self.drop_copies_of(node, ids))).await;
+    }
+
+    /// Drops `node`'s copies of `ids` (this node's directly); failures are only logged (upkeep
+    /// drops what is left).
+    pub(crate) async fn drop_copies_of(&self, node: NodeId, ids: &[FileId]) {
+        if node == self.replicas.node_id() {
+            for id in ids {
+                if let Err(e) = self.copies.drop_copy(id).await {
+                    tracing::warn!(%id, "dropping a copy failed: {e}");
+                }
+            }
+            return;
+        }
+        let req = CopyRequest::Drop { ids: ids.to_vec() };
+        if let Err(e) = self
+            .replicas
+            .router()
+            .copy_request::<u64>(node, &req, ASK_TIMEOUT)
+            .await
+        {
+            tracing::debug!(%node, "dropping copies failed: {e}");
+        }
+    }
+
+    /// The copies this node holds of files whose records are in `group` of a cluster of
+    /// `shards` shards.
+    pub(crate) fn held_here(&self, group: GroupId, shards: u32) -> Vec<HeldCopy> {
+        let now = crate::replicas::now_ms();
+        self.copies
+            .list(|id| file_group(id.as_str(), shards) == group)
+            .into_iter()
+            .map(|(id, c)| HeldCopy {
+                id,
+                size: c.size,
+                age_ms: now - c.stored_ms,
+            })
+            .collect()
+    }
+
+    /// Fetches a copy of `id` (`size` bytes with `md5`) from the first of `sources` that
+    /// serves it, unless this node holds one already.
+    pub async fn pull(&self, id: &FileId, size: u64, md5: &str, sources: &[NodeId]) -> Result<()> {
+        if self.copies.get(id).is_some_and(|c| c.size == size) {
+            return Ok(());
+        }
+        let mut last = Error::Unavailable(format!("no source served {id}"));
+        for &node in sources {
+            let (held, mut stream) = match self.replicas.router().get_copy(node, id, 0, size).await
+            {
+                Ok(s) => s,
+                Err(e) => {
+                    last = e;
+                    continue;
+                }
+            };
+            if held != size {
+                continue;
+            }
+            let mut writer = self.copies.writer(id).await?;
+            let copied: Result<()> = async {
+                while let Some(bytes) = stream.next().await {
+                    writer.write(&bytes?).await?;
+                }
+                writer.finish(size, md5).await.map(|_| ())
+            }
+            .await;
+            match copied {
+                Ok(()) => {
+                    metrics::counter!("basalt_files_pulled_total").increment(1);
+                    return Ok(());
+                }
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    /// Asks `node` to pull a copy of `record`'s file from `sources`.
+    pub(crate) async fn pull_on(
+        &self,
+        node: NodeId,
+        id: &FileId,
+        record: &FileRecord,
+        sources: Vec<NodeId>,
+    ) -> Result<()> {
+        if node == self.replicas.node_id() {
+            return self.pull(id, record.size, &record.md5, &sources).await;
+        }
+        let req = CopyRequest::Pull {
+            id: id.clone(),
+            size: record.size,
+            md5: record.md5.clone(),
+            sources,
+        };
+        self.replicas
+            .router()
+            .copy_request::<()>(node, &req, PULL_TIMEOUT)
+            .await
+    }
+}
+
+/// Bytes per piece read from a local copy.
+const READ_CHUNK: usize = 256 << 10;
+
+/// The bytes of `reader` as a stream of pieces; a read error ends it.
+pub(crate) fn stream_of(
+    reader: impl tokio::io::AsyncRead + Send + Unpin + 'static,
+) -> BoxStream<'static, Result<Bytes>> {
+    futures::stream::unfold(Some(reader), |reader| async move {
+        let mut reader = reader?;
+        let mut buf = vec![0u8; READ_CHUNK];
+        match tokio::io::AsyncReadExt::read(&mut reader, &mut buf).await {
+            Ok(0) => None,
+            Ok(n) => {
+                buf.truncate(n);
+                Some((Ok(Bytes::from(buf)), Some(reader)))
+            }
+            Err(e) => Some((Err(Error::from(e)), None)),
+        }
+    })
+    .boxed()
+}

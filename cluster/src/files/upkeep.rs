@@ -1,0 +1,178 @@
+//! Upkeep of file copies (decisions/0020), run by every node for the data groups it leads:
+//! for each file record of the group, the nodes ranked first for it that lack a copy pull one
+//! from a node that has it (a new node receives its files; a removed node's files get their
+//! copies back), then the copies on other nodes are dropped; copies no record names are dropped
+//! once older than the orphan grace (failed uploads, deletes that missed a node). A round that
+//! cannot hear from every member or read the records changes nothing of that group.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use super::record::{FileId, FileRecord};
+use super::wire::{CopyRequest, HeldCopy};
+use super::Files;
+use crate::error::Result;
+use crate::ids::{copy_score, GroupId, NodeId, META_GROUP};
+use crate::namespace::Namespace;
+
+/// How often upkeep runs and how old an unrecorded copy must be to be dropped.
+#[derive(Debug, Clone, Copy)]
+pub struct UpkeepTimes {
+    pub every: Duration,
+    pub orphan_grace: Duration,
+}
+
+impl Default for UpkeepTimes {
+    fn default() -> Self {
+        UpkeepTimes {
+            every: Duration::from_secs(300),
+            orphan_grace: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// What one round did to one group.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct UpkeepReport {
+    pub pulled: u64,
+    pub pull_failures: u64,
+    pub surplus_dropped: u64,
+    pub orphans_dropped: u64,
+}
+
+/// Runs upkeep every `times.every` until the node shuts down.
+pub async fn run(files: Files, times: UpkeepTimes) {
+    let mut shutdown = files.replicas.shutdown_signal();
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(times.every) => {}
+            _ = shutdown.changed() => return,
+        }
+        for group in files.replicas.led_groups() {
+            if group == META_GROUP {
+                continue;
+            }
+            match files.upkeep_group(group, times.orphan_grace).await {
+                Ok(report) if report != UpkeepReport::default() => {
+                    tracing::info!(%group, ?report, "file upkeep")
+                }
+                Ok(_) => {}
+                Err(e) => tracing::debug!(%group, "file upkeep skipped: {e}"),
+            }
+        }
+    }
+}
+
+fn rank_among(id: &FileId, members: &[NodeId]) -> Vec<NodeId> {
+    let mut ranked = members.to_vec();
+    ranked.sort_by_key(|&n| std::cmp::Reverse(copy_score(id.as_str(), n)));
+    ranked
+}
+
+impl Files {
+    /// What every active member holds of `group`'s files; fails when one does not answer.
+    async fn held_copies(
+        &self,
+        group: GroupId,
+    ) -> Result<HashMap<FileId, Vec<(NodeId, HeldCopy)>>> {
+        let me = self.replicas.node_id();
+        let shards = self.shards();
+        let members: Vec<NodeId> = self.replicas.member_addrs().into_keys().collect();
+        let asks = members.iter().map(|&node| async move {
+            let held = if node == me {
+                self.held_here(group, shards)
+            } else {
+                let req = CopyRequest::List { group, shards };
+                self.replicas
+                    .router()
+                    .copy_request::<Vec<HeldCopy>>(node, &req, super::ASK_TIMEOUT)
+                    .await?
+            };
+            Ok::<_, crate::error::Error>((node, held))
+        });
+        let mut out: HashMap<FileId, Vec<(NodeId, HeldCopy)>> = HashMap::new();
+        for answer in futures::future::join_all(asks).await {
+            let (node, held) = answer?;
+            for copy in held {
+                out.entry(copy.id.clone()).or_default().push((node, copy));
+            }
+        }
+        Ok(out)
+    }
+
+    /// One round of upkeep for the files whose records `group` holds.
+    pub async fn upkeep_group(
+        &self,
+        group: GroupId,
+        orphan_grace: Duration,
+    ) -> Result<UpkeepReport> {
+        let records: HashMap<FileId, FileRecord> = self
+            .replicas
+            .list_records(group, Namespace::File, "")
+            .await?
+            .into_iter()
+            .filter_map(|(key, value)| {
+                Some((FileId::parse(&key)?, serde_json::from_value(value).ok()?))
+            })
+            .collect();
+        let held = self.held_copies(group).await?;
+        let members: Vec<NodeId> = self.replicas.member_addrs().into_keys().collect();
+        let wanted = self.wanted(members.len());
+        let mut report = UpkeepReport::default();
+        for (id, record) in &records {
+            let ranked = rank_among(id, &members);
+            let desired: HashSet<NodeId> = ranked.iter().take(wanted).copied().collect();
+            let holders: Vec<NodeId> = ranked
+                .iter()
+                .copied()
+                .filter(|n| {
+                    held.get(id)
+                        .is_some_and(|h| h.iter().any(|(m, c)| m == n && c.size == record.size))
+                })
+                .collect();
+            if holders.is_empty() {
+                tracing::warn!(%id, "no member holds a copy of a recorded file");
+                continue;
+            }
+            let mut complete = true;
+            for &node in ranked.iter().take(wanted) {
+                if holders.contains(&node) {
+                    continue;
+                }
+                match self.pull_on(node, id, record, holders.clone()).await {
+                    Ok(()) => report.pulled += 1,
+                    Err(e) => {
+                        tracing::debug!(%id, %node, "pulling a copy failed: {e}");
+                        report.pull_failures += 1;
+                        complete = false;
+                    }
+                }
+            }
+            if !complete {
+                continue;
+            }
+            for node in holders.iter().filter(|n| !desired.contains(n)) {
+                self.drop_copies_of(*node, std::slice::from_ref(id)).await;
+                report.surplus_dropped += 1;
+            }
+        }
+        let grace_ms = orphan_grace.as_millis() as i64;
+        let mut orphans: HashMap<NodeId, Vec<FileId>> = HashMap::new();
+        for (id, copies) in &held {
+            if records.contains_key(id) {
+                continue;
+            }
+            for (node, copy) in copies.iter().filter(|(_, c)| c.age_ms > grace_ms) {
+                orphans.entry(*node).or_default().push(copy.id.clone());
+                report.orphans_dropped += 1;
+            }
+        }
+        for (node, ids) in orphans {
+            self.drop_copies_of(node, &ids).await;
+        }
+        metrics::counter!("basalt_files_pulled_by_upkeep_total").increment(report.pulled);
+        metrics::counter!("basalt_files_dropped_by_upkeep_total")
+            .increment(report.surplus_dropped + report.orphans_dropped);
+        Ok(report)
+    }
+}

@@ -1,0 +1,326 @@
+//! Files (spec 4.7, decisions/0020): upload (`POST /2/files/<name>`, a raw body or a
+//! multipart/form-data `file` part, streamed into the cluster), delete
+//! (`DELETE /2/files/<cdn>/<path>` and `POST /2/cdnBatchDelete`), and download (`GET` of a
+//! file's url from any node, with `Range`, `ETag` and cache headers). Names, paths and the
+//! streaming are `crate::files`; the bytes are the cluster's `files`.
+
+use axum::body::Body;
+use axum::extract::{Path, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use basalt_cluster::files::record::FileRecord;
+use futures::{StreamExt, TryStreamExt};
+use serde_json::{json, Map, Value};
+
+use super::context::{ApiBody, AppState, RequestCtx};
+use super::error::{closing, ApiError, DRAIN_BYTES};
+use crate::files::{drain, multipart_file, store, url_of, FileRef, FilesError, UploadName};
+use crate::users::session::session_user;
+
+/// Urls one `cdnBatchDelete` may name.
+const MAX_BATCH_URLS: usize = 1000;
+/// Deletes of one batch running at once.
+const BATCH_DELETES_AT_ONCE: usize = 8;
+
+/// The answer to an upload: `{filename, url, cdn}`.
+fn uploaded(state: &AppState, record: &FileRecord) -> Json<Value> {
+    Json(json!({
+        "filename": record.filename,
+        "url": url_of(&state.public_url, &record.cdn, &record.path),
+        "cdn": record.cdn,
+    }))
+}
+
+/// `POST /2/files/<name>`: the body (raw, or the `file` part of a multipart body) becomes a
+/// new file of the app.
+pub async fn upload(
+    State(state): State<AppState>,
+    ctx: RequestCtx,
+    Path(name): Path<String>,
+    req: Request,
+) -> Result<Response, ApiError> {
+    let name = UploadName::parse(&name)?;
+    let config = &state.files;
+    let (parts, body) = req.into_parts();
+    let declared = axum::body::HttpBody::size_hint(&body).exact();
+    let waits = parts
+        .headers
+        .get(header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    let mut body = Box::pin(body.into_data_stream());
+    if let Some(len) = declared.filter(|&n| n > config.max_bytes) {
+        // A client waiting for `100 Continue` has sent nothing: answer at once. So too when
+        // even draining the body would not let it read the answer.
+        let drained = !waits
+            && len - config.max_bytes <= DRAIN_BYTES as u64
+            && drain(&mut body, len as usize, config.idle).await;
+        return Ok(too_large(config.max_bytes, drained));
+    }
+    let uploader = match &ctx.session_token {
+        Some(token) => session_user(&state.cluster, &ctx.app.application_id, token)
+            .await?
+            .map(|(id, _)| id),
+        None => None,
+    };
+    let app = ctx.app.application_id.as_str();
+    let content_type = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let multipart = content_type
+        .trim_start()
+        .to_ascii_lowercase()
+        .starts_with("multipart/form-data");
+    let stored = if multipart {
+        let mut part = Box::pin(multipart_file(content_type, body).await?);
+        let stored = store(&state.cluster, config, &mut part, &name, app, uploader).await;
+        if matches!(stored, Err(FilesError::TooLarge(_))) {
+            let drained = drain(&mut part, DRAIN_BYTES, config.idle).await;
+            return Ok(too_large(config.max_bytes, drained));
+        }
+        stored
+    } else {
+        let stored = store(&state.cluster, config, &mut body, &name, app, uploader).await;
+        if matches!(stored, Err(FilesError::TooLarge(_))) {
+            let drained = drain(&mut body, DRAIN_BYTES, config.idle).await;
+            return Ok(too_large(config.max_bytes, drained));
+        }
+        stored
+    };
+    Ok(uploaded(&state, &stored?).into_response())
+}
+
+/// The 1500 answer to a file over the limit, closing the connection unless the rest of the
+/// body was read.
+fn too_large(max: u64, drained: bool) -> Response {
+    let resp = ApiError::from(FilesError::TooLarge(max)).into_response();
+    if drained {
+        resp
+    } else {
+        closing(resp)
+    }
+}
+
+/// `DELETE /2/files/<cdn>/<path>` (also `<other name>/<cdn>/<path>` and doubled slashes, as
+/// the SDKs send it): `{"msg":"ok"}`, or 151 for a file the app does not have.
+pub async fn delete_file(
+    State(state): State<AppState>,
+    ctx: RequestCtx,
+    Path(path): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    delete_one(&state, &ctx, &path).await?;
+    Ok(Json(json!({"msg": "ok"})))
+}
+
+async fn delete_one(state: &AppState, ctx: &RequestCtx, url: &str) -> Result<(), FilesError> {
+    let not_found = || FilesError::NotFound(basalt_cluster::error::clip(url));
+    let file = FileRef::parse(url).ok_or_else(not_found)?;
+    state
+        .cluster
+        .files()
+        .delete(ctx.app.application_id.as_str(), &file.id, &file.path)
+        .await?
+        .ok_or_else(not_found)?;
+    Ok(())
+}
+
+/// `POST /2/cdnBatchDelete` `{<cdn>: [url, ...], ...}`: deletes every file named;
+/// `{"msg":"ok"}` when all went, else 154 with the urls that did not under `fail`.
+pub async fn batch_delete(
+    State(state): State<AppState>,
+    ctx: RequestCtx,
+    body: ApiBody,
+) -> Result<Response, ApiError> {
+    let body = body.object()?;
+    let mut asked = Vec::new();
+    for (cdn, urls) in &body {
+        let Value::Array(urls) = urls else {
+            return Err(ApiError::InvalidBody(format!(
+                "{:?} must name an array of urls.",
+                basalt_cluster::error::clip(cdn)
+            )));
+        };
+        for url in urls {
+            let Value::String(url) = url else {
+                return Err(ApiError::InvalidBody("urls must be strings.".into()));
+            };
+            asked.push((cdn.clone(), url.clone()));
+        }
+    }
+    if asked.len() > MAX_BATCH_URLS {
+        return Err(ApiError::InvalidBody(format!(
+            "one batch deletes at most {MAX_BATCH_URLS} files."
+        )));
+    }
+    let outcomes: Vec<(String, String, Result<(), FilesError>)> =
+        futures::stream::iter(asked.into_iter().map(|(cdn, url)| {
+            let (state, ctx) = (&state, &ctx);
+            async move {
+                let outcome = delete_one(state, ctx, &url).await;
+                (cdn, url, outcome)
+            }
+        }))
+        .buffered(BATCH_DELETES_AT_ONCE)
+        .collect()
+        .await;
+    let mut fail: Map<String, Value> = Map::new();
+    for (cdn, url, outcome) in outcomes {
+        if let Err(e) = outcome {
+            if let FilesError::Cluster(e) = &e {
+                tracing::warn!(%url, "batch delete: {e}");
+            }
+            push_failed(&mut fail, cdn, url);
+        }
+    }
+    if fail.is_empty() {
+        return Ok(Json(json!({"msg": "ok"})).into_response());
+    }
+    Err(ApiError::FilesNotDeleted(Value::Object(fail)))
+}
+
+fn push_failed(fail: &mut Map<String, Value>, cdn: String, url: String) {
+    if let Value::Array(urls) = fail.entry(cdn).or_insert_with(|| Value::Array(Vec::new())) {
+        urls.push(Value::String(url));
+    }
+}
+
+/// Cache lifetime of a file's answers: a url never changes content.
+const CACHE_CONTROL: &str = "public, max-age=31536000, immutable";
+
+/// `GET /<cdn>/YYYY/MM/DD/<id>.<ext>`: the file's bytes, whole or the one range asked for.
+pub async fn download(
+    State(state): State<AppState>,
+    Path((y, m, d, name)): Path<(String, String, String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let file = FileRef::parse(&format!("{y}/{m}/{d}/{name}")).ok_or(ApiError::RouteNotFound)?;
+    let record = state
+        .cluster
+        .files()
+        .record(&file.id)
+        .await?
+        .filter(|r| r.path == file.path)
+        .ok_or(ApiError::RouteNotFound)?;
+    let etag = format!("\"{}\"", record.md5);
+    let mut resp = Response::builder()
+        .header(header::ETAG, &etag)
+        .header(header::CACHE_CONTROL, CACHE_CONTROL)
+        .header(header::ACCEPT_RANGES, "bytes")
+        .header(
+            header::LAST_MODIFIED,
+            httpdate::fmt_http_date(
+                std::time::UNIX_EPOCH
+                    + std::time::Duration::from_millis(record.created_ms.max(0) as u64),
+            ),
+        );
+    if headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"))
+    {
+        return resp
+            .status(StatusCode::NOT_MODIFIED)
+            .body(Body::empty())
+            .map_err(|e| ApiError::fault("building a response", e));
+    }
+    let size = record.size;
+    let range = match headers.get(header::RANGE).and_then(|v| v.to_str().ok()) {
+        None => None,
+        Some(asked) => match byte_range(asked, size) {
+            Ok(range) => range,
+            Err(()) => {
+                return resp
+                    .status(StatusCode::RANGE_NOT_SATISFIABLE)
+                    .header(header::CONTENT_RANGE, format!("bytes */{size}"))
+                    .body(Body::empty())
+                    .map_err(|e| ApiError::fault("building a response", e))
+            }
+        },
+    };
+    let (status, offset, len) = match range {
+        Some((start, end)) => {
+            resp = resp.header(header::CONTENT_RANGE, format!("bytes {start}-{end}/{size}"));
+            (StatusCode::PARTIAL_CONTENT, start, end - start + 1)
+        }
+        None => (StatusCode::OK, 0, size),
+    };
+    let bytes = state
+        .cluster
+        .files()
+        .read(&file.id, size, offset, len)
+        .await?;
+    metrics::counter!("basalt_files_downloaded_bytes_total").increment(len);
+    let content_type = HeaderValue::from_str(&record.content_type)
+        .unwrap_or(HeaderValue::from_static("application/octet-stream"));
+    resp.status(status)
+        .header(header::CONTENT_TYPE, content_type)
+        .header(header::CONTENT_LENGTH, len)
+        .body(Body::from_stream(bytes.map_err(std::io::Error::other)))
+        .map_err(|e| ApiError::fault("building a response", e))
+}
+
+/// The one byte range `bytes=a-b`, `bytes=a-` or `bytes=-n` of a `Range` header, inclusive
+/// and cut to `size`. `Ok(None)`: serve the whole file (another unit, several ranges, or a
+/// header that is not a range); `Err`: a range that lies wholly outside the file (416).
+fn byte_range(asked: &str, size: u64) -> Result<Option<(u64, u64)>, ()> {
+    let Some(spec) = asked.trim().strip_prefix("bytes=") else {
+        return Ok(None);
+    };
+    if spec.contains(',') {
+        return Ok(None);
+    }
+    let Some((first, last)) = spec.trim().split_once('-') else {
+        return Ok(None);
+    };
+    let (first, last) = (first.trim(), last.trim());
+    let parse = |s: &str| s.parse::<u64>().ok();
+    let range = match (first.is_empty(), last.is_empty()) {
+        (true, true) => return Ok(None),
+        // The last n bytes.
+        (true, false) => match parse(last) {
+            Some(0) => return Err(()),
+            Some(n) => (size.saturating_sub(n), size.saturating_sub(1)),
+            None => return Ok(None),
+        },
+        (false, _) => {
+            let Some(start) = parse(first) else {
+                return Ok(None);
+            };
+            let end = if last.is_empty() {
+                Some(u64::MAX)
+            } else {
+                parse(last)
+            };
+            match end {
+                Some(end) if end >= start => (start, end.min(size.saturating_sub(1))),
+                _ => return Ok(None),
+            }
+        }
+    };
+    if size == 0 || range.0 >= size {
+        return Err(());
+    }
+    Ok(Some(range))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::byte_range;
+
+    #[test]
+    fn byte_ranges() {
+        assert_eq!(byte_range("bytes=0-9", 100), Ok(Some((0, 9))));
+        assert_eq!(byte_range("bytes=90-", 100), Ok(Some((90, 99))));
+        assert_eq!(byte_range("bytes=-10", 100), Ok(Some((90, 99))));
+        assert_eq!(byte_range("bytes=-200", 100), Ok(Some((0, 99))));
+        assert_eq!(byte_range("bytes=50-500", 100), Ok(Some((50, 99))));
+        assert_eq!(byte_range("bytes=100-", 100), Err(()));
+        assert_eq!(byte_range("bytes=-0", 100), Err(()));
+        assert_eq!(byte_range("bytes=0-1,5-6", 100), Ok(None));
+        assert_eq!(byte_range("bytes=9-3", 100), Ok(None));
+        assert_eq!(byte_range("items=0-9", 100), Ok(None));
+        assert_eq!(byte_range("bytes=x-9", 100), Ok(None));
+    }
+}

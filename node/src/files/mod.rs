@@ -1,0 +1,310 @@
+//! Stored files as the REST API sees them (spec 4.7, decisions/0020): the names an upload may
+//! have (`UploadName`), the path and url a new file gets, the file a url or a delete path names
+//! (`FileRef`), its content type, and uploads streamed from a raw or multipart body into the
+//! cluster (`store`, `multipart_file`). The bytes and records are `basalt_cluster::files`'
+//! business; the handlers are `api::files`.
+
+use std::time::Duration;
+
+use basalt_cluster::files::record::{FileId, FileRecord, NewFile};
+use basalt_cluster::{Cluster, Error as ClusterError};
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+
+/// How stored files are named and bounded (`--files-cdn`, `--max-file-mb`).
+#[derive(Debug, Clone)]
+pub struct FilesConfig {
+    /// The storage name answered as `cdn` and the first part of every file's url path.
+    pub cdn: String,
+    /// Largest file, in bytes.
+    pub max_bytes: u64,
+    /// How long an upload may wait for the next piece of its body.
+    pub idle: Duration,
+}
+
+/// Why a file request failed; `api::error` gives each its code.
+#[derive(Debug, thiserror::Error)]
+pub enum FilesError {
+    #[error("the file name {0:?} has no extension.")]
+    NoExtension(String),
+    #[error("invalid file name {0:?}.")]
+    BadName(String),
+    #[error("the file is empty.")]
+    Empty,
+    #[error("the file is larger than {0} bytes.")]
+    TooLarge(u64),
+    #[error("no file {0:?}.")]
+    NotFound(String),
+    /// The body ended early, is not the multipart it says, or has no `file` part.
+    #[error("{0}")]
+    BadBody(String),
+    /// No piece of the body arrived within the idle time.
+    #[error("the upload stalled for {0} s.")]
+    Stalled(u64),
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+}
+
+/// Longest file name, in bytes.
+const MAX_NAME_BYTES: usize = 255;
+/// Longest extension, in characters.
+const MAX_EXT_CHARS: usize = 16;
+
+/// A checked upload name: the name as sent and its extension (lowercased).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UploadName {
+    pub filename: String,
+    pub ext: String,
+}
+
+impl UploadName {
+    /// The name of `POST /2/files/<name>`: no path separators or control characters, at most
+    /// 255 bytes, and an extension of ASCII letters and digits (146 otherwise).
+    pub fn parse(name: &str) -> Result<UploadName, FilesError> {
+        let bad = || FilesError::BadName(basalt_cluster::error::clip(name));
+        if name.is_empty()
+            || name.len() > MAX_NAME_BYTES
+            || name
+                .chars()
+                .any(|c| c.is_control() || c == '/' || c == '\\')
+        {
+            return Err(bad());
+        }
+        let ext = match name.rsplit_once('.') {
+            Some((_, ext)) if !ext.is_empty() => ext,
+            _ => return Err(FilesError::NoExtension(basalt_cluster::error::clip(name))),
+        };
+        if ext.chars().count() > MAX_EXT_CHARS || !ext.chars().all(|c| c.is_ascii_alphanumeric()) {
+            return Err(bad());
+        }
+        Ok(UploadName {
+            filename: name.to_string(),
+            ext: ext.to_ascii_lowercase(),
+        })
+    }
+
+    /// The content type of a file with this name.
+    pub fn content_type(&self) -> String {
+        mime_guess::from_ext(&self.ext)
+            .first_or_octet_stream()
+            .essence_str()
+            .to_string()
+    }
+}
+
+/// The path under the cdn name of a new file: `YYYY/MM/DD/<id>.<ext>` (UTC date of `now_ms`).
+pub fn new_path(id: &FileId, ext: &str, now_ms: i64) -> String {
+    let day = chrono::DateTime::from_timestamp_millis(now_ms)
+        .unwrap_or_default()
+        .format("%Y/%m/%d");
+    format!("{day}/{id}.{ext}")
+}
+
+/// A file's absolute url.
+pub fn url_of(public_url: &str, cdn: &str, path: &str) -> String {
+    format!("{}/{cdn}/{path}", public_url.trim_end_matches('/'))
+}
+
+/// The file a url, or the path of a delete request, names: its last four parts are
+/// `YYYY/MM/DD/<id>.<ext>`, whatever comes before (a scheme and host, the cdn name, doubled
+/// slashes, another storage name as the SDKs send).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileRef {
+    pub id: FileId,
+    /// `YYYY/MM/DD/<id>.<ext>`.
+    pub path: String,
+}
+
+impl FileRef {
+    pub fn parse(url: &str) -> Option<FileRef> {
+        let url = url.split(['?', '#']).next().unwrap_or_default();
+        let parts: Vec<&str> = url.split('/').filter(|p| !p.is_empty()).collect();
+        let [.., y, m, d, name] = parts.as_slice() else {
+            return None;
+        };
+        let digits = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit());
+        if !(digits(y, 4) && digits(m, 2) && digits(d, 2)) {
+            return None;
+        }
+        let (stem, ext) = name.split_once('.')?;
+        if ext.is_empty() || ext.contains('.') {
+            return None;
+        }
+        Some(FileRef {
+            id: FileId::parse(stem)?,
+            path: format!("{y}/{m}/{d}/{name}"),
+        })
+    }
+}
+
+/// Streams `body` into a new file named `name` of `app` (uploaded by `uploader`), within the
+/// size and idle limits of `config`; answers its record once it is stored. Past the size limit
+/// it stops reading: what is left of `body` is the caller's to drain.
+pub async fn store<E: std::fmt::Display>(
+    cluster: &Cluster,
+    config: &FilesConfig,
+    body: &mut (impl Stream<Item = Result<Bytes, E>> + Unpin),
+    name: &UploadName,
+    app: &str,
+    uploader: Option<String>,
+) -> Result<FileRecord, FilesError> {
+    let started = std::time::Instant::now();
+    let mut upload = cluster.files().begin_upload().await?;
+    loop {
+        let next = tokio::time::timeout(config.idle, body.next())
+            .await
+            .map_err(|_| FilesError::Stalled(config.idle.as_secs()))?;
+        let Some(piece) = next else { break };
+        let piece =
+            piece.map_err(|e| FilesError::BadBody(format!("the body could not be read: {e}")))?;
+        if upload.size() + piece.len() as u64 > config.max_bytes {
+            return Err(FilesError::TooLarge(config.max_bytes));
+        }
+        upload.write(&piece).await?;
+    }
+    if upload.size() == 0 {
+        return Err(FilesError::Empty);
+    }
+    let now = basalt_cluster::now_ms();
+    let path = new_path(upload.id(), &name.ext, now);
+    let record = upload
+        .finish(NewFile {
+            app: app.to_string(),
+            path,
+            filename: name.filename.clone(),
+            content_type: name.content_type(),
+            uploader,
+            created_ms: now,
+            cdn: config.cdn.clone(),
+        })
+        .await?;
+    metrics::histogram!("basalt_files_upload_seconds").record(started.elapsed().as_secs_f64());
+    Ok(record)
+}
+
+/// The `file` part of a multipart/form-data body whose Content-Type is `content_type`, as a
+/// stream of its bytes (the parts before it are skipped).
+pub async fn multipart_file<S, E>(
+    content_type: &str,
+    body: S,
+) -> Result<impl Stream<Item = Result<Bytes, multer::Error>>, FilesError>
+where
+    S: Stream<Item = Result<Bytes, E>> + Send + 'static,
+    E: Into<Box<dyn std::error::Error + Send + Sync>> + 'static,
+{
+    let boundary = multer::parse_boundary(content_type)
+        .map_err(|e| FilesError::BadBody(format!("bad multipart Content-Type: {e}")))?;
+    let mut parts = multer::Multipart::new(body, boundary);
+    loop {
+        match parts.next_field().await {
+            Ok(Some(field)) if field.name() == Some("file") => return Ok(field),
+            Ok(Some(_)) => continue,
+            Ok(None) => {
+                return Err(FilesError::BadBody(
+                    "the multipart body has no part named \"file\".".into(),
+                ))
+            }
+            Err(e) => return Err(FilesError::BadBody(format!("bad multipart body: {e}"))),
+        }
+    }
+}
+
+/// Reads and drops what is left of `body`, at most `max` bytes and `idle` between pieces, so
+/// that a client refused while it sends reads its answer instead of a reset; false when more
+/// was left.
+pub async fn drain<E>(
+    body: &mut (impl Stream<Item = Result<Bytes, E>> + Unpin),
+    max: usize,
+    idle: Duration,
+) -> bool {
+    let mut seen = 0usize;
+    loop {
+        match tokio::time::timeout(idle, body.next()).await {
+            Ok(Some(Ok(piece))) => {
+                seen = seen.saturating_add(piece.len());
+                if seen > max {
+                    return false;
+                }
+            }
+            Ok(None) => return true,
+            Ok(Some(Err(_))) | Err(_) => return false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upload_names() {
+        let n = UploadName::parse("Photo 1.JPG").unwrap();
+        assert_eq!(
+            (n.filename.as_str(), n.ext.as_str()),
+            ("Photo 1.JPG", "jpg")
+        );
+        assert_eq!(n.content_type(), "image/jpeg");
+        assert_eq!(
+            UploadName::parse("a.unknownext").unwrap().content_type(),
+            "application/octet-stream"
+        );
+        assert_eq!(UploadName::parse("报告.pdf").unwrap().ext, "pdf");
+        for name in ["noext", "trailing.", ""] {
+            assert!(
+                matches!(
+                    UploadName::parse(name),
+                    Err(FilesError::NoExtension(_) | FilesError::BadName(_))
+                ),
+                "{name}"
+            );
+        }
+        assert!(matches!(
+            UploadName::parse("noext"),
+            Err(FilesError::NoExtension(_))
+        ));
+        for name in [
+            "a/b.txt",
+            "a\\b.txt",
+            "a\u{0}.txt",
+            "a.t-t",
+            &"x".repeat(300),
+        ] {
+            assert!(
+                matches!(UploadName::parse(name), Err(FilesError::BadName(_))),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn file_refs_from_urls_and_delete_paths() {
+        let id = FileId::random();
+        let path = new_path(&id, "png", 1_700_000_000_000);
+        assert_eq!(path, format!("2023/11/14/{id}.png"));
+        let url = url_of("http://127.0.0.1:8080/", "basalt", &path);
+        assert_eq!(url, format!("http://127.0.0.1:8080/basalt/{path}"));
+        let want = Some(FileRef {
+            id: id.clone(),
+            path: path.clone(),
+        });
+        for form in [
+            url.clone(),
+            format!("{url}?imageView2/1/w/10"),
+            format!("basalt/{path}"),
+            format!("upyun/basalt/{path}"),
+            format!("upyun//basalt/{path}"),
+            format!("/basalt/{path}"),
+        ] {
+            assert_eq!(FileRef::parse(&form), want, "{form}");
+        }
+        for bad in [
+            format!("basalt/2023/11/{id}.png"),
+            format!("basalt/2023/1/14/{id}.png"),
+            format!("basalt/2023/11/14/{id}"),
+            "basalt/2023/11/14/../../x.png".to_string(),
+            "basalt/2023/11/14/ABC.png".to_string(),
+        ] {
+            assert_eq!(FileRef::parse(&bad), None, "{bad}");
+        }
+    }
+}

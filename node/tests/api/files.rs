@@ -1,0 +1,503 @@
+//! Files (spec 4.7): uploads (raw and multipart), downloads (Range, ETag, caching) through any
+//! node, deletes (every path form the SDKs send, batches), the errors of each, and what the
+//! cluster does with the copies: a majority before an upload answers, none of a failed upload,
+//! pulled by a node added later, reclaimed once deleted.
+
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use basalt_client::{Client, Method};
+use md5::{Digest, Md5};
+use serde_json::{json, Value};
+
+use crate::common::{assert_api_error, assert_unauthorized, TestCluster};
+
+fn md5_hex(bytes: &[u8]) -> String {
+    Md5::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// `n` bytes that differ from one test file to the next.
+fn bytes_of(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+async fn upload(c: &Client, name: &str, bytes: &[u8]) -> Value {
+    c.upload_file(name, "application/octet-stream", bytes.to_vec())
+        .await
+        .expect("upload")
+        .body
+}
+
+fn url_path(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    rest.split_once('/')
+        .map(|(_, p)| p.to_string())
+        .unwrap_or_default()
+}
+
+/// GET of `url` on another node's address (same path), with optional extra headers.
+async fn get_at(base: &str, url: &str, headers: &[(&str, &str)]) -> reqwest::Response {
+    let mut req = reqwest::Client::new().get(format!("{base}/{}", url_path(url)));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    req.send().await.expect("GET file")
+}
+
+/// Copies in place under a node's data dir (`files/<2 hex>/<id>`).
+fn copies_on(cluster: &TestCluster, i: usize) -> Vec<String> {
+    let dir = cluster.nodes[i].data_dir.join("files");
+    let mut out = Vec::new();
+    for shelf in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        if shelf.file_name() == "tmp" {
+            continue;
+        }
+        for f in std::fs::read_dir(shelf.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            out.push(f.file_name().to_string_lossy().to_string());
+        }
+    }
+    out
+}
+
+fn file_id(url: &str) -> String {
+    let name = url.rsplit('/').next().unwrap_or_default();
+    name.split('.').next().unwrap_or_default().to_string()
+}
+
+#[tokio::test]
+async fn files_upload_download_and_delete_with_their_errors() {
+    let cluster = TestCluster::start(1, &[], &["--max-file-mb", "1"]).await;
+    let c = cluster.client(0);
+    let base = format!("http://{}", cluster.nodes[0].http);
+
+    // A raw upload answers its name, an absolute url under the cdn name and today's date.
+    let body = upload(&c, "hello.txt", b"hello, files").await;
+    assert_eq!(body["filename"], "hello.txt");
+    assert_eq!(body["cdn"], "basalt");
+    let url = body["url"].as_str().unwrap().to_string();
+    let today = chrono::Utc::now().format("%Y/%m/%d").to_string();
+    assert!(url.starts_with(&format!("{base}/basalt/{today}/")), "{url}");
+    assert!(url.ends_with(".txt"), "{url}");
+    assert_eq!(file_id(&url).len(), 32);
+
+    // Downloads: whole, with type, length, ETag and cache headers; ranges; revalidation.
+    let r = reqwest::get(&url).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let h = r.headers().clone();
+    assert_eq!(h["content-type"], "text/plain");
+    assert_eq!(h["content-length"], "12");
+    let etag = format!("\"{}\"", md5_hex(b"hello, files"));
+    assert_eq!(h["etag"], etag.as_str());
+    assert!(h["cache-control"].to_str().unwrap().contains("max-age"));
+    assert_eq!(r.bytes().await.unwrap().as_ref(), b"hello, files");
+    let r = get_at(&base, &url, &[("range", "bytes=1-4")]).await;
+    assert_eq!(r.status(), 206);
+    assert_eq!(r.headers()["content-range"], "bytes 1-4/12");
+    assert_eq!(r.bytes().await.unwrap().as_ref(), b"ello");
+    let r = get_at(&base, &url, &[("range", "bytes=-5")]).await;
+    assert_eq!(r.bytes().await.unwrap().as_ref(), b"files");
+    let r = get_at(&base, &url, &[("range", "bytes=12-")]).await;
+    assert_eq!(r.status(), 416);
+    assert_eq!(r.headers()["content-range"], "bytes */12");
+    let r = get_at(&base, &url, &[("if-none-match", &etag)]).await;
+    assert_eq!(r.status(), 304);
+    let r = reqwest::Client::new().head(&url).send().await.unwrap();
+    assert_eq!(
+        (
+            r.status().as_u16(),
+            r.headers()["content-length"].to_str().unwrap()
+        ),
+        (200, "12")
+    );
+    assert!(r.bytes().await.unwrap().is_empty());
+    // A url the cluster never gave: 404, whatever part is wrong.
+    let wrong_date = url.replace(&today, "2001/01/01");
+    let wrong_ext = url.replace(".txt", ".png");
+    let other_cdn = url.replace("/basalt/", "/other/");
+    let unknown = url.replace(&file_id(&url), &"0".repeat(32));
+    for bad in [wrong_date, wrong_ext, other_cdn, unknown] {
+        assert_eq!(get_at(&base, &bad, &[]).await.status(), 404, "{bad}");
+    }
+
+    // A multipart upload stores its `file` part, whatever comes before it.
+    let picture = bytes_of(300_000, 1);
+    let r = multipart_upload(
+        &cluster,
+        "p.png",
+        &[
+            ("note", None, b"skipped"),
+            ("file", Some("p.png"), &picture),
+        ],
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    let multipart: Value = r.json().await.unwrap();
+    let got = reqwest::get(multipart["url"].as_str().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(got.headers()["content-type"], "image/png");
+    assert_eq!(md5_hex(&got.bytes().await.unwrap()), md5_hex(&picture));
+
+    // Errors: no extension 146, a bad name 146, empty 149, too large 1500, no keys 401, a
+    // multipart body without a `file` part 107.
+    let raw = |name: &str, bytes: Vec<u8>| {
+        let c = c.clone();
+        let name = name.to_string();
+        async move { c.upload_file(&name, "text/plain", bytes).await }
+    };
+    assert_api_error(raw("noext", b"x".to_vec()).await, 400, 146, "no extension");
+    assert_api_error(raw("a.t-t", b"x".to_vec()).await, 400, 146, "bad extension");
+    assert_api_error(raw("empty.txt", Vec::new()).await, 400, 149, "empty");
+    assert_api_error(
+        raw("big.bin", vec![7u8; (1 << 20) + 1]).await,
+        400,
+        1500,
+        "over --max-file-mb",
+    );
+    assert_unauthorized(
+        cluster
+            .anonymous_client(0)
+            .upload_file("a.txt", "text/plain", b"x".to_vec())
+            .await,
+        "no keys",
+    );
+    let r = multipart_upload(&cluster, "q.png", &[("other", None, b"x")]).await;
+    assert_eq!(r.status(), 400);
+    assert_eq!(r.json::<Value>().await.unwrap()["code"], 107);
+
+    // A File value saved into an object reads back unchanged.
+    let file_value =
+        json!({"__type": "File", "filename": "hello.txt", "url": url, "cdn": "basalt"});
+    let created = c
+        .create_object("Doc", &json!({"attachment": file_value}))
+        .await
+        .unwrap();
+    let doc = c
+        .get_object("Doc", &created.object_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(doc["attachment"], file_value);
+
+    // Another app cannot delete this app's file (151); the SDKs' path forms can.
+    let other = cluster.create_app(0, "other").await;
+    let other_client = cluster.app_client(0, &other);
+    let path = url_path(&url);
+    assert_api_error(
+        other_client
+            .request(Method::DELETE, &format!("/2/files/{path}"), None, false)
+            .await,
+        400,
+        151,
+        "another app's file",
+    );
+    let deleted = c
+        .request(Method::DELETE, &format!("/2/files/{path}"), None, false)
+        .await
+        .unwrap();
+    assert_eq!(deleted.body, json!({"msg": "ok"}));
+    assert_eq!(get_at(&base, &url, &[]).await.status(), 404);
+    assert_api_error(
+        c.request(Method::DELETE, &format!("/2/files/{path}"), None, false)
+            .await,
+        400,
+        151,
+        "deleted twice",
+    );
+    // Deleting a file leaves objects pointing at it alone.
+    let doc = c
+        .get_object("Doc", &created.object_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(doc["attachment"], file_value);
+    for form in ["upyun/{path}", "upyun//{path}"] {
+        let u = upload(&c, "f.txt", b"sdk form").await["url"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let p = form.replace("{path}", &url_path(&u));
+        let r = c
+            .request(Method::DELETE, &format!("/2/files/{p}"), None, false)
+            .await
+            .unwrap();
+        assert_eq!(r.body, json!({"msg": "ok"}), "{p}");
+        assert_eq!(get_at(&base, &u, &[]).await.status(), 404, "{p}");
+    }
+
+    // Batch deletes: all named go; the ones that could not are listed under `fail`.
+    let a = upload(&c, "a.txt", b"a").await["url"].clone();
+    let b = upload(&c, "b.txt", b"b").await["url"].clone();
+    let bogus = format!("{base}/basalt/2020/01/01/{}.txt", "f".repeat(32));
+    match c
+        .request(
+            Method::POST,
+            "/2/cdnBatchDelete",
+            Some(&json!({"basalt": [a, b, bogus]})),
+            false,
+        )
+        .await
+    {
+        Err(basalt_client::Error::Api { body, status, .. }) => {
+            assert_eq!(status, 400);
+            assert_eq!(body["code"], 154);
+            assert_eq!(body["fail"], json!({"basalt": [bogus]}));
+        }
+        other => panic!("batch with an unknown url: {other:?}"),
+    }
+    for u in [&a, &b] {
+        assert_eq!(get_at(&base, u.as_str().unwrap(), &[]).await.status(), 404);
+    }
+    let d = upload(&c, "d.txt", b"d").await["url"].clone();
+    let r = c
+        .request(
+            Method::POST,
+            "/2/cdnBatchDelete",
+            Some(&json!({"basalt": [d]})),
+            false,
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.body, json!({"msg": "ok"}));
+    assert_api_error(
+        c.request(
+            Method::POST,
+            "/2/cdnBatchDelete",
+            Some(&json!({"basalt": "not a list"})),
+            false,
+        )
+        .await,
+        400,
+        107,
+        "batch of a non-array",
+    );
+
+    // What is left on disk: the multipart picture only (deleted files' copies are gone).
+    let pic_id = file_id(multipart["url"].as_str().unwrap());
+    TestCluster::eventually(Duration::from_secs(10), "deleted copies gone", || {
+        copies_on(&cluster, 0) == vec![pic_id.clone()]
+    })
+    .await;
+}
+
+/// Uploads a multipart/form-data body of `parts` (name, file name, bytes) as `name` to node 1.
+async fn multipart_upload(
+    cluster: &TestCluster,
+    name: &str,
+    parts: &[(&str, Option<&str>, &[u8])],
+) -> reqwest::Response {
+    let boundary = "----basalt-test-boundary";
+    let mut body = Vec::new();
+    for (field, file_name, bytes) in parts {
+        body.extend_from_slice(format!("--{boundary}\r\n").as_bytes());
+        let disposition = match file_name {
+            Some(f) => format!("Content-Disposition: form-data; name=\"{field}\"; filename=\"{f}\"\r\nContent-Type: application/octet-stream\r\n\r\n"),
+            None => format!("Content-Disposition: form-data; name=\"{field}\"\r\n\r\n"),
+        };
+        body.extend_from_slice(disposition.as_bytes());
+        body.extend_from_slice(bytes);
+        body.extend_from_slice(b"\r\n");
+    }
+    body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+    reqwest::Client::new()
+        .post(format!("http://{}/2/files/{name}", cluster.nodes[0].http))
+        .header("X-Service-Application-Id", &cluster.keys.application_id)
+        .header("X-Service-REST-API-Key", &cluster.keys.rest_key)
+        .header(
+            "Content-Type",
+            format!("multipart/form-data; boundary={boundary}"),
+        )
+        .body(body)
+        .send()
+        .await
+        .expect("multipart upload")
+}
+
+/// Writes an HTTP/1.1 upload of `total` bytes to `addr` by hand, calling `midway` after half
+/// of it; answers the status line and body, or None when the connection broke.
+fn raw_upload(
+    addr: &str,
+    keys: &basalt_client::AppKeys,
+    name: &str,
+    bytes: &[u8],
+    midway: impl FnOnce(),
+) -> Option<(u16, Value)> {
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(60))).ok()?;
+    let head = format!(
+        "POST /2/files/{name} HTTP/1.1\r\nHost: {addr}\r\nX-Service-Application-Id: {}\r\nX-Service-REST-API-Key: {}\r\nContent-Type: application/octet-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        keys.application_id,
+        keys.rest_key,
+        bytes.len()
+    );
+    s.write_all(head.as_bytes()).ok()?;
+    let half = bytes.len() / 2;
+    s.write_all(&bytes[..half]).ok()?;
+    s.flush().ok()?;
+    std::thread::sleep(Duration::from_millis(500));
+    midway();
+    s.write_all(&bytes[half..]).ok()?;
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).ok()?;
+    let status: u16 = answer.split(' ').nth(1)?.parse().ok()?;
+    let body = answer.split("\r\n\r\n").nth(1)?;
+    Some((status, serde_json::from_str(body).unwrap_or(Value::Null)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_are_stored_on_a_quorum_and_served_by_every_node() {
+    let mut cluster = TestCluster::start(
+        3,
+        &[],
+        &["--files-upkeep-secs", "1", "--files-orphan-grace-secs", "2"],
+    )
+    .await;
+    let c = cluster
+        .client(0)
+        .with_timeout(Duration::from_secs(120))
+        .unwrap();
+
+    // 50 MiB through node 1, read whole and by range through the others.
+    let big = bytes_of(50 << 20, 7);
+    let body = upload(&c, "big.bin", &big).await;
+    let url = body["url"].as_str().unwrap().to_string();
+    let id = file_id(&url);
+    for i in [1, 2] {
+        let base = format!("http://{}", cluster.nodes[i].http);
+        let r = get_at(&base, &url, &[]).await;
+        assert_eq!(r.status(), 200);
+        assert_eq!(
+            r.headers()["content-length"],
+            (50u64 << 20).to_string().as_str()
+        );
+        assert_eq!(
+            md5_hex(&r.bytes().await.unwrap()),
+            md5_hex(&big),
+            "node {i}"
+        );
+        let r = get_at(&base, &url, &[("range", "bytes=1000000-1000999")]).await;
+        assert_eq!(r.status(), 206);
+        assert_eq!(
+            r.bytes().await.unwrap().as_ref(),
+            &big[1_000_000..1_001_000]
+        );
+    }
+    // Three nodes, three replicas: every node holds a copy.
+    for i in 0..3 {
+        assert_eq!(copies_on(&cluster, i), vec![id.clone()], "node {i}");
+    }
+
+    // A holder killed in the middle of an upload: it still succeeds on the other two, whole.
+    let second = bytes_of(8 << 20, 8);
+    let addr = cluster.nodes[0].http.clone();
+    let keys = cluster.keys.clone();
+    let (status, answer) = tokio::task::block_in_place(|| {
+        raw_upload(&addr, &keys, "mid.bin", &second, || cluster.kill(2))
+    })
+    .expect("an answer");
+    assert_eq!(status, 200, "{answer}");
+    let mid_url = answer["url"].as_str().unwrap().to_string();
+    let r = get_at(&format!("http://{}", cluster.nodes[1].http), &mid_url, &[]).await;
+    assert_eq!(md5_hex(&r.bytes().await.unwrap()), md5_hex(&second));
+
+    // With the holder down, files are still served; deleted meanwhile, its copy is an orphan.
+    let r = get_at(&format!("http://{}", cluster.nodes[1].http), &url, &[]).await;
+    assert_eq!(md5_hex(&r.bytes().await.unwrap()), md5_hex(&big));
+    let path = url_path(&url);
+    c.request(Method::DELETE, &format!("/2/files/{path}"), None, false)
+        .await
+        .unwrap();
+    // The restarted node receives the copy it missed and drops the deleted file's.
+    cluster.restart(2).await;
+    let mid_id = file_id(&mid_url);
+    TestCluster::eventually(Duration::from_secs(60), "copies repaired", || {
+        (0..3).all(|i| copies_on(&cluster, i) == vec![mid_id.clone()])
+    })
+    .await;
+
+    // The receiving node killed mid-upload: nothing is stored anywhere.
+    let before: Vec<Vec<String>> = (0..3).map(|i| copies_on(&cluster, i)).collect();
+    let addr = cluster.nodes[0].http.clone();
+    let answer = tokio::task::block_in_place(|| {
+        raw_upload(&addr, &keys, "cut.bin", &bytes_of(8 << 20, 9), || {
+            cluster.kill(0)
+        })
+    });
+    assert!(
+        answer.as_ref().is_none_or(|(status, _)| *status != 200),
+        "{answer:?}"
+    );
+    for i in [1, 2] {
+        let tmp = cluster.nodes[i].data_dir.join("files/tmp");
+        TestCluster::eventually(Duration::from_secs(20), "partial copies discarded", || {
+            std::fs::read_dir(&tmp).map(|d| d.count()).unwrap_or(0) == 0
+        })
+        .await;
+        assert_eq!(copies_on(&cluster, i), before[i], "node {i}");
+    }
+}
+
+#[tokio::test]
+async fn a_node_added_later_receives_its_copies_and_the_others_keep_three() {
+    let mut cluster = TestCluster::start(3, &[], &["--files-upkeep-secs", "1"]).await;
+    let c = cluster.client(0);
+    let mut urls = Vec::new();
+    for i in 0..12 {
+        let body = upload(&c, &format!("f{i}.txt"), format!("file {i}").as_bytes()).await;
+        urls.push(body["url"].as_str().unwrap().to_string());
+    }
+    let ids: Vec<String> = urls.iter().map(|u| file_id(u)).collect();
+    cluster.add_node().await;
+    TestCluster::eventually(Duration::from_secs(90), "copies rebalanced", || {
+        let held: Vec<Vec<String>> = (0..4).map(|i| copies_on(&cluster, i)).collect();
+        !held[3].is_empty()
+            && ids
+                .iter()
+                .all(|id| held.iter().filter(|h| h.contains(id)).count() == 3)
+    })
+    .await;
+    // Every file still reads back through the new node.
+    let base = format!("http://{}", cluster.nodes[3].http);
+    for (i, url) in urls.iter().enumerate() {
+        let r = get_at(&base, url, &[]).await;
+        assert_eq!(r.status(), 200, "{url}");
+        assert_eq!(r.text().await.unwrap(), format!("file {i}"));
+    }
+
+    // Two deletes of each file racing through different nodes: exactly one succeeds.
+    let (c0, c3) = (cluster.client(0), cluster.client(3));
+    for url in &urls {
+        let path = format!("/2/files/{}", url_path(url));
+        let (a, b) = tokio::join!(
+            c0.request(Method::DELETE, &path, None, false),
+            c3.request(Method::DELETE, &path, None, false)
+        );
+        let codes: Vec<Option<i64>> = [&a, &b]
+            .iter()
+            .map(|r| r.as_ref().err().and_then(|e| e.code()))
+            .collect();
+        assert!(
+            (a.is_ok() && codes[1] == Some(151)) || (b.is_ok() && codes[0] == Some(151)),
+            "{url}: {a:?} {b:?}"
+        );
+    }
+    TestCluster::eventually(Duration::from_secs(30), "every copy dropped", || {
+        (0..4).all(|i| copies_on(&cluster, i).is_empty())
+    })
+    .await;
+}
