@@ -1113,18 +1113,17 @@ fn class_metas(
         .iter()
         .map(|&g| keys::record_key(g, Namespace::IndexMeta.name(), &name))
         .collect();
-    store
-        .multi_get(CF_SM, &keys)?
-        .into_iter()
-        .map(|bytes| {
-            let Some(bytes) = bytes else {
-                return Ok(IndexMeta::default());
-            };
-            // Index metadata never expires.
-            let rec = StoredRecord::decode(&bytes)?;
-            Ok(serde_json::from_value(rec.value).unwrap_or_default())
-        })
-        .collect()
+    // Read by every query of the class and written only with its objects: decoded once per
+    // state of the store (`ReadView::decoded`).
+    let metas = store.decoded(CF_SM, &keys, |bytes| {
+        let Some(bytes) = bytes else {
+            return Ok(IndexMeta::default());
+        };
+        // Index metadata never expires.
+        let rec = StoredRecord::decode(bytes)?;
+        Ok(serde_json::from_value(rec.value).unwrap_or_default())
+    })?;
+    Ok(metas.iter().map(|m| IndexMeta::clone(m)).collect())
 }
 
 /// The matching objects of several shards read together (ordered, at most `skip + limit`)

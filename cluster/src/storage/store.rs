@@ -14,9 +14,12 @@
 //! quarter of it uncompressed, leaving a bigger class's to the hot data (`scan_bulk`,
 //! `worth_caching`); candidates found in an index are read together (`multi_get`).
 
+use std::any::Any;
+use std::collections::HashMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use rocksdb::{
@@ -38,6 +41,10 @@ pub struct ReadView<'a> {
     store: &'a Store,
     sm_iter: std::cell::RefCell<Option<rocksdb::DBRawIteratorWithThreadMode<'a, DB>>>,
     snap: rocksdb::SnapshotWithThreadMode<'a, DB>,
+    /// The store's write generation the snapshot holds exactly, when no write was in progress
+    /// or finished while it was taken (`Store::view`); values decoded from such a view serve
+    /// every later view of the same generation (`ReadView::decoded`).
+    generation: Option<u64>,
 }
 
 impl<'a> ReadView<'a> {
@@ -57,6 +64,67 @@ impl<'a> ReadView<'a> {
     /// The values of `keys` of `cf`, read together (one multi-get), in the order of `keys`.
     pub fn multi_get(&self, cf: &str, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>> {
         self.store.multi_get_with(cf, keys, &self.options())
+    }
+
+    /// The values of `keys` of `cf` as `decode` makes them (from the stored bytes, or `None`
+    /// for an absent key), in the order of `keys`. A value decoded by an earlier view of the
+    /// same write generation is reused without reading the store: with no write since, it is
+    /// exactly what this view would read. For small values read by every query and rarely
+    /// written (a class's index metadata), where the read and the decoding cost more than the
+    /// rest of a short query.
+    pub fn decoded<T: Any + Send + Sync>(
+        &self,
+        cf: &str,
+        keys: &[Vec<u8>],
+        decode: impl Fn(Option<&[u8]>) -> Result<T>,
+    ) -> Result<Vec<Arc<T>>> {
+        let cache_key = |key: &[u8]| [cf.as_bytes(), &[0], key].concat();
+        let mut out: Vec<Option<Arc<T>>> = vec![None; keys.len()];
+        if let Some(generation) = self.generation {
+            let cache = self.store.decoded_cache()?;
+            for (slot, key) in out.iter_mut().zip(keys) {
+                *slot = cache
+                    .get(&cache_key(key))
+                    .filter(|(g, _)| *g == generation)
+                    .and_then(|(_, v)| Arc::clone(v).downcast::<T>().ok());
+            }
+        }
+        let missing: Vec<Vec<u8>> = keys
+            .iter()
+            .zip(&out)
+            .filter(|(_, v)| v.is_none())
+            .map(|(k, _)| k.clone())
+            .collect();
+        if missing.is_empty() {
+            return Ok(out.into_iter().flatten().collect());
+        }
+        let read = self.multi_get(cf, &missing)?;
+        let mut fresh = Vec::with_capacity(missing.len());
+        for (key, bytes) in missing.into_iter().zip(read) {
+            fresh.push((key, Arc::new(decode(bytes.as_deref())?)));
+        }
+        if let Some(generation) = self.generation {
+            let mut cache = self.store.decoded_cache()?;
+            if cache.len() + fresh.len() > DECODED_CACHE_ENTRIES {
+                cache.clear();
+            }
+            for (key, value) in &fresh {
+                let value: Arc<dyn Any + Send + Sync> = Arc::clone(value) as _;
+                // An older view's value never replaces a newer one's.
+                let entry = cache
+                    .entry(cache_key(key))
+                    .or_insert((generation, Arc::clone(&value)));
+                if entry.0 <= generation {
+                    *entry = (generation, value);
+                }
+            }
+        }
+        let mut fresh = fresh.into_iter().map(|(_, v)| v);
+        Ok(out
+            .into_iter()
+            .map(|v| v.or_else(|| fresh.next()))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| Error::Internal("a decoded value went missing".into()))?)
     }
 
     /// Visits the keys in `[start, end)` of `cf` in order until `visit` returns false.
@@ -272,8 +340,19 @@ fn machine_memory_bytes() -> Option<usize> {
 /// Called once the WAL holding an earlier write is on disk (or the sync failed).
 pub type SyncCallback = Box<dyn FnOnce(std::io::Result<()>) + Send>;
 
+/// Values `ReadView::decoded` keeps at most (the cache is emptied when it would hold more).
+const DECODED_CACHE_ENTRIES: usize = 4096;
+
+/// Decoded values by column family and key, each with the write generation it was read at.
+type DecodedCache = HashMap<Vec<u8>, (u64, Arc<dyn Any + Send + Sync>)>;
+
 pub struct Store {
     db: Arc<DB>,
+    /// Writes finished, and writes in progress (`Store::write`): a view taken while neither
+    /// moved knows exactly which state it holds (`ReadView::generation`).
+    written: AtomicU64,
+    writing: AtomicU64,
+    decoded: Mutex<DecodedCache>,
     /// The most a node's bulk scans of one class keep in the block cache (uncompressed): a
     /// quarter of it (`ReadView::worth_caching`).
     bulk_cached_bytes: u64,
@@ -349,6 +428,9 @@ impl Store {
             .spawn(move || run_wal_syncer(&syncer_db, &sync_rx))?;
         Ok(Arc::new(Store {
             db,
+            written: AtomicU64::new(0),
+            writing: AtomicU64::new(0),
+            decoded: Mutex::new(HashMap::new()),
             bulk_cached_bytes: (tuning.block_cache_bytes / 4) as u64,
             sync_tx: Some(sync_tx),
             syncer: Some(syncer),
@@ -367,11 +449,26 @@ impl Store {
 
     /// A point-in-time view of the store for reads that must agree with each other.
     pub fn view(&self) -> ReadView<'_> {
+        // A seqlock read: the generation counts finished writes, so when none was in progress
+        // before the snapshot and none finished or was in progress after it, the snapshot
+        // holds exactly the first `generation` writes.
+        let before = self.written.load(Ordering::SeqCst);
+        let idle_before = self.writing.load(Ordering::SeqCst) == 0;
+        let snap = self.db.snapshot();
+        let idle_after = self.writing.load(Ordering::SeqCst) == 0;
+        let after = self.written.load(Ordering::SeqCst);
         ReadView {
             store: self,
             sm_iter: std::cell::RefCell::new(None),
-            snap: self.db.snapshot(),
+            snap,
+            generation: (idle_before && idle_after && before == after).then_some(before),
         }
+    }
+
+    fn decoded_cache(&self) -> Result<std::sync::MutexGuard<'_, DecodedCache>> {
+        self.decoded
+            .lock()
+            .map_err(|_| Error::Internal("decoded-value cache poisoned".into()))
     }
 
     /// The values of `keys` of `cf`, read together, in the order of `keys`.
@@ -423,7 +520,11 @@ impl Store {
     pub fn write(&self, batch: WriteBatch, sync: bool) -> Result<()> {
         let mut wo = WriteOptions::default();
         wo.set_sync(sync);
-        Ok(self.db.write_opt(batch, &wo)?)
+        self.writing.fetch_add(1, Ordering::SeqCst);
+        let written = self.db.write_opt(batch, &wo);
+        self.written.fetch_add(1, Ordering::SeqCst);
+        self.writing.fetch_sub(1, Ordering::SeqCst);
+        Ok(written?)
     }
 
     /// Calls `callback` once every write made before this call is durable.
@@ -584,6 +685,48 @@ mod settings_bench;
 mod tests {
     use super::*;
     use crate::storage::keys::CF_SM;
+
+    #[test]
+    fn decoded_values_are_reused_only_while_nothing_was_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let put = |v: &[u8]| {
+            let mut b = WriteBatch::default();
+            b.put_cf(store.cf(CF_SM).unwrap(), b"k", v);
+            store.write(b, false).unwrap();
+        };
+        let decodes = std::cell::Cell::new(0);
+        let read = |view: &ReadView<'_>| {
+            let got = view
+                .decoded(CF_SM, &[b"k".to_vec(), b"absent".to_vec()], |bytes| {
+                    decodes.set(decodes.get() + 1);
+                    Ok(bytes.map(<[u8]>::to_vec))
+                })
+                .unwrap();
+            (got[0].as_ref().clone(), got[1].as_ref().clone())
+        };
+        put(b"one");
+        let first = store.view();
+        assert!(first.generation.is_some());
+        assert_eq!(read(&first), (Some(b"one".to_vec()), None));
+        assert_eq!(decodes.get(), 2);
+        // A later view with no write between: decoded once, not read again.
+        assert_eq!(read(&store.view()), (Some(b"one".to_vec()), None));
+        assert_eq!(decodes.get(), 2);
+        // A write: the next view reads the new value; the first view still its own.
+        put(b"two");
+        assert_eq!(read(&store.view()), (Some(b"two".to_vec()), None));
+        assert_eq!(decodes.get(), 4);
+        assert_eq!(read(&first), (Some(b"one".to_vec()), None));
+        // A view taken while a write is in progress knows no generation: it reads itself.
+        store.writing.fetch_add(1, Ordering::SeqCst);
+        let racing = store.view();
+        store.writing.fetch_sub(1, Ordering::SeqCst);
+        assert_eq!(racing.generation, None);
+        let before = decodes.get();
+        assert_eq!(read(&racing), (Some(b"two".to_vec()), None));
+        assert_eq!(decodes.get(), before + 2);
+    }
 
     #[test]
     fn scans_run_forward_and_backward_within_their_bounds() {
