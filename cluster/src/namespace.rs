@@ -49,11 +49,13 @@ pub enum Namespace {
     IndexMeta,
     /// Stored files (key: the file's id; decisions/0020).
     File,
+    /// Deleted files, for a day (key: the file's id): their copies may go at once.
+    FileGone,
 }
 
 impl Namespace {
     /// Every namespace.
-    pub const ALL: [Namespace; 20] = [
+    pub const ALL: [Namespace; 21] = [
         Namespace::Schema,
         Namespace::Node,
         Namespace::Cluster,
@@ -74,6 +76,7 @@ impl Namespace {
         Namespace::Tries,
         Namespace::IndexMeta,
         Namespace::File,
+        Namespace::FileGone,
     ];
 
     /// The stored name (never changes: it is in keys on disk and in the Raft log).
@@ -99,6 +102,7 @@ impl Namespace {
             Namespace::Tries => "tries",
             Namespace::IndexMeta => "index_meta",
             Namespace::File => "file",
+            Namespace::FileGone => "file_gone",
         }
     }
 
@@ -145,6 +149,7 @@ mod tests {
                 "tries",
                 "index_meta",
                 "file",
+                "file_gone",
             ]
         );
         for ns in Namespace::ALL {

@@ -169,7 +169,8 @@ pub struct ServiceArgs {
     /// Seconds between rounds of file upkeep (copies re-replicated and reclaimed).
     #[arg(long, default_value_t = 300, env = "BASALT_FILES_UPKEEP_SECS")]
     pub files_upkeep_secs: u64,
-    /// Seconds before a copy of a file without a record (a failed upload) is reclaimed.
+    /// Seconds before a copy of a file without a record (a failed upload) is reclaimed (at
+    /// least 120: an upload's record may follow its first copy by that long).
     #[arg(long, default_value_t = 3600, env = "BASALT_FILES_ORPHAN_GRACE_SECS")]
     pub files_orphan_grace_secs: u64,
 }

@@ -70,6 +70,12 @@ impl CopyStore {
             std::fs::remove_dir_all(&tmp)?;
         }
         std::fs::create_dir_all(&tmp)?;
+        // Every shelf exists from the start, its entry durable: a copy renamed into one and
+        // acknowledged never disappears with a shelf lost in a crash.
+        for shelf in 0..=255u8 {
+            std::fs::create_dir_all(dir.join(format!("{shelf:02x}")))?;
+        }
+        std::fs::File::open(dir)?.sync_all()?;
         let mut index = HashMap::new();
         for shelf in std::fs::read_dir(dir)? {
             let shelf = shelf?;
@@ -242,7 +248,6 @@ impl CopyWriter {
             .map(Path::to_path_buf)
             .ok_or_else(|| Error::Internal("copy path has no parent".into()))?;
         let moved = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
-            std::fs::create_dir_all(&shelf)?;
             std::fs::rename(&tmp, &dest)?;
             std::fs::File::open(&shelf)?.sync_all()
         })

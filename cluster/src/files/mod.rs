@@ -32,6 +32,11 @@ use wire::{CopyRequest, HeldCopy};
 const ASK_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a pull (a whole copy fetched from a peer and made durable) may take.
 const PULL_TIMEOUT: Duration = Duration::from_secs(600);
+/// How long a peer may take to send the next piece of a copy.
+const PIECE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a deleted file is remembered (`Namespace::FileGone`), so that upkeep drops the
+/// copies of members that missed the delete at once.
+const GONE_FOR_MS: i64 = 24 * 3600 * 1000;
 
 /// This node's door to stored files (cheap to clone).
 #[derive(Clone)]
@@ -97,7 +102,7 @@ impl Files {
         let mut last = Error::Unavailable(format!("no node holds a copy of {id}"));
         for node in self.ranked(id).into_iter().filter(|&n| n != me) {
             match self.replicas.router().get_copy(node, id, offset, len).await {
-                Ok((held, stream)) if held == size => return Ok(stream),
+                Ok((held, stream)) if held == size => return Ok(relay(stream)),
                 Ok((held, _)) => {
                     last = Error::Internal(format!(
                         "node {node} holds {held} bytes of {id}, not {size}"
@@ -134,7 +139,21 @@ impl Files {
             Err(Error::Conflict(_)) => return Ok(None),
             Err(e) => return Err(e),
         }
-        // The copies go now; a member that misses this drops its copy at the next upkeep.
+        // The copies go now; a member that misses this drops its copy at the next upkeep, which
+        // knows the file is gone for a day.
+        let gone = self
+            .replicas
+            .put_record(
+                group,
+                Namespace::FileGone,
+                id.as_str(),
+                serde_json::json!({}),
+                Some(crate::replicas::now_ms() + GONE_FOR_MS),
+            )
+            .await;
+        if let Err(e) = gone {
+            tracing::debug!(%id, "recording a deleted file failed (its copies go after the orphan grace): {e}");
+        }
         let files = self.clone();
         let id = id.clone();
         tokio::spawn(async move { files.drop_everywhere(&[id]).await });
@@ -205,8 +224,8 @@ impl Files {
             }
             let mut writer = self.copies.writer(id).await?;
             let copied: Result<()> = async {
-                while let Some(bytes) = stream.next().await {
-                    writer.write(&bytes?).await?;
+                while let Some(bytes) = next_piece(&mut stream).await? {
+                    writer.write(&bytes).await?;
                 }
                 writer.finish(size, md5).await.map(|_| ())
             }
@@ -231,7 +250,10 @@ impl Files {
         sources: Vec<NodeId>,
     ) -> Result<()> {
         if node == self.replicas.node_id() {
-            return self.pull(id, record.size, &record.md5, &sources).await;
+            let pull = self.pull(id, record.size, &record.md5, &sources);
+            return tokio::time::timeout(PULL_TIMEOUT, pull)
+                .await
+                .map_err(|_| Error::Timeout(format!("pulling {id}")))?;
         }
         let req = CopyRequest::Pull {
             id: id.clone(),
@@ -244,6 +266,35 @@ impl Files {
             .copy_request::<()>(node, &req, PULL_TIMEOUT)
             .await
     }
+}
+
+/// The next piece of a peer's copy stream, within `PIECE_TIMEOUT`.
+async fn next_piece(stream: &mut BoxStream<'static, Result<Bytes>>) -> Result<Option<Bytes>> {
+    match tokio::time::timeout(PIECE_TIMEOUT, stream.next()).await {
+        Err(_) => Err(Error::Timeout("a peer stopped sending a copy".into())),
+        Ok(piece) => piece.transpose(),
+    }
+}
+
+/// A peer's copy stream handed on through a small buffer by a task of its own: a reader that
+/// stops reading for `PIECE_TIMEOUT` (a stalled download) ends the peer's stream instead of
+/// holding it open, with the flow-control credit of the connection it shares.
+fn relay(mut stream: BoxStream<'static, Result<Bytes>>) -> BoxStream<'static, Result<Bytes>> {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes>>(2);
+    tokio::spawn(async move {
+        loop {
+            let piece = next_piece(&mut stream).await;
+            let last = !matches!(piece, Ok(Some(_)));
+            let Some(item) = piece.transpose() else {
+                return;
+            };
+            match tokio::time::timeout(PIECE_TIMEOUT, tx.send(item)).await {
+                Ok(Ok(())) if !last => {}
+                _ => return,
+            }
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx).boxed()
 }
 
 /// Bytes per piece read from a local copy.

@@ -1,9 +1,10 @@
 //! Upkeep of file copies (decisions/0020), run by every node for the data groups it leads:
 //! for each file record of the group, the nodes ranked first for it that lack a copy pull one
 //! from a node that has it (a new node receives its files; a removed node's files get their
-//! copies back), then the copies on other nodes are dropped; copies no record names are dropped
-//! once older than the orphan grace (failed uploads, deletes that missed a node). A round that
-//! cannot hear from every member or read the records changes nothing of that group.
+//! copies back), then the copies on other nodes are dropped; copies of deleted files (a
+//! `file_gone` record, kept a day) are dropped at once, and copies no record names at all once
+//! older than the orphan grace (an upload that failed after its copies were stored). A round
+//! that cannot hear from every member or read the records changes nothing of that group.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -15,7 +16,12 @@ use crate::error::Result;
 use crate::ids::{copy_score, GroupId, NodeId, META_GROUP};
 use crate::namespace::Namespace;
 
-/// How often upkeep runs and how old an unrecorded copy must be to be dropped.
+/// The shortest orphan grace: longer than an upload may take from its first durable copy to its
+/// committed record (holders finishing, then the record's proposal).
+pub const MIN_ORPHAN_GRACE: Duration = Duration::from_secs(120);
+
+/// How often upkeep runs and how old an unrecorded copy must be to be dropped (at least
+/// `MIN_ORPHAN_GRACE`).
 #[derive(Debug, Clone, Copy)]
 pub struct UpkeepTimes {
     pub every: Duration,
@@ -52,7 +58,8 @@ pub async fn run(files: Files, times: UpkeepTimes) {
             if group == META_GROUP {
                 continue;
             }
-            match files.upkeep_group(group, times.orphan_grace).await {
+            let grace = times.orphan_grace.max(MIN_ORPHAN_GRACE);
+            match files.upkeep_group(group, grace).await {
                 Ok(report) if report != UpkeepReport::default() => {
                     tracing::info!(%group, ?report, "file upkeep")
                 }
@@ -106,16 +113,32 @@ impl Files {
         group: GroupId,
         orphan_grace: Duration,
     ) -> Result<UpkeepReport> {
-        let records: HashMap<FileId, FileRecord> = self
+        // Copies first, records after: a copy listed as older than the grace whose upload
+        // succeeded has had its record committed before the records are read.
+        let held = self.held_copies(group).await?;
+        let listed = self
             .replicas
             .list_records(group, Namespace::File, "")
-            .await?
-            .into_iter()
+            .await?;
+        // Every key with a record counts as recorded, even one whose value cannot be read: its
+        // copies are never taken for orphans.
+        let recorded: HashSet<&str> = listed.iter().map(|(k, _)| k.as_str()).collect();
+        let records: HashMap<FileId, FileRecord> = listed
+            .iter()
             .filter_map(|(key, value)| {
-                Some((FileId::parse(&key)?, serde_json::from_value(value).ok()?))
+                Some((
+                    FileId::parse(key)?,
+                    serde_json::from_value(value.clone()).ok()?,
+                ))
             })
             .collect();
-        let held = self.held_copies(group).await?;
+        let gone: HashSet<String> = self
+            .replicas
+            .list_records(group, Namespace::FileGone, "")
+            .await?
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
         let members: Vec<NodeId> = self.replicas.member_addrs().into_keys().collect();
         let wanted = self.wanted(members.len());
         let mut report = UpkeepReport::default();
@@ -159,10 +182,16 @@ impl Files {
         let grace_ms = orphan_grace.as_millis() as i64;
         let mut orphans: HashMap<NodeId, Vec<FileId>> = HashMap::new();
         for (id, copies) in &held {
-            if records.contains_key(id) {
+            if recorded.contains(id.as_str()) {
                 continue;
             }
-            for (node, copy) in copies.iter().filter(|(_, c)| c.age_ms > grace_ms) {
+            // A deleted file's copies go at once; others once older than the grace (an upload
+            // whose record was never written).
+            let deleted = gone.contains(id.as_str());
+            for (node, copy) in copies
+                .iter()
+                .filter(|(_, c)| deleted || c.age_ms > grace_ms)
+            {
                 orphans.entry(*node).or_default().push(copy.id.clone());
                 report.orphans_dropped += 1;
             }

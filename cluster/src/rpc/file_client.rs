@@ -77,14 +77,19 @@ impl CopySink {
             data: Vec::new(),
             last: true,
         };
-        self.tx
-            .send(chunk)
+        let stored = async {
+            self.tx
+                .send(chunk)
+                .await
+                .map_err(|_| Error::Unavailable("the copy stream ended".into()))?;
+            match next_ack(&mut self.acks, timeout).await? {
+                PutAck::Stored => Ok(()),
+                PutAck::Ready => Err(Error::Internal("the holder answered Ready twice".into())),
+            }
+        };
+        tokio::time::timeout(timeout, stored)
             .await
-            .map_err(|_| Error::Unavailable("the copy stream ended".into()))?;
-        match next_ack(&mut self.acks, timeout).await? {
-            PutAck::Stored => Ok(()),
-            PutAck::Ready => Err(Error::Internal("the holder answered Ready twice".into())),
-        }
+            .map_err(|_| Error::Timeout("the holder did not store its copy in time".into()))?
     }
 }
 

@@ -120,11 +120,10 @@ impl<'a> ReadView<'a> {
             }
         }
         let mut fresh = fresh.into_iter().map(|(_, v)| v);
-        Ok(out
-            .into_iter()
+        out.into_iter()
             .map(|v| v.or_else(|| fresh.next()))
             .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| Error::Internal("a decoded value went missing".into()))?)
+            .ok_or_else(|| Error::Internal("a decoded value went missing".into()))
     }
 
     /// Visits the keys in `[start, end)` of `cf` in order until `visit` returns false.

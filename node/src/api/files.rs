@@ -52,9 +52,8 @@ pub async fn upload(
     if let Some(len) = declared.filter(|&n| n > config.max_bytes) {
         // A client waiting for `100 Continue` has sent nothing: answer at once. So too when
         // even draining the body would not let it read the answer.
-        let drained = !waits
-            && len - config.max_bytes <= DRAIN_BYTES as u64
-            && drain(&mut body, len as usize, config.idle).await;
+        let drained =
+            !waits && len <= DRAIN_BYTES as u64 && drain(&mut body, DRAIN_BYTES, config.idle).await;
         return Ok(too_large(config.max_bytes, drained));
     }
     let uploader = match &ctx.session_token {
@@ -74,7 +73,7 @@ pub async fn upload(
         .to_ascii_lowercase()
         .starts_with("multipart/form-data");
     let stored = if multipart {
-        let mut part = Box::pin(multipart_file(content_type, body).await?);
+        let mut part = Box::pin(multipart_file(content_type, body, config).await?);
         let stored = store(&state.cluster, config, &mut part, &name, app, uploader).await;
         if matches!(stored, Err(FilesError::TooLarge(_))) {
             let drained = drain(&mut part, DRAIN_BYTES, config.idle).await;

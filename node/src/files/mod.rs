@@ -182,21 +182,38 @@ pub async fn store<E: std::fmt::Display>(
     Ok(record)
 }
 
+/// Bytes a multipart body may carry beside its `file` part (other fields, headers, boundaries).
+const MULTIPART_SLACK: u64 = 1 << 20;
+
 /// The `file` part of a multipart/form-data body whose Content-Type is `content_type`, as a
-/// stream of its bytes (the parts before it are skipped).
+/// stream of its bytes (the parts before it are skipped). The body may hold a file of
+/// `config.max_bytes` and little else, and must keep arriving (`config.idle`).
 pub async fn multipart_file<S, E>(
     content_type: &str,
     body: S,
+    config: &FilesConfig,
 ) -> Result<impl Stream<Item = Result<Bytes, multer::Error>>, FilesError>
 where
-    S: Stream<Item = Result<Bytes, E>> + Send + 'static,
-    E: Into<Box<dyn std::error::Error + Send + Sync>> + 'static,
+    S: Stream<Item = Result<Bytes, E>> + Send + Unpin + 'static,
+    E: std::fmt::Display + Send + 'static,
 {
     let boundary = multer::parse_boundary(content_type)
         .map_err(|e| FilesError::BadBody(format!("bad multipart Content-Type: {e}")))?;
-    let mut parts = multer::Multipart::new(body, boundary);
+    let limits = multer::SizeLimit::new()
+        .whole_stream(config.max_bytes + 2 * MULTIPART_SLACK)
+        .per_field(MULTIPART_SLACK)
+        .for_field("file", config.max_bytes + MULTIPART_SLACK);
+    let body = idle_limited(body, config.idle);
+    let mut parts = multer::Multipart::with_constraints(
+        body,
+        boundary,
+        multer::Constraints::new().size_limit(limits),
+    );
     loop {
-        match parts.next_field().await {
+        let next = tokio::time::timeout(config.idle, parts.next_field())
+            .await
+            .map_err(|_| FilesError::Stalled(config.idle.as_secs()))?;
+        match next {
             Ok(Some(field)) if field.name() == Some("file") => return Ok(field),
             Ok(Some(_)) => continue,
             Ok(None) => {
@@ -207,6 +224,32 @@ where
             Err(e) => return Err(FilesError::BadBody(format!("bad multipart body: {e}"))),
         }
     }
+}
+
+/// `body`, ending with an error when no piece arrives for `idle`.
+fn idle_limited<S, E>(
+    body: S,
+    idle: Duration,
+) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static
+where
+    S: Stream<Item = Result<Bytes, E>> + Send + Unpin + 'static,
+    E: std::fmt::Display + Send + 'static,
+{
+    futures::stream::unfold(Some(body), move |body| async move {
+        let mut body = body?;
+        match tokio::time::timeout(idle, body.next()).await {
+            Ok(Some(Ok(piece))) => Some((Ok(piece), Some(body))),
+            Ok(None) => None,
+            Ok(Some(Err(e))) => Some((Err(std::io::Error::other(e.to_string())), None)),
+            Err(_) => Some((
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the upload stalled",
+                )),
+                None,
+            )),
+        }
+    })
 }
 
 /// Reads and drops what is left of `body`, at most `max` bytes and `idle` between pieces, so
