@@ -10,11 +10,15 @@ NODES ?= 1
 JEPSEN_SECONDS ?= 120
 JEPSEN_NODES ?= 3
 
-.PHONY: run dev test lint deps build bench bench-queries bench-peers bench-store jepsen fuzz clean-data
+.PHONY: run dev test lint deps sdks build bench bench-queries bench-peers bench-store jepsen fuzz clean-data
 
 ## Install the system packages the build needs (libclang for rust-rocksdb's bindgen).
 deps:
 	@./scripts/install-deps.sh
+
+## The real client SDKs the suite drives (python-bmob from PyPI), into ~/.cache/basalt/sdks.
+sdks:
+	@./scripts/install-sdks.sh
 
 build: deps
 	$(CARGO) build $(PROFILE_FLAGS) --workspace --all-targets
@@ -31,7 +35,7 @@ dev: run
 
 ## The whole suite: lints, unit tests, HTTP scenarios, multi-process cluster tests and the
 ## jepsen smoke run (about 40 s of load per workload under kill and partition nemeses).
-test: deps lint
+test: deps sdks lint
 	$(CARGO) test $(PROFILE_FLAGS) --workspace --all-targets
 
 lint:

@@ -23,6 +23,7 @@ mod queries;
 mod query_model;
 mod routes;
 mod schemas;
+mod sdks;
 mod sms;
 mod users;
 mod web;

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs the real client SDKs that `make test` drives (node/tests/api/sdks.rs) when they are
+# missing: python-bmob 1.8.0 from PyPI (with websockets, which it imports) into
+# $BASALT_SDKS_DIR/python (default ~/.cache/basalt/sdks/python). No-op when present.
+set -euo pipefail
+dir="${BASALT_SDKS_DIR:-$HOME/.cache/basalt/sdks}/python"
+if PYTHONPATH="$dir" python3 -c "import bmobpy.bmob" >/dev/null 2>&1; then
+  exit 0
+fi
+if ! python3 -m pip --version >/dev/null 2>&1; then
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  echo "install-sdks: installing python3-pip"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-pip
+fi
+echo "install-sdks: installing python-bmob 1.8.0 into $dir"
+rm -rf "$dir.part"
+pip=(python3 -m pip install --quiet --disable-pip-version-check --target "$dir.part" python-bmob==1.8.0)
+# A system Python that is "externally managed" asks for the flag even with --target.
+"${pip[@]}" 2>/dev/null || "${pip[@]}" --break-system-packages
+rm -rf "$dir"
+mv "$dir.part" "$dir"
