@@ -6,7 +6,7 @@
 
 use axum::body::Body;
 use axum::extract::{Path, Request, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use basalt_cluster::files::record::FileRecord;
@@ -192,6 +192,7 @@ const CACHE_CONTROL: &str = "public, max-age=31536000, immutable";
 pub async fn download(
     State(state): State<AppState>,
     Path((y, m, d, name)): Path<(String, String, String, String)>,
+    method: Method,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let file = FileRef::parse(&format!("{y}/{m}/{d}/{name}")).ok_or(ApiError::RouteNotFound)?;
@@ -245,18 +246,25 @@ pub async fn download(
         }
         None => (StatusCode::OK, 0, size),
     };
-    let bytes = state
-        .cluster
-        .files()
-        .read(&file.id, size, offset, len)
-        .await?;
-    metrics::counter!("basalt_files_downloaded_bytes_total").increment(len);
     let content_type = HeaderValue::from_str(&record.content_type)
         .unwrap_or(HeaderValue::from_static("application/octet-stream"));
-    resp.status(status)
+    resp = resp
+        .status(status)
         .header(header::CONTENT_TYPE, content_type)
-        .header(header::CONTENT_LENGTH, len)
-        .body(Body::from_stream(bytes.map_err(std::io::Error::other)))
+        .header(header::CONTENT_LENGTH, len);
+    // HEAD: the headers only, without opening a copy.
+    let body = if method == Method::HEAD {
+        Body::empty()
+    } else {
+        let bytes = state
+            .cluster
+            .files()
+            .read(&file.id, size, offset, len)
+            .await?;
+        metrics::counter!("basalt_files_downloaded_bytes_total").increment(len);
+        Body::from_stream(bytes.map_err(std::io::Error::other))
+    };
+    resp.body(body)
         .map_err(|e| ApiError::fault("building a response", e))
 }
 
