@@ -84,6 +84,25 @@ impl Files {
         }
     }
 
+    /// How many files `app` stores and their bytes: the sum of its records on every data
+    /// shard (read linearizably; a console figure, not for request paths).
+    pub async fn usage(&self, app: &str) -> Result<(u64, u64)> {
+        let reads = crate::ids::GroupId::data_shards(self.shards())
+            .map(|group| self.replicas.list_records(group, Namespace::File, ""));
+        let (mut files, mut bytes) = (0u64, 0u64);
+        for listed in futures::future::try_join_all(reads).await? {
+            for (_, value) in listed {
+                if let Ok(record) = serde_json::from_value::<FileRecord>(value) {
+                    if record.app == app {
+                        files += 1;
+                        bytes += record.size;
+                    }
+                }
+            }
+        }
+        Ok((files, bytes))
+    }
+
     /// Streams `len` bytes of the file `id` (whose copies hold `size` bytes) from `offset`:
     /// this node's copy when it holds one, else a peer's, the best ranked first.
     pub async fn read(

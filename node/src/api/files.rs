@@ -18,6 +18,21 @@ use super::error::{closing, ApiError, DRAIN_BYTES};
 use crate::files::{drain, multipart_file, store, url_of, FileRef, FilesError, UploadName};
 use crate::users::session::session_user;
 
+/// `GET /1/apps/<appId>/files` (console): how many files the app stores and their bytes.
+pub async fn usage(
+    State(state): State<AppState>,
+    account: super::context::ConsoleAccount,
+    super::context::ApiPath(id): super::context::ApiPath<String>,
+) -> Result<Json<Value>, ApiError> {
+    let app = super::apps::owned_app(&state, &account, &id).await?;
+    let (files, bytes) = state
+        .cluster
+        .files()
+        .usage(app.application_id.as_str())
+        .await?;
+    Ok(Json(json!({"files": files, "bytes": bytes})))
+}
+
 /// Urls one `cdnBatchDelete` may name.
 const MAX_BATCH_URLS: usize = 1000;
 /// Deletes of one batch running at once.

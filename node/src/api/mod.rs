@@ -119,6 +119,7 @@ pub fn table() -> Vec<Route<AppState>> {
         route!(Console, "/1/apps/{app_id}/smsTemplates",
             GET => sms::list_templates, POST => sms::put_template),
         route!(Console, "/1/apps/{app_id}/smsTemplates/{name}", DELETE => sms::delete_template),
+        route!(Console, "/1/apps/{app_id}/files", GET => files::usage),
         // Pages opened from emailed links, and captcha pictures.
         route!(Link, "/email/verify/{token}", GET => email::follow_verify_link),
         route!(Link, "/email/reset/{token}", GET => email::show_reset_page, POST => email::reset_password),
@@ -298,6 +299,7 @@ mod tests {
                 "/1/apps/a1/smsTemplates/t",
                 "sms::delete_template Console",
             ),
+            ("GET", "/1/apps/a1/files", "files::usage Console"),
             ("GET", "/email/verify/tok", "email::follow_verify_link Link"),
             ("POST", "/email/reset/tok", "email::reset_password Link"),
             ("GET", "/captcha/tok.png", "captcha::captcha_picture Link"),

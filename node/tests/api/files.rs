@@ -292,6 +292,26 @@ async fn files_upload_download_and_delete_with_their_errors() {
         "batch of a non-array",
     );
 
+    // The console sees what the app stores: the multipart picture only; another app nothing.
+    let usage = |app: String| {
+        let console = cluster.console_client(0);
+        async move {
+            console
+                .request(Method::GET, &format!("/1/apps/{app}/files"), None, false)
+                .await
+                .unwrap()
+                .body
+        }
+    };
+    assert_eq!(
+        usage(cluster.keys.application_id.clone()).await,
+        json!({"files": 1, "bytes": 300_000})
+    );
+    assert_eq!(
+        usage(other["applicationId"].as_str().unwrap().to_string()).await,
+        json!({"files": 0, "bytes": 0})
+    );
+
     // What is left on disk: the multipart picture only (deleted files' copies are gone).
     let pic_id = file_id(multipart["url"].as_str().unwrap());
     TestCluster::eventually(Duration::from_secs(10), "deleted copies gone", || {
