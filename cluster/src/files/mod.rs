@@ -57,9 +57,8 @@ impl Files {
 
     /// The active members ranked for the copies of `id`, best first.
     fn ranked(&self, id: &FileId) -> Vec<NodeId> {
-        let mut nodes: Vec<NodeId> = self.replicas.member_addrs().into_keys().collect();
-        nodes.sort_by_key(|&n| std::cmp::Reverse(copy_score(id.as_str(), n)));
-        nodes
+        let members: Vec<NodeId> = self.replicas.member_addrs().into_keys().collect();
+        rank_among(id, &members)
     }
 
     /// How many copies a file should have among `members` active nodes.
@@ -189,10 +188,8 @@ impl Files {
     /// drops what is left).
     pub(crate) async fn drop_copies_of(&self, node: NodeId, ids: &[FileId]) {
         if node == self.replicas.node_id() {
-            for id in ids {
-                if let Err(e) = self.copies.drop_copy(id).await {
-                    tracing::warn!(%id, "dropping a copy failed: {e}");
-                }
+            if let Err(e) = self.drop_here(ids).await {
+                tracing::warn!("dropping copies failed: {e}");
             }
             return;
         }
@@ -205,6 +202,20 @@ impl Files {
         {
             tracing::debug!(%node, "dropping copies failed: {e}");
         }
+    }
+
+    /// Deletes this node's copies of `ids` (every one tried); how many it held.
+    pub(crate) async fn drop_here(&self, ids: &[FileId]) -> Result<u64> {
+        let mut dropped = 0u64;
+        let mut failed = None;
+        for id in ids {
+            match self.copies.drop_copy(id).await {
+                Ok(true) => dropped += 1,
+                Ok(false) => {}
+                Err(e) => failed = Some(e),
+            }
+        }
+        failed.map_or(Ok(dropped), Err)
     }
 
     /// The copies this node holds of files whose records are in `group` of a cluster of
@@ -285,6 +296,13 @@ impl Files {
             .copy_request::<()>(node, &req, PULL_TIMEOUT)
             .await
     }
+}
+
+/// `members` ranked for the copies of `id`, best first (`ids::copy_score`).
+pub(crate) fn rank_among(id: &FileId, members: &[NodeId]) -> Vec<NodeId> {
+    let mut ranked = members.to_vec();
+    ranked.sort_by_key(|&n| std::cmp::Reverse(copy_score(id.as_str(), n)));
+    ranked
 }
 
 /// The next piece of a peer's copy stream, within `PIECE_TIMEOUT`.

@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use super::record::{FileId, FileRecord};
 use super::wire::{CopyRequest, HeldCopy};
-use super::Files;
+use super::{rank_among, Files};
 use crate::error::Result;
-use crate::ids::{copy_score, GroupId, NodeId, META_GROUP};
+use crate::ids::{GroupId, NodeId, META_GROUP};
 use crate::namespace::Namespace;
 
 /// The shortest orphan grace: longer than an upload may take from its first durable copy to its
@@ -68,12 +68,6 @@ pub async fn run(files: Files, times: UpkeepTimes) {
             }
         }
     }
-}
-
-fn rank_among(id: &FileId, members: &[NodeId]) -> Vec<NodeId> {
-    let mut ranked = members.to_vec();
-    ranked.sort_by_key(|&n| std::cmp::Reverse(copy_score(id.as_str(), n)));
-    ranked
 }
 
 impl Files {

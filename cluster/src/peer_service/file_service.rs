@@ -128,18 +128,7 @@ impl FileService for FileServiceImpl {
                 md5,
                 sources,
             }) => reply(files.pull(&id, size, &md5, &sources).await),
-            Ok(CopyRequest::Drop { ids }) => {
-                let mut dropped = 0u64;
-                let mut failed = None;
-                for id in &ids {
-                    match files.copies().drop_copy(id).await {
-                        Ok(true) => dropped += 1,
-                        Ok(false) => {}
-                        Err(e) => failed = Some(e),
-                    }
-                }
-                reply(failed.map_or(Ok(dropped), Err))
-            }
+            Ok(CopyRequest::Drop { ids }) => reply(files.drop_here(&ids).await),
             Ok(CopyRequest::Get { .. }) => reply::<()>(Err(Error::InvalidOperation(
                 "Get goes through GetCopy".into(),
             ))),
