@@ -1,7 +1,7 @@
 //! Query operators of spec 4.3 on a 3-node cluster, objects spread over every shard: each
 //! `where` answers exactly the objects a direct computation over the created data selects.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use basalt_client::Client;
 use reqwest::Method;
@@ -535,6 +535,89 @@ async fn plans(cluster: &TestCluster) -> (f64, f64) {
         s += cluster.metric(i, "basalt_query_scans_total").await;
     }
     (p, s)
+}
+
+/// Each node is asked for about its share of a page: when one shard holds the whole page
+/// (its objects score highest), the node leading it sends all it was asked for, is asked
+/// again, and the page is still exactly the best rows, with skip and with count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_held_by_one_node_is_complete() {
+    const SHARDS: u32 = 4;
+    let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
+    // Placement spreads leadership over the nodes: no node then leads every shard, and each
+    // is asked for less than a whole page.
+    cluster
+        .wait_leaders_spread(2, std::time::Duration::from_secs(60))
+        .await;
+    let c = cluster.spread_client();
+    let bodies: Vec<Value> = (0..200).map(|i| json!({"score": i})).collect();
+    let ids = create_many(&c, "Skew", &bodies).await;
+    let app = cluster.keys.application_id.clone();
+    let shard = |id: &str| basalt_cluster::ids::shard_for(&app, "Skew", id, SHARDS);
+    // The shard holding most of them holds at least a quarter (50).
+    let mut sizes: BTreeMap<u32, usize> = BTreeMap::new();
+    for id in &ids {
+        *sizes.entry(shard(id).get()).or_default() += 1;
+    }
+    let hot = sizes
+        .iter()
+        .max_by_key(|(_, n)| **n)
+        .map(|(g, _)| *g)
+        .unwrap();
+    let mut want: Vec<(i64, String)> = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        let mut score = i as i64;
+        if shard(id).get() == hot {
+            let body = json!({"score": {"__op": "Increment", "amount": 1000}});
+            let r = c
+                .request(
+                    Method::PUT,
+                    &format!("/1/classes/Skew/{id}"),
+                    Some(&body),
+                    false,
+                )
+                .await
+                .unwrap();
+            assert_eq!(r.status, 200, "{:?}", r.body);
+            score += 1000;
+        }
+        want.push((score, id.clone()));
+    }
+    want.sort_by(|a, b| b.cmp(a));
+    let hot_objects = want.iter().filter(|(s, _)| *s >= 1000).count();
+    assert!(hot_objects >= 50, "{hot_objects} objects in the hot shard");
+    let read_again = || async {
+        let mut n = 0.0;
+        for i in 0..3 {
+            n += cluster
+                .metric(i, "basalt_query_parts_read_again_total")
+                .await;
+        }
+        n
+    };
+    let before = read_again().await;
+    for (skip, limit) in [(0, 30), (10, 25), (35, 5)] {
+        let path = format!("/1/classes/Skew?order=-score&skip={skip}&limit={limit}&count=1");
+        let r = get(&c, &path).await;
+        let got: Vec<(i64, String)> = r["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| {
+                (
+                    o["score"].as_i64().unwrap(),
+                    o["objectId"].as_str().unwrap().into(),
+                )
+            })
+            .collect();
+        let page: Vec<(i64, String)> = want.iter().skip(skip).take(limit).cloned().collect();
+        assert_eq!(got, page, "{path}");
+        assert_eq!(r["count"], 200, "{path}");
+    }
+    assert!(
+        read_again().await >= before + 3.0,
+        "the node holding each page was asked again"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

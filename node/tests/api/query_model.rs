@@ -14,6 +14,7 @@
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use basalt_client::Client;
 use rand::rngs::StdRng;
@@ -230,6 +231,10 @@ async fn random_queries_answer_like_a_naive_evaluation() {
         .filter_map(|o| o["createdAt"].as_str().map(str::to_string))
         .collect();
 
+    // Pages gathered from several nodes, each asked for its share.
+    cluster
+        .wait_leaders_spread(2, Duration::from_secs(60))
+        .await;
     for q in 0..QUERIES {
         let (w, preds) = if rng.random_bool(0.1) {
             // The whole class: a count from the class's counts.
@@ -356,7 +361,6 @@ async fn random_queries_answer_like_a_naive_evaluation() {
             }
         }
     }
-
     // Group counts by each column (declared `a`, `b`, `t`: from their entries; `c`, which some
     // objects lack: from the objects) against counting the objects each caller may read by
     // their value.

@@ -337,6 +337,35 @@ impl TestCluster {
         }
     }
 
+    /// Waits until at least `nodes` of the running nodes lead a data shard (placement moves
+    /// leadership to each group's preferred node a few seconds after start): queries then
+    /// gather their rows from several nodes.
+    pub async fn wait_leaders_spread(&self, nodes: usize, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let mut leading = 0;
+            for i in (0..self.nodes.len()).filter(|&i| self.nodes[i].child.is_some()) {
+                let health = self
+                    .client(i)
+                    .request(reqwest::Method::GET, "/health", None, false)
+                    .await
+                    .map(|r| r.body)
+                    .unwrap_or_default();
+                let led = health["leaderOf"].as_array().cloned().unwrap_or_default();
+                // Group 0 holds the metadata; the data shards follow.
+                leading += usize::from(led.iter().any(|g| g.as_u64().is_some_and(|g| g > 0)));
+            }
+            if leading >= nodes {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "leadership did not spread over {nodes} nodes"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     /// `kill -9`.
     pub fn kill(&mut self, i: usize) {
         if let Some(mut c) = self.nodes[i].child.take() {
