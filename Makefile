@@ -16,7 +16,8 @@ JEPSEN_NODES ?= 3
 deps:
 	@./scripts/install-deps.sh
 
-## The real client SDKs the suite drives (python-bmob from PyPI), into ~/.cache/basalt/sdks.
+## The real client SDKs the suite drives (python-bmob from PyPI, hydrogen-js-sdk from npm),
+## into ~/.cache/basalt/sdks.
 sdks:
 	@./scripts/install-sdks.sh
 

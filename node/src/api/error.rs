@@ -433,6 +433,7 @@ impl From<FilesError> for ApiError {
             e @ FilesError::NotFound(_) => ApiError::FileNotFound(e.to_string()),
             FilesError::BadBody(m) => ApiError::InvalidBody(m),
             FilesError::Stalled(secs) => ApiError::BodyTimeout(secs),
+            FilesError::BadSignature => ApiError::Unauthorized,
             FilesError::Cluster(e) => e.into(),
         }
     }

@@ -15,7 +15,10 @@ use serde_json::{json, Map, Value};
 
 use super::context::{ApiBody, AppState, RequestCtx};
 use super::error::{closing, ApiError, DRAIN_BYTES};
-use crate::files::{drain, multipart_file, store, url_of, FileRef, FilesError, UploadName};
+use crate::auth::PendingSignature;
+use crate::files::{
+    drain, multipart_file, store, url_of, FileRef, FilesError, UploadName, Uploader,
+};
 use crate::users::session::session_user;
 
 /// `GET /1/apps/<appId>/files` (console): how many files the app stores and their bytes.
@@ -87,16 +90,32 @@ pub async fn upload(
         .trim_start()
         .to_ascii_lowercase()
         .starts_with("multipart/form-data");
+    // A signature over the body (the JS SDK's, from Node) is checked as the body streams.
+    let signature = ctx.body_signature.as_deref().map(PendingSignature::digests);
     let stored = if multipart {
+        if signature.is_some() {
+            // No client signs a multipart body: its signature is the formula without it.
+            return Ok(closing(ApiError::Unauthorized.into_response()));
+        }
         let mut part = Box::pin(multipart_file(content_type, body, config).await?);
-        let stored = store(&state.cluster, config, &mut part, &name, app, uploader).await;
+        let who = Uploader {
+            app,
+            user: uploader,
+            signature: None,
+        };
+        let stored = store(&state.cluster, config, &mut part, &name, who).await;
         if matches!(stored, Err(FilesError::TooLarge(_))) {
             let drained = drain(&mut part, DRAIN_BYTES, config.idle).await;
             return Ok(too_large(config.max_bytes, drained));
         }
         stored
     } else {
-        let stored = store(&state.cluster, config, &mut body, &name, app, uploader).await;
+        let who = Uploader {
+            app,
+            user: uploader,
+            signature,
+        };
+        let stored = store(&state.cluster, config, &mut body, &name, who).await;
         if matches!(stored, Err(FilesError::TooLarge(_))) {
             let drained = drain(&mut body, DRAIN_BYTES, config.idle).await;
             return Ok(too_large(config.max_bytes, drained));

@@ -18,6 +18,7 @@ use serde_json::json;
 use crate::apps::{find_app, find_app_by_secret, AppRecord, AppsError};
 pub use secret::same_secret;
 use signature::{is_fresh, parse_timestamp, Signed, FRESHNESS_MS, MAX_NONCE_LEN, SDK_TYPES};
+pub use signature::{BodyDigests, PendingSignature};
 
 /// Session-token header values that mean "no session" (decisions.md).
 const NO_SESSION: [&str; 1] = ["bmob"];
@@ -74,6 +75,9 @@ pub struct RequestCtx {
     pub session_token: Option<String>,
     /// Who the request acts as, found at most once per request (`users::session::principals`).
     pub principals: std::sync::Arc<tokio::sync::OnceCell<Principals>>,
+    /// A file upload's signature over its body, which only the upload can check, once the
+    /// body streamed past (`api::files::upload`). Only `POST /2/files/<name>` carries one.
+    pub body_signature: Option<std::sync::Arc<PendingSignature>>,
 }
 
 impl RequestCtx {
@@ -86,6 +90,7 @@ impl RequestCtx {
             encrypted: self.encrypted,
             session_token: session_token.or_else(|| self.session_token.clone()),
             principals: Default::default(),
+            body_signature: None,
         }
     }
 }
@@ -176,13 +181,14 @@ pub async fn authenticate(
 ) -> Result<RequestCtx, AuthError> {
     let h = req.headers;
     let encrypted = is_signed(names, h);
-    let app = if encrypted {
+    let (app, body_signature) = if encrypted {
         signed_app(cluster, names, req).await?
     } else {
         let id = header(h, &names.application_id).ok_or(AuthError::Unauthorized("no app id"))?;
-        find_app(cluster, id)
+        let app = find_app(cluster, id)
             .await?
-            .ok_or(AuthError::Unauthorized("unknown app id"))?
+            .ok_or(AuthError::Unauthorized("unknown app id"))?;
+        (app, None)
     };
     let master = match header(h, &names.master_key) {
         Some(mk) if same_secret(mk, &app.master_key) => true,
@@ -209,16 +215,18 @@ pub async fn authenticate(
         encrypted,
         session_token,
         principals: Default::default(),
+        body_signature: body_signature.map(std::sync::Arc::new),
     })
 }
 
 /// Encrypted mode: finds the app by secret key, checks freshness and signature, then claims
-/// the nonce.
+/// the nonce. A file upload whose signature is none of the formulas without its body is
+/// signed over its body: that check is answered pending, for the upload to make.
 async fn signed_app(
     cluster: &Cluster,
     names: &HeaderNames,
     req: &Request<'_>,
-) -> Result<AppRecord, AuthError> {
+) -> Result<(AppRecord, Option<PendingSignature>), AuthError> {
     let h = req.headers;
     let get =
         |n: &HeaderName, what: &'static str| header(h, n).ok_or(AuthError::Unauthorized(what));
@@ -259,11 +267,19 @@ async fn signed_app(
         body: if with_body { req.body } else { b"" },
         sdk_version,
     };
-    if !signed.verify(sign) {
-        return Err(AuthError::Unauthorized("bad signature"));
-    }
+    let upload = *req.method == Method::POST && is_upload_path(req.path);
+    // A browser's File or Blob renders as `{}` in the JS SDK's signature.
+    let blob = Signed {
+        body: b"{}",
+        ..signed
+    };
+    let pending = match signed.verify(sign) || (upload && blob.verify(sign)) {
+        true => None,
+        false if upload => Some(PendingSignature::new(&signed, sign)),
+        false => return Err(AuthError::Unauthorized("bad signature")),
+    };
     claim_nonce(cluster, &app.application_id, nonce, ts_ms.max(now)).await?;
-    Ok(app)
+    Ok((app, pending))
 }
 
 /// Records the nonce until the window in which its request could be replayed has passed;

@@ -2,7 +2,8 @@
 //!
 //! A signed request carries a timestamp (unix seconds or milliseconds), a nonce and
 //! `md5(path + timestamp + safeToken + nonce)` — or, as the JS SDK signs,
-//! `md5(path + timestamp + safeToken + nonce + rawBody + sdkVersion)`. Both are accepted. The
+//! `md5(path + timestamp + safeToken + nonce + rawBody + sdkVersion)`. Both are accepted. A
+//! file upload's body is checked as it streams past (`PendingSignature`, `BodyDigests`). The
 //! nonce's replay check needs the cluster and lives in `auth::authenticate`.
 
 use md5::{Digest, Md5};
@@ -43,6 +44,7 @@ pub fn is_fresh(ts_ms: i64, now_ms: i64) -> bool {
 }
 
 /// What a signature covers.
+#[derive(Clone, Copy)]
 pub struct Signed<'a> {
     pub path: &'a str,
     pub timestamp: &'a str,
@@ -85,6 +87,133 @@ impl Signed<'_> {
     }
 }
 
+/// An upload signed over its body, as the JS SDK signs one from Node: the body streams to its
+/// holders rather than being read first, so the signature is checked once the last byte went
+/// past (`BodyDigests`), before the file is recorded.
+#[derive(Debug, Clone)]
+pub struct PendingSignature {
+    /// path + timestamp + safe token + nonce.
+    head: Vec<u8>,
+    sdk_version: String,
+    /// The signature sent, lowercase.
+    sign: String,
+}
+
+impl PendingSignature {
+    /// The check of `signed`'s body against `sign`.
+    pub fn new(signed: &Signed<'_>, sign: &str) -> PendingSignature {
+        let head = [
+            signed.path.as_bytes(),
+            signed.timestamp.as_bytes(),
+            signed.safe_token.as_bytes(),
+            signed.nonce.as_bytes(),
+        ]
+        .concat();
+        PendingSignature {
+            head,
+            sdk_version: signed.sdk_version.to_string(),
+            sign: sign.to_ascii_lowercase(),
+        }
+    }
+
+    /// The digests to feed the body to.
+    pub fn digests(&self) -> BodyDigests {
+        let start = |rendering_start: &[u8]| {
+            let mut h = Md5::new();
+            h.update(&self.head);
+            h.update(rendering_start);
+            h
+        };
+        BodyDigests {
+            raw: start(b""),
+            buffer: start(br#"{"type":"Buffer","data":["#),
+            text: start(b"\""),
+            bytes: 0,
+            scratch: Vec::new(),
+            pending: self.clone(),
+        }
+    }
+}
+
+/// A body's renderings that a signature may cover, digested as the body streams: its raw
+/// bytes (`rawBody` of the long formula), `JSON.stringify` of a Node `Buffer` of them
+/// (`{"type":"Buffer","data":[104,105]}`, what the JS SDK signs when a file's data is a
+/// Buffer) and of a string of them (`"hi\n"` escaped, when the data is a string).
+pub struct BodyDigests {
+    raw: Md5,
+    buffer: Md5,
+    text: Md5,
+    /// Bytes fed so far.
+    bytes: u64,
+    /// The renderings of the piece being fed.
+    scratch: Vec<u8>,
+    pending: PendingSignature,
+}
+
+impl BodyDigests {
+    /// Feeds the next bytes of the body.
+    pub fn update(&mut self, piece: &[u8]) {
+        self.raw.update(piece);
+        // A Buffer's bytes as decimal numbers, comma-separated.
+        let out = &mut self.scratch;
+        out.clear();
+        for (i, &b) in piece.iter().enumerate() {
+            if self.bytes > 0 || i > 0 {
+                out.push(b',');
+            }
+            if b >= 100 {
+                out.push(b'0' + b / 100);
+            }
+            if b >= 10 {
+                out.push(b'0' + b / 10 % 10);
+            }
+            out.push(b'0' + b % 10);
+        }
+        self.buffer.update(&*out);
+        // A string's characters, escaped as JSON.stringify escapes them: bytes of multi-byte
+        // UTF-8 characters are all 0x80 or above and pass unchanged.
+        out.clear();
+        for &b in piece {
+            match b {
+                b'"' => out.extend_from_slice(b"\\\""),
+                b'\\' => out.extend_from_slice(b"\\\\"),
+                0x08 => out.extend_from_slice(b"\\b"),
+                0x09 => out.extend_from_slice(b"\\t"),
+                0x0a => out.extend_from_slice(b"\\n"),
+                0x0c => out.extend_from_slice(b"\\f"),
+                0x0d => out.extend_from_slice(b"\\r"),
+                0x00..=0x1f => {
+                    const HEX: &[u8; 16] = b"0123456789abcdef";
+                    out.extend_from_slice(b"\\u00");
+                    out.push(HEX[usize::from(b >> 4)]);
+                    out.push(HEX[usize::from(b & 0xf)]);
+                }
+                _ => out.push(b),
+            }
+        }
+        self.text.update(&*out);
+        self.bytes += piece.len() as u64;
+    }
+
+    /// Whether the signature covers the body fed, in any of its renderings.
+    pub fn verify(&self) -> bool {
+        let version = self.pending.sdk_version.as_bytes();
+        let end = |h: &Md5, tail: &[u8]| {
+            let mut h = h.clone();
+            h.update(tail);
+            h.update(version);
+            format!("{:x}", h.finalize())
+        };
+        [
+            end(&self.raw, b""),
+            end(&self.buffer, b"]}"),
+            end(&self.text, b"\""),
+        ]
+        .iter()
+        .any(|want| super::secret::same_secret(want, &self.pending.sign))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,5 +253,54 @@ mod tests {
         assert!(s.verify(&short));
         assert!(s.verify(&long.to_ascii_uppercase()));
         assert!(!s.verify(&md5_hex(&[b"something else"])));
+    }
+    /// An upload's body fed in pieces of any size verifies against a signature over its raw
+    /// bytes, over `JSON.stringify` of a Node Buffer of them, or of a string of them, and
+    /// nothing else.
+    #[test]
+    fn an_upload_body_verifies_in_each_rendering_the_js_sdk_signs() {
+        let signed = Signed {
+            path: "/2/files/a.txt",
+            timestamp: "1700000000",
+            safe_token: "tok",
+            nonce: "n1",
+            body: b"",
+            sdk_version: "10",
+        };
+        let head = "/2/files/a.txt1700000000tokn1";
+        let text = "he said \"hi\" \\ \n\t\r\x08\x0c\x01\x1f \u{7f} 你好";
+        let binary: Vec<u8> = (0..=255u8).rev().collect();
+        for body in [text.as_bytes(), &binary] {
+            let numbers: Vec<String> = body.iter().map(u8::to_string).collect();
+            let buffer = format!(r#"{{"type":"Buffer","data":[{}]}}"#, numbers.join(","));
+            let mut signs = vec![
+                md5_hex(&[head.as_bytes(), body, b"10"]),
+                md5_hex(&[head.as_bytes(), buffer.as_bytes(), b"10"]),
+            ];
+            if let Ok(s) = std::str::from_utf8(body) {
+                // serde_json escapes a string exactly as JSON.stringify does.
+                let json = serde_json::to_string(s).unwrap();
+                assert!(
+                    json.contains(r#"\u0001"#) && json.contains(r#"\b"#),
+                    "{json}"
+                );
+                signs.push(md5_hex(&[head.as_bytes(), json.as_bytes(), b"10"]));
+            }
+            for sign in &signs {
+                for piece in [1, 7, body.len()] {
+                    let pending = PendingSignature::new(&signed, &sign.to_ascii_uppercase());
+                    let mut digests = pending.digests();
+                    body.chunks(piece).for_each(|p| digests.update(p));
+                    assert!(digests.verify(), "{piece}-byte pieces, {sign}");
+                }
+            }
+            let mut digests = PendingSignature::new(&signed, &signs[0]).digests();
+            digests.update(&body[1..]);
+            assert!(!digests.verify(), "another body");
+            let wrong = md5_hex(&[head.as_bytes(), body]);
+            let mut digests = PendingSignature::new(&signed, &wrong).digests();
+            digests.update(body);
+            assert!(!digests.verify(), "no version");
+        }
     }
 }

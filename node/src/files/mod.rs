@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use crate::auth::BodyDigests;
 use basalt_cluster::files::record::{FileId, FileRecord, NewFile};
 use basalt_cluster::{Cluster, Error as ClusterError};
 use bytes::Bytes;
@@ -41,6 +42,10 @@ pub enum FilesError {
     /// No piece of the body arrived within the idle time.
     #[error("the upload stalled for {0} s.")]
     Stalled(u64),
+    /// The upload's signature covers none of its body's renderings
+    /// (`auth::BodyDigests`).
+    #[error("the upload's signature does not match its body.")]
+    BadSignature,
     #[error(transparent)]
     Cluster(#[from] ClusterError),
 }
@@ -137,17 +142,31 @@ impl FileRef {
     }
 }
 
-/// Streams `body` into a new file named `name` of `app` (uploaded by `uploader`), within the
-/// size and idle limits of `config`; answers its record once it is stored. Past the size limit
-/// it stops reading: what is left of `body` is the caller's to drain.
+/// Who uploads a file: its app, the user whose session the upload carried, and the signature
+/// of its body still to check (encrypted mode, `auth::PendingSignature`).
+pub struct Uploader<'a> {
+    pub app: &'a str,
+    pub user: Option<String>,
+    pub signature: Option<BodyDigests>,
+}
+
+/// Streams `body` into a new file named `name` of `who.app` (uploaded by `who.user`), within
+/// the size and idle limits of `config`; answers its record once it is stored. A signature
+/// over the body is checked once the body ended and before the file is recorded: a mismatch
+/// keeps nothing. Past the size limit it stops reading: what is left of `body` is the caller's
+/// to drain.
 pub async fn store<E: std::fmt::Display>(
     cluster: &Cluster,
     config: &FilesConfig,
     body: &mut (impl Stream<Item = Result<Bytes, E>> + Unpin),
     name: &UploadName,
-    app: &str,
-    uploader: Option<String>,
+    who: Uploader<'_>,
 ) -> Result<FileRecord, FilesError> {
+    let Uploader {
+        app,
+        user: uploader,
+        mut signature,
+    } = who;
     let started = std::time::Instant::now();
     let mut upload = cluster.files().begin_upload().await?;
     loop {
@@ -160,10 +179,17 @@ pub async fn store<E: std::fmt::Display>(
         if upload.size() + piece.len() as u64 > config.max_bytes {
             return Err(FilesError::TooLarge(config.max_bytes));
         }
+        if let Some(signature) = signature.as_mut() {
+            signature.update(&piece);
+        }
         upload.write(&piece).await?;
     }
     if upload.size() == 0 {
         return Err(FilesError::Empty);
+    }
+    // Dropped unfinished, the upload leaves nothing on its holders.
+    if signature.is_some_and(|s| !s.verify()) {
+        return Err(FilesError::BadSignature);
     }
     let now = basalt_cluster::now_ms();
     let path = new_path(upload.id(), &name.ext, now);

@@ -320,6 +320,78 @@ async fn files_upload_download_and_delete_with_their_errors() {
     .await;
 }
 
+/// Encrypted mode: an upload may be signed over its body — its raw bytes, or as the JS SDK
+/// signs from Node, `JSON.stringify` of a Buffer of them — and the signature is checked once
+/// the body streamed past: a body other than the signed one is refused (401) and nothing of it
+/// is kept; a multipart body must be signed without its body.
+#[tokio::test]
+async fn uploads_signed_over_their_body_are_checked_before_they_are_kept() {
+    use basalt_client::signing::{self, Formula, SignedKeys};
+    let cluster = TestCluster::start(1, &[], &[]).await;
+    let app = cluster.create_app(0, "signed files").await;
+    let keys = SignedKeys::new(
+        app["secretKey"].as_str().unwrap(),
+        app["safeToken"].as_str().unwrap(),
+        Formula::JsSdk,
+    );
+    let base = format!("http://{}", cluster.nodes[0].http);
+    let post = |signed: Vec<u8>, sent: Vec<u8>, content_type: &'static str| {
+        let (keys, base) = (&keys, &base);
+        async move {
+            let path = "/2/files/data.bin";
+            let ts = signing::timestamp_now(Formula::JsSdk);
+            let nonce = signing::new_nonce();
+            let mut req = reqwest::Client::new()
+                .post(format!("{base}{path}"))
+                .header("Content-Type", content_type)
+                .body(sent);
+            for (name, value) in signing::sign(keys, path, &signed, &ts, &nonce) {
+                req = req.header(format!("X-Service-{name}"), value);
+            }
+            let resp = req.send().await.expect("send");
+            let status = resp.status().as_u16();
+            (status, resp.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let buffer = |bytes: &[u8]| {
+        let numbers: Vec<String> = bytes.iter().map(u8::to_string).collect();
+        format!(r#"{{"type":"Buffer","data":[{}]}}"#, numbers.join(",")).into_bytes()
+    };
+    let a = bytes_of(300_000, 41);
+    let mut b = a.clone();
+    b[150_000] ^= 1;
+
+    let (status, file) = post(buffer(&a), a.clone(), "application/json").await;
+    assert_eq!(status, 200, "{file}");
+    let got = reqwest::get(file["url"].as_str().unwrap()).await.unwrap();
+    assert_eq!(got.bytes().await.unwrap().as_ref(), a.as_slice());
+    let (status, file) = post(a.clone(), a.clone(), "application/octet-stream").await;
+    assert_eq!(status, 200, "raw body: {file}");
+
+    let (status, body) = post(buffer(&a), b.clone(), "application/json").await;
+    assert_eq!(status, 401, "another body: {body}");
+    let (status, body) = post(a.clone(), b.clone(), "application/octet-stream").await;
+    assert_eq!(status, 401, "another raw body: {body}");
+    let multipart = b"--x\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.bin\"\r\n\r\nabc\r\n--x--\r\n";
+    let (status, body) = post(
+        multipart.to_vec(),
+        multipart.to_vec(),
+        "multipart/form-data; boundary=x",
+    )
+    .await;
+    assert_eq!(status, 401, "a multipart body signed with it: {body}");
+
+    // The app keeps the two files it was sent as signed.
+    let console = cluster.console_client(0);
+    let id = app["applicationId"].as_str().unwrap();
+    let usage = console
+        .request(Method::GET, &format!("/1/apps/{id}/files"), None, false)
+        .await
+        .unwrap()
+        .body;
+    assert_eq!(usage, json!({"files": 2, "bytes": 600_000}));
+}
+
 /// Uploads a multipart/form-data body of `parts` (name, file name, bytes) as `name` to node 1.
 async fn multipart_upload(
     cluster: &TestCluster,

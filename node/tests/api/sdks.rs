@@ -1,6 +1,7 @@
-//! The real client SDKs against a `--header-brand Bmob` node: python-bmob 1.8.0 (installed by
-//! `make test`'s `sdks` step, scripts/install-sdks.sh, into ~/.cache/basalt/sdks/python or
-//! `BASALT_SDKS_DIR`) uploads and deletes files through its own `upload` and `delFile`.
+//! The real client SDKs against a `--header-brand Bmob` node, installed by `make test`'s `sdks`
+//! step (scripts/install-sdks.sh) into ~/.cache/basalt/sdks or `BASALT_SDKS_DIR`: python-bmob
+//! 1.8.0 uploads and deletes files through its own `upload` and `delFile`; hydrogen-js-sdk
+//! 2.7.3, in Node and in encrypted mode, through `Bmob.File(..).save()` and `destroy`.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -9,14 +10,18 @@ use serde_json::Value;
 
 use crate::common::TestCluster;
 
-/// Where scripts/install-sdks.sh put python-bmob.
-fn python_sdk_dir() -> PathBuf {
-    let base = std::env::var_os("BASALT_SDKS_DIR")
+/// Where scripts/install-sdks.sh puts the SDKs.
+fn sdks_dir() -> PathBuf {
+    std::env::var_os("BASALT_SDKS_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
             PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/basalt/sdks")
-        });
-    let dir = base.join("python");
+        })
+}
+
+/// Where scripts/install-sdks.sh put python-bmob.
+fn python_sdk_dir() -> PathBuf {
+    let dir = sdks_dir().join("python");
     assert!(
         dir.join("bmobpy").exists(),
         "python-bmob is not installed in {dir:?}: run scripts/install-sdks.sh (make test does)"
@@ -33,20 +38,29 @@ fn run_python(cluster: &TestCluster, code: &str) -> Value {
         cluster.keys.rest_key,
         format!("http://{}", cluster.nodes[0].http)
     );
-    let out = Command::new("python3")
+    let mut python = Command::new("python3");
+    python
         .arg("-c")
         .arg(format!("{prelude}{code}"))
-        .env("PYTHONPATH", python_sdk_dir())
+        .env("PYTHONPATH", python_sdk_dir());
+    last_line(python)
+}
+
+/// Runs `cmd` without proxies (the SDKs' HTTP clients honour them and ignore NO_PROXY); its
+/// last output line as JSON.
+fn last_line(mut cmd: Command) -> Value {
+    let out = cmd
         .env_remove("HTTP_PROXY")
         .env_remove("http_proxy")
         .env_remove("HTTPS_PROXY")
         .env_remove("https_proxy")
         .output()
-        .expect("run python3");
+        .unwrap_or_else(|e| panic!("run {cmd:?}: {e}"));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
-        "python failed: {stdout}\n{}",
+        "{:?} failed: {stdout}\n{}",
+        cmd.get_program(),
         String::from_utf8_lossy(&out.stderr)
     );
     let last = stdout.lines().last().unwrap_or_default();
@@ -90,4 +104,108 @@ async fn python_bmob_uploads_and_deletes_files() {
         )
     });
     assert_eq!(again["code"], 151);
+}
+
+/// Where scripts/install-sdks.sh put hydrogen-js-sdk (its npm package).
+fn js_sdk_dir() -> PathBuf {
+    let dir = sdks_dir().join("js/package");
+    assert!(
+        dir.join("index.js").exists(),
+        "hydrogen-js-sdk is not installed in {dir:?}: run scripts/install-sdks.sh (make test does)"
+    );
+    dir
+}
+
+/// Runs `code`, the body of an async function, in Node with `Bmob` the JS SDK signing for
+/// `app` (its secret key and safe token: encrypted mode) against node 1, and `settle(p)`
+/// giving up on a promise after 20 s (the SDK's file promises never settle on errors); the
+/// function's result as JSON.
+fn run_js(cluster: &TestCluster, app: &Value, code: &str) -> Value {
+    let script = format!(
+        r#"
+const Bmob = require({sdk:?});
+Bmob.initialize({secret}, {token});
+Bmob.domain({url:?});
+const settle = (p) => Promise.race([p, new Promise((_, no) =>
+  setTimeout(() => no(new Error("no answer in 20 s")), 20000).unref())]);
+(async () => {{ {code} }})().then(
+  (r) => {{ console.log(JSON.stringify(r)); process.exit(0); }},
+  (e) => {{ console.error("failed:", e); process.exit(1); }});
+"#,
+        sdk = js_sdk_dir(),
+        secret = app["secretKey"],
+        token = app["safeToken"],
+        url = format!("http://{}", cluster.nodes[0].http),
+    );
+    let mut node = Command::new("node");
+    node.arg("-e").arg(script);
+    last_line(node)
+}
+
+/// The JS SDK uploads from Node with `content-type: application/json` and its signature over
+/// `JSON.stringify` of the data (a Buffer's numbers, a string's escaped text): both are
+/// accepted once the body streamed past, the bytes read back unchanged, and `destroy` deletes
+/// one url and a list of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn js_sdk_uploads_and_destroys_files_in_encrypted_mode() {
+    let cluster = TestCluster::start(1, &[], &["--header-brand", "Bmob"]).await;
+    let app = cluster
+        .console_client(0)
+        .with_brand("Bmob")
+        .request(
+            reqwest::Method::POST,
+            "/1/apps",
+            Some(&serde_json::json!({"appName": "js files"})),
+            false,
+        )
+        .await
+        .expect("create app")
+        .body;
+    let bytes: Vec<u8> = (0..70_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let text = "line one\n\"quoted\" \\ tab\t 你好\u{1}";
+    let cluster_ref = &cluster;
+    let uploaded = tokio::task::block_in_place(|| {
+        run_js(
+            cluster_ref,
+            &app,
+            &format!(
+                r#"
+const bytes = Buffer.from(Array.from({{ length: 70000 }}, (_, i) => (i * 7) % 251));
+const photo = await settle(Bmob.File("photo.png", bytes).save());
+const note = await settle(Bmob.File("note.txt", {text}).save());
+return {{ photo: photo[0], note: note[0] }};
+"#,
+                text = serde_json::to_string(text).unwrap()
+            ),
+        )
+    });
+    for (which, want) in [("photo", bytes.as_slice()), ("note", text.as_bytes())] {
+        let file = &uploaded[which];
+        let url = file["url"].as_str().unwrap_or_else(|| panic!("{uploaded}"));
+        let got = reqwest::get(url).await.unwrap();
+        assert_eq!(got.status(), 200, "{which}");
+        assert_eq!(got.bytes().await.unwrap().as_ref(), want, "{which}");
+    }
+    assert_eq!(uploaded["photo"]["filename"], "photo.png");
+    let (photo, note) = (&uploaded["photo"]["url"], &uploaded["note"]["url"]);
+    let destroyed = tokio::task::block_in_place(|| {
+        run_js(
+            cluster_ref,
+            &app,
+            &format!(
+                r#"
+const f = Bmob.File();
+const one = await settle(f.destroy({photo}));
+const many = await settle(f.destroy([{note}]));
+return {{ one, many }};
+"#
+            ),
+        )
+    });
+    assert_eq!(destroyed["one"]["msg"], "ok", "{destroyed}");
+    assert_eq!(destroyed["many"]["msg"], "ok", "{destroyed}");
+    for url in [photo, note] {
+        let status = reqwest::get(url.as_str().unwrap()).await.unwrap().status();
+        assert_eq!(status, 404, "{url}");
+    }
 }
