@@ -92,17 +92,17 @@ pub async fn upload(
         .starts_with("multipart/form-data");
     // A signature over the body (the JS SDK's, from Node) is checked as the body streams.
     let signature = ctx.body_signature.as_deref().map(PendingSignature::digests);
+    if multipart && signature.is_some() {
+        // No client signs a multipart body: its signature is the formula without it.
+        return Ok(closing(ApiError::Unauthorized.into_response()));
+    }
+    let who = Uploader {
+        app,
+        user: uploader,
+        signature,
+    };
     let stored = if multipart {
-        if signature.is_some() {
-            // No client signs a multipart body: its signature is the formula without it.
-            return Ok(closing(ApiError::Unauthorized.into_response()));
-        }
         let mut part = Box::pin(multipart_file(content_type, body, config).await?);
-        let who = Uploader {
-            app,
-            user: uploader,
-            signature: None,
-        };
         let stored = store(&state.cluster, config, &mut part, &name, who).await;
         if matches!(stored, Err(FilesError::TooLarge(_))) {
             let drained = drain(&mut part, DRAIN_BYTES, config.idle).await;
@@ -110,11 +110,6 @@ pub async fn upload(
         }
         stored
     } else {
-        let who = Uploader {
-            app,
-            user: uploader,
-            signature,
-        };
         let stored = store(&state.cluster, config, &mut body, &name, who).await;
         if matches!(stored, Err(FilesError::TooLarge(_))) {
             let drained = drain(&mut body, DRAIN_BYTES, config.idle).await;

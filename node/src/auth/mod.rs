@@ -268,14 +268,10 @@ async fn signed_app(
         sdk_version,
     };
     let upload = *req.method == Method::POST && is_upload_path(req.path);
-    // A browser's File or Blob renders as `{}` in the JS SDK's signature.
-    let blob = Signed {
-        body: b"{}",
-        ..signed
-    };
-    let pending = match signed.verify(sign) || (upload && blob.verify(sign)) {
-        true => None,
-        false if upload => Some(PendingSignature::new(&signed, sign)),
+    let pending = match upload {
+        true if signed.verify_upload(sign) => None,
+        true => Some(PendingSignature::new(&signed, sign)),
+        false if signed.verify(sign) => None,
         false => return Err(AuthError::Unauthorized("bad signature")),
     };
     claim_nonce(cluster, &app.application_id, nonce, ts_ms.max(now)).await?;

@@ -85,6 +85,19 @@ impl Signed<'_> {
             .iter()
             .any(|want| super::secret::same_secret(want, &sign))
     }
+
+    /// Whether `sign` matches a file upload's formulas that leave its bytes out: either
+    /// formula without a body, or the long one over `{}` (what the JS SDK signs for a
+    /// browser's File or Blob). Otherwise the upload checks its body as it streams
+    /// (`PendingSignature`).
+    pub fn verify_upload(&self, sign: &str) -> bool {
+        let blob = Signed {
+            body: b"{}",
+            ..*self
+        };
+        self.verify(sign)
+            || super::secret::same_secret(&blob.long_sign(), &sign.to_ascii_lowercase())
+    }
 }
 
 /// An upload signed over its body, as the JS SDK signs one from Node: the body streams to its

@@ -19,12 +19,13 @@ fn sdks_dir() -> PathBuf {
         })
 }
 
-/// Where scripts/install-sdks.sh put python-bmob.
-fn python_sdk_dir() -> PathBuf {
-    let dir = sdks_dir().join("python");
+/// Where scripts/install-sdks.sh put an SDK: `sub` of the SDKs' directory, which holds
+/// `marker` once installed.
+fn installed_sdk(sub: &str, marker: &str) -> PathBuf {
+    let dir = sdks_dir().join(sub);
     assert!(
-        dir.join("bmobpy").exists(),
-        "python-bmob is not installed in {dir:?}: run scripts/install-sdks.sh (make test does)"
+        dir.join(marker).exists(),
+        "no SDK in {dir:?}: run scripts/install-sdks.sh (make test does)"
     );
     dir
 }
@@ -42,7 +43,7 @@ fn run_python(cluster: &TestCluster, code: &str) -> Value {
     python
         .arg("-c")
         .arg(format!("{prelude}{code}"))
-        .env("PYTHONPATH", python_sdk_dir());
+        .env("PYTHONPATH", installed_sdk("python", "bmobpy"));
     last_line(python)
 }
 
@@ -106,16 +107,6 @@ async fn python_bmob_uploads_and_deletes_files() {
     assert_eq!(again["code"], 151);
 }
 
-/// Where scripts/install-sdks.sh put hydrogen-js-sdk (its npm package).
-fn js_sdk_dir() -> PathBuf {
-    let dir = sdks_dir().join("js/package");
-    assert!(
-        dir.join("index.js").exists(),
-        "hydrogen-js-sdk is not installed in {dir:?}: run scripts/install-sdks.sh (make test does)"
-    );
-    dir
-}
-
 /// Runs `code`, the body of an async function, in Node with `Bmob` the JS SDK signing for
 /// `app` (its secret key and safe token: encrypted mode) against node 1, and `settle(p)`
 /// giving up on a promise after 20 s (the SDK's file promises never settle on errors); the
@@ -132,7 +123,7 @@ const settle = (p) => Promise.race([p, new Promise((_, no) =>
   (r) => {{ console.log(JSON.stringify(r)); process.exit(0); }},
   (e) => {{ console.error("failed:", e); process.exit(1); }});
 "#,
-        sdk = js_sdk_dir(),
+        sdk = installed_sdk("js/package", "index.js"),
         secret = app["secretKey"],
         token = app["safeToken"],
         url = format!("http://{}", cluster.nodes[0].http),
