@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Installs what building Basalt needs on Debian/Ubuntu when it is missing: libclang (bindgen
-# for rust-rocksdb), a C++ compiler, and python3 (`make lint`'s module-cycle check). Uses sudo when not root. No-op when all is present.
+# Installs what building and running Basalt needs on Debian/Ubuntu when it is missing:
+# libclang (bindgen for rust-rocksdb), a C++ compiler, python3 (`make lint`'s module-cycle
+# check), the font of text watermarks on images (WenQuanYi Micro Hei, which covers Chinese,
+# Japanese and Korean as well as Latin) and ffmpeg (video snapshots). Uses sudo when not root.
+# No-op when all is present.
 set -euo pipefail
 
 # True when any one of the places libclang is installed to holds it (each glob checked on its
@@ -23,6 +26,8 @@ have_libclang || missing+=(libclang-dev)
 command -v c++ >/dev/null 2>&1 || missing+=(g++)
 command -v make >/dev/null 2>&1 || missing+=(make)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
+[ -f /usr/share/fonts/truetype/wqy/wqy-microhei.ttc ] || missing+=(fonts-wqy-microhei)
+command -v ffmpeg >/dev/null 2>&1 || missing+=(ffmpeg)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if ! command -v apt-get >/dev/null 2>&1; then

@@ -19,6 +19,7 @@ pub mod config;
 pub mod connections;
 pub mod dev;
 pub mod files;
+pub mod images;
 pub mod json_text;
 pub mod mail;
 pub mod paths;

@@ -57,6 +57,8 @@ pub struct Shared {
     pub identity: crate::users::third_party::providers::IdentityProviders,
     /// Each app's role graph as this node's metadata replica holds it.
     pub roles: crate::users::roles::RoleGraphs,
+    /// Thumbnails and watermarks of stored images, with this node's cache of them.
+    pub images: crate::images::Images,
 }
 
 /// The services outside the cluster the API talks to.
@@ -88,6 +90,7 @@ impl AppState {
             limiter: crate::throttle::IpLimiter::new(ip_limits),
             identity: outside.identity,
             roles: Default::default(),
+            images: Default::default(),
         }))
     }
 }

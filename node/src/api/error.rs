@@ -15,6 +15,7 @@ use crate::auth::password::PasswordError;
 use crate::auth::AuthError;
 use crate::captcha::CaptchaError;
 use crate::files::FilesError;
+use crate::images::ImageError;
 use crate::query::QueryError;
 use crate::sms::SmsError;
 use crate::throttle::ThrottleError;
@@ -159,6 +160,19 @@ pub enum ApiError {
     /// Some files of a `cdnBatchDelete` were not deleted: by cdn name, their urls.
     #[error("some files could not be deleted.")]
     FilesNotDeleted(serde_json::Value),
+    /// A bad image operation, or a file that cannot be processed as asked (160).
+    #[error("{0}")]
+    ImageInvalid(String),
+    #[error("{0}")]
+    ImageMode(String),
+    #[error("{0}")]
+    ImageWidth(String),
+    #[error("{0}")]
+    ImageHeight(String),
+    #[error("{0}")]
+    ImageLongEdge(String),
+    #[error("{0}")]
+    ImageShortEdge(String),
     #[error("not found")]
     RouteNotFound,
     #[error("method not allowed")]
@@ -304,6 +318,12 @@ impl ApiError {
             ApiError::FileNotFound(_) => 151,
             ApiError::FilesNotDeleted(_) => 154,
             ApiError::FileTooLarge(_) => 1500,
+            ApiError::ImageInvalid(_) => 160,
+            ApiError::ImageMode(_) => 161,
+            ApiError::ImageWidth(_) => 162,
+            ApiError::ImageHeight(_) => 163,
+            ApiError::ImageLongEdge(_) => 164,
+            ApiError::ImageShortEdge(_) => 165,
             ApiError::RouteNotFound => 404,
             ApiError::MethodNotAllowed => 405,
             ApiError::Unavailable(_) | ApiError::Timeout(_) | ApiError::Overloaded(_) => 503,
@@ -379,7 +399,13 @@ impl ApiError {
             | ApiError::FileEmpty
             | ApiError::FileTooLarge(_)
             | ApiError::FileNotFound(_)
-            | ApiError::FilesNotDeleted(_) => StatusCode::BAD_REQUEST,
+            | ApiError::FilesNotDeleted(_)
+            | ApiError::ImageInvalid(_)
+            | ApiError::ImageMode(_)
+            | ApiError::ImageWidth(_)
+            | ApiError::ImageHeight(_)
+            | ApiError::ImageLongEdge(_)
+            | ApiError::ImageShortEdge(_) => StatusCode::BAD_REQUEST,
         }
     }
 
@@ -435,6 +461,27 @@ impl From<FilesError> for ApiError {
             FilesError::Stalled(secs) => ApiError::BodyTimeout(secs),
             FilesError::BadSignature => ApiError::Unauthorized,
             FilesError::Cluster(e) => e.into(),
+        }
+    }
+}
+
+impl From<ImageError> for ApiError {
+    fn from(e: ImageError) -> Self {
+        match e {
+            ImageError::Mode(m) => ApiError::ImageMode(m),
+            ImageError::Width(m) => ApiError::ImageWidth(m),
+            ImageError::Height(m) => ApiError::ImageHeight(m),
+            ImageError::LongEdge(m) => ApiError::ImageLongEdge(m),
+            ImageError::ShortEdge(m) => ApiError::ImageShortEdge(m),
+            e @ (ImageError::Invalid(_)
+            | ImageError::NotAnImage(_)
+            | ImageError::TooLarge(_)
+            | ImageError::MarkNotFound(_)
+            | ImageError::NoFont
+            | ImageError::Encode(_)) => ApiError::ImageInvalid(e.to_string()),
+            e @ ImageError::Busy => ApiError::Unavailable(e.to_string()),
+            e @ ImageError::Worker(_) => ApiError::fault("image processing", e),
+            ImageError::Cluster(e) => e.into(),
         }
     }
 }
@@ -720,10 +767,16 @@ mod tests {
             ApiError::FileTooLarge(_) => 63,
             ApiError::FileNotFound(_) => 64,
             ApiError::FilesNotDeleted(_) => 65,
+            ApiError::ImageInvalid(_) => 66,
+            ApiError::ImageMode(_) => 67,
+            ApiError::ImageWidth(_) => 68,
+            ApiError::ImageHeight(_) => 69,
+            ApiError::ImageLongEdge(_) => 70,
+            ApiError::ImageShortEdge(_) => 71,
         }
     }
 
-    const VARIANTS: usize = 66;
+    const VARIANTS: usize = 72;
 
     /// Every variant with its documented status and code (docs/api.md, "Errors").
     #[test]
@@ -808,6 +861,12 @@ mod tests {
             (ApiError::FileNotFound("x".into()), 400, 151),
             (ApiError::FilesNotDeleted(serde_json::json!({})), 400, 154),
             (ApiError::FileTooLarge(1), 400, 1500),
+            (ApiError::ImageInvalid("x".into()), 400, 160),
+            (ApiError::ImageMode("x".into()), 400, 161),
+            (ApiError::ImageWidth("x".into()), 400, 162),
+            (ApiError::ImageHeight("x".into()), 400, 163),
+            (ApiError::ImageLongEdge("x".into()), 400, 164),
+            (ApiError::ImageShortEdge("x".into()), 400, 165),
         ];
         let mut covered = [false; VARIANTS];
         for (e, status, code) in table {

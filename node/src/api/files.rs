@@ -5,12 +5,13 @@
 //! streaming are `crate::files`; the bytes are the cluster's `files`.
 
 use axum::body::Body;
-use axum::extract::{Path, Request, State};
+use axum::extract::{Path, RawQuery, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use basalt_cluster::files::record::FileRecord;
 use futures::{StreamExt, TryStreamExt};
+use md5::Digest;
 use serde_json::{json, Map, Value};
 
 use super::context::{ApiBody, AppState, RequestCtx};
@@ -19,6 +20,8 @@ use crate::auth::PendingSignature;
 use crate::files::{
     drain, multipart_file, store, url_of, FileRef, FilesError, UploadName, Uploader,
 };
+use crate::images::ops::Pipeline;
+use crate::images::render::Rendered;
 use crate::users::session::session_user;
 
 /// `GET /1/apps/<appId>/files` (console): how many files the app stores and their bytes.
@@ -217,13 +220,20 @@ fn push_failed(fail: &mut Map<String, Value>, cdn: String, url: String) {
 /// Cache lifetime of a file's answers: a url never changes content.
 const CACHE_CONTROL: &str = "public, max-age=31536000, immutable";
 
-/// `GET /<cdn>/YYYY/MM/DD/<id>.<ext>`: the file's bytes, whole or the one range asked for.
+/// `GET /<cdn>/YYYY/MM/DD/<id>.<ext>`: the file's bytes, whole or the one range asked for;
+/// with `?imageView2/...` or `?watermark/...`, the image processed as asked (`images`).
 pub async fn download(
     State(state): State<AppState>,
     Path((y, m, d, name)): Path<(String, String, String, String)>,
+    RawQuery(query): RawQuery,
     method: Method,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
+    // Parameters are checked before the file is looked up. Operations come first in the query;
+    // `&` starts other parameters.
+    let query = query.unwrap_or_default();
+    let query = query.split('&').next().unwrap_or_default();
+    let pipeline = Pipeline::parse(query)?;
     let file = FileRef::parse(&format!("{y}/{m}/{d}/{name}")).ok_or(ApiError::RouteNotFound)?;
     let record = state
         .cluster
@@ -232,6 +242,18 @@ pub async fn download(
         .await?
         .filter(|r| r.path == file.path)
         .ok_or(ApiError::RouteNotFound)?;
+    if let Some(pipeline) = pipeline {
+        match state
+            .images
+            .answer(&state.cluster, &record, &file, query, &pipeline)
+            .await
+        {
+            Ok(image) => return processed(&record, query, image, &method, &headers),
+            // `ignore-error/1`: the file as it is.
+            Err(e) if pipeline.ignore_error && e.is_about_the_file() => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
     let etag = format!("\"{}\"", record.md5);
     let mut resp = Response::builder()
         .header(header::ETAG, &etag)
@@ -244,11 +266,7 @@ pub async fn download(
                     + std::time::Duration::from_millis(record.created_ms.max(0) as u64),
             ),
         );
-    if headers
-        .get(header::IF_NONE_MATCH)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"))
-    {
+    if matches_etag(&headers, &etag) {
         return resp
             .status(StatusCode::NOT_MODIFIED)
             .body(Body::empty())
@@ -295,6 +313,48 @@ pub async fn download(
     };
     resp.body(body)
         .map_err(|e| ApiError::fault("building a response", e))
+}
+
+/// The answer of an image processed as `query` asked: its own ETag (the file's and the
+/// query's), cached as the file is; ranges are not served of it.
+fn processed(
+    record: &FileRecord,
+    query: &str,
+    image: Rendered,
+    method: &Method,
+    headers: &HeaderMap,
+) -> Result<Response, ApiError> {
+    let query_md5 = md5::Md5::digest(query.as_bytes());
+    let etag = format!("\"{}-{:x}\"", record.md5, query_md5);
+    let resp = Response::builder()
+        .header(header::ETAG, &etag)
+        .header(header::CACHE_CONTROL, CACHE_CONTROL);
+    if matches_etag(headers, &etag) {
+        return resp
+            .status(StatusCode::NOT_MODIFIED)
+            .body(Body::empty())
+            .map_err(|e| ApiError::fault("building a response", e));
+    }
+    metrics::counter!("basalt_files_downloaded_bytes_total").increment(image.bytes.len() as u64);
+    let len = image.bytes.len();
+    let body = if *method == Method::HEAD {
+        Body::empty()
+    } else {
+        Body::from(image.bytes)
+    };
+    resp.status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, image.format.content_type())
+        .header(header::CONTENT_LENGTH, len)
+        .body(body)
+        .map_err(|e| ApiError::fault("building a response", e))
+}
+
+/// True when the `If-None-Match` of `headers` names `etag` (or `*`).
+fn matches_etag(headers: &HeaderMap, etag: &str) -> bool {
+    headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"))
 }
 
 /// The one byte range `bytes=a-b`, `bytes=a-` or `bytes=-n` of a `Range` header, inclusive

@@ -1,0 +1,385 @@
+//! Image processing on stored files (issue 15): thumbnails in each mode and format,
+//! pipelines, text and image watermarks, the coded errors of bad parameters and of files that
+//! cannot be processed, `ignore-error`, caching (a result computed once per node, even when
+//! requests race for it), and decompression bombs refused without harm to the node.
+
+use std::io::Cursor;
+
+use basalt_client::{Client, Method};
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use image::{DynamicImage, ImageFormat, Rgb, RgbImage, Rgba, RgbaImage};
+use serde_json::Value;
+
+use crate::common::TestCluster;
+
+fn encoded(img: DynamicImage, format: ImageFormat) -> Vec<u8> {
+    let mut out = Cursor::new(Vec::new());
+    img.write_to(&mut out, format).expect("encode");
+    out.into_inner()
+}
+
+/// A `w`×`h` picture with a gradient (so that scaling has something to blend).
+fn gradient(w: u32, h: u32) -> DynamicImage {
+    DynamicImage::ImageRgb8(RgbImage::from_fn(w, h, |x, y| {
+        Rgb([(x * 255 / w) as u8, (y * 255 / h) as u8, 100])
+    }))
+}
+
+async fn upload(c: &Client, name: &str, bytes: Vec<u8>) -> String {
+    let body = c
+        .upload_file(name, "application/octet-stream", bytes)
+        .await
+        .expect("upload")
+        .body;
+    body["url"].as_str().expect("url").to_string()
+}
+
+/// GET of `url` with the image query `q`: status, content type, body.
+async fn get(url: &str, q: &str) -> (u16, String, Vec<u8>) {
+    let r = reqwest::get(format!("{url}?{q}")).await.expect("GET");
+    let status = r.status().as_u16();
+    let content_type = r
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap_or("").to_string())
+        .unwrap_or_default();
+    (
+        status,
+        content_type,
+        r.bytes().await.expect("body").to_vec(),
+    )
+}
+
+/// The processed image of `url?q`, decoded, and its content type.
+async fn processed(url: &str, q: &str) -> (DynamicImage, String) {
+    let (status, content_type, body) = get(url, q).await;
+    assert_eq!(status, 200, "{q}: {}", String::from_utf8_lossy(&body));
+    let img = image::load_from_memory(&body).unwrap_or_else(|e| panic!("{q}: {e}"));
+    (img, content_type)
+}
+
+/// Asserts `url?q` answers 400 with `code`.
+async fn refused(url: &str, q: &str, code: i64) {
+    let (status, _, body) = get(url, q).await;
+    let body: Value = serde_json::from_slice(&body).expect("json error");
+    assert_eq!(
+        (status, body["code"].as_i64()),
+        (400, Some(code)),
+        "{q}: {body}"
+    );
+}
+
+fn b64(s: &str) -> String {
+    URL_SAFE_NO_PAD.encode(s)
+}
+
+/// A counter of `/metrics` on node `i`.
+async fn counter(cluster: &TestCluster, i: usize, name: &str) -> u64 {
+    let text = reqwest::get(format!("http://{}/metrics", cluster.nodes[i].http))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("metrics text");
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn thumbnails_have_the_size_and_format_asked_for() {
+    let cluster = TestCluster::start(1, &[], &[]).await;
+    let c = cluster.client(0);
+    let photo = upload(
+        &c,
+        "photo.jpg",
+        encoded(gradient(400, 300), ImageFormat::Jpeg),
+    )
+    .await;
+
+    for (q, size, content_type) in [
+        // Cover 100×100, then a centred crop to it.
+        ("imageView2/1/w/100/h/100", (100, 100), "image/jpeg"),
+        // Fit inside 100×100.
+        (
+            "imageView2/2/w/100/h/100/format/png",
+            (100, 75),
+            "image/png",
+        ),
+        // Long edge at most 200.
+        ("imageView2/0/w/200/format/webp", (200, 150), "image/webp"),
+        // Cover 100×100 without crop.
+        (
+            "imageView2/3/w/100/h/100/format/gif",
+            (133, 100),
+            "image/gif",
+        ),
+        // Long edge ≥ 100, short edge ≥ 100, cropped to 100×100... as long×short.
+        ("imageView2/5/w/120/h/90", (120, 90), "image/jpeg"),
+        ("imageView2/4/w/120/h/60/q/30", (120, 90), "image/jpeg"),
+        // Never larger than the picture.
+        ("imageView2/2/w/4000/h/4000", (400, 300), "image/jpeg"),
+        // Other parameters after `&` are not operations.
+        ("imageView2/2/w/100/h/100&v=3", (100, 75), "image/jpeg"),
+        // A pipeline, with the `|` escaped as browsers send it.
+        (
+            "imageView2/2/w/200%7CimageView2/1/w/50/h/50/format/png",
+            (50, 50),
+            "image/png",
+        ),
+    ] {
+        let (img, got_type) = processed(&photo, q).await;
+        assert_eq!(
+            ((img.width(), img.height()), got_type.as_str()),
+            (size, content_type),
+            "{q}"
+        );
+    }
+
+    // A portrait photo: modes 0, 4 and 5 read w and h as the long and the short edge.
+    let portrait = upload(
+        &c,
+        "tall.png",
+        encoded(gradient(300, 600), ImageFormat::Png),
+    )
+    .await;
+    let (img, content_type) = processed(&portrait, "imageView2/0/w/200").await;
+    assert_eq!(
+        (img.width(), img.height(), content_type.as_str()),
+        (100, 200, "image/png")
+    );
+    let (img, _) = processed(&portrait, "imageView2/5/w/100/h/80").await;
+    assert_eq!((img.width(), img.height()), (80, 100));
+
+    // Transparency becomes white in a JPEG.
+    let clear = RgbaImage::from_pixel(40, 40, Rgba([0, 0, 0, 0]));
+    let clear = upload(
+        &c,
+        "clear.png",
+        encoded(DynamicImage::ImageRgba8(clear), ImageFormat::Png),
+    )
+    .await;
+    let (img, _) = processed(&clear, "imageView2/2/w/20/format/jpg").await;
+    let p = img.to_rgb8().get_pixel(10, 10).0;
+    assert!(p.iter().all(|c| *c > 245), "{p:?}");
+
+    // The ordinary download is untouched; a query that asks for no operation is one.
+    let whole = reqwest::get(format!("{photo}?v=2")).await.unwrap();
+    assert_eq!(whole.headers()["content-type"], "image/jpeg");
+    let bytes = whole.bytes().await.unwrap();
+    assert_eq!(image::load_from_memory(&bytes).unwrap().width(), 400);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn watermarks_of_text_and_of_the_apps_own_images() {
+    let cluster = TestCluster::start(1, &[], &[]).await;
+    let c = cluster.client(0);
+    let white = DynamicImage::ImageRgb8(RgbImage::from_pixel(300, 200, Rgb([255, 255, 255])));
+    let base = upload(&c, "white.png", encoded(white, ImageFormat::Png)).await;
+    let red = DynamicImage::ImageRgb8(RgbImage::from_pixel(20, 20, Rgb([255, 0, 0])));
+    let mark = upload(&c, "mark.png", encoded(red.clone(), ImageFormat::Png)).await;
+    let is_red = |p: &Rgb<u8>| p.0[0] > 200 && p.0[1] < 60 && p.0[2] < 60;
+
+    // Text (Chinese and Latin) in red, 40 px, in the bottom right corner with 10 px margins.
+    let q = format!(
+        "watermark/2/text/{}/fill/{}/fontsize/800/gravity/SouthEast",
+        b64("水印 Basalt"),
+        b64("#FF0000")
+    );
+    let (img, content_type) = processed(&base, &q).await;
+    assert_eq!(
+        (img.width(), img.height(), content_type.as_str()),
+        (300, 200, "image/png")
+    );
+    let img = img.to_rgb8();
+    let red_in = |x0: u32, y0: u32, x1: u32, y1: u32| {
+        (x0..x1)
+            .flat_map(|x| (y0..y1).map(move |y| (x, y)))
+            .filter(|(x, y)| is_red(img.get_pixel(*x, *y)))
+            .count()
+    };
+    assert!(red_in(150, 140, 290, 190) > 200, "no text in the corner");
+    assert_eq!(red_in(0, 0, 300, 130), 0, "text outside the corner");
+    assert_eq!(
+        red_in(290, 0, 300, 200) + red_in(0, 190, 300, 200),
+        0,
+        "text in the margins"
+    );
+
+    // Half-transparent text at the top: pink, not red.
+    let q = format!(
+        "watermark/2/text/{}/fill/{}/fontsize/800/gravity/North/dissolve/50",
+        b64("Basalt"),
+        b64("red")
+    );
+    let (img, _) = processed(&base, &q).await;
+    let img = img.to_rgb8();
+    assert!(
+        img.pixels()
+            .any(|p| p.0[0] > 240 && (100..200).contains(&p.0[1])),
+        "no pink ink"
+    );
+    assert!(!img.pixels().any(is_red), "opaque ink");
+
+    // An image of the same app, at the top left without margins, then scaled to a quarter of
+    // the short edge (50 px) at the centre.
+    let q = format!(
+        "watermark/1/image/{}/gravity/NorthWest/dx/0/dy/0",
+        b64(&mark)
+    );
+    let (img, _) = processed(&base, &q).await;
+    let img = img.to_rgb8();
+    assert!(is_red(img.get_pixel(0, 0)) && is_red(img.get_pixel(19, 19)));
+    assert!(!is_red(img.get_pixel(20, 20)));
+    let q = format!("watermark/1/image/{}/gravity/Center/ws/0.25", b64(&mark));
+    let (img, _) = processed(&base, &q).await;
+    let img = img.to_rgb8();
+    assert!(is_red(img.get_pixel(126, 76)) && is_red(img.get_pixel(173, 123)));
+    assert!(!is_red(img.get_pixel(120, 70)) && !is_red(img.get_pixel(180, 130)));
+    // A thumbnail, then a mark on it.
+    let q = format!(
+        "imageView2/2/w/100|watermark/1/image/{}/gravity/NorthWest/dx/0/dy/0",
+        b64(&mark)
+    );
+    let (img, _) = processed(&base, &q).await;
+    assert_eq!((img.width(), img.height()), (100, 67));
+    assert!(is_red(img.to_rgb8().get_pixel(10, 10)));
+
+    // Another app's file, or anything that is not a stored file, is no watermark (160).
+    let other = cluster.create_app(0, "other").await;
+    let theirs = upload(
+        &cluster.app_client(0, &other),
+        "theirs.png",
+        encoded(red, ImageFormat::Png),
+    )
+    .await;
+    refused(&base, &format!("watermark/1/image/{}", b64(&theirs)), 160).await;
+    refused(
+        &base,
+        &format!(
+            "watermark/1/image/{}",
+            b64("http://169.254.169.254/latest/meta-data")
+        ),
+        160,
+    )
+    .await;
+    let gone = mark.replace(&mark[mark.len() - 36..mark.len() - 4], &"0".repeat(32));
+    refused(&base, &format!("watermark/1/image/{}", b64(&gone)), 160).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bad_parameters_and_unprocessable_files_answer_their_codes() {
+    let cluster = TestCluster::start(1, &[], &[]).await;
+    let c = cluster.client(0);
+    let photo = upload(&c, "photo.png", encoded(gradient(64, 48), ImageFormat::Png)).await;
+
+    for (q, code) in [
+        ("imageView2/9/w/10", 161),
+        ("imageView2/w/10", 161),
+        ("imageView2/1/w/0/h/10", 162),
+        ("imageView2/2/w/100000", 162),
+        ("imageView2/3/w/10/h/x", 163),
+        ("imageView2/0/w/-5", 164),
+        ("imageView2/4/w/10/h/99999", 165),
+        ("imageView2/2", 162),
+        ("imageView2/2/w/10/format/tiff", 160),
+        ("imageView2/2/w/10/q/0", 160),
+        ("imageView2/2/w/10/blur/3", 160),
+        ("watermark/2/text/!!", 160),
+        ("watermark/2/text/YQ/gravity/Middle", 160),
+        ("watermark/7/text/YQ", 160),
+        ("imageView2/2/w/10|rotate/90", 160),
+    ] {
+        refused(&photo, q, code).await;
+    }
+    // Bad parameters are refused before the file is looked up; a good one of no file is 404.
+    let unknown = photo.replace(&photo[photo.len() - 36..photo.len() - 4], &"0".repeat(32));
+    refused(&unknown, "imageView2/9/w/10", 161).await;
+    assert_eq!(get(&unknown, "imageView2/2/w/10").await.0, 404);
+
+    // A file that is not an image: 160, or the file itself with ignore-error/1.
+    let text = upload(&c, "notes.jpg", b"not a picture at all".to_vec()).await;
+    refused(&text, "imageView2/2/w/10", 160).await;
+    let (status, _, body) = get(&text, "imageView2/2/w/10/ignore-error/1").await;
+    assert_eq!(
+        (status, body.as_slice()),
+        (200, b"not a picture at all".as_slice())
+    );
+
+    // A picture whose header claims 30000×30000 pixels over a few bytes (a decompression
+    // bomb) is refused without decoding it; the node carries on.
+    let mut bomb = Vec::new();
+    {
+        let mut encoder = png::Encoder::new(&mut bomb, 30_000, 30_000);
+        encoder.set_color(png::ColorType::Rgba);
+        let mut writer = encoder.write_header().expect("png header");
+        writer
+            .write_chunk(png::chunk::IDAT, &[0x78, 0x9c, 0x63, 0x00])
+            .expect("png data");
+    }
+    let bomb = upload(&c, "bomb.png", bomb).await;
+    refused(&bomb, "imageView2/2/w/100", 160).await;
+    // A file above the processing bound (20 MiB) is not read into memory: 160.
+    let big = upload(&c, "big.jpg", vec![0xff; 21 << 20]).await;
+    refused(&big, "imageView2/2/w/100", 160).await;
+    assert!(c.healthy().await);
+    let (img, _) = processed(&photo, "imageView2/2/w/32").await;
+    assert_eq!((img.width(), img.height()), (32, 24));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_result_is_computed_once_per_node_and_revalidates() {
+    let cluster = TestCluster::start(1, &[], &[]).await;
+    let c = cluster.client(0);
+    let photo = upload(
+        &c,
+        "photo.jpg",
+        encoded(gradient(800, 600), ImageFormat::Jpeg),
+    )
+    .await;
+    let rendered = "basalt_images_rendered_total";
+    let before = counter(&cluster, 0, rendered).await;
+
+    // Twelve requests race for a thumbnail no one asked for yet: it is computed once and every
+    // answer is the same picture.
+    let q = "imageView2/1/w/120/h/120/format/webp";
+    let answers = futures::future::join_all((0..12).map(|_| get(&photo, q))).await;
+    let first = &answers[0];
+    assert_eq!((first.0, first.1.as_str()), (200, "image/webp"));
+    assert!(answers.iter().all(|a| a == first));
+    assert_eq!(counter(&cluster, 0, rendered).await, before + 1);
+    // Asked again later: from the cache.
+    assert_eq!(&get(&photo, q).await, first);
+    assert_eq!(counter(&cluster, 0, rendered).await, before + 1);
+    assert!(counter(&cluster, 0, "basalt_images_cache_hits_total").await >= 1);
+
+    // Its own ETag (not the file's), and a revalidation answers 304.
+    let r = reqwest::get(format!("{photo}?{q}")).await.unwrap();
+    let etag = r.headers()["etag"].to_str().unwrap().to_string();
+    let file_etag = reqwest::get(&photo).await.unwrap().headers()["etag"].clone();
+    assert_ne!(etag.as_str(), file_etag.to_str().unwrap());
+    assert!(r.headers()["cache-control"]
+        .to_str()
+        .unwrap()
+        .contains("max-age"));
+    let r = reqwest::Client::new()
+        .get(format!("{photo}?{q}"))
+        .header("if-none-match", &etag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 304);
+
+    // A deleted file's thumbnails go with it, cached or not.
+    let path = photo.split_once("/basalt/").map(|(_, p)| p).unwrap();
+    c.request(
+        Method::DELETE,
+        &format!("/2/files/basalt/{path}"),
+        None,
+        false,
+    )
+    .await
+    .expect("delete");
+    assert_eq!(get(&photo, q).await.0, 404);
+}
