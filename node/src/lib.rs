@@ -29,3 +29,4 @@ pub mod server;
 pub mod sms;
 pub mod throttle;
 pub mod users;
+pub mod video;

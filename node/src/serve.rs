@@ -173,6 +173,9 @@ pub struct ServiceArgs {
     /// least 120: an upload's record may follow its first copy by that long).
     #[arg(long, default_value_t = 3600, env = "BASALT_FILES_ORPHAN_GRACE_SECS")]
     pub files_orphan_grace_secs: u64,
+    /// The ffmpeg program that extracts video snapshots (a name looked up in PATH, or a path).
+    #[arg(long, default_value = "ffmpeg", env = "BASALT_FFMPEG")]
+    pub ffmpeg: String,
 }
 
 /// A storage name: 1 to 32 lowercase letters, digits, `-` or `_`, starting with a letter (so
@@ -308,6 +311,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             cdn: args.service.files_cdn.clone(),
             max_bytes: args.service.max_file_mb.saturating_mul(1 << 20),
             idle: Duration::from_secs(args.service.http_body_timeout_secs.max(1)),
+            ffmpeg: args.service.ffmpeg.clone(),
         },
         crate::throttle::IpLimits {
             login: args.service.login_attempts_per_ip,

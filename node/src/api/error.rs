@@ -22,6 +22,7 @@ use crate::throttle::ThrottleError;
 use crate::users::third_party::providers::VerifyError;
 use crate::users::third_party::AuthDataError;
 use crate::users::UsersError;
+use crate::video::SnapshotError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -173,6 +174,12 @@ pub enum ApiError {
     ImageLongEdge(String),
     #[error("{0}")]
     ImageShortEdge(String),
+    /// A video snapshot: no frame at the point asked (155).
+    #[error("{0}")]
+    NoVideoFrame(String),
+    /// A video snapshot: ffmpeg cannot run on this node (156).
+    #[error("{0}")]
+    NoFfmpeg(String),
     #[error("not found")]
     RouteNotFound,
     #[error("method not allowed")]
@@ -324,6 +331,8 @@ impl ApiError {
             ApiError::ImageHeight(_) => 163,
             ApiError::ImageLongEdge(_) => 164,
             ApiError::ImageShortEdge(_) => 165,
+            ApiError::NoVideoFrame(_) => 155,
+            ApiError::NoFfmpeg(_) => 156,
             ApiError::RouteNotFound => 404,
             ApiError::MethodNotAllowed => 405,
             ApiError::Unavailable(_) | ApiError::Timeout(_) | ApiError::Overloaded(_) => 503,
@@ -344,6 +353,7 @@ impl ApiError {
                 StatusCode::TOO_MANY_REQUESTS
             }
             ApiError::OriginNotAllowed(_) => StatusCode::FORBIDDEN,
+            ApiError::NoFfmpeg(_) => StatusCode::NOT_IMPLEMENTED,
             ApiError::Unavailable(_) | ApiError::Timeout(_) | ApiError::Overloaded(_) => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
@@ -405,7 +415,8 @@ impl ApiError {
             | ApiError::ImageWidth(_)
             | ApiError::ImageHeight(_)
             | ApiError::ImageLongEdge(_)
-            | ApiError::ImageShortEdge(_) => StatusCode::BAD_REQUEST,
+            | ApiError::ImageShortEdge(_)
+            | ApiError::NoVideoFrame(_) => StatusCode::BAD_REQUEST,
         }
     }
 
@@ -482,6 +493,20 @@ impl From<ImageError> for ApiError {
             e @ ImageError::Busy => ApiError::Unavailable(e.to_string()),
             e @ ImageError::Worker(_) => ApiError::fault("image processing", e),
             ImageError::Cluster(e) => e.into(),
+        }
+    }
+}
+
+impl From<SnapshotError> for ApiError {
+    fn from(e: SnapshotError) -> Self {
+        match e {
+            SnapshotError::BadRequest(m) => ApiError::InvalidBody(m),
+            e @ SnapshotError::BadName(_) => ApiError::FileNameInvalid(e.to_string()),
+            e @ SnapshotError::NoFrame(_) => ApiError::NoVideoFrame(e.to_string()),
+            e @ SnapshotError::NoFfmpeg(_) => ApiError::NoFfmpeg(e.to_string()),
+            SnapshotError::Busy(m) => ApiError::Unavailable(m),
+            e @ SnapshotError::Io(_) => ApiError::fault("video snapshot", e),
+            SnapshotError::Files(e) => e.into(),
         }
     }
 }
@@ -773,10 +798,12 @@ mod tests {
             ApiError::ImageHeight(_) => 69,
             ApiError::ImageLongEdge(_) => 70,
             ApiError::ImageShortEdge(_) => 71,
+            ApiError::NoVideoFrame(_) => 72,
+            ApiError::NoFfmpeg(_) => 73,
         }
     }
 
-    const VARIANTS: usize = 72;
+    const VARIANTS: usize = 74;
 
     /// Every variant with its documented status and code (docs/api.md, "Errors").
     #[test]
@@ -867,6 +894,8 @@ mod tests {
             (ApiError::ImageHeight("x".into()), 400, 163),
             (ApiError::ImageLongEdge("x".into()), 400, 164),
             (ApiError::ImageShortEdge("x".into()), 400, 165),
+            (ApiError::NoVideoFrame("x".into()), 400, 155),
+            (ApiError::NoFfmpeg("x".into()), 501, 156),
         ];
         let mut covered = [false; VARIANTS];
         for (e, status, code) in table {

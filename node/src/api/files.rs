@@ -23,6 +23,7 @@ use crate::files::{
 use crate::images::ops::Pipeline;
 use crate::images::render::Rendered;
 use crate::users::session::session_user;
+use crate::video::{snapshot, Request as SnapshotRequest};
 
 /// `GET /1/apps/<appId>/files` (console): how many files the app stores and their bytes.
 pub async fn usage(
@@ -77,12 +78,7 @@ pub async fn upload(
             !waits && len <= DRAIN_BYTES as u64 && drain(&mut body, DRAIN_BYTES, config.idle).await;
         return Ok(too_large(config.max_bytes, drained));
     }
-    let uploader = match &ctx.session_token {
-        Some(token) => session_user(&state.cluster, &ctx.app.application_id, token)
-            .await?
-            .map(|(id, _)| id),
-        None => None,
-    };
+    let uploader = uploader(&state, &ctx).await?;
     let app = ctx.app.application_id.as_str();
     let content_type = parts
         .headers
@@ -121,6 +117,54 @@ pub async fn upload(
         stored
     };
     Ok(uploaded(&state, &stored?).into_response())
+}
+
+/// The user whose session a request carries, recorded as a new file's uploader.
+async fn uploader(state: &AppState, ctx: &RequestCtx) -> Result<Option<String>, ApiError> {
+    Ok(match &ctx.session_token {
+        Some(token) => session_user(&state.cluster, &ctx.app.application_id, token)
+            .await?
+            .map(|(id, _)| id),
+        None => None,
+    })
+}
+
+/// `POST /2/cdnVedioSnapshot` `{source, save_as, point}`: the frame of the app's stored video
+/// `source` at `point` (`HH:MM:SS`), stored as a new file named after `save_as` (`video`).
+pub async fn video_snapshot(
+    State(state): State<AppState>,
+    ctx: RequestCtx,
+    body: ApiBody,
+) -> Result<Json<Value>, ApiError> {
+    let body = body.object()?;
+    let member = |key: &str| match body.get(key) {
+        Some(Value::String(s)) if !s.is_empty() => Ok(s.as_str()),
+        _ => Err(ApiError::InvalidBody(format!(
+            "{key} must be a non-empty string."
+        ))),
+    };
+    let req = SnapshotRequest {
+        source: member("source")?,
+        save_as: member("save_as")?,
+        point: member("point")?,
+    };
+    let who = Uploader {
+        app: ctx.app.application_id.as_str(),
+        user: uploader(&state, &ctx).await?,
+        signature: None,
+    };
+    let shot = snapshot(&state.cluster, &state.files, req, who).await?;
+    let url = url_of(&state.public_url, &shot.record.cdn, &shot.record.path);
+    Ok(Json(json!({
+        "status_code": 200,
+        "message": "ok",
+        "content_type": shot.content_type,
+        "content_length": shot.record.size,
+        "save_as": url,
+        "filename": shot.record.filename,
+        "url": url,
+        "cdn": shot.record.cdn,
+    })))
 }
 
 /// The 1500 answer to a file over the limit, closing the connection unless the rest of the

@@ -101,6 +101,7 @@ pub fn table() -> Vec<Route<AppState>> {
         // Files (spec 4.7); a file's url is an open route below.
         route!(App, "/2/files/{*path}", POST => files::upload, DELETE => files::delete_file),
         route!(App, "/2/cdnBatchDelete", POST => files::batch_delete),
+        route!(App, "/2/cdnVedioSnapshot", POST => files::video_snapshot),
         // Roles (spec 4.6).
         route!(App, "/1/roles", GET => roles::query_roles, POST => roles::create_role),
         route!(App, "/1/roles/{id}",
@@ -315,6 +316,7 @@ mod tests {
                 "files::delete_file App",
             ),
             ("POST", "/2/cdnBatchDelete", "files::batch_delete App"),
+            ("POST", "/2/cdnVedioSnapshot", "files::video_snapshot App"),
             ("GET", "/basalt/2026/01/02/x.png", "files::download Open"),
             ("GET", "/health", "ops::health Open"),
             ("GET", "/metrics", "ops::metrics Open"),

@@ -12,7 +12,8 @@ use basalt_cluster::{Cluster, Error as ClusterError};
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 
-/// How stored files are named and bounded (`--files-cdn`, `--max-file-mb`).
+/// How stored files are named and bounded (`--files-cdn`, `--max-file-mb`), and what makes
+/// video snapshots (`--ffmpeg`).
 #[derive(Debug, Clone)]
 pub struct FilesConfig {
     /// The storage name answered as `cdn` and the first part of every file's url path.
@@ -21,6 +22,8 @@ pub struct FilesConfig {
     pub max_bytes: u64,
     /// How long an upload may wait for the next piece of its body.
     pub idle: Duration,
+    /// The ffmpeg program video snapshots run (`--ffmpeg`).
+    pub ffmpeg: String,
 }
 
 /// Why a file request failed; `api::error` gives each its code.

@@ -1,7 +1,8 @@
 //! Image processing on stored files (issue 15): thumbnails in each mode and format,
 //! pipelines, text and image watermarks, the coded errors of bad parameters and of files that
 //! cannot be processed, `ignore-error`, caching (a result computed once per node, even when
-//! requests race for it), and decompression bombs refused without harm to the node.
+//! requests race for it), and decompression bombs refused without harm to the node. Video
+//! snapshots (`/2/cdnVedioSnapshot`) from a video the test makes with ffmpeg.
 
 use std::io::Cursor;
 
@@ -382,4 +383,176 @@ async fn a_result_is_computed_once_per_node_and_revalidates() {
     .await
     .expect("delete");
     assert_eq!(get(&photo, q).await.0, 404);
+}
+
+/// How many files the default app stores (console usage).
+async fn stored_files(cluster: &TestCluster) -> u64 {
+    let usage = cluster
+        .console_client(0)
+        .request(
+            reqwest::Method::GET,
+            &format!("/1/apps/{}/files", cluster.keys.application_id),
+            None,
+            false,
+        )
+        .await
+        .expect("usage")
+        .body;
+    usage["files"].as_u64().expect("files")
+}
+
+/// A 3-second 160×120 test video (ffmpeg's `testsrc`: a frame counter that changes each
+/// second) as MP4.
+fn test_video() -> Vec<u8> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v.mp4");
+    let made = std::process::Command::new("ffmpeg")
+        .args(["-hide_banner", "-loglevel", "error", "-f", "lavfi", "-i"])
+        .arg("testsrc=duration=3:size=160x120:rate=10")
+        .args(["-pix_fmt", "yuv420p", "-y"])
+        .arg(&path)
+        .status()
+        .expect("ffmpeg (scripts/install-deps.sh installs it)");
+    assert!(made.success());
+    std::fs::read(&path).unwrap()
+}
+
+async fn snapshot(c: &Client, body: Value) -> Result<Value, basalt_client::Error> {
+    c.request(Method::POST, "/2/cdnVedioSnapshot", Some(&body), false)
+        .await
+        .map(|r| r.body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn video_snapshots_store_the_frame_at_a_point() {
+    let cluster = TestCluster::start(1, &[], &[]).await;
+    let c = cluster.client(0);
+    let video = upload(&c, "clip.mp4", test_video()).await;
+
+    // The frame at 1 s, stored as a new file of the app named after save_as.
+    let answer = snapshot(
+        &c,
+        serde_json::json!({"source": video, "save_as": "https://old.cdn/snaps/cover.jpg", "point": "00:00:01"}),
+    )
+    .await
+    .expect("snapshot");
+    assert_eq!(answer["status_code"], 200);
+    assert_eq!(answer["content_type"], "image/jpeg");
+    assert_eq!(answer["filename"], "cover.jpg");
+    assert_eq!(answer["cdn"], "basalt");
+    let url = answer["save_as"].as_str().unwrap().to_string();
+    assert_eq!(answer["url"], url.as_str());
+    let r = reqwest::get(&url).await.unwrap();
+    assert_eq!(r.headers()["content-type"], "image/jpeg");
+    let one = r.bytes().await.unwrap();
+    assert_eq!(answer["content_length"].as_u64(), Some(one.len() as u64));
+    let one = image::load_from_memory(&one).unwrap().to_rgb8();
+    assert_eq!(one.dimensions(), (160, 120));
+    // Another point is another frame (the counter moved); PNG on asking.
+    let answer = snapshot(
+        &c,
+        serde_json::json!({"source": video, "save_as": "two.png", "point": "00:00:02.5"}),
+    )
+    .await
+    .expect("snapshot");
+    assert_eq!(answer["content_type"], "image/png");
+    let two = reqwest::get(answer["url"].as_str().unwrap())
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    let two = image::load_from_memory_with_format(&two, ImageFormat::Png)
+        .unwrap()
+        .to_rgb8();
+    let differing = one
+        .pixels()
+        .zip(two.pixels())
+        .filter(|(a, b)| a.0.iter().zip(b.0.iter()).any(|(x, y)| x.abs_diff(*y) > 60));
+    assert!(
+        differing.count() > 100,
+        "the two frames are the same picture"
+    );
+    // The frame is a file like any other: thumbnails of it work.
+    let (thumb, _) = processed(&url, "imageView2/2/w/80").await;
+    assert_eq!((thumb.width(), thumb.height()), (80, 60));
+
+    // Past the end, or a file that is not a video: 155, and nothing stored.
+    let files_before = stored_files(&cluster).await;
+    for (source, point) in [(video.clone(), "00:00:09"), (video.clone(), "01:00:00")] {
+        let e = snapshot(
+            &c,
+            serde_json::json!({"source": source, "save_as": "x.jpg", "point": point}),
+        )
+        .await;
+        crate::common::assert_api_error(e, 400, 155, point);
+    }
+    assert_eq!(stored_files(&cluster).await, files_before);
+    let text = upload(&c, "notes.mp4", b"not a video".to_vec()).await;
+    let e = snapshot(
+        &c,
+        serde_json::json!({"source": text, "save_as": "x.jpg", "point": "00:00:00"}),
+    )
+    .await;
+    crate::common::assert_api_error(e, 400, 155, "not a video");
+
+    // The source must be a stored file of this app (151); the body must be whole (107); the
+    // name must be a picture's (146).
+    let other = cluster.create_app(0, "other").await;
+    let theirs = upload(&cluster.app_client(0, &other), "theirs.mp4", test_video()).await;
+    let unknown = video.replace(&video[video.len() - 36..video.len() - 4], &"0".repeat(32));
+    for source in [
+        theirs.as_str(),
+        unknown.as_str(),
+        "https://example.com/v.mp4",
+    ] {
+        let e = snapshot(
+            &c,
+            serde_json::json!({"source": source, "save_as": "x.jpg", "point": "00:00:01"}),
+        )
+        .await;
+        crate::common::assert_api_error(e, 400, 151, source);
+    }
+    for body in [
+        serde_json::json!({"source": video, "save_as": "x.jpg"}),
+        serde_json::json!({"source": video, "save_as": "x.jpg", "point": 5}),
+        serde_json::json!({"source": video, "save_as": "x.jpg", "point": "5s"}),
+        serde_json::json!({"source": video, "save_as": "x.jpg", "point": "00:61:00"}),
+        serde_json::json!({"save_as": "x.jpg", "point": "00:00:01"}),
+    ] {
+        crate::common::assert_api_error(
+            snapshot(&c, body.clone()).await,
+            400,
+            107,
+            &body.to_string(),
+        );
+    }
+    for save_as in ["x.gif", "noext", "dir/"] {
+        let e = snapshot(
+            &c,
+            serde_json::json!({"source": video, "save_as": save_as, "point": "00:00:01"}),
+        )
+        .await;
+        crate::common::assert_api_error(e, 400, 146, save_as);
+    }
+    // Without app keys: 401.
+    let e = snapshot(
+        &cluster.anonymous_client(0),
+        serde_json::json!({"source": video, "save_as": "x.jpg", "point": "00:00:01"}),
+    )
+    .await;
+    crate::common::assert_unauthorized(e, "no keys");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_without_ffmpeg_answers_156() {
+    let cluster = TestCluster::start(1, &[], &["--ffmpeg", "/nonexistent/ffmpeg"]).await;
+    let c = cluster.client(0);
+    let video = upload(&c, "clip.mp4", b"any bytes".to_vec()).await;
+    let e = snapshot(
+        &c,
+        serde_json::json!({"source": video, "save_as": "x.jpg", "point": "00:00:01"}),
+    )
+    .await;
+    crate::common::assert_api_error(e, 501, 156, "no ffmpeg");
 }
