@@ -73,6 +73,28 @@ pub struct AppRecord {
     /// Accept `authData` without asking its platform (the id alone logs a user in).
     #[serde(default)]
     pub allow_unverified_auth_data: bool,
+    /// Who may delete the app's files.
+    #[serde(default)]
+    pub file_delete: FileDelete,
+    /// The app's own limit on an uploaded file's size, in MiB (below the node's `--max-file-mb`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_file_mb: Option<u64>,
+    /// The app's files are served only through signed, expiring urls (`files::links`).
+    #[serde(default)]
+    pub private_files: bool,
+}
+
+/// Who may delete an app's files (`fileDelete`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileDelete {
+    /// Any client with the app's keys (as the hosted service and its SDKs expect).
+    #[default]
+    Any,
+    /// The master key only.
+    Master,
+    /// The session of the user who uploaded the file, or the master key.
+    Uploader,
 }
 
 /// An app's account with one third-party platform.
@@ -120,6 +142,9 @@ impl AppRecord {
             allowed_origins: None,
             auth_providers: BTreeMap::new(),
             allow_unverified_auth_data: false,
+            file_delete: FileDelete::Any,
+            max_file_mb: None,
+            private_files: false,
         }
     }
 

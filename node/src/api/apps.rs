@@ -107,6 +107,9 @@ fn auth_providers(v: &Value) -> Result<Value, ApiError> {
     serde_json::to_value(out).map_err(|e| ApiError::fault("encoding apps", e))
 }
 
+/// Largest `maxFileMb` an app may set (the node's `--max-file-mb` still applies).
+const MAX_FILE_MB_SETTING: u64 = 1 << 20;
+
 /// Validates the settable members of a POST or PUT body into record members.
 fn settings(body: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
     let mut out = Map::new();
@@ -148,7 +151,24 @@ fn settings(body: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
             "allowedOrigins" => json!(string_list(k, v, |o| {
                 o == "*" || o.starts_with("http://") || o.starts_with("https://")
             })?),
-            "allowUnverifiedAuthData" => flag_bool(k, v)?,
+            "allowUnverifiedAuthData" | "privateFiles" => flag_bool(k, v)?,
+            "fileDelete" => match v.as_str() {
+                Some(who @ ("any" | "master" | "uploader")) => json!(who),
+                _ => {
+                    return Err(ApiError::InvalidBody(
+                        "fileDelete must be \"any\", \"master\" or \"uploader\".".into(),
+                    ))
+                }
+            },
+            "maxFileMb" => match v {
+                Value::Null => Value::Null,
+                v => json!(v
+                    .as_u64()
+                    .filter(|mb| (1..=MAX_FILE_MB_SETTING).contains(mb))
+                    .ok_or_else(|| ApiError::InvalidBody(format!(
+                        "maxFileMb must be an integer from 1 to {MAX_FILE_MB_SETTING}, or null."
+                    )))?),
+            },
             "authProviders" => auth_providers(v)?,
             k if READ_ONLY.contains(&k) => continue,
             other => {

@@ -174,6 +174,13 @@ pub enum ApiError {
     ImageLongEdge(String),
     #[error("{0}")]
     ImageShortEdge(String),
+    /// Deleting a file of an app whose files only their uploader deletes, without a session
+    /// (206).
+    #[error("{0}")]
+    FileSessionRequired(String),
+    /// A private file's url without a valid signature (403).
+    #[error("{0}")]
+    FilePrivate(String),
     /// A video snapshot: no frame at the point asked (155).
     #[error("{0}")]
     NoVideoFrame(String),
@@ -333,6 +340,8 @@ impl ApiError {
             ApiError::ImageShortEdge(_) => 165,
             ApiError::NoVideoFrame(_) => 155,
             ApiError::NoFfmpeg(_) => 156,
+            ApiError::FilePrivate(_) => 403,
+            ApiError::FileSessionRequired(_) => 206,
             ApiError::RouteNotFound => 404,
             ApiError::MethodNotAllowed => 405,
             ApiError::Unavailable(_) | ApiError::Timeout(_) | ApiError::Overloaded(_) => 503,
@@ -352,7 +361,7 @@ impl ApiError {
             ApiError::Throttled { .. } | ApiError::ConsoleThrottled { .. } => {
                 StatusCode::TOO_MANY_REQUESTS
             }
-            ApiError::OriginNotAllowed(_) => StatusCode::FORBIDDEN,
+            ApiError::OriginNotAllowed(_) | ApiError::FilePrivate(_) => StatusCode::FORBIDDEN,
             ApiError::NoFfmpeg(_) => StatusCode::NOT_IMPLEMENTED,
             ApiError::Unavailable(_) | ApiError::Timeout(_) | ApiError::Overloaded(_) => {
                 StatusCode::SERVICE_UNAVAILABLE
@@ -416,7 +425,8 @@ impl ApiError {
             | ApiError::ImageHeight(_)
             | ApiError::ImageLongEdge(_)
             | ApiError::ImageShortEdge(_)
-            | ApiError::NoVideoFrame(_) => StatusCode::BAD_REQUEST,
+            | ApiError::NoVideoFrame(_)
+            | ApiError::FileSessionRequired(_) => StatusCode::BAD_REQUEST,
         }
     }
 
@@ -471,6 +481,10 @@ impl From<FilesError> for ApiError {
             FilesError::BadBody(m) => ApiError::InvalidBody(m),
             FilesError::Stalled(secs) => ApiError::BodyTimeout(secs),
             FilesError::BadSignature => ApiError::Unauthorized,
+            FilesError::DeleteNeedsMaster => ApiError::MasterKeyRequired,
+            e @ FilesError::DeleteNeedsSession => ApiError::FileSessionRequired(e.to_string()),
+            e @ FilesError::Session(_) => ApiError::fault("checking a session", e),
+            e @ FilesError::Private(_) => ApiError::FilePrivate(e.to_string()),
             FilesError::Cluster(e) => e.into(),
         }
     }
@@ -800,10 +814,12 @@ mod tests {
             ApiError::ImageShortEdge(_) => 71,
             ApiError::NoVideoFrame(_) => 72,
             ApiError::NoFfmpeg(_) => 73,
+            ApiError::FilePrivate(_) => 74,
+            ApiError::FileSessionRequired(_) => 75,
         }
     }
 
-    const VARIANTS: usize = 74;
+    const VARIANTS: usize = 76;
 
     /// Every variant with its documented status and code (docs/api.md, "Errors").
     #[test]
@@ -896,6 +912,8 @@ mod tests {
             (ApiError::ImageShortEdge("x".into()), 400, 165),
             (ApiError::NoVideoFrame("x".into()), 400, 155),
             (ApiError::NoFfmpeg("x".into()), 501, 156),
+            (ApiError::FilePrivate("x".into()), 403, 403),
+            (ApiError::FileSessionRequired("x".into()), 400, 206),
         ];
         let mut covered = [false; VARIANTS];
         for (e, status, code) in table {

@@ -16,13 +16,16 @@ use serde_json::{json, Map, Value};
 
 use super::context::{ApiBody, AppState, RequestCtx};
 use super::error::{closing, ApiError, DRAIN_BYTES};
+use crate::apps::{find_app, FileDelete};
 use crate::auth::PendingSignature;
+use crate::files::links;
 use crate::files::{
     drain, multipart_file, store, url_of, FileRef, FilesError, UploadName, Uploader,
 };
 use crate::images::ops::Pipeline;
 use crate::images::render::Rendered;
 use crate::users::session::session_user;
+use crate::users::UsersError;
 use crate::video::{snapshot, Request as SnapshotRequest};
 
 /// `GET /1/apps/<appId>/files` (console): how many files the app stores and their bytes.
@@ -63,7 +66,8 @@ pub async fn upload(
     req: Request,
 ) -> Result<Response, ApiError> {
     let name = UploadName::parse(&name)?;
-    let config = &state.files;
+    let config = state.files.for_app(ctx.app.max_file_mb);
+    let config = &config;
     let (parts, body) = req.into_parts();
     let declared = axum::body::HttpBody::size_hint(&body).exact();
     let waits = parts
@@ -167,6 +171,63 @@ pub async fn video_snapshot(
     })))
 }
 
+/// Urls one `cdnSignedUrls` may sign.
+const MAX_SIGNED_URLS: usize = 1000;
+
+/// `POST /2/cdnSignedUrls` `{"urls": [url, ...], "expires": seconds}`: each url of the app's
+/// files with the `e` and `token` that let it be read until `expires` seconds from now (3,600
+/// when not given, at most 7 days): `{"results": [signed url, ...]}` in the same order. The
+/// only way to read a private app's files (`privateFiles`); harmless for the others.
+pub async fn signed_urls(
+    State(state): State<AppState>,
+    ctx: RequestCtx,
+    body: ApiBody,
+) -> Result<Json<Value>, ApiError> {
+    let body = body.object()?;
+    let urls = match body.get("urls") {
+        Some(Value::Array(urls)) if urls.len() <= MAX_SIGNED_URLS => urls,
+        _ => {
+            return Err(ApiError::InvalidBody(format!(
+                "urls must be an array of at most {MAX_SIGNED_URLS} urls."
+            )))
+        }
+    };
+    let lifetime = match body.get("expires") {
+        None => links::DEFAULT_LIFETIME_SECS,
+        Some(v) => v
+            .as_i64()
+            .filter(|s| (1..=links::MAX_LIFETIME_SECS).contains(s))
+            .ok_or_else(|| {
+                ApiError::InvalidBody(format!(
+                    "expires must be a number of seconds from 1 to {}.",
+                    links::MAX_LIFETIME_SECS
+                ))
+            })?,
+    };
+    let deadline = basalt_cluster::now_ms() / 1000 + lifetime;
+    let app = ctx.app.application_id.as_str();
+    let mut results = Vec::with_capacity(urls.len());
+    for url in urls {
+        let Value::String(url) = url else {
+            return Err(ApiError::InvalidBody("urls must be strings.".into()));
+        };
+        let not_found = || FilesError::NotFound(basalt_cluster::error::clip(url));
+        let file = FileRef::parse(url).ok_or_else(not_found)?;
+        let record = state
+            .cluster
+            .files()
+            .record(&file.id)
+            .await?
+            .filter(|r| r.path == file.path && r.app == app)
+            .ok_or_else(not_found)?;
+        let query = links::signed_query(&ctx.app.master_key, &record.path, deadline)
+            .map_err(FilesError::from)?;
+        let url = url_of(&state.public_url, &record.cdn, &record.path);
+        results.push(Value::String(format!("{url}?{query}")));
+    }
+    Ok(Json(json!({"results": results})))
+}
+
 /// The 1500 answer to a file over the limit, closing the connection unless the rest of the
 /// body was read.
 fn too_large(max: u64, drained: bool) -> Response {
@@ -192,6 +253,30 @@ pub async fn delete_file(
 async fn delete_one(state: &AppState, ctx: &RequestCtx, url: &str) -> Result<(), FilesError> {
     let not_found = || FilesError::NotFound(basalt_cluster::error::clip(url));
     let file = FileRef::parse(url).ok_or_else(not_found)?;
+    match ctx.app.file_delete {
+        _ if ctx.master => {}
+        FileDelete::Any => {}
+        FileDelete::Master => return Err(FilesError::DeleteNeedsMaster),
+        FileDelete::Uploader => {
+            let token = ctx
+                .session_token
+                .as_deref()
+                .ok_or(FilesError::DeleteNeedsSession)?;
+            let user = session_user(&state.cluster, &ctx.app.application_id, token)
+                .await
+                .map_err(|e| match e {
+                    UsersError::Cluster(e) => FilesError::Cluster(e),
+                    other => FilesError::Session(other.to_string()),
+                })?
+                .map(|(id, _)| id)
+                .ok_or(FilesError::DeleteNeedsSession)?;
+            // The uploader never changes: the delete below removes this record or nothing.
+            let record = state.cluster.files().record(&file.id).await?;
+            if record.and_then(|r| r.uploader) != Some(user) {
+                return Err(not_found());
+            }
+        }
+    }
     state
         .cluster
         .files()
@@ -274,9 +359,9 @@ pub async fn download(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     // Parameters are checked before the file is looked up. Operations come first in the query;
-    // `&` starts other parameters.
-    let query = query.unwrap_or_default();
-    let query = query.split('&').next().unwrap_or_default();
+    // `&` starts other parameters (a private file's `e` and `token`).
+    let raw_query = query.unwrap_or_default();
+    let query = raw_query.split('&').next().unwrap_or_default();
     let pipeline = Pipeline::parse(query)?;
     let file = FileRef::parse(&format!("{y}/{m}/{d}/{name}")).ok_or(ApiError::RouteNotFound)?;
     let record = state
@@ -286,6 +371,13 @@ pub async fn download(
         .await?
         .filter(|r| r.path == file.path)
         .ok_or(ApiError::RouteNotFound)?;
+    let app = find_app(&state.cluster, &record.app)
+        .await?
+        .ok_or(ApiError::RouteNotFound)?;
+    if app.private_files {
+        let now = basalt_cluster::now_ms() / 1000;
+        links::check(&app.master_key, &file.path, &raw_query, now).map_err(FilesError::from)?;
+    }
     if let Some(pipeline) = pipeline {
         match state
             .images

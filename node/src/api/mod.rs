@@ -102,6 +102,7 @@ pub fn table() -> Vec<Route<AppState>> {
         route!(App, "/2/files/{*path}", POST => files::upload, DELETE => files::delete_file),
         route!(App, "/2/cdnBatchDelete", POST => files::batch_delete),
         route!(App, "/2/cdnVedioSnapshot", POST => files::video_snapshot),
+        route!(App, "/2/cdnSignedUrls", POST => files::signed_urls),
         // Roles (spec 4.6).
         route!(App, "/1/roles", GET => roles::query_roles, POST => roles::create_role),
         route!(App, "/1/roles/{id}",
@@ -317,6 +318,7 @@ mod tests {
             ),
             ("POST", "/2/cdnBatchDelete", "files::batch_delete App"),
             ("POST", "/2/cdnVedioSnapshot", "files::video_snapshot App"),
+            ("POST", "/2/cdnSignedUrls", "files::signed_urls App"),
             ("GET", "/basalt/2026/01/02/x.png", "files::download Open"),
             ("GET", "/health", "ops::health Open"),
             ("GET", "/metrics", "ops::metrics Open"),

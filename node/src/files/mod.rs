@@ -4,6 +4,8 @@
 //! cluster (`store`, `multipart_file`). The bytes and records are `basalt_cluster::files`'
 //! business; the handlers are `api::files`.
 
+pub mod links;
+
 use std::time::Duration;
 
 use crate::auth::BodyDigests;
@@ -49,8 +51,35 @@ pub enum FilesError {
     /// (`auth::BodyDigests`).
     #[error("the upload's signature does not match its body.")]
     BadSignature,
+    /// The app deletes files with the master key only (`fileDelete: "master"`).
+    #[error("this app's files are deleted with the master key only.")]
+    DeleteNeedsMaster,
+    /// The app deletes files with the uploader's session or the master key
+    /// (`fileDelete: "uploader"`), and the request has no session.
+    #[error(
+        "this app's files are deleted by the user who uploaded them: a session token is needed."
+    )]
+    DeleteNeedsSession,
+    /// The session of a delete could not be checked.
+    #[error("{0}")]
+    Session(String),
+    /// A private file's url without a valid signature.
+    #[error(transparent)]
+    Private(#[from] links::LinkError),
     #[error(transparent)]
     Cluster(#[from] ClusterError),
+}
+
+impl FilesConfig {
+    /// These limits with an app's own cap on file size (`maxFileMb`), which can only lower the
+    /// node's.
+    pub fn for_app(&self, max_file_mb: Option<u64>) -> FilesConfig {
+        let mut config = self.clone();
+        if let Some(mb) = max_file_mb {
+            config.max_bytes = config.max_bytes.min(mb.saturating_mul(1 << 20));
+        }
+        config
+    }
 }
 
 /// Longest file name, in bytes.

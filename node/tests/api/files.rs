@@ -637,3 +637,212 @@ async fn a_node_added_later_receives_its_copies_and_the_others_keep_three() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn app_settings_govern_who_deletes_how_large_and_who_reads() {
+    let cluster = TestCluster::start(3, &[], &[]).await;
+    let c = cluster.client(0);
+    let master = cluster.master_client(0);
+    let (_, alice) = crate::common::register_user(&c, "alice").await;
+    let (_, bob) = crate::common::register_user(&c, "bob").await;
+    let delete = |client: Client, url: String| async move {
+        let path = url_path(&url);
+        client
+            .request(Method::DELETE, &format!("/2/files/{path}"), None, false)
+            .await
+    };
+    let master_delete = |url: String| {
+        let master = master.clone();
+        async move {
+            let path = url_path(&url);
+            master
+                .request(Method::DELETE, &format!("/2/files/{path}"), None, true)
+                .await
+        }
+    };
+
+    // Settings are checked.
+    for bad in [
+        json!({"fileDelete": "owner"}),
+        json!({"maxFileMb": 0}),
+        json!({"maxFileMb": "1"}),
+        json!({"privateFiles": "yes"}),
+    ] {
+        let r = cluster.try_app_settings(&bad).await;
+        assert_api_error(r, 400, 107, &bad.to_string());
+    }
+
+    // fileDelete "master": only the master key deletes (10061 otherwise).
+    cluster
+        .set_app_settings(json!({"fileDelete": "master"}))
+        .await;
+    let url = upload(&c, "a.txt", b"a").await["url"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_api_error(delete(c.clone(), url.clone()).await, 400, 10061, "rest key");
+    assert_api_error(
+        delete(c.clone().with_session(Some(&alice)), url.clone()).await,
+        400,
+        10061,
+        "a session",
+    );
+    master_delete(url.clone()).await.expect("master deletes");
+
+    // fileDelete "uploader": the uploading user's session (or the master key); no session is
+    // 206, another user's is 151 (as if the file were not there), and a batch leaves such files.
+    cluster
+        .set_app_settings(json!({"fileDelete": "uploader"}))
+        .await;
+    let as_alice = c.clone().with_session(Some(&alice));
+    let hers = as_alice
+        .upload_file("b.txt", "text/plain", b"b".to_vec())
+        .await
+        .unwrap()
+        .body["url"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let anonymous_upload = upload(&c, "c.txt", b"c").await["url"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_api_error(
+        delete(c.clone(), hers.clone()).await,
+        400,
+        206,
+        "no session",
+    );
+    let as_bob = c.clone().with_session(Some(&bob));
+    assert_api_error(delete(as_bob.clone(), hers.clone()).await, 400, 151, "bob");
+    assert_api_error(
+        delete(as_alice.clone(), anonymous_upload.clone()).await,
+        400,
+        151,
+        "no uploader",
+    );
+    let batch = json!({"basalt": [hers.clone()]});
+    let r = as_bob
+        .request(Method::POST, "/2/cdnBatchDelete", Some(&batch), false)
+        .await;
+    assert_api_error(r, 400, 154, "bob's batch");
+    assert_eq!(reqwest::get(&hers).await.unwrap().status(), 200);
+    // Alice deletes it through two nodes at once: one delete wins, the other finds nothing.
+    let via = |i: usize| cluster.client(i).with_session(Some(&alice));
+    let (one, two) = tokio::join!(delete(via(1), hers.clone()), delete(via(2), hers.clone()));
+    let outcomes = [
+        one.map(|_| 200).unwrap_or_else(|e| e.code().unwrap_or(0)),
+        two.map(|_| 200).unwrap_or_else(|e| e.code().unwrap_or(0)),
+    ];
+    let mut sorted = outcomes;
+    sorted.sort();
+    assert_eq!(sorted, [151, 200], "{outcomes:?}");
+    assert_eq!(reqwest::get(&hers).await.unwrap().status(), 404);
+    master_delete(anonymous_upload)
+        .await
+        .expect("master deletes");
+
+    // maxFileMb: the app's own cap, below the node's (1500 above it).
+    cluster
+        .set_app_settings(json!({"fileDelete": "any", "maxFileMb": 1}))
+        .await;
+    let r = c
+        .upload_file(
+            "big.bin",
+            "application/octet-stream",
+            bytes_of(1_100_000, 7),
+        )
+        .await;
+    assert_api_error(r, 400, 1500, "over the app's cap");
+    upload(&c, "fits.bin", &bytes_of(1_000_000, 8)).await;
+    cluster.set_app_settings(json!({"maxFileMb": null})).await;
+    upload(&c, "big.bin", &bytes_of(1_100_000, 7)).await;
+
+    // privateFiles: a url alone is refused (403); a signed one is served by any node until it
+    // expires; its token is for its file only and cannot be stretched.
+    let photo = upload(&c, "p.txt", b"private bytes").await["url"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let other = upload(&c, "q.txt", b"other bytes").await["url"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    cluster
+        .set_app_settings(json!({"privateFiles": true}))
+        .await;
+    let status = |url: String| async move { reqwest::get(url).await.unwrap().status().as_u16() };
+    let r = reqwest::get(&photo).await.unwrap();
+    assert_eq!(r.status(), 403);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["code"], 403);
+    let sign = |urls: Vec<String>, expires: Option<i64>| {
+        let c = c.clone();
+        async move {
+            let mut body = json!({"urls": urls});
+            if let Some(e) = expires {
+                body["expires"] = json!(e);
+            }
+            c.request(Method::POST, "/2/cdnSignedUrls", Some(&body), false)
+                .await
+        }
+    };
+    let signed = sign(vec![photo.clone(), other.clone()], None)
+        .await
+        .unwrap()
+        .body;
+    let signed_photo = signed["results"][0].as_str().unwrap().to_string();
+    let signed_other = signed["results"][1].as_str().unwrap().to_string();
+    assert!(
+        signed_photo.starts_with(&format!("{photo}?e=")),
+        "{signed_photo}"
+    );
+    for i in 0..3 {
+        let r = get_at(
+            &format!("http://{}", cluster.nodes[i].http),
+            &signed_photo,
+            &[],
+        )
+        .await;
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.bytes().await.unwrap().as_ref(), b"private bytes");
+    }
+    // The token of one file does not open another; a later deadline breaks the token.
+    let query = signed_photo.split_once('?').unwrap().1;
+    assert_eq!(status(format!("{other}?{query}")).await, 403);
+    let e: i64 = query.split('&').next().unwrap()[2..].parse().unwrap();
+    let stretched = signed_photo.replace(&format!("e={e}"), &format!("e={}", e + 3600));
+    assert_eq!(status(stretched).await, 403);
+    assert_eq!(status(signed_other.clone()).await, 200);
+    let expiring = sign(vec![photo.clone()], Some(1)).await.unwrap().body["results"][0]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(status(expiring.clone()).await, 200);
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    assert_eq!(status(expiring).await, 403);
+    // Signing needs the app's own files and a sane lifetime.
+    assert_api_error(
+        sign(vec!["https://elsewhere/x.jpg".into()], None).await,
+        400,
+        151,
+        "not a file",
+    );
+    assert_api_error(
+        sign(vec![photo.clone()], Some(0)).await,
+        400,
+        107,
+        "expires 0",
+    );
+    assert_api_error(
+        sign(vec![photo.clone()], Some(8 * 24 * 3600)).await,
+        400,
+        107,
+        "8 days",
+    );
+    // Public again: the url alone is served.
+    cluster
+        .set_app_settings(json!({"privateFiles": false}))
+        .await;
+    assert_eq!(status(photo).await, 200);
+}

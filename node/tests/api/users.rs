@@ -852,15 +852,7 @@ async fn third_party_accounts_are_verified_with_their_platform() {
         json!({"authProviders": []}),
     ] {
         assert_api_error(
-            cluster
-                .console_client(0)
-                .request(
-                    Method::PUT,
-                    &format!("/1/apps/{}", cluster.keys.application_id),
-                    Some(&bad),
-                    false,
-                )
-                .await,
+            cluster.try_app_settings(&bad).await,
             400,
             107,
             &bad.to_string(),

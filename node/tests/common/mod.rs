@@ -299,15 +299,24 @@ impl TestCluster {
 
     /// Changes settings of the default app through the console API on node 1.
     pub async fn set_app_settings(&self, settings: Value) {
+        self.try_app_settings(&settings)
+            .await
+            .expect("change app settings");
+    }
+
+    /// Asks to change settings of the default app through the console API on node 1.
+    pub async fn try_app_settings(
+        &self,
+        settings: &Value,
+    ) -> Result<basalt_client::Response, basalt_client::Error> {
         self.console_client(0)
             .request(
                 reqwest::Method::PUT,
                 &format!("/1/apps/{}", self.keys.application_id),
-                Some(&settings),
+                Some(settings),
                 false,
             )
             .await
-            .expect("change app settings");
     }
 
     /// A client of node `i` with the keys (REST and master) of an app's JSON.
