@@ -18,6 +18,8 @@ use tokio::sync::Semaphore;
 
 use crate::files::{store, FileRef, FilesConfig, FilesError, UploadName, Uploader};
 
+/// The containers ffmpeg may read (demuxer names): no playlists, manifests or concat lists.
+const VIDEO_FORMATS: &str = "mov,mp4,m4a,3gp,3g2,mj2,matroska,webm,avi,flv,mpegts,mpeg,ogg";
 /// Longest ffmpeg may take for one frame.
 const FFMPEG_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a request waits for one of the node's ffmpeg slots.
@@ -179,17 +181,20 @@ async fn extract(
     point: &str,
 ) -> Result<Bytes, SnapshotError> {
     let mut command = tokio::process::Command::new(ffmpeg);
+    // Only the copied file is read, only as a video container: a playlist or manifest disguised
+    // as a video must not make ffmpeg fetch urls or read other files.
+    let mut input = std::ffi::OsString::from("file:");
+    input.push(video);
     command
+        .args(["-hide_banner", "-loglevel", "error", "-nostdin"])
         .args([
-            "-hide_banner",
-            "-loglevel",
-            "error",
-            "-nostdin",
-            "-ss",
-            seconds,
-            "-i",
+            "-protocol_whitelist",
+            "file",
+            "-format_whitelist",
+            VIDEO_FORMATS,
         ])
-        .arg(video)
+        .args(["-ss", seconds, "-i"])
+        .arg(input)
         .args(["-frames:v", "1", "-q:v", "2", "-update", "1", "-y"])
         .arg(frame)
         .stdin(Stdio::null())

@@ -22,8 +22,9 @@ use crate::files::links;
 use crate::files::{
     drain, multipart_file, store, url_of, FileRef, FilesError, UploadName, Uploader,
 };
-use crate::images::ops::Pipeline;
+use crate::images::ops::{Mark, Op, Pipeline, Watermark};
 use crate::images::render::Rendered;
+use crate::images::ImageError;
 use crate::users::session::session_user;
 use crate::users::UsersError;
 use crate::video::{snapshot, Request as SnapshotRequest};
@@ -157,7 +158,8 @@ pub async fn video_snapshot(
         user: uploader(&state, &ctx).await?,
         signature: None,
     };
-    let shot = snapshot(&state.cluster, &state.files, req, who).await?;
+    let config = state.files.for_app(ctx.app.max_file_mb);
+    let shot = snapshot(&state.cluster, &config, req, who).await?;
     let url = url_of(&state.public_url, &shot.record.cdn, &shot.record.path);
     Ok(Json(json!({
         "status_code": 200,
@@ -246,17 +248,25 @@ pub async fn delete_file(
     ctx: RequestCtx,
     Path(path): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    delete_one(&state, &ctx, &path).await?;
+    let deleter = deleter(&state, &ctx).await?;
+    delete_one(&state, &ctx, &deleter, &path).await?;
     Ok(Json(json!({"msg": "ok"})))
 }
 
-async fn delete_one(state: &AppState, ctx: &RequestCtx, url: &str) -> Result<(), FilesError> {
-    let not_found = || FilesError::NotFound(basalt_cluster::error::clip(url));
-    let file = FileRef::parse(url).ok_or_else(not_found)?;
+/// Whose files a delete request may delete, as the app's `fileDelete` says.
+enum Deleter {
+    /// Any of the app's files.
+    Any,
+    /// The files this user uploaded.
+    Uploader(String),
+}
+
+/// Whose files the request may delete: refused outright (10061, 206) when it may delete none.
+async fn deleter(state: &AppState, ctx: &RequestCtx) -> Result<Deleter, FilesError> {
     match ctx.app.file_delete {
-        _ if ctx.master => {}
-        FileDelete::Any => {}
-        FileDelete::Master => return Err(FilesError::DeleteNeedsMaster),
+        _ if ctx.master => Ok(Deleter::Any),
+        FileDelete::Any => Ok(Deleter::Any),
+        FileDelete::Master => Err(FilesError::DeleteNeedsMaster),
         FileDelete::Uploader => {
             let token = ctx
                 .session_token
@@ -270,11 +280,24 @@ async fn delete_one(state: &AppState, ctx: &RequestCtx, url: &str) -> Result<(),
                 })?
                 .map(|(id, _)| id)
                 .ok_or(FilesError::DeleteNeedsSession)?;
-            // The uploader never changes: the delete below removes this record or nothing.
-            let record = state.cluster.files().record(&file.id).await?;
-            if record.and_then(|r| r.uploader) != Some(user) {
-                return Err(not_found());
-            }
+            Ok(Deleter::Uploader(user))
+        }
+    }
+}
+
+async fn delete_one(
+    state: &AppState,
+    ctx: &RequestCtx,
+    deleter: &Deleter,
+    url: &str,
+) -> Result<(), FilesError> {
+    let not_found = || FilesError::NotFound(basalt_cluster::error::clip(url));
+    let file = FileRef::parse(url).ok_or_else(not_found)?;
+    if let Deleter::Uploader(user) = deleter {
+        // The uploader never changes: the delete below removes this record or nothing.
+        let record = state.cluster.files().record(&file.id).await?;
+        if record.and_then(|r| r.uploader).as_ref() != Some(user) {
+            return Err(not_found());
         }
     }
     state
@@ -314,11 +337,12 @@ pub async fn batch_delete(
             "one batch deletes at most {MAX_BATCH_URLS} files."
         )));
     }
+    let deleter = deleter(&state, &ctx).await?;
     let outcomes: Vec<(String, String, Result<(), FilesError>)> =
         futures::stream::iter(asked.into_iter().map(|(cdn, url)| {
-            let (state, ctx) = (&state, &ctx);
+            let (state, ctx, deleter) = (&state, &ctx, &deleter);
             async move {
-                let outcome = delete_one(state, ctx, &url).await;
+                let outcome = delete_one(state, ctx, deleter, &url).await;
                 (cdn, url, outcome)
             }
         }))
@@ -374,17 +398,27 @@ pub async fn download(
     let app = find_app(&state.cluster, &record.app)
         .await?
         .ok_or(ApiError::RouteNotFound)?;
-    if app.private_files {
+    // A private file's answers may be kept only by the client, and only until its url expires.
+    let cache_control = if app.private_files {
         let now = basalt_cluster::now_ms() / 1000;
-        links::check(&app.master_key, &file.path, &raw_query, now).map_err(FilesError::from)?;
-    }
+        let deadline =
+            links::check(&app.master_key, &file.path, &raw_query, now).map_err(FilesError::from)?;
+        if let Some(pipeline) = &pipeline {
+            marks_signed(&app.master_key, pipeline, now)?;
+        }
+        format!("private, max-age={}", deadline - now)
+    } else {
+        CACHE_CONTROL.to_string()
+    };
     if let Some(pipeline) = pipeline {
         match state
             .images
             .answer(&state.cluster, &record, &file, query, &pipeline)
             .await
         {
-            Ok(image) => return processed(&record, query, image, &method, &headers),
+            Ok(image) => {
+                return processed(&record, query, image, &cache_control, &method, &headers)
+            }
             // `ignore-error/1`: the file as it is.
             Err(e) if pipeline.ignore_error && e.is_about_the_file() => {}
             Err(e) => return Err(e.into()),
@@ -393,7 +427,7 @@ pub async fn download(
     let etag = format!("\"{}\"", record.md5);
     let mut resp = Response::builder()
         .header(header::ETAG, &etag)
-        .header(header::CACHE_CONTROL, CACHE_CONTROL)
+        .header(header::CACHE_CONTROL, &cache_control)
         .header(header::ACCEPT_RANGES, "bytes")
         .header(
             header::LAST_MODIFIED,
@@ -457,6 +491,7 @@ fn processed(
     record: &FileRecord,
     query: &str,
     image: Rendered,
+    cache_control: &str,
     method: &Method,
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
@@ -464,7 +499,7 @@ fn processed(
     let etag = format!("\"{}-{:x}\"", record.md5, query_md5);
     let resp = Response::builder()
         .header(header::ETAG, &etag)
-        .header(header::CACHE_CONTROL, CACHE_CONTROL);
+        .header(header::CACHE_CONTROL, cache_control);
     if matches_etag(headers, &etag) {
         return resp
             .status(StatusCode::NOT_MODIFIED)
@@ -483,6 +518,24 @@ fn processed(
         .header(header::CONTENT_LENGTH, len)
         .body(body)
         .map_err(|e| ApiError::fault("building a response", e))
+}
+
+/// Checks that every watermark picture of a private app's pipeline is named by a url signed for
+/// it: a signature opens its own file only, never another one laid over it.
+fn marks_signed(key: &str, pipeline: &Pipeline, now: i64) -> Result<(), ApiError> {
+    for step in &pipeline.steps {
+        if let Op::Watermark(Watermark {
+            mark: Mark::Image { url, .. },
+            ..
+        }) = step
+        {
+            let file = FileRef::parse(url)
+                .ok_or_else(|| ApiError::from(ImageError::MarkNotFound(url.clone())))?;
+            let query = url.split_once('?').map_or("", |(_, q)| q);
+            links::check(key, &file.path, query, now).map_err(FilesError::from)?;
+        }
+    }
+    Ok(())
 }
 
 /// True when the `If-None-Match` of `headers` names `etag` (or `*`).

@@ -44,8 +44,8 @@ pub fn signed_query(key: &str, path: &str, deadline: i64) -> Result<String, Link
 }
 
 /// Checks the `e` and `token` parameters of `query` (a url's raw query string) for the file at
-/// `path` at `now` (unix seconds).
-pub fn check(key: &str, path: &str, query: &str, now: i64) -> Result<(), LinkError> {
+/// `path` at `now` (unix seconds); answers the deadline `e`.
+pub fn check(key: &str, path: &str, query: &str, now: i64) -> Result<i64, LinkError> {
     let param = |name: &str| {
         query
             .split('&')
@@ -64,7 +64,7 @@ pub fn check(key: &str, path: &str, query: &str, now: i64) -> Result<(), LinkErr
     if deadline < now {
         return Err(LinkError::Expired);
     }
-    Ok(())
+    Ok(deadline)
 }
 
 #[cfg(test)]
@@ -76,11 +76,11 @@ mod tests {
     #[test]
     fn a_signed_query_opens_its_file_until_its_deadline() {
         let q = signed_query("master", PATH, 1_000).unwrap_or_default();
-        assert_eq!(check("master", PATH, &q, 999), Ok(()));
-        assert_eq!(check("master", PATH, &q, 1_000), Ok(()));
+        assert_eq!(check("master", PATH, &q, 999), Ok(1_000));
+        assert_eq!(check("master", PATH, &q, 1_000), Ok(1_000));
         assert_eq!(
             check("master", PATH, &format!("imageView2/2/w/9&{q}&v=1"), 1_000),
-            Ok(())
+            Ok(1_000)
         );
         assert_eq!(check("master", PATH, &q, 1_001), Err(LinkError::Expired));
     }

@@ -112,6 +112,11 @@ impl Images {
         pipeline: &Pipeline,
     ) -> Result<Rendered, ImageError> {
         let started = std::time::Instant::now();
+        // The permit comes first: what is read for one image counts against it.
+        let permit = tokio::time::timeout(WORKER_WAIT, self.workers.clone().acquire_owned())
+            .await
+            .map_err(|_| ImageError::Busy)?
+            .map_err(|e| ImageError::Worker(e.to_string()))?;
         let source = read_whole(cluster, file, record).await?;
         let mut images = Vec::new();
         let mut wants_font = false;
@@ -131,10 +136,6 @@ impl Images {
         } else {
             None
         };
-        let permit = tokio::time::timeout(WORKER_WAIT, self.workers.clone().acquire_owned())
-            .await
-            .map_err(|_| ImageError::Busy)?
-            .map_err(|e| ImageError::Worker(e.to_string()))?;
         let pipeline = pipeline.clone();
         let rendered = tokio::task::spawn_blocking(move || {
             let _permit = permit;

@@ -136,11 +136,14 @@ fn scaled_mark(mark: RgbaImage, img: &DynamicImage, ws: Option<f32>) -> RgbaImag
         return mark;
     };
     let target = (img.width().min(img.height()) as f32 * ws).round().max(1.0);
-    let short = mark.width().min(mark.height()).max(1) as f32;
-    let k = target / short;
+    let (mw, mh) = (mark.width().max(1) as f32, mark.height().max(1) as f32);
+    // Its short edge to the target, but never larger than the image.
+    let k = (target / mw.min(mh))
+        .min(img.width() as f32 / mw)
+        .min(img.height() as f32 / mh);
     let (w, h) = (
-        ((mark.width() as f32 * k).round() as u32).clamp(1, super::ops::MAX_SIDE),
-        ((mark.height() as f32 * k).round() as u32).clamp(1, super::ops::MAX_SIDE),
+        ((mw * k).round() as u32).max(1),
+        ((mh * k).round() as u32).max(1),
     );
     imageops::resize(&mark, w, h, FilterType::Triangle)
 }

@@ -687,6 +687,12 @@ async fn app_settings_govern_who_deletes_how_large_and_who_reads() {
         10061,
         "a session",
     );
+    // A batch without the master key is refused as a whole.
+    let batch = json!({"basalt": [url.clone()]});
+    let r = c
+        .request(Method::POST, "/2/cdnBatchDelete", Some(&batch), false)
+        .await;
+    assert_api_error(r, 400, 10061, "batch without the master key");
     master_delete(url.clone()).await.expect("master deletes");
 
     // fileDelete "uploader": the uploading user's session (or the master key); no session is
@@ -713,6 +719,11 @@ async fn app_settings_govern_who_deletes_how_large_and_who_reads() {
         206,
         "no session",
     );
+    let batch = json!({"basalt": [hers.clone()]});
+    let r = c
+        .request(Method::POST, "/2/cdnBatchDelete", Some(&batch), false)
+        .await;
+    assert_api_error(r, 400, 206, "batch without a session");
     let as_bob = c.clone().with_session(Some(&bob));
     assert_api_error(delete(as_bob.clone(), hers.clone()).await, 400, 151, "bob");
     assert_api_error(
@@ -805,6 +816,14 @@ async fn app_settings_govern_who_deletes_how_large_and_who_reads() {
         )
         .await;
         assert_eq!(r.status(), 200);
+        // Kept by the client only, and not past the url's expiry.
+        let cache = r.headers()["cache-control"].to_str().unwrap().to_string();
+        let age: i64 = cache
+            .strip_prefix("private, max-age=")
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((3500..=3600).contains(&age), "{cache}");
         assert_eq!(r.bytes().await.unwrap().as_ref(), b"private bytes");
     }
     // The token of one file does not open another; a later deadline breaks the token.

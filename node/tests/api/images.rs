@@ -267,6 +267,40 @@ async fn watermarks_of_text_and_of_the_apps_own_images() {
     .await;
     let gone = mark.replace(&mark[mark.len() - 36..mark.len() - 4], &"0".repeat(32));
     refused(&base, &format!("watermark/1/image/{}", b64(&gone)), 160).await;
+
+    // A private app: the signature of the image does not open the mark; the mark's own does.
+    cluster
+        .set_app_settings(serde_json::json!({"privateFiles": true}))
+        .await;
+    let signed = c
+        .request(
+            Method::POST,
+            "/2/cdnSignedUrls",
+            Some(&serde_json::json!({"urls": [base, mark]})),
+            false,
+        )
+        .await
+        .expect("sign")
+        .body;
+    let (signed_base, signed_mark) = (
+        signed["results"][0].as_str().unwrap(),
+        signed["results"][1].as_str().unwrap(),
+    );
+    let signature = signed_base.split_once('?').unwrap().1;
+    let with_mark = |mark_url: &str| {
+        format!(
+            "{base}?watermark/1/image/{}/gravity/NorthWest/dx/0/dy/0&{signature}",
+            b64(mark_url)
+        )
+    };
+    let r = reqwest::get(with_mark(&mark)).await.unwrap();
+    assert_eq!(r.status(), 403);
+    let r = reqwest::get(with_mark(signed_mark)).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let img = image::load_from_memory(&r.bytes().await.unwrap())
+        .unwrap()
+        .to_rgb8();
+    assert!(is_red(img.get_pixel(5, 5)));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -321,8 +355,11 @@ async fn bad_parameters_and_unprocessable_files_answer_their_codes() {
     }
     let bomb = upload(&c, "bomb.png", bomb).await;
     refused(&bomb, "imageView2/2/w/100", 160).await;
-    // A file above the processing bound (20 MiB) is not read into memory: 160.
-    let big = upload(&c, "big.jpg", vec![0xff; 21 << 20]).await;
+    // A file above the processing bound (20 MiB) is not read into memory: 160 (a valid PNG,
+    // whose decoder would stop at its end, followed by 21 MiB).
+    let mut big = encoded(gradient(64, 48), ImageFormat::Png);
+    big.resize(big.len() + (21 << 20), 0);
+    let big = upload(&c, "big.png", big).await;
     refused(&big, "imageView2/2/w/100", 160).await;
     assert!(c.healthy().await);
     let (img, _) = processed(&photo, "imageView2/2/w/32").await;
@@ -488,6 +525,15 @@ async fn video_snapshots_store_the_frame_at_a_point() {
         crate::common::assert_api_error(e, 400, 155, point);
     }
     assert_eq!(stored_files(&cluster).await, files_before);
+    // A playlist dressed as a video is not followed (no urls fetched, no other files read).
+    let playlist = format!("#EXTM3U\n#EXTINF:3,\n{video}\n#EXTINF:3,\nfile:///etc/hostname\n");
+    let playlist = upload(&c, "list.mp4", playlist.into_bytes()).await;
+    let e = snapshot(
+        &c,
+        serde_json::json!({"source": playlist, "save_as": "x.jpg", "point": "00:00:01"}),
+    )
+    .await;
+    crate::common::assert_api_error(e, 400, 155, "a playlist");
     let text = upload(&c, "notes.mp4", b"not a video".to_vec()).await;
     let e = snapshot(
         &c,
