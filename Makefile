@@ -10,7 +10,7 @@ NODES ?= 1
 JEPSEN_SECONDS ?= 120
 JEPSEN_NODES ?= 3
 
-.PHONY: run dev test lint deps sdks build bench bench-queries bench-peers bench-store jepsen fuzz clean-data
+.PHONY: run dev test lint deps sdks test-servers build bench bench-queries bench-peers bench-store jepsen fuzz clean-data
 
 ## Install the system packages the build needs (libclang for rust-rocksdb's bindgen).
 deps:
@@ -20,6 +20,11 @@ deps:
 ## into ~/.cache/basalt/sdks.
 sdks:
 	@./scripts/install-sdks.sh
+
+## The servers the suite runs beside Basalt (moto's S3 server from PyPI, for the S3 files
+## backend), into ~/.cache/basalt/test-servers.
+test-servers:
+	@./scripts/install-test-servers.sh
 
 build: deps
 	$(CARGO) build $(PROFILE_FLAGS) --workspace --all-targets
@@ -36,7 +41,7 @@ dev: run
 
 ## The whole suite: lints, unit tests, HTTP scenarios, multi-process cluster tests and the
 ## jepsen smoke run (about 40 s of load per workload under kill and partition nemeses).
-test: deps sdks lint
+test: deps sdks test-servers lint
 	$(CARGO) test $(PROFILE_FLAGS) --workspace --all-targets
 
 lint:

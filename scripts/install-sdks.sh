@@ -4,6 +4,7 @@
 # $BASALT_SDKS_DIR/python, and hydrogen-js-sdk 2.7.3 from npm (with Node.js) into
 # $BASALT_SDKS_DIR/js/package (default base ~/.cache/basalt/sdks). No-op when present.
 set -euo pipefail
+. "$(dirname "$0")/pip-into.sh"
 base="${BASALT_SDKS_DIR:-$HOME/.cache/basalt/sdks}"
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
@@ -27,15 +28,4 @@ dir="$base/python"
 if PYTHONPATH="$dir" python3 -c "import bmobpy.bmob" >/dev/null 2>&1; then
   exit 0
 fi
-if ! python3 -m pip --version >/dev/null 2>&1; then
-  echo "install-sdks: installing python3-pip"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-pip
-fi
-echo "install-sdks: installing python-bmob 1.8.0 into $dir"
-rm -rf "$dir.part"
-pip=(python3 -m pip install --quiet --disable-pip-version-check --target "$dir.part" python-bmob==1.8.0)
-# A system Python that is "externally managed" asks for the flag even with --target.
-"${pip[@]}" 2>/dev/null || "${pip[@]}" --break-system-packages
-rm -rf "$dir"
-mv "$dir.part" "$dir"
+pip_into install-sdks "$dir" python-bmob==1.8.0

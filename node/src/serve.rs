@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use basalt_cluster::files::bucket::BucketOptions;
 use basalt_cluster::ids::NodeId;
 
 use basalt_cluster::{Bootstrap, Cluster, ClusterOptions, RaftTuning, StoreTuning};
@@ -160,9 +161,29 @@ pub struct ServiceArgs {
     /// that carry Raft heartbeats.
     #[arg(long, default_value_t = 0, env = "BASALT_BULK_READ_THREADS")]
     pub bulk_read_threads: usize,
-    /// Name of the file storage: answered as `cdn` and the first part of files' url paths.
-    #[arg(long, default_value = "basalt", value_parser = parse_cdn_name, env = "BASALT_FILES_CDN")]
-    pub files_cdn: String,
+    /// Name of the file storage: answered as `cdn` and the first part of files' url paths
+    /// (default: `basalt`, or `s3` with an S3 backend).
+    #[arg(long, value_parser = parse_cdn_name, env = "BASALT_FILES_CDN")]
+    pub files_cdn: Option<String>,
+    /// Where files' bytes are kept: `cluster` (whole copies on the nodes) or
+    /// `s3://<bucket>[/<prefix>]` (an S3-compatible bucket, reached with the --s3-* options;
+    /// what they leave out is read from the AWS_* environment variables). Every node of a
+    /// cluster gives the same.
+    #[arg(long, default_value = "cluster", value_parser = parse_files_backend, env = "BASALT_FILES_BACKEND")]
+    pub files_backend: String,
+    /// The S3-compatible service's address (`http://127.0.0.1:9000`); AWS when not given.
+    #[arg(long, env = "BASALT_S3_ENDPOINT")]
+    pub s3_endpoint: Option<String>,
+    /// The bucket's region.
+    #[arg(long, env = "BASALT_S3_REGION")]
+    pub s3_region: Option<String>,
+    #[arg(long, env = "BASALT_S3_ACCESS_KEY_ID")]
+    pub s3_access_key_id: Option<String>,
+    #[arg(long, env = "BASALT_S3_SECRET_ACCESS_KEY", hide_env_values = true)]
+    pub s3_secret_access_key: Option<String>,
+    /// Address the bucket as `<bucket>.<endpoint host>` instead of `<endpoint>/<bucket>`.
+    #[arg(long, env = "BASALT_S3_VIRTUAL_HOSTED")]
+    pub s3_virtual_hosted: bool,
     /// Largest uploaded file, in MiB (larger answers 1500).
     #[arg(long, default_value_t = 100, env = "BASALT_MAX_FILE_MB")]
     pub max_file_mb: u64,
@@ -196,7 +217,38 @@ fn parse_cdn_name(name: &str) -> Result<String, String> {
     }
 }
 
+/// `cluster`, or an `s3://` url `bucket::parse_url` takes.
+fn parse_files_backend(backend: &str) -> Result<String, String> {
+    if backend == "cluster" {
+        return Ok(backend.to_string());
+    }
+    basalt_cluster::files::bucket::parse_url(backend)
+        .map(|_| backend.to_string())
+        .map_err(|e| e.to_string())
+}
+
 impl ServiceArgs {
+    /// The bucket files go to, when `--files-backend` names one.
+    pub fn files_bucket(&self) -> Option<BucketOptions> {
+        (self.files_backend != "cluster").then(|| BucketOptions {
+            url: self.files_backend.clone(),
+            endpoint: self.s3_endpoint.clone(),
+            region: self.s3_region.clone(),
+            access_key_id: self.s3_access_key_id.clone(),
+            secret_access_key: self.s3_secret_access_key.clone(),
+            virtual_hosted: self.s3_virtual_hosted,
+        })
+    }
+
+    /// The storage name of files: `--files-cdn`, else the backend's.
+    pub fn files_cdn(&self) -> String {
+        match (&self.files_cdn, self.files_backend.as_str()) {
+            (Some(cdn), _) => cdn.clone(),
+            (None, "cluster") => "basalt".to_string(),
+            (None, _) => "s3".to_string(),
+        }
+    }
+
     /// The options as `basalt serve` command-line arguments (every option, defaults included).
     pub fn to_args(&self) -> anyhow::Result<Vec<String>> {
         use serde_json::Value;
@@ -289,6 +341,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             every: Duration::from_secs(args.service.files_upkeep_secs.max(1)),
             orphan_grace: Duration::from_secs(args.service.files_orphan_grace_secs),
         },
+        files_bucket: args.service.files_bucket(),
     };
     crate::sms::phone::set_default_region(&args.service.phone_region)?;
     let cluster = Cluster::start(opts).await?;
@@ -308,7 +361,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             .clone()
             .unwrap_or_else(|| format!("http://{}", args.http_addr)),
         crate::files::FilesConfig {
-            cdn: args.service.files_cdn.clone(),
+            cdn: args.service.files_cdn(),
             max_bytes: args.service.max_file_mb.saturating_mul(1 << 20),
             idle: Duration::from_secs(args.service.http_body_timeout_secs.max(1)),
             ffmpeg: args.service.ffmpeg.clone(),

@@ -162,7 +162,7 @@ async fn copy_out(
     let mut out = tokio::fs::File::create(to).await?;
     let mut chunks = cluster
         .files()
-        .read(&file.id, record.size, 0, record.size)
+        .read(&file.id, record, 0, record.size)
         .await
         .map_err(FilesError::from)?;
     while let Some(chunk) = chunks.next().await {

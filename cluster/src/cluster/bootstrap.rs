@@ -35,6 +35,11 @@ struct NodeIdentity {
 impl Cluster {
     /// Opens the node's storage and groups, starts its gRPC server and background work.
     pub async fn start(opts: ClusterOptions) -> Result<Cluster> {
+        let bucket = opts
+            .files_bucket
+            .as_ref()
+            .map(crate::files::bucket::Bucket::open)
+            .transpose()?;
         std::fs::create_dir_all(&opts.data_dir)?;
         let store = Store::open_tuned(&opts.data_dir.join("db"), &opts.store)?;
         crate::statemachine::upgrade::upgrade_objects(&store)?;
@@ -88,7 +93,7 @@ impl Cluster {
         .await?;
         let listener = tokio::net::TcpListener::bind(opts.rpc_listen).await?;
         let copies = crate::files::copies::CopyStore::open(&opts.data_dir.join("files"))?;
-        let files = crate::files::Files::new(replicas.clone(), copies);
+        let files = crate::files::Files::new(replicas.clone(), copies, bucket);
         let cluster = Cluster {
             inner: Arc::new(Inner {
                 files: files.clone(),

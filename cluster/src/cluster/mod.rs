@@ -68,6 +68,9 @@ pub struct ClusterOptions {
     pub store: crate::storage::StoreTuning,
     /// How often copies of stored files are re-replicated and reclaimed.
     pub file_upkeep: crate::files::upkeep::UpkeepTimes,
+    /// The S3-compatible bucket files' bytes go to instead of copies on the nodes
+    /// (`--files-backend`).
+    pub files_bucket: Option<crate::files::bucket::BucketOptions>,
 }
 
 struct Inner {

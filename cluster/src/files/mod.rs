@@ -1,12 +1,14 @@
 //! Stored files (decisions/0020): a file is a record in a data shard (`ids::file_group`,
 //! namespace `file`: `record::FileRecord`) and whole copies on the R active nodes ranked first by
-//! `ids::copy_score`. `copies` keeps this node's copies on disk; `upload` streams a new file to
-//! its holders and commits its record once a majority of them hold it; this module reads
-//! (`Files::read`: this node's copy, else a peer's), deletes and pulls copies; `upkeep`
-//! re-replicates copies and reclaims the ones no record needs. The peer side of the copy RPCs
+//! `ids::copy_score` — or, with `--files-backend s3://...`, one object in a bucket (`bucket`).
+//! `copies` keeps this node's copies on disk; `upload` streams a new file to its holders (or
+//! its bucket) and commits its record once a majority of them hold it; this module reads
+//! (`Files::read`: the record's bucket, this node's copy, else a peer's), deletes and pulls
+//! copies; `upkeep` re-replicates copies and reclaims the copies and objects no record needs. The peer side of the copy RPCs
 //! is `peer_service::file_service`, their client side `rpc::file_client`, their messages
 //! `wire`. The node crate's files API works through [`Files`] (`Cluster::files`).
 
+pub mod bucket;
 pub mod copies;
 pub mod record;
 pub mod upkeep;
@@ -23,6 +25,7 @@ use crate::error::{Error, Result};
 use crate::ids::{copy_score, file_group, GroupId, NodeId};
 use crate::namespace::Namespace;
 use crate::replicas::Replicas;
+use bucket::Bucket;
 use copies::CopyStore;
 use record::{FileId, FileRecord};
 pub use upload::Upload;
@@ -43,16 +46,39 @@ const GONE_FOR_MS: i64 = 24 * 3600 * 1000;
 pub struct Files {
     replicas: Replicas,
     copies: CopyStore,
+    /// Where new files go when the cluster stores them in a bucket (`--files-backend`).
+    bucket: Option<Bucket>,
 }
 
 impl Files {
-    pub fn new(replicas: Replicas, copies: CopyStore) -> Files {
-        Files { replicas, copies }
+    pub fn new(replicas: Replicas, copies: CopyStore, bucket: Option<Bucket>) -> Files {
+        Files {
+            replicas,
+            copies,
+            bucket,
+        }
     }
 
     /// This node's copies.
     pub fn copies(&self) -> &CopyStore {
         &self.copies
+    }
+
+    /// The bucket new files go to, when there is one.
+    pub fn bucket(&self) -> Option<&Bucket> {
+        self.bucket.as_ref()
+    }
+
+    /// The bucket a record names, when this node is configured with it.
+    fn bucket_named(&self, url: &str) -> Result<&Bucket> {
+        self.bucket
+            .as_ref()
+            .filter(|b| b.url() == url)
+            .ok_or_else(|| {
+                Error::Unavailable(format!(
+                    "the file is stored in {url}, which this node is not configured with (--files-backend)"
+                ))
+            })
     }
 
     /// The active members ranked for the copies of `id`, best first.
@@ -102,15 +128,21 @@ impl Files {
         Ok((files, bytes))
     }
 
-    /// Streams `len` bytes of the file `id` (whose copies hold `size` bytes) from `offset`:
-    /// this node's copy when it holds one, else a peer's, the best ranked first.
+    /// Streams `len` bytes of the file `id` (whose record is `record`) from `offset`: from the
+    /// bucket the record names, else this node's copy when it holds one, else a peer's, the
+    /// best ranked first.
     pub async fn read(
         &self,
         id: &FileId,
-        size: u64,
+        record: &FileRecord,
         offset: u64,
         len: u64,
     ) -> Result<BoxStream<'static, Result<Bytes>>> {
+        let size = record.size;
+        if let Some(url) = &record.bucket {
+            let stream = self.bucket_named(url)?.read(id, size, offset, len).await?;
+            return Ok(relay(stream));
+        }
         if self.copies.get(id).is_some_and(|c| c.size == size) {
             if let Some(reader) = self.copies.reader(id, offset, len).await? {
                 return Ok(stream_of(reader));
@@ -174,7 +206,21 @@ impl Files {
         }
         let files = self.clone();
         let id = id.clone();
-        tokio::spawn(async move { files.drop_everywhere(&[id]).await });
+        let bucket = record.bucket.clone();
+        tokio::spawn(async move {
+            match bucket {
+                Some(url) => {
+                    let deleted = match files.bucket_named(&url) {
+                        Ok(bucket) => bucket.delete(std::slice::from_ref(&id)).await,
+                        Err(e) => Err(e),
+                    };
+                    if let Err(e) = deleted {
+                        tracing::debug!(%id, "deleting a file's object failed (upkeep deletes it): {e}");
+                    }
+                }
+                None => files.drop_everywhere(&[id]).await,
+            }
+        });
         Ok(Some(record))
     }
 

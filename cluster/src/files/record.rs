@@ -66,6 +66,10 @@ pub struct FileRecord {
     pub created_ms: i64,
     /// The storage name answered as `cdn`.
     pub cdn: String,
+    /// The bucket holding the bytes (`s3://<bucket>[/<prefix>]`, `bucket::Bucket`); none when
+    /// they are copies on the nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bucket: Option<String>,
 }
 
 /// What an upload's client says about the file; the cluster adds size and MD5.
@@ -81,7 +85,9 @@ pub struct NewFile {
 }
 
 impl NewFile {
-    pub fn into_record(self, size: u64, md5: String) -> FileRecord {
+    /// The record of this file once its `size` bytes with `md5` are stored (in `bucket`, or as
+    /// copies when none).
+    pub fn into_record(self, size: u64, md5: String, bucket: Option<String>) -> FileRecord {
         FileRecord {
             app: self.app,
             path: self.path,
@@ -92,6 +98,7 @@ impl NewFile {
             uploader: self.uploader,
             created_ms: self.created_ms,
             cdn: self.cdn,
+            bucket,
         }
     }
 }

@@ -5,10 +5,13 @@
 //! `file_gone` record, kept a day) are dropped at once, and copies no record names at all once
 //! older than the orphan grace (an upload that failed after its copies were stored). A round
 //! that cannot hear from every member or read the records changes nothing of that group.
+//! With a bucket (`bucket::Bucket`), the leader of the meta group also lists the bucket once a
+//! round and deletes the objects of deleted files and those no record names past the grace.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
+use super::bucket::{unrecorded, Bucket};
 use super::record::{FileId, FileRecord};
 use super::wire::{CopyRequest, HeldCopy};
 use super::{rank_among, Files};
@@ -54,11 +57,18 @@ pub async fn run(files: Files, times: UpkeepTimes) {
             _ = tokio::time::sleep(times.every) => {}
             _ = shutdown.changed() => return,
         }
+        let grace = times.orphan_grace.max(MIN_ORPHAN_GRACE);
         for group in files.replicas.led_groups() {
             if group == META_GROUP {
+                if let Some(bucket) = files.bucket() {
+                    match files.upkeep_bucket(bucket, grace).await {
+                        Ok(0) => {}
+                        Ok(deleted) => tracing::info!(deleted, "file upkeep of the bucket"),
+                        Err(e) => tracing::debug!("file upkeep of the bucket skipped: {e}"),
+                    }
+                }
                 continue;
             }
-            let grace = times.orphan_grace.max(MIN_ORPHAN_GRACE);
             match files.upkeep_group(group, grace).await {
                 Ok(report) if report != UpkeepReport::default() => {
                     tracing::info!(%group, ?report, "file upkeep")
@@ -71,6 +81,31 @@ pub async fn run(files: Files, times: UpkeepTimes) {
 }
 
 impl Files {
+    /// One round of upkeep for `bucket`: deletes the objects of deleted files and those no
+    /// record names once older than `grace`; how many it deleted. Lists the bucket before the
+    /// records (see `bucket::unrecorded`), and deletes nothing unless every shard's records
+    /// were read.
+    pub async fn upkeep_bucket(&self, bucket: &Bucket, grace: Duration) -> Result<u64> {
+        let listed = bucket.list(crate::replicas::now_ms()).await?;
+        if listed.is_empty() {
+            return Ok(0);
+        }
+        let (mut recorded, mut gone) = (HashSet::new(), HashSet::new());
+        for group in GroupId::data_shards(self.shards()) {
+            let records = self.replicas.list_records(group, Namespace::File, "");
+            recorded.extend(records.await?.into_iter().map(|(k, _)| k));
+            let deleted = self.replicas.list_records(group, Namespace::FileGone, "");
+            gone.extend(deleted.await?.into_iter().map(|(k, _)| k));
+        }
+        let doomed = unrecorded(&listed, &recorded, &gone, grace.as_millis() as i64);
+        if doomed.is_empty() {
+            return Ok(0);
+        }
+        let deleted = bucket.delete(&doomed).await?;
+        metrics::counter!("basalt_files_dropped_by_upkeep_total").increment(deleted);
+        Ok(deleted)
+    }
+
     /// What every active member holds of `group`'s files; fails when one does not answer.
     async fn held_copies(
         &self,
@@ -137,6 +172,10 @@ impl Files {
         let wanted = self.wanted(members.len());
         let mut report = UpkeepReport::default();
         for (id, record) in &records {
+            if record.bucket.is_some() {
+                // In a bucket, not copies: `upkeep_bucket`'s business.
+                continue;
+            }
             let ranked = rank_among(id, &members);
             let desired: HashSet<NodeId> = ranked.iter().take(wanted).copied().collect();
             let holders: Vec<NodeId> = ranked

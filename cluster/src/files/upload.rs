@@ -1,13 +1,15 @@
 //! `Upload`: a new file's bytes streamed once to all its holders at the same time — this node's
-//! `CopyStore` when it is one, `rpc::file_client::CopySink`s for the others — in chunks, while
-//! its size and MD5 are computed; `finish` waits until a majority of the holders made their
-//! copies durable and then commits the file's record (decisions/0020). Dropped before that,
-//! every holder discards what it received.
+//! `CopyStore` when it is one, `rpc::file_client::CopySink`s for the others — or to the
+//! cluster's bucket (`bucket::BucketWriter`), in chunks, while its size and MD5 are computed;
+//! `finish` waits until a majority of the holders made their copies durable (or the bucket
+//! holds the whole object) and then commits the file's record (decisions/0020). Dropped before
+//! that, every holder discards what it received and a multipart upload is aborted.
 
 use std::time::Duration;
 
 use futures::future::join_all;
 
+use super::bucket::BucketWriter;
 use super::copies::{CopyWriter, Md5Sum};
 use super::record::{FileId, FileRecord, NewFile};
 use super::Files;
@@ -34,6 +36,8 @@ pub struct Upload {
     remotes: Vec<CopySink>,
     /// Copies that must be durable before the record is written: a majority of those wanted.
     quorum: usize,
+    /// The object and its bucket's url, instead of copies, when the cluster has a bucket.
+    object: Option<(BucketWriter, String)>,
     /// Bytes received and not sent yet (less than a chunk).
     pending: Vec<u8>,
     size: u64,
@@ -46,6 +50,19 @@ impl Files {
     /// majority of the copies wanted can be opened.
     pub async fn begin_upload(&self) -> Result<Upload> {
         let id = FileId::random();
+        if let Some(bucket) = &self.bucket {
+            return Ok(Upload {
+                files: self.clone(),
+                object: Some((bucket.writer(&id), bucket.url().to_string())),
+                id,
+                local: None,
+                remotes: Vec::new(),
+                quorum: 0,
+                pending: Vec::new(),
+                size: 0,
+                md5: Md5Sum::default(),
+            });
+        }
         let ranked = self.ranked(&id);
         let wanted = self.wanted(ranked.len());
         let quorum = wanted / 2 + 1;
@@ -93,6 +110,7 @@ impl Files {
             local,
             remotes,
             quorum,
+            object: None,
             pending: Vec::new(),
             size: 0,
             md5: Md5Sum::default(),
@@ -136,8 +154,12 @@ impl Upload {
         Ok(())
     }
 
-    /// Sends `chunk` to every holder at once; a holder that fails is left out from then on.
+    /// Sends `chunk` to every holder at once (a holder that fails is left out from then on), or
+    /// to the bucket.
     async fn send(&mut self, chunk: Vec<u8>) -> Result<()> {
+        if let Some((object, _)) = &mut self.object {
+            return object.write(chunk.into()).await;
+        }
         let Upload { local, remotes, .. } = self;
         let write_local = async {
             match local.as_mut() {
@@ -179,6 +201,11 @@ impl Upload {
         }
         let size = self.size;
         let md5 = std::mem::take(&mut self.md5).hex();
+        if let Some((object, url)) = self.object.take() {
+            object.finish().await?;
+            let record = file.into_record(size, md5, Some(url));
+            return self.files.commit(&self.id, record).await;
+        }
         let me = self.files.replicas.node_id();
         let writer = self.local.take();
         let sinks: Vec<CopySink> = self.remotes.drain(..).collect();
@@ -211,14 +238,22 @@ impl Upload {
                 self.quorum
             )));
         }
-        let record = file.into_record(size, md5);
-        let group = file_group(self.id.as_str(), self.files.shards());
-        self.files
-            .replicas
+        let record = file.into_record(size, md5, None);
+        self.files.commit(&self.id, record).await
+    }
+}
+
+impl Files {
+    /// Commits `record` of the file `id`, its bytes being stored. Should that fail, the bytes are left for
+    /// `files::upkeep` (the record may have been written all the same).
+    async fn commit(&self, id: &FileId, record: FileRecord) -> Result<FileRecord> {
+        let size = record.size;
+        let group = file_group(id.as_str(), self.shards());
+        self.replicas
             .insert_record(
                 group,
                 Namespace::File,
-                self.id.as_str(),
+                id.as_str(),
                 serde_json::to_value(&record)?,
                 None,
             )

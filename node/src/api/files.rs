@@ -476,7 +476,7 @@ pub async fn download(
         let bytes = state
             .cluster
             .files()
-            .read(&file.id, size, offset, len)
+            .read(&file.id, &record, offset, len)
             .await?;
         metrics::counter!("basalt_files_downloaded_bytes_total").increment(len);
         Body::from_stream(bytes.map_err(std::io::Error::other))

@@ -167,7 +167,7 @@ async fn read_whole(
     }
     let mut chunks = cluster
         .files()
-        .read(&file.id, record.size, 0, record.size)
+        .read(&file.id, record, 0, record.size)
         .await?;
     let mut whole = BytesMut::with_capacity(record.size as usize);
     while let Some(chunk) = chunks.next().await {

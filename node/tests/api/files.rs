@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use crate::common::{assert_api_error, assert_unauthorized, TestCluster};
 
-fn md5_hex(bytes: &[u8]) -> String {
+pub(super) fn md5_hex(bytes: &[u8]) -> String {
     Md5::digest(bytes)
         .iter()
         .map(|b| format!("{b:02x}"))
@@ -20,7 +20,7 @@ fn md5_hex(bytes: &[u8]) -> String {
 }
 
 /// `n` bytes that differ from one test file to the next.
-fn bytes_of(n: usize, seed: u64) -> Vec<u8> {
+pub(super) fn bytes_of(n: usize, seed: u64) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     (0..n)
         .map(|_| {
@@ -32,14 +32,14 @@ fn bytes_of(n: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
-async fn upload(c: &Client, name: &str, bytes: &[u8]) -> Value {
+pub(super) async fn upload(c: &Client, name: &str, bytes: &[u8]) -> Value {
     c.upload_file(name, "application/octet-stream", bytes.to_vec())
         .await
         .expect("upload")
         .body
 }
 
-fn url_path(url: &str) -> String {
+pub(super) fn url_path(url: &str) -> String {
     let rest = url.split_once("://").map_or(url, |(_, r)| r);
     rest.split_once('/')
         .map(|(_, p)| p.to_string())
@@ -47,7 +47,7 @@ fn url_path(url: &str) -> String {
 }
 
 /// GET of `url` on another node's address (same path), with optional extra headers.
-async fn get_at(base: &str, url: &str, headers: &[(&str, &str)]) -> reqwest::Response {
+pub(super) async fn get_at(base: &str, url: &str, headers: &[(&str, &str)]) -> reqwest::Response {
     let mut req = reqwest::Client::new().get(format!("{base}/{}", url_path(url)));
     for (k, v) in headers {
         req = req.header(*k, *v);
@@ -56,7 +56,7 @@ async fn get_at(base: &str, url: &str, headers: &[(&str, &str)]) -> reqwest::Res
 }
 
 /// Copies in place under a node's data dir (`files/<2 hex>/<id>`).
-fn copies_on(cluster: &TestCluster, i: usize) -> Vec<String> {
+pub(super) fn copies_on(cluster: &TestCluster, i: usize) -> Vec<String> {
     let dir = cluster.nodes[i].data_dir.join("files");
     let mut out = Vec::new();
     for shelf in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
@@ -74,7 +74,7 @@ fn copies_on(cluster: &TestCluster, i: usize) -> Vec<String> {
     out
 }
 
-fn file_id(url: &str) -> String {
+pub(super) fn file_id(url: &str) -> String {
     let name = url.rsplit('/').next().unwrap_or_default();
     name.split('.').next().unwrap_or_default().to_string()
 }
@@ -393,7 +393,7 @@ async fn uploads_signed_over_their_body_are_checked_before_they_are_kept() {
 }
 
 /// Uploads a multipart/form-data body of `parts` (name, file name, bytes) as `name` to node 1.
-async fn multipart_upload(
+pub(super) async fn multipart_upload(
     cluster: &TestCluster,
     name: &str,
     parts: &[(&str, Option<&str>, &[u8])],

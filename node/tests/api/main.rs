@@ -15,6 +15,7 @@ mod batch;
 mod cloud_query;
 mod email;
 mod files;
+mod files_s3;
 mod images;
 mod limits;
 mod multi_node;
