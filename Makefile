@@ -10,7 +10,7 @@ NODES ?= 1
 JEPSEN_SECONDS ?= 120
 JEPSEN_NODES ?= 3
 
-.PHONY: run dev test lint deps sdks test-servers build bench bench-queries bench-peers bench-store jepsen fuzz clean-data
+.PHONY: run dev test lint deps sdks test-servers build bench bench-files bench-queries bench-peers bench-store jepsen fuzz clean-data
 
 ## Install the system packages the build needs (libclang for rust-rocksdb's bindgen).
 deps:
@@ -53,6 +53,13 @@ lint:
 bench: deps
 	$(CARGO) build $(PROFILE_FLAGS) -p basalt -p basalt-bench
 	./scripts/bench.sh
+
+## File uploads and downloads (1 KiB, 1 MiB, 20 MiB) on 1 and 3 nodes, with copies on disk and
+## in an S3 bucket (moto's server), beside the raw disk's speed; writes
+## bench/results/<date>-files.md (SECONDS_PER, CONCURRENCY override).
+bench-files: deps test-servers
+	$(CARGO) build $(PROFILE_FLAGS) -p basalt -p basalt-bench
+	./scripts/bench-files.sh
 
 ## Query benchmark: 1,000,000 objects on 3 nodes, queries with and without indexes
 ## (OBJECTS, SECONDS_PER, CONCURRENCY override; see docs/performance.md).

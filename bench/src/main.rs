@@ -15,7 +15,11 @@
 //! `q-newest`, `q-newest-counted`, `q-list`, `q-count`, `q-count-all`, `q-count-unindexed`,
 //! `q-groupby`, `q-groupby-all`, `q-groupcount-all` time queries (run them before and after
 //! `declare-indexes` for the comparison).
+//!
+//! File workloads (`files`): `upload-1k`, `upload-1m`, `upload-20m`, `download-1k`,
+//! `download-1m`, `download-20m`; their rows add MB/s.
 
+mod files;
 mod queries;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -60,6 +64,8 @@ struct Args {
 struct Outcome {
     ops: u64,
     errors: u64,
+    /// File bytes moved (file workloads).
+    bytes: u64,
     hist: Histogram<u64>,
     elapsed: Duration,
 }
@@ -77,6 +83,7 @@ async fn run_workload(
     workload: &str,
     ids: Arc<Vec<String>>,
     user: &str,
+    file_set: Arc<files::FileSet>,
 ) -> anyhow::Result<Outcome> {
     let stop = Arc::new(AtomicBool::new(false));
     let payload = "x".repeat(args.payload);
@@ -84,17 +91,18 @@ async fn run_workload(
     let mut tasks = Vec::new();
     for c in 0..args.concurrency {
         let client = clients[c % clients.len()].clone();
-        let (stop, ids, payload, workload, user) = (
+        let (stop, ids, payload, workload, user, file_set) = (
             stop.clone(),
             ids.clone(),
             payload.clone(),
             workload.to_string(),
             user.to_string(),
+            file_set.clone(),
         );
         let objects = args.objects;
         let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
         tasks.push(tokio::spawn(async move {
-            let (mut ops, mut errors, mut i) = (0u64, 0u64, c);
+            let (mut ops, mut errors, mut bytes, mut i) = (0u64, 0u64, 0u64, c);
             while !stop.load(Ordering::Relaxed) {
                 i = i
                     .wrapping_mul(6364136223846793005)
@@ -102,6 +110,15 @@ async fn run_workload(
                 let t = Instant::now();
                 let query = queries::params(&workload, i as u64, objects);
                 let ok = match workload.as_str() {
+                    w if files::file_workload(w).is_some() => {
+                        match file_set.run(&client, w, i).await {
+                            Ok(moved) => {
+                                bytes += moved;
+                                true
+                            }
+                            Err(_) => false,
+                        }
+                    }
                     _ if query.is_some() => {
                         let params: Vec<(&str, &str)> = query
                             .iter()
@@ -157,7 +174,7 @@ async fn run_workload(
                     errors += 1;
                 }
             }
-            (ops, errors, hist)
+            (ops, errors, bytes, hist)
         }));
     }
     tokio::time::sleep(Duration::from_secs(args.seconds)).await;
@@ -165,13 +182,15 @@ async fn run_workload(
     let mut out = Outcome {
         ops: 0,
         errors: 0,
+        bytes: 0,
         hist: Histogram::new_with_bounds(1, 60_000_000, 3)?,
         elapsed: Duration::ZERO,
     };
     for t in tasks {
-        let (ops, errors, hist) = t.await?;
+        let (ops, errors, bytes, hist) = t.await?;
         out.ops += ops;
         out.errors += errors;
+        out.bytes += bytes;
         out.hist.add(&hist)?;
     }
     out.elapsed = started.elapsed();
@@ -287,8 +306,10 @@ async fn main() -> anyhow::Result<()> {
         Vec::new()
     };
 
-    println!("| cluster | workload | clients | seconds | ops | errors | ops/s | p50 ms | p99 ms | p99.9 ms | max ms |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    let file_set = Arc::new(files::FileSet::prepare(&clients, &args.workloads).await?);
+
+    println!("| cluster | workload | clients | seconds | ops | errors | ops/s | MB/s | p50 ms | p99 ms | p99.9 ms | max ms |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     for w in &args.workloads {
         match w.as_str() {
             "load-queries" => {
@@ -317,10 +338,15 @@ async fn main() -> anyhow::Result<()> {
         } else {
             &clients
         };
-        let o = run_workload(&args, by, w, ids.clone(), &user).await?;
+        let o = run_workload(&args, by, w, ids.clone(), &user, file_set.clone()).await?;
         let secs = o.elapsed.as_secs_f64();
+        let mb_per_s = if files::file_workload(w).is_some() {
+            format!("{:.1}", o.bytes as f64 / (1u64 << 20) as f64 / secs)
+        } else {
+            "—".to_string()
+        };
         println!(
-            "| {} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} |",
             args.label,
             w,
             args.concurrency,
@@ -328,6 +354,7 @@ async fn main() -> anyhow::Result<()> {
             o.ops,
             o.errors,
             rate(o.ops as f64 / secs),
+            mb_per_s,
             ms(o.hist.value_at_quantile(0.5)),
             ms(o.hist.value_at_quantile(0.99)),
             ms(o.hist.value_at_quantile(0.999)),

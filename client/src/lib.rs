@@ -237,6 +237,31 @@ impl Client {
         self.send(req).await
     }
 
+    /// Downloads the stored file at `path` (its url's path, `/<cdn>/YYYY/MM/DD/<id>.<ext>`, with
+    /// any query) from the next node, handing each piece of the body to `piece` as it arrives
+    /// (nothing is held whole); answers the bytes received.
+    pub async fn download_file(&self, path: &str, mut piece: impl FnMut(&[u8])) -> Result<u64> {
+        let transport = |e: reqwest::Error| Error::Transport(chain(&e));
+        let mut resp = self
+            .http
+            .get(format!("{}{}", self.node(), path))
+            .send()
+            .await
+            .map_err(|e| sending_failed(&e))?;
+        let status = resp.status();
+        if !status.is_success() {
+            let text = resp.text().await.map_err(transport)?;
+            let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+            return Err(api_error(status, body));
+        }
+        let mut received = 0u64;
+        while let Some(bytes) = resp.chunk().await.map_err(transport)? {
+            received += bytes.len() as u64;
+            piece(&bytes);
+        }
+        Ok(received)
+    }
+
     /// A request to the next node with the app's (or console's) credentials and session; when
     /// signing, `signed_body` is what the signature covers.
     fn prepared(
@@ -284,13 +309,7 @@ impl Client {
 
     /// Sends `req` and reads its answer: the JSON body of a success, else `Error::Api`.
     async fn send(&self, req: reqwest::RequestBuilder) -> Result<Response> {
-        let resp = req.send().await.map_err(|e| {
-            if e.is_connect() {
-                Error::Connect(chain(&e))
-            } else {
-                Error::Transport(chain(&e))
-            }
-        })?;
+        let resp = req.send().await.map_err(|e| sending_failed(&e))?;
         let status = resp.status();
         let header = |name: &str| {
             resp.headers()
@@ -420,6 +439,15 @@ impl Client {
             .await
             .map_err(|e| Error::Transport(chain(&e)))?;
         r.text().await.map_err(|e| Error::Transport(chain(&e)))
+    }
+}
+
+/// A request that got no answer: `Connect` when it was never sent, else `Transport`.
+fn sending_failed(e: &reqwest::Error) -> Error {
+    if e.is_connect() {
+        Error::Connect(chain(e))
+    } else {
+        Error::Transport(chain(e))
     }
 }
 

@@ -95,6 +95,10 @@ fn spawn_node(exe: &Path, args: &DevArgs, shared: &[String], i: u32) -> anyhow::
             cmd.env_remove(name);
         }
     }
+    // The bucket's secret goes by environment, not on command lines other users can read.
+    if let Some(secret) = &args.service.s3_secret_access_key {
+        cmd.env("BASALT_S3_SECRET_ACCESS_KEY", secret);
+    }
     cmd.arg("serve")
         .args(shared)
         .arg("--node-id")

@@ -161,10 +161,10 @@ pub struct ServiceArgs {
     /// that carry Raft heartbeats.
     #[arg(long, default_value_t = 0, env = "BASALT_BULK_READ_THREADS")]
     pub bulk_read_threads: usize,
-    /// Name of the file storage: answered as `cdn` and the first part of files' url paths
-    /// (default: `basalt`, or `s3` with an S3 backend).
-    #[arg(long, value_parser = parse_cdn_name, env = "BASALT_FILES_CDN")]
-    pub files_cdn: Option<String>,
+    /// Name of the file storage: answered as `cdn` and the first part of files' url paths.
+    /// Keep it when changing `--files-backend`: earlier files' urls name it.
+    #[arg(long, default_value = "basalt", value_parser = parse_cdn_name, env = "BASALT_FILES_CDN")]
+    pub files_cdn: String,
     /// Where files' bytes are kept: `cluster` (whole copies on the nodes) or
     /// `s3://<bucket>[/<prefix>]` (an S3-compatible bucket, reached with the --s3-* options;
     /// what they leave out is read from the AWS_* environment variables). Every node of a
@@ -179,7 +179,9 @@ pub struct ServiceArgs {
     pub s3_region: Option<String>,
     #[arg(long, env = "BASALT_S3_ACCESS_KEY_ID")]
     pub s3_access_key_id: Option<String>,
+    /// (`basalt dev` hands it to its nodes in their environment, not on their command lines.)
     #[arg(long, env = "BASALT_S3_SECRET_ACCESS_KEY", hide_env_values = true)]
+    #[serde(skip)]
     pub s3_secret_access_key: Option<String>,
     /// Address the bucket as `<bucket>.<endpoint host>` instead of `<endpoint>/<bucket>`.
     #[arg(long, env = "BASALT_S3_VIRTUAL_HOSTED")]
@@ -238,15 +240,6 @@ impl ServiceArgs {
             secret_access_key: self.s3_secret_access_key.clone(),
             virtual_hosted: self.s3_virtual_hosted,
         })
-    }
-
-    /// The storage name of files: `--files-cdn`, else the backend's.
-    pub fn files_cdn(&self) -> String {
-        match (&self.files_cdn, self.files_backend.as_str()) {
-            (Some(cdn), _) => cdn.clone(),
-            (None, "cluster") => "basalt".to_string(),
-            (None, _) => "s3".to_string(),
-        }
     }
 
     /// The options as `basalt serve` command-line arguments (every option, defaults included).
@@ -361,7 +354,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             .clone()
             .unwrap_or_else(|| format!("http://{}", args.http_addr)),
         crate::files::FilesConfig {
-            cdn: args.service.files_cdn(),
+            cdn: args.service.files_cdn.clone(),
             max_bytes: args.service.max_file_mb.saturating_mul(1 << 20),
             idle: Duration::from_secs(args.service.http_body_timeout_secs.max(1)),
             ffmpeg: args.service.ffmpeg.clone(),

@@ -94,6 +94,16 @@ impl Cluster {
         let listener = tokio::net::TcpListener::bind(opts.rpc_listen).await?;
         let copies = crate::files::copies::CopyStore::open(&opts.data_dir.join("files"))?;
         let files = crate::files::Files::new(replicas.clone(), copies, bucket);
+        if let Some(bucket) = files.bucket().cloned() {
+            // Said at start, rather than as 503s to the first uploads: a missing bucket or
+            // wrong credentials.
+            tokio::spawn(async move {
+                match bucket.check().await {
+                    Ok(()) => tracing::info!(bucket = bucket.url(), "files go to the bucket"),
+                    Err(e) => tracing::error!("{e}"),
+                }
+            });
+        }
         let cluster = Cluster {
             inner: Arc::new(Inner {
                 files: files.clone(),

@@ -2,23 +2,25 @@
 //! (`--files-backend s3://bucket/prefix`, decisions/0020 §8), through the `object_store` crate.
 //! Each file is one object, `<prefix>/<id>`: `BucketWriter` sends an upload's bytes as one PUT
 //! when they fit in a part and as a multipart upload past that (aborted when the upload is
-//! dropped before it finishes); `Bucket::read` streams a range of one; `Bucket::delete` removes
-//! objects; `Bucket::list` and `unrecorded` find the objects no file record names, which
-//! `upkeep` reclaims. `upload` writes through it and `Files` reads and deletes through it.
+//! dropped before it finishes), its buffered bytes counted against the node's budget for them;
+//! `Bucket::read` streams a range of one; `Bucket::delete` removes objects; `Bucket::list` and
+//! `unrecorded` find the objects no file record names, which `upkeep` reclaims. `upload` writes
+//! through it and `Files` reads and deletes through it.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
-use object_store::aws::AmazonS3Builder;
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::path::Path;
 use object_store::{
     BackoffConfig, ClientOptions, GetOptions, GetRange, ObjectStore, ObjectStoreExt, PutPayload,
     RetryConfig, WriteMultipart,
 };
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::record::FileId;
 use crate::error::{Error, Result};
@@ -30,6 +32,15 @@ const PART: usize = 5 << 20;
 const PARTS_IN_FLIGHT: usize = 2;
 /// Objects deleted at once by one round of upkeep.
 const DELETES_IN_FLIGHT: usize = 8;
+/// The most bytes all uploads to the bucket may hold in memory on one node at once (a file's
+/// bytes until they make a part, then its parts in flight), in KiB.
+const MEMORY_BUDGET_KIB: usize = 256 << 10;
+/// How long an upload waits for memory under that budget before it answers 503.
+const MEMORY_WAIT: Duration = Duration::from_secs(30);
+/// How long a request that writes, lists or deletes may take, and a read until its answer
+/// starts (the body of a read then streams as slowly as its client reads it).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+const READ_START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Where and how to reach the bucket (`--files-backend`, `--s3-*`). What is not given comes
 /// from the environment the way AWS tools read it (`AWS_ACCESS_KEY_ID`, `AWS_REGION`, ...).
@@ -51,15 +62,16 @@ pub struct BucketOptions {
 pub struct Bucket {
     /// `s3://<bucket>[/<prefix>]` without a trailing slash: what file records name.
     url: String,
+    /// Writes, listings and deletes: each request within `REQUEST_TIMEOUT`.
     store: Arc<dyn ObjectStore>,
+    /// Reads, without a limit on the whole request: a download streams as slowly as its client
+    /// reads (`Files::read` ends one that stalls).
+    reader: Arc<dyn ObjectStore>,
     prefix: Path,
-}
-
-/// An object under the prefix named by a file id, and how old it is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoredObject {
-    pub id: FileId,
-    pub age_ms: i64,
+    /// Uploads' bytes held in memory, in KiB (`MEMORY_BUDGET_KIB`).
+    memory: Arc<Semaphore>,
+    /// How long an upload waits for some of it (`MEMORY_WAIT`).
+    memory_wait: Duration,
 }
 
 impl std::fmt::Debug for Bucket {
@@ -95,43 +107,99 @@ pub fn parse_url(url: &str) -> Result<(String, String)> {
     Ok((bucket.to_string(), prefix.to_string()))
 }
 
+/// `endpoint` with `bucket` in front of its host (`http://host:9000` → `http://bucket.host:9000`):
+/// object_store sends virtual-hosted requests to the endpoint as given.
+fn virtual_host(endpoint: &str, bucket: &str) -> String {
+    match endpoint.split_once("://") {
+        Some((scheme, rest)) => format!("{scheme}://{bucket}.{rest}"),
+        None => format!("{bucket}.{endpoint}"),
+    }
+}
+
+/// A client of `options`' bucket whose requests are bounded by `client`: AWS_* variables first
+/// (as `AmazonS3Builder::from_env` reads them, on top of `client`), then what `options` give.
+fn s3_store(
+    options: &BucketOptions,
+    bucket: &str,
+    client: ClientOptions,
+) -> Result<Arc<dyn ObjectStore>> {
+    let mut builder = AmazonS3Builder::new()
+        .with_client_options(client)
+        .with_retry(RetryConfig {
+            backoff: BackoffConfig::default(),
+            max_retries: 3,
+            retry_timeout: Duration::from_secs(30),
+        });
+    for (key, value) in std::env::vars() {
+        if key.starts_with("AWS_") {
+            if let Ok(key) = key.to_ascii_lowercase().parse::<AmazonS3ConfigKey>() {
+                builder = builder.with_config(key, value);
+            }
+        }
+    }
+    builder = builder.with_bucket_name(bucket);
+    if options.virtual_hosted {
+        builder = builder.with_virtual_hosted_style_request(true);
+    }
+    if let Some(endpoint) = &options.endpoint {
+        let endpoint = if options.virtual_hosted {
+            virtual_host(endpoint, bucket)
+        } else {
+            endpoint.clone()
+        };
+        if endpoint.starts_with("http://") {
+            builder = builder.with_allow_http(true);
+        }
+        builder = builder.with_endpoint(endpoint);
+    }
+    if let Some(region) = &options.region {
+        builder = builder.with_region(region);
+    }
+    if let Some(key) = &options.access_key_id {
+        builder = builder.with_access_key_id(key);
+    }
+    if let Some(secret) = &options.secret_access_key {
+        builder = builder.with_secret_access_key(secret);
+    }
+    let store = builder
+        .build()
+        .map_err(|e| Error::InvalidValue(format!("files backend {:?}: {e}", options.url)))?;
+    Ok(Arc::new(store))
+}
+
 impl Bucket {
-    /// Connects to the bucket `options` name (no request is sent yet).
+    /// Connects to the bucket `options` name (no request is sent yet: `check` sends one).
     pub fn open(options: &BucketOptions) -> Result<Bucket> {
         let (bucket, prefix) = parse_url(&options.url)?;
-        let mut builder = AmazonS3Builder::from_env()
-            .with_bucket_name(&bucket)
-            .with_virtual_hosted_style_request(options.virtual_hosted)
-            .with_client_options(
-                ClientOptions::new()
-                    // A single request (a part, a delete, a listing page); a long download is
-                    // cut and resumed where it stopped by object_store's retries.
-                    .with_timeout(Duration::from_secs(120))
-                    .with_connect_timeout(Duration::from_secs(5)),
-            )
-            .with_retry(RetryConfig {
-                backoff: BackoffConfig::default(),
-                max_retries: 3,
-                retry_timeout: Duration::from_secs(30),
-            });
-        if let Some(endpoint) = &options.endpoint {
-            builder = builder
-                .with_endpoint(endpoint)
-                .with_allow_http(endpoint.starts_with("http://"));
-        }
-        if let Some(region) = &options.region {
-            builder = builder.with_region(region);
-        }
-        if let Some(key) = &options.access_key_id {
-            builder = builder.with_access_key_id(key);
-        }
-        if let Some(secret) = &options.secret_access_key {
-            builder = builder.with_secret_access_key(secret);
-        }
-        let store = builder
-            .build()
-            .map_err(|e| Error::InvalidValue(format!("files backend {:?}: {e}", options.url)))?;
-        Ok(Bucket::with_store(&bucket, &prefix, Arc::new(store)))
+        let connect = Duration::from_secs(5);
+        let store = s3_store(
+            options,
+            &bucket,
+            ClientOptions::new()
+                .with_timeout(REQUEST_TIMEOUT)
+                .with_connect_timeout(connect),
+        )?;
+        let reader = s3_store(
+            options,
+            &bucket,
+            ClientOptions::new()
+                .with_timeout_disabled()
+                .with_connect_timeout(connect),
+        )?;
+        let mut opened = Bucket::with_store(&bucket, &prefix, store);
+        opened.reader = reader;
+        Ok(opened)
+    }
+
+    /// Lists the prefix once: fails when the bucket cannot be reached or read (a missing
+    /// bucket, wrong credentials).
+    pub async fn check(&self) -> Result<()> {
+        let prefix = (!self.prefix.as_ref().is_empty()).then_some(&self.prefix);
+        self.store
+            .list_with_delimiter(prefix)
+            .await
+            .map(|_| ())
+            .map_err(|e| Error::Unavailable(format!("the files bucket {}: {e}", self.url)))
     }
 
     /// `prefix` of `bucket` in `store` (any `object_store` implementation).
@@ -143,8 +211,11 @@ impl Bucket {
         };
         Bucket {
             url,
+            reader: store.clone(),
             store,
             prefix: Path::from(prefix),
+            memory: Arc::new(Semaphore::new(MEMORY_BUDGET_KIB)),
+            memory_wait: MEMORY_WAIT,
         }
     }
 
@@ -163,6 +234,9 @@ impl Bucket {
             store: self.store.clone(),
             key: self.key(id),
             state: WriteState::Buffer(Vec::new(), 0),
+            memory: self.memory.clone(),
+            memory_wait: self.memory_wait,
+            held: None,
         }
     }
 
@@ -183,10 +257,11 @@ impl Bucket {
             range: (!whole).then(|| GetRange::Bounded(offset..offset.saturating_add(len))),
             ..GetOptions::default()
         };
-        let got = self
-            .store
-            .get_opts(&self.key(id), options)
+        let key = self.key(id);
+        let started = self.reader.get_opts(&key, options);
+        let got = tokio::time::timeout(READ_START_TIMEOUT, started)
             .await
+            .map_err(|_| Error::Timeout(format!("the files bucket did not answer a read of {id}")))?
             .map_err(store_error)?;
         if got.meta.size != size {
             return Err(Error::Internal(format!(
@@ -219,9 +294,8 @@ impl Bucket {
         Ok(deleted)
     }
 
-    /// The objects right under the prefix that a file id names (others are left alone), with
-    /// their age by the bucket's clock against `now_ms`.
-    pub async fn list(&self, now_ms: i64) -> Result<Vec<StoredObject>> {
+    /// The objects right under the prefix that a file id names (others are left alone).
+    pub async fn list(&self) -> Result<Vec<FileId>> {
         let prefix = (!self.prefix.as_ref().is_empty()).then_some(&self.prefix);
         let mut listed = self.store.list(prefix);
         let mut out = Vec::new();
@@ -229,34 +303,49 @@ impl Bucket {
             let Some(id) = meta.location.filename().and_then(FileId::parse) else {
                 continue;
             };
-            if meta.location != self.key(&id) {
-                continue;
+            if meta.location == self.key(&id) {
+                out.push(id);
             }
-            out.push(StoredObject {
-                id,
-                age_ms: now_ms - meta.last_modified.timestamp_millis(),
-            });
         }
         Ok(out)
     }
 }
 
-/// The objects of `listed` to delete: a deleted file's (`gone`) at once, and any other no record
-/// names once older than `grace_ms` (an upload whose record was never written). The objects
-/// must be listed before the records are read, so that an object older than the grace whose
-/// upload succeeded has its record among `recorded`.
+/// The objects of `listed` to delete: a deleted file's (`gone`) at once, and one no record
+/// names once it has been seen so in rounds more than `grace_ms` apart. `seen` holds, from one
+/// round to the next, when each object without a record was first seen without one (by this
+/// node's clock: neither the bucket's clock nor an object's time, which for a multipart upload
+/// is when it began, is needed). The objects must be listed before the records are read: an
+/// object listed is complete, and an upload commits its record right after completing its
+/// object, so an object seen without a record twice, a grace apart, is one whose record was
+/// never written.
 pub fn unrecorded(
-    listed: &[StoredObject],
+    listed: &[FileId],
     recorded: &HashSet<String>,
     gone: &HashSet<String>,
+    now_ms: i64,
     grace_ms: i64,
+    seen: &mut HashMap<FileId, i64>,
 ) -> Vec<FileId> {
-    listed
-        .iter()
-        .filter(|o| !recorded.contains(o.id.as_str()))
-        .filter(|o| gone.contains(o.id.as_str()) || o.age_ms > grace_ms)
-        .map(|o| o.id.clone())
-        .collect()
+    let mut doomed = Vec::new();
+    let mut still = HashMap::new();
+    for id in listed {
+        if recorded.contains(id.as_str()) {
+            continue;
+        }
+        if gone.contains(id.as_str()) {
+            doomed.push(id.clone());
+            continue;
+        }
+        let first = seen.get(id).copied().unwrap_or(now_ms);
+        if now_ms - first > grace_ms {
+            doomed.push(id.clone());
+        } else {
+            still.insert(id.clone(), first);
+        }
+    }
+    *seen = still;
+    doomed
 }
 
 enum WriteState {
@@ -275,11 +364,56 @@ pub struct BucketWriter {
     store: Arc<dyn ObjectStore>,
     key: Path,
     state: WriteState,
+    memory: Arc<Semaphore>,
+    memory_wait: Duration,
+    /// This upload's share of `memory`, in KiB.
+    held: Option<OwnedSemaphorePermit>,
 }
 
 impl BucketWriter {
+    /// Holds at least `bytes` of the node's memory for uploads; `Overloaded` when it is not
+    /// free within `MEMORY_WAIT`.
+    async fn hold(&mut self, bytes: usize) -> Result<()> {
+        let want = bytes.div_ceil(1024).min(MEMORY_BUDGET_KIB);
+        let have = self.held.as_ref().map_or(0, |p| p.num_permits());
+        if want <= have {
+            return Ok(());
+        }
+        let more = (want - have) as u32;
+        let granted = tokio::time::timeout(
+            self.memory_wait,
+            self.memory.clone().acquire_many_owned(more),
+        )
+        .await
+        .map_err(|_| {
+            Error::Overloaded("uploads to the files bucket hold all the memory they may".into())
+        })?
+        .map_err(|_| Error::Internal("the upload memory budget is closed".into()))?;
+        match &mut self.held {
+            Some(held) => held.merge(granted),
+            None => self.held = Some(granted),
+        }
+        Ok(())
+    }
+
     /// Takes the next bytes of the object.
     pub async fn write(&mut self, bytes: Bytes) -> Result<()> {
+        match &self.state {
+            WriteState::Buffer(_, len) => {
+                let len = *len + bytes.len();
+                // Past a part, the parts in flight and the one filling are held instead.
+                let need = if len >= PART {
+                    PART * (PARTS_IN_FLIGHT + 1)
+                } else {
+                    len
+                };
+                self.hold(need).await?;
+            }
+            WriteState::Parts(_) => {}
+            WriteState::Done => {
+                return Err(Error::Internal("the object was already written".into()))
+            }
+        }
         match &mut self.state {
             WriteState::Buffer(pieces, len) => {
                 *len += bytes.len();
@@ -311,7 +445,7 @@ impl BucketWriter {
         }
     }
 
-    /// Makes the object whole and visible.
+    /// Makes the object whole and visible. A multipart upload whose parts failed is aborted.
     pub async fn finish(mut self) -> Result<()> {
         match std::mem::replace(&mut self.state, WriteState::Done) {
             WriteState::Buffer(pieces, _) => {
@@ -322,7 +456,17 @@ impl BucketWriter {
                     .map(|_| ())
                     .map_err(store_error)
             }
-            WriteState::Parts(parts) => parts.finish().await.map(|_| ()).map_err(store_error),
+            WriteState::Parts(mut parts) => {
+                // Every part sent so far stored, or the upload aborted; then the last part and
+                // the completion (a failure of those is left to the bucket's lifecycle rule).
+                if let Err(e) = parts.wait_for_capacity(0).await {
+                    if let Err(abort) = parts.abort().await {
+                        tracing::debug!(key = %self.key, "aborting a multipart upload failed: {abort}");
+                    }
+                    return Err(store_error(e));
+                }
+                parts.finish().await.map(|_| ()).map_err(store_error)
+            }
             WriteState::Done => Err(Error::Internal("the object was already written".into())),
         }
     }
@@ -414,25 +558,31 @@ mod tests {
             );
             assert!(bucket.read(&id, s + 1, 0, s).await.is_err());
         }
-        let listed = bucket
-            .list(chrono::Utc::now().timestamp_millis())
-            .await
-            .unwrap();
-        assert_eq!(listed.len(), 4);
+        assert_eq!(bucket.list().await.unwrap().len(), 4);
+        // Everything written is released from the memory budget.
+        assert_eq!(bucket.memory.available_permits(), MEMORY_BUDGET_KIB);
     }
 
     #[tokio::test]
-    async fn a_dropped_writer_leaves_no_object() {
-        let bucket = bucket();
-        let id = FileId::random();
-        let mut writer = bucket.writer(&id);
-        writer
-            .write(Bytes::from(vec![7u8; PART + 1]))
-            .await
-            .unwrap();
-        drop(writer);
-        assert!(bucket.read(&id, 1, 0, 1).await.is_err());
-        assert!(bucket.list(0).await.unwrap().is_empty());
+    async fn uploads_wait_for_memory_and_give_up_when_none_frees() {
+        let bucket = Bucket {
+            memory: Arc::new(Semaphore::new(PART.div_ceil(1024) * 4)),
+            memory_wait: Duration::from_millis(100),
+            ..bucket()
+        };
+        // One upload past a part holds three parts; a second cannot get three more.
+        let mut first = bucket.writer(&FileId::random());
+        first.write(Bytes::from(vec![1u8; PART + 1])).await.unwrap();
+        let mut second = bucket.writer(&FileId::random());
+        second.write(Bytes::from(vec![2u8; 1024])).await.unwrap();
+        let refused = second.write(Bytes::from(vec![2u8; PART])).await;
+        assert!(matches!(refused, Err(Error::Overloaded(_))), "{refused:?}");
+        // Once the first finishes, its memory is free again.
+        first.finish().await.unwrap();
+        assert_eq!(
+            bucket.memory.available_permits(),
+            PART.div_ceil(1024) * 4 - 1
+        );
     }
 
     #[tokio::test]
@@ -454,12 +604,9 @@ mod tests {
                 .await
                 .unwrap();
         }
-        let now = chrono::Utc::now().timestamp_millis();
-        let listed = bucket.list(now).await.unwrap();
-        assert_eq!(listed.iter().map(|o| &o.id).collect::<Vec<_>>(), [&id]);
-        assert!(listed[0].age_ms < 60_000);
+        assert_eq!(bucket.list().await.unwrap(), std::slice::from_ref(&id));
         assert_eq!(bucket.delete(&[id.clone(), other]).await.unwrap(), 2);
-        assert!(bucket.list(now).await.unwrap().is_empty());
+        assert!(bucket.list().await.unwrap().is_empty());
         assert_eq!(
             store
                 .list(None)
@@ -472,25 +619,36 @@ mod tests {
     }
 
     #[test]
-    fn unrecorded_objects_go_when_deleted_or_past_the_grace() {
+    fn unrecorded_objects_go_when_deleted_or_seen_so_a_grace_apart() {
         let ids: Vec<FileId> = (0..4).map(|_| FileId::random()).collect();
-        let listed: Vec<StoredObject> = ids
-            .iter()
-            .zip([10, 5_000, 10, 5_000])
-            .map(|(id, age_ms)| StoredObject {
-                id: id.clone(),
-                age_ms,
-            })
-            .collect();
-        // 0: recorded, young; 1: recorded, old; 2: deleted, young; 3: no record, old.
-        let recorded: HashSet<String> =
-            [&ids[0], &ids[1]].iter().map(|id| id.to_string()).collect();
-        let gone: HashSet<String> = [ids[2].to_string()].into();
-        let mut doomed = unrecorded(&listed, &recorded, &gone, 1_000);
-        doomed.sort();
-        let mut want = vec![ids[2].clone(), ids[3].clone()];
-        want.sort();
-        assert_eq!(doomed, want);
-        assert!(unrecorded(&listed[3..], &recorded, &HashSet::new(), 10_000).is_empty());
+        // 0: recorded; 1: deleted; 2, 3: no record (3 only in the first round).
+        let recorded: HashSet<String> = [ids[0].to_string()].into();
+        let gone: HashSet<String> = [ids[1].to_string()].into();
+        let mut seen = HashMap::new();
+        let grace = 1_000;
+        let doomed = unrecorded(&ids, &recorded, &gone, 10_000, grace, &mut seen);
+        assert_eq!(doomed, [ids[1].clone()]);
+        assert_eq!(seen.len(), 2);
+        // Within the grace: kept, first seen still the first round.
+        let doomed = unrecorded(&ids[..3], &recorded, &gone, 10_900, grace, &mut seen);
+        assert_eq!(doomed, [ids[1].clone()]);
+        assert_eq!(seen.get(&ids[2]), Some(&10_000));
+        assert_eq!(seen.get(&ids[3]), None, "no longer listed: forgotten");
+        // Past it: deleted. 3 listed again counts from now.
+        let doomed = unrecorded(&ids, &recorded, &gone, 11_001, grace, &mut seen);
+        assert_eq!(doomed, [ids[1].clone(), ids[2].clone()]);
+        assert_eq!(seen.get(&ids[3]), Some(&11_001));
+        // An object that got its record meanwhile is never deleted.
+        let recorded_late: HashSet<String> = [ids[0].to_string(), ids[3].to_string()].into();
+        let doomed = unrecorded(
+            &ids[3..],
+            &recorded_late,
+            &HashSet::new(),
+            99_999,
+            grace,
+            &mut seen,
+        );
+        assert!(doomed.is_empty());
+        assert!(seen.is_empty());
     }
 }

@@ -6,7 +6,8 @@
 //! older than the orphan grace (an upload that failed after its copies were stored). A round
 //! that cannot hear from every member or read the records changes nothing of that group.
 //! With a bucket (`bucket::Bucket`), the leader of the meta group also lists the bucket once a
-//! round and deletes the objects of deleted files and those no record names past the grace.
+//! round and deletes the objects of deleted files, and those it has seen without a record in
+//! rounds more than the grace apart.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -52,6 +53,8 @@ pub struct UpkeepReport {
 /// Runs upkeep every `times.every` until the node shuts down.
 pub async fn run(files: Files, times: UpkeepTimes) {
     let mut shutdown = files.replicas.shutdown_signal();
+    // Objects of the bucket seen without a record, and when first (`bucket::unrecorded`).
+    let mut unrecorded_since = HashMap::new();
     loop {
         tokio::select! {
             _ = tokio::time::sleep(times.every) => {}
@@ -61,7 +64,10 @@ pub async fn run(files: Files, times: UpkeepTimes) {
         for group in files.replicas.led_groups() {
             if group == META_GROUP {
                 if let Some(bucket) = files.bucket() {
-                    match files.upkeep_bucket(bucket, grace).await {
+                    match files
+                        .upkeep_bucket(bucket, grace, &mut unrecorded_since)
+                        .await
+                    {
                         Ok(0) => {}
                         Ok(deleted) => tracing::info!(deleted, "file upkeep of the bucket"),
                         Err(e) => tracing::debug!("file upkeep of the bucket skipped: {e}"),
@@ -81,13 +87,19 @@ pub async fn run(files: Files, times: UpkeepTimes) {
 }
 
 impl Files {
-    /// One round of upkeep for `bucket`: deletes the objects of deleted files and those no
-    /// record names once older than `grace`; how many it deleted. Lists the bucket before the
-    /// records (see `bucket::unrecorded`), and deletes nothing unless every shard's records
-    /// were read.
-    pub async fn upkeep_bucket(&self, bucket: &Bucket, grace: Duration) -> Result<u64> {
-        let listed = bucket.list(crate::replicas::now_ms()).await?;
+    /// One round of upkeep for `bucket`: deletes the objects of deleted files and those seen
+    /// without a record in rounds more than `grace` apart (`seen` carries that from round to
+    /// round); how many it deleted. Lists the bucket before the records (see
+    /// `bucket::unrecorded`), and deletes nothing unless every shard's records were read.
+    pub async fn upkeep_bucket(
+        &self,
+        bucket: &Bucket,
+        grace: Duration,
+        seen: &mut HashMap<FileId, i64>,
+    ) -> Result<u64> {
+        let listed = bucket.list().await?;
         if listed.is_empty() {
+            seen.clear();
             return Ok(0);
         }
         let (mut recorded, mut gone) = (HashSet::new(), HashSet::new());
@@ -97,7 +109,15 @@ impl Files {
             let deleted = self.replicas.list_records(group, Namespace::FileGone, "");
             gone.extend(deleted.await?.into_iter().map(|(k, _)| k));
         }
-        let doomed = unrecorded(&listed, &recorded, &gone, grace.as_millis() as i64);
+        let now = crate::replicas::now_ms();
+        let doomed = unrecorded(
+            &listed,
+            &recorded,
+            &gone,
+            now,
+            grace.as_millis() as i64,
+            seen,
+        );
         if doomed.is_empty() {
             return Ok(0);
         }

@@ -16,8 +16,14 @@ use crate::common::{assert_api_error, TestCluster};
 
 const PREFIX: &str = "apps/files";
 
-/// Sends the head of an upload of `total` bytes and `sent` of them to `addr`, then hangs up.
-fn abandoned_upload(addr: &str, keys: &basalt_client::AppKeys, total: usize, sent: usize) {
+/// Sends the head of an upload of `total` bytes and `sent` of them to `addr`; the connection,
+/// to hang up by dropping it.
+fn unfinished_upload(
+    addr: &str,
+    keys: &basalt_client::AppKeys,
+    total: usize,
+    sent: usize,
+) -> std::net::TcpStream {
     let mut s = std::net::TcpStream::connect(addr).expect("connect");
     let head = format!(
         "POST /2/files/gone.bin HTTP/1.1\r\nHost: {addr}\r\nX-Service-Application-Id: {}\r\nX-Service-REST-API-Key: {}\r\nContent-Type: application/octet-stream\r\nContent-Length: {total}\r\n\r\n",
@@ -26,14 +32,14 @@ fn abandoned_upload(addr: &str, keys: &basalt_client::AppKeys, total: usize, sen
     s.write_all(head.as_bytes()).expect("head");
     s.write_all(&bytes_of(sent, 99)).expect("body");
     s.flush().expect("flush");
-    std::thread::sleep(Duration::from_millis(500));
+    s
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_s3_backend_keeps_files_in_the_bucket_and_serves_them_from_every_node() {
     let mut s3 = S3Server::start("basalt-files").await;
     let mut args = s3.args(PREFIX);
-    args.extend(["--files-upkeep-secs".to_string(), "1".to_string()]);
+    args.extend(["--files-upkeep-secs", "1", "--files-cdn", "s3"].map(String::from));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let cluster = TestCluster::start(3, &[], &args).await;
     let c = cluster
@@ -43,7 +49,7 @@ async fn the_s3_backend_keeps_files_in_the_bucket_and_serves_them_from_every_nod
     let base = |i: usize| format!("http://{}", cluster.nodes[i].http);
     let object_of = |url: &str| format!("{PREFIX}/{}", file_id(url));
 
-    // A small raw upload: answered with the backend's name, kept as one object of its size.
+    // A small raw upload: answered with the storage's name, kept as one object of its size.
     let small = bytes_of(1024, 1);
     let body = upload(&c, "small.bin", &small).await;
     assert_eq!(body["cdn"], "s3");
@@ -124,7 +130,12 @@ async fn the_s3_backend_keeps_files_in_the_bucket_and_serves_them_from_every_nod
     // An upload given up past its first part: no file, no object, its multipart upload aborted.
     let before = s3.objects(PREFIX);
     let (addr, keys) = (cluster.nodes[0].http.clone(), cluster.keys.clone());
-    tokio::task::block_in_place(|| abandoned_upload(&addr, &keys, 12 << 20, 7 << 20));
+    let upload = tokio::task::block_in_place(|| unfinished_upload(&addr, &keys, 12 << 20, 7 << 20));
+    TestCluster::eventually(Duration::from_secs(20), "a multipart upload begun", || {
+        s3.multipart_uploads() == 1
+    })
+    .await;
+    drop(upload);
     TestCluster::eventually(Duration::from_secs(20), "multipart upload aborted", || {
         s3.multipart_uploads() == 0
     })
