@@ -63,7 +63,7 @@ run_cluster() {
 {
   echo "# Files: uploads and downloads ($(date -u +%Y-%m-%d), commit $(git rev-parse --short HEAD))"
   echo
-  echo "Machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -sr)."
+  echo "Machine: $(nproc) cores ($(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2 | sed "s/^ //")), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -sr)."
   echo "basalt-bench, $CONC clients, $SECS s per workload; MB = 2^20 bytes. \`make bench-files\`."
   echo
   disk_speed
