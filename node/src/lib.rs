@@ -20,6 +20,7 @@ pub mod connections;
 pub mod dev;
 pub mod files;
 pub mod images;
+pub mod installations;
 pub mod json_text;
 pub mod mail;
 pub mod paths;

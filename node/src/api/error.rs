@@ -16,6 +16,7 @@ use crate::auth::AuthError;
 use crate::captcha::CaptchaError;
 use crate::files::FilesError;
 use crate::images::ImageError;
+use crate::installations::InstallationError;
 use crate::query::QueryError;
 use crate::sms::SmsError;
 use crate::throttle::ThrottleError;
@@ -54,6 +55,12 @@ pub enum ApiError {
     InvalidGeoPoint(String),
     #[error("{0}")]
     Duplicate(String),
+    /// An installation's device type, token, id or notification uri is missing or invalid.
+    #[error("{0}")]
+    InvalidInstallation(String),
+    /// A change of an installation field that never changes once set.
+    #[error("{0}")]
+    ReadOnlyField(String),
     #[error("{0}")]
     ClassNotFound(String),
     #[error("{0}")]
@@ -286,6 +293,8 @@ impl ApiError {
             ApiError::TypeMismatch(_) => 111,
             ApiError::InvalidGeoPoint(_) => 117,
             ApiError::Duplicate(_) => 137,
+            ApiError::InvalidInstallation(_) => 131,
+            ApiError::ReadOnlyField(_) => 136,
             ApiError::ClassNotFound(_) => 104,
             ApiError::ClassExists(_) => 103,
             ApiError::ClassCreationNotAllowed(_) => 302,
@@ -377,6 +386,8 @@ impl ApiError {
             | ApiError::TypeMismatch(_)
             | ApiError::InvalidGeoPoint(_)
             | ApiError::Duplicate(_)
+            | ApiError::InvalidInstallation(_)
+            | ApiError::ReadOnlyField(_)
             | ApiError::ClassNotFound(_)
             | ApiError::ClassExists(_)
             | ApiError::ClassCreationNotAllowed(_)
@@ -465,6 +476,16 @@ impl From<ClusterError> for ApiError {
             | ClusterError::Storage(_)
             | ClusterError::NotApplied(_)
             | ClusterError::Internal(_)) => ApiError::fault("cluster", e),
+        }
+    }
+}
+
+impl From<InstallationError> for ApiError {
+    fn from(e: InstallationError) -> Self {
+        let m = e.to_string();
+        match e {
+            InstallationError::Invalid(_) => ApiError::InvalidInstallation(m),
+            InstallationError::ReadOnly(_) => ApiError::ReadOnlyField(m),
         }
     }
 }
@@ -596,6 +617,7 @@ impl From<UsersError> for ApiError {
             UsersError::PhoneTaken(_) => ApiError::PhoneTaken(m),
             UsersError::RoleNameTaken(_) => ApiError::InvalidRole(m),
             UsersError::AuthDataTaken(_) => ApiError::AuthDataTaken(m),
+            UsersError::InstallationTaken(..) => ApiError::Duplicate(m),
             UsersError::UserNotFound(id) => ApiError::ObjectNotFound(id),
             UsersError::LoginFailed => ApiError::LoginFailed,
             UsersError::MissingCredentials(m) => ApiError::MissingCredentials(m),
@@ -816,10 +838,12 @@ mod tests {
             ApiError::NoFfmpeg(_) => 73,
             ApiError::FilePrivate(_) => 74,
             ApiError::FileSessionRequired(_) => 75,
+            ApiError::InvalidInstallation(_) => 76,
+            ApiError::ReadOnlyField(_) => 77,
         }
     }
 
-    const VARIANTS: usize = 76;
+    const VARIANTS: usize = 78;
 
     /// Every variant with its documented status and code (docs/api.md, "Errors").
     #[test]
@@ -913,6 +937,8 @@ mod tests {
             (ApiError::NoVideoFrame("x".into()), 400, 155),
             (ApiError::NoFfmpeg("x".into()), 501, 156),
             (ApiError::FilePrivate("x".into()), 403, 403),
+            (ApiError::InvalidInstallation("x".into()), 400, 131),
+            (ApiError::ReadOnlyField("x".into()), 400, 136),
             (ApiError::FileSessionRequired("x".into()), 400, 206),
         ];
         let mut covered = [false; VARIANTS];

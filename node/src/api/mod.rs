@@ -15,6 +15,7 @@ pub mod context;
 pub mod email;
 pub mod error;
 pub mod files;
+pub mod installations;
 pub mod objects;
 pub mod ops;
 pub mod roles;
@@ -103,6 +104,12 @@ pub fn table() -> Vec<Route<AppState>> {
         route!(App, "/2/cdnBatchDelete", POST => files::batch_delete),
         route!(App, "/2/cdnVedioSnapshot", POST => files::video_snapshot),
         route!(App, "/2/cdnSignedUrls", POST => files::signed_urls),
+        // Installations (spec 4.12).
+        route!(App, "/1/installations",
+            GET => installations::query_installations, POST => installations::create_installation),
+        route!(App, "/1/installations/{id}",
+            GET => installations::get_installation, PUT => installations::update_installation,
+            DELETE => installations::delete_installation),
         // Roles (spec 4.6).
         route!(App, "/1/roles", GET => roles::query_roles, POST => roles::create_role),
         route!(App, "/1/roles/{id}",
@@ -320,6 +327,26 @@ mod tests {
             ("POST", "/2/cdnVedioSnapshot", "files::video_snapshot App"),
             ("POST", "/2/cdnSignedUrls", "files::signed_urls App"),
             ("GET", "/basalt/2026/01/02/x.png", "files::download Open"),
+            (
+                "GET",
+                "/1/classes/_Installation",
+                "installations::query_installations App",
+            ),
+            (
+                "POST",
+                "/1/installations",
+                "installations::create_installation App",
+            ),
+            (
+                "PUT",
+                "/1/classes/_Installation/i1",
+                "installations::update_installation App",
+            ),
+            (
+                "DELETE",
+                "/1/installations/i1",
+                "installations::delete_installation App",
+            ),
             ("GET", "/health", "ops::health Open"),
             ("GET", "/metrics", "ops::metrics Open"),
         ];
@@ -332,7 +359,6 @@ mod tests {
         }
         let refused = [
             ("GET", "/1/nothing", StatusCode::NOT_FOUND),
-            ("GET", "/1/classes/_Installation", StatusCode::NOT_FOUND),
             ("GET", "/1/classes/Game/a1/extra", StatusCode::NOT_FOUND),
             ("POST", "/1/classes/Game/a1/extra", StatusCode::NOT_FOUND),
             ("GET", "/other/2026/01/02/x.png", StatusCode::NOT_FOUND),

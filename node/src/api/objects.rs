@@ -178,6 +178,20 @@ pub async fn update_in(
     updates: Vec<FieldUpdate>,
     principals: Option<Vec<String>>,
 ) -> Result<Response, ApiError> {
+    let (updated_ms, group, p) =
+        apply_update(state, ctx, class, object_id, updates, principals).await?;
+    Ok(updated_response(updated_ms, Vec::new(), group, &p))
+}
+
+/// `update_in` without its answer: when the object was updated, and the commit.
+pub async fn apply_update(
+    state: &AppState,
+    ctx: &RequestCtx,
+    class: &str,
+    object_id: &ObjectId,
+    updates: Vec<FieldUpdate>,
+    principals: Option<Vec<String>>,
+) -> Result<(i64, GroupId, Proposed), ApiError> {
     admit_write(state, ctx, class, &updates).await?;
     let app = ctx.app.application_id.clone();
     let group = state.cluster.object_group(&app, class, object_id);
@@ -201,9 +215,23 @@ pub async fn update_in(
         CommandResult::Updated { updated_ms } => updated_ms,
         _ => now_ms(),
     };
-    let mut resp = Json(json!({"updatedAt": format_wire_time(updated_ms)})).into_response();
-    version_headers(&mut resp, group, &p);
-    Ok(resp)
+    Ok((updated_ms, group, p))
+}
+
+/// The 200 answer of an update: `{updatedAt}` and `extra` members.
+pub fn updated_response(
+    updated_ms: i64,
+    extra: Vec<(&str, Value)>,
+    group: GroupId,
+    p: &Proposed,
+) -> Response {
+    let mut body = json!({"updatedAt": format_wire_time(updated_ms)});
+    for (k, v) in extra {
+        body[k] = v;
+    }
+    let mut resp = Json(body).into_response();
+    version_headers(&mut resp, group, p);
+    resp
 }
 
 pub async fn update_object(

@@ -22,6 +22,9 @@ pub enum UsersError {
     RoleNameTaken(String),
     #[error("this {0} account is linked to another user.")]
     AuthDataTaken(&'static str),
+    /// Another installation holds this `installationId` or `deviceToken`.
+    #[error("another installation has {0} {1:?}.")]
+    InstallationTaken(&'static str, String),
     /// No user with that objectId.
     #[error("object not found for {0}.")]
     UserNotFound(String),

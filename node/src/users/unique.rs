@@ -1,5 +1,6 @@
-//! Cluster-wide uniqueness of usernames (202), emails (203), phone numbers (209) and role
-//! names (139).
+//! Cluster-wide uniqueness of usernames (202), emails (203), phone numbers (209), role
+//! names (139) and installations' `installationId`s and `deviceToken`s (an installation sent
+//! again with one of them updates the one holding it: `installations`).
 //!
 //! Each value is claimed by a reservation record in the shard that owns the hashed value
 //! (namespace `unique`, key `app/class.field/value`, value `{userId, since}`), written with a
@@ -18,6 +19,7 @@ use serde_json::{json, Map, Value};
 
 use super::UsersError;
 use super::USER_CLASS;
+use crate::installations::INSTALLATION_CLASS;
 
 /// How long a claim may wait for its user object before it counts as abandoned.
 pub const PENDING_MS: i64 = 30_000;
@@ -32,6 +34,10 @@ pub enum Unique {
     RoleName,
     /// A third-party identity of a platform (`authData`; 208 when another user holds it).
     AuthData(&'static str),
+    /// A device installation's `installationId`.
+    InstallationId,
+    /// A device installation's `deviceToken`.
+    DeviceToken,
 }
 
 impl Unique {
@@ -43,6 +49,8 @@ impl Unique {
             Unique::Phone => "mobilePhoneNumber",
             Unique::RoleName => "name",
             Unique::AuthData(_) => "authData",
+            Unique::InstallationId => "installationId",
+            Unique::DeviceToken => "deviceToken",
         }
     }
 
@@ -75,6 +83,7 @@ impl Unique {
     pub fn class(self) -> &'static str {
         match self {
             Unique::RoleName => crate::users::roles::ROLE_CLASS,
+            Unique::InstallationId | Unique::DeviceToken => INSTALLATION_CLASS,
             _ => USER_CLASS,
         }
     }
@@ -99,6 +108,9 @@ impl Unique {
             Unique::Phone => UsersError::PhoneTaken(v.to_string()),
             Unique::RoleName => UsersError::RoleNameTaken(v.to_string()),
             Unique::AuthData(p) => UsersError::AuthDataTaken(p),
+            Unique::InstallationId | Unique::DeviceToken => {
+                UsersError::InstallationTaken(self.field(), v.to_string())
+            }
         }
     }
 }
