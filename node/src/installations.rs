@@ -100,8 +100,15 @@ fn string_member<'a>(
     }
 }
 
-/// Checks the identifying fields of a new installation's body.
-pub fn check_new(body: &Map<String, Value>) -> Result<Identity, InstallationError> {
+/// Checks the identifying fields of a new installation's body; an iOS `deviceToken` is
+/// rewritten in lowercase (APNs tokens are hex, whatever case a client sends them in: one
+/// device is one token).
+pub fn check_new(body: &mut Map<String, Value>) -> Result<Identity, InstallationError> {
+    if body.get("deviceType").and_then(Value::as_str) == Some("ios") {
+        if let Some(Value::String(token)) = body.get_mut("deviceToken") {
+            token.make_ascii_lowercase();
+        }
+    }
     let device_type = match string_member(body, "deviceType")? {
         None => return Err(invalid("deviceType is required.")),
         Some(t) => DeviceType::parse(t).ok_or_else(|| {
@@ -205,15 +212,17 @@ mod tests {
 
     #[test]
     fn each_platform_needs_what_identifies_its_devices() {
-        let ios = check_new(&map(json!({"deviceType": "ios", "deviceToken": TOKEN}))).unwrap();
+        let mut upper = map(json!({"deviceType": "ios", "deviceToken": TOKEN.to_uppercase()}));
+        let ios = check_new(&mut upper).unwrap();
+        assert_eq!(upper["deviceToken"], TOKEN);
         assert_eq!(ios.device_type, DeviceType::Ios);
         assert_eq!(ios.device_token.as_deref(), Some(TOKEN));
-        let android = check_new(&map(
+        let android = check_new(&mut map(
             json!({"deviceType": "android", "installationId": "3b2e-11", "deviceToken": "fcm:tok_en-1"}),
         ))
         .unwrap();
         assert_eq!(android.installation_id.as_deref(), Some("3b2e-11"));
-        assert!(check_new(&map(
+        assert!(check_new(&mut map(
             json!({"deviceType": "windows phone", "notificationUri": "https://db3.notify.live.net/x"})
         ))
         .is_ok());
@@ -233,7 +242,7 @@ mod tests {
         ] {
             assert!(
                 matches!(
-                    check_new(&map(bad.clone())),
+                    check_new(&mut map(bad.clone())),
                     Err(InstallationError::Invalid(_))
                 ),
                 "{bad}"

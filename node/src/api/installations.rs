@@ -36,8 +36,9 @@ use crate::users::unique::{self, Unique};
 use crate::users::UsersError;
 
 /// How long a create waits for the installation that claimed its id or token first (a
-/// concurrent create of the same device) to appear before answering 503.
-const CLAIM_WAIT: Duration = Duration::from_secs(10);
+/// concurrent create of the same device) to appear before answering 503: longer than a claim
+/// whose create never happened stays (`unique::PENDING_MS`), after which it is taken over.
+const CLAIM_WAIT: Duration = Duration::from_millis(unique::PENDING_MS as u64 + 5_000);
 
 /// The unique kind of a read-only identifying field.
 fn unique_kind(field: &str) -> Option<Unique> {
@@ -86,13 +87,14 @@ fn check_updates(updates: &[FieldUpdate]) -> Result<(), ApiError> {
 }
 
 /// Claims each of `claims` for `id`; on a value another installation holds, gives back the
-/// ones it took and answers that installation's objectId (`None` once all are claimed).
+/// ones it took and answers which value it was and that installation's objectId (empty when
+/// the value was released meanwhile); `None` once all are claimed.
 async fn claim_all(
     state: &AppState,
     app: &AppId,
     claims: &[(Unique, String)],
     id: &str,
-) -> Result<Option<String>, ApiError> {
+) -> Result<Option<(Unique, String)>, ApiError> {
     for (n, (kind, value)) in claims.iter().enumerate() {
         match unique::reserve(&state.cluster, app, *kind, value, id).await {
             Ok(()) => {}
@@ -100,7 +102,7 @@ async fn claim_all(
                 release_all(state, app, &claims[..n], id).await;
                 let owner = unique::owner(&state.cluster, app, *kind, value).await?;
                 // Released meanwhile: the caller claims again.
-                return Ok(Some(owner.unwrap_or_default()));
+                return Ok(Some((*kind, owner.unwrap_or_default())));
             }
             Err(e) => {
                 release_all(state, app, &claims[..n], id).await;
@@ -142,23 +144,50 @@ pub async fn create_installation(
     body: ApiBody,
 ) -> Result<Response, ApiError> {
     let mut body = body.object()?;
-    let identity = check_new(&body)?;
-    let claims = claims_of(identity.installation_id, identity.device_token);
+    let identity = check_new(&mut body)?;
+    let claims = claims_of(
+        identity.installation_id.clone(),
+        identity.device_token.clone(),
+    );
     let app = ctx.app.application_id.clone();
     let deadline = tokio::time::Instant::now() + CLAIM_WAIT;
     loop {
         let id = ObjectId::random();
-        let holder = claim_all(&state, &app, &claims, &id).await?;
-        let Some(holder) = holder else {
+        let held = claim_all(&state, &app, &claims, &id).await?;
+        let Some((kind, holder)) = held else {
             return create_claimed(&state, &ctx, &id, &mut body, &claims).await;
         };
-        if !holder.is_empty() {
-            let existing = state
+        let existing = match ObjectId::parse(&holder) {
+            Some(holder) => state
                 .cluster
                 .get_stored_object(&app, INSTALLATION_CLASS, &holder)
-                .await?;
-            if let Some(existing) = existing {
-                return update_existing(&state, &ctx, &holder, &existing, body).await;
+                .await?
+                .map(|stored| (holder, stored)),
+            None => None,
+        };
+        if let Some((holder, existing)) = existing {
+            let held_id = existing
+                .fields
+                .get("installationId")
+                .and_then(Value::as_str);
+            match (kind, &identity.installation_id, held_id) {
+                // The token of a device now known by another installationId (an app
+                // reinstalled): the token moves to the new installation.
+                (Unique::DeviceToken, Some(new_id), Some(old_id)) if new_id != old_id => {
+                    take_token(&state, &ctx, &holder, &claims).await?;
+                    continue;
+                }
+                _ => match update_existing(&state, &ctx, &holder, &existing, kind, body.clone())
+                    .await
+                {
+                    // Deleted meanwhile: register anew.
+                    Err(ApiError::ObjectNotFound(_))
+                        if existing_gone(&state, &app, &holder).await =>
+                    {
+                        continue
+                    }
+                    other => return other,
+                },
             }
         }
         // Claimed by a create still under way (or one that failed, whose claim is taken
@@ -172,7 +201,53 @@ pub async fn create_installation(
     }
 }
 
-/// Creates the installation `id` whose unique values it has claimed (given back on failure).
+/// True when the installation `id` no longer exists.
+async fn existing_gone(state: &AppState, app: &AppId, id: &ObjectId) -> bool {
+    matches!(
+        state
+            .cluster
+            .get_stored_object(app, INSTALLATION_CLASS, id)
+            .await,
+        Ok(None)
+    )
+}
+
+/// Takes the `deviceToken` among `claims` away from the installation `holder` (which another
+/// installationId holds): the token leaves that installation and its claim is given back.
+async fn take_token(
+    state: &AppState,
+    ctx: &RequestCtx,
+    holder: &ObjectId,
+    claims: &[(Unique, String)],
+) -> Result<(), ApiError> {
+    let Some((_, token)) = claims.iter().find(|(k, _)| *k == Unique::DeviceToken) else {
+        return Ok(());
+    };
+    let unset = vec![FieldUpdate {
+        path: vec!["deviceToken".into()],
+        op: UpdateOp::Delete,
+    }];
+    match apply_update(state, ctx, INSTALLATION_CLASS, holder, unset, None).await {
+        Ok(_) | Err(ApiError::ObjectNotFound(_)) => {}
+        Err(e) => return Err(e),
+    }
+    let app = &ctx.app.application_id;
+    unique::release(&state.cluster, app, Unique::DeviceToken, token, holder).await?;
+    Ok(())
+}
+
+/// Whether a failed write certainly did not happen (a refusal), so that the values it claimed
+/// may be given back; after a timeout or an unavailable shard it may have happened, and its
+/// claims stay (a claim whose installation never appeared is taken over later).
+fn certainly_failed(e: &ApiError) -> bool {
+    !matches!(
+        e,
+        ApiError::Unavailable(_) | ApiError::Timeout(_) | ApiError::Internal(_)
+    )
+}
+
+/// Creates the installation `id` whose unique values it has claimed (given back when it
+/// certainly failed).
 async fn create_claimed(
     state: &AppState,
     ctx: &RequestCtx,
@@ -200,28 +275,56 @@ async fn create_claimed(
             &p,
         )),
         Err(e) => {
-            release_all(state, &ctx.app.application_id, claims, id).await;
+            if certainly_failed(&e) {
+                release_all(state, &ctx.app.application_id, claims, id).await;
+            }
             Err(e)
         }
     }
 }
 
 /// An installation sent again: `body` updates the stored one, `existing`, that holds its
-/// `installationId` or `deviceToken` (its ACL set only with the master key); 200 with the
-/// objectId.
+/// `installationId` or `deviceToken` (`matched`), as the caller may write it (its ACL
+/// changed only with the master key). A device found by its `installationId` may bring a new
+/// `deviceToken` (FCM tokens are replaced from time to time): the new one is claimed and the
+/// old one given back. 200 with the objectId.
 async fn update_existing(
     state: &AppState,
     ctx: &RequestCtx,
-    id: &str,
+    id: &ObjectId,
     existing: &StoredObject,
+    matched: Unique,
     mut body: Map<String, Value>,
 ) -> Result<Response, ApiError> {
     if !ctx.master {
-        body.remove("ACL");
+        body.retain(|k, _| k != "ACL" && !k.starts_with("ACL."));
     }
-    let object_id = ObjectId::parse(id).ok_or_else(|| ApiError::ObjectNotFound(id.to_string()))?;
-    let (updated_ms, group, p) =
-        update_checked(state, ctx, &object_id, &existing.fields, body, None).await?;
+    let app = &ctx.app.application_id;
+    let old_token = existing.fields.get("deviceToken").and_then(Value::as_str);
+    let new_token = body.get("deviceToken").and_then(Value::as_str);
+    let replaced = match (matched, old_token, new_token) {
+        (Unique::InstallationId, Some(old), Some(new)) if old != new => {
+            unique::reserve(&state.cluster, app, Unique::DeviceToken, new, id).await?;
+            Some((old.to_string(), new.to_string()))
+        }
+        _ => None,
+    };
+    let mut current = existing.fields.clone();
+    if replaced.is_some() {
+        current.remove("deviceToken");
+    }
+    let who = principals(&state.cluster, &state.roles, ctx).await?;
+    let updated = update_checked(state, ctx, id, &current, body, who.to_acl()).await;
+    match (&updated, replaced) {
+        (Ok(_), Some((old, _))) => {
+            unique::release(&state.cluster, app, Unique::DeviceToken, &old, id).await?;
+        }
+        (Err(e), Some((_, new))) if certainly_failed(e) => {
+            let _ = unique::release(&state.cluster, app, Unique::DeviceToken, &new, id).await;
+        }
+        _ => {}
+    }
+    let (updated_ms, group, p) = updated?;
     Ok(updated_response(
         updated_ms,
         vec![("objectId", Value::String(id.to_string()))],
@@ -255,7 +358,7 @@ async fn update_checked(
         }
     }
     let applied = apply_update(state, ctx, INSTALLATION_CLASS, id, updates, principals).await;
-    if applied.is_err() {
+    if applied.as_ref().is_err_and(certainly_failed) {
         release_all(state, app, &first_set, id).await;
     }
     applied

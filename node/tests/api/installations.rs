@@ -195,6 +195,84 @@ async fn installations_are_registered_once_per_device_and_keep_their_identity() 
         "a token another installation holds",
     );
 
+    // An FCM token replaced: the device, found by its installationId, gets the new one, and
+    // the old one is free.
+    let refreshed = post(
+        &c,
+        "/1/installations",
+        json!({"deviceType": "android", "installationId": "a-1", "deviceToken": "fcm:token_2"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (refreshed.status, refreshed.body["objectId"].clone()),
+        (200, json!(android))
+    );
+    assert_eq!(get(android.clone()).await["deviceToken"], "fcm:token_2");
+    put(
+        &c,
+        &format!("/1/installations/{other}"),
+        json!({"deviceToken": "fcm:token_1"}),
+    )
+    .await
+    .unwrap();
+    // An APNs token in capitals is the same device.
+    let upper = post(
+        &c,
+        "/1/installations",
+        json!({"deviceType": "ios", "deviceToken": TOKEN.to_uppercase()}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (upper.status, upper.body["objectId"].clone()),
+        (200, json!(ios))
+    );
+    // Registering again is a write under the installation's ACL, and never changes the ACL.
+    put(&m, &format!("/1/installations/{other}"), json!({"ACL": {}}))
+        .await
+        .unwrap();
+    assert_api_error(
+        post(
+            &c,
+            "/1/installations",
+            json!({"deviceType": "android", "installationId": "a-2", "badge": 9}),
+        )
+        .await,
+        404,
+        101,
+        "registering again an installation the client may not write",
+    );
+    let r = post(&c, "/1/installations", json!({"deviceType": "android", "installationId": "a-1", "ACL.*": {"read": true}, "ACL": {"*": {"read": true}}}))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    assert_api_error(
+        c.request(
+            Method::GET,
+            &format!("/1/installations/{android}"),
+            None,
+            false,
+        )
+        .await,
+        404,
+        101,
+        "the ACL of a registration sent again is ignored",
+    );
+    // The app reinstalled on an iPhone: a new installationId with the old token makes a new
+    // installation, which takes the token over.
+    let reinstalled = post(
+        &cluster.client(1),
+        "/1/installations",
+        json!({"deviceType": "ios", "deviceToken": TOKEN, "installationId": "i-10"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(reinstalled.status, 201);
+    let reinstalled = reinstalled.body["objectId"].as_str().unwrap().to_string();
+    assert!(get(ios.clone()).await.get("deviceToken").is_none());
+    assert_eq!(get(reinstalled.clone()).await["deviceToken"], TOKEN);
+
     // Clients write the installations they know the id of, but cannot read or list any.
     assert_api_error(
         c.request(Method::GET, &path, None, false).await,
@@ -236,6 +314,7 @@ async fn installations_are_registered_once_per_device_and_keep_their_identity() 
     assert_eq!(q.body["count"], 2);
 
     // Deleted by the device: gone, and its token free for a new registration.
+    let path = format!("/1/installations/{reinstalled}");
     c.request(Method::DELETE, &path, None, false).await.unwrap();
     assert_api_error(
         m.request(Method::GET, &path, None, true).await,
@@ -251,18 +330,24 @@ async fn installations_are_registered_once_per_device_and_keep_their_identity() 
     .await
     .unwrap();
     assert_eq!(fresh.status, 201);
-    assert_ne!(fresh.body["objectId"], ios.as_str());
+    assert_ne!(fresh.body["objectId"], reinstalled.as_str());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_device_registering_through_every_node_at_once_is_one_installation() {
     let cluster = TestCluster::start(3, &[], &[]).await;
-    for round in 0..3 {
+    // Rounds 0 and 1 by installationId (Android), 2 and 3 by APNs token (iOS).
+    for round in 0..4 {
         let installation_id = format!("race-{round}");
+        let token = format!("{round:02}{}", &TOKEN[2..]);
         let tasks: Vec<_> = (0..9)
             .map(|i| {
                 let c = cluster.client(i % 3);
-                let body = json!({"deviceType": "android", "installationId": installation_id, "channels": [format!("c{i}")]});
+                let body = if round < 2 {
+                    json!({"deviceType": "android", "installationId": installation_id, "channels": [format!("c{i}")]})
+                } else {
+                    json!({"deviceType": "ios", "deviceToken": token, "channels": [format!("c{i}")]})
+                };
                 tokio::spawn(async move { post(&c, "/1/installations", body).await })
             })
             .collect();
@@ -278,7 +363,11 @@ async fn one_device_registering_through_every_node_at_once_is_one_installation()
             ids.insert(r.body["objectId"].as_str().unwrap().to_string());
         }
         assert_eq!((created, ids.len()), (1, 1), "round {round}: {ids:?}");
-        let where_ = format!("%7B%22installationId%22%3A%22{installation_id}%22%7D");
+        let where_ = if round < 2 {
+            format!("%7B%22installationId%22%3A%22{installation_id}%22%7D")
+        } else {
+            format!("%7B%22deviceToken%22%3A%22{token}%22%7D")
+        };
         let q = cluster
             .master_client(0)
             .request(
