@@ -24,6 +24,7 @@ pub mod installations;
 pub mod json_text;
 pub mod mail;
 pub mod paths;
+pub mod push;
 pub mod query;
 pub mod serve;
 pub mod server;

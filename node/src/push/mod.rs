@@ -1,0 +1,6 @@
+//! Push notifications (spec 4.12, decisions/0022): `request` turns a `POST /1/push` body into
+//! what to send, to whom and when (141-144). Still to come, on the plan of decisions/0022: the
+//! endpoint and `_PushStatus`, the replicated queue and resumable fan-out run by the
+//! leader-elected scheduler, and the APNs, FCM, WNS and webhook providers.
+
+pub mod request;
