@@ -82,6 +82,12 @@ pub struct AppRecord {
     /// The app's files are served only through signed, expiring urls (`files::links`).
     #[serde(default)]
     pub private_files: bool,
+    /// Whether clients with the app's keys may send pushes (else the master key only).
+    #[serde(default)]
+    pub client_push: bool,
+    /// The providers the app pushes through (`push::settings`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub push: Option<crate::push::settings::PushSettings>,
 }
 
 /// Who may delete an app's files (`fileDelete`).
@@ -145,6 +151,8 @@ impl AppRecord {
             file_delete: FileDelete::Any,
             max_file_mb: None,
             private_files: false,
+            client_push: false,
+            push: None,
         }
     }
 

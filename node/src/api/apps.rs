@@ -18,6 +18,7 @@ use basalt_cluster::error::clip;
 use crate::apps::{
     find_app, list_apps, put_app, update_app, AppRecord, AuthProvider, SAFE_TOKEN_LEN,
 };
+use crate::push::settings::PushSettings;
 use crate::users::third_party::providers::VERIFIED_PLATFORMS;
 
 /// App names must be shorter than this many characters (spec 8).
@@ -151,7 +152,14 @@ fn settings(body: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
             "allowedOrigins" => json!(string_list(k, v, |o| {
                 o == "*" || o.starts_with("http://") || o.starts_with("https://")
             })?),
-            "allowUnverifiedAuthData" | "privateFiles" => flag_bool(k, v)?,
+            "allowUnverifiedAuthData" | "privateFiles" | "clientPush" => flag_bool(k, v)?,
+            "push" => match v {
+                Value::Null => Value::Null,
+                v => {
+                    let push = PushSettings::parse(v).map_err(ApiError::InvalidBody)?;
+                    serde_json::to_value(push).map_err(|e| ApiError::fault("encoding apps", e))?
+                }
+            },
             "fileDelete" => match v.as_str() {
                 Some(who @ ("any" | "master" | "uploader")) => json!(who),
                 _ => {

@@ -331,6 +331,51 @@ async fn installations_are_registered_once_per_device_and_keep_their_identity() 
     .unwrap();
     assert_eq!(fresh.status, 201);
     assert_ne!(fresh.body["objectId"], reinstalled.as_str());
+
+    // The app's push credentials are set through app management, and checked when set.
+    let apns_key = include_str!("../fixtures/apns-test-key.p8");
+    let fcm_key = include_str!("../fixtures/fcm-test-key.pem");
+    cluster
+        .set_app_settings(json!({"clientPush": true, "push": {
+            "webhook": {"url": "http://127.0.0.1:9/push", "secret": "s3cret"},
+            "apns": {"keyId": "ABC123DEFG", "teamId": "DEF123GHIJ", "bundleId": "com.example.app", "key": apns_key},
+            "fcm": {"serviceAccount": {"type": "service_account", "project_id": "p", "client_email": "a@p.iam.gserviceaccount.com", "private_key": fcm_key, "token_uri": "http://127.0.0.1:9/token"}}
+        }}))
+        .await;
+    // The app as the console sees it, through node `i`.
+    let app_of = |i: usize| {
+        let console = cluster.console_client(i);
+        let path = format!("/1/apps/{}", cluster.keys.application_id);
+        async move {
+            console
+                .request(Method::GET, &path, None, false)
+                .await
+                .unwrap()
+                .body
+        }
+    };
+    let app = app_of(1).await;
+    assert_eq!(app["clientPush"], true);
+    assert_eq!(app["push"]["apns"]["bundleId"], "com.example.app");
+    assert_eq!(app["push"]["apns"]["production"], false);
+    assert_eq!(app["push"]["webhook"]["url"], "http://127.0.0.1:9/push");
+    for bad in [
+        json!({"push": {"apns": {"keyId": "K", "teamId": "T", "bundleId": "b", "key": "not a key"}}}),
+        json!({"push": {"fcm": {"serviceAccount": {"project_id": "p"}}}}),
+        json!({"push": {"webhook": {"url": "ftp://x"}}}),
+        json!({"push": {"pushy": {}}}),
+        json!({"clientPush": "yes"}),
+    ] {
+        assert_api_error(
+            cluster.try_app_settings(&bad).await,
+            400,
+            107,
+            &bad.to_string(),
+        );
+    }
+    cluster.set_app_settings(json!({"push": null})).await;
+    let app = app_of(2).await;
+    assert!(app.get("push").is_none_or(Value::is_null), "{app}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
