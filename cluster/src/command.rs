@@ -35,6 +35,10 @@ pub enum Command {
         updates: Vec<FieldUpdate>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         principals: Option<Vec<String>>,
+        /// Fields the object must not hold (absent or null) for the update to apply, else it
+        /// is refused with `Conflict`: a value set once, by whichever write comes first.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        unset: Vec<String>,
     },
     /// Delete an object (`principals` as for `UpdateObject`).
     DeleteObject {

@@ -193,6 +193,7 @@ mod tests {
                 op: UpdateOp::Add(vec![deep.clone()]),
             }],
             principals: Some(vec!["*".into()]),
+            unset: Vec::new(),
         };
         let leader = openraft::impls::leader_id_adv::LeaderId {
             term: 3u64,

@@ -141,6 +141,7 @@ proptest! {
                     now_ms: 1,
                     updates: updates.clone(),
                     principals: Some(vec!["*".into()]),
+                    unset: Vec::new(),
                 };
                 let bytes = serde_json::to_vec(&cmd).unwrap();
                 let back: Command = serde_json::from_slice(&bytes).unwrap();

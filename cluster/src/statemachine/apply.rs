@@ -34,6 +34,7 @@ pub fn apply_command(st: &mut Staged<'_>, cmd: Command) -> Result<CommandResult>
             now_ms,
             updates,
             principals,
+            unset,
         } => apply_update(
             st,
             &app,
@@ -42,6 +43,7 @@ pub fn apply_command(st: &mut Staged<'_>, cmd: Command) -> Result<CommandResult>
             now_ms,
             &updates,
             principals.as_deref(),
+            &unset,
         ),
         Command::DeleteObject {
             app,
@@ -167,6 +169,7 @@ fn apply_create(
     })
 }
 
+#[allow(clippy::too_many_arguments)]
 fn apply_update(
     st: &mut Staged<'_>,
     app: &str,
@@ -175,6 +178,7 @@ fn apply_update(
     now_ms: i64,
     updates: &[FieldUpdate],
     principals: Option<&[String]>,
+    unset: &[String],
 ) -> Result<CommandResult> {
     let key = keys::object_key(st.group, app, class, object_id);
     let Some(bytes) = st.get(&key)? else {
@@ -184,6 +188,14 @@ fn apply_update(
     // A caller without write access sees the object as absent.
     if !allows(&obj.fields, principals, Access::Write) {
         return Ok(CommandResult::Rejected(Error::ObjectNotFound));
+    }
+    if let Some(set) = unset
+        .iter()
+        .find(|f| obj.fields.get(f.as_str()).is_some_and(|v| !v.is_null()))
+    {
+        return Ok(CommandResult::Rejected(Error::Conflict(format!(
+            "{set} is already set"
+        ))));
     }
     let old = obj.clone();
     if let Err(e) = apply_updates(&mut obj.fields, updates) {
@@ -476,6 +488,7 @@ mod tests {
             now_ms: now,
             updates: parse_updates(body.as_object().unwrap()).unwrap(),
             principals: None,
+            unset: Vec::new(),
         }
     }
 
@@ -527,6 +540,37 @@ mod tests {
             apply_command(&mut st, take_quota(62_001)).unwrap(),
             CommandResult::Record(_)
         ));
+    }
+
+    /// An update that may only set fields the object does not hold: the first such write
+    /// applies, one after it is refused as a whole.
+    #[test]
+    fn an_update_of_unset_fields_applies_only_while_they_are_unset() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mut st = Staged::new(&store, GroupId::new(1));
+        apply_command(&mut st, create("o1", 1, json!({"kind": "x", "gone": null}))).unwrap();
+        let first_set = |value: &str| {
+            let mut cmd = update("o1", 2, json!({"token": value, "n": 1}));
+            if let Command::UpdateObject { unset, .. } = &mut cmd {
+                *unset = vec!["token".into(), "gone".into()];
+            }
+            cmd
+        };
+        assert!(matches!(
+            apply_command(&mut st, first_set("t1")).unwrap(),
+            CommandResult::Updated { .. }
+        ));
+        assert!(matches!(
+            apply_command(&mut st, first_set("t2")).unwrap(),
+            CommandResult::Rejected(Error::Conflict(_))
+        ));
+        store.write(st.into_batch().unwrap(), false).unwrap();
+        let o = object(&store, "o1").unwrap();
+        assert_eq!(
+            (o.fields["token"].clone(), o.fields["n"].clone()),
+            (json!("t1"), json!(1))
+        );
     }
 
     #[test]

@@ -205,6 +205,7 @@ mod tests {
                 op: UpdateOp::Set(v),
             }],
             principals: None,
+            unset: Vec::new(),
         }
     }
 

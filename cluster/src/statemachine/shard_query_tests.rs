@@ -63,6 +63,7 @@ fn update(id: &str, now: i64, body: &Value) -> Command {
         now_ms: now,
         updates: parse_updates(body.as_object().unwrap()).unwrap(),
         principals: None,
+        unset: Vec::new(),
     }
 }
 

@@ -227,7 +227,17 @@ async fn take_token(
         path: vec!["deviceToken".into()],
         op: UpdateOp::Delete,
     }];
-    match apply_update(state, ctx, INSTALLATION_CLASS, holder, unset, None).await {
+    match apply_update(
+        state,
+        ctx,
+        INSTALLATION_CLASS,
+        holder,
+        unset,
+        None,
+        Vec::new(),
+    )
+    .await
+    {
         Ok(_) | Err(ApiError::ObjectNotFound(_)) => {}
         Err(e) => return Err(e),
     }
@@ -314,7 +324,8 @@ async fn update_existing(
         current.remove("deviceToken");
     }
     let who = principals(&state.cluster, &state.roles, ctx).await?;
-    let updated = update_checked(state, ctx, id, &current, body, who.to_acl()).await;
+    let replacing = replaced.as_ref().map(|_| "deviceToken");
+    let updated = update_checked(state, ctx, id, &current, body, who.to_acl(), replacing).await;
     match (&updated, replaced) {
         (Ok(_), Some((old, _))) => {
             unique::release(&state.cluster, app, Unique::DeviceToken, &old, id).await?;
@@ -343,6 +354,7 @@ async fn update_checked(
     current: &Map<String, Value>,
     body: Map<String, Value>,
     principals: Option<Vec<String>>,
+    replacing: Option<&str>,
 ) -> Result<(i64, basalt_cluster::ids::GroupId, basalt_cluster::Proposed), ApiError> {
     let updates = parse_updates(&body)?;
     check_updates(&updates)?;
@@ -357,7 +369,32 @@ async fn update_checked(
             return Err(e.into());
         }
     }
-    let applied = apply_update(state, ctx, INSTALLATION_CLASS, id, updates, principals).await;
+    // Set for the first time only if no other write set it meanwhile: checked on the shard.
+    // (`replacing`: a field the caller takes out of `current` to replace it, e.g. a device's
+    // new FCM token, which is not set for the first time.)
+    let unset: Vec<String> = first_set
+        .iter()
+        .map(|(k, _)| k.field())
+        .filter(|f| Some(*f) != replacing)
+        .map(str::to_string)
+        .collect();
+    let guarded = !unset.is_empty();
+    let applied = apply_update(
+        state,
+        ctx,
+        INSTALLATION_CLASS,
+        id,
+        updates,
+        principals,
+        unset,
+    )
+    .await
+    .map_err(|e| match e {
+        ApiError::Duplicate(m) if guarded => {
+            ApiError::ReadOnlyField(format!("{m}: it is read-only once set."))
+        }
+        other => other,
+    });
     if applied.as_ref().is_err_and(certainly_failed) {
         release_all(state, app, &first_set, id).await;
     }
@@ -417,7 +454,7 @@ pub async fn update_installation(
         .await?
         .ok_or_else(|| ApiError::ObjectNotFound(id.to_string()))?;
     let (updated_ms, group, p) =
-        update_checked(&state, &ctx, &id, &current.fields, body, who.to_acl()).await?;
+        update_checked(&state, &ctx, &id, &current.fields, body, who.to_acl(), None).await?;
     Ok(updated_response(updated_ms, Vec::new(), group, &p))
 }
 

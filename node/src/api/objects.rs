@@ -178,12 +178,22 @@ pub async fn update_in(
     updates: Vec<FieldUpdate>,
     principals: Option<Vec<String>>,
 ) -> Result<Response, ApiError> {
-    let (updated_ms, group, p) =
-        apply_update(state, ctx, class, object_id, updates, principals).await?;
+    let (updated_ms, group, p) = apply_update(
+        state,
+        ctx,
+        class,
+        object_id,
+        updates,
+        principals,
+        Vec::new(),
+    )
+    .await?;
     Ok(updated_response(updated_ms, Vec::new(), group, &p))
 }
 
-/// `update_in` without its answer: when the object was updated, and the commit.
+/// `update_in` without its answer: when the object was updated, and the commit. The update
+/// applies only while the object holds none of the fields `unset` names (else 137, from the
+/// shard's `Conflict`): checked where the object is, atomically with the write.
 pub async fn apply_update(
     state: &AppState,
     ctx: &RequestCtx,
@@ -191,6 +201,7 @@ pub async fn apply_update(
     object_id: &ObjectId,
     updates: Vec<FieldUpdate>,
     principals: Option<Vec<String>>,
+    unset: Vec<String>,
 ) -> Result<(i64, GroupId, Proposed), ApiError> {
     admit_write(state, ctx, class, &updates).await?;
     let app = ctx.app.application_id.clone();
@@ -204,6 +215,7 @@ pub async fn apply_update(
         now_ms: now,
         updates,
         principals,
+        unset,
     };
     let p = if settle {
         state.cluster.propose_settled(group, cmd).await

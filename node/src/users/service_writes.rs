@@ -41,6 +41,7 @@ pub(super) async fn write_user(
         now_ms: now,
         updates,
         principals: None,
+        unset: Vec::new(),
     };
     let group = cluster.shard_for(app, USER_CLASS, user_id);
     let proposed = if settle {

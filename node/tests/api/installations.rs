@@ -20,6 +20,13 @@ async fn post(
     c.request(Method::POST, path, Some(&body), false).await
 }
 
+/// Registers an installation that must be new; its objectId.
+async fn created(c: &Client, body: Value) -> String {
+    let r = post(c, "/1/installations", body).await.unwrap();
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    r.body["objectId"].as_str().unwrap().to_string()
+}
+
 async fn put(
     c: &Client,
     path: &str,
@@ -172,17 +179,11 @@ async fn installations_are_registered_once_per_device_and_keep_their_identity() 
         .unwrap();
     assert_eq!(get(ios.clone()).await["installationId"], "i-9");
     // ...and is then the device's: another installation cannot take it (137).
-    let other = post(
+    let other = created(
         &c,
-        "/1/installations",
         json!({"deviceType": "android", "installationId": "a-2"}),
     )
-    .await
-    .unwrap()
-    .body["objectId"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    .await;
     assert_api_error(
         put(
             &c,
@@ -425,4 +426,44 @@ async fn one_device_registering_through_every_node_at_once_is_one_installation()
             .unwrap();
         assert_eq!(q.body["count"], 1, "round {round}");
     }
+    // A first deviceToken set by nine writers at once through every node: one of them sets
+    // it, the others are refused (136) and their tokens stay free.
+    let id = created(
+        &cluster.client(0),
+        json!({"deviceType": "android", "installationId": "first-set"}),
+    )
+    .await;
+    let tasks: Vec<_> = (0..9)
+        .map(|i| {
+            let c = cluster.client(i % 3);
+            let path = format!("/1/installations/{id}");
+            tokio::spawn(async move {
+                put(&c, &path, json!({"deviceToken": format!("fcm:first-{i}")})).await
+            })
+        })
+        .collect();
+    let mut won = Vec::new();
+    for (i, t) in tasks.into_iter().enumerate() {
+        match t.await.unwrap() {
+            Ok(_) => won.push(i),
+            Err(e) => assert_eq!(
+                (e.status(), e.code()),
+                (Some(400), Some(136)),
+                "writer {i}: {e}"
+            ),
+        }
+    }
+    assert_eq!(won.len(), 1, "{won:?}");
+    let m = cluster.master_client(1);
+    let stored = m
+        .request(Method::GET, &format!("/1/installations/{id}"), None, true)
+        .await
+        .unwrap()
+        .body;
+    assert_eq!(stored["deviceToken"], format!("fcm:first-{}", won[0]));
+    let loser = (won[0] + 1) % 9;
+    let other = post(&cluster.client(2), "/1/installations", json!({"deviceType": "android", "installationId": "other", "deviceToken": format!("fcm:first-{loser}")}))
+        .await
+        .unwrap();
+    assert_eq!(other.status, 201, "a refused writer's token is free");
 }
