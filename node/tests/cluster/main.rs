@@ -589,6 +589,28 @@ async fn a_query_with_an_unanswering_shard_fails_instead_of_answering_partially(
         &["--query-timeout-secs", "4"],
     )
     .await;
+    // With one replica per group, placement goes on moving groups to balance them after the
+    // start: wait until every data shard has its one voter and no other member (the metadata
+    // group keeps a learner on every node), and leadership is spread, before writing (a write
+    // to a group being moved waits for its new leader).
+    cluster
+        .wait_leaders_spread(3, Duration::from_secs(60))
+        .await;
+    TestCluster::eventually(
+        Duration::from_secs(60),
+        "single-replica groups placed",
+        || {
+            let placement = cluster.placement(0);
+            placement["0"]["leader"].is_u64()
+                && (1..=6).all(|g| {
+                    let g = &placement[g.to_string()];
+                    g["leader"].is_u64()
+                        && g["voters"].as_array().is_some_and(|v| v.len() == 1)
+                        && g["learners"].as_array().is_none_or(|l| l.is_empty())
+                })
+        },
+    )
+    .await;
     let placement = cluster.placement(0);
     let groups = placement.as_object().expect("placement");
     let leader_of = |g: &str| groups.get(g).and_then(|s| s["leader"].as_u64());
