@@ -93,6 +93,8 @@ pub struct Response {
     pub version: Option<u64>,
     /// `X-Basalt-Group`: the group that committed a write.
     pub group: Option<u32>,
+    /// `X-Basalt-Push-Id`: the id of a push just accepted (`POST /1/push`).
+    pub push_id: Option<String>,
 }
 
 /// A created object.
@@ -320,6 +322,7 @@ impl Client {
         let location = header("location");
         let version = header("x-basalt-version").and_then(|v| v.parse().ok());
         let group = header("x-basalt-group").and_then(|v| v.parse().ok());
+        let push_id = header("x-basalt-push-id");
         let retry_after: Option<u64> = header("retry-after").and_then(|v| v.parse().ok());
         let text = resp.text().await.map_err(|e| Error::Transport(chain(&e)))?;
         let body: Value = if text.is_empty() {
@@ -340,6 +343,7 @@ impl Client {
             location,
             version,
             group,
+            push_id,
         })
     }
 

@@ -51,11 +51,13 @@ pub enum Namespace {
     File,
     /// Deleted files, for a day (key: the file's id): their copies may go at once.
     FileGone,
+    /// Accepted pushes and their fan-out's progress (metadata group, key `app/pushId`).
+    Push,
 }
 
 impl Namespace {
     /// Every namespace.
-    pub const ALL: [Namespace; 21] = [
+    pub const ALL: [Namespace; 22] = [
         Namespace::Schema,
         Namespace::Node,
         Namespace::Cluster,
@@ -77,6 +79,7 @@ impl Namespace {
         Namespace::IndexMeta,
         Namespace::File,
         Namespace::FileGone,
+        Namespace::Push,
     ];
 
     /// The stored name (never changes: it is in keys on disk and in the Raft log).
@@ -103,6 +106,7 @@ impl Namespace {
             Namespace::IndexMeta => "index_meta",
             Namespace::File => "file",
             Namespace::FileGone => "file_gone",
+            Namespace::Push => "push",
         }
     }
 
@@ -150,6 +154,7 @@ mod tests {
                 "index_meta",
                 "file",
                 "file_gone",
+                "push",
             ]
         );
         for ns in Namespace::ALL {

@@ -145,6 +145,16 @@ pub struct ServiceArgs {
     )]
     #[serde(rename = "auth-endpoint")]
     pub auth_endpoints: Vec<String>,
+    /// Base URL of a push service (`NAME=URL`, repeatable; NAME one of apns, fcm, wns;
+    /// default: the service's own), for a proxy or a test's fake.
+    #[arg(
+        long = "push-endpoint",
+        value_name = "NAME=URL",
+        env = "BASALT_PUSH_ENDPOINT",
+        value_delimiter = ','
+    )]
+    #[serde(rename = "push-endpoint")]
+    pub push_endpoints: Vec<String>,
     /// Region of phone numbers written without a country code (ISO 3166 code).
     #[arg(long, default_value = "CN", env = "BASALT_PHONE_REGION")]
     pub phone_region: String,
@@ -338,6 +348,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
     crate::sms::phone::set_default_region(&args.service.phone_region)?;
     let cluster = Cluster::start(opts).await?;
+    let push_providers = crate::push::provider::Providers::new(&args.service.push_endpoints)?;
+    tokio::spawn(crate::push::dispatcher::run(
+        cluster.clone(),
+        push_providers,
+    ));
     let listener = tokio::net::TcpListener::bind(args.http_addr).await?;
     tracing::info!(node = args.node_id, http = %args.http_addr, rpc = %args.rpc_addr, "node started");
     let state = AppState::new(

@@ -279,8 +279,15 @@ fn for_each_match(
             metrics::counter!("basalt_query_scans_total").increment(1);
             let prefix = keys::class_prefix(group, app, class);
             let end = keys::separated_end(&prefix);
+            // Objects are stored in objectId order: a floor on the id skips those below it
+            // (a paged walk by objectId cursor, such as a push's fan-out, reads each page
+            // from where the last one ended).
+            let mut start = prefix.clone();
+            if let Some(floor) = id_floor(matcher.filter.filter()) {
+                start.extend_from_slice(floor.as_bytes());
+            }
             let cache = matcher.cache_scans(store, app, class)?;
-            store.scan_bulk(CF_SM, &prefix, &end, cache, |k, v| {
+            store.scan_bulk(CF_SM, &start, &end, cache, |k, v| {
                 let object_id = String::from_utf8_lossy(&k[prefix.len()..]);
                 match matcher.check(&object_id, v)? {
                     Some(obj) => visit(obj),
@@ -288,6 +295,24 @@ fn for_each_match(
                 }
             })
         }
+    }
+}
+
+/// The lowest objectId a filter lets through, when its top level bounds the objectId from
+/// below with a string (`$gt` or `$gte`): every match is at or above it.
+fn id_floor(filter: &Filter) -> Option<&str> {
+    fn floor(f: &Filter) -> Option<&str> {
+        match f {
+            Filter::Field {
+                path,
+                cond: Cond::Gt(v) | Cond::Gte(v),
+            } if path == "objectId" => v.as_str(),
+            _ => None,
+        }
+    }
+    match filter {
+        Filter::And(parts) => parts.iter().filter_map(floor).max(),
+        other => floor(other),
     }
 }
 
@@ -320,7 +345,11 @@ fn visit_planned(
             ids
         }
     };
-    for chunk in ids.chunks(FETCH_BATCH) {
+    let from = match id_floor(matcher.filter.filter()) {
+        Some(floor) => ids.partition_point(|id| id.as_str() < floor),
+        None => 0,
+    };
+    for chunk in ids.get(from..).unwrap_or_default().chunks(FETCH_BATCH) {
         let chunk: Vec<&str> = chunk.iter().map(String::as_str).collect();
         for obj in matcher
             .fetch_all(store, group, app, class, &chunk)?

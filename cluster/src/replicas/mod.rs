@@ -384,6 +384,11 @@ impl Replicas {
             .unwrap_or(false)
     }
 
+    /// Whether this node runs the cluster's timed work now: it leads the metadata group.
+    pub fn runs_scheduler(&self) -> bool {
+        self.leads(META_GROUP)
+    }
+
     /// The last log index of the metadata group this node has applied.
     pub fn meta_applied(&self) -> u64 {
         self.group(META_GROUP)

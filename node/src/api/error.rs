@@ -17,6 +17,8 @@ use crate::captcha::CaptchaError;
 use crate::files::FilesError;
 use crate::images::ImageError;
 use crate::installations::InstallationError;
+use crate::push::request::PushRequestError;
+use crate::push::PushError;
 use crate::query::QueryError;
 use crate::sms::SmsError;
 use crate::throttle::ThrottleError;
@@ -58,6 +60,18 @@ pub enum ApiError {
     /// An installation's device type, token, id or notification uri is missing or invalid.
     #[error("{0}")]
     InvalidInstallation(String),
+    /// A push without its `data` object.
+    #[error("{0}")]
+    PushDataMissing(String),
+    /// A push time not written `YYYY-mm-dd HH:ii:ss`.
+    #[error("{0}")]
+    PushBadTime(String),
+    /// A push's `expiration_interval` that is not a number.
+    #[error("{0}")]
+    PushBadInterval(String),
+    /// A push time or expiry already past.
+    #[error("{0}")]
+    PushTimePast(String),
     /// A change of an installation field that never changes once set.
     #[error("{0}")]
     ReadOnlyField(String),
@@ -295,6 +309,10 @@ impl ApiError {
             ApiError::Duplicate(_) => 137,
             ApiError::InvalidInstallation(_) => 131,
             ApiError::ReadOnlyField(_) => 136,
+            ApiError::PushDataMissing(_) => 141,
+            ApiError::PushBadTime(_) => 142,
+            ApiError::PushBadInterval(_) => 143,
+            ApiError::PushTimePast(_) => 144,
             ApiError::ClassNotFound(_) => 104,
             ApiError::ClassExists(_) => 103,
             ApiError::ClassCreationNotAllowed(_) => 302,
@@ -388,6 +406,10 @@ impl ApiError {
             | ApiError::Duplicate(_)
             | ApiError::InvalidInstallation(_)
             | ApiError::ReadOnlyField(_)
+            | ApiError::PushDataMissing(_)
+            | ApiError::PushBadTime(_)
+            | ApiError::PushBadInterval(_)
+            | ApiError::PushTimePast(_)
             | ApiError::ClassNotFound(_)
             | ApiError::ClassExists(_)
             | ApiError::ClassCreationNotAllowed(_)
@@ -476,6 +498,31 @@ impl From<ClusterError> for ApiError {
             | ClusterError::Storage(_)
             | ClusterError::NotApplied(_)
             | ClusterError::Internal(_)) => ApiError::fault("cluster", e),
+        }
+    }
+}
+
+impl From<PushError> for ApiError {
+    fn from(e: PushError) -> Self {
+        match e {
+            PushError::Cluster(e) => e.into(),
+            PushError::Apps(e) => e.into(),
+            PushError::Query(m) => ApiError::InvalidQuery(m),
+            e @ (PushError::Lost | PushError::Corrupt(_)) => ApiError::fault("push", e),
+        }
+    }
+}
+
+impl From<PushRequestError> for ApiError {
+    fn from(e: PushRequestError) -> Self {
+        let m = e.to_string();
+        match e {
+            PushRequestError::MissingData => ApiError::PushDataMissing(m),
+            PushRequestError::BadTime(_) => ApiError::PushBadTime(m),
+            PushRequestError::BadInterval => ApiError::PushBadInterval(m),
+            PushRequestError::Past(_) => ApiError::PushTimePast(m),
+            PushRequestError::BadWhere(_) => ApiError::InvalidQuery(m),
+            PushRequestError::BadBody(_) => ApiError::InvalidBody(m),
         }
     }
 }
@@ -840,10 +887,14 @@ mod tests {
             ApiError::FileSessionRequired(_) => 75,
             ApiError::InvalidInstallation(_) => 76,
             ApiError::ReadOnlyField(_) => 77,
+            ApiError::PushDataMissing(_) => 78,
+            ApiError::PushBadTime(_) => 79,
+            ApiError::PushBadInterval(_) => 80,
+            ApiError::PushTimePast(_) => 81,
         }
     }
 
-    const VARIANTS: usize = 78;
+    const VARIANTS: usize = 82;
 
     /// Every variant with its documented status and code (docs/api.md, "Errors").
     #[test]
@@ -939,6 +990,10 @@ mod tests {
             (ApiError::FilePrivate("x".into()), 403, 403),
             (ApiError::InvalidInstallation("x".into()), 400, 131),
             (ApiError::ReadOnlyField("x".into()), 400, 136),
+            (ApiError::PushDataMissing("x".into()), 400, 141),
+            (ApiError::PushBadTime("x".into()), 400, 142),
+            (ApiError::PushBadInterval("x".into()), 400, 143),
+            (ApiError::PushTimePast("x".into()), 400, 144),
             (ApiError::FileSessionRequired("x".into()), 400, 206),
         ];
         let mut covered = [false; VARIANTS];

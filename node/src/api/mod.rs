@@ -18,6 +18,7 @@ pub mod files;
 pub mod installations;
 pub mod objects;
 pub mod ops;
+pub mod push;
 pub mod roles;
 pub mod schemas;
 pub mod sms;
@@ -110,6 +111,8 @@ pub fn table() -> Vec<Route<AppState>> {
         route!(App, "/1/installations/{id}",
             GET => installations::get_installation, PUT => installations::update_installation,
             DELETE => installations::delete_installation),
+        route!(App, "/1/push", GET => push::query_push_statuses, POST => push::send_push),
+        route!(Master, "/1/push/{id}", GET => push::get_push_status),
         // Roles (spec 4.6).
         route!(App, "/1/roles", GET => roles::query_roles, POST => roles::create_role),
         route!(App, "/1/roles/{id}",
@@ -347,6 +350,9 @@ mod tests {
                 "/1/installations/i1",
                 "installations::delete_installation App",
             ),
+            ("POST", "/1/push", "push::send_push App"),
+            ("GET", "/1/push", "push::query_push_statuses App"),
+            ("GET", "/1/push/p1", "push::get_push_status Master"),
             ("GET", "/health", "ops::health Open"),
             ("GET", "/metrics", "ops::metrics Open"),
         ];

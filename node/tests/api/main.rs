@@ -22,6 +22,7 @@ mod limits;
 mod multi_node;
 mod objects;
 mod ops;
+mod push;
 mod queries;
 mod query_model;
 mod routes;

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod platforms;
+pub mod push;
 pub mod s3;
 pub mod scenario;
 pub mod smtp;

@@ -1,0 +1,91 @@
+//! Push (spec 4.12): `POST /1/push` accepts a push — with the master key, or any app key when
+//! the app allows client push (`clientPush`) — checks its body (`push::request`, 141-144) and
+//! its `where` (102), and stores its `_PushStatus` and its record before answering
+//! `{"result": true}` with the push's id in `X-Basalt-Push-Id`: an accepted push is sent even
+//! if this node dies next. The scheduler sends it (`push::dispatcher`). `GET /1/push[/<id>]`
+//! reads pushes' statuses with the master key (the `_PushStatus` objects, queried as any
+//! class).
+
+use axum::extract::State;
+use axum::http::HeaderValue;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use basalt_cluster::names::ObjectId;
+use basalt_cluster::now_ms;
+use basalt_cluster::query::filter::Filter;
+use serde_json::{json, Value};
+
+use super::context::{ApiBody, ApiQuery, AppState, IdPath, RequestCtx};
+use super::error::ApiError;
+use super::objects::{get_in, list_in};
+use crate::push::record::{self, Counts, PushRecord, PushState};
+use crate::push::request;
+use crate::push::status::{self, STATUS_CLASS};
+use crate::query::check_paths;
+use crate::query::params::ListParams;
+
+pub async fn send_push(
+    State(state): State<AppState>,
+    ctx: RequestCtx,
+    body: ApiBody,
+) -> Result<Response, ApiError> {
+    if !ctx.master && !ctx.app.client_push {
+        return Err(ApiError::MasterKeyRequired);
+    }
+    let body = body.object()?;
+    let asked = request::parse(&body, now_ms())?;
+    let filter = Filter::parse(&asked.query).map_err(|e| ApiError::InvalidQuery(e.to_string()))?;
+    check_paths(&filter)?;
+    let rec = PushRecord {
+        app: ctx.app.application_id.to_string(),
+        push_id: ObjectId::random().to_string(),
+        data: asked.data,
+        query: asked.query,
+        send_ms: asked.send_ms,
+        expires_ms: asked.expires_ms,
+        state: match asked.scheduled {
+            true => PushState::Scheduled,
+            false => PushState::Pending,
+        },
+        cursor: None,
+        page: None,
+        pages: 0,
+        counts: Counts::default(),
+        errors: Default::default(),
+        runner: None,
+    };
+    status::create(&state.cluster, &rec).await?;
+    if let Err(e) = record::insert(&state.cluster, &rec).await {
+        let mut failed = rec.clone();
+        failed.note_error("basalt", "the push could not be queued".into());
+        let _ = status::update(&state.cluster, &failed, PushState::Failed).await;
+        return Err(e.into());
+    }
+    metrics::counter!("basalt_pushes_total", "outcome" => "queued").increment(1);
+    let mut resp = Json(json!({"result": true})).into_response();
+    if let Ok(v) = HeaderValue::from_str(&rec.push_id) {
+        resp.headers_mut().insert("x-basalt-push-id", v);
+    }
+    Ok(resp)
+}
+
+/// Pushes' statuses (`_PushStatus`), queried as any class; master key only.
+pub async fn query_push_statuses(
+    State(state): State<AppState>,
+    ctx: RequestCtx,
+    ApiQuery(params): ApiQuery<ListParams>,
+) -> Result<Json<Value>, ApiError> {
+    if !ctx.master {
+        return Err(ApiError::MasterKeyRequired);
+    }
+    Ok(Json(list_in(&state, &ctx, STATUS_CLASS, params).await?))
+}
+
+/// One push's status.
+pub async fn get_push_status(
+    State(state): State<AppState>,
+    ctx: RequestCtx,
+    IdPath(id): IdPath,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(get_in(&state, &ctx, STATUS_CLASS, &id, None).await?))
+}

