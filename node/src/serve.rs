@@ -155,6 +155,10 @@ pub struct ServiceArgs {
     )]
     #[serde(rename = "push-endpoint")]
     pub push_endpoints: Vec<String>,
+    /// A PEM file of certificates to trust, besides the system's, when pushing (a proxy's or
+    /// a test's certificate authority).
+    #[arg(long, env = "BASALT_PUSH_CA_FILE")]
+    pub push_ca_file: Option<PathBuf>,
     /// Region of phone numbers written without a country code (ISO 3166 code).
     #[arg(long, default_value = "CN", env = "BASALT_PHONE_REGION")]
     pub phone_region: String,
@@ -348,7 +352,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
     crate::sms::phone::set_default_region(&args.service.phone_region)?;
     let cluster = Cluster::start(opts).await?;
-    let push_providers = crate::push::provider::Providers::new(&args.service.push_endpoints)?;
+    let push_providers = crate::push::provider::Providers::new(
+        &args.service.push_endpoints,
+        args.service.push_ca_file.as_deref(),
+    )?;
     tokio::spawn(crate::push::dispatcher::run(
         cluster.clone(),
         push_providers,

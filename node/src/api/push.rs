@@ -1,6 +1,6 @@
 //! Push (spec 4.12): `POST /1/push` accepts a push — with the master key, or any app key when
 //! the app allows client push (`clientPush`) — checks its body (`push::request`, 141-144) and
-//! its `where` (102), and stores its `_PushStatus` and its record before answering
+//! its `where` (102), and stores its record, then its `_PushStatus`, before answering
 //! `{"result": true}` with the push's id in `X-Basalt-Push-Id`: an accepted push is sent even
 //! if this node dies next. The scheduler sends it (`push::dispatcher`). `GET /1/push[/<id>]`
 //! reads pushes' statuses with the master key (the `_PushStatus` objects, queried as any
@@ -11,8 +11,8 @@ use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use basalt_cluster::names::ObjectId;
-use basalt_cluster::now_ms;
 use basalt_cluster::query::filter::Filter;
+use basalt_cluster::{now_ms, Error as ClusterError};
 use serde_json::{json, Value};
 
 use super::context::{ApiBody, ApiQuery, AppState, IdPath, RequestCtx};
@@ -36,6 +36,16 @@ pub async fn send_push(
     let asked = request::parse(&body, now_ms())?;
     let filter = Filter::parse(&asked.query).map_err(|e| ApiError::InvalidQuery(e.to_string()))?;
     check_paths(&filter)?;
+    // Sub-queries within their bounds now (they are resolved again when the push is sent).
+    state
+        .cluster
+        .queries()
+        .resolve(&ctx.app.application_id, filter, None)
+        .await
+        .map_err(|e| match e {
+            ClusterError::InvalidValue(m) => ApiError::InvalidQuery(m),
+            other => other.into(),
+        })?;
     let rec = PushRecord {
         app: ctx.app.application_id.to_string(),
         push_id: ObjectId::random().to_string(),
@@ -54,12 +64,11 @@ pub async fn send_push(
         errors: Default::default(),
         runner: None,
     };
-    status::create(&state.cluster, &rec).await?;
-    if let Err(e) = record::insert(&state.cluster, &rec).await {
-        let mut failed = rec.clone();
-        failed.note_error("basalt", "the push could not be queued".into());
-        let _ = status::update(&state.cluster, &failed, PushState::Failed).await;
-        return Err(e.into());
+    // The record first: once it is written the push is sent, whatever happens to this node
+    // (its runner writes the status if this node could not).
+    record::insert(&state.cluster, &rec).await?;
+    if let Err(e) = status::create_missing(&state.cluster, &rec).await {
+        tracing::warn!(push = %rec.push_id, "status left to the push's runner: {e}");
     }
     metrics::counter!("basalt_pushes_total", "outcome" => "queued").increment(1);
     let mut resp = Json(json!({"result": true})).into_response();

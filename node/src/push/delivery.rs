@@ -81,15 +81,20 @@ pub struct HttpSender {
 
 impl HttpSender {
     /// Sends with `request` until an answer is final (see the module's rule); answers the
-    /// last response, or the last error.
+    /// last response, or the last error. No try starts at or after `until_ms` (the push's
+    /// expiry).
     pub async fn send_with_retries(
         &self,
+        until_ms: Option<i64>,
         request: impl Fn(&reqwest::Client) -> reqwest::RequestBuilder,
     ) -> Result<reqwest::Response, String> {
         let tries = self.tries.max(1);
         let mut wait = self.backoff;
         let mut last = String::new();
         for attempt in 1..=tries {
+            if until_ms.is_some_and(|u| basalt_cluster::now_ms() >= u) {
+                return Err("the push expired before it could be sent".into());
+            }
             let retry_after = match request(&self.http).send().await {
                 Ok(resp) => {
                     let status = resp.status();

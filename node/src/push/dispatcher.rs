@@ -19,6 +19,21 @@ const TICK: Duration = Duration::from_millis(500);
 /// Pushes sent at once by one node.
 const AT_ONCE: usize = 4;
 
+/// A push running on this node: its key leaves the set when the run ends (or panics).
+struct Running {
+    set: Arc<Mutex<HashSet<String>>>,
+    key: String,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.set
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.key);
+    }
+}
+
 /// Runs until the process ends.
 pub async fn run(cluster: Cluster, providers: Providers) {
     let running: Arc<Mutex<HashSet<String>>> = Arc::default();
@@ -41,14 +56,19 @@ pub async fn run(cluster: Cluster, providers: Providers) {
             }
             let key = rec.key();
             {
-                let Ok(mut held) = running.lock() else { return };
+                let mut held = running.lock().unwrap_or_else(|p| p.into_inner());
                 if held.len() >= AT_ONCE || !held.insert(key.clone()) {
                     continue;
                 }
             }
-            let (cluster, providers, running) =
-                (cluster.clone(), providers.clone(), running.clone());
+            let (cluster, providers) = (cluster.clone(), providers.clone());
+            let guard = Running {
+                set: running.clone(),
+                key,
+            };
             tokio::spawn(async move {
+                // Leaves the set however the run ends.
+                let _guard = guard;
                 let push = rec.push_id.clone();
                 match fanout::run(&cluster, &providers, rec).await {
                     Ok(()) => {}
@@ -56,9 +76,6 @@ pub async fn run(cluster: Cluster, providers: Providers) {
                         tracing::info!(%push, "push taken over by another scheduler")
                     }
                     Err(e) => tracing::warn!(%push, "push interrupted, to be resumed: {e}"),
-                }
-                if let Ok(mut held) = running.lock() {
-                    held.remove(&key);
                 }
             });
         }

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use basalt_cluster::query::filter::{Cond, Filter};
-use basalt_cluster::query::ScanRequest;
+use basalt_cluster::query::{ScanRequest, SortKey};
 use basalt_cluster::{now_ms, Cluster, Command, Error as ClusterError};
 use serde_json::{json, Value};
 
@@ -58,9 +58,24 @@ pub async fn run(
         return record::replace(cluster, &rec, None).await;
     };
     let providers = providers.for_app(&app.push.clone().unwrap_or_default());
+    // The status the push was accepted with, unless its node died before writing it.
+    status::create_missing(cluster, &rec).await?;
     status::update(cluster, &rec, rec.state).await?;
-    let filter = Filter::parse(&rec.query).map_err(|e| PushError::Query(e.to_string()))?;
-    let filter = cluster.queries().resolve(&rec.app, filter, None).await?;
+    // A query that cannot run (checked when accepted; a sub-query's result may have grown
+    // past its bound since) fails the push rather than leaving it to be tried forever.
+    let filter = match Filter::parse(&rec.query) {
+        Ok(f) => cluster.queries().resolve(&rec.app, f, None).await,
+        Err(e) => Err(ClusterError::InvalidValue(e.to_string())),
+    };
+    let filter = match filter {
+        Ok(f) => f,
+        Err(ClusterError::InvalidValue(why)) => {
+            rec.note_error("query", why);
+            metrics::counter!("basalt_pushes_total", "outcome" => "failed").increment(1);
+            return finish(cluster, rec, PushState::Failed).await;
+        }
+        Err(e) => return Err(e.into()),
+    };
     loop {
         if !cluster.runs_scheduler() {
             return Ok(());
@@ -104,13 +119,22 @@ pub async fn run(
             &rows,
         )
         .await;
-        next.cursor = Some(page.last);
+        // A page sent again may come back full before its end (installations created since
+        // in its range): the next page starts after the last one sent.
+        next.cursor = match rows.last() {
+            Some(last) if rows.len() >= PAGE => Some(object_id(last).to_string()),
+            _ => Some(page.last),
+        };
         next.page = None;
         next.pages += 1;
         record::replace(cluster, &rec, Some(&next)).await?;
         rec = next;
         metrics::histogram!("basalt_push_page_seconds")
             .record(page_started.elapsed().as_secs_f64());
+        if !cluster.runs_scheduler() {
+            // The next scheduler writes the status from here on.
+            return Ok(());
+        }
         status::update(cluster, &rec, PushState::Running).await?;
     }
 }
@@ -152,11 +176,19 @@ async fn page_rows(
     if let Some(page) = &rec.page {
         parts.push(id(Cond::Lte(json!(page.last))));
     }
+    // Pages follow objectId order: a `$nearSphere` would order them by distance.
+    let order = match filter.near() {
+        Some(_) => vec![SortKey {
+            field: "objectId".into(),
+            descending: false,
+        }],
+        None => Vec::new(),
+    };
     let req = ScanRequest {
         app: rec.app.clone(),
         class: INSTALLATION_CLASS.into(),
         filter: Filter::And(parts),
-        order: Vec::new(),
+        order,
         skip: 0,
         limit: PAGE,
         principals: None,

@@ -69,6 +69,14 @@ pub async fn create(cluster: &Cluster, rec: &PushRecord) -> Result<(), PushError
     Ok(())
 }
 
+/// Creates the status unless it exists (its push was accepted, or its runner created it).
+pub async fn create_missing(cluster: &Cluster, rec: &PushRecord) -> Result<(), PushError> {
+    match create(cluster, rec).await {
+        Err(PushError::Cluster(ClusterError::Conflict(_))) => Ok(()),
+        other => other,
+    }
+}
+
 /// Writes the push's progress into its status (nothing when the status is gone: the app
 /// deleted it).
 pub async fn update(

@@ -24,6 +24,7 @@ pub const SECRET: &str = "push-webhook-secret";
 /// One batch as received.
 #[derive(Debug, Clone)]
 pub struct Batch {
+    pub received_at: chrono::DateTime<chrono::Utc>,
     pub idempotency_key: String,
     pub signed: bool,
     pub body: Value,
@@ -76,6 +77,7 @@ async fn receive(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: By
         return StatusCode::BAD_REQUEST.into_response();
     };
     let batch = Batch {
+        received_at: chrono::Utc::now(),
         idempotency_key: headers
             .get("idempotency-key")
             .and_then(|v| v.to_str().ok())
@@ -187,5 +189,180 @@ impl PushWebhook {
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+}
+
+/// What the fake APNs received of one message.
+#[derive(Debug, Clone)]
+pub struct ApnsRequest {
+    pub http2: bool,
+    pub token: String,
+    pub topic: String,
+    pub apns_id: String,
+    pub push_type: String,
+    pub priority: String,
+    pub expiration: Option<i64>,
+    /// The bearer token checked out: ES256 under the test key, its key id and team.
+    pub authorized: bool,
+    pub body: Value,
+}
+
+/// The team and key id the fake APNs accepts provider tokens of.
+pub const APNS_TEAM: &str = "TEAM123456";
+pub const APNS_KEY_ID: &str = "KEY1234567";
+pub const APNS_TOPIC: &str = "com.example.app";
+
+/// An APNs on loopback: HTTP/2 over TLS with the test CA's certificate
+/// (`fixtures/push-test-server.pem`), checking provider tokens with the test key's public
+/// half; tokens starting with `dead` are unregistered (410).
+#[derive(Clone)]
+pub struct FakeApns {
+    pub port: u16,
+    received: Arc<Mutex<Vec<ApnsRequest>>>,
+}
+
+fn fixture(name: &str) -> String {
+    format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn apns_authorized(headers: &HeaderMap) -> bool {
+    use jsonwebtoken::{decode, decode_header, Algorithm, DecodingKey, Validation};
+    let Some(token) = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("bearer "))
+    else {
+        return false;
+    };
+    let Ok(pem) = std::fs::read(fixture("apns-test-key.pub.pem")) else {
+        return false;
+    };
+    let Ok(key) = DecodingKey::from_ec_pem(&pem) else {
+        return false;
+    };
+    let kid_ok = decode_header(token).is_ok_and(|h| h.kid.as_deref() == Some(APNS_KEY_ID));
+    let mut v = Validation::new(Algorithm::ES256);
+    v.required_spec_claims.clear();
+    v.validate_exp = false;
+    let claims = decode::<Value>(token, &key, &v).map(|d| d.claims);
+    kid_ok && claims.is_ok_and(|c| c["iss"] == APNS_TEAM && c["iat"].is_i64())
+}
+
+async fn apns_receive(
+    State(received): State<Arc<Mutex<Vec<ApnsRequest>>>>,
+    axum::extract::Path(token): axum::extract::Path<String>,
+    request: axum::extract::Request,
+) -> Response {
+    let http2 = request.version() == axum::http::Version::HTTP_2;
+    let headers = request.headers().clone();
+    let header = |n: &str| {
+        headers
+            .get(n)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let bytes = axum::body::to_bytes(request.into_body(), 1 << 20)
+        .await
+        .unwrap_or_default();
+    let got = ApnsRequest {
+        http2,
+        token: token.clone(),
+        topic: header("apns-topic"),
+        apns_id: header("apns-id"),
+        push_type: header("apns-push-type"),
+        priority: header("apns-priority"),
+        expiration: header("apns-expiration").parse().ok(),
+        authorized: apns_authorized(&headers),
+        body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    };
+    let authorized = got.authorized;
+    let apns_id = got.apns_id.clone();
+    if let Ok(mut r) = received.lock() {
+        r.push(got);
+    }
+    if !authorized {
+        return (
+            StatusCode::FORBIDDEN,
+            Json(json!({"reason": "InvalidProviderToken"})),
+        )
+            .into_response();
+    }
+    if token.starts_with("dead") {
+        return (
+            StatusCode::GONE,
+            Json(json!({"reason": "Unregistered", "timestamp": 1_700_000_000_000u64})),
+        )
+            .into_response();
+    }
+    (StatusCode::OK, [("apns-id", apns_id)]).into_response()
+}
+
+impl FakeApns {
+    pub async fn start() -> FakeApns {
+        use tokio_rustls::rustls;
+        use tokio_rustls::rustls::pki_types::pem::PemObject;
+        use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let certs: Vec<CertificateDer<'static>> =
+            CertificateDer::pem_file_iter(fixture("push-test-server.pem"))
+                .expect("server certificate")
+                .collect::<Result<_, _>>()
+                .expect("server certificate");
+        let key = PrivateKeyDer::from_pem_file(fixture("push-test-server.key")).expect("key");
+        let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("protocols")
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .expect("tls config");
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let received: Arc<Mutex<Vec<ApnsRequest>>> = Arc::default();
+        let app = Router::new()
+            .route("/3/device/{token}", post(apns_receive))
+            .with_state(Arc::clone(&received));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (acceptor, app) = (acceptor.clone(), app.clone());
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let service = hyper_util::service::TowerToHyperService::new(app);
+                    let _ = hyper::server::conn::http2::Builder::new(
+                        hyper_util::rt::TokioExecutor::new(),
+                    )
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                    .await;
+                });
+            }
+        });
+        FakeApns { port, received }
+    }
+
+    /// The nodes' options that send APNs pushes here and trust its certificate.
+    pub fn args(&self) -> Vec<String> {
+        vec![
+            "--push-endpoint".into(),
+            format!("apns=https://127.0.0.1:{}", self.port),
+            "--push-ca-file".into(),
+            fixture("push-test-ca.pem"),
+        ]
+    }
+
+    /// The app settings of an APNs key this fake accepts.
+    pub fn settings() -> Value {
+        let key = std::fs::read_to_string(fixture("apns-test-key.p8")).expect("key");
+        json!({"keyId": APNS_KEY_ID, "teamId": APNS_TEAM, "bundleId": APNS_TOPIC, "key": key})
+    }
+
+    pub fn received(&self) -> Vec<ApnsRequest> {
+        self.received.lock().map(|r| r.clone()).unwrap_or_default()
     }
 }

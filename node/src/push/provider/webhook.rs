@@ -112,7 +112,7 @@ impl Provider for Webhook {
         let key = format!("{}/{}", batch.push_id, batch.page);
         let answer = self
             .sender
-            .send_with_retries(|http| {
+            .send_with_retries(batch.expires_ms, |http| {
                 let mut req = http
                     .post(&self.settings.url)
                     .header("content-type", "application/json")
