@@ -69,6 +69,18 @@ pub fn message_id(push_id: &str, installation: &str) -> String {
     )
 }
 
+/// Runs a provider's sends, `at_once` at a time, and answers their deliveries in order.
+pub async fn in_order<F>(sends: Vec<F>, at_once: usize) -> Vec<Delivery>
+where
+    F: std::future::Future<Output = Delivery>,
+{
+    use futures::StreamExt;
+    futures::stream::iter(sends)
+        .buffered(at_once)
+        .collect()
+        .await
+}
+
 /// The HTTP client of the providers, with their retry rule.
 #[derive(Clone)]
 pub struct HttpSender {

@@ -12,7 +12,7 @@ use basalt_client::{Client, Method};
 use chrono::{Duration as Span, Timelike, Utc};
 use serde_json::{json, Value};
 
-use crate::common::push::{FakeApns, PushWebhook};
+use crate::common::push::{FakeApns, FakeFcm, FakeWns, PushWebhook};
 use crate::common::{assert_api_error, register_user, TestCluster};
 
 async fn push(c: &Client, body: Value, master: bool) -> Result<String, basalt_client::Error> {
@@ -574,5 +574,130 @@ async fn ios_devices_are_pushed_through_apns_over_http2() {
         last.body,
         json!({"aps": {"content-available": 1}, "sync": true})
     );
+    let _ = phone;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn android_and_windows_devices_go_through_fcm_and_wns() {
+    let fcm = FakeFcm::start().await;
+    let wns = FakeWns::start().await;
+    let args: Vec<String> = fcm.args().into_iter().chain(wns.args()).collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let cluster = TestCluster::start(3, &[], &args).await;
+    cluster
+        .set_app_settings(json!({"push": {"fcm": fcm.settings(), "wns": FakeWns::settings()}}))
+        .await;
+    let c = cluster.client(2);
+    let m = cluster.master_client(0);
+    let phone = installation(
+        &c,
+        json!({"deviceType": "android", "installationId": "p-1", "deviceToken": "fcm-ok"}),
+    )
+    .await;
+    let old_phone = installation(
+        &c,
+        json!({"deviceType": "android", "installationId": "p-2", "deviceToken": "dead-fcm"}),
+    )
+    .await;
+    let _tablet = installation(&c, json!({"deviceType": "windows phone", "installationId": "w-1", "notificationUri": wns.channel("ok")})).await;
+    let old_tablet = installation(&c, json!({"deviceType": "windows phone", "installationId": "w-2", "notificationUri": wns.channel("dead-1")})).await;
+    // A uri that is not a WNS channel never gets the app's token.
+    let _elsewhere = installation(&c, json!({"deviceType": "windows phone", "installationId": "w-3", "notificationUri": "https://collector.example/steal"})).await;
+
+    let data =
+        json!({"alert": "hello", "title": "News", "score": 7, "wp": 1, "wpAlert": "toast & jam"});
+    let id = push(&m, json!({"data": data, "expiration_interval": 600}), true)
+        .await
+        .unwrap();
+    let status = finished_status(&m, &id, Duration::from_secs(30)).await;
+    assert_eq!(status["status"], "succeeded", "{status}");
+    assert_eq!(
+        (status["numSent"].clone(), status["numFailed"].clone()),
+        (json!(2), json!(3)),
+        "{status}"
+    );
+    assert_eq!(status["tokensRemoved"], 2, "{status}");
+    assert!(
+        status["errors"]["fcm"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("UNREGISTERED"),
+        "{status}"
+    );
+    assert!(
+        status["errors"]["wns"]
+            .to_string()
+            .contains("not a WNS channel uri"),
+        "{status}"
+    );
+
+    // FCM: one token for the service account, then the message with a notification and
+    // string data.
+    assert_eq!(fcm.token_requests(), 1);
+    let sent = fcm.received();
+    assert_eq!(sent.len(), 2);
+    let ok = sent
+        .iter()
+        .map(|r| r.json())
+        .find(|b| b["message"]["token"] == "fcm-ok")
+        .unwrap();
+    assert!(sent
+        .iter()
+        .all(|r| r.path == "/v1/projects/basalt-test/messages:send"));
+    assert_eq!(
+        ok["message"]["notification"],
+        json!({"title": "News", "body": "hello"})
+    );
+    assert_eq!(ok["message"]["data"]["score"], "7");
+    assert_eq!(ok["message"]["data"]["push_id"], id.as_str());
+    assert_eq!(
+        ok["message"]["data"]["message_id"].as_str().unwrap().len(),
+        36
+    );
+    let ttl = ok["message"]["android"]["ttl"].as_str().unwrap();
+    let secs: i64 = ttl.trim_end_matches('s').parse().unwrap();
+    assert!((590..=600).contains(&secs), "{ttl}");
+
+    // WNS: a toast, with the app's token, to the channels on the fake only.
+    assert_eq!(wns.token_requests(), 1);
+    let got = wns.received();
+    assert_eq!(got.len(), 2, "{got:?}");
+    let toast = got.iter().find(|r| r.path == "/channel/ok").unwrap();
+    assert_eq!(toast.header("x-wns-type"), Some("wns/toast"));
+    assert_eq!(toast.header("content-type"), Some("text/xml"));
+    let ttl: i64 = toast.header("x-wns-ttl").unwrap().parse().unwrap();
+    assert!((590..=600).contains(&ttl), "{ttl}");
+    let xml = String::from_utf8(toast.body.clone()).unwrap();
+    assert!(
+        xml.contains("<text id=\"1\">News</text><text id=\"2\">toast &amp; jam</text>"),
+        "{xml}"
+    );
+
+    // Dead tokens and channels are gone from their installations.
+    for (dead, field) in [
+        (&old_phone, "deviceToken"),
+        (&old_tablet, "notificationUri"),
+    ] {
+        let stored = m
+            .request(Method::GET, &format!("/1/installations/{dead}"), None, true)
+            .await
+            .unwrap()
+            .body;
+        assert!(stored.get(field).is_none(), "{stored}");
+    }
+
+    // An expired WNS token is renewed once; FCM's is reused. A raw push (wp 0) carries the
+    // payload as JSON.
+    wns.expire_tokens();
+    let id = push(&m, json!({"data": {"alert": "again", "k": [1]}}), true)
+        .await
+        .unwrap();
+    let status = finished_status(&m, &id, Duration::from_secs(30)).await;
+    assert_eq!(status["numSent"], 2, "{status}");
+    assert_eq!((fcm.token_requests(), wns.token_requests()), (1, 2));
+    let raw = wns.received().pop().unwrap();
+    assert_eq!(raw.header("x-wns-type"), Some("wns/raw"));
+    assert_eq!(raw.json(), json!({"alert": "again", "k": [1]}));
+    assert!(raw.header("x-wns-ttl").is_none());
     let _ = phone;
 }

@@ -366,3 +366,291 @@ impl FakeApns {
         self.received.lock().map(|r| r.clone()).unwrap_or_default()
     }
 }
+
+/// What a fake FCM or WNS received of one message.
+#[derive(Debug, Clone)]
+pub struct Received {
+    /// The request's path (FCM: `/v1/projects/<p>/messages:send`; WNS: `/channel/<id>`).
+    pub path: String,
+    pub headers: HeaderMap,
+    pub body: Vec<u8>,
+}
+
+impl Received {
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+#[derive(Default)]
+struct OAuthShared {
+    /// Access tokens handed out and still good.
+    issued: Mutex<BTreeSet<String>>,
+    token_requests: AtomicUsize,
+    /// Form bodies of the token requests.
+    grants: Mutex<Vec<BTreeMap<String, String>>>,
+    received: Mutex<Vec<Received>>,
+}
+
+impl OAuthShared {
+    fn issue(&self, prefix: &str) -> String {
+        let n = self.token_requests.fetch_add(1, Ordering::SeqCst);
+        let token = format!("{prefix}-access-{n}");
+        if let Ok(mut i) = self.issued.lock() {
+            i.insert(token.clone());
+        }
+        token
+    }
+
+    fn bearer_ok(&self, headers: &HeaderMap) -> bool {
+        let sent = headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                v.strip_prefix("Bearer ")
+                    .or_else(|| v.strip_prefix("bearer "))
+            });
+        sent.is_some_and(|t| self.issued.lock().is_ok_and(|i| i.contains(t)))
+    }
+
+    fn keep(&self, path: String, headers: HeaderMap, body: Bytes) {
+        if let Ok(mut r) = self.received.lock() {
+            r.push(Received {
+                path,
+                headers,
+                body: body.to_vec(),
+            });
+        }
+    }
+}
+
+fn form(body: &[u8]) -> BTreeMap<String, String> {
+    url::form_urlencoded::parse(body).into_owned().collect()
+}
+
+/// Google's token endpoint and FCM's send endpoint on loopback (HTTP/1.1). The token endpoint
+/// takes the JWT-bearer grant of the test service account (its assertion checked with the
+/// key's public half); a send needs a token it handed out; tokens starting with `dead` are
+/// unregistered.
+#[derive(Clone)]
+pub struct FakeFcm {
+    pub port: u16,
+    shared: Arc<OAuthShared>,
+}
+
+pub const FCM_PROJECT: &str = "basalt-test";
+pub const FCM_CLIENT: &str = "pusher@basalt-test.iam.gserviceaccount.com";
+
+async fn fcm_token(State(shared): State<Arc<OAuthShared>>, body: Bytes) -> Response {
+    use jsonwebtoken::{decode, Algorithm, DecodingKey, Validation};
+    let grant = form(&body);
+    if let Ok(mut g) = shared.grants.lock() {
+        g.push(grant.clone());
+    }
+    // yup-oauth2 pads its base64 (Google takes both); jsonwebtoken reads it unpadded.
+    let assertion = grant
+        .get("assertion")
+        .map(|a| a.replace('=', ""))
+        .unwrap_or_default();
+    let key = std::fs::read(fixture("fcm-test-key.pub.pem"))
+        .ok()
+        .and_then(|pem| DecodingKey::from_rsa_pem(&pem).ok());
+    let mut v = Validation::new(Algorithm::RS256);
+    v.validate_aud = false;
+    let claims = key.and_then(|k| match decode::<Value>(&assertion, &k, &v) {
+        Ok(d) => Some(d.claims),
+        Err(e) => {
+            eprintln!("fake FCM: assertion refused: {e}");
+            None
+        }
+    });
+    let good = grant.get("grant_type").map(String::as_str)
+        == Some("urn:ietf:params:oauth:grant-type:jwt-bearer")
+        && claims.is_some_and(|c| {
+            c["iss"] == FCM_CLIENT
+                && c["scope"]
+                    .as_str()
+                    .is_some_and(|s| s.contains("firebase.messaging"))
+        });
+    if !good {
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"error": "invalid_grant"})),
+        )
+            .into_response();
+    }
+    let token = shared.issue("fcm");
+    Json(json!({"access_token": token, "expires_in": 3600, "token_type": "Bearer"})).into_response()
+}
+
+async fn fcm_send(
+    State(shared): State<Arc<OAuthShared>>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let authorized = shared.bearer_ok(&headers);
+    let message: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    shared.keep(uri.path().to_string(), headers, body);
+    if !authorized {
+        return (
+            StatusCode::UNAUTHORIZED,
+            Json(json!({"error": {"code": 401, "status": "UNAUTHENTICATED", "message": "bad token"}})),
+        )
+            .into_response();
+    }
+    let token = message["message"]["token"].as_str().unwrap_or_default();
+    if token.starts_with("dead") {
+        return (
+            StatusCode::NOT_FOUND,
+            Json(json!({"error": {"code": 404, "status": "NOT_FOUND",
+                "message": "Requested entity was not found.",
+                "details": [{"@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": "UNREGISTERED"}]}})),
+        )
+            .into_response();
+    }
+    Json(json!({"name": format!("projects/{FCM_PROJECT}/messages/{}", token)})).into_response()
+}
+
+impl FakeFcm {
+    pub async fn start() -> FakeFcm {
+        let shared: Arc<OAuthShared> = Arc::default();
+        let app = Router::new()
+            .route("/token", post(fcm_token))
+            .route("/v1/projects/{project}/messages:send", post(fcm_send))
+            .with_state(Arc::clone(&shared));
+        let port = super::serve_on_loopback(app).await;
+        FakeFcm { port, shared }
+    }
+
+    pub fn args(&self) -> Vec<String> {
+        vec![
+            "--push-endpoint".into(),
+            format!("fcm=http://127.0.0.1:{}", self.port),
+        ]
+    }
+
+    /// The app settings of the test service account, whose token endpoint is this fake.
+    pub fn settings(&self) -> Value {
+        let key = std::fs::read_to_string(fixture("fcm-test-key.pem")).expect("key");
+        json!({"serviceAccount": {"type": "service_account", "project_id": FCM_PROJECT,
+            "private_key_id": "k1", "private_key": key, "client_email": FCM_CLIENT,
+            "token_uri": format!("http://127.0.0.1:{}/token", self.port)}})
+    }
+
+    pub fn token_requests(&self) -> usize {
+        self.shared.token_requests.load(Ordering::SeqCst)
+    }
+
+    pub fn received(&self) -> Vec<Received> {
+        self.shared
+            .received
+            .lock()
+            .map(|r| r.clone())
+            .unwrap_or_default()
+    }
+}
+
+/// login.live.com's token endpoint and WNS channels on loopback (HTTP/1.1): the token endpoint
+/// takes the client-credentials grant of `WNS_CLIENT`/`WNS_SECRET`; a channel (`/channel/<id>`)
+/// needs a token it handed out (401 otherwise) and is gone (410) when its id starts with
+/// `dead`.
+#[derive(Clone)]
+pub struct FakeWns {
+    pub port: u16,
+    shared: Arc<OAuthShared>,
+}
+
+pub const WNS_CLIENT: &str = "ms-app://s-1-15-2-test";
+pub const WNS_SECRET: &str = "wns-secret";
+
+async fn wns_token(State(shared): State<Arc<OAuthShared>>, body: Bytes) -> Response {
+    let grant = form(&body);
+    if let Ok(mut g) = shared.grants.lock() {
+        g.push(grant.clone());
+    }
+    let field = |k: &str| grant.get(k).map(String::as_str);
+    if field("grant_type") != Some("client_credentials")
+        || field("client_id") != Some(WNS_CLIENT)
+        || field("client_secret") != Some(WNS_SECRET)
+        || field("scope") != Some("notify.windows.com")
+    {
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"error": "invalid_client"})),
+        )
+            .into_response();
+    }
+    let token = shared.issue("wns");
+    Json(json!({"access_token": token, "token_type": "bearer", "expires_in": 86400}))
+        .into_response()
+}
+
+async fn wns_channel(
+    State(shared): State<Arc<OAuthShared>>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let authorized = shared.bearer_ok(&headers);
+    shared.keep(uri.path().to_string(), headers, body);
+    if !authorized {
+        return StatusCode::UNAUTHORIZED.into_response();
+    }
+    if id.starts_with("dead") {
+        return StatusCode::GONE.into_response();
+    }
+    (StatusCode::OK, [("x-wns-status", "received")]).into_response()
+}
+
+impl FakeWns {
+    pub async fn start() -> FakeWns {
+        let shared: Arc<OAuthShared> = Arc::default();
+        let app = Router::new()
+            .route("/token", post(wns_token))
+            .route("/channel/{id}", post(wns_channel))
+            .with_state(Arc::clone(&shared));
+        let port = super::serve_on_loopback(app).await;
+        FakeWns { port, shared }
+    }
+
+    pub fn args(&self) -> Vec<String> {
+        vec![
+            "--push-endpoint".into(),
+            format!("wns=http://127.0.0.1:{}/token", self.port),
+        ]
+    }
+
+    pub fn settings() -> Value {
+        json!({"clientId": WNS_CLIENT, "clientSecret": WNS_SECRET})
+    }
+
+    /// A channel uri on this fake.
+    pub fn channel(&self, id: &str) -> String {
+        format!("http://127.0.0.1:{}/channel/{id}", self.port)
+    }
+
+    /// Makes every token handed out so far invalid (WNS answers 401 to them).
+    pub fn expire_tokens(&self) {
+        if let Ok(mut i) = self.shared.issued.lock() {
+            i.clear();
+        }
+    }
+
+    pub fn token_requests(&self) -> usize {
+        self.shared.token_requests.load(Ordering::SeqCst)
+    }
+
+    pub fn received(&self) -> Vec<Received> {
+        self.shared
+            .received
+            .lock()
+            .map(|r| r.clone())
+            .unwrap_or_default()
+    }
+}

@@ -15,11 +15,10 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use futures::StreamExt;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{json, Map, Value};
 
-use crate::push::delivery::{Batch, Delivery, HttpSender, Message, Provider};
+use crate::push::delivery::{in_order, Batch, Delivery, HttpSender, Message, Provider};
 use crate::push::settings::ApnsSettings;
 
 /// Messages in flight at once on the connection (APNs allows many concurrent streams).
@@ -244,10 +243,7 @@ impl Provider for Apns {
             .iter()
             .map(|m| self.send_one(batch, &bytes, kind, m))
             .collect();
-        futures::stream::iter(sends)
-            .buffered(IN_FLIGHT)
-            .collect()
-            .await
+        in_order(sends, IN_FLIGHT).await
     }
 }
 

@@ -5,7 +5,9 @@
 //! (`--push-endpoint`). Neighbours: `fanout` calls it, `settings` holds the credentials.
 
 pub mod apns;
+pub mod fcm;
 pub mod webhook;
+pub mod wns;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -28,6 +30,8 @@ pub struct Providers {
     h2: HttpSender,
     endpoints: Arc<BTreeMap<String, String>>,
     apns_tokens: Arc<apns::ProviderTokens>,
+    fcm_auths: Arc<fcm::Authenticators>,
+    wns_tokens: Arc<wns::AccessTokens>,
 }
 
 impl Providers {
@@ -81,6 +85,8 @@ impl Providers {
             h2: sender(client(true)?),
             endpoints: Arc::new(endpoints),
             apns_tokens: Arc::default(),
+            fcm_auths: Arc::default(),
+            wns_tokens: Arc::default(),
         })
     }
 
@@ -102,7 +108,28 @@ impl Providers {
                 self.apns_tokens.clone(),
             )) as Arc<dyn Provider>
         });
-        AppProviders { webhook, apns }
+        let fcm: Option<Arc<dyn Provider>> = settings.fcm.as_ref().map(|f| {
+            Arc::new(fcm::Fcm::new(
+                self.sender.clone(),
+                f.clone(),
+                self.endpoint("fcm"),
+                self.fcm_auths.clone(),
+            )) as Arc<dyn Provider>
+        });
+        let wns: Option<Arc<dyn Provider>> = settings.wns.as_ref().map(|w| {
+            Arc::new(wns::Wns::new(
+                self.sender.clone(),
+                w.clone(),
+                self.endpoint("wns"),
+                self.wns_tokens.clone(),
+            )) as Arc<dyn Provider>
+        });
+        AppProviders {
+            webhook,
+            apns,
+            fcm,
+            wns,
+        }
     }
 }
 
@@ -110,6 +137,8 @@ impl Providers {
 pub struct AppProviders {
     webhook: Option<Arc<dyn Provider>>,
     apns: Option<Arc<dyn Provider>>,
+    fcm: Option<Arc<dyn Provider>>,
+    wns: Option<Arc<dyn Provider>>,
 }
 
 impl AppProviders {
@@ -118,6 +147,8 @@ impl AppProviders {
     pub fn route(&self, device_type: &str) -> Option<&Arc<dyn Provider>> {
         let own = match device_type {
             "ios" => self.apns.as_ref(),
+            "android" => self.fcm.as_ref(),
+            "windows phone" => self.wns.as_ref(),
             _ => None,
         };
         own.or(self.webhook.as_ref())
