@@ -10,7 +10,7 @@ NODES ?= 1
 JEPSEN_SECONDS ?= 120
 JEPSEN_NODES ?= 3
 
-.PHONY: run dev test lint deps sdks test-servers build bench bench-files bench-queries bench-peers bench-store jepsen fuzz clean-data
+.PHONY: run dev test lint deps sdks test-servers build bench bench-files bench-push bench-queries bench-peers bench-store jepsen fuzz clean-data
 
 ## Install the system packages the build needs (libclang for rust-rocksdb's bindgen).
 deps:
@@ -60,6 +60,12 @@ bench: deps
 bench-files: deps test-servers
 	$(CARGO) build $(PROFILE_FLAGS) -p basalt -p basalt-bench
 	./scripts/bench-files.sh
+
+## Push benchmark: one push to 1,000,000 installations on 3 nodes, delivered to a webhook;
+## writes bench/results/<date>-push.md (INSTALLATIONS, NODES, CONCURRENCY override).
+bench-push: deps
+	$(CARGO) build $(PROFILE_FLAGS) -p basalt -p basalt-bench
+	./scripts/bench-push.sh
 
 ## Query benchmark: 1,000,000 objects on 3 nodes, queries with and without indexes
 ## (OBJECTS, SECONDS_PER, CONCURRENCY override; see docs/performance.md).

@@ -18,8 +18,13 @@
 //!
 //! File workloads (`files`): `upload-1k`, `upload-1m`, `upload-20m`, `download-1k`,
 //! `download-1m`, `download-20m`; their rows add MB/s.
+//!
+//! Push workloads (`push`): `load-installations` registers `--objects` installations (resuming
+//! a partial load); `push-broadcast` sends one push to all of them through a webhook served by
+//! this process and prints its own table (time to accept, first and last message, status).
 
 mod files;
+mod push;
 mod queries;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -319,6 +324,40 @@ async fn main() -> anyhow::Result<()> {
                 eprintln!(
                     "{} holds {now} objects ({failed} creates failed)",
                     queries::CLASS
+                );
+                continue;
+            }
+            "load-installations" => {
+                let have = push::count(&clients[0]).await?;
+                let failed = push::load(&clients, have, args.objects, args.concurrency).await?;
+                let now = push::count(&clients[0]).await?;
+                eprintln!("{now} installations ({failed} registrations failed)");
+                continue;
+            }
+            "push-broadcast" => {
+                let console = clients[0].clone().with_console(
+                    doc["console"]["email"].as_str().unwrap_or_default(),
+                    doc["console"]["password"].as_str().unwrap_or_default(),
+                );
+                let n = push::count(&clients[0]).await?;
+                let b = push::broadcast(&clients[0], &console, &keys.application_id, n).await?;
+                let secs = |d: Duration| format!("{:.2}", d.as_secs_f64());
+                let spread = (b.last - b.first).as_secs_f64().max(0.001);
+                println!();
+                println!("| cluster | installations | accepted in ms | first message s | last message s | status succeeded s | messages/s (first to last) | installations/s (send to last) | batches | messages received |");
+                println!("|---|---|---|---|---|---|---|---|---|---|");
+                println!(
+                    "| {} | {} | {:.1} | {} | {} | {} | {:.0} | {:.0} | {} | {} |",
+                    args.label,
+                    b.installations,
+                    b.accepted.as_secs_f64() * 1000.0,
+                    secs(b.first),
+                    secs(b.last),
+                    secs(b.finished),
+                    b.messages as f64 / spread,
+                    b.installations as f64 / b.last.as_secs_f64().max(0.001),
+                    b.batches,
+                    b.messages,
                 );
                 continue;
             }

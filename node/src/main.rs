@@ -10,14 +10,18 @@ use clap::Parser;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
+    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        // openraft warns of routine election traffic ("a message will be ignored because
+        // Leader vote changed"): a healthy start stays quiet.
+        tracing_subscriber::EnvFilter::new("info,openraft=error,h2=warn,tower=warn")
+    });
+    // yup-oauth2 logs the access tokens it gets at debug level: never written, whatever the
+    // filter asks.
+    if let Ok(quiet) = "yup_oauth2=warn".parse() {
+        filter = filter.add_directive(quiet);
+    }
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-                // openraft warns of routine election traffic ("a message will be ignored
-                // because Leader vote changed"): a healthy start stays quiet.
-                tracing_subscriber::EnvFilter::new("info,openraft=error,h2=warn,tower=warn")
-            }),
-        )
+        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         // Colours only on a terminal: log files get plain text, and no request pays for styling.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

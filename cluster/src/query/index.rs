@@ -660,6 +660,9 @@ pub struct Plan {
     /// The ranges end with the field's array markers: its array-valued objects are candidates
     /// from there, not from their elements (bounds that different elements may meet).
     pub arrays_from_markers: bool,
+    /// Each range holds the entries of one value (equality, `$in`), whose keys end with the
+    /// objectId: a range may start at an objectId (`with_id_floor`).
+    pub single_values: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -677,7 +680,21 @@ impl Plan {
             field: field.to_string(),
             candidates: Candidates::Ranges(ranges),
             arrays_from_markers: false,
+            single_values: false,
         }
+    }
+
+    /// Narrows single-value ranges to the entries of objectIds at or above `floor` (a query
+    /// bounding the objectId from below); other plans are left as they are.
+    pub fn with_id_floor(mut self, floor: Option<&str>) -> Plan {
+        if let (true, Some(floor), Candidates::Ranges(ranges)) =
+            (self.single_values, floor, &mut self.candidates)
+        {
+            for (start, _) in ranges.iter_mut() {
+                start.extend_from_slice(floor.as_bytes());
+            }
+        }
+        self
     }
 }
 
@@ -787,6 +804,7 @@ pub fn plan(
             field: "objectId".into(),
             candidates: Candidates::Ids(ids),
             arrays_from_markers: false,
+            single_values: false,
         });
     }
     if !meta.complete {
@@ -823,7 +841,9 @@ pub fn plan(
             })
             .collect();
         if let Some(ranges) = ranges {
-            return Some(Plan::ranges(field, ranges));
+            let mut plan = Plan::ranges(field, ranges);
+            plan.single_values = true;
+            return Some(plan);
         }
     }
     // Ranges, all bounds on one field together. An array meets each bound when any element
@@ -1053,6 +1073,48 @@ mod tests {
         let mut later = StoredObject::new(2);
         later.fields.insert("zz".into(), json!(1));
         assert!(!meta.admit_columns(&later) && !meta.indexes("zz"));
+    }
+
+    #[test]
+    fn an_id_floor_starts_single_value_ranges_at_the_floor() {
+        let meta = IndexMeta {
+            declared: vec!["tag".into(), "n".into()],
+            ..IndexMeta::empty()
+        };
+        let f = |w: Value| Filter::parse(w.as_object().unwrap()).unwrap();
+        let g = GroupId::new(1);
+        let key = |tag: &str, id: &str| {
+            entry(
+                &field_prefix(g, "a", "C", "tag"),
+                &encode(&json!(tag)).unwrap(),
+                id,
+            )
+        };
+        let p = plan(g, "a", "C", &f(json!({"tag": {"$in": ["x", "y"]}})), &meta)
+            .unwrap()
+            .with_id_floor(Some("m"));
+        let Candidates::Ranges(ranges) = &p.candidates else {
+            panic!("a range plan: {p:?}")
+        };
+        let inside = |k: &[u8]| {
+            ranges
+                .iter()
+                .any(|(s, e)| k >= s.as_slice() && k < e.as_slice())
+        };
+        // At and above the floor, in either value; below it, in neither; other values never.
+        for (tag, id, found) in [
+            ("x", "m", true),
+            ("x", "mz", true),
+            ("y", "zz", true),
+            ("x", "l", false),
+            ("y", "lzzzzzzzzz", false),
+            ("w", "z", false),
+        ] {
+            assert_eq!(inside(&key(tag, id)), found, "{tag} {id}");
+        }
+        // A range over several values keeps its whole span.
+        let ranged = plan(g, "a", "C", &f(json!({"n": {"$gt": 1}})), &meta).unwrap();
+        assert_eq!(ranged.clone().with_id_floor(Some("m")), ranged);
     }
 
     #[test]

@@ -273,6 +273,7 @@ fn for_each_match(
     match plan(group, app, class, matcher.filter.filter(), &matcher.meta) {
         Some(plan) => {
             metrics::counter!("basalt_query_index_plans_total").increment(1);
+            let plan = plan.with_id_floor(id_floor(matcher.filter.filter()));
             visit_planned(store, group, app, class, plan, matcher, &mut visit)
         }
         None => {
@@ -447,6 +448,7 @@ fn exact_count(
         field,
         candidates: Candidates::Ranges(mut ranges),
         arrays_from_markers,
+        ..
     }) = plan(group, app, class, &req.filter, meta)
     else {
         return Ok(None);

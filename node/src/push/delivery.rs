@@ -69,16 +69,58 @@ pub fn message_id(push_id: &str, installation: &str) -> String {
     )
 }
 
-/// Runs a provider's sends, `at_once` at a time, and answers their deliveries in order.
+/// Runs a provider's sends, `at_once` at a time (a slow one does not hold up those after it),
+/// and answers their deliveries in the order of `sends`.
 pub async fn in_order<F>(sends: Vec<F>, at_once: usize) -> Vec<Delivery>
 where
     F: std::future::Future<Output = Delivery>,
 {
     use futures::StreamExt;
-    futures::stream::iter(sends)
-        .buffered(at_once)
+    let mut done: Vec<(usize, Delivery)> = futures::stream::iter(
+        sends
+            .into_iter()
+            .enumerate()
+            .map(|(i, f)| async move { (i, f.await) }),
+    )
+    .buffer_unordered(at_once)
+    .collect()
+    .await;
+    done.sort_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, d)| d).collect()
+}
+
+/// Keys of a push's `data` that are some platform's, not the app's.
+pub const RESERVED: [&str; 14] = [
+    "alert",
+    "badge",
+    "sound",
+    "content-available",
+    "aps",
+    "action",
+    "title",
+    "wp",
+    "wpAlert",
+    "backgroundImage",
+    "count",
+    "backBackgroundImage",
+    "backTitle",
+    "backContent",
+];
+
+/// `scheme://host[:port]` of a URL.
+pub fn origin(url: &str) -> Option<String> {
+    let u = url::Url::parse(url).ok()?;
+    Some(u.origin().ascii_serialization())
+}
+
+/// A digest naming a secret in a cache key (so that a cache entry is found only by whoever
+/// holds the secret, not by its public ids alone).
+pub fn secret_digest(secret: &str) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(secret.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
         .collect()
-        .await
 }
 
 /// The HTTP client of the providers, with their retry rule.

@@ -11,6 +11,9 @@ use serde_json::{json, Map, Value};
 /// written to the second).
 pub const PAST_TOLERANCE_MS: i64 = 60_000;
 
+/// The largest payload (`data` as JSON text).
+pub const MAX_DATA_BYTES: usize = 64 * 1024;
+
 /// Why a push body is refused; `api::error` gives each its code.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PushRequestError {
@@ -29,7 +32,8 @@ pub enum PushRequestError {
     /// 102: `where` that is not an object.
     #[error("{0}")]
     BadWhere(String),
-    /// 107: `channels` that is not an array of strings, or both expiries given.
+    /// 107: `channels` that is not an array of strings, both expiries given, or `data` over
+    /// `MAX_DATA_BYTES`.
     #[error("{0}")]
     BadBody(String),
 }
@@ -69,6 +73,13 @@ pub fn parse(body: &Map<String, Value>, now_ms: i64) -> Result<PushRequest, Push
         Some(Value::Object(data)) => data.clone(),
         _ => return Err(PushRequestError::MissingData),
     };
+    // Kept in the push's record, which every page rewrites; the services take 4 KiB.
+    if Value::Object(data.clone()).to_string().len() > MAX_DATA_BYTES {
+        return Err(PushRequestError::BadBody(format!(
+            "data holds more than {} KiB of JSON.",
+            MAX_DATA_BYTES / 1024
+        )));
+    }
     let mut query = match body.get("where") {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(w)) => w.clone(),
@@ -149,6 +160,17 @@ mod tests {
 
     fn body(v: Value) -> Map<String, Value> {
         v.as_object().cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn payloads_are_bounded() {
+        let big = "x".repeat(MAX_DATA_BYTES);
+        assert!(matches!(
+            parse(&body(json!({"data": {"alert": big}})), NOW),
+            Err(PushRequestError::BadBody(_))
+        ));
+        let fits = "x".repeat(MAX_DATA_BYTES - 20);
+        assert!(parse(&body(json!({"data": {"alert": fits}})), NOW).is_ok());
     }
 
     #[test]

@@ -3,14 +3,16 @@
 //! `api.push.apple.com` (or `api.sandbox.push.apple.com` unless the app's settings say
 //! `production`; `--push-endpoint apns=URL` replaces both), with `authorization: bearer <an
 //! ES256 JWT signed with the app's .p8 key>` (made by `jsonwebtoken`, kept 50 minutes and
-//! shared by the node's pushes: APNs refuses tokens renewed more often than every 20),
+//! shared by the node's pushes with that key: APNs refuses tokens renewed more often than
+//! every 20),
 //! `apns-topic` (the bundle id), `apns-id` (the message id, the same on a resend),
 //! `apns-push-type`, `apns-priority` and `apns-expiration`.
 //!
 //! The payload: `aps` from the push's `aps` object, or from its `alert`, `badge`, `sound` and
 //! `content-available`; every key that is not reserved for a platform goes beside `aps` as it
-//! is. 410 and `BadDeviceToken` are dead tokens; other refusals fail the message with APNs's
-//! `reason`.
+//! is. 410 is a dead token; other refusals fail the message with APNs's `reason` (also
+//! `BadDeviceToken`, which APNs answers as well for a token of its other environment: an app
+//! set to the wrong one must not lose its devices).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -18,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{json, Map, Value};
 
-use crate::push::delivery::{in_order, Batch, Delivery, HttpSender, Message, Provider};
+use crate::push::delivery::{in_order, Batch, Delivery, HttpSender, Message, Provider, RESERVED};
 use crate::push::settings::ApnsSettings;
 
 /// Messages in flight at once on the connection (APNs allows many concurrent streams).
@@ -29,32 +31,26 @@ const TOKEN_SECS: i64 = 50 * 60;
 const PRODUCTION: &str = "https://api.push.apple.com";
 const SANDBOX: &str = "https://api.sandbox.push.apple.com";
 
-/// Keys of a push's `data` that are some platform's, not the app's.
-pub const RESERVED: [&str; 14] = [
-    "alert",
-    "badge",
-    "sound",
-    "content-available",
-    "aps",
-    "action",
-    "title",
-    "wp",
-    "wpAlert",
-    "backgroundImage",
-    "count",
-    "backBackgroundImage",
-    "backTitle",
-    "backContent",
-];
-
-/// Provider tokens by (team, key id), with when they were made: shared by a node's pushes.
+/// Provider tokens by (team, key id, digest of the key), with when they were made: shared by
+/// a node's pushes with that key (the ids alone are not secret).
 #[derive(Default)]
-pub struct ProviderTokens(Mutex<HashMap<(String, String), (i64, String)>>);
+pub struct ProviderTokens(Mutex<HashMap<TokenId, (i64, String)>>);
+
+/// Team, key id, digest of the key.
+type TokenId = (String, String, String);
+
+fn token_id(s: &ApnsSettings) -> TokenId {
+    (
+        s.team_id.clone(),
+        s.key_id.clone(),
+        crate::push::delivery::secret_digest(&s.key),
+    )
+}
 
 impl ProviderTokens {
     /// A token for `s` made less than `TOKEN_SECS` ago, or a new one.
     fn get(&self, s: &ApnsSettings, now_secs: i64) -> Result<String, String> {
-        let id = (s.team_id.clone(), s.key_id.clone());
+        let id = token_id(s);
         if let Ok(held) = self.0.lock() {
             if let Some((made, token)) = held.get(&id) {
                 if now_secs - made < TOKEN_SECS {
@@ -75,10 +71,14 @@ impl ProviderTokens {
         Ok(token)
     }
 
-    /// Forgets the token of `s` (APNs refused it).
-    fn drop_token(&self, s: &ApnsSettings) {
+    /// Forgets the token of `s` if it is still `refused` (APNs refused it; several messages
+    /// may say so at once, and one new token is enough).
+    fn drop_token(&self, s: &ApnsSettings, refused: &str) {
         if let Ok(mut held) = self.0.lock() {
-            held.remove(&(s.team_id.clone(), s.key_id.clone()));
+            let id = token_id(s);
+            if held.get(&id).is_some_and(|(_, t)| t == refused) {
+                held.remove(&id);
+            }
         }
     }
 }
@@ -157,9 +157,9 @@ impl Apns {
             .and_then(|v| v.get("reason").and_then(Value::as_str).map(str::to_string))
             .unwrap_or_else(|| format!("APNs answered {status}"));
         match (status.as_u16(), reason.as_str()) {
-            (410, _) | (400, "BadDeviceToken") => Delivery::DeadToken(reason),
+            (410, _) => Delivery::DeadToken(reason),
             (403, "ExpiredProviderToken" | "InvalidProviderToken") => {
-                self.tokens.drop_token(&self.settings);
+                self.tokens.drop_token(&self.settings, &token);
                 Delivery::Failed(reason)
             }
             _ => Delivery::Failed(reason),

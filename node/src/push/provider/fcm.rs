@@ -5,24 +5,36 @@
 //! private key) and renews before it expires; one authenticator per service account is kept
 //! by the node.
 //!
+//! The key file is the app's: its `token_uri` must be Google's (or, with `--push-endpoint
+//! fcm=URL`, of that URL's origin), and the token request has a deadline, so that no app can
+//! make the nodes call elsewhere or hold its pushes up.
+//!
 //! The message: `notification` from the push's `title` and `alert`; `data` (FCM takes strings
-//! only) from every key not reserved for a platform, as text (JSON for what is not a string),
-//! plus `action` when given and `push_id` / `message_id` (the same on a resend, so an app can
-//! drop repeats); `android.ttl` the time left until the push's expiry. `UNREGISTERED` (404) is
-//! a dead token; other refusals fail the message with FCM's status and message.
+//! only) from every key not reserved for a platform or by FCM (`from`, `message_type`,
+//! `google…`, `gcm…`), as text (JSON for what is not a string), plus `action` when given and
+//! `push_id` / `message_id` (the same on a resend, so an app can drop repeats); `android.ttl`
+//! the time left until the push's expiry (at most FCM's four weeks). `UNREGISTERED` (404) is a
+//! dead token; other refusals fail the message with FCM's status and message.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 use tokio::sync::Mutex;
 use yup_oauth2::authenticator::DefaultAuthenticator;
 
-use super::apns::RESERVED;
-use crate::push::delivery::{in_order, Batch, Delivery, HttpSender, Message, Provider};
+use crate::push::delivery::{
+    in_order, origin, Batch, Delivery, HttpSender, Message, Provider, RESERVED,
+};
 use crate::push::settings::FcmSettings;
 
 const FCM: &str = "https://fcm.googleapis.com";
+const GOOGLE_TOKEN_URI: &str = "https://oauth2.googleapis.com/token";
+/// How long a token request may take.
+const TOKEN_TIMEOUT: Duration = Duration::from_secs(15);
+/// FCM keeps a message at most four weeks.
+const MAX_TTL_SECS: i64 = 28 * 24 * 3600;
 const SCOPE: &str = "https://www.googleapis.com/auth/firebase.messaging";
 /// Messages in flight at once.
 const IN_FLIGHT: usize = 64;
@@ -41,7 +53,8 @@ impl Authenticators {
         if let Some(a) = held.get(&id) {
             return Ok(a.clone());
         }
-        let auth = yup_oauth2::ServiceAccountAuthenticator::builder(key.clone())
+        let client = yup_oauth2::DefaultHyperClientBuilder::default().with_timeout(TOKEN_TIMEOUT);
+        let auth = yup_oauth2::ServiceAccountAuthenticator::with_client(key.clone(), client)
             .build()
             .await
             .map_err(|e| format!("the FCM service account does not load: {e}"))?;
@@ -54,6 +67,8 @@ impl Authenticators {
 pub struct Fcm {
     sender: HttpSender,
     base: String,
+    /// Where the key file's `token_uri` must be.
+    token_origin: Option<String>,
     settings: FcmSettings,
     auths: Arc<Authenticators>,
 }
@@ -68,6 +83,10 @@ impl Fcm {
         Fcm {
             sender,
             base: endpoint.unwrap_or(FCM).to_string(),
+            token_origin: match endpoint {
+                Some(url) => origin(url),
+                None => origin(GOOGLE_TOKEN_URI),
+            },
             settings,
             auths,
         }
@@ -78,10 +97,16 @@ impl Fcm {
         let key: yup_oauth2::ServiceAccountKey =
             serde_json::from_value(self.settings.service_account.clone())
                 .map_err(|e| format!("the FCM service account is not a key file: {e}"))?;
+        if origin(&key.token_uri) != self.token_origin {
+            return Err(format!(
+                "the service account's token_uri must be {GOOGLE_TOKEN_URI}, not {}",
+                key.token_uri
+            ));
+        }
         let auth = self.auths.get(&key).await?;
-        let token = auth
-            .token(&[SCOPE])
+        let token = tokio::time::timeout(TOKEN_TIMEOUT, auth.token(&[SCOPE]))
             .await
+            .map_err(|_| "no FCM access token: the token endpoint did not answer".to_string())?
             .map_err(|e| format!("no FCM access token: {e}"))?;
         token
             .token()
@@ -135,9 +160,12 @@ fn text(v: &Value) -> String {
 /// The FCM message to `m` of a push.
 fn message(batch: &Batch<'_>, m: &Message, now_ms: i64) -> Value {
     let data_in = batch.data;
+    let fcm_reserved = |k: &str| {
+        matches!(k, "from" | "message_type") || k.starts_with("google") || k.starts_with("gcm")
+    };
     let mut data: Map<String, Value> = data_in
         .iter()
-        .filter(|(k, _)| !RESERVED.contains(&k.as_str()))
+        .filter(|(k, _)| !RESERVED.contains(&k.as_str()) && !fcm_reserved(k))
         .map(|(k, v)| (k.clone(), Value::String(text(v))))
         .collect();
     if let Some(action) = data_in.get("action") {
@@ -157,7 +185,7 @@ fn message(batch: &Batch<'_>, m: &Message, now_ms: i64) -> Value {
         message["notification"] = Value::Object(notification);
     }
     if let Some(e) = batch.expires_ms {
-        let secs = ((e - now_ms).max(0) + 999) / 1000;
+        let secs = (((e - now_ms).max(0) + 999) / 1000).min(MAX_TTL_SECS);
         message["android"]["ttl"] = json!(format!("{secs}s"));
     }
     json!({ "message": message })
@@ -198,7 +226,7 @@ mod tests {
     #[test]
     fn messages_carry_a_notification_and_string_data() {
         let data = json!({"alert": "hi", "title": "T", "action": "com.example.OPEN",
-            "badge": 3, "score": 7, "tags": ["a"], "note": "x"});
+            "badge": 3, "score": 7, "tags": ["a"], "note": "x", "from": "me", "google.x": 1});
         let batch = Batch {
             push_id: "p1",
             page: 1,

@@ -20,15 +20,32 @@ use oauth2::{AuthType, ClientId, ClientSecret, Scope, TokenResponse, TokenUrl};
 use serde_json::Value;
 use tokio::sync::Mutex;
 
-use crate::push::delivery::{in_order, Batch, Delivery, HttpSender, Message, Provider};
+use crate::push::delivery::{
+    in_order, origin, secret_digest, Batch, Delivery, HttpSender, Message, Provider,
+};
 use crate::push::settings::WnsSettings;
 
 const TOKEN_URL: &str = "https://login.live.com/accesstoken.srf";
+/// How long a token request may take.
+const TOKEN_TIMEOUT: Duration = Duration::from_secs(15);
 const IN_FLIGHT: usize = 32;
 
-/// Access tokens by client id, until they expire.
+/// A package's access token and until when it is good.
+type Slot = Arc<Mutex<Option<(Instant, String)>>>;
+
+/// Access tokens by package (client id and a digest of its secret), each behind its own lock:
+/// a package's token is asked for once however many messages need it, and a slow token
+/// endpoint holds up only its own package.
 #[derive(Default)]
-pub struct AccessTokens(Mutex<HashMap<String, (Instant, String)>>);
+pub struct AccessTokens(std::sync::Mutex<HashMap<(String, String), Slot>>);
+
+impl AccessTokens {
+    fn slot(&self, s: &WnsSettings) -> Slot {
+        let id = (s.client_id.clone(), secret_digest(&s.client_secret));
+        let mut slots = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        slots.entry(id).or_default().clone()
+    }
+}
 
 pub struct Wns {
     sender: HttpSender,
@@ -37,12 +54,6 @@ pub struct Wns {
     /// What a notification uri must start with (`None`: `https://*.notify.windows.com/`).
     origin: Option<String>,
     tokens: Arc<AccessTokens>,
-}
-
-/// `scheme://host[:port]` of a URL.
-fn origin(url: &str) -> Option<String> {
-    let u = url::Url::parse(url).ok()?;
-    Some(u.origin().ascii_serialization())
 }
 
 impl Wns {
@@ -73,14 +84,14 @@ impl Wns {
         }
     }
 
-    /// The app's access token: the one held, unless `renew`, or a new one.
-    async fn token(&self, renew: bool) -> Result<String, String> {
-        let mut held = self.tokens.0.lock().await;
-        if !renew {
-            if let Some((until, t)) = held.get(&self.settings.client_id) {
-                if Instant::now() < *until {
-                    return Ok(t.clone());
-                }
+    /// The package's access token: the one held unless it expired or is `refused` (WNS
+    /// answered 401 to it), else a new one.
+    async fn token(&self, refused: Option<&str>) -> Result<String, String> {
+        let slot = self.tokens.slot(&self.settings);
+        let mut held = slot.lock().await;
+        if let Some((until, t)) = held.as_ref() {
+            if Instant::now() < *until && Some(t.as_str()) != refused {
+                return Ok(t.clone());
             }
         }
         let url = TokenUrl::new(self.token_url.clone()).map_err(|e| e.to_string())?;
@@ -88,40 +99,45 @@ impl Wns {
             .set_client_secret(ClientSecret::new(self.settings.client_secret.clone()))
             .set_auth_type(AuthType::RequestBody)
             .set_token_uri(url);
-        let answer = client
+        let request = client
             .exchange_client_credentials()
             .add_scope(Scope::new("notify.windows.com".into()))
-            .request_async(&self.sender.http)
+            .request_async(&self.sender.http);
+        let answer = tokio::time::timeout(TOKEN_TIMEOUT, request)
             .await
+            .map_err(|_| "no WNS access token: the token endpoint did not answer".to_string())?
             .map_err(|e| format!("no WNS access token: {e}"))?;
         let token = answer.access_token().secret().clone();
         let lasts = answer
             .expires_in()
             .unwrap_or(Duration::from_secs(3600))
             .saturating_sub(Duration::from_secs(60));
-        held.insert(
-            self.settings.client_id.clone(),
-            (Instant::now() + lasts, token.clone()),
-        );
+        *held = Some((Instant::now() + lasts, token.clone()));
         Ok(token)
     }
 
-    async fn send_one(&self, note: &Notification, m: &Message, ttl: Option<i64>) -> Delivery {
+    async fn send_one(
+        &self,
+        note: &Notification,
+        m: &Message,
+        ttl: Option<i64>,
+        until: Option<i64>,
+    ) -> Delivery {
         if !self.allowed(&m.token) {
             return Delivery::Failed(format!(
                 "{} is not a WNS channel uri (https://*.notify.windows.com/)",
                 m.token
             ));
         }
-        let mut renewed = false;
+        let mut refused: Option<String> = None;
         loop {
-            let token = match self.token(renewed).await {
+            let token = match self.token(refused.as_deref()).await {
                 Ok(t) => t,
                 Err(e) => return Delivery::Failed(e),
             };
             let answer = self
                 .sender
-                .send_with_retries(None, |http| {
+                .send_with_retries(until, |http| {
                     let mut req = http
                         .post(&m.token)
                         .bearer_auth(&token)
@@ -141,7 +157,7 @@ impl Wns {
             let status = resp.status().as_u16();
             match status {
                 200..=299 => return Delivery::Sent,
-                401 if !renewed => renewed = true,
+                401 if refused.is_none() => refused = Some(token),
                 404 | 410 => return Delivery::DeadToken(format!("WNS answered {status}")),
                 _ => {
                     let why = resp
@@ -233,7 +249,7 @@ impl Provider for Wns {
         let sends: Vec<_> = batch
             .messages
             .iter()
-            .map(|m| self.send_one(&note, m, ttl))
+            .map(|m| self.send_one(&note, m, ttl, batch.expires_ms))
             .collect();
         in_order(sends, IN_FLIGHT).await
     }
