@@ -37,6 +37,14 @@ pub enum PushState {
 }
 
 impl PushState {
+    /// Whether the push is over (its status no longer changes).
+    pub fn finished(self) -> bool {
+        matches!(
+            self,
+            PushState::Succeeded | PushState::Failed | PushState::Expired
+        )
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             PushState::Scheduled => "scheduled",

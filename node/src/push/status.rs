@@ -17,6 +17,10 @@ use super::PushError;
 /// The class of push statuses.
 pub const STATUS_CLASS: &str = "_PushStatus";
 
+/// When the push finished: set with its final state, after which the status no longer
+/// changes.
+const FINISHED: &str = "finishedAt";
+
 fn date(ms: i64) -> Value {
     json!({"__type": "Date", "iso": format_wire_time(ms)})
 }
@@ -78,13 +82,19 @@ pub async fn create_missing(cluster: &Cluster, rec: &PushRecord) -> Result<(), P
 }
 
 /// Writes the push's progress into its status (nothing when the status is gone: the app
-/// deleted it).
+/// deleted it). A final state also sets `finishedAt`, and no write applies to a status that
+/// has one (checked on the shard, atomically with the write): a runner that lost the push
+/// and writes late cannot undo its end.
 pub async fn update(
     cluster: &Cluster,
     rec: &PushRecord,
     state: PushState,
 ) -> Result<(), PushError> {
-    let updates = parse_updates(&progress(rec, state))?;
+    let mut fields = progress(rec, state);
+    if state.finished() {
+        fields.insert(FINISHED.into(), date(now_ms()));
+    }
+    let updates = parse_updates(&fields)?;
     let group = cluster.object_group(&rec.app, STATUS_CLASS, &rec.push_id);
     let cmd = Command::UpdateObject {
         app: rec.app.clone(),
@@ -93,10 +103,11 @@ pub async fn update(
         now_ms: now_ms(),
         updates,
         principals: None,
-        unset: Vec::new(),
+        unset: vec![FINISHED.into()],
     };
     match cluster.propose_object(group, cmd).await {
-        Ok(_) | Err(ClusterError::ObjectNotFound) => Ok(()),
+        // Conflict: the push had already finished.
+        Ok(_) | Err(ClusterError::ObjectNotFound) | Err(ClusterError::Conflict(_)) => Ok(()),
         Err(e) => Err(e.into()),
     }
 }

@@ -194,6 +194,7 @@ async fn pushes_reach_the_installations_their_query_selects() {
     assert_eq!(status["errors"]["webhook"], json!(["Unregistered"]));
     assert_eq!(status["payload"], data);
     assert_eq!(status["source"], "rest");
+    assert!(status["finishedAt"]["iso"].is_string(), "{status}");
     let stored = m
         .request(Method::GET, &format!("/1/installations/{dead}"), None, true)
         .await
