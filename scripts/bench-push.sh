@@ -42,7 +42,7 @@ loaded=$(($(date +%s) - started))
   echo "answers each batch at once. \`make bench-push\` (INSTALLATIONS=$N)."
   echo
   echo "Registering the installations ($CONC clients, batches of 50 through /1/batch): ${loaded} s."
-  grep -E "^registered [0-9]+ installations in" "$out.load" | sed 's/^/    /' || true
+  grep -E "^loaded [0-9]+ installations in" "$out.load" | sed 's/^/    /' || true
   echo
   echo "The broadcast (times from sending \`POST /1/push\`):"
   grep -A2 '^| cluster | installations |' "$out.rows"

@@ -23,6 +23,7 @@
 //! a partial load); `push-broadcast` sends one push to all of them through a webhook served by
 //! this process and prints its own table (time to accept, first and last message, status).
 
+mod batches;
 mod files;
 mod push;
 mod queries;

@@ -20,8 +20,6 @@ use axum::{Json, Router};
 use basalt_client::{Client, Method};
 use serde_json::{json, Value};
 
-const BATCH: u64 = 50;
-
 /// Installations registered so far (master key).
 pub async fn count(client: &Client) -> anyhow::Result<u64> {
     let r = client
@@ -38,60 +36,19 @@ pub async fn load(
     objects: u64,
     concurrency: usize,
 ) -> anyhow::Result<u64> {
-    let next = Arc::new(AtomicU64::new(have));
-    let failed = Arc::new(AtomicU64::new(0));
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for t in 0..concurrency.max(1) {
-        let (client, next, failed) = (
-            clients[t % clients.len()].clone(),
-            next.clone(),
-            failed.clone(),
-        );
-        tasks.push(tokio::spawn(async move {
-            loop {
-                let first = next.fetch_add(BATCH, Ordering::Relaxed);
-                if first >= objects {
-                    break;
-                }
-                let last = (first + BATCH).min(objects);
-                let requests: Vec<Value> = (first..last)
-                    .map(|i| {
-                        json!({"method": "POST", "path": "/1/installations", "body": {
-                            "deviceType": "android", "installationId": format!("bench-{i}"),
-                            "deviceToken": format!("bench-token-{i}"), "channels": ["all"]}})
-                    })
-                    .collect();
-                let body = json!({ "requests": requests });
-                let bad = match client
-                    .request(Method::POST, "/1/batch", Some(&body), false)
-                    .await
-                {
-                    Ok(v) => v.body.as_array().map_or(last - first, |a| {
-                        a.iter().filter(|r| r.get("success").is_none()).count() as u64
-                    }),
-                    Err(_) => last - first,
-                };
-                failed.fetch_add(bad, Ordering::Relaxed);
-                if last % 50_000 < BATCH && last > first {
-                    eprintln!(
-                        "registered {last}/{objects} ({:.0} installations/s)",
-                        (last - have) as f64 / started.elapsed().as_secs_f64()
-                    );
-                }
-            }
-        }));
-    }
-    for t in tasks {
-        t.await?;
-    }
-    let secs = started.elapsed().as_secs_f64();
-    eprintln!(
-        "registered {} installations in {secs:.0} s ({:.0}/s)",
-        objects.saturating_sub(have),
-        objects.saturating_sub(have) as f64 / secs
-    );
-    Ok(failed.load(Ordering::Relaxed))
+    crate::batches::load(
+        clients,
+        have,
+        objects,
+        concurrency,
+        "installations",
+        |i, _| {
+            json!({"method": "POST", "path": "/1/installations", "body": {
+            "deviceType": "android", "installationId": format!("bench-{i}"),
+            "deviceToken": format!("bench-token-{i}"), "channels": ["all"]}})
+        },
+    )
+    .await
 }
 
 #[derive(Default)]

@@ -8,8 +8,6 @@
 //! 0..1,000,000 (`rank` the same values in a column never declared indexed, to compare a query
 //! with and without its index in one run), `team` one of 20 values.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -22,8 +20,6 @@ pub const CLASS: &str = "QueryItem";
 pub const INDEXED: [&str; 2] = ["k", "score"];
 const SCORES: u64 = 1_000_000;
 const TEAMS: u64 = 20;
-/// Creates per `POST /1/batch` (the API's limit).
-const BATCH: u64 = 50;
 
 /// Width of the score ranges of the workloads, as a share of all scores.
 const RANGE_WIDTH: u64 = SCORES / 100;
@@ -142,60 +138,10 @@ pub async fn load(
     objects: u64,
     concurrency: usize,
 ) -> anyhow::Result<u64> {
-    let next = Arc::new(AtomicU64::new(have));
-    let failed = Arc::new(AtomicU64::new(0));
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for t in 0..concurrency.max(1) {
-        let (client, next, failed) = (
-            clients[t % clients.len()].clone(),
-            next.clone(),
-            failed.clone(),
-        );
-        tasks.push(tokio::spawn(async move {
-            loop {
-                let first = next.fetch_add(BATCH, Ordering::Relaxed);
-                if first >= objects {
-                    break;
-                }
-                let last = (first + BATCH).min(objects);
-                let requests: Vec<Value> = (first..last)
-                    .map(|i| {
-                        json!({"method": "POST", "path": format!("/1/classes/{CLASS}"),
-                               "body": item(i, objects)})
-                    })
-                    .collect();
-                let body = json!({ "requests": requests });
-                let bad = match client
-                    .request(Method::POST, "/1/batch", Some(&body), false)
-                    .await
-                {
-                    Ok(v) => v.body.as_array().map_or(last - first, |a| {
-                        a.iter().filter(|r| r.get("success").is_none()).count() as u64
-                    }),
-                    Err(_) => last - first,
-                };
-                failed.fetch_add(bad, Ordering::Relaxed);
-                if last % 100_000 < BATCH && last > first {
-                    let done = last - have;
-                    eprintln!(
-                        "loaded {last}/{objects} ({:.0} objects/s)",
-                        done as f64 / started.elapsed().as_secs_f64()
-                    );
-                }
-            }
-        }));
-    }
-    for t in tasks {
-        t.await?;
-    }
-    let secs = started.elapsed().as_secs_f64();
-    eprintln!(
-        "loaded {} objects in {secs:.0} s ({:.0}/s)",
-        objects.saturating_sub(have),
-        objects.saturating_sub(have) as f64 / secs
-    );
-    Ok(failed.load(Ordering::Relaxed))
+    crate::batches::load(clients, have, objects, concurrency, "objects", |i, total| {
+        json!({"method": "POST", "path": format!("/1/classes/{CLASS}"), "body": item(i, total)})
+    })
+    .await
 }
 
 /// Declares the indexes of `INDEXED` (master key; each builds over the existing objects before

@@ -12,7 +12,7 @@ use basalt_client::{Client, Method};
 use chrono::{Duration as Span, Timelike, Utc};
 use serde_json::{json, Value};
 
-use crate::common::push::{FakeApns, FakeFcm, FakeWns, PushWebhook};
+use crate::common::push::{FakeApns, FakeFcm, FakeWns, OAuthFake, PushWebhook};
 use crate::common::{assert_api_error, register_user, TestCluster};
 
 async fn push(c: &Client, body: Value, master: bool) -> Result<String, basalt_client::Error> {

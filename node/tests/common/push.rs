@@ -387,7 +387,7 @@ impl Received {
 }
 
 #[derive(Default)]
-struct OAuthShared {
+pub struct OAuthShared {
     /// Access tokens handed out and still good.
     issued: Mutex<BTreeSet<String>>,
     token_requests: AtomicUsize,
@@ -430,6 +430,37 @@ impl OAuthShared {
 
 fn form(body: &[u8]) -> BTreeMap<String, String> {
     url::form_urlencoded::parse(body).into_owned().collect()
+}
+
+/// What the fake token-guarded services (FCM, WNS) saw.
+pub trait OAuthFake {
+    fn shared(&self) -> &OAuthShared;
+
+    /// Token requests received.
+    fn token_requests(&self) -> usize {
+        self.shared().token_requests.load(Ordering::SeqCst)
+    }
+
+    /// Messages received, in order.
+    fn received(&self) -> Vec<Received> {
+        self.shared()
+            .received
+            .lock()
+            .map(|r| r.clone())
+            .unwrap_or_default()
+    }
+}
+
+impl OAuthFake for FakeFcm {
+    fn shared(&self) -> &OAuthShared {
+        &self.shared
+    }
+}
+
+impl OAuthFake for FakeWns {
+    fn shared(&self) -> &OAuthShared {
+        &self.shared
+    }
 }
 
 /// Google's token endpoint and FCM's send endpoint on loopback (HTTP/1.1). The token endpoint
@@ -541,18 +572,6 @@ impl FakeFcm {
             "private_key_id": "k1", "private_key": key, "client_email": FCM_CLIENT,
             "token_uri": format!("http://127.0.0.1:{}/token", self.port)}})
     }
-
-    pub fn token_requests(&self) -> usize {
-        self.shared.token_requests.load(Ordering::SeqCst)
-    }
-
-    pub fn received(&self) -> Vec<Received> {
-        self.shared
-            .received
-            .lock()
-            .map(|r| r.clone())
-            .unwrap_or_default()
-    }
 }
 
 /// login.live.com's token endpoint and WNS channels on loopback (HTTP/1.1): the token endpoint
@@ -640,17 +659,5 @@ impl FakeWns {
         if let Ok(mut i) = self.shared.issued.lock() {
             i.clear();
         }
-    }
-
-    pub fn token_requests(&self) -> usize {
-        self.shared.token_requests.load(Ordering::SeqCst)
-    }
-
-    pub fn received(&self) -> Vec<Received> {
-        self.shared
-            .received
-            .lock()
-            .map(|r| r.clone())
-            .unwrap_or_default()
     }
 }
