@@ -39,6 +39,11 @@ pub enum Command {
         /// is refused with `Conflict`: a value set once, by whichever write comes first.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         unset: Vec<String>,
+        /// Fields the object must hold with exactly these values for the update to apply,
+        /// else it is refused with `Conflict`: a change made only if nothing changed them
+        /// since they were read (a dead device token removed unless the device sent a new one).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        holds: Vec<(String, Value)>,
     },
     /// Delete an object (`principals` as for `UpdateObject`).
     DeleteObject {

@@ -194,6 +194,7 @@ mod tests {
             }],
             principals: Some(vec!["*".into()]),
             unset: Vec::new(),
+            holds: Vec::new(),
         };
         let leader = openraft::impls::leader_id_adv::LeaderId {
             term: 3u64,

@@ -142,6 +142,7 @@ proptest! {
                     updates: updates.clone(),
                     principals: Some(vec!["*".into()]),
                     unset: Vec::new(),
+                    holds: Vec::new(),
                 };
                 let bytes = serde_json::to_vec(&cmd).unwrap();
                 let back: Command = serde_json::from_slice(&bytes).unwrap();

@@ -35,6 +35,7 @@ pub fn apply_command(st: &mut Staged<'_>, cmd: Command) -> Result<CommandResult>
             updates,
             principals,
             unset,
+            holds,
         } => apply_update(
             st,
             &app,
@@ -43,7 +44,7 @@ pub fn apply_command(st: &mut Staged<'_>, cmd: Command) -> Result<CommandResult>
             now_ms,
             &updates,
             principals.as_deref(),
-            &unset,
+            (&unset, &holds),
         ),
         Command::DeleteObject {
             app,
@@ -178,7 +179,7 @@ fn apply_update(
     now_ms: i64,
     updates: &[FieldUpdate],
     principals: Option<&[String]>,
-    unset: &[String],
+    (unset, holds): (&[String], &[(String, Value)]),
 ) -> Result<CommandResult> {
     let key = keys::object_key(st.group, app, class, object_id);
     let Some(bytes) = st.get(&key)? else {
@@ -195,6 +196,14 @@ fn apply_update(
     {
         return Ok(CommandResult::Rejected(Error::Conflict(format!(
             "{set} is already set"
+        ))));
+    }
+    if let Some((changed, _)) = holds
+        .iter()
+        .find(|(f, v)| obj.fields.get(f.as_str()) != Some(v))
+    {
+        return Ok(CommandResult::Rejected(Error::Conflict(format!(
+            "{changed} changed"
         ))));
     }
     let old = obj.clone();
@@ -489,6 +498,7 @@ mod tests {
             updates: parse_updates(body.as_object().unwrap()).unwrap(),
             principals: None,
             unset: Vec::new(),
+            holds: Vec::new(),
         }
     }
 
@@ -571,6 +581,34 @@ mod tests {
             (o.fields["token"].clone(), o.fields["n"].clone()),
             (json!("t1"), json!(1))
         );
+    }
+
+    /// An update that applies only while fields hold what the writer read.
+    #[test]
+    fn an_update_holding_values_applies_only_while_they_hold() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mut st = Staged::new(&store, GroupId::new(1));
+        apply_command(&mut st, create("o1", 1, json!({"token": "old"}))).unwrap();
+        let clear_if = |value: &str| {
+            let mut cmd = update("o1", 2, json!({"token": {"__op": "Delete"}}));
+            if let Command::UpdateObject { holds, .. } = &mut cmd {
+                *holds = vec![("token".into(), json!(value))];
+            }
+            cmd
+        };
+        // The device sent a new token meanwhile: the dead one's removal is refused.
+        apply_command(&mut st, update("o1", 2, json!({"token": "new"}))).unwrap();
+        assert!(matches!(
+            apply_command(&mut st, clear_if("old")).unwrap(),
+            CommandResult::Rejected(Error::Conflict(_))
+        ));
+        assert!(matches!(
+            apply_command(&mut st, clear_if("new")).unwrap(),
+            CommandResult::Updated { .. }
+        ));
+        store.write(st.into_batch().unwrap(), false).unwrap();
+        assert!(object(&store, "o1").unwrap().fields.get("token").is_none());
     }
 
     #[test]

@@ -206,6 +206,7 @@ mod tests {
             }],
             principals: None,
             unset: Vec::new(),
+            holds: Vec::new(),
         }
     }
 

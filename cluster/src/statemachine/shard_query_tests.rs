@@ -64,6 +64,7 @@ fn update(id: &str, now: i64, body: &Value) -> Command {
         updates: parse_updates(body.as_object().unwrap()).unwrap(),
         principals: None,
         unset: Vec::new(),
+        holds: Vec::new(),
     }
 }
 

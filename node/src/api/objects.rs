@@ -216,6 +216,7 @@ pub async fn apply_update(
         updates,
         principals,
         unset,
+        holds: Vec::new(),
     };
     let p = if settle {
         state.cluster.propose_settled(group, cmd).await

@@ -304,25 +304,13 @@ fn count(rec: &mut PushRecord, provider: &str, device_type: &str, d: &Delivery) 
 }
 
 /// Removes a token the provider called dead from its installation, if the installation still
-/// holds it, and frees it for another installation. Answers whether it was removed.
+/// holds it (checked on the shard with the write: a device that sent a new token meanwhile
+/// keeps it), and frees it for another installation. Answers whether it was removed.
 async fn remove_token(cluster: &Cluster, app: &basalt_cluster::names::AppId, m: &Message) -> bool {
     let field = match m.device_type.as_str() {
         "windows phone" => "notificationUri",
         _ => "deviceToken",
     };
-    let current = cluster
-        .get_object(app, INSTALLATION_CLASS, &m.installation)
-        .await
-        .ok()
-        .flatten();
-    if current
-        .as_ref()
-        .and_then(|o| o.get(field))
-        .and_then(Value::as_str)
-        != Some(&m.token)
-    {
-        return false;
-    }
     let updates = match basalt_cluster::update::parse_updates(
         &json!({field: {"__op": "Delete"}})
             .as_object()
@@ -341,6 +329,7 @@ async fn remove_token(cluster: &Cluster, app: &basalt_cluster::names::AppId, m: 
         updates,
         principals: None,
         unset: Vec::new(),
+        holds: vec![(field.to_string(), json!(m.token))],
     };
     match cluster.propose_object(group, cmd).await {
         Ok(_) => {
@@ -354,7 +343,8 @@ async fn remove_token(cluster: &Cluster, app: &basalt_cluster::names::AppId, m: 
             }
             true
         }
-        Err(ClusterError::ObjectNotFound) => false,
+        // Gone, or holding another token now.
+        Err(ClusterError::ObjectNotFound | ClusterError::Conflict(_)) => false,
         Err(e) => {
             tracing::warn!(installation = %m.installation, "dead token not removed: {e}");
             false

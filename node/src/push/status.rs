@@ -104,6 +104,7 @@ pub async fn update(
         updates,
         principals: None,
         unset: vec![FINISHED.into()],
+        holds: Vec::new(),
     };
     match cluster.propose_object(group, cmd).await {
         // Conflict: the push had already finished.

@@ -42,6 +42,7 @@ pub(super) async fn write_user(
         updates,
         principals: None,
         unset: Vec::new(),
+        holds: Vec::new(),
     };
     let group = cluster.shard_for(app, USER_CLASS, user_id);
     let proposed = if settle {

@@ -702,3 +702,50 @@ async fn android_and_windows_devices_go_through_fcm_and_wns() {
     assert!(raw.header("x-wns-ttl").is_none());
     let _ = phone;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_renewed_while_its_old_one_is_reported_dead_is_kept() {
+    let cluster = TestCluster::start(3, &[], &[]).await;
+    let hook = PushWebhook::start().await;
+    cluster.set_app_settings(hook.settings()).await;
+    let m = cluster.master_client(0);
+    let device = installation(
+        &cluster.client(1),
+        json!({"deviceType": "android", "installationId": "renewing", "deviceToken": "dead-old"}),
+    )
+    .await;
+    // The webhook holds its answer (which calls the old token dead) while the device, through
+    // another node, registers its new token.
+    hook.delay(2_000);
+    let id = push(&m, json!({"data": {"alert": "x"}}), true)
+        .await
+        .unwrap();
+    hook.wait_reached(&id, 1, Duration::from_secs(20)).await;
+    let r = cluster
+        .client(2)
+        .request(
+            Method::POST,
+            "/1/installations",
+            Some(&json!({"deviceType": "android", "installationId": "renewing", "deviceToken": "fresh-new"})),
+            false,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.status, r.body["objectId"].as_str()),
+        (200, Some(device.as_str()))
+    );
+    let status = finished_status(&m, &id, Duration::from_secs(30)).await;
+    assert_eq!(status["tokensRemoved"], 0, "{status}");
+    let stored = m
+        .request(
+            Method::GET,
+            &format!("/1/installations/{device}"),
+            None,
+            true,
+        )
+        .await
+        .unwrap()
+        .body;
+    assert_eq!(stored["deviceToken"], "fresh-new", "{stored}");
+}
