@@ -58,7 +58,7 @@ pub trait Provider: Send + Sync {
 pub fn message_id(push_id: &str, installation: &str) -> String {
     use md5::{Digest, Md5};
     let d = Md5::digest(format!("{push_id}/{installation}").as_bytes());
-    let h: String = d.iter().map(|b| format!("{b:02x}")).collect();
+    let h = hex(&d);
     format!(
         "{}-{}-{}-{}-{}",
         &h[0..8],
@@ -117,10 +117,12 @@ pub fn origin(url: &str) -> Option<String> {
 /// holds the secret, not by its public ids alone).
 pub fn secret_digest(secret: &str) -> String {
     use sha2::{Digest, Sha256};
-    Sha256::digest(secret.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex(&Sha256::digest(secret.as_bytes()))
+}
+
+/// Lowercase hex of bytes (digests, signatures).
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The HTTP client of the providers, with their retry rule.

@@ -19,7 +19,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use sha2::Sha256;
 
-use crate::push::delivery::{Batch, Delivery, HttpSender, Provider};
+use crate::push::delivery::{hex, Batch, Delivery, HttpSender, Provider};
 use crate::push::settings::WebhookSettings;
 
 /// The longest answer body read.
@@ -83,13 +83,7 @@ fn body(batch: &Batch<'_>) -> Value {
 pub fn signature(secret: &str, body: &[u8]) -> Option<String> {
     let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(secret.as_bytes()).ok()?;
     mac.update(body);
-    let hex: String = mac
-        .finalize()
-        .into_bytes()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    Some(format!("sha256={hex}"))
+    Some(format!("sha256={}", hex(&mac.finalize().into_bytes())))
 }
 
 #[async_trait::async_trait]
