@@ -865,25 +865,42 @@ async fn a_listing_whose_client_left_stops_on_every_node() {
     };
     assert_eq!(cancelled().await, (0.0, 0.0));
     let both = |(here, peers): (f64, f64)| here >= 1.0 && peers >= 1.0;
-    // Clients leaving after 1 to 12 ms: the coordinator's own shards are read sooner than its
-    // peers answer, so the earliest leavers catch its read and the later ones the peers'
-    // (how soon depends on the machine's load: the range is wide and tried up to 80 times).
-    let impatient: Vec<_> = [1, 2, 3, 4, 5, 6, 8, 12]
-        .into_iter()
-        .map(|ms| {
-            cluster
-                .client(0)
-                .with_timeout(std::time::Duration::from_millis(ms))
-                .unwrap()
-        })
-        .collect();
+    // How long the whole listing takes through node 1 here (the slowest of three tries).
+    let mut whole = std::time::Duration::ZERO;
+    for _ in 0..3 {
+        let began = std::time::Instant::now();
+        get(&cluster.client(0), &path).await;
+        whole = whole.max(began.elapsed());
+    }
+    // Clients that send the listing and hang up after 4% to 96% of that time, to the
+    // microsecond (a client library's timeout counts whole milliseconds, longer than the
+    // coordinator's own read on a fast machine): the coordinator's own shards are read sooner
+    // than its peers answer, so the earliest leavers catch its read and the later ones the
+    // peers' (tried up to 96 times, as the machine's load moves both).
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: x\r\nX-Service-Application-Id: {}\r\n\
+         X-Service-REST-API-Key: {}\r\n\r\n",
+        cluster.keys.application_id, cluster.keys.rest_key
+    );
+    let addr = cluster.nodes[0].http.clone();
     let mut abandoned = 0;
-    for attempt in 0..80 {
-        if impatient[attempt % impatient.len()]
-            .request(Method::GET, &path, None, false)
-            .await
-            .is_err()
-        {
+    for attempt in 0..96u32 {
+        let patience = whole * (attempt % 24 + 1) / 25;
+        let (addr, request) = (addr.clone(), request.clone());
+        let answered = tokio::task::spawn_blocking(move || {
+            use std::io::{Read, Write};
+            let mut conn = std::net::TcpStream::connect(&addr).expect("connect");
+            conn.write_all(request.as_bytes())
+                .expect("send the listing");
+            std::thread::sleep(patience);
+            conn.set_nonblocking(true).expect("nonblocking");
+            let mut buf = [0u8; 64];
+            // Whether the answer had begun before the client hung up (drop closes it).
+            matches!(conn.read(&mut buf), Ok(n) if n > 0)
+        })
+        .await
+        .unwrap();
+        if !answered {
             abandoned += 1;
         }
         if both(cancelled().await) {
