@@ -53,11 +53,17 @@ pub enum Namespace {
     FileGone,
     /// Accepted pushes and their fan-out's progress (metadata group, key `app/pushId`).
     Push,
+    /// Deployed cloud functions (metadata group, key `app/name`).
+    Function,
+    /// Which functions are triggers of a class (metadata group, key `app/class/event/name`).
+    FunctionTrigger,
+    /// Scheduled functions' last tick and run counts (metadata group, key `app/name`).
+    FunctionRun,
 }
 
 impl Namespace {
     /// Every namespace.
-    pub const ALL: [Namespace; 22] = [
+    pub const ALL: [Namespace; 25] = [
         Namespace::Schema,
         Namespace::Node,
         Namespace::Cluster,
@@ -80,6 +86,9 @@ impl Namespace {
         Namespace::File,
         Namespace::FileGone,
         Namespace::Push,
+        Namespace::Function,
+        Namespace::FunctionTrigger,
+        Namespace::FunctionRun,
     ];
 
     /// The stored name (never changes: it is in keys on disk and in the Raft log).
@@ -107,6 +116,9 @@ impl Namespace {
             Namespace::File => "file",
             Namespace::FileGone => "file_gone",
             Namespace::Push => "push",
+            Namespace::Function => "function",
+            Namespace::FunctionTrigger => "function_trigger",
+            Namespace::FunctionRun => "function_run",
         }
     }
 

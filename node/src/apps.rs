@@ -88,6 +88,9 @@ pub struct AppRecord {
     /// The providers the app pushes through (`push::settings`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub push: Option<crate::push::settings::PushSettings>,
+    /// Limits of the app's cloud functions (`functions::settings`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub functions: Option<crate::functions::settings::FunctionSettings>,
 }
 
 /// Who may delete an app's files (`fileDelete`).
@@ -153,6 +156,7 @@ impl AppRecord {
             private_files: false,
             client_push: false,
             push: None,
+            functions: None,
         }
     }
 

@@ -19,6 +19,7 @@ pub mod config;
 pub mod connections;
 pub mod dev;
 pub mod files;
+pub mod functions;
 pub mod images;
 pub mod installations;
 pub mod json_text;

@@ -175,6 +175,10 @@ pub struct ServiceArgs {
     /// that carry Raft heartbeats.
     #[arg(long, default_value_t = 0, env = "BASALT_BULK_READ_THREADS")]
     pub bulk_read_threads: usize,
+    /// Cloud function invocations one node runs at once, each on its own thread (0: four per
+    /// core); one more waits for a slot up to its wall time, then answers 503.
+    #[arg(long, default_value_t = 0, env = "BASALT_FUNCTION_THREADS")]
+    pub function_threads: usize,
     /// Name of the file storage: answered as `cdn` and the first part of files' url paths.
     /// Keep it when changing `--files-backend`: earlier files' urls name it.
     #[arg(long, default_value = "basalt", value_parser = parse_cdn_name, env = "BASALT_FILES_CDN")]
@@ -370,6 +374,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             mailer: mailer(&args)?,
             sms: sms_provider(&args)?,
             identity: IdentityProviders::new(&args.service.auth_endpoints)?,
+            functions: crate::functions::runner::Runner::new(function_threads(
+                args.service.function_threads,
+            ))?,
         },
         args.service
             .public_url
@@ -387,6 +394,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             mail: args.service.mail_requests_per_ip,
         },
     );
+    tokio::spawn(crate::functions::cron::run(
+        cluster.clone(),
+        crate::api::functions::scheduled(state.clone()),
+    ));
     if args.init {
         let (c, dir, http) = (
             cluster.clone(),
@@ -413,6 +424,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     crate::server::serve(listener, state, limits, shutdown_signal()).await?;
     cluster.shutdown().await;
     Ok(())
+}
+
+/// `--function-threads`, with 0 for four per core.
+fn function_threads(asked: usize) -> usize {
+    match asked {
+        0 => 4 * std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    }
 }
 
 /// The mailer `--smtp-url` asks for, or the dev outbox.

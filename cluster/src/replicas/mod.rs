@@ -331,6 +331,15 @@ impl Replicas {
         live_records_with_prefix(&self.inner.store, META_GROUP, ns.name(), "", now_ms())
     }
 
+    /// As `local_meta_records`, for the keys that start with `prefix` only.
+    pub fn local_meta_records_with_prefix(
+        &self,
+        ns: Namespace,
+        prefix: &str,
+    ) -> Result<Vec<(String, Value)>> {
+        live_records_with_prefix(&self.inner.store, META_GROUP, ns.name(), prefix, now_ms())
+    }
+
     /// One record of the metadata group from this node's replica (may lag the leader).
     pub fn local_meta_record(&self, ns: Namespace, key: &str) -> Result<Option<Value>> {
         let state = ReplicaState {

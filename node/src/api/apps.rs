@@ -18,6 +18,7 @@ use basalt_cluster::error::clip;
 use crate::apps::{
     find_app, list_apps, put_app, update_app, AppRecord, AuthProvider, SAFE_TOKEN_LEN,
 };
+use crate::functions::settings::FunctionSettings;
 use crate::push::settings::PushSettings;
 use crate::users::third_party::providers::VERIFIED_PLATFORMS;
 
@@ -158,6 +159,13 @@ fn settings(body: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
                 v => {
                     let push = PushSettings::parse(v).map_err(ApiError::InvalidBody)?;
                     serde_json::to_value(push).map_err(|e| ApiError::fault("encoding apps", e))?
+                }
+            },
+            "functions" => match v {
+                Value::Null => Value::Null,
+                v => {
+                    let f = FunctionSettings::parse(v).map_err(ApiError::InvalidBody)?;
+                    serde_json::to_value(f).map_err(|e| ApiError::fault("encoding apps", e))?
                 }
             },
             "fileDelete" => match v.as_str() {

@@ -59,13 +59,17 @@ pub struct Shared {
     pub roles: crate::users::roles::RoleGraphs,
     /// Thumbnails and watermarks of stored images, with this node's cache of them.
     pub images: crate::images::Images,
+    /// Where cloud functions run (this node's slots for them).
+    pub functions: crate::functions::runner::Runner,
 }
 
-/// The services outside the cluster the API talks to.
+/// What the API hands work to besides the cluster: the services outside the node it talks to,
+/// and the runner of cloud functions.
 pub struct Outside {
     pub mailer: Arc<dyn crate::mail::Mailer>,
     pub sms: Arc<dyn crate::sms::provider::SmsProvider>,
     pub identity: crate::users::third_party::providers::IdentityProviders,
+    pub functions: crate::functions::runner::Runner,
 }
 
 impl AppState {
@@ -91,6 +95,7 @@ impl AppState {
             identity: outside.identity,
             roles: Default::default(),
             images: Default::default(),
+            functions: outside.functions,
         }))
     }
 }

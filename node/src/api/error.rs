@@ -15,6 +15,7 @@ use crate::auth::password::PasswordError;
 use crate::auth::AuthError;
 use crate::captcha::CaptchaError;
 use crate::files::FilesError;
+use crate::functions::FunctionsError;
 use crate::images::ImageError;
 use crate::installations::InstallationError;
 use crate::push::request::PushRequestError;
@@ -208,6 +209,15 @@ pub enum ApiError {
     /// A video snapshot: ffmpeg cannot run on this node (156).
     #[error("{0}")]
     NoFfmpeg(String),
+    /// No callable function of that name (311).
+    #[error("{0}")]
+    FunctionNotFound(String),
+    /// A function threw, timed out or ran out of memory (310).
+    #[error("{0}")]
+    FunctionFailed(String),
+    /// A trigger refused a write with its own code.
+    #[error("{message}")]
+    TriggerRefused { code: u32, message: String },
     #[error("not found")]
     RouteNotFound,
     #[error("method not allowed")]
@@ -369,6 +379,9 @@ impl ApiError {
             ApiError::NoFfmpeg(_) => 156,
             ApiError::FilePrivate(_) => 403,
             ApiError::FileSessionRequired(_) => 206,
+            ApiError::FunctionNotFound(_) => 311,
+            ApiError::FunctionFailed(_) => 310,
+            ApiError::TriggerRefused { code, .. } => *code,
             ApiError::RouteNotFound => 404,
             ApiError::MethodNotAllowed => 405,
             ApiError::Unavailable(_) | ApiError::Timeout(_) | ApiError::Overloaded(_) => 503,
@@ -379,9 +392,10 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
-            ApiError::ObjectNotFound(_) | ApiError::LoginFailed | ApiError::RouteNotFound => {
-                StatusCode::NOT_FOUND
-            }
+            ApiError::ObjectNotFound(_)
+            | ApiError::LoginFailed
+            | ApiError::RouteNotFound
+            | ApiError::FunctionNotFound(_) => StatusCode::NOT_FOUND,
             ApiError::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
@@ -459,7 +473,9 @@ impl ApiError {
             | ApiError::ImageLongEdge(_)
             | ApiError::ImageShortEdge(_)
             | ApiError::NoVideoFrame(_)
-            | ApiError::FileSessionRequired(_) => StatusCode::BAD_REQUEST,
+            | ApiError::FileSessionRequired(_)
+            | ApiError::FunctionFailed(_)
+            | ApiError::TriggerRefused { .. } => StatusCode::BAD_REQUEST,
         }
     }
 
@@ -498,6 +514,19 @@ impl From<ClusterError> for ApiError {
             | ClusterError::Storage(_)
             | ClusterError::NotApplied(_)
             | ClusterError::Internal(_)) => ApiError::fault("cluster", e),
+        }
+    }
+}
+
+impl From<FunctionsError> for ApiError {
+    fn from(e: FunctionsError) -> Self {
+        match e {
+            e @ FunctionsError::NotFound(_) => ApiError::FunctionNotFound(e.to_string()),
+            FunctionsError::Invalid(m) => ApiError::InvalidBody(m),
+            FunctionsError::Failed(m) => ApiError::FunctionFailed(m),
+            e @ FunctionsError::Contended(_) => ApiError::Unavailable(e.to_string()),
+            e @ FunctionsError::Corrupt(_) => ApiError::fault("functions", e),
+            FunctionsError::Cluster(e) => e.into(),
         }
     }
 }
@@ -891,10 +920,13 @@ mod tests {
             ApiError::PushBadTime(_) => 79,
             ApiError::PushBadInterval(_) => 80,
             ApiError::PushTimePast(_) => 81,
+            ApiError::FunctionNotFound(_) => 82,
+            ApiError::FunctionFailed(_) => 83,
+            ApiError::TriggerRefused { .. } => 84,
         }
     }
 
-    const VARIANTS: usize = 82;
+    const VARIANTS: usize = 85;
 
     /// Every variant with its documented status and code (docs/api.md, "Errors").
     #[test]
@@ -979,6 +1011,16 @@ mod tests {
             (ApiError::FileNotFound("x".into()), 400, 151),
             (ApiError::FilesNotDeleted(serde_json::json!({})), 400, 154),
             (ApiError::FileTooLarge(1), 400, 1500),
+            (ApiError::FunctionNotFound("x".into()), 404, 311),
+            (ApiError::FunctionFailed("x".into()), 400, 310),
+            (
+                ApiError::TriggerRefused {
+                    code: 142,
+                    message: "x".into(),
+                },
+                400,
+                142,
+            ),
             (ApiError::ImageInvalid("x".into()), 400, 160),
             (ApiError::ImageMode("x".into()), 400, 161),
             (ApiError::ImageWidth("x".into()), 400, 162),

@@ -15,6 +15,7 @@ pub mod context;
 pub mod email;
 pub mod error;
 pub mod files;
+pub mod functions;
 pub mod installations;
 pub mod objects;
 pub mod ops;
@@ -23,6 +24,7 @@ pub mod roles;
 pub mod schemas;
 pub mod sms;
 pub mod timestamp;
+pub mod triggers;
 pub mod users;
 
 use axum::middleware::from_fn_with_state;
@@ -113,6 +115,12 @@ pub fn table() -> Vec<Route<AppState>> {
             DELETE => installations::delete_installation),
         route!(App, "/1/push", GET => push::query_push_statuses, POST => push::send_push),
         route!(Master, "/1/push/{id}", GET => push::get_push_status),
+        // Cloud functions (spec 4.11; deploy, list and delete need the master key, checked by
+        // the handlers: a call needs only the app's keys).
+        route!(App, "/1/functions", GET => functions::list_functions),
+        route!(App, "/1/functions/{name}",
+            POST => functions::call_function, PUT => functions::deploy_function,
+            GET => functions::get_function, DELETE => functions::delete_function),
         // Roles (spec 4.6).
         route!(App, "/1/roles", GET => roles::query_roles, POST => roles::create_role),
         route!(App, "/1/roles/{id}",

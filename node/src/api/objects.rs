@@ -22,6 +22,9 @@ use serde_json::{json, Value};
 
 use super::context::{ApiBody, ApiQuery, AppState, ClassPath, ObjectPath, RequestCtx};
 use super::error::ApiError;
+use super::functions::CallDepth;
+use super::triggers;
+use crate::functions::record::TriggerEvent;
 use crate::query;
 use crate::query::params::ListParams;
 use crate::query::projection::{expand, parse_include};
@@ -108,13 +111,26 @@ pub fn created_response(
 pub async fn create_object(
     State(state): State<AppState>,
     ctx: RequestCtx,
+    CallDepth(depth): CallDepth,
     ClassPath(class): ClassPath,
     body: ApiBody,
 ) -> Result<Response, ApiError> {
     let body = body.object()?;
-    let updates = parse_updates(&body)?;
+    let mut updates = parse_updates(&body)?;
+    if let Some(body) = triggers::before_save(&state, &ctx, depth, &class, None, &body).await? {
+        updates = parse_updates(&body)?;
+    }
     let object_id = ObjectId::random();
     let (created_ms, group, p) = create_in(&state, &ctx, &class, &object_id, updates).await?;
+    triggers::after_write(
+        &state,
+        &ctx,
+        depth,
+        TriggerEvent::AfterSave,
+        &class,
+        &object_id,
+        None,
+    );
     let path = format!("/1/classes/{class}/{object_id}");
     Ok(created_response(
         &state.public_url,
@@ -250,13 +266,28 @@ pub fn updated_response(
 pub async fn update_object(
     State(state): State<AppState>,
     ctx: RequestCtx,
+    CallDepth(depth): CallDepth,
     ObjectPath(class, object_id): ObjectPath,
     body: ApiBody,
 ) -> Result<Response, ApiError> {
     let body = body.object()?;
-    let updates = parse_updates(&body)?;
+    let mut updates = parse_updates(&body)?;
+    let id = Some(&object_id);
+    if let Some(body) = triggers::before_save(&state, &ctx, depth, &class, id, &body).await? {
+        updates = parse_updates(&body)?;
+    }
     let who = principals(&state.cluster, &state.roles, &ctx).await?;
-    update_in(&state, &ctx, &class, &object_id, updates, who.to_acl()).await
+    let resp = update_in(&state, &ctx, &class, &object_id, updates, who.to_acl()).await?;
+    triggers::after_write(
+        &state,
+        &ctx,
+        depth,
+        TriggerEvent::AfterSave,
+        &class,
+        &object_id,
+        None,
+    );
+    Ok(resp)
 }
 
 /// Deletes an object the caller may write (101 otherwise; `principals` as for `update_in`).
@@ -290,10 +321,17 @@ pub async fn delete_in(
 pub async fn delete_object(
     State(state): State<AppState>,
     ctx: RequestCtx,
+    CallDepth(depth): CallDepth,
     ObjectPath(class, object_id): ObjectPath,
 ) -> Result<Response, ApiError> {
     let who = principals(&state.cluster, &state.roles, &ctx).await?;
-    delete_in(&state, &ctx, &class, &object_id, who.to_acl()).await
+    let gone = triggers::before_delete(&state, &ctx, depth, &class, &object_id).await?;
+    let resp = delete_in(&state, &ctx, &class, &object_id, who.to_acl()).await?;
+    if let Some(gone) = gone {
+        let event = TriggerEvent::AfterDelete;
+        triggers::after_write(&state, &ctx, depth, event, &class, &object_id, Some(gone));
+    }
+    Ok(resp)
 }
 
 /// Lists a class as the caller may see it, with the parameters of spec 4.3 (`where`, `order`,

@@ -16,6 +16,7 @@ mod cloud_query;
 mod email;
 mod files;
 mod files_s3;
+mod functions;
 mod images;
 mod installations;
 mod limits;

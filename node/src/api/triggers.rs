@@ -1,0 +1,224 @@
+//! A class's triggers around its writes (decisions/0023 §4): `api::objects` calls these for
+//! creates, updates and deletes of user classes (`/1/classes/<class>`, alone or in a batch, or
+//! from a function's data calls), on the node that received the request, before anything is
+//! proposed — so the state machines apply plain commands and stay deterministic. A class's
+//! `beforeSave` functions run in name order, each seeing the body as the one before left it;
+//! it may change `request.object` (or return the object to save) or throw to refuse the write,
+//! with its `Basalt.Error` code (310 for an error without one). `beforeDelete` may refuse a
+//! delete. `afterSave` and `afterDelete` run once the write is committed, without holding up
+//! the answer; their failures are logged and counted, never undo the write.
+
+use basalt_cluster::names::ObjectId;
+use serde_json::{json, Map, Value};
+
+use super::context::{AppState, RequestCtx};
+use super::error::ApiError;
+use super::functions::{caller_user, failed, invoke};
+use crate::functions::engine::RunError;
+use crate::functions::record::{self, FunctionRecord, TriggerEvent};
+
+/// A class's triggers for `event`, from this node's replica.
+fn triggers_of(
+    state: &AppState,
+    ctx: &RequestCtx,
+    class: &str,
+    event: TriggerEvent,
+) -> Result<Vec<FunctionRecord>, ApiError> {
+    Ok(record::local_triggers(
+        &state.cluster,
+        &ctx.app.application_id,
+        class,
+        event,
+    )?)
+}
+
+/// Whether a class has triggers for any of `events` (a write without them pays nothing more).
+pub fn has_any(state: &AppState, ctx: &RequestCtx, class: &str, events: &[TriggerEvent]) -> bool {
+    events
+        .iter()
+        .any(|e| triggers_of(state, ctx, class, *e).is_ok_and(|t| !t.is_empty()))
+}
+
+/// A refusing trigger's error: its own code when it threw a `Basalt.Error`, 310 otherwise.
+fn refused(e: RunError) -> ApiError {
+    match e {
+        RunError::Thrown(t) => match t.code.and_then(|c| u32::try_from(c).ok()) {
+            Some(code) if code > 0 => ApiError::TriggerRefused {
+                code,
+                message: t.message,
+            },
+            _ => failed(RunError::Thrown(t)),
+        },
+        e => failed(e),
+    }
+}
+
+fn base_request(
+    event: TriggerEvent,
+    class: &str,
+    object_id: Option<&ObjectId>,
+    user: &Value,
+    ctx: &RequestCtx,
+) -> Map<String, Value> {
+    let mut r = Map::new();
+    r.insert("triggerName".into(), json!(event.name()));
+    r.insert("className".into(), json!(class));
+    r.insert(
+        "objectId".into(),
+        object_id.map_or(Value::Null, |id| json!(id.to_string())),
+    );
+    r.insert("user".into(), user.clone());
+    r.insert("master".into(), json!(ctx.master));
+    r
+}
+
+/// The object as stored (for `request.original` and after-triggers), read as the service.
+async fn stored(
+    state: &AppState,
+    ctx: &RequestCtx,
+    class: &str,
+    id: &ObjectId,
+) -> Result<Value, ApiError> {
+    Ok(state
+        .cluster
+        .get_object(&ctx.app.application_id, class, id)
+        .await
+        .map_err(|e| ApiError::from_cluster(e, id))?
+        .unwrap_or(Value::Null))
+}
+
+/// Runs the class's `beforeSave` triggers over a create (`object_id` none) or update body;
+/// answers the body to write instead, when the class has any.
+pub async fn before_save(
+    state: &AppState,
+    ctx: &RequestCtx,
+    depth: u8,
+    class: &str,
+    object_id: Option<&ObjectId>,
+    body: &Map<String, Value>,
+) -> Result<Option<Map<String, Value>>, ApiError> {
+    let triggers = triggers_of(state, ctx, class, TriggerEvent::BeforeSave)?;
+    if triggers.is_empty() {
+        return Ok(None);
+    }
+    let mut body = body.clone();
+    let user = caller_user(state, ctx).await?;
+    let original = match object_id {
+        Some(id) => stored(state, ctx, class, id).await?,
+        None => Value::Null,
+    };
+    for t in triggers {
+        let mut request = base_request(TriggerEvent::BeforeSave, class, object_id, &user, ctx);
+        request.insert("object".into(), Value::Object(body.clone()));
+        request.insert("original".into(), original.clone());
+        // The object to save: what the trigger returns, or `request.object` as it left it.
+        let mut wrapped = t.clone();
+        wrapped.source = format!(
+            "const __returned = await (async (request) => {{ {}\n}})(request); \
+             return {{ returned: __returned, object: request.object }};",
+            t.source
+        );
+        let out = invoke(state, ctx, depth, &wrapped, Value::Object(request))
+            .await
+            .map_err(refused)?;
+        body = match (&out["returned"], &out["object"]) {
+            (Value::Object(o), _) => o.clone(),
+            (_, Value::Object(o)) => o.clone(),
+            _ => {
+                return Err(ApiError::TriggerRefused {
+                    code: 310,
+                    message: format!(
+                        "beforeSave {} left request.object without an object",
+                        t.name
+                    ),
+                })
+            }
+        };
+    }
+    Ok(Some(body))
+}
+
+/// Runs the class's `beforeDelete` triggers (which may refuse the delete); answers the object
+/// as it was, for `afterDelete` (when the class has one).
+pub async fn before_delete(
+    state: &AppState,
+    ctx: &RequestCtx,
+    depth: u8,
+    class: &str,
+    object_id: &ObjectId,
+) -> Result<Option<Value>, ApiError> {
+    let before = triggers_of(state, ctx, class, TriggerEvent::BeforeDelete)?;
+    let after = has_any(state, ctx, class, &[TriggerEvent::AfterDelete]);
+    if before.is_empty() && !after {
+        return Ok(None);
+    }
+    let object = stored(state, ctx, class, object_id).await?;
+    if !before.is_empty() {
+        let user = caller_user(state, ctx).await?;
+        for t in before {
+            let mut request = base_request(
+                TriggerEvent::BeforeDelete,
+                class,
+                Some(object_id),
+                &user,
+                ctx,
+            );
+            request.insert("object".into(), object.clone());
+            invoke(state, ctx, depth, &t, Value::Object(request))
+                .await
+                .map_err(refused)?;
+        }
+    }
+    Ok(Some(object))
+}
+
+/// Starts the class's after-triggers of a committed write (`afterSave` with the object as
+/// stored now, `afterDelete` with the object as it was), without waiting for them.
+pub fn after_write(
+    state: &AppState,
+    ctx: &RequestCtx,
+    depth: u8,
+    event: TriggerEvent,
+    class: &str,
+    object_id: &ObjectId,
+    gone: Option<Value>,
+) {
+    let triggers = match triggers_of(state, ctx, class, event) {
+        Ok(t) if !t.is_empty() => t,
+        Ok(_) => return,
+        Err(e) => {
+            tracing::warn!(class, "{} triggers not read: {e}", event.name());
+            return;
+        }
+    };
+    let (state, ctx, class, id) = (
+        state.clone(),
+        ctx.clone(),
+        class.to_string(),
+        object_id.clone(),
+    );
+    let work = async move {
+        let object = match gone {
+            Some(o) => o,
+            None => match stored(&state, &ctx, &class, &id).await {
+                Ok(o) => o,
+                Err(e) => {
+                    tracing::warn!(class, "afterSave object not read: {e}");
+                    return;
+                }
+            },
+        };
+        let user = caller_user(&state, &ctx).await.unwrap_or(Value::Null);
+        for t in triggers {
+            let mut request = base_request(event, &class, Some(&id), &user, &ctx);
+            request.insert("object".into(), object.clone());
+            if let Err(e) = invoke(&state, &ctx, depth, &t, Value::Object(request)).await {
+                tracing::warn!(class, function = %t.name, "{} failed: {e}", event.name());
+            }
+        }
+    };
+    match basalt_cluster::request_id::current() {
+        Some(id) => tokio::spawn(basalt_cluster::request_id::scope(id, work)),
+        None => tokio::spawn(work),
+    };
+}

@@ -1,0 +1,39 @@
+//! Cloud functions (spec 4.11, decisions/0023): JavaScript that apps deploy and run inside the
+//! node. `record` stores each function in the metadata group (with the trigger index that
+//! finds a class's triggers); `settings` holds an app's limits; `engine` runs one invocation
+//! in a fresh QuickJS sandbox; `runner` gives each invocation its thread, within the node's
+//! bounds, and counts it; `host` is what a running function may ask of the node (the data API
+//! through the node's own router, timers, allow-listed `fetch`, the log), over the `prelude`
+//! script; `cron` runs the scheduled ones on the leader-elected scheduler's node. Callers:
+//! `api::functions` (deploy, list, call, and the invocations of the others),
+//! `api::triggers` (a class's hooks around its writes), `serve` (the runner and the cron loop).
+
+pub mod cron;
+pub mod engine;
+pub mod host;
+pub mod record;
+pub mod runner;
+pub mod settings;
+
+use basalt_cluster::Error as ClusterError;
+
+/// Why a function could not be deployed, found or run.
+#[derive(Debug, thiserror::Error)]
+pub enum FunctionsError {
+    /// No function of that name (311).
+    #[error("Function {0} not found.")]
+    NotFound(String),
+    /// A deploy the API refuses: bad name, source or options (107).
+    #[error("{0}")]
+    Invalid(String),
+    /// The function ran and failed: threw, timed out, ran out of memory (310).
+    #[error("{0}")]
+    Failed(String),
+    /// Concurrent deploys of one function kept changing it.
+    #[error("the function {0} is being changed by another request; try again")]
+    Contended(String),
+    #[error("function record: {0}")]
+    Corrupt(String),
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+}

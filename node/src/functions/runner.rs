@@ -1,0 +1,140 @@
+//! Where invocations run: each on its own thread, never on the async runtime's workers, so a
+//! busy or runaway function cannot hold up the node's other requests or Raft's heartbeats.
+//! A node admits at most `--function-threads` invocations started by clients, triggers and
+//! the scheduler at once; one more waits for a slot up to its wall time, then answers 503.
+//! Invocations a running function starts itself (calling another function, or a write that
+//! runs a trigger) are nested: they take no slot (waiting for one could deadlock on the
+//! slots their callers hold) and are bounded by depth (`MAX_DEPTH`) instead. Metrics per
+//! function: `basalt_function_calls_total{app,function,outcome}` and
+//! `basalt_function_seconds{app,function}`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::Value;
+use tokio::sync::Semaphore;
+
+use super::engine::{self, Host, Limits, Program, RunError};
+
+/// How deep functions may call each other (or write through triggers) within one request.
+pub const MAX_DEPTH: u8 = 8;
+/// Stack a function's thread has beyond its interpreter's limit (Rust and C frames).
+const THREAD_STACK_MARGIN: usize = 2 << 20;
+
+/// The script that gives functions `Basalt`, `fetch` and timers (over `__host`).
+pub const PRELUDE: &str = include_str!("prelude.js");
+
+/// One invocation to run.
+pub struct Invocation {
+    pub app: String,
+    pub function: String,
+    /// The body of the async function of `request`.
+    pub body: String,
+    pub request: Value,
+    pub limits: Limits,
+    pub host: Arc<dyn Host>,
+    /// 0 for an invocation from outside; one more for each function or trigger it starts.
+    pub depth: u8,
+}
+
+/// The node's function slots.
+#[derive(Clone)]
+pub struct Runner {
+    slots: Arc<Semaphore>,
+    runtime: tokio::runtime::Handle,
+    /// `fetch`'s client (no redirects: each url is checked against the allow list).
+    http: reqwest::Client,
+}
+
+/// Trips its flag when dropped: the awaiting request went away, the invocation should stop.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Runner {
+    /// A runner with `threads` slots (at least one), on the current async runtime.
+    pub fn new(threads: usize) -> Result<Runner, reqwest::Error> {
+        Ok(Runner {
+            slots: Arc::new(Semaphore::new(threads.max(1))),
+            runtime: tokio::runtime::Handle::current(),
+            http: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()?,
+        })
+    }
+
+    /// The client `fetch` uses.
+    pub fn http(&self) -> reqwest::Client {
+        self.http.clone()
+    }
+
+    /// Runs `inv` to its end; what the function's promise resolved to, as JSON.
+    pub async fn run(&self, inv: Invocation) -> Result<Value, RunError> {
+        let started = Instant::now();
+        let labels = [("app", inv.app.clone()), ("function", inv.function.clone())];
+        let outcome = self.run_uncounted(inv).await;
+        let kind = match &outcome {
+            Ok(_) => "ok",
+            Err(RunError::Thrown(_)) => "error",
+            Err(RunError::Timeout(_)) => "timeout",
+            Err(RunError::OutOfMemory(_)) => "memory",
+            Err(RunError::StackOverflow) => "stack",
+            Err(RunError::Busy) => "busy",
+            Err(RunError::Cancelled) => "cancelled",
+            Err(RunError::Compile(_) | RunError::NeverSettles | RunError::Engine(_)) => "failed",
+            Err(RunError::TooDeep) => "depth",
+        };
+        metrics::counter!(
+            "basalt_function_calls_total",
+            &[
+                ("app", labels[0].1.clone()),
+                ("function", labels[1].1.clone()),
+                ("outcome", kind.to_string()),
+            ]
+        )
+        .increment(1);
+        metrics::histogram!("basalt_function_seconds", &labels)
+            .record(started.elapsed().as_secs_f64());
+        outcome
+    }
+
+    async fn run_uncounted(&self, inv: Invocation) -> Result<Value, RunError> {
+        if inv.depth > MAX_DEPTH {
+            return Err(RunError::TooDeep);
+        }
+        let _slot = match inv.depth {
+            0 => Some(
+                tokio::time::timeout(inv.limits.wall, self.slots.clone().acquire_owned())
+                    .await
+                    .map_err(|_| RunError::Busy)?
+                    .map_err(|_| RunError::Busy)?,
+            ),
+            _ => None,
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let _stop_on_drop = StopOnDrop(stop.clone());
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let runtime = self.runtime.clone();
+        let stack = inv.limits.stack_bytes + THREAD_STACK_MARGIN;
+        std::thread::Builder::new()
+            .name("basalt-function".into())
+            .stack_size(stack)
+            .spawn(move || {
+                let program = Program {
+                    prelude: PRELUDE,
+                    name: &inv.function,
+                    body: &inv.body,
+                };
+                let r = engine::run(&program, &inv.request, inv.limits, inv.host, &runtime, stop);
+                let _ = tx.send(r);
+            })
+            .map_err(|e| RunError::Engine(format!("starting a function thread: {e}")))?;
+        rx.await
+            .unwrap_or_else(|_| Err(RunError::Engine("the function's thread ended".into())))
+    }
+}

@@ -1,0 +1,867 @@
+//! Cloud functions (spec 4.11, decisions/0023), black-box on real nodes: deploy, list and
+//! delete through one node and call through every other at once; the codes (107, 310, 311,
+//! 10061); `request.params`, `user` and `master`; the data API as the caller (ACLs hold) or
+//! with the master key, batch, counts, aggregates, user lookups and nested calls; runaway loops
+//! and allocation bombs stopped at their limits while the node serves others; 200 concurrent
+//! calls through 3 nodes; triggers that change, refuse and observe writes; scheduled functions
+//! across a scheduler hand-over.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use basalt_client::Client;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use crate::common::{assert_api_error, register_user, TestCluster};
+
+/// Deploys `source` as `name` (JSON form, with `options` merged in) with the master key.
+async fn deploy(m: &Client, name: &str, source: &str, options: Value) -> Value {
+    let mut body = json!({ "source": source });
+    if let Value::Object(o) = options {
+        for (k, v) in o {
+            body[k] = v;
+        }
+    }
+    m.request(
+        Method::PUT,
+        &format!("/1/functions/{name}"),
+        Some(&body),
+        true,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("deploy {name}: {e}"))
+    .body
+}
+
+async fn call(c: &Client, name: &str, params: Value) -> Result<Value, basalt_client::Error> {
+    c.request(
+        Method::POST,
+        &format!("/1/functions/{name}"),
+        Some(&params),
+        false,
+    )
+    .await
+    .map(|r| r.body)
+}
+
+async fn result(c: &Client, name: &str, params: Value) -> Value {
+    let body = call(c, name, params)
+        .await
+        .unwrap_or_else(|e| panic!("call {name}: {e}"));
+    body["result"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn functions_deploy_call_list_and_delete_through_every_node() {
+    let cluster = TestCluster::start(3, &[], &[]).await;
+    let m0 = cluster.master_client(0);
+    let clients: Vec<Client> = (0..3).map(|i| cluster.client(i)).collect();
+
+    // The simplest source: the body of an async function of `request`, deployed as raw text.
+    let raw = reqwest::Client::new()
+        .put(format!("http://{}/1/functions/add", cluster.nodes[0].http))
+        .header("X-Service-Application-Id", &cluster.keys.application_id)
+        .header("X-Service-REST-API-Key", &cluster.keys.rest_key)
+        .header("X-Service-Master-Key", cluster.master_key())
+        .header("Content-Type", "application/javascript")
+        .body("return request.params.a + request.params.b;")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(raw.status(), 200);
+    let deployed: Value = raw.json().await.unwrap();
+    assert_eq!(
+        (&deployed["name"], &deployed["version"]),
+        (&json!("add"), &json!(1))
+    );
+    // Callable through every node at once.
+    for c in &clients {
+        assert_eq!(result(c, "add", json!({"a": 1, "b": 2})).await, 3);
+    }
+    // A new version replaces it everywhere at once.
+    let v2 = deploy(
+        &m0,
+        "add",
+        "return request.params.a * 10 + request.params.b;",
+        json!({}),
+    )
+    .await;
+    assert_eq!(v2["version"], 2);
+    for c in &clients {
+        assert_eq!(result(c, "add", json!({"a": 1, "b": 2})).await, 12);
+    }
+    deploy(
+        &m0,
+        "hello",
+        "return 'hi ' + (request.params.name || 'there');",
+        json!({}),
+    )
+    .await;
+    let listed = cluster
+        .master_client(2)
+        .request(Method::GET, "/1/functions", None, true)
+        .await
+        .unwrap()
+        .body;
+    let names: Vec<(&str, u64)> = listed["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["name"].as_str().unwrap(), f["version"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(names, [("add", 2), ("hello", 1)]);
+    let one = cluster
+        .master_client(1)
+        .request(Method::GET, "/1/functions/add", None, true)
+        .await
+        .unwrap()
+        .body;
+    assert_eq!(
+        one["source"],
+        "return request.params.a * 10 + request.params.b;"
+    );
+
+    // The codes: a body that is not a JSON object 107, unknown 311, a throw 310 with its
+    // message, management without the master key 10061, a source that does not compile 107.
+    for body in ["", "[]", "\"x\"", "{"] {
+        let r = reqwest::Client::new()
+            .post(format!(
+                "http://{}/1/functions/hello",
+                cluster.nodes[1].http
+            ))
+            .header("X-Service-Application-Id", &cluster.keys.application_id)
+            .header("X-Service-REST-API-Key", &cluster.keys.rest_key)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400, "{body:?}");
+        let b: Value = r.json().await.unwrap();
+        assert_eq!(b["code"], 107, "{body:?}");
+    }
+    assert_api_error(
+        call(&clients[1], "nothing", json!({})).await,
+        404,
+        311,
+        "unknown",
+    );
+    assert_api_error(
+        call(&clients[1], "bad name!", json!({})).await,
+        404,
+        311,
+        "bad name",
+    );
+    deploy(
+        &m0,
+        "fails",
+        "throw new Error('no luck: ' + request.params.n);",
+        json!({}),
+    )
+    .await;
+    match call(&clients[2], "fails", json!({"n": 7})).await {
+        Err(basalt_client::Error::Api { code, message, .. }) => {
+            assert_eq!(code, Some(310));
+            assert_eq!(message, "no luck: 7");
+        }
+        other => panic!("a throw: {other:?}"),
+    }
+    let c0 = &clients[0];
+    for (method, path) in [
+        (Method::GET, "/1/functions"),
+        (Method::GET, "/1/functions/add"),
+        (Method::DELETE, "/1/functions/add"),
+    ] {
+        let r = c0.request(method.clone(), path, None, false).await;
+        assert_api_error(r, 400, 10061, path);
+    }
+    let r = c0
+        .request(
+            Method::PUT,
+            "/1/functions/x",
+            Some(&json!({"source": "return 1;"})),
+            false,
+        )
+        .await;
+    assert_api_error(r, 400, 10061, "deploy without the master key");
+    for (name, body) in [
+        ("syntax", json!({"source": "return (;"})),
+        ("empty", json!({"source": "  "})),
+        ("9bad", json!({"source": "return 1;"})),
+        (
+            "cron",
+            json!({"source": "return 1;", "cron": "every minute"}),
+        ),
+        (
+            "trig",
+            json!({"source": "return 1;", "trigger": "beforeSave"}),
+        ),
+    ] {
+        let r = m0
+            .request(
+                Method::PUT,
+                &format!("/1/functions/{name}"),
+                Some(&body),
+                true,
+            )
+            .await;
+        assert_api_error(r, 400, 107, name);
+    }
+    assert_api_error(
+        call(c0, "syntax", json!({})).await,
+        404,
+        311,
+        "not deployed",
+    );
+
+    // 200 concurrent calls through the 3 nodes, each answered with its own result.
+    let calls = (0..200).map(|i| {
+        let c = clients[i % 3].clone();
+        async move { (i, result(&c, "add", json!({"a": i, "b": 1})).await) }
+    });
+    for (i, r) in futures::future::join_all(calls).await {
+        assert_eq!(r, json!(i * 10 + 1), "call {i}");
+    }
+
+    // Deleted through one node: unknown through every node at once.
+    let r = cluster
+        .master_client(1)
+        .request(Method::DELETE, "/1/functions/add", None, true)
+        .await
+        .unwrap();
+    assert_eq!(r.body["msg"], "ok");
+    for c in &clients {
+        assert_api_error(
+            call(c, "add", json!({"a": 1, "b": 2})).await,
+            404,
+            311,
+            "deleted",
+        );
+    }
+    let again = m0
+        .request(Method::DELETE, "/1/functions/add", None, true)
+        .await;
+    assert_api_error(again, 404, 311, "deleted twice");
+    let calls = cluster.metric(0, "basalt_function_calls_total").await
+        + cluster.metric(1, "basalt_function_calls_total").await
+        + cluster.metric(2, "basalt_function_calls_total").await;
+    assert!(calls >= 200.0, "calls counted: {calls}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn functions_use_the_data_api_as_their_caller() {
+    let cluster = TestCluster::start(3, &[], &[]).await;
+    let m = cluster.master_client(0);
+    let anon = cluster.client(1);
+    let (alice_id, alice_token) = register_user(&cluster.client(0), "alice").await;
+    let (_, bob_token) = register_user(&cluster.client(0), "bob").await;
+    let alice = cluster.client(1).with_session(Some(&alice_token));
+    let bob = cluster.client(2).with_session(Some(&bob_token));
+
+    deploy(
+        &m,
+        "whoami",
+        "return { user: request.user && request.user.username, id: request.user && \
+         request.user.objectId, master: request.master, params: request.params, \
+         password: request.user && 'password' in request.user, \
+         sessions: request.user && Object.keys(request.user).filter((k) => k.startsWith('_')) };",
+        json!({}),
+    )
+    .await;
+    let me = result(&alice, "whoami", json!({"x": [1, {"y": null}]})).await;
+    assert_eq!(
+        me,
+        json!({"user": "alice", "id": alice_id, "master": false, "params": {"x": [1, {"y": null}]},
+            "password": false, "sessions": []})
+    );
+    let nobody = result(&anon, "whoami", json!({})).await;
+    assert_eq!(
+        (&nobody["user"], &nobody["master"]),
+        (&Value::Null, &json!(false))
+    );
+    let master = cluster
+        .master_client(2)
+        .request(Method::POST, "/1/functions/whoami", Some(&json!({})), true)
+        .await
+        .unwrap()
+        .body;
+    assert_eq!(master["result"]["master"], true);
+
+    // A private note written through a function as the caller, read back by its owner only.
+    deploy(
+        &m,
+        "writeNote",
+        "const me = request.user.objectId;\n\
+         const acl = {}; acl[me] = {read: true, write: true};\n\
+         const made = await Basalt.create('Note', {text: request.params.text, n: 1, ACL: acl});\n\
+         await Basalt.update('Note', made.objectId, {n: {__op: 'Increment', amount: 4}});\n\
+         return made.objectId;",
+        json!({}),
+    )
+    .await;
+    deploy(
+        &m,
+        "readNote",
+        "try { const o = await Basalt.get('Note', request.params.id, \
+         {useMasterKey: request.params.master}); return {text: o.text, n: o.n}; } \
+         catch (e) { return {code: e.code, message: e.message, isError: e instanceof Basalt.Error}; }",
+        json!({}),
+    )
+    .await;
+    let id = result(&alice, "writeNote", json!({"text": "mine"})).await;
+    let id = id.as_str().unwrap().to_string();
+    assert_eq!(
+        result(&alice, "readNote", json!({"id": id})).await,
+        json!({"text": "mine", "n": 5})
+    );
+    let refused = result(&bob, "readNote", json!({"id": id})).await;
+    assert_eq!(
+        (&refused["code"], &refused["isError"]),
+        (&json!(101), &json!(true))
+    );
+    assert_eq!(
+        result(&bob, "readNote", json!({"id": id, "master": true})).await,
+        json!({"text": "mine", "n": 5})
+    );
+    // An error the function does not catch is its own failure: 310 with the message.
+    deploy(
+        &m,
+        "getMissing",
+        "return await Basalt.get('Note', 'nosuchid00');",
+        json!({}),
+    )
+    .await;
+    assert_api_error(
+        call(&alice, "getMissing", json!({})).await,
+        400,
+        310,
+        "uncaught",
+    );
+
+    // Queries, counts, aggregates, batch, deletes, user lookups and nested calls.
+    deploy(
+        &m,
+        "scores",
+        "const made = await Basalt.batch([1, 2, 3, 4, 5, 6].map((i) => ({method: 'POST', \
+         path: '/1/classes/Score', body: {points: i, team: i % 2 ? 'odd' : 'even'}})));\n\
+         const top = await Basalt.find('Score', {where: {points: {$gte: 3}}, order: '-points', \
+         limit: 2, keys: 'points'});\n\
+         const count = await Basalt.count('Score', {team: 'odd'});\n\
+         const sums = await Basalt.aggregate('Score', {groupby: 'team', sum: 'points', \
+         order: 'team'});\n\
+         await Basalt.delete('Score', made[0].success.objectId);\n\
+         const left = await Basalt.count('Score');\n\
+         const bob = await Basalt.users.first({where: {username: 'bob'}});\n\
+         const doubled = await Basalt.run('double', {n: left});\n\
+         return {made: made.length, top: top.map((o) => o.points), count, sums, left, \
+         bob: bob.username, doubled};",
+        json!({}),
+    )
+    .await;
+    deploy(&m, "double", "return request.params.n * 2;", json!({})).await;
+    let out = result(&cluster.client(2), "scores", json!({})).await;
+    assert_eq!(out["made"], 6);
+    assert_eq!(out["top"], json!([6, 5]));
+    assert_eq!(out["count"], 3);
+    let sums = out["sums"].as_array().unwrap_or_else(|| panic!("{out}"));
+    let sums: Vec<(&str, i64)> = sums
+        .iter()
+        .map(|r| {
+            (
+                r["team"].as_str().unwrap(),
+                r["_sumPoints"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(sums, [("even", 12), ("odd", 9)]);
+    assert_eq!((&out["left"], &out["doubled"]), (&json!(5), &json!(10)));
+    assert_eq!(out["bob"], "bob");
+
+    // A function that calls itself without end is stopped at the depth limit: 310.
+    deploy(
+        &m,
+        "forever",
+        "return await Basalt.run('forever', {});",
+        json!({}),
+    )
+    .await;
+    assert_api_error(
+        call(&anon, "forever", json!({})).await,
+        400,
+        310,
+        "endless nesting",
+    );
+
+    // Timers and console lines (to the node's log, with the request id).
+    deploy(
+        &m,
+        "later",
+        "console.log('waiting for', request.params.ms);\n\
+         await new Promise((r) => setTimeout(r, request.params.ms)); return 'done';",
+        json!({}),
+    )
+    .await;
+    let r = cluster
+        .client(0)
+        .request(
+            Method::POST,
+            "/1/functions/later",
+            Some(&json!({"ms": 30})),
+            false,
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.body["result"], "done");
+    let log = cluster.log_text(0);
+    assert!(
+        log.lines()
+            .any(|l| l.contains("waiting for 30") && l.contains("request_id")),
+        "the console line is in the node's log with its request id"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runaway_functions_are_stopped_at_their_limits_while_the_node_serves_others() {
+    let cluster = TestCluster::start(1, &[], &[]).await;
+    cluster
+        .set_app_settings(json!({"functions": {"timeoutMs": 1500, "memoryMb": 16}}))
+        .await;
+    let m = cluster.master_client(0);
+    let c = cluster.client(0);
+    deploy(&m, "spin", "while (true) {}", json!({})).await;
+    deploy(
+        &m,
+        "hog",
+        "const kept = []; while (true) kept.push('x'.repeat(100000) + kept.length);",
+        json!({}),
+    )
+    .await;
+    deploy(
+        &m,
+        "deep",
+        "const f = (n) => f(n + 1) + 1; return f(0);",
+        json!({}),
+    )
+    .await;
+    deploy(&m, "ok", "return request.params.n + 1;", json!({})).await;
+    c.request(
+        Method::POST,
+        "/1/classes/Thing",
+        Some(&json!({"a": 1})),
+        false,
+    )
+    .await
+    .unwrap();
+
+    let started = Instant::now();
+    let runaways = async {
+        let (spin, hog) = tokio::join!(call(&c, "spin", json!({})), call(&c, "hog", json!({})));
+        (spin, hog, started.elapsed())
+    };
+    // Meanwhile the node answers other requests, functions included.
+    let others = async {
+        let mut answered = 0;
+        while started.elapsed() < Duration::from_millis(1200) {
+            let r = c.query("Thing", &[]).await.unwrap();
+            assert_eq!(r["results"].as_array().unwrap().len(), 1);
+            assert_eq!(result(&c, "ok", json!({"n": answered})).await, answered + 1);
+            answered += 1;
+        }
+        answered
+    };
+    let ((spin, hog, took), answered) = tokio::join!(runaways, others);
+    assert!(
+        answered >= 3,
+        "other requests were served meanwhile: {answered}"
+    );
+    match spin {
+        Err(basalt_client::Error::Api { code, message, .. }) => {
+            assert_eq!(code, Some(310));
+            assert!(message.contains("longer than its limit"), "{message}");
+        }
+        other => panic!("while(true): {other:?}"),
+    }
+    match hog {
+        Err(basalt_client::Error::Api { code, message, .. }) => {
+            assert_eq!(code, Some(310));
+            assert!(message.contains("out of memory"), "{message}");
+        }
+        other => panic!("allocation bomb: {other:?}"),
+    }
+    assert!(
+        took < Duration::from_secs(6),
+        "stopped at the limit: {took:?}"
+    );
+    match call(&c, "deep", json!({})).await {
+        Err(basalt_client::Error::Api { code, message, .. }) => {
+            assert_eq!(code, Some(310));
+            assert!(message.contains("stack"), "{message}");
+        }
+        other => panic!("endless recursion: {other:?}"),
+    }
+    // No state leaks between invocations.
+    deploy(
+        &m,
+        "counter",
+        "globalThis.seen = (globalThis.seen || 0) + 1; return [globalThis.seen, typeof require, \
+         typeof process, typeof std];",
+        json!({}),
+    )
+    .await;
+    for _ in 0..3 {
+        assert_eq!(
+            result(&c, "counter", json!({})).await,
+            json!([1, "undefined", "undefined", "undefined"])
+        );
+    }
+    assert!(cluster.metric(0, "basalt_function_calls_total{").await >= 3.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn triggers_change_refuse_and_observe_writes() {
+    let cluster = TestCluster::start(3, &[], &[]).await;
+    let m = cluster.master_client(0);
+    let c = cluster.client(2);
+    deploy(
+        &m,
+        "cleanTitle",
+        "const o = request.object;\n\
+         if (o.title === 'forbidden') throw new Basalt.Error(142, 'that title is not allowed');\n\
+         if (typeof o.title === 'string') o.title = o.title.trim().toUpperCase();\n\
+         if (!request.objectId) o.checked = true;",
+        json!({"trigger": "beforeSave", "className": "Post"}),
+    )
+    .await;
+    deploy(
+        &m,
+        "logSave",
+        "await Basalt.create('Log', {what: 'saved', post: request.object.objectId, \
+         title: request.object.title}, {useMasterKey: true});",
+        json!({"trigger": "afterSave", "className": "Post"}),
+    )
+    .await;
+    deploy(
+        &m,
+        "keepPinned",
+        "if (request.object.pinned) throw new Basalt.Error(119, 'pinned posts stay');",
+        json!({"trigger": "beforeDelete", "className": "Post"}),
+    )
+    .await;
+    deploy(
+        &m,
+        "logDelete",
+        "await Basalt.create('Log', {what: 'deleted', post: request.objectId, \
+         title: request.object.title}, {useMasterKey: true});",
+        json!({"trigger": "afterDelete", "className": "Post"}),
+    )
+    .await;
+    // Triggers are not callable.
+    assert_api_error(
+        call(&c, "cleanTitle", json!({})).await,
+        404,
+        311,
+        "a trigger",
+    );
+
+    // beforeSave changes a create and an update, through any node.
+    let made = c
+        .request(
+            Method::POST,
+            "/1/classes/Post",
+            Some(&json!({"title": "  hello "})),
+            false,
+        )
+        .await
+        .unwrap();
+    let id = made.body["objectId"].as_str().unwrap().to_string();
+    let got = cluster
+        .client(1)
+        .get_object("Post", &id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (&got["title"], &got["checked"]),
+        (&json!("HELLO"), &json!(true))
+    );
+    cluster
+        .client(0)
+        .request(
+            Method::PUT,
+            &format!("/1/classes/Post/{id}"),
+            Some(&json!({"title": "again"})),
+            false,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        c.get_object("Post", &id).await.unwrap().unwrap()["title"],
+        "AGAIN"
+    );
+    // ... or refuses it with its code: nothing is written.
+    let r = c
+        .request(
+            Method::POST,
+            "/1/classes/Post",
+            Some(&json!({"title": "forbidden"})),
+            false,
+        )
+        .await;
+    assert_api_error(r, 400, 142, "refused create");
+    let r = c
+        .request(
+            Method::PUT,
+            &format!("/1/classes/Post/{id}"),
+            Some(&json!({"title": "forbidden"})),
+            false,
+        )
+        .await;
+    assert_api_error(r, 400, 142, "refused update");
+    assert_eq!(
+        c.get_object("Post", &id).await.unwrap().unwrap()["title"],
+        "AGAIN"
+    );
+    let count = c
+        .query("Post", &[("count", "1"), ("limit", "0")])
+        .await
+        .unwrap();
+    assert_eq!(count["count"], 1);
+    // In a batch, each operation runs the triggers; a refused one fails alone.
+    let batch = c
+        .request(
+            Method::POST,
+            "/1/batch",
+            Some(&json!({"requests": [
+                {"method": "POST", "path": "/1/classes/Post", "body": {"title": "b1", "pinned": true}},
+                {"method": "POST", "path": "/1/classes/Post", "body": {"title": "forbidden"}},
+            ]})),
+            false,
+        )
+        .await
+        .unwrap()
+        .body;
+    assert_eq!(batch[1]["error"]["code"], 142, "{batch}");
+    let pinned = batch[0]["success"]["objectId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        c.get_object("Post", &pinned).await.unwrap().unwrap()["title"],
+        "B1"
+    );
+
+    // beforeDelete refuses; a delete it allows runs afterDelete.
+    let r = c
+        .request(
+            Method::DELETE,
+            &format!("/1/classes/Post/{pinned}"),
+            None,
+            false,
+        )
+        .await;
+    assert_api_error(r, 400, 119, "refused delete");
+    assert!(c.get_object("Post", &pinned).await.unwrap().is_some());
+    c.request(
+        Method::DELETE,
+        &format!("/1/classes/Post/{id}"),
+        None,
+        false,
+    )
+    .await
+    .unwrap();
+
+    // The after-triggers observed every committed write, and only those.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let logged = loop {
+        let logs = m
+            .request(Method::GET, "/1/classes/Log?limit=100", None, true)
+            .await
+            .unwrap()
+            .body;
+        let rows: BTreeSet<(String, String, String)> = logs["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| {
+                (
+                    l["what"].as_str().unwrap_or("").to_string(),
+                    l["post"].as_str().unwrap_or("").to_string(),
+                    l["title"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect();
+        if rows.len() >= 4 || Instant::now() > deadline {
+            break rows;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let want: BTreeSet<(String, String, String)> = [
+        ("saved", id.as_str(), "HELLO"),
+        ("saved", id.as_str(), "AGAIN"),
+        ("saved", pinned.as_str(), "B1"),
+        ("deleted", id.as_str(), "AGAIN"),
+    ]
+    .into_iter()
+    .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
+    .collect();
+    assert_eq!(logged, want);
+    // An afterSave that fails does not undo its write.
+    deploy(
+        &m,
+        "logSave",
+        "throw new Error('the log is down');",
+        json!({"trigger": "afterSave", "className": "Post"}),
+    )
+    .await;
+    let kept = c
+        .request(
+            Method::POST,
+            "/1/classes/Post",
+            Some(&json!({"title": "kept"})),
+            false,
+        )
+        .await
+        .unwrap();
+    let kept_id = kept.body["objectId"].as_str().unwrap();
+    assert_eq!(
+        c.get_object("Post", kept_id).await.unwrap().unwrap()["title"],
+        "KEPT"
+    );
+    let listed = m
+        .request(Method::GET, "/1/functions", None, true)
+        .await
+        .unwrap()
+        .body;
+    let triggers: Vec<(&str, &str, &str)> = listed["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["name"].as_str().unwrap(),
+                f["trigger"].as_str().unwrap_or(""),
+                f["className"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        triggers,
+        [
+            ("cleanTitle", "beforeSave", "Post"),
+            ("keepPinned", "beforeDelete", "Post"),
+            ("logDelete", "afterDelete", "Post"),
+            ("logSave", "afterSave", "Post"),
+        ]
+    );
+}
+
+/// The ticks a scheduled function recorded (objects of `Tick`), as seconds since the epoch.
+async fn ticks(m: &Client) -> Vec<i64> {
+    let r = m
+        .request(
+            Method::GET,
+            "/1/classes/Tick?limit=1000&order=at",
+            None,
+            true,
+        )
+        .await
+        .unwrap()
+        .body;
+    r["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            let at = o["at"].as_str().unwrap();
+            chrono::NaiveDateTime::parse_from_str(at, "%Y-%m-%d %H:%M:%S")
+                .unwrap()
+                .and_utc()
+                .timestamp()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scheduled_functions_run_each_tick_once_across_a_scheduler_handover() {
+    let mut cluster = TestCluster::start(3, &[], &[]).await;
+    let m = cluster.master_client(0);
+    deploy(
+        &m,
+        "everySecond",
+        "await Basalt.create('Tick', {at: request.schedule.tick, master: request.master});",
+        json!({"cron": "* * * * * *"}),
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while ticks(&m).await.len() < 3 {
+        assert!(Instant::now() < deadline, "the schedule did not start");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    // The node running the scheduler is killed; another takes over.
+    let mut scheduler = None;
+    for i in 0..3 {
+        if cluster
+            .metric(i, "basalt_function_scheduled_runs_total")
+            .await
+            > 0.0
+        {
+            scheduler = Some(i);
+        }
+    }
+    let scheduler = scheduler.expect("the scheduler's node");
+    cluster.kill(scheduler);
+    let other = (scheduler + 1) % 3;
+    let m = cluster.master_client(other);
+    let before = ticks(&m).await;
+    let last_before = *before.last().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let now = ticks(&m).await;
+        if now.last().is_some_and(|t| *t >= last_before + 8) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the schedule did not resume: {now:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // Every second from the first tick to the last, each exactly once.
+    let all = ticks(&m).await;
+    let (first, last) = (all[0], *all.last().unwrap());
+    let want: Vec<i64> = (first..=last).collect();
+    assert_eq!(all, want, "ticks missing or doubled across the hand-over");
+    let listed = m
+        .request(Method::GET, "/1/functions", None, true)
+        .await
+        .unwrap()
+        .body;
+    let schedule = &listed["results"][0]["schedule"];
+    assert!(
+        schedule["runs"].as_u64().unwrap() >= all.len() as u64,
+        "{listed}"
+    );
+    assert_eq!(schedule["failures"], 0, "{listed}");
+    // A failing schedule's failures are visible.
+    deploy(
+        &m,
+        "everySecond",
+        "throw new Error('down');",
+        json!({"cron": "* * * * * *"}),
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let listed = m
+            .request(Method::GET, "/1/functions/everySecond", None, true)
+            .await
+            .unwrap()
+            .body;
+        if listed["schedule"]["failures"].as_u64().unwrap_or(0) > 0 {
+            assert_eq!(listed["schedule"]["lastError"], "down", "{listed}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no failure recorded: {listed}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
