@@ -1,7 +1,10 @@
 //! `basalt-cli`: call Basalt's REST API from the shell.
 //!
 //! Keys come from `--credentials <file>` (the `credentials.json` a node writes at `--init`) or
-//! from `--app-id`/`--rest-key`.
+//! from `--app-id`/`--rest-key` (and `--master-key` for what needs it). `functions deploy <dir>`
+//! deploys a folder of cloud functions (`functions_dir`).
+
+mod functions_dir;
 
 use basalt_client::{AppKeys, Client};
 use clap::{Parser, Subcommand};
@@ -20,6 +23,9 @@ struct Cli {
     app_id: Option<String>,
     #[arg(long)]
     rest_key: Option<String>,
+    /// The app's master key (deploying functions needs it; a credentials file has it).
+    #[arg(long)]
+    master_key: Option<String>,
     #[command(subcommand)]
     command: Cmd,
 }
@@ -44,6 +50,31 @@ enum Cmd {
         #[arg(long = "param")]
         params: Vec<String>,
     },
+    /// Cloud functions: deploy a folder, list, call, delete.
+    #[command(subcommand)]
+    Functions(FunctionsCmd),
+}
+
+#[derive(Subcommand)]
+enum FunctionsCmd {
+    /// Deploy every `<name>.js` of a folder as the function `<name>` (a first comment line
+    /// `// @trigger beforeSave GameScore` or `// @cron 0 3 * * *` makes it a trigger or a
+    /// scheduled function); `--prune` also deletes the app's functions the folder lacks.
+    Deploy {
+        dir: std::path::PathBuf,
+        #[arg(long)]
+        prune: bool,
+    },
+    /// List the app's functions.
+    List,
+    /// Call a function: `functions call add '{"a":1,"b":2}'`.
+    Call {
+        name: String,
+        #[arg(default_value = "{}")]
+        json: String,
+    },
+    /// Delete a function.
+    Delete { name: String },
 }
 
 fn keys(cli: &Cli) -> anyhow::Result<Option<AppKeys>> {
@@ -55,7 +86,7 @@ fn keys(cli: &Cli) -> anyhow::Result<Option<AppKeys>> {
         (Some(a), Some(r)) => Some(AppKeys {
             application_id: a.clone(),
             rest_key: r.clone(),
-            master_key: None,
+            master_key: cli.master_key.clone(),
         }),
         _ => None,
     })
@@ -85,7 +116,36 @@ async fn main() -> anyhow::Result<()> {
                 params.iter().filter_map(|p| p.split_once('=')).collect();
             client.query(class, &pairs).await?
         }
+        Cmd::Functions(f) => functions(&client, f).await?,
     };
     println!("{}", serde_json::to_string_pretty(&out)?);
     Ok(())
+}
+
+async fn functions(client: &Client, cmd: &FunctionsCmd) -> anyhow::Result<Value> {
+    use reqwest::Method;
+    Ok(match cmd {
+        FunctionsCmd::Deploy { dir, prune } => functions_dir::deploy(client, dir, *prune).await?,
+        FunctionsCmd::List => {
+            client
+                .request(Method::GET, "/1/functions", None, true)
+                .await?
+                .body
+        }
+        FunctionsCmd::Call { name, json } => {
+            let params: Value = serde_json::from_str(json)?;
+            let path = format!("/1/functions/{name}");
+            client
+                .request(Method::POST, &path, Some(&params), false)
+                .await?
+                .body
+        }
+        FunctionsCmd::Delete { name } => {
+            let path = format!("/1/functions/{name}");
+            client
+                .request(Method::DELETE, &path, None, true)
+                .await?
+                .body
+        }
+    })
 }

@@ -223,6 +223,31 @@ async fn functions_deploy_call_list_and_delete_through_every_node() {
         assert_eq!(r, json!(i * 10 + 1), "call {i}");
     }
 
+    // Deploys racing through the three nodes: each gets its own version, the last one wins.
+    let deploys = (0..12).map(|i| {
+        let m = cluster.master_client(i % 3);
+        async move {
+            let body = json!({"source": format!("return {i};")});
+            let r = m
+                .request(Method::PUT, "/1/functions/racy", Some(&body), true)
+                .await
+                .unwrap();
+            (r.body["version"].as_u64().unwrap(), i)
+        }
+    });
+    let mut versions: Vec<(u64, usize)> = futures::future::join_all(deploys).await;
+    versions.sort();
+    let numbers: Vec<u64> = versions.iter().map(|v| v.0).collect();
+    assert_eq!(
+        numbers,
+        (1..=12).collect::<Vec<u64>>(),
+        "one version per deploy"
+    );
+    let last = versions[11].1;
+    for c in &clients {
+        assert_eq!(result(c, "racy", json!({})).await, json!(last));
+    }
+
     // Deleted through one node: unknown through every node at once.
     let r = cluster
         .master_client(1)
@@ -391,6 +416,36 @@ async fn functions_use_the_data_api_as_their_caller() {
         310,
         "endless nesting",
     );
+
+    // fetch reaches the hosts the app allows, and no other.
+    let upstream = axum::Router::new().route(
+        "/price",
+        axum::routing::get(|| async { axum::Json(json!({"price": 42})) }),
+    );
+    let port = crate::common::serve_on_loopback(upstream).await;
+    cluster
+        .set_app_settings(json!({"functions": {"fetchAllow": [format!("127.0.0.1:{port}")]}}))
+        .await;
+    deploy(
+        &m,
+        "price",
+        "const r = await fetch(request.params.url); return {status: r.status, body: await r.json()};",
+        json!({}),
+    )
+    .await;
+    let url = format!("http://127.0.0.1:{port}/price");
+    assert_eq!(
+        result(&anon, "price", json!({"url": url})).await,
+        json!({"status": 200, "body": {"price": 42}})
+    );
+    let elsewhere = format!("http://localhost:{port}/price");
+    match call(&anon, "price", json!({"url": elsewhere})).await {
+        Err(basalt_client::Error::Api { code, message, .. }) => {
+            assert_eq!(code, Some(310));
+            assert!(message.contains("fetchAllow"), "{message}");
+        }
+        other => panic!("a host not allowed: {other:?}"),
+    }
 
     // Timers and console lines (to the node's log, with the request id).
     deploy(
@@ -864,4 +919,85 @@ async fn scheduled_functions_run_each_tick_once_across_a_scheduler_handover() {
         assert!(Instant::now() < deadline, "no failure recorded: {listed}");
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
+}
+
+/// `basalt-cli`, built beside `basalt` by a workspace build (`make test` does one).
+fn cli() -> std::path::PathBuf {
+    let path = std::path::Path::new(env!("CARGO_BIN_EXE_basalt")).with_file_name("basalt-cli");
+    assert!(
+        path.exists(),
+        "no {path:?}: build the workspace (cargo build --release --workspace)"
+    );
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_deploys_a_folder_of_functions() {
+    let cluster = TestCluster::start(1, &[], &[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("add.js"),
+        "return request.params.a + request.params.b;\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("caps.js"),
+        "// Titles in capitals.\n// @trigger beforeSave Post\nrequest.object.title = \
+         String(request.object.title).toUpperCase();\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "not a function").unwrap();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(cli())
+            .args([
+                "--url",
+                &format!("http://{}", cluster.nodes[0].http),
+                "--app-id",
+                &cluster.keys.application_id,
+                "--rest-key",
+                &cluster.keys.rest_key,
+                "--master-key",
+                &cluster.master_key(),
+            ])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let folder = dir.path().to_str().unwrap();
+    let deployed = tokio::task::block_in_place(|| run(&["functions", "deploy", folder]));
+    assert_eq!(
+        deployed["deployed"],
+        json!([{"name": "add", "version": 1}, {"name": "caps", "version": 1}])
+    );
+    let c = cluster.client(0);
+    assert_eq!(result(&c, "add", json!({"a": 2, "b": 3})).await, 5);
+    let called =
+        tokio::task::block_in_place(|| run(&["functions", "call", "add", r#"{"a":1,"b":1}"#]));
+    assert_eq!(called["result"], 2);
+    let made = c
+        .request(
+            Method::POST,
+            "/1/classes/Post",
+            Some(&json!({"title": "quiet"})),
+            false,
+        )
+        .await
+        .unwrap();
+    let id = made.body["objectId"].as_str().unwrap();
+    assert_eq!(
+        c.get_object("Post", id).await.unwrap().unwrap()["title"],
+        "QUIET"
+    );
+    // Deployed again without add.js, pruning: add is gone, caps is at version 2.
+    std::fs::remove_file(dir.path().join("add.js")).unwrap();
+    let again = tokio::task::block_in_place(|| run(&["functions", "deploy", "--prune", folder]));
+    assert_eq!(again["deployed"], json!([{"name": "caps", "version": 2}]));
+    assert_eq!(again["deleted"], json!(["add"]));
+    assert_api_error(call(&c, "add", json!({})).await, 404, 311, "pruned");
 }

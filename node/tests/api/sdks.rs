@@ -200,3 +200,85 @@ return {{ one, many }};
         assert_eq!(status, 404, "{url}");
     }
 }
+
+/// Both SDKs call cloud functions unchanged: python-bmob's `functions(name, body)` (the
+/// answer's `result`, or `None` with `b.error` set) and the JS SDK's `Bmob.functions(name,
+/// params)` in encrypted mode (`result`, parsed when it is JSON text).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_sdks_call_cloud_functions() {
+    let cluster = TestCluster::start(1, &[], &["--header-brand", "Bmob"]).await;
+    let deploy = |m: basalt_client::Client, name: &'static str, source: &'static str| async move {
+        let body = serde_json::json!({ "source": source });
+        m.request(
+            reqwest::Method::PUT,
+            &format!("/1/functions/{name}"),
+            Some(&body),
+            true,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("deploy {name}: {e}"));
+    };
+    let functions = [
+        ("add", "return request.params.a + request.params.b;"),
+        ("fails", "throw new Error('nope');"),
+        (
+            "asText",
+            "return JSON.stringify({n: request.params.n, user: request.user});",
+        ),
+    ];
+    for (name, source) in functions {
+        deploy(cluster.master_client(0).with_brand("Bmob"), name, source).await;
+    }
+    let cluster_ref = &cluster;
+    let py = tokio::task::block_in_place(|| {
+        run_python(
+            cluster_ref,
+            "r = {'add': b.functions('add', {'a': 1, 'b': 2})}\n\
+             r['fails'] = b.functions('fails')\n\
+             r['failsCode'] = b.error['code']\n\
+             r['none'] = b.functions('nothing', {})\n\
+             r['noneCode'] = b.error['code']\n\
+             print(json.dumps(r))",
+        )
+    });
+    assert_eq!(
+        py,
+        serde_json::json!({"add": 3, "fails": null, "failsCode": 310, "none": null, "noneCode": 311})
+    );
+
+    let app = cluster
+        .console_client(0)
+        .with_brand("Bmob")
+        .request(
+            reqwest::Method::POST,
+            "/1/apps",
+            Some(&serde_json::json!({"appName": "js functions"})),
+            false,
+        )
+        .await
+        .expect("create app")
+        .body;
+    for (name, source) in functions {
+        deploy(cluster.app_client(0, &app).with_brand("Bmob"), name, source).await;
+    }
+    let js = tokio::task::block_in_place(|| {
+        run_js(
+            cluster_ref,
+            &app,
+            r#"
+const add = await settle(Bmob.functions("add", { a: 2, b: 5 }));
+const asText = await settle(Bmob.functions("asText", { n: 7 }));
+let failed = null;
+try { await settle(Bmob.functions("fails", {})); } catch (e) { failed = e; }
+return { add, asText, failed };
+"#,
+        )
+    });
+    assert_eq!(js["add"], 7, "{js}");
+    assert_eq!(
+        js["asText"],
+        serde_json::json!({"n": 7, "user": null}),
+        "{js}"
+    );
+    assert_eq!(js["failed"]["code"], 310, "{js}");
+}
