@@ -16,6 +16,7 @@ use tower::ServiceExt;
 
 use super::context::{ApiBody, AppState, RequestCtx};
 use super::error::{ApiError, BUSY_MESSAGE};
+use super::functions::CallDepth;
 
 /// Operations per batch (spec 8).
 pub const MAX_OPERATIONS: usize = 50;
@@ -87,6 +88,7 @@ pub fn parse_envelope(body: &Map<String, Value>) -> Result<Vec<Operation>, ApiEr
 pub async fn run_batch(
     State(state): State<AppState>,
     ctx: RequestCtx,
+    depth: CallDepth,
     body: ApiBody,
 ) -> Result<Json<Value>, ApiError> {
     let body = body.object()?;
@@ -100,7 +102,7 @@ pub async fn run_batch(
     // The operations run inside this request's span and id scope: their log lines and the
     // work they forward carry the batch's request id.
     for op in ops {
-        results.push(run_operation(&router, &state, &ctx, op).await);
+        results.push(run_operation(&router, &state, &ctx, depth, op).await);
     }
     Ok(Json(Value::Array(results)))
 }
@@ -109,8 +111,10 @@ async fn run_operation(
     router: &axum::Router,
     state: &AppState,
     ctx: &RequestCtx,
+    depth: CallDepth,
     op: Operation,
 ) -> Value {
+    // A batch that a function sent runs its operations as deep in functions as itself.
     let op_ctx = ctx.for_operation(op.token);
     let bytes = op.body.map(|b| b.to_string()).unwrap_or_default();
     let req = Request::builder()
@@ -118,6 +122,7 @@ async fn run_operation(
         .uri(&op.path)
         .header(header::CONTENT_TYPE, "application/json")
         .extension(op_ctx)
+        .extension(depth)
         .body(Body::from(bytes));
     let req = match req {
         Ok(r) => r,

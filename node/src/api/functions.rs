@@ -70,11 +70,13 @@ pub fn dispatch(state: &AppState, ctx: &RequestCtx, depth: u8) -> Result<Dispatc
     }))
 }
 
-/// Runs `function` with `request` for `ctx`'s caller at `depth`.
+/// Runs `function` with `request` for `ctx`'s caller at `depth` (`detached`: nobody waits
+/// for it).
 pub async fn invoke(
     state: &AppState,
     ctx: &RequestCtx,
     depth: u8,
+    detached: bool,
     function: &FunctionRecord,
     request: Value,
 ) -> Result<Value, RunError> {
@@ -98,6 +100,7 @@ pub async fn invoke(
             limits: settings.limits(),
             host: Arc::new(host),
             depth,
+            detached,
         })
         .await
 }
@@ -123,7 +126,7 @@ pub fn scheduled(state: AppState) -> Invoke {
                     principals: Default::default(),
                     body_signature: None,
                 };
-                invoke(&state, &ctx, 0, &function, request).await
+                invoke(&state, &ctx, 0, false, &function, request).await
             };
             let outcome = basalt_cluster::request_id::scope(id, run).await;
             (started.elapsed(), outcome)
@@ -192,13 +195,17 @@ pub async fn call_function(
     let function = function
         .filter(FunctionRecord::callable)
         .ok_or_else(|| ApiError::from(FunctionsError::NotFound(name.clone())))?;
+    // A scheduled function runs with the master key: only the master key may start it.
+    if function.cron.is_some() && !ctx.master {
+        return Err(ApiError::MasterKeyRequired);
+    }
     let request = json!({
         "functionName": name,
         "params": params,
         "user": caller_user(&state, &ctx).await?,
         "master": ctx.master,
     });
-    let result = invoke(&state, &ctx, depth.0, &function, request)
+    let result = invoke(&state, &ctx, depth.0, false, &function, request)
         .await
         .map_err(failed)?;
     Ok(Json(json!({ "result": result })))

@@ -118,7 +118,7 @@ pub async fn before_save(
              return {{ returned: __returned, object: request.object }};",
             t.source
         );
-        let out = invoke(state, ctx, depth, &wrapped, Value::Object(request))
+        let out = invoke(state, ctx, depth, false, &wrapped, Value::Object(request))
             .await
             .map_err(refused)?;
         body = match (&out["returned"], &out["object"]) {
@@ -164,7 +164,7 @@ pub async fn before_delete(
                 ctx,
             );
             request.insert("object".into(), object.clone());
-            invoke(state, ctx, depth, &t, Value::Object(request))
+            invoke(state, ctx, depth, false, &t, Value::Object(request))
                 .await
                 .map_err(refused)?;
         }
@@ -212,7 +212,7 @@ pub fn after_write(
         for t in triggers {
             let mut request = base_request(event, &class, Some(&id), &user, &ctx);
             request.insert("object".into(), object.clone());
-            if let Err(e) = invoke(&state, &ctx, depth, &t, Value::Object(request)).await {
+            if let Err(e) = invoke(&state, &ctx, depth, true, &t, Value::Object(request)).await {
                 tracing::warn!(class, function = %t.name, "{} failed: {e}", event.name());
             }
         }

@@ -5,12 +5,16 @@
 //! whether its run finished, and the counts of runs and failures. A tick is claimed by
 //! compare-and-set before it runs and marked done after, so a scheduler hand-over neither
 //! skips a tick (the new scheduler runs every tick after the last one claimed) nor doubles one
-//! (a tick claimed by another node is left to it while that node may still be running it; one
-//! whose run outlived its wall time by `STALE_AFTER` is run again: the node that claimed it
-//! stopped). A schedule more than `CATCH_UP` behind (the cluster was down) runs its latest
-//! tick only. Runs go through `Invoke`, which `api::functions` provides.
+//! (a tick claimed by another node is left to it while that node may still be running it: for
+//! twice the app's wall time, which bounds a run's wait for a slot and the run, plus
+//! `STALE_AFTER`; after that the claiming node is taken to have stopped and the tick runs again
+//! — at least once when a node dies in the middle of a run, exactly once across a hand-over
+//! between live nodes). A run whose end could not be written is written again by its node
+//! before it claims anything more of that function. A schedule more than `CATCH_UP` behind
+//! (the cluster was down) runs its latest tick only. Runs go through `Invoke`, which
+//! `api::functions` provides.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -129,6 +133,8 @@ pub async fn runs_of(
 pub async fn run(cluster: Cluster, invoke: Invoke) {
     let me = format!("{}-{}", cluster.node_id(), crate::apps::random_key(8));
     let running: Arc<Mutex<HashSet<String>>> = Arc::default();
+    // Runs that ended but whose end is not recorded yet: (claimed state, finished state).
+    let unrecorded: Unrecorded = Arc::default();
     loop {
         tokio::time::sleep(TICK).await;
         if !cluster.runs_scheduler() {
@@ -150,16 +156,40 @@ pub async fn run(cluster: Cluster, invoke: Invoke) {
             {
                 continue;
             }
+            let pending = unrecorded
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&k);
+            if let Some((claimed, done)) = pending {
+                if !record_end(&cluster, &k, &claimed, &done, 1).await {
+                    unrecorded
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(k.clone(), (claimed, done));
+                }
+                continue;
+            }
             match claim(&cluster, &app, &function, &me).await {
                 Ok(Some((state, tick))) => {
                     running
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
                         .insert(k.clone());
-                    let (cluster, invoke, running) =
-                        (cluster.clone(), invoke.clone(), running.clone());
+                    let (cluster, invoke, running, unrecorded) = (
+                        cluster.clone(),
+                        invoke.clone(),
+                        running.clone(),
+                        unrecorded.clone(),
+                    );
                     tokio::spawn(async move {
-                        run_tick(&cluster, &invoke, &app, function, state, tick).await;
+                        if let Some(end) =
+                            run_tick(&cluster, &invoke, &app, function, state, tick).await
+                        {
+                            unrecorded
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .insert(k.clone(), end);
+                        }
                         running.lock().unwrap_or_else(|p| p.into_inner()).remove(&k);
                     });
                 }
@@ -169,6 +199,8 @@ pub async fn run(cluster: Cluster, invoke: Invoke) {
         }
     }
 }
+
+type Unrecorded = Arc<Mutex<HashMap<String, (RunState, RunState)>>>;
 
 /// Claims the function's next due tick, if one is due and nobody else holds it: the state
 /// as claimed and the tick.
@@ -199,12 +231,14 @@ async fn claim(
         .unwrap_or_default()
         .limits()
         .wall;
-    let stale_ms = (wall + STALE_AFTER).as_millis() as i64;
+    let stale_ms = (wall * 2 + STALE_AFTER).as_millis() as i64;
     let mut new = state.clone().unwrap_or_default();
     let tick = match &state {
+        // A tick this node claimed but did not run (its claim's answer was lost): run now.
+        Some(s) if !s.done && s.runner == me => return Ok(Some((s.clone(), s.tick_ms))),
         // A run claimed and unfinished: left to its runner unless it has surely stopped.
         Some(s) if !s.done => {
-            if s.runner == me || now - s.started_ms < stale_ms {
+            if now - s.started_ms < stale_ms {
                 return Ok(None);
             }
             s.tick_ms
@@ -243,6 +277,7 @@ async fn claim(
     }
 }
 
+/// Runs a claimed tick and records its end; answers the end when it could not be recorded.
 async fn run_tick(
     cluster: &Cluster,
     invoke: &Invoke,
@@ -250,7 +285,7 @@ async fn run_tick(
     function: FunctionRecord,
     claimed: RunState,
     tick: i64,
-) {
+) -> Option<(RunState, RunState)> {
     let name = function.name.clone();
     let request = json!({
         "functionName": name,
@@ -283,41 +318,60 @@ async fn run_tick(
     )
     .increment(1);
     let k = key(app, &name);
-    let (Ok(expected), Ok(value)) = (serde_json::to_value(&claimed), serde_json::to_value(&done))
+    match record_end(cluster, &k, &claimed, &done, 10).await {
+        true => None,
+        false => Some((claimed, done)),
+    }
+}
+
+/// Writes a run's end over its claim (up to `tries` times); whether it is recorded (or need
+/// not be: another node took the tick over, or the function is gone).
+async fn record_end(
+    cluster: &Cluster,
+    k: &str,
+    claimed: &RunState,
+    done: &RunState,
+    tries: u32,
+) -> bool {
+    let (Ok(expected), Ok(value)) = (serde_json::to_value(claimed), serde_json::to_value(done))
     else {
-        return;
+        return true;
     };
-    for _ in 0..5 {
+    for attempt in 0..tries {
         match cluster
             .cas_record(
                 META_GROUP,
                 Namespace::FunctionRun,
-                &k,
+                k,
                 Some(expected.clone()),
                 Some(value.clone()),
             )
             .await
         {
-            Ok(_) => return,
+            Ok(_) => return true,
             Err(ClusterError::Conflict(_)) => {
                 // A retried write that committed finds its own value; else another node took
-                // the tick over (this one was thought stopped).
+                // the tick over (this one was thought stopped), or the function was deleted.
                 let now = cluster
-                    .get_record(META_GROUP, Namespace::FunctionRun, &k)
+                    .get_record(META_GROUP, Namespace::FunctionRun, k)
                     .await
                     .ok()
                     .flatten();
                 if now.as_ref() != Some(&value) {
-                    tracing::warn!(app, function = %name, "a scheduled run ended after another node took its tick over");
+                    tracing::warn!(
+                        function = k,
+                        "a scheduled run's end was not recorded: its tick was taken over"
+                    );
                 }
-                return;
+                return true;
             }
             Err(e) => {
-                tracing::debug!(app, function = %name, "scheduled run not recorded yet: {e}");
-                tokio::time::sleep(Duration::from_millis(200)).await;
+                tracing::debug!(function = k, "scheduled run not recorded yet: {e}");
+                tokio::time::sleep(Duration::from_millis(200 << attempt.min(4))).await;
             }
         }
     }
+    false
 }
 
 #[cfg(test)]

@@ -6,8 +6,8 @@
 //!
 //! The script's promises are driven here: JavaScript jobs run until the function's promise
 //! settles; while it waits on the host, this thread blocks on the answers of the calls it made,
-//! which run as futures on the node's async runtime (`Host::call`). `functions::pool` decides on
-//! which thread this runs; `functions::host` is the node's `Host`.
+//! which run as futures on the node's async runtime (`Host::call`). `functions::runner` decides
+//! on which thread this runs; `functions::host` is the node's `Host`.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -115,17 +115,24 @@ pub struct Program<'a> {
     pub body: &'a str,
 }
 
-/// Checks that `body` compiles as the body of an async function (without running it).
+/// Checks that `body` compiles as the body of an async function, without running any of it:
+/// the `AsyncFunction` constructor parses it as exactly one function body (a body that tries
+/// to close the wrapper `wrap` puts around it is a syntax error there), under a deadline.
 pub fn check_compiles(name: &str, body: &str) -> Result<(), RunError> {
     let rt = Runtime::new().map_err(|e| RunError::Engine(e.to_string()))?;
-    rt.set_memory_limit(16 << 20);
-    rt.set_max_stack_size(256 << 10);
+    rt.set_memory_limit(64 << 20);
+    rt.set_max_stack_size(512 << 10);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    rt.set_interrupt_handler(Some(Box::new(move || Instant::now() >= deadline)));
     let ctx = Context::full(&rt).map_err(|e| RunError::Engine(e.to_string()))?;
     ctx.with(|ctx| {
-        let r: rquickjs::Result<Value> = ctx.eval_with_options(wrap(body), options(name));
+        let constructor: rquickjs::Result<Function> =
+            ctx.eval("(async function () {}).constructor");
+        let constructor = constructor.map_err(|e| RunError::Engine(e.to_string()))?;
+        let r: rquickjs::Result<Value> = constructor.call(("request", body));
         r.catch(&ctx)
             .map(|_| ())
-            .map_err(|e| RunError::Compile(caught_message(&e)))
+            .map_err(|e| RunError::Compile(format!("{name}: {}", caught_message(&e))))
     })
 }
 
@@ -173,8 +180,14 @@ pub fn run(
     let context = Context::full(&rt).map_err(|e| RunError::Engine(e.to_string()))?;
     let outcome = context.with(|ctx| {
         let mut tasks = Tasks::new(runtime.clone());
-        let r = drive(&ctx, program, request, &host, &mut tasks, deadline, &cancel);
+        let settlers: Settlers = Rc::new(RefCell::new(HashMap::new()));
+        let r = drive(
+            &ctx, program, request, &host, &settlers, &mut tasks, deadline, &cancel,
+        );
         tasks.abort_all();
+        // On every exit: the JavaScript functions Rust holds would otherwise outlive the
+        // runtime (QuickJS aborts the process on objects left at its end).
+        settlers.borrow_mut().clear();
         r
     });
     // Why an interrupted script stopped is the limit's, not the exception it saw.
@@ -237,18 +250,19 @@ type Settlers<'js> = Rc<RefCell<HashMap<u64, (Function<'js>, Function<'js>)>>>;
 /// Host calls the script made that the loop has yet to start: id, op, args.
 type Started = Rc<RefCell<Vec<(u64, String, Json)>>>;
 
+#[allow(clippy::too_many_arguments)]
 fn drive<'js>(
     ctx: &Ctx<'js>,
     program: &Program<'_>,
     request: &Json,
     host: &Arc<dyn Host>,
+    settlers: &Settlers<'js>,
     tasks: &mut Tasks,
     deadline: Instant,
     cancel: &AtomicBool,
 ) -> Result<Json, RunError> {
-    let settlers: Settlers<'js> = Rc::new(RefCell::new(HashMap::new()));
     let started: Started = Rc::new(RefCell::new(Vec::new()));
-    install_globals(ctx, host, &settlers, &started).map_err(|e| engine(ctx, e))?;
+    install_globals(ctx, host, settlers, &started).map_err(|e| engine(ctx, e))?;
     let prelude: rquickjs::Result<Value> =
         ctx.eval_with_options(program.prelude, options("basalt-prelude"));
     prelude
@@ -477,7 +491,12 @@ fn js_to_json<'js>(ctx: &Ctx<'js>, v: Value<'js>) -> Result<Json, RunError> {
         None => Ok(Json::Null),
         Some(s) => {
             let s = s.to_string().map_err(|e| engine(ctx, e))?;
-            serde_json::from_str(&s).map_err(|e| RunError::Engine(e.to_string()))
+            serde_json::from_str(&s).map_err(|e| {
+                RunError::Thrown(Thrown {
+                    code: None,
+                    message: format!("the function's result is not valid JSON: {e}"),
+                })
+            })
         }
     }
 }
@@ -531,7 +550,16 @@ fn caught_message(e: &CaughtError<'_>) -> String {
     }
 }
 
-fn engine(ctx: &Ctx<'_>, e: rquickjs::Error) -> RunError {
-    let _ = ctx;
-    RunError::Engine(e.to_string())
+/// An error of an engine call: a JavaScript exception (or an allocation that failed: the
+/// script's heap is full) is the script's; anything else the engine's.
+fn engine<'js>(ctx: &Ctx<'js>, e: rquickjs::Error) -> RunError {
+    match e {
+        rquickjs::Error::Exception | rquickjs::Error::Allocation => {
+            match Err::<(), _>(e).catch(ctx) {
+                Err(caught) => thrown(ctx, &caught),
+                Ok(()) => RunError::Engine("an exception that vanished".into()),
+            }
+        }
+        e => RunError::Engine(e.to_string()),
+    }
 }

@@ -117,9 +117,14 @@ async fn data_request(dispatch: Dispatch, args: Value) -> Result<Value, Thrown> 
         b => b.to_string(),
     };
     let master = args["master"].as_bool().unwrap_or(false);
+    // The path's aliases and trailing slash as a client's request gets them, the query kept.
+    let uri = match path.split_once('?') {
+        Some((p, q)) => format!("{}?{q}", crate::paths::routed_path(p)),
+        None => crate::paths::routed_path(path),
+    };
     let req = Request::builder()
         .method(method)
-        .uri(crate::paths::routed_path(path))
+        .uri(uri)
         .header(header::CONTENT_TYPE, "application/json")
         .body(Body::from(body))
         .map_err(|e| refused(107, format!("invalid data call: {e}")))?;

@@ -3,8 +3,9 @@
 //! a client's call, a class's trigger, or a cron schedule. Every node reads them from its own
 //! replica (a deploy answers once every reachable member has applied it); a class's triggers
 //! are found through the index namespace `function_trigger` (key `app/class/event/name`),
-//! written before the function and removed after it, and checked against the function's own
-//! record when read, so a stale index entry finds nothing.
+//! written before the function's record and again after it, removed after the record no
+//! longer names it (and written back if a concurrent deploy named it again meanwhile), and
+//! checked against the function's own record when read, so a stale entry finds nothing.
 
 use basalt_cluster::ids::META_GROUP;
 use basalt_cluster::names::ClassName;
@@ -107,8 +108,8 @@ pub fn check_name(name: &str) -> Result<(), FunctionsError> {
     }
 }
 
-/// A trigger's class: a user class, or `_User` (whose writes through `/1/classes/_User` go
-/// elsewhere: only user classes' writes run triggers, decisions/0023).
+/// A trigger's class: a user class (only user classes' writes run triggers; `_User`,
+/// `_Role` and `_Installation` have endpoints of their own, decisions/0023).
 pub fn check_trigger_class(name: &str) -> Result<(), FunctionsError> {
     ClassName::user(name)
         .map(|_| ())
@@ -139,18 +140,8 @@ pub async fn deploy(
     mut new: FunctionRecord,
 ) -> Result<FunctionRecord, FunctionsError> {
     let k = key(app, &new.name);
-    if let Some(t) = &new.trigger {
-        // The index first: a trigger is found only once both are there.
-        cluster
-            .put_record(
-                META_GROUP,
-                Namespace::FunctionTrigger,
-                &trigger_key(app, t, &new.name),
-                serde_json::json!({}),
-                None,
-            )
-            .await?;
-    }
+    // The index first: a trigger is found only once both are there.
+    put_index(cluster, app, &new).await?;
     for _ in 0..CAS_TRIES {
         let old = cluster
             .get_record(META_GROUP, Namespace::Function, &k)
@@ -169,6 +160,8 @@ pub async fn deploy(
             .await
         {
             Ok(p) => {
+                // Again after the record: a concurrent delete may have dropped it meanwhile.
+                put_index(cluster, app, &new).await?;
                 if let Some(t) = old_rec.and_then(|r| r.trigger) {
                     if new.trigger.as_ref() != Some(&t) {
                         drop_index(cluster, app, &t, &new.name).await?;
@@ -197,6 +190,23 @@ pub async fn deploy(
     Err(FunctionsError::Contended(new.name))
 }
 
+async fn put_index(cluster: &Cluster, app: &str, r: &FunctionRecord) -> Result<(), FunctionsError> {
+    if let Some(t) = &r.trigger {
+        cluster
+            .put_record(
+                META_GROUP,
+                Namespace::FunctionTrigger,
+                &trigger_key(app, t, &r.name),
+                serde_json::json!({}),
+                None,
+            )
+            .await?;
+    }
+    Ok(())
+}
+
+/// Drops the index entry of a trigger the record no longer names; puts it back when the
+/// record names it again by now (a deploy that raced this one).
 async fn drop_index(
     cluster: &Cluster,
     app: &str,
@@ -210,6 +220,14 @@ async fn drop_index(
             &trigger_key(app, t, name),
         )
         .await?;
+    let now = cluster
+        .get_record(META_GROUP, Namespace::Function, &key(app, name))
+        .await?
+        .map(decode)
+        .transpose()?;
+    if let Some(now) = now.filter(|r| r.trigger.as_ref() == Some(t)) {
+        put_index(cluster, app, &now).await?;
+    }
     Ok(())
 }
 
@@ -231,6 +249,11 @@ pub async fn remove(cluster: &Cluster, app: &str, name: &str) -> Result<bool, Fu
             Ok(p) => {
                 if let Some(t) = &rec.trigger {
                     drop_index(cluster, app, t, name).await?;
+                }
+                if rec.cron.is_some() {
+                    cluster
+                        .take_record(META_GROUP, Namespace::FunctionRun, &k)
+                        .await?;
                 }
                 cluster.settle(META_GROUP, p.log_index).await;
                 return Ok(true);
@@ -280,9 +303,10 @@ pub fn local_scheduled(cluster: &Cluster) -> Result<Vec<(String, FunctionRecord)
         let Some((app, _)) = k.split_once('/') else {
             continue;
         };
-        let rec = decode(v)?;
-        if rec.cron.is_some() {
-            out.push((app.to_string(), rec));
+        match decode(v) {
+            Ok(rec) if rec.cron.is_some() => out.push((app.to_string(), rec)),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(function = %k, "skipped: {e}"),
         }
     }
     Ok(out)
@@ -304,7 +328,13 @@ pub fn local_triggers(
         let Some(v) = cluster.local_meta_record(Namespace::Function, &key(app, name))? else {
             continue;
         };
-        let rec = decode(v)?;
+        let rec = match decode(v) {
+            Ok(rec) => rec,
+            Err(e) => {
+                tracing::warn!(function = name, app, "trigger skipped: {e}");
+                continue;
+            }
+        };
         let wanted = Trigger {
             event,
             class_name: class.to_string(),

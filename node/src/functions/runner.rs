@@ -2,10 +2,12 @@
 //! busy or runaway function cannot hold up the node's other requests or Raft's heartbeats.
 //! A node admits at most `--function-threads` invocations started by clients, triggers and
 //! the scheduler at once; one more waits for a slot up to its wall time, then answers 503.
-//! Invocations a running function starts itself (calling another function, or a write that
-//! runs a trigger) are nested: they take no slot (waiting for one could deadlock on the
-//! slots their callers hold) and are bounded by depth (`MAX_DEPTH`) instead. Metrics per
-//! function: `basalt_function_calls_total{app,function,outcome}` and
+//! Invocations a running function waits for (calling another function, or a write that runs
+//! a before-trigger) are nested: they take a nested slot at once or fail (waiting for a
+//! normal slot could deadlock on the slots their callers hold), `NESTED_PER_SLOT` per slot,
+//! and nest at most `MAX_DEPTH` deep. After-triggers, which nobody waits for, queue for a
+//! normal slot, at most `BACKGROUND_QUEUE` of them per node (more are dropped and counted).
+//! Metrics per function: `basalt_function_calls_total{app,function,outcome}` and
 //! `basalt_function_seconds{app,function}`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,6 +21,10 @@ use super::engine::{self, Host, Limits, Program, RunError};
 
 /// How deep functions may call each other (or write through triggers) within one request.
 pub const MAX_DEPTH: u8 = 8;
+/// Nested invocations a node runs at once, per slot.
+const NESTED_PER_SLOT: usize = 4;
+/// Invocations nobody waits for (after-triggers) that may queue for a slot.
+const BACKGROUND_QUEUE: usize = 1024;
 /// Stack a function's thread has beyond its interpreter's limit (Rust and C frames).
 const THREAD_STACK_MARGIN: usize = 2 << 20;
 
@@ -36,12 +42,16 @@ pub struct Invocation {
     pub host: Arc<dyn Host>,
     /// 0 for an invocation from outside; one more for each function or trigger it starts.
     pub depth: u8,
+    /// Nobody waits for its answer (an after-trigger).
+    pub detached: bool,
 }
 
 /// The node's function slots.
 #[derive(Clone)]
 pub struct Runner {
     slots: Arc<Semaphore>,
+    nested: Arc<Semaphore>,
+    background: Arc<Semaphore>,
     runtime: tokio::runtime::Handle,
     /// `fetch`'s client (no redirects: each url is checked against the allow list).
     http: reqwest::Client,
@@ -61,6 +71,8 @@ impl Runner {
     pub fn new(threads: usize) -> Result<Runner, reqwest::Error> {
         Ok(Runner {
             slots: Arc::new(Semaphore::new(threads.max(1))),
+            nested: Arc::new(Semaphore::new(threads.max(1) * NESTED_PER_SLOT)),
+            background: Arc::new(Semaphore::new(BACKGROUND_QUEUE)),
             runtime: tokio::runtime::Handle::current(),
             http: reqwest::Client::builder()
                 .redirect(reqwest::redirect::Policy::none())
@@ -107,14 +119,25 @@ impl Runner {
         if inv.depth > MAX_DEPTH {
             return Err(RunError::TooDeep);
         }
-        let _slot = match inv.depth {
-            0 => Some(
-                tokio::time::timeout(inv.limits.wall, self.slots.clone().acquire_owned())
-                    .await
-                    .map_err(|_| RunError::Busy)?
+        let _queued = match inv.detached {
+            true => Some(
+                self.background
+                    .clone()
+                    .try_acquire_owned()
                     .map_err(|_| RunError::Busy)?,
             ),
-            _ => None,
+            false => None,
+        };
+        let _slot = match inv.depth == 0 || inv.detached {
+            true => tokio::time::timeout(inv.limits.wall, self.slots.clone().acquire_owned())
+                .await
+                .map_err(|_| RunError::Busy)?
+                .map_err(|_| RunError::Busy)?,
+            false => self
+                .nested
+                .clone()
+                .try_acquire_owned()
+                .map_err(|_| RunError::Busy)?,
         };
         let stop = Arc::new(AtomicBool::new(false));
         let _stop_on_drop = StopOnDrop(stop.clone());

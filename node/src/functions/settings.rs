@@ -19,7 +19,7 @@ const STACK_KB: (u64, u64) = (64, 8192);
 const MAX_FETCH_HOSTS: usize = 64;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct FunctionSettings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
@@ -35,8 +35,17 @@ pub struct FunctionSettings {
 impl FunctionSettings {
     /// Parses and checks the `functions` member of an app-management body.
     pub fn parse(v: &Value) -> Result<FunctionSettings, String> {
-        if !v.is_object() {
+        let Some(members) = v.as_object() else {
             return Err("functions must be an object (or null).".into());
+        };
+        // (checked here, not when stored records are read: a newer node may add members)
+        for k in members.keys() {
+            if !["timeoutMs", "memoryMb", "stackKb", "fetchAllow"].contains(&k.as_str()) {
+                return Err(format!(
+                    "functions: unknown member {k:?} (members: timeoutMs, memoryMb, stackKb, \
+                     fetchAllow)."
+                ));
+            }
         }
         let s: FunctionSettings = serde_json::from_value(v.clone()).map_err(|e| {
             format!(
@@ -89,7 +98,7 @@ impl FunctionSettings {
         let Some(host) = url.host_str() else {
             return false;
         };
-        let with_port = url.port().map(|p| format!("{host}:{p}"));
+        let with_port = url.port_or_known_default().map(|p| format!("{host}:{p}"));
         self.fetch_allow.iter().any(|h| {
             h.eq_ignore_ascii_case(host)
                 || with_port

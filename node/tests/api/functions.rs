@@ -186,6 +186,11 @@ async fn functions_deploy_call_list_and_delete_through_every_node() {
     assert_api_error(r, 400, 10061, "deploy without the master key");
     for (name, body) in [
         ("syntax", json!({"source": "return (;"})),
+        // A body that closes its wrapper to run code at deploy time does not compile.
+        (
+            "escape",
+            json!({"source": "}); while (true) {} (async function () {"}),
+        ),
         ("empty", json!({"source": "  "})),
         ("9bad", json!({"source": "return 1;"})),
         (
@@ -498,6 +503,14 @@ async fn runaway_functions_are_stopped_at_their_limits_while_the_node_serves_oth
         json!({}),
     )
     .await;
+    // Stopped with data calls and timers in flight.
+    deploy(
+        &m,
+        "busy",
+        "Basalt.find('Thing', {}); setTimeout(() => {}, 60000); while (true) {}",
+        json!({}),
+    )
+    .await;
     deploy(&m, "ok", "return request.params.n + 1;", json!({})).await;
     c.request(
         Method::POST,
@@ -547,6 +560,14 @@ async fn runaway_functions_are_stopped_at_their_limits_while_the_node_serves_oth
         took < Duration::from_secs(6),
         "stopped at the limit: {took:?}"
     );
+    for _ in 0..3 {
+        assert_api_error(
+            call(&c, "busy", json!({})).await,
+            400,
+            310,
+            "calls in flight",
+        );
+    }
     match call(&c, "deep", json!({})).await {
         Err(basalt_client::Error::Api { code, message, .. }) => {
             assert_eq!(code, Some(310));
@@ -610,6 +631,29 @@ async fn triggers_change_refuse_and_observe_writes() {
         json!({"trigger": "afterDelete", "className": "Post"}),
     )
     .await;
+    // A trigger that writes its own class through a batch recurses only so deep.
+    deploy(
+        &m,
+        "loop",
+        "await Basalt.batch([{method: 'POST', path: '/1/classes/Loop', body: {n: 1}}]);",
+        json!({"trigger": "beforeSave", "className": "Loop"}),
+    )
+    .await;
+    let r = c
+        .request(
+            Method::POST,
+            "/1/classes/Loop",
+            Some(&json!({"n": 0})),
+            false,
+        )
+        .await;
+    assert!(r.is_ok(), "the outermost write goes through: {r:?}");
+    let loops = c
+        .query("Loop", &[("count", "1"), ("limit", "0")])
+        .await
+        .unwrap();
+    let n = loops["count"].as_u64().unwrap();
+    assert!((2..=10).contains(&n), "bounded recursion wrote {n} objects");
     // Triggers are not callable.
     assert_api_error(
         call(&c, "cleanTitle", json!({})).await,
@@ -806,6 +850,7 @@ async fn triggers_change_refuse_and_observe_writes() {
             ("keepPinned", "beforeDelete", "Post"),
             ("logDelete", "afterDelete", "Post"),
             ("logSave", "afterSave", "Post"),
+            ("loop", "beforeSave", "Loop"),
         ]
     );
 }
