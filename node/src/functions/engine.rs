@@ -283,11 +283,9 @@ fn drive<'js>(
         Some(p) => p,
         None => return js_to_json(ctx, result),
     };
-    let outcome = settle(
-        ctx, &promise, &settlers, &started, host, tasks, deadline, cancel,
-    );
-    settlers.borrow_mut().clear();
-    outcome
+    settle(
+        ctx, &promise, settlers, &started, host, tasks, deadline, cancel,
+    )
 }
 
 #[allow(clippy::too_many_arguments)]
