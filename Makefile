@@ -10,7 +10,7 @@ NODES ?= 1
 JEPSEN_SECONDS ?= 120
 JEPSEN_NODES ?= 3
 
-.PHONY: run dev test lint deps sdks test-servers build bench bench-files bench-push bench-queries bench-peers bench-store jepsen fuzz clean-data
+.PHONY: run dev test lint deps sdks test-servers build bench bench-files bench-functions bench-push bench-queries bench-peers bench-store jepsen fuzz clean-data
 
 ## Install the system packages the build needs (libclang for rust-rocksdb's bindgen).
 deps:
@@ -60,6 +60,13 @@ bench: deps
 bench-files: deps test-servers
 	$(CARGO) build $(PROFILE_FLAGS) -p basalt -p basalt-bench
 	./scripts/bench-files.sh
+
+## Cloud functions: calls per second and latency of a trivial function, one that queries and
+## one that writes, on 1 and 3 nodes; writes bench/results/<date>-functions.md
+## (SECONDS_PER, CONCURRENCY override).
+bench-functions: deps
+	$(CARGO) build $(PROFILE_FLAGS) -p basalt -p basalt-bench
+	./scripts/bench-functions.sh
 
 ## Push benchmark: one push to 1,000,000 installations on 3 nodes, delivered to a webhook;
 ## writes bench/results/<date>-push.md (INSTALLATIONS, NODES, CONCURRENCY override).

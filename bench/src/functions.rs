@@ -51,9 +51,7 @@ pub async fn prepare(clients: &[Client], workloads: &[String]) -> anyhow::Result
         .with_context(|| format!("deploying {name} (the credentials need the master key)"))?;
     }
     if workloads.iter().any(|w| w == "fn-query") {
-        let have = c
-            .query("FnItem", &[("count", "1"), ("limit", "0")])
-            .await?["count"]
+        let have = c.query("FnItem", &[("count", "1"), ("limit", "0")]).await?["count"]
             .as_u64()
             .unwrap_or(0);
         crate::batches::load(clients, have, ITEMS, 8, "FnItem objects", item).await?;

@@ -19,12 +19,16 @@
 //! File workloads (`files`): `upload-1k`, `upload-1m`, `upload-20m`, `download-1k`,
 //! `download-1m`, `download-20m`; their rows add MB/s.
 //!
+//! Function workloads (`functions`): `fn-trivial`, `fn-query`, `fn-write` call cloud
+//! functions deployed in the warm-up (the credentials need the master key).
+//!
 //! Push workloads (`push`): `load-installations` registers `--objects` installations (resuming
 //! a partial load); `push-broadcast` sends one push to all of them through a webhook served by
 //! this process and prints its own table (time to accept, first and last message, status).
 
 mod batches;
 mod files;
+mod functions;
 mod push;
 mod queries;
 
@@ -124,6 +128,10 @@ async fn run_workload(
                             }
                             Err(_) => false,
                         }
+                    }
+                    w if functions::function_of(w).is_some() => {
+                        let f = functions::function_of(w).unwrap_or_default();
+                        functions::call(&client, f, i as u64).await
                     }
                     _ if query.is_some() => {
                         let params: Vec<(&str, &str)> = query
@@ -313,6 +321,7 @@ async fn main() -> anyhow::Result<()> {
     };
 
     let file_set = Arc::new(files::FileSet::prepare(&clients, &args.workloads).await?);
+    functions::prepare(&clients, &args.workloads).await?;
 
     println!("| cluster | workload | clients | seconds | ops | errors | ops/s | MB/s | p50 ms | p99 ms | p99.9 ms | max ms |");
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
