@@ -167,6 +167,9 @@ mod tests {
                 "file",
                 "file_gone",
                 "push",
+                "function",
+                "function_trigger",
+                "function_run",
             ]
         );
         for ns in Namespace::ALL {

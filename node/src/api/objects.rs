@@ -24,7 +24,6 @@ use super::context::{ApiBody, ApiQuery, AppState, ClassPath, ObjectPath, Request
 use super::error::ApiError;
 use super::functions::CallDepth;
 use super::triggers;
-use crate::functions::record::TriggerEvent;
 use crate::query;
 use crate::query::params::ListParams;
 use crate::query::projection::{expand, parse_include};
@@ -122,15 +121,7 @@ pub async fn create_object(
     }
     let object_id = ObjectId::random();
     let (created_ms, group, p) = create_in(&state, &ctx, &class, &object_id, updates).await?;
-    triggers::after_write(
-        &state,
-        &ctx,
-        depth,
-        TriggerEvent::AfterSave,
-        &class,
-        &object_id,
-        None,
-    );
+    triggers::after_save(&state, &ctx, depth, &class, &object_id);
     let path = format!("/1/classes/{class}/{object_id}");
     Ok(created_response(
         &state.public_url,
@@ -278,15 +269,7 @@ pub async fn update_object(
     }
     let who = principals(&state.cluster, &state.roles, &ctx).await?;
     let resp = update_in(&state, &ctx, &class, &object_id, updates, who.to_acl()).await?;
-    triggers::after_write(
-        &state,
-        &ctx,
-        depth,
-        TriggerEvent::AfterSave,
-        &class,
-        &object_id,
-        None,
-    );
+    triggers::after_save(&state, &ctx, depth, &class, &object_id);
     Ok(resp)
 }
 
@@ -328,8 +311,7 @@ pub async fn delete_object(
     let gone = triggers::before_delete(&state, &ctx, depth, &class, &object_id).await?;
     let resp = delete_in(&state, &ctx, &class, &object_id, who.to_acl()).await?;
     if let Some(gone) = gone {
-        let event = TriggerEvent::AfterDelete;
-        triggers::after_write(&state, &ctx, depth, event, &class, &object_id, Some(gone));
+        triggers::after_delete(&state, &ctx, depth, &class, &object_id, gone);
     }
     Ok(resp)
 }

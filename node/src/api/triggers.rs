@@ -172,9 +172,35 @@ pub async fn before_delete(
     Ok(Some(object))
 }
 
+/// Starts the class's `afterSave` triggers of a committed create or update.
+pub fn after_save(state: &AppState, ctx: &RequestCtx, depth: u8, class: &str, id: &ObjectId) {
+    after_write(state, ctx, depth, TriggerEvent::AfterSave, class, id, None);
+}
+
+/// Starts the class's `afterDelete` triggers of a committed delete (`gone`: the object as it
+/// was).
+pub fn after_delete(
+    state: &AppState,
+    ctx: &RequestCtx,
+    depth: u8,
+    class: &str,
+    id: &ObjectId,
+    gone: Value,
+) {
+    after_write(
+        state,
+        ctx,
+        depth,
+        TriggerEvent::AfterDelete,
+        class,
+        id,
+        Some(gone),
+    );
+}
+
 /// Starts the class's after-triggers of a committed write (`afterSave` with the object as
 /// stored now, `afterDelete` with the object as it was), without waiting for them.
-pub fn after_write(
+fn after_write(
     state: &AppState,
     ctx: &RequestCtx,
     depth: u8,

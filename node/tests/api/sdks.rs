@@ -133,6 +133,22 @@ const settle = (p) => Promise.race([p, new Promise((_, no) =>
     last_line(node)
 }
 
+/// A new app made through the console API of a `--header-brand Bmob` node 1: its JSON.
+async fn bmob_app(cluster: &TestCluster, name: &str) -> Value {
+    cluster
+        .console_client(0)
+        .with_brand("Bmob")
+        .request(
+            reqwest::Method::POST,
+            "/1/apps",
+            Some(&serde_json::json!({ "appName": name })),
+            false,
+        )
+        .await
+        .expect("create app")
+        .body
+}
+
 /// The JS SDK uploads from Node with `content-type: application/json` and its signature over
 /// `JSON.stringify` of the data (a Buffer's numbers, a string's escaped text): both are
 /// accepted once the body streamed past, the bytes read back unchanged, and `destroy` deletes
@@ -140,18 +156,7 @@ const settle = (p) => Promise.race([p, new Promise((_, no) =>
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn js_sdk_uploads_and_destroys_files_in_encrypted_mode() {
     let cluster = TestCluster::start(1, &[], &["--header-brand", "Bmob"]).await;
-    let app = cluster
-        .console_client(0)
-        .with_brand("Bmob")
-        .request(
-            reqwest::Method::POST,
-            "/1/apps",
-            Some(&serde_json::json!({"appName": "js files"})),
-            false,
-        )
-        .await
-        .expect("create app")
-        .body;
+    let app = bmob_app(&cluster, "js files").await;
     let bytes: Vec<u8> = (0..70_000u32).map(|i| (i * 7 % 251) as u8).collect();
     let text = "line one\n\"quoted\" \\ tab\t 你好\u{1}";
     let cluster_ref = &cluster;
@@ -246,18 +251,7 @@ async fn both_sdks_call_cloud_functions() {
         serde_json::json!({"add": 3, "fails": null, "failsCode": 310, "none": null, "noneCode": 311})
     );
 
-    let app = cluster
-        .console_client(0)
-        .with_brand("Bmob")
-        .request(
-            reqwest::Method::POST,
-            "/1/apps",
-            Some(&serde_json::json!({"appName": "js functions"})),
-            false,
-        )
-        .await
-        .expect("create app")
-        .body;
+    let app = bmob_app(&cluster, "js functions").await;
     for (name, source) in functions {
         deploy(cluster.app_client(0, &app).with_brand("Bmob"), name, source).await;
     }
