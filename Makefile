@@ -10,7 +10,7 @@ NODES ?= 1
 JEPSEN_SECONDS ?= 120
 JEPSEN_NODES ?= 3
 
-.PHONY: run dev test lint deps sdks test-servers build bench bench-files bench-functions bench-push bench-queries bench-peers bench-store jepsen fuzz clean-data
+.PHONY: run dev test lint deps sdks test-servers build bench bench-files bench-functions bench-push bench-realtime bench-queries bench-peers bench-store jepsen fuzz clean-data
 
 ## Install the system packages the build needs (libclang for rust-rocksdb's bindgen).
 deps:
@@ -67,6 +67,13 @@ bench-files: deps test-servers
 bench-functions: deps
 	$(CARGO) build $(PROFILE_FLAGS) -p basalt -p basalt-bench
 	./scripts/bench-functions.sh
+
+## Realtime: events per second to 1,000 WebSocket subscribers on 3 nodes while creates run,
+## and the latency from a create's acknowledgement to its event; writes
+## bench/results/<date>-realtime.md (SUBSCRIBERS, RATE, SECONDS_PER, NODES override).
+bench-realtime: deps
+	$(CARGO) build $(PROFILE_FLAGS) -p basalt -p basalt-bench
+	./scripts/bench-realtime.sh
 
 ## Push benchmark: one push to 1,000,000 installations on 3 nodes, delivered to a webhook;
 ## writes bench/results/<date>-push.md (INSTALLATIONS, NODES, CONCURRENCY override).

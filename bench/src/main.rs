@@ -25,12 +25,17 @@
 //! Push workloads (`push`): `load-installations` registers `--objects` installations (resuming
 //! a partial load); `push-broadcast` sends one push to all of them through a webhook served by
 //! this process and prints its own table (time to accept, first and last message, status).
+//!
+//! The realtime workload (`realtime`): `--subscribers` WebSocket subscribers spread over the
+//! nodes while creates run at `--rate` per second; prints events delivered per second and the
+//! latency from a create's acknowledgement to its event's arrival.
 
 mod batches;
 mod files;
 mod functions;
 mod push;
 mod queries;
+mod realtime;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -69,6 +74,12 @@ struct Args {
     /// Objects of the query workloads' class.
     #[arg(long, default_value_t = 1_000_000)]
     objects: u64,
+    /// Subscribers of the realtime workload.
+    #[arg(long, default_value_t = 1000)]
+    subscribers: usize,
+    /// Creates per second of the realtime workload.
+    #[arg(long, default_value_t = 100)]
+    rate: u64,
 }
 
 struct Outcome {
@@ -369,6 +380,40 @@ async fn main() -> anyhow::Result<()> {
                     b.batches,
                     b.messages,
                 );
+                continue;
+            }
+            "realtime" => {
+                let o = realtime::run(
+                    &args.urls,
+                    &keys,
+                    &clients,
+                    args.subscribers,
+                    args.rate,
+                    args.seconds,
+                )
+                .await?;
+                let expected = o.creates * o.subscribers as u64;
+                println!();
+                println!("| cluster | subscribers | creates | creates/s | events delivered | events expected | events/s | resyncs | p50 ms | p99 ms | p99.9 ms | max ms |");
+                println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+                println!(
+                    "| {} | {} | {} | {:.0} | {} | {} | {:.0} | {} | {} | {} | {} | {} |",
+                    args.label,
+                    o.subscribers,
+                    o.creates,
+                    o.creates as f64 / o.seconds,
+                    o.delivered,
+                    expected,
+                    o.delivered as f64 / o.seconds,
+                    o.resyncs,
+                    ms(o.hist.value_at_quantile(0.5)),
+                    ms(o.hist.value_at_quantile(0.99)),
+                    ms(o.hist.value_at_quantile(0.999)),
+                    ms(o.hist.max()),
+                );
+                if o.create_errors > 0 {
+                    eprintln!("{} creates failed", o.create_errors);
+                }
                 continue;
             }
             "declare-indexes" => {

@@ -30,6 +30,9 @@ pub struct ClusterSettings {
     pub shards: u32,
     /// Replicas per group (capped by the number of active nodes).
     pub replicas: u32,
+    /// Log indexes of object changes each group keeps for realtime subscribers (`changes`).
+    #[serde(default = "crate::changes::default_kept")]
+    pub changes_kept: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

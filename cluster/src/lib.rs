@@ -15,6 +15,7 @@
 pub mod acl;
 pub mod admin;
 pub mod cancel;
+pub mod changes;
 pub mod cluster;
 pub mod command;
 pub mod error;

@@ -91,6 +91,10 @@ pub struct AppRecord {
     /// Limits of the app's cloud functions (`functions::settings`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub functions: Option<crate::functions::settings::FunctionSettings>,
+    /// Realtime subscriptions need the app's keys (or a signature): a `client_sub` naming only
+    /// the app (`appKey`, as the hosted service's SDKs send it) is refused.
+    #[serde(default)]
+    pub realtime_keys_required: bool,
 }
 
 /// Who may delete an app's files (`fileDelete`).
@@ -157,6 +161,7 @@ impl AppRecord {
             client_push: false,
             push: None,
             functions: None,
+            realtime_keys_required: false,
         }
     }
 

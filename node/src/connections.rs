@@ -4,7 +4,8 @@
 //! for keep-alive connections between requests, and graceful shutdown (stop accepting, let
 //! requests in flight finish).
 //!
-//! hyper serves each connection (HTTP/1.1); every request gets the peer address as axum's
+//! hyper serves each connection (HTTP/1.1, with upgrades to WebSockets, which keep the
+//! connection's place: `ConnectionSlot`); every request gets the peer address as axum's
 //! `ConnectInfo<SocketAddr>`, which `api::throttle` keys per-client limits on. Neighbours:
 //! `server` builds the service (middleware and routes) this module serves.
 
@@ -46,6 +47,13 @@ pub struct ConnectionLimits {
 struct Open {
     total: usize,
     per_ip: HashMap<IpAddr, usize>,
+}
+
+/// A connection's place among the open ones, in each request's extensions: a handler that
+/// takes the connection over (a WebSocket) keeps it for as long as it uses the connection.
+#[derive(Clone)]
+pub struct ConnectionSlot {
+    _slot: Arc<Slot>,
 }
 
 /// One admitted connection; gives its place back when dropped.
@@ -170,12 +178,17 @@ where
         });
         let seen = Arc::clone(&activity);
         let svc = service.clone();
+        let slot = ConnectionSlot {
+            _slot: Arc::new(slot),
+        };
+        let held = slot.clone();
         let per_request = tower::service_fn(move |req: http::Request<Incoming>| {
             seen.in_flight.fetch_add(1, Ordering::Relaxed);
             seen.touch();
             let mark = InFlight(Arc::clone(&seen));
             let mut req = req.map(Body::new);
             req.extensions_mut().insert(ConnectInfo(peer));
+            req.extensions_mut().insert(held.clone());
             let svc = svc.clone();
             async move {
                 let resp = svc.oneshot(req).await;
@@ -183,7 +196,9 @@ where
                 resp
             }
         });
-        let conn = h1.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(per_request));
+        let conn = h1
+            .serve_connection(TokioIo::new(tcp), TowerToHyperService::new(per_request))
+            .with_upgrades();
         let mut stop = stop_rx.clone();
         let idle = limits.idle;
         conns.spawn(async move {

@@ -27,6 +27,7 @@ pub mod mail;
 pub mod paths;
 pub mod push;
 pub mod query;
+pub mod realtime;
 pub mod serve;
 pub mod server;
 pub mod sms;

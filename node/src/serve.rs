@@ -52,6 +52,10 @@ pub struct ServeArgs {
     /// Replicas per group of a new cluster (capped by the number of nodes).
     #[arg(long, default_value_t = 3, env = "BASALT_REPLICAS")]
     pub replicas: u32,
+    /// Log indexes of object changes each group of a new cluster keeps for realtime
+    /// subscribers that reconnect (fixed at --init).
+    #[arg(long, default_value_t = basalt_cluster::changes::KEPT_ENTRIES, env = "BASALT_CHANGE_LOG_ENTRIES")]
+    pub change_log_entries: u64,
     /// MiB of RocksDB block cache (default: an eighth of the machine's memory, 64 MiB to 8 GiB).
     #[arg(long, env = "BASALT_BLOCK_CACHE_MB")]
     pub block_cache_mb: Option<usize>,
@@ -317,6 +321,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         (None, true) => Bootstrap::Init {
             shards: args.shards,
             replicas: args.replicas,
+            changes_kept: args.change_log_entries,
         },
         (None, false) => Bootstrap::Resume,
     };

@@ -55,11 +55,21 @@ impl Cluster {
                 )))
             }
             (Some(id), _) => (id.settings, false, None),
-            (None, Bootstrap::Init { shards, replicas }) => {
+            (None, Bootstrap::Init { shards, replicas, changes_kept }) => {
                 if *shards == 0 || *replicas == 0 {
                     return Err(Error::InvalidOperation("--shards and --replicas must be at least 1".into()));
                 }
-                (ClusterSettings { shards: *shards, replicas: *replicas }, true, None)
+                if *changes_kept < crate::changes::TRIM_EVERY {
+                    return Err(Error::InvalidOperation(format!(
+                        "--change-log-entries must be at least {}", crate::changes::TRIM_EVERY
+                    )));
+                }
+                let settings = ClusterSettings {
+                    shards: *shards,
+                    replicas: *replicas,
+                    changes_kept: *changes_kept,
+                };
+                (settings, true, None)
             }
             (None, Bootstrap::Join { addr }) => (fetch_settings(addr).await?, false, Some(addr.clone())),
             (None, Bootstrap::Resume) => {

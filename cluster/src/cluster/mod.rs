@@ -32,7 +32,12 @@ pub use bootstrap::admin_at;
 #[derive(Debug, Clone)]
 pub enum Bootstrap {
     /// Create a new cluster with this node as its first member.
-    Init { shards: u32, replicas: u32 },
+    Init {
+        shards: u32,
+        replicas: u32,
+        /// Log indexes of changes each group keeps (`changes::KEPT_ENTRIES` by default).
+        changes_kept: u64,
+    },
     /// Join the running cluster that the node at this gRPC address belongs to.
     Join { addr: String },
     /// Resume from the data dir (fails if it holds no cluster).

@@ -16,7 +16,7 @@ use crate::ids::GroupId;
 use crate::replicas::Replicas;
 use crate::rpc::convert::{decode, reply};
 use crate::rpc::pb::node_service_server::NodeService;
-use crate::rpc::pb::{GroupMessage, Reply};
+use crate::rpc::pb::{ChangesPage, ChangesRequest, GroupMessage, Reply};
 
 /// Whoever answers admin requests addressed to this node.
 pub trait AdminHandler: Send + Sync + 'static {
@@ -29,6 +29,8 @@ pub struct NodeServiceImpl {
 }
 
 type RpcResult = std::result::Result<Response<Reply>, Status>;
+type PageStream =
+    std::pin::Pin<Box<dyn futures::Stream<Item = std::result::Result<ChangesPage, Status>> + Send>>;
 
 /// The span of forwarded work: the client request's id from the metadata ("-" without one).
 fn request_span<T>(req: &Request<T>) -> tracing::Span {
@@ -77,6 +79,58 @@ impl NodeService for NodeServiceImpl {
         .instrument(span)
         .await;
         Ok(Response::new(reply(result)))
+    }
+
+    type WatchChangesStream = PageStream;
+
+    async fn watch_changes(
+        &self,
+        req: Request<ChangesRequest>,
+    ) -> std::result::Result<Response<PageStream>, Status> {
+        let r = req.into_inner();
+        let group = GroupId::new(r.group);
+        if !self.replicas.holds_member_replica(group) {
+            return Err(Status::failed_precondition(format!(
+                "node holds no replica of group {group}"
+            )));
+        }
+        let after = (!r.from_head).then_some(r.after);
+        let (pages_tx, mut pages) =
+            tokio::sync::mpsc::channel::<crate::error::Result<crate::changes::RawPage>>(2);
+        let (tx, rx) = tokio::sync::mpsc::channel(2);
+        let replicas = self.replicas.clone();
+        let out_tx = tx.clone();
+        // Owns the receiver: when the caller hangs up, it ends and `follow_local` sees it.
+        let forward = tokio::spawn(async move {
+            while let Some(page) = pages.recv().await {
+                let out = page
+                    .map(|p| {
+                        let (indexes, changes) = p.entries.into_iter().unzip();
+                        ChangesPage {
+                            upto: p.upto,
+                            gap: p.gap,
+                            floor: p.floor,
+                            indexes,
+                            changes,
+                        }
+                    })
+                    .map_err(|e| Status::unavailable(e.to_string()));
+                if out_tx.send(out).await.is_err() {
+                    return;
+                }
+            }
+        });
+        tokio::spawn(async move {
+            let followed = replicas.follow_local(group, after, &pages_tx).await;
+            drop(pages_tx);
+            let _ = forward.await;
+            if let Err(e) = followed {
+                let _ = tx.send(Err(Status::unavailable(e.to_string()))).await;
+            }
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
     }
 
     async fn admin(&self, req: Request<GroupMessage>) -> RpcResult {

@@ -594,6 +594,28 @@ impl<'a> Prepared<'a> {
     }
 }
 
+/// A filter with its regexes compiled, owning both: for a filter kept to judge objects long
+/// after it was parsed (a realtime subscription's `where`).
+#[derive(Debug)]
+pub struct Matcher {
+    filter: Filter,
+    regexes: Vec<Regex>,
+}
+
+impl Matcher {
+    pub fn new(filter: Filter) -> Result<Matcher, FilterError> {
+        let mut regexes = Vec::new();
+        filter.collect_regexes(&mut regexes)?;
+        Ok(Matcher { filter, regexes })
+    }
+
+    /// As `Prepared::matches`.
+    pub fn matches(&self, object: &Value) -> bool {
+        let mut next_regex = 0;
+        eval(&self.filter, object, &self.regexes, &mut next_regex)
+    }
+}
+
 fn eval(f: &Filter, object: &Value, regexes: &[Regex], next: &mut usize) -> bool {
     match f {
         Filter::All => true,

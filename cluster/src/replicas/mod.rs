@@ -114,7 +114,8 @@ impl Replicas {
         for group in GroupId::all(settings.shards) {
             let log = RocksLogStore::new(group, Arc::clone(&store));
             let sm =
-                ShardStateMachine::open(group, Arc::clone(&store), data_dir.join("snapshots"))?;
+                ShardStateMachine::open(group, Arc::clone(&store), data_dir.join("snapshots"))?
+                    .keeping_changes(settings.changes_kept);
             let net = GroupNetwork::new(router.clone(), group);
             let raft = GroupRaft::new(node_id, tuning.config(group)?, net, log, sm)
                 .await
@@ -165,6 +166,11 @@ impl Replicas {
     /// The groups that store objects of `class` (`ids::class_groups`).
     pub fn class_groups(&self, class: &str) -> Vec<GroupId> {
         class_groups(class, self.shards())
+    }
+
+    /// The store every local replica keeps its state in.
+    pub(crate) fn store(&self) -> Arc<Store> {
+        Arc::clone(&self.inner.store)
     }
 
     pub(crate) fn router(&self) -> &PeerRouter {

@@ -24,7 +24,7 @@ use tonic::transport::{Channel, Endpoint};
 use super::convert::{from_reply, group_message, transport_error};
 use super::pb::node_service_client::NodeServiceClient;
 use super::pb::raft_service_client::RaftServiceClient;
-use super::pb::{GroupMessage, Reply, SnapshotChunk};
+use super::pb::{ChangesRequest, GroupMessage, Reply, SnapshotChunk};
 use super::MAX_MESSAGE_BYTES;
 use crate::admin::{AdminRequest, AdminResponse};
 use crate::command::{Command, Proposed, ReadRequest, ReadResponse};
@@ -232,6 +232,49 @@ impl PeerRouter {
         let mut msg = group_message(first, req)?;
         msg.more_groups = more.iter().map(|g| g.get()).collect();
         Self::node_call(self.channel(node)?, NodeRpc::Read, msg, timeout).await
+    }
+
+    /// Follows `group`'s changes after `after` (none: from where `node`'s replica stands) on
+    /// `node`, passing its pages to `tx` until the stream ends or fails (Err), or `tx` closes.
+    pub async fn watch_changes(
+        &self,
+        node: NodeId,
+        group: GroupId,
+        after: Option<u64>,
+        tx: &tokio::sync::mpsc::Sender<Result<crate::changes::RawPage>>,
+    ) -> Result<()> {
+        let mut client = Self::node_client(self.channel(node)?);
+        let req = ChangesRequest {
+            group: group.get(),
+            after: after.unwrap_or(0),
+            from_head: after.is_none(),
+        };
+        let mut stream = client
+            .watch_changes(req)
+            .await
+            .map_err(|s| transport_error(&s))?
+            .into_inner();
+        loop {
+            let page = tokio::select! {
+                p = stream.message() => p.map_err(|s| transport_error(&s))?,
+                () = tx.closed() => return Ok(()),
+            };
+            let Some(page) = page else {
+                return Err(Error::Unavailable(format!("node {node} ended its changes")));
+            };
+            if page.indexes.len() != page.changes.len() {
+                return Err(Error::Internal("a page of changes out of step".into()));
+            }
+            let page = crate::changes::RawPage {
+                upto: page.upto,
+                gap: page.gap,
+                floor: page.floor,
+                entries: page.indexes.into_iter().zip(page.changes).collect(),
+            };
+            if tx.send(Ok(page)).await.is_err() {
+                return Ok(());
+            }
+        }
     }
 
     /// Sends an admin request to the node at `addr`.

@@ -6,11 +6,13 @@
 use serde_json::Value;
 
 use super::apply_schema;
+use super::change_writes;
 use super::index_upkeep;
 use super::ops::apply_updates;
 use super::record_writes::{delete_record, put_record};
 use super::staged::Staged;
 use crate::acl::{allows, Access};
+use crate::changes::ChangeKind;
 use crate::command::{Command, CommandResult};
 use crate::error::{Error, Result};
 use crate::object::StoredObject;
@@ -163,7 +165,15 @@ fn apply_create(
         return Ok(CommandResult::Rejected(e));
     }
     index_upkeep::reindex(st, app, class, object_id, None, Some(&obj))?;
-    st.put(key, obj.encode()?);
+    let bytes = obj.encode()?;
+    change_writes::stage(
+        st,
+        ChangeKind::Create,
+        (app, class, object_id),
+        &bytes,
+        None,
+    )?;
+    st.put(key, bytes);
     Ok(CommandResult::Created {
         object_id: object_id.to_string(),
         created_ms: now_ms,
@@ -211,15 +221,20 @@ fn apply_update(
         return Ok(CommandResult::Rejected(e));
     }
     // Timestamps never go backwards, even if proposers' clocks differ. Changes to internal
-    // fields only (a login adding a session) are not changes a client sees.
-    if updates
+    // fields only (a login adding a session) are not changes a client sees, nor logged ones.
+    let seen = updates
         .iter()
-        .any(|u| !u.path.first().is_some_and(|c| c.starts_with('_')))
-    {
+        .any(|u| !u.path.first().is_some_and(|c| c.starts_with('_')));
+    if seen {
         obj.updated_ms = now_ms.max(obj.updated_ms);
     }
     index_upkeep::reindex(st, app, class, object_id, Some(&old), Some(&obj))?;
-    st.put(key, obj.encode()?);
+    let bytes = obj.encode()?;
+    if seen {
+        let ids = (app, class, object_id);
+        change_writes::stage(st, ChangeKind::Update, ids, &bytes, Some((&old, &obj)))?;
+    }
+    st.put(key, bytes);
     Ok(CommandResult::Updated {
         updated_ms: obj.updated_ms,
     })
@@ -241,6 +256,13 @@ fn apply_delete(
         return Ok(CommandResult::Rejected(Error::ObjectNotFound));
     }
     index_upkeep::reindex(st, app, class, object_id, Some(&old), None)?;
+    change_writes::stage(
+        st,
+        ChangeKind::Delete,
+        (app, class, object_id),
+        &bytes,
+        None,
+    )?;
     st.delete(key);
     Ok(CommandResult::Deleted)
 }

@@ -14,6 +14,7 @@
 mod applied_state;
 mod apply;
 mod apply_schema;
+mod change_writes;
 mod index_upkeep;
 pub mod ops;
 mod record_writes;
@@ -47,6 +48,8 @@ pub struct ShardStateMachine {
     store: Arc<Store>,
     snapshot_dir: PathBuf,
     applied: AppliedState,
+    /// Log indexes of changes the group keeps (`ClusterSettings::changes_kept`).
+    changes_kept: u64,
 }
 
 impl ShardStateMachine {
@@ -65,7 +68,14 @@ impl ShardStateMachine {
             store,
             snapshot_dir,
             applied,
+            changes_kept: crate::changes::KEPT_ENTRIES,
         })
+    }
+
+    /// The state machine keeping `kept` log indexes of changes (the same on every replica).
+    pub fn keeping_changes(mut self, kept: u64) -> Self {
+        self.changes_kept = kept;
+        self
     }
 }
 
@@ -79,6 +89,7 @@ fn apply_entry(
     cmd: crate::command::Command,
 ) -> crate::error::Result<CommandResult> {
     let mark = staged.savepoint();
+    staged.set_entry_index(index);
     let label = cmd.to_string();
     match apply::apply_command(staged, cmd) {
         Ok(result) => Ok(result),
@@ -126,6 +137,7 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
                     CommandResult::None
                 }
             };
+            change_writes::trim(&mut staged, entry.log_id.index, self.changes_kept);
             next.last_applied = Some(entry.log_id);
             if let Some(r) = responder {
                 replies.push((r, result));

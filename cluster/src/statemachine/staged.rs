@@ -18,6 +18,10 @@ pub struct Staged<'a> {
     overlay: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     /// Each staged write's key and the overlay entry it replaced, in order (for `rollback_to`).
     undo: Vec<(Vec<u8>, Option<Staging>)>,
+    /// Ranges of keys deleted before the overlay's writes (`delete_range`).
+    cut: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The log index of the entry being applied.
+    entry: u64,
 }
 
 /// One key's staged write: a value, or `None` for a delete.
@@ -34,7 +38,26 @@ impl<'a> Staged<'a> {
             group,
             overlay: BTreeMap::new(),
             undo: Vec::new(),
+            cut: Vec::new(),
+            entry: 0,
         }
+    }
+
+    /// Notes the log index of the entry whose command is applied next.
+    pub fn set_entry_index(&mut self, index: u64) {
+        self.entry = index;
+    }
+
+    /// The log index of the entry being applied (0 outside `apply`).
+    pub fn entry_index(&self) -> u64 {
+        self.entry
+    }
+
+    /// Deletes the stored keys in `[start, end)` when the batch is written, before its other
+    /// writes. For keys no command reads (the change log's): reads here do not see it, and a
+    /// rollback does not undo it.
+    pub fn delete_range(&mut self, start: Vec<u8>, end: Vec<u8>) {
+        self.cut.push((start, end));
     }
 
     /// Marks the writes staged so far.
@@ -132,6 +155,9 @@ impl<'a> Staged<'a> {
     pub fn into_batch(self) -> Result<WriteBatch> {
         let cf = self.store.cf(CF_SM)?;
         let mut batch = WriteBatch::default();
+        for (start, end) in self.cut {
+            batch.delete_range_cf(cf, start, end);
+        }
         for (k, v) in self.overlay {
             match v {
                 Some(v) => batch.put_cf(cf, k, v),

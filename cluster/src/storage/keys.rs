@@ -15,6 +15,8 @@
 //! |               | group · `t` · expiry ms (u64 BE) · ns 0 key | (empty): TTL index      |
 //! |               | group · `x` · app 0 class 0 field 0 · value · objectId · len | flags: secondary index (`query::index`) |
 //! |               | group · `y` · app 0 class 0 field 0 · value bucket | entries per bucket (`query::tally`) |
+//! |               | group · `w` · log index (u64 BE)         | object change (`changes`)  |
+//! |               | group · `v`                              | oldest change index kept   |
 //! | `default`     | `node`                                   | this node's identity       |
 
 use crate::ids::GroupId;
@@ -34,6 +36,8 @@ pub const SM_RECORD: u8 = b'r';
 pub const SM_TTL: u8 = b't';
 pub const SM_INDEX: u8 = b'x';
 pub const SM_TALLY: u8 = b'y';
+pub const SM_CHANGES: u8 = b'w';
+pub const SM_CHANGES_FLOOR: u8 = b'v';
 
 /// Key of this node's identity in the default column family.
 pub const NODE_IDENTITY: &[u8] = b"node";
@@ -98,6 +102,18 @@ pub fn separated_end(prefix: &[u8]) -> Vec<u8> {
         *last = 1;
     }
     end
+}
+
+/// Key of the change an entry at `index` made (`changes`).
+pub fn change_key(group: GroupId, index: u64) -> Vec<u8> {
+    let mut k = sm_family(group, SM_CHANGES);
+    k.extend_from_slice(&index.to_be_bytes());
+    k
+}
+
+/// Index of a change key (`change_key`).
+pub fn change_index(k: &[u8]) -> Option<u64> {
+    Some(u64::from_be_bytes(k.get(5..13)?.try_into().ok()?))
 }
 
 pub fn record_key(group: GroupId, ns: &str, key: &str) -> Vec<u8> {

@@ -153,7 +153,9 @@ fn settings(body: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
             "allowedOrigins" => json!(string_list(k, v, |o| {
                 o == "*" || o.starts_with("http://") || o.starts_with("https://")
             })?),
-            "allowUnverifiedAuthData" | "privateFiles" | "clientPush" => flag_bool(k, v)?,
+            "allowUnverifiedAuthData" | "privateFiles" | "clientPush" | "realtimeKeysRequired" => {
+                flag_bool(k, v)?
+            }
             "push" => match v {
                 Value::Null => Value::Null,
                 v => {

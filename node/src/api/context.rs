@@ -56,11 +56,13 @@ pub struct Shared {
     /// Verifies third-party `authData` with its platform.
     pub identity: crate::users::third_party::providers::IdentityProviders,
     /// Each app's role graph as this node's metadata replica holds it.
-    pub roles: crate::users::roles::RoleGraphs,
+    pub roles: Arc<crate::users::roles::RoleGraphs>,
     /// Thumbnails and watermarks of stored images, with this node's cache of them.
     pub images: crate::images::Images,
     /// Where cloud functions run (this node's slots for them).
     pub functions: crate::functions::runner::Runner,
+    /// What realtime connections work with (this node's hub among them).
+    pub realtime: crate::realtime::connection::Services,
 }
 
 /// What the API hands work to besides the cluster: the services outside the node it talks to,
@@ -82,6 +84,12 @@ impl AppState {
         files: crate::files::FilesConfig,
         ip_limits: crate::throttle::IpLimits,
     ) -> Self {
+        let roles: Arc<crate::users::roles::RoleGraphs> = Default::default();
+        let realtime = crate::realtime::connection::Services {
+            cluster: cluster.clone(),
+            roles: Arc::clone(&roles),
+            hub: crate::realtime::hub::Hub::new(cluster.replicas().clone()),
+        };
         AppState(Arc::new(Shared {
             cluster,
             headers,
@@ -93,9 +101,10 @@ impl AppState {
             files,
             limiter: crate::throttle::IpLimiter::new(ip_limits),
             identity: outside.identity,
-            roles: Default::default(),
+            roles,
             images: Default::default(),
             functions: outside.functions,
+            realtime,
         }))
     }
 }
@@ -147,14 +156,8 @@ async fn authenticated(state: AppState, req: Request, next: Next, need_master: b
         }
         Err(e) => return ApiError::from(e).into_response(),
     };
-    if ctx.app.status == 0 {
-        return ApiError::AppDisabled.into_response();
-    }
-    if let Some(origin) = parts.headers.get(axum::http::header::ORIGIN) {
-        let origin = origin.to_str().unwrap_or_default();
-        if !origin_allowed(&ctx.app, origin) {
-            return ApiError::OriginNotAllowed(origin.to_string()).into_response();
-        }
+    if let Err(e) = admit(&ctx, &parts.headers) {
+        return e.into_response();
     }
     parts.extensions.insert(ctx);
     let body = body.unwrap_or_else(|| Body::from(bytes));
@@ -163,6 +166,21 @@ async fn authenticated(state: AppState, req: Request, next: Next, need_master: b
 
 /// True when a browser at `origin` may call the app (it lists no `allowedOrigins`, lists `*`,
 /// or lists the origin).
+/// Refuses an authenticated request of a disabled app (10008), or from a browser origin the app
+/// does not allow (403).
+pub fn admit(ctx: &RequestCtx, headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
+    if ctx.app.status == 0 {
+        return Err(ApiError::AppDisabled);
+    }
+    if let Some(origin) = headers.get(axum::http::header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or_default();
+        if !origin_allowed(&ctx.app, origin) {
+            return Err(ApiError::OriginNotAllowed(origin.to_string()));
+        }
+    }
+    Ok(())
+}
+
 fn origin_allowed(app: &crate::apps::AppRecord, origin: &str) -> bool {
     match &app.allowed_origins {
         None => true,

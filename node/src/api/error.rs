@@ -717,6 +717,25 @@ impl From<UsersError> for ApiError {
     }
 }
 
+impl From<crate::realtime::RealtimeError> for ApiError {
+    fn from(e: crate::realtime::RealtimeError) -> Self {
+        use crate::realtime::RealtimeError;
+        match e {
+            RealtimeError::InvalidMessage(m) => ApiError::InvalidBody(m),
+            RealtimeError::InvalidWhere(m) => ApiError::InvalidQuery(m),
+            RealtimeError::InvalidClassName(c) => ApiError::InvalidClassName(c),
+            RealtimeError::Unauthorized(why) => {
+                tracing::debug!(reason = why, "realtime: unauthorized");
+                ApiError::Unauthorized
+            }
+            RealtimeError::AppDisabled => ApiError::AppDisabled,
+            RealtimeError::Unavailable(m) => ApiError::Unavailable(m),
+            RealtimeError::Users(e) => e.into(),
+            RealtimeError::Apps(e) => e.into(),
+        }
+    }
+}
+
 impl From<SmsError> for ApiError {
     fn from(e: SmsError) -> Self {
         match e {

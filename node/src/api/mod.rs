@@ -20,6 +20,7 @@ pub mod installations;
 pub mod objects;
 pub mod ops;
 pub mod push;
+pub mod realtime;
 pub mod roles;
 pub mod schemas;
 pub mod sms;
@@ -121,6 +122,13 @@ pub fn table() -> Vec<Route<AppState>> {
         route!(App, "/1/functions/{name}",
             POST => functions::call_function, PUT => functions::deploy_function,
             GET => functions::get_function, DELETE => functions::delete_function),
+        // Realtime (decisions/0024): each transport authenticates itself (keys in the headers
+        // or the query; socket.io clients may name their app in each subscription instead).
+        route!(Open, "/1/realtime", GET => realtime::plain_websocket),
+        route!(Open, "/1/realtime/events", GET => realtime::server_sent_events),
+        route!(Open, "/socket.io/1",
+            GET => realtime::socket_io_handshake, POST => realtime::socket_io_handshake),
+        route!(Open, "/socket.io/1/websocket/{sid}", GET => realtime::socket_io_websocket),
         // Roles (spec 4.6).
         route!(App, "/1/roles", GET => roles::query_roles, POST => roles::create_role),
         route!(App, "/1/roles/{id}",

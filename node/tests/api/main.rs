@@ -26,6 +26,7 @@ mod ops;
 mod push;
 mod queries;
 mod query_model;
+mod realtime;
 mod routes;
 mod schemas;
 mod sdks;

@@ -1,0 +1,382 @@
+//! The realtime transports over `realtime::connection` (decisions/0024), each authenticating
+//! itself (open routes of `api::table`):
+//!
+//! - `GET /1/realtime`: a plain WebSocket whose text frames are the JSON messages of
+//!   `realtime::wire`; the app's keys on the upgrade request's headers or, for browsers, in its
+//!   query (`applicationId` + `restKey`, or `masterKey`, or the signed form; `sessionToken`).
+//! - socket.io 0.9, as the hosted service's SDKs speak it: `GET|POST /socket.io/1/` answers
+//!   `<sid>:60:60:websocket`, then `GET /socket.io/1/websocket/<sid>` is a WebSocket of `5:::`
+//!   event frames and `2:::` heartbeats; keys in the query are optional (without them each
+//!   `client_sub` names its app by `appKey`).
+//! - `GET /1/realtime/events`: Server-Sent Events of one subscription given in the query; its
+//!   events' ids are their cursors, so a browser's `Last-Event-ID` resumes where it was.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method};
+use axum::response::sse::{KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::{SinkExt, StreamExt};
+use tokio::sync::mpsc;
+
+use super::context::{admit, ApiPath, ApiQuery, AppState};
+use super::error::ApiError;
+use crate::auth::{self, AuthError, HeaderNames, RequestCtx};
+use crate::connections::ConnectionSlot;
+use crate::realtime::connection::{Connection, Refusal};
+use crate::realtime::wire::{Action, Frame, Outbound, SubRequest};
+
+/// Largest message a client may send.
+const MAX_CLIENT_MESSAGE: usize = 64 * 1024;
+/// socket.io heartbeats: the node sends one this often and closes a connection it heard
+/// nothing from for `SOCKET_IO_TIMEOUT` (both announced in the handshake).
+const SOCKET_IO_HEARTBEAT: Duration = Duration::from_secs(25);
+const SOCKET_IO_TIMEOUT: Duration = Duration::from_secs(60);
+/// Plain WebSockets are pinged this often and closed after `PLAIN_TIMEOUT` without a frame.
+const PLAIN_PING: Duration = Duration::from_secs(30);
+const PLAIN_TIMEOUT: Duration = Duration::from_secs(75);
+
+type Query = ApiQuery<HashMap<String, String>>;
+
+/// The query members that stand for authentication headers (for clients that cannot set
+/// headers), with the header each stands for.
+fn query_headers(names: &HeaderNames) -> [(&'static str, &HeaderName); 10] {
+    [
+        ("applicationId", &names.application_id),
+        ("restKey", &names.rest_key),
+        ("masterKey", &names.master_key),
+        ("sessionToken", &names.session_token),
+        ("secretKey", &names.secret_key),
+        ("safeTimestamp", &names.safe_timestamp),
+        ("noncestrKey", &names.noncestr_key),
+        ("safeSign", &names.safe_sign),
+        ("sdkType", &names.sdk_type),
+        ("sdkVersion", &names.sdk_version),
+    ]
+}
+
+/// The request's authentication, from its headers completed by its query. `None` when it
+/// carries no app id, secret key or master key at all.
+async fn authenticate(
+    state: &AppState,
+    path: &str,
+    headers: &HeaderMap,
+    query: &HashMap<String, String>,
+) -> Result<Option<RequestCtx>, ApiError> {
+    let mut all = headers.clone();
+    for (member, header) in query_headers(&state.headers) {
+        if all.contains_key(header) {
+            continue;
+        }
+        if let Some(v) = query
+            .get(member)
+            .and_then(|v| HeaderValue::from_str(v).ok())
+        {
+            all.insert(header.clone(), v);
+        }
+    }
+    let names = &state.headers;
+    let carried = [&names.application_id, &names.secret_key, &names.master_key]
+        .iter()
+        .any(|h| auth::header(&all, h).is_some());
+    if !carried {
+        return Ok(None);
+    }
+    let creds = auth::Request {
+        method: &Method::GET,
+        path,
+        headers: &all,
+        body: b"",
+    };
+    let ctx = match auth::authenticate(&state.cluster, names, &creds, false).await {
+        Ok(ctx) => ctx,
+        Err(AuthError::Unauthorized(why)) => {
+            tracing::debug!(reason = why, path, "realtime: unauthorized");
+            return Err(ApiError::Unauthorized);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    admit(&ctx, headers)?;
+    Ok(Some(ctx))
+}
+
+/// `GET /1/realtime`: the plain WebSocket (the app's keys required).
+pub async fn plain_websocket(
+    State(state): State<AppState>,
+    slot: Option<axum::Extension<ConnectionSlot>>,
+    headers: HeaderMap,
+    ApiQuery(query): Query,
+    ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
+) -> Response {
+    let ctx = match authenticate(&state, "/1/realtime", &headers, &query).await {
+        Ok(Some(ctx)) => ctx,
+        Ok(None) => return ApiError::Unauthorized.into_response(),
+        Err(e) => return e.into_response(),
+    };
+    let Ok(ws) = ws else {
+        return ApiError::InvalidBody("this address takes a WebSocket upgrade.".into())
+            .into_response();
+    };
+    ws.max_message_size(MAX_CLIENT_MESSAGE)
+        .on_upgrade(move |socket| async move {
+            let _slot = slot;
+            let (conn, rx) = Connection::new(state.realtime.clone(), Some(ctx));
+            serve_socket(conn, rx, socket, Framing::Plain).await;
+        })
+}
+
+/// `GET|POST /socket.io/1/`: the socket.io 0.9 handshake. The session id names nothing kept:
+/// the WebSocket may reach any node.
+pub async fn socket_io_handshake(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    ApiQuery(query): Query,
+) -> Response {
+    if let Err(e) = authenticate(&state, "/socket.io/1", &headers, &query).await {
+        return e.into_response();
+    }
+    let sid = basalt_cluster::object::random_alphanumeric(20);
+    let body = format!(
+        "{sid}:{}:{}:websocket",
+        SOCKET_IO_TIMEOUT.as_secs(),
+        SOCKET_IO_TIMEOUT.as_secs()
+    );
+    ([(axum::http::header::CONTENT_TYPE, "text/plain")], body).into_response()
+}
+
+/// `GET /socket.io/1/websocket/<sid>`: the socket.io 0.9 WebSocket.
+pub async fn socket_io_websocket(
+    State(state): State<AppState>,
+    slot: Option<axum::Extension<ConnectionSlot>>,
+    headers: HeaderMap,
+    ApiPath(sid): ApiPath<String>,
+    ApiQuery(query): Query,
+    ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
+) -> Response {
+    let path = format!("/socket.io/1/websocket/{sid}");
+    let ctx = match authenticate(&state, &path, &headers, &query).await {
+        Ok(ctx) => ctx,
+        Err(e) => return e.into_response(),
+    };
+    let Ok(ws) = ws else {
+        return ApiError::InvalidBody("this address takes a WebSocket upgrade.".into())
+            .into_response();
+    };
+    ws.max_message_size(MAX_CLIENT_MESSAGE)
+        .on_upgrade(move |socket| async move {
+            let _slot = slot;
+            let (conn, rx) = Connection::new(state.realtime.clone(), ctx);
+            serve_socket(conn, rx, socket, Framing::SocketIo).await;
+        })
+}
+
+/// The `server_error` of a refused client message.
+fn refused((e, req): Refusal) -> Outbound {
+    let e = ApiError::from(e);
+    Outbound::error(e.code(), &e.to_string(), req.as_ref())
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Framing {
+    Plain,
+    SocketIo,
+}
+
+impl Framing {
+    fn frame(self, m: &Outbound) -> Message {
+        match self {
+            Framing::Plain => Message::Text(Frame::websocket(m).into()),
+            Framing::SocketIo => Message::Text(Frame::socket_io(m).into()),
+        }
+    }
+}
+
+/// What a socket.io frame from the client asks.
+#[derive(Debug, PartialEq)]
+enum SocketIoFrame<'a> {
+    Event(&'a str),
+    Disconnect,
+    Other,
+}
+
+/// Reads `type:id:endpoint:data`: events (`5:::{..}`, `5:1+::{..}`), disconnects; heartbeats,
+/// connects and the rest only show the client is alive.
+fn socket_io_frame(text: &str) -> SocketIoFrame<'_> {
+    let mut parts = text.splitn(4, ':');
+    match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some("5"), _, _, Some(data)) => SocketIoFrame::Event(data),
+        (Some("0"), ..) => SocketIoFrame::Disconnect,
+        _ => SocketIoFrame::Other,
+    }
+}
+
+/// Serves one WebSocket: client messages to the connection, the outbox to the client, until
+/// either side ends or the client falls behind (one `server_resync`, then close).
+async fn serve_socket(
+    mut conn: Connection,
+    mut rx: mpsc::Receiver<Outbound>,
+    socket: WebSocket,
+    framing: Framing,
+) {
+    let (mut sink, mut stream) = socket.split();
+    let outbox = std::sync::Arc::clone(conn.outbox());
+    let resync = conn.slow_resync();
+    let writer = tokio::spawn(async move {
+        if framing == Framing::SocketIo {
+            let hello = [
+                Message::Text("1::".into()),
+                framing.frame(&Outbound::new("client_send_data", &serde_json::json!({}))),
+            ];
+            for m in hello {
+                if sink.send(m).await.is_err() {
+                    return;
+                }
+            }
+        }
+        let every = match framing {
+            Framing::Plain => PLAIN_PING,
+            Framing::SocketIo => SOCKET_IO_HEARTBEAT,
+        };
+        let mut beat = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        loop {
+            let out = tokio::select! {
+                m = rx.recv() => match m {
+                    Some(m) => framing.frame(&m),
+                    None => break,
+                },
+                () = outbox.overflowed() => {
+                    let _ = sink.send(framing.frame(&resync)).await;
+                    break;
+                }
+                _ = beat.tick() => match framing {
+                    Framing::Plain => Message::Ping(Default::default()),
+                    Framing::SocketIo => Message::Text("2:::".into()),
+                },
+            };
+            if sink.send(out).await.is_err() {
+                return;
+            }
+        }
+        let _ = sink.send(Message::Close(None)).await;
+    });
+    let quiet = match framing {
+        Framing::Plain => PLAIN_TIMEOUT,
+        Framing::SocketIo => SOCKET_IO_TIMEOUT,
+    };
+    let mut writer = writer;
+    loop {
+        let next = tokio::select! {
+            n = tokio::time::timeout(quiet, stream.next()) => n,
+            _ = &mut writer => break,
+        };
+        let text = match next {
+            Err(_) | Ok(None) | Ok(Some(Err(_))) => break,
+            Ok(Some(Ok(Message::Text(t)))) => t,
+            Ok(Some(Ok(Message::Close(_)))) => break,
+            Ok(Some(Ok(_))) => continue,
+        };
+        let handled = match framing {
+            Framing::Plain => conn.handle_text(text.as_str()).await,
+            Framing::SocketIo => match socket_io_frame(text.as_str()) {
+                SocketIoFrame::Event(data) => conn.handle_text(data).await,
+                SocketIoFrame::Disconnect => break,
+                SocketIoFrame::Other => Ok(()),
+            },
+        };
+        if let Err(refusal) = handled {
+            conn.outbox().offer(refused(refusal));
+        }
+    }
+    drop(conn);
+    writer.abort();
+}
+
+/// `GET /1/realtime/events`: Server-Sent Events of the subscription its query describes
+/// (`tableName`, `action`, `objectId`, `where`, `sessionToken`, `cursor` or `Last-Event-ID`).
+pub async fn server_sent_events(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    ApiQuery(query): Query,
+) -> Response {
+    let ctx = match authenticate(&state, "/1/realtime/events", &headers, &query).await {
+        Ok(Some(ctx)) => ctx,
+        Ok(None) => return ApiError::Unauthorized.into_response(),
+        Err(e) => return e.into_response(),
+    };
+    let mut arg = serde_json::Map::new();
+    for member in [
+        "tableName",
+        "action",
+        "objectId",
+        "where",
+        "sessionToken",
+        "cursor",
+    ] {
+        if let Some(v) = query.get(member) {
+            arg.insert(member.into(), serde_json::Value::String(v.clone()));
+        }
+    }
+    if !arg.contains_key("action") {
+        arg.insert("action".into(), Action::UpdateTable.name().into());
+    }
+    if let Some(last) = headers.get("last-event-id").and_then(|v| v.to_str().ok()) {
+        arg.insert("cursor".into(), last.into());
+    }
+    let message = serde_json::json!({"name": "client_sub", "args": [arg]}).to_string();
+    let req: SubRequest = match crate::realtime::wire::parse_client(&message) {
+        Ok(crate::realtime::wire::ClientMessage::Subscribe(r)) => r,
+        Ok(_) => {
+            return ApiError::InvalidBody(
+                "an event stream subscribes; it cannot unsubscribe.".into(),
+            )
+            .into_response()
+        }
+        Err(e) => return ApiError::from(e).into_response(),
+    };
+    let (mut conn, rx) = Connection::new(state.realtime.clone(), Some(ctx));
+    if let Err(e) = conn.subscribe(&req).await {
+        return ApiError::from(e).into_response();
+    }
+    let resync = conn.slow_resync();
+    let stream = futures::stream::unfold(
+        (conn, rx, Some(resync)),
+        |(conn, mut rx, resync)| async move {
+            let outbox = std::sync::Arc::clone(conn.outbox());
+            let resync = resync?;
+            tokio::select! {
+                m = rx.recv() => {
+                    let m = m?;
+                    Some((Ok::<_, std::convert::Infallible>(Frame::sse(&m)), (conn, rx, Some(resync))))
+                }
+                () = outbox.overflowed() => Some((Ok(Frame::sse(&resync)), (conn, rx, None))),
+            }
+        },
+    );
+    Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn socket_io_frames_are_read_as_the_protocol_writes_them() {
+        assert_eq!(
+            socket_io_frame(r#"5:::{"name":"client_sub"}"#),
+            SocketIoFrame::Event(r#"{"name":"client_sub"}"#)
+        );
+        assert_eq!(
+            socket_io_frame(r#"5:3+::{"a":"b:c"}"#),
+            SocketIoFrame::Event(r#"{"a":"b:c"}"#)
+        );
+        assert_eq!(socket_io_frame("0::"), SocketIoFrame::Disconnect);
+        for other in ["2::", "2:::", "1::", "8", "", "5"] {
+            assert_eq!(socket_io_frame(other), SocketIoFrame::Other, "{other}");
+        }
+    }
+}

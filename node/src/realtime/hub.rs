@@ -1,0 +1,423 @@
+//! The node's realtime hub: follows every group's committed changes and hands each to the
+//! subscriptions of its app and class.
+//!
+//! Started by the first subscription: one task per group follows the group's log of changes
+//! (`Replicas::follow_changes`: this node's replica, or a peer's, resuming at the last position
+//! after any failover), and one dispatcher passes the changes on in the order each group
+//! committed them. The hub keeps the position it has passed on for every group: a subscription
+//! registered under the same lock gets exactly the changes after those positions, so nothing
+//! is missed or repeated between subscribing and the first event, and its events carry the
+//! cursor after them. A subscription with a cursor first gets what it missed: the changes
+//! between its cursor and the hub's positions are read again from the groups' logs, while live
+//! events wait behind them (at most `QUEUE`); one a log no longer holds is a `server_resync`
+//! ("too_old"). Delivery never waits for a client (`connection::Outbox`).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use basalt_cluster::changes::tail::TailEvent;
+use basalt_cluster::changes::Change;
+use basalt_cluster::ids::GroupId;
+use basalt_cluster::Replicas;
+use serde_json::json;
+use tokio::sync::{mpsc, watch};
+
+use super::cursor::Cursor;
+use super::outbox::{Outbox, QUEUE};
+use super::subscription::{EventKind, Side, Subscription};
+use super::wire::Outbound;
+use super::RealtimeError;
+
+/// How long a subscription waits for the hub to learn where every group stands.
+const READY_WITHIN: Duration = Duration::from_secs(15);
+/// How long a replay waits for a group's log, or for a client to take its messages.
+const REPLAY_WAIT: Duration = Duration::from_secs(10);
+
+/// One subscription in the hub.
+pub struct Entry {
+    id: u64,
+    sub: Subscription,
+    outbox: Arc<Outbox>,
+    /// Changes at or before these positions are not delivered live (a resumed subscription
+    /// whose cursor is past the hub's positions has seen them).
+    floor: Vec<u64>,
+    /// Whether `floor` is past the hub's positions somewhere (its events carry their own
+    /// cursors until it is not).
+    ahead: AtomicBool,
+    /// While a resumed subscription replays what it missed, its live events wait here.
+    waiting: Mutex<Option<VecDeque<Outbound>>>,
+}
+
+struct State {
+    /// Per group, the position passed on to subscriptions.
+    positions: Vec<u64>,
+    /// Per group, whether its follower reported where it stands yet.
+    known: Vec<bool>,
+    /// Subscriptions by (app, class).
+    subs: HashMap<(String, String), Vec<Arc<Entry>>>,
+    count: usize,
+}
+
+struct Inner {
+    replicas: Replicas,
+    groups: usize,
+    state: Mutex<State>,
+    started: AtomicBool,
+    ready: watch::Sender<bool>,
+    next_id: AtomicU64,
+}
+
+/// The node's hub (cheap to clone).
+#[derive(Clone)]
+pub struct Hub {
+    inner: Arc<Inner>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Hub {
+    pub fn new(replicas: Replicas) -> Hub {
+        let groups = replicas.shards() as usize + 1;
+        let (ready, _) = watch::channel(false);
+        Hub {
+            inner: Arc::new(Inner {
+                replicas,
+                groups,
+                state: Mutex::new(State {
+                    positions: vec![0; groups],
+                    known: vec![false; groups],
+                    subs: HashMap::new(),
+                    count: 0,
+                }),
+                started: AtomicBool::new(false),
+                ready,
+                next_id: AtomicU64::new(1),
+            }),
+        }
+    }
+
+    /// Groups of the cluster (the length of a cursor).
+    pub fn groups(&self) -> usize {
+        self.inner.groups
+    }
+
+    /// Starts following every group, once.
+    fn start(&self) {
+        if self.inner.started.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let (tx, rx) = mpsc::channel::<TailEvent>(256);
+        for g in 0..self.inner.groups {
+            let replicas = self.inner.replicas.clone();
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                replicas
+                    .follow_changes(GroupId::new(g as u32), None, tx)
+                    .await;
+            });
+        }
+        let inner = Arc::clone(&self.inner);
+        tokio::spawn(async move { inner.dispatch(rx).await });
+    }
+
+    async fn wait_ready(&self) -> Result<(), RealtimeError> {
+        let mut ready = self.inner.ready.subscribe();
+        let became = tokio::time::timeout(READY_WITHIN, ready.wait_for(|r| *r))
+            .await
+            .map(|r| r.is_ok());
+        match became {
+            Ok(true) => Ok(()),
+            _ => Err(RealtimeError::Unavailable(
+                "this node cannot follow the cluster's changes now; try again.".into(),
+            )),
+        }
+    }
+
+    /// Registers `sub`, whose messages go to `outbox`, and acknowledges it there
+    /// (`server_sub`). With a cursor, what happened since is sent first.
+    pub async fn subscribe(
+        &self,
+        sub: Subscription,
+        outbox: Arc<Outbox>,
+        cursor: Option<Cursor>,
+    ) -> Result<Arc<Entry>, RealtimeError> {
+        self.start();
+        self.wait_ready().await?;
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let key = (
+            sub.app.application_id.as_str().to_string(),
+            sub.class().to_string(),
+        );
+        let (entry, from) = {
+            let mut st = lock(&self.inner.state);
+            let now = st.positions.clone();
+            let floor = match &cursor {
+                Some(c) => c.max_with(&now),
+                None => Cursor(now.clone()),
+            };
+            let ack = json!({
+                "appKey": sub.app.application_id.as_str(),
+                "tableName": sub.request.table,
+                "objectId": sub.request.object_id.clone().unwrap_or_default(),
+                "action": sub.request.action.name(),
+                "cursor": floor.encode(),
+            });
+            let entry = Arc::new(Entry {
+                id,
+                ahead: AtomicBool::new(floor.ahead_of(&now)),
+                floor: floor.0,
+                waiting: Mutex::new(cursor.as_ref().map(|_| VecDeque::new())),
+                sub,
+                outbox,
+            });
+            // Under the lock: no event of the new subscription can be offered before it.
+            entry.outbox.offer(Outbound::new("server_sub", &ack));
+            st.subs.entry(key).or_default().push(Arc::clone(&entry));
+            st.count += 1;
+            metrics::gauge!("basalt_realtime_subscriptions").set(st.count as f64);
+            (entry, cursor.map(|c| (c, now)))
+        };
+        if let Some((from, to)) = from {
+            let inner = Arc::clone(&self.inner);
+            let replayed = Arc::clone(&entry);
+            tokio::spawn(async move { inner.replay(&replayed, from, to).await });
+        }
+        Ok(entry)
+    }
+
+    /// Ends a subscription.
+    pub fn unsubscribe(&self, entry: &Arc<Entry>) {
+        let mut st = lock(&self.inner.state);
+        let key = (
+            entry.sub.app.application_id.as_str().to_string(),
+            entry.sub.class().to_string(),
+        );
+        if let Some(list) = st.subs.get_mut(&key) {
+            let before = list.len();
+            list.retain(|e| e.id != entry.id);
+            let removed = before - list.len();
+            if list.is_empty() {
+                st.subs.remove(&key);
+            }
+            st.count -= removed;
+            metrics::gauge!("basalt_realtime_subscriptions").set(st.count as f64);
+        }
+    }
+}
+
+/// A change's renderings shared by the subscribers who see it the same way.
+#[derive(Default)]
+struct Rendered {
+    current: Option<Arc<str>>,
+    before: Option<Arc<str>>,
+}
+
+impl Inner {
+    async fn dispatch(self: Arc<Self>, mut rx: mpsc::Receiver<TailEvent>) {
+        while let Some(event) = rx.recv().await {
+            match event {
+                TailEvent::Changes {
+                    group,
+                    upto,
+                    changes,
+                } => {
+                    for c in &changes {
+                        self.deliver(c);
+                    }
+                    let g = group.get() as usize;
+                    let mut st = lock(&self.state);
+                    if let Some(p) = st.positions.get_mut(g) {
+                        *p = (*p).max(upto);
+                    }
+                    if let Some(k) = st.known.get_mut(g) {
+                        *k = true;
+                    }
+                    if st.known.iter().all(|k| *k) && !*self.ready.borrow() {
+                        let _ = self.ready.send(true);
+                    }
+                }
+                TailEvent::Gap {
+                    group,
+                    after,
+                    resume_after,
+                } => {
+                    tracing::warn!(%group, after, resume_after, "realtime: changes no longer kept were skipped");
+                    let g = group.get() as usize;
+                    let mut st = lock(&self.state);
+                    if let Some(p) = st.positions.get_mut(g) {
+                        *p = (*p).max(resume_after);
+                    }
+                    let cursor = Cursor(st.positions.clone()).encode();
+                    let all: Vec<Arc<Entry>> = st.subs.values().flatten().cloned().collect();
+                    drop(st);
+                    let msg = Outbound::new(
+                        "server_resync",
+                        &json!({"reason": "gap", "cursor": cursor,
+                            "error": "some changes could not be followed; read the state again."}),
+                    );
+                    for e in all {
+                        e.offer(msg.clone());
+                    }
+                    metrics::counter!("basalt_realtime_resyncs_total", "reason" => "gap")
+                        .increment(1);
+                }
+            }
+        }
+    }
+
+    /// Passes one change on to the subscriptions of its app and class.
+    fn deliver(&self, c: &Change) {
+        let g = c.group.get() as usize;
+        let (subs, positions) = {
+            let mut st = lock(&self.state);
+            if let Some(p) = st.positions.get_mut(g) {
+                *p = (*p).max(c.index);
+            }
+            let key = (c.app.clone(), c.class.clone());
+            match st.subs.get(&key) {
+                Some(list) if !list.is_empty() => (list.clone(), st.positions.clone()),
+                _ => return,
+            }
+        };
+        let cursor: Arc<str> = Cursor(positions.clone()).encode().into();
+        let mut shared = Rendered::default();
+        for entry in subs {
+            if entry.floor.get(g).is_some_and(|&f| c.index <= f) {
+                continue;
+            }
+            let Some((kind, side)) = entry.sub.judge(c) else {
+                continue;
+            };
+            let own_cursor;
+            let cursor: &str = if entry.ahead.load(Ordering::Relaxed) {
+                let own = Cursor(entry.floor.clone()).max_with(&positions);
+                if !Cursor(entry.floor.clone()).ahead_of(&positions) {
+                    entry.ahead.store(false, Ordering::Relaxed);
+                }
+                own_cursor = own.encode();
+                &own_cursor
+            } else {
+                &cursor
+            };
+            let data = render(&entry.sub, c, side, &mut shared);
+            let text = entry.sub.event_text(kind, c, cursor, &data);
+            entry.offer(Outbound {
+                name: "server_pub",
+                arg: text.into(),
+                cursor: Some(cursor.into()),
+            });
+        }
+    }
+
+    /// Sends a resumed subscription what happened between its cursor (`from`) and the hub's
+    /// positions when it registered (`to`), group by group, then the live events that waited.
+    async fn replay(&self, entry: &Arc<Entry>, from: Cursor, to: Vec<u64>) {
+        let mut at = from.0.clone();
+        for g in 0..self.groups {
+            let (start, end) = (from.0[g], to[g]);
+            if start >= end {
+                continue;
+            }
+            let group = GroupId::new(g as u32);
+            let (tx, mut rx) = mpsc::channel(4);
+            let replicas = self.replicas.clone();
+            let follower = tokio::spawn(async move {
+                replicas.follow_changes(group, Some(start), tx).await;
+            });
+            let outcome = loop {
+                match tokio::time::timeout(REPLAY_WAIT, rx.recv()).await {
+                    Ok(Some(TailEvent::Changes { upto, changes, .. })) => {
+                        for c in changes.iter().filter(|c| c.index <= end) {
+                            at[g] = c.index;
+                            if let Some(msg) = event_for(&entry.sub, c, &Cursor(at.clone())) {
+                                if !entry.outbox.send_within(msg, REPLAY_WAIT).await {
+                                    follower.abort();
+                                    return;
+                                }
+                            }
+                        }
+                        if upto >= end {
+                            break None;
+                        }
+                    }
+                    Ok(Some(TailEvent::Gap { .. })) => break Some("too_old"),
+                    Ok(None) | Err(_) => break Some("unavailable"),
+                }
+            };
+            follower.abort();
+            at[g] = end;
+            if let Some(reason) = outcome {
+                metrics::counter!("basalt_realtime_resyncs_total", "reason" => reason).increment(1);
+                let msg = Outbound::new(
+                    "server_resync",
+                    &json!({"reason": reason, "cursor": Cursor(at.clone()).encode(),
+                        "error": "changes since the cursor are no longer kept; read the state again."}),
+                );
+                if !entry.outbox.send_within(msg, REPLAY_WAIT).await {
+                    return;
+                }
+            }
+        }
+        // The live events that waited, then live delivery (under the same lock as `offer`).
+        let mut waiting = lock(&entry.waiting);
+        if let Some(queue) = waiting.take() {
+            for m in queue {
+                entry.outbox.offer(m);
+            }
+        }
+    }
+}
+
+impl Entry {
+    /// Queues a live message: behind a replay while one runs, else in the outbox.
+    fn offer(&self, m: Outbound) {
+        let mut waiting = lock(&self.waiting);
+        if let Some(queue) = waiting.as_mut() {
+            if queue.len() >= QUEUE {
+                self.outbox.overflow();
+            } else {
+                queue.push_back(m);
+            }
+            return;
+        }
+        drop(waiting);
+        let delivered = self.outbox.offer(m);
+        let outcome = if delivered { "delivered" } else { "dropped" };
+        metrics::counter!("basalt_realtime_events_total", "outcome" => outcome).increment(1);
+    }
+}
+
+/// The JSON text of the side of `c` that `sub` is shown, rendered once per change for every
+/// subscriber that sees it alike.
+fn render(sub: &Subscription, c: &Change, side: Side, shared: &mut Rendered) -> Arc<str> {
+    let object = match side {
+        Side::Current => &c.object,
+        Side::Before => c.before.as_ref().unwrap_or(&c.object),
+    };
+    if sub.renders_per_subscriber() {
+        return sub.render(&c.object_id, object).to_string().into();
+    }
+    let slot = match side {
+        Side::Current => &mut shared.current,
+        Side::Before => &mut shared.before,
+    };
+    slot.get_or_insert_with(|| sub.render(&c.object_id, object).to_string().into())
+        .clone()
+}
+
+/// The event `c` makes for `sub` with `cursor` after it, if any (replays).
+fn event_for(sub: &Subscription, c: &Change, cursor: &Cursor) -> Option<Outbound> {
+    let (kind, side): (EventKind, Side) = sub.judge(c)?;
+    let data = render(sub, c, side, &mut Rendered::default());
+    let cursor = cursor.encode();
+    let text = sub.event_text(kind, c, &cursor, &data);
+    Some(Outbound {
+        name: "server_pub",
+        arg: text.into(),
+        cursor: Some(cursor.into()),
+    })
+}
