@@ -70,7 +70,7 @@ bench-functions: deps
 
 ## Realtime: events per second to 1,000 WebSocket subscribers on 3 nodes while creates run,
 ## and the latency from a create's acknowledgement to its event; writes
-## bench/results/<date>-realtime.md (SUBSCRIBERS, RATE, SECONDS_PER, NODES override).
+## bench/results/<date>-realtime.md (SUBSCRIBERS, RATES, SECONDS_PER, NODES override).
 bench-realtime: deps
 	$(CARGO) build $(PROFILE_FLAGS) -p basalt -p basalt-bench
 	./scripts/bench-realtime.sh

@@ -232,6 +232,80 @@ mod tests {
         }
     }
 
+    /// Every object write logs its change under its entry's index, a refused one none; the
+    /// entry at a multiple of 1,024 cuts the log to the last `kept` indexes, and a read from
+    /// before the cut is a gap.
+    #[test]
+    fn object_writes_log_their_changes_and_the_log_is_cut_at_fixed_indexes() {
+        use crate::changes::{log::read_page, ChangeKind};
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let g = GroupId::new(1);
+        let mut staged = Staged::new(&store, g);
+        let mut index = 0;
+        let mut next = |staged: &mut Staged<'_>, cmd: Command| {
+            index += 1;
+            let r = apply_entry(staged, index, cmd).unwrap();
+            change_writes::trim(staged, index, 1024);
+            (index, r)
+        };
+        next(&mut staged, create("a"));
+        next(&mut staged, set("a", json!(1)));
+        let (refused, r) = next(&mut staged, set("missing", json!(1)));
+        assert!(matches!(r, CommandResult::Rejected(_)));
+        next(
+            &mut staged,
+            Command::DeleteObject {
+                app: "a".into(),
+                class: "C".into(),
+                object_id: "a".into(),
+                principals: None,
+            },
+        );
+        store.write(staged.into_batch().unwrap(), true).unwrap();
+        let page = read_page(&store, g, Some(0), 4, 100).unwrap();
+        let changes = page.decode(g).unwrap();
+        let kinds: Vec<(u64, ChangeKind)> = changes.iter().map(|c| (c.index, c.kind)).collect();
+        assert_eq!(
+            kinds,
+            [
+                (1, ChangeKind::Create),
+                (2, ChangeKind::Update),
+                (4, ChangeKind::Delete)
+            ]
+        );
+        assert!(!kinds.iter().any(|(i, _)| *i == refused));
+        let update = &changes[1];
+        assert_eq!(update.object.fields["f"], json!(1));
+        assert!(update.before.as_ref().unwrap().fields.get("f").is_none());
+        assert_eq!((page.upto, page.gap), (4, false));
+        // Only what the replica applied is read.
+        assert_eq!(
+            read_page(&store, g, Some(0), 2, 100).unwrap().entries.len(),
+            2
+        );
+
+        // 2,044 more writes: the entry at 2,048 cuts everything before 1,025.
+        let mut staged = Staged::new(&store, g);
+        for i in 0..2044 {
+            next(&mut staged, create(&format!("o{i}")));
+        }
+        store.write(staged.into_batch().unwrap(), true).unwrap();
+        let old = read_page(&store, g, Some(4), 2048, 100).unwrap();
+        assert!(
+            old.gap && old.entries.is_empty(),
+            "{:?}",
+            (old.gap, old.floor)
+        );
+        assert_eq!(old.floor, 1025);
+        let kept = read_page(&store, g, Some(1024), 2048, 5000).unwrap();
+        assert!(!kept.gap);
+        assert_eq!(kept.entries.len(), 1024);
+        assert_eq!(kept.entries.first().map(|e| e.0), Some(1025));
+        let limited = read_page(&store, g, Some(1024), 2048, 10).unwrap();
+        assert_eq!((limited.entries.len(), limited.upto), (10, 1034));
+    }
+
     /// An entry whose stored object cannot be decoded fails alone: it writes nothing, answers
     /// NotApplied, and the entries around it in the same batch apply.
     #[test]

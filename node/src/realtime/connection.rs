@@ -26,6 +26,9 @@ use crate::apps::find_app;
 use crate::auth::RequestCtx;
 use crate::users::roles::RoleGraphs;
 
+/// Subscriptions one connection may hold.
+pub const MAX_SUBSCRIPTIONS: usize = 100;
+
 /// The key of a subscription within a connection: subscribing again replaces it.
 type SubKey = (Action, String, Option<String>);
 
@@ -132,6 +135,11 @@ impl Connection {
 
     /// Subscribes (replacing a subscription of the same action, class and object).
     pub async fn subscribe(&mut self, req: &SubRequest) -> Result<(), RealtimeError> {
+        if self.subs.len() >= MAX_SUBSCRIPTIONS && !self.subs.contains_key(&key_of(req)) {
+            return Err(RealtimeError::InvalidMessage(format!(
+                "a connection holds at most {MAX_SUBSCRIPTIONS} subscriptions."
+            )));
+        }
         let ctx = self.context_for(req).await?;
         let s = &self.services;
         let who = crate::users::session::principals(&s.cluster, &s.roles, &ctx).await?;

@@ -568,6 +568,19 @@ async fn subscribers_see_only_what_they_may_read_and_what_their_filter_selects()
         .await;
     assert_eq!(anyone.expect("server_error").await["error"], "unauthorized");
 
+    // At most 100 subscriptions per connection (it holds one already).
+    for i in 0..99 {
+        anyone
+            .sub(json!({"appKey": app, "tableName": format!("C{i}"), "action": "deleteTable"}))
+            .await;
+    }
+    anyone
+        .send(
+            "client_sub",
+            json!({"appKey": app, "tableName": "C100", "action": "deleteTable"}),
+        )
+        .await;
+    assert_eq!(anyone.expect("server_error").await["code"], 107);
     // Without keys, or with wrong ones, the plain WebSocket and SSE are refused before upgrading.
     for path in [
         "/1/realtime".to_string(),

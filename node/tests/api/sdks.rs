@@ -1,7 +1,8 @@
 //! The real client SDKs against a `--header-brand Bmob` node, installed by `make test`'s `sdks`
 //! step (scripts/install-sdks.sh) into ~/.cache/basalt/sdks or `BASALT_SDKS_DIR`: python-bmob
 //! 1.8.0 uploads and deletes files through its own `upload` and `delFile`; hydrogen-js-sdk
-//! 2.7.3, in Node and in encrypted mode, through `Bmob.File(..).save()` and `destroy`.
+//! 2.7.3, in Node and in encrypted mode, through `Bmob.File(..).save()` and `destroy`; both
+//! call cloud functions; the JS SDK's socket.io client subscribes to tables and rows.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -275,4 +276,114 @@ return { add, asText, failed };
         "{js}"
     );
     assert_eq!(js["failed"]["code"], 310, "{js}");
+}
+
+/// The JS SDK's realtime client (`Bmob.Socket`, socket.io 0.9, written for mini-programs) run in
+/// Node: `wx`'s request and socket functions are given over `fetch` and Node's WebSocket, with
+/// the SDK's fixed host (`wss.bmobcloud.com`) pointed at node 1. It handshakes, subscribes on
+/// `client_send_data` naming only the app, answers heartbeats, and its callbacks get the
+/// events of writes made through the REST API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn js_sdk_subscribes_to_tables_and_rows_over_socket_io() {
+    use std::io::BufRead;
+    let cluster = TestCluster::start(1, &[], &["--header-brand", "Bmob"]).await;
+    let app = bmob_app(&cluster, "js realtime").await;
+    let c = cluster.app_client(0, &app).with_brand("Bmob");
+    let row = c
+        .create_object("Chat", &serde_json::json!({"text": "first"}))
+        .await
+        .unwrap()
+        .object_id;
+    let base = format!("http://{}", cluster.nodes[0].http);
+    let script = format!(
+        r#"
+const Bmob = require({sdk:?});
+const base = {base:?};
+const local = (u) => u.replace("https://wss.bmobcloud.com", base)
+  .replace("wss://wss.bmobcloud.com", base.replace("http://", "ws://"));
+let sock = null;
+const on = {{}};
+global.wx = {{
+  request({{ method, url, success, fail }}) {{
+    fetch(local(url), {{ method: method || "GET" }})
+      .then((r) => r.text().then((data) => success && success({{ statusCode: r.status, data }})))
+      .catch((e) => fail && fail(e));
+  }},
+  connectSocket({{ url }}) {{
+    sock = new WebSocket(local(url));
+    sock.onopen = () => on.open && on.open();
+    sock.onerror = (e) => on.error && on.error(e);
+    sock.onmessage = (m) => on.message && on.message({{ data: m.data }});
+    sock.onclose = () => on.close && on.close();
+  }},
+  onSocketOpen(cb) {{ on.open = cb; }},
+  onSocketError(cb) {{ on.error = cb; }},
+  onSocketMessage(cb) {{ on.message = cb; }},
+  onSocketClose(cb) {{ on.close = cb; }},
+  sendSocketMessage({{ data }}) {{ sock.send(data); }},
+}};
+const events = [];
+const done = (r) => {{ console.log(JSON.stringify(r)); process.exit(0); }};
+setTimeout(() => done({{ timedOut: true, events }}), 30000).unref();
+const s = Bmob.Socket({app_id:?});
+const got = (e) => {{ events.push(e); if (events.length === 4) done({{ events }}); }};
+s.onUpdateTable = (tableName, data) => got({{ kind: "updateTable", tableName, id: data.objectId, text: data.text }});
+s.onUpdateRow = (tableName, objectId, data) => got({{ kind: "updateRow", tableName, id: objectId, text: data.text }});
+s.onDeleteRow = (tableName, objectId, data) => got({{ kind: "deleteRow", tableName, id: objectId }});
+let acks = 0;
+s.on("server_sub", () => {{ acks += 1; if (acks === 3) console.log("ready"); }});
+s.onInitListen = () => {{
+  s.updateTable("Chat");
+  s.updateRow("Chat", {row:?});
+  s.deleteRow("Chat", {row:?});
+}};
+"#,
+        sdk = installed_sdk("js/package", "index.js"),
+        app_id = app["applicationId"].as_str().unwrap(),
+    );
+    let mut child = std::process::Command::new("node")
+        .arg("--experimental-websocket")
+        .arg("-e")
+        .arg(script)
+        .env_remove("HTTP_PROXY")
+        .env_remove("http_proxy")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("node");
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let ready = tokio::task::block_in_place(|| {
+        lines
+            .by_ref()
+            .map_while(Result::ok)
+            .any(|l| l.trim() == "ready")
+    });
+    assert!(ready, "the SDK never subscribed");
+    let created = c
+        .create_object("Chat", &serde_json::json!({"text": "hello"}))
+        .await
+        .unwrap()
+        .object_id;
+    c.update_object("Chat", &row, &serde_json::json!({"text": "edited"}))
+        .await
+        .unwrap();
+    c.delete_object("Chat", &row).await.unwrap();
+    let last = tokio::task::block_in_place(|| lines.map_while(Result::ok).last());
+    let _ = child.wait();
+    let out: Value = serde_json::from_str(&last.unwrap_or_default()).expect("the SDK's events");
+    let mut events: Vec<String> = out["events"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{out}"))
+        .iter()
+        .map(|e| format!("{} {} {} {}", e["kind"], e["tableName"], e["id"], e["text"]))
+        .collect();
+    events.sort();
+    let mut want = vec![
+        format!(r#""updateTable" "Chat" "{created}" "hello""#),
+        format!(r#""updateTable" "Chat" "{row}" "edited""#),
+        format!(r#""updateRow" "Chat" "{row}" "edited""#),
+        format!(r#""deleteRow" "Chat" "{row}" null"#),
+    ];
+    want.sort();
+    assert_eq!(events, want, "{out}");
 }
