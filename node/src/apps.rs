@@ -135,6 +135,16 @@ pub fn random_key(len: usize) -> String {
 }
 
 impl AppRecord {
+    /// Whether a browser at `origin` may use the app (`allowedOrigins`; absent: any).
+    pub fn allows_origin(&self, origin: &str) -> bool {
+        match &self.allowed_origins {
+            None => true,
+            Some(list) => list
+                .iter()
+                .any(|o| o == "*" || o.trim_end_matches('/').eq_ignore_ascii_case(origin)),
+        }
+    }
+
     pub fn generate(app_name: &str, owner: &str) -> Self {
         AppRecord {
             app_name: app_name.to_string(),

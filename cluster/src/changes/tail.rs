@@ -68,27 +68,16 @@ impl Replicas {
                 || membership.learner_ids().any(|l| l == me))
     }
 
-    /// The last log index this node's replica of `group` applied.
-    fn applied_index(&self, group: GroupId) -> Result<u64> {
-        let raft = self.group(group)?;
-        let metrics = raft.metrics();
-        let m = metrics.borrow_watched();
-        Ok(m.last_applied.map(|l| l.index).unwrap_or(0))
-    }
-
     /// Reads one page of `group`'s changes from this node's replica.
     pub(crate) async fn local_changes(
         &self,
         group: GroupId,
         after: Option<u64>,
     ) -> Result<RawPage> {
-        let applied = self.applied_index(group)?;
         let store = self.store();
-        tokio::task::spawn_blocking(move || {
-            log::read_page(&store, group, after, applied, PAGE_CHANGES)
-        })
-        .await
-        .map_err(|e| Error::Internal(e.to_string()))?
+        tokio::task::spawn_blocking(move || log::read_page(&store, group, after, PAGE_CHANGES))
+            .await
+            .map_err(|e| Error::Internal(e.to_string()))?
     }
 
     /// Sends pages of `group`'s changes after `after` (none: from where the replica stands) to

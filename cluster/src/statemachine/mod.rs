@@ -262,8 +262,21 @@ mod tests {
                 principals: None,
             },
         );
+        let applied = |staged: &mut Staged<'_>, index: u64| {
+            let state = json!({"last_applied": {"index": index}}).to_string();
+            staged.put(
+                keys::meta_key(g, keys::SM_APPLIED).to_vec(),
+                state.into_bytes(),
+            );
+        };
+        applied(&mut staged, 2);
         store.write(staged.into_batch().unwrap(), true).unwrap();
-        let page = read_page(&store, g, Some(0), 4, 100).unwrap();
+        // Only what the replica applied is read.
+        assert_eq!(read_page(&store, g, Some(0), 100).unwrap().entries.len(), 2);
+        let mut staged = Staged::new(&store, g);
+        applied(&mut staged, 4);
+        store.write(staged.into_batch().unwrap(), true).unwrap();
+        let page = read_page(&store, g, Some(0), 100).unwrap();
         let changes = page.decode(g).unwrap();
         let kinds: Vec<(u64, ChangeKind)> = changes.iter().map(|c| (c.index, c.kind)).collect();
         assert_eq!(
@@ -279,30 +292,36 @@ mod tests {
         assert_eq!(update.object.fields["f"], json!(1));
         assert!(update.before.as_ref().unwrap().fields.get("f").is_none());
         assert_eq!((page.upto, page.gap), (4, false));
-        // Only what the replica applied is read.
-        assert_eq!(
-            read_page(&store, g, Some(0), 2, 100).unwrap().entries.len(),
-            2
-        );
 
         // 2,044 more writes: the entry at 2,048 cuts everything before 1,025.
         let mut staged = Staged::new(&store, g);
         for i in 0..2044 {
             next(&mut staged, create(&format!("o{i}")));
         }
+        applied(&mut staged, 2048);
         store.write(staged.into_batch().unwrap(), true).unwrap();
-        let old = read_page(&store, g, Some(4), 2048, 100).unwrap();
+        let old = read_page(&store, g, Some(4), 100).unwrap();
         assert!(
             old.gap && old.entries.is_empty(),
             "{:?}",
             (old.gap, old.floor)
         );
         assert_eq!(old.floor, 1025);
-        let kept = read_page(&store, g, Some(1024), 2048, 5000).unwrap();
+        // Nothing below the floor is left, whichever batch staged it.
+        let mut below = 0;
+        let (from, to) = (keys::change_key(g, 0), keys::change_key(g, 1025));
+        store
+            .scan(CF_SM, &from, &to, |_, _| {
+                below += 1;
+                Ok(true)
+            })
+            .unwrap();
+        assert_eq!(below, 0);
+        let kept = read_page(&store, g, Some(1024), 5000).unwrap();
         assert!(!kept.gap);
         assert_eq!(kept.entries.len(), 1024);
         assert_eq!(kept.entries.first().map(|e| e.0), Some(1025));
-        let limited = read_page(&store, g, Some(1024), 2048, 10).unwrap();
+        let limited = read_page(&store, g, Some(1024), 10).unwrap();
         assert_eq!((limited.entries.len(), limited.upto), (10, 1034));
     }
 

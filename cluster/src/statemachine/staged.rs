@@ -53,10 +53,19 @@ impl<'a> Staged<'a> {
         self.entry
     }
 
-    /// Deletes the stored keys in `[start, end)` when the batch is written, before its other
-    /// writes. For keys no command reads (the change log's): reads here do not see it, and a
-    /// rollback does not undo it.
+    /// Deletes the keys in `[start, end)`: the stored ones when the batch is written (before
+    /// its other writes), and those staged so far, so the outcome does not depend on how
+    /// entries were batched. For keys no command reads (the change log's): reads here do not
+    /// see the stored ones go, and a rollback does not undo it.
     pub fn delete_range(&mut self, start: Vec<u8>, end: Vec<u8>) {
+        let staged: Vec<Vec<u8>> = self
+            .overlay
+            .range(start.clone()..end.clone())
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in staged {
+            self.overlay.remove(&k);
+        }
         self.cut.push((start, end));
     }
 

@@ -174,20 +174,11 @@ pub fn admit(ctx: &RequestCtx, headers: &axum::http::HeaderMap) -> Result<(), Ap
     }
     if let Some(origin) = headers.get(axum::http::header::ORIGIN) {
         let origin = origin.to_str().unwrap_or_default();
-        if !origin_allowed(&ctx.app, origin) {
+        if !ctx.app.allows_origin(origin) {
             return Err(ApiError::OriginNotAllowed(origin.to_string()));
         }
     }
     Ok(())
-}
-
-fn origin_allowed(app: &crate::apps::AppRecord, origin: &str) -> bool {
-    match &app.allowed_origins {
-        None => true,
-        Some(list) => list
-            .iter()
-            .any(|o| o == "*" || o.trim_end_matches('/').eq_ignore_ascii_case(origin)),
-    }
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for RequestCtx {

@@ -38,6 +38,8 @@ const SOCKET_IO_TIMEOUT: Duration = Duration::from_secs(60);
 /// Plain WebSockets are pinged this often and closed after `PLAIN_TIMEOUT` without a frame.
 const PLAIN_PING: Duration = Duration::from_secs(30);
 const PLAIN_TIMEOUT: Duration = Duration::from_secs(75);
+/// How long a client that fell behind has to take its `server_resync` before the close.
+const FAREWELL: Duration = Duration::from_secs(30);
 
 type Query = ApiQuery<HashMap<String, String>>;
 
@@ -123,7 +125,7 @@ pub async fn plain_websocket(
     ws.max_message_size(MAX_CLIENT_MESSAGE)
         .on_upgrade(move |socket| async move {
             let _slot = slot;
-            let (conn, rx) = Connection::new(state.realtime.clone(), Some(ctx));
+            let (conn, rx) = Connection::new(state.realtime.clone(), Some(ctx), None);
             serve_socket(conn, rx, socket, Framing::Plain).await;
         })
 }
@@ -157,6 +159,10 @@ pub async fn socket_io_websocket(
     ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> Response {
     let path = format!("/socket.io/1/websocket/{sid}");
+    let origin = headers
+        .get(axum::http::header::ORIGIN)
+        .and_then(|o| o.to_str().ok())
+        .map(str::to_string);
     let ctx = match authenticate(&state, &path, &headers, &query).await {
         Ok(ctx) => ctx,
         Err(e) => return e.into_response(),
@@ -168,7 +174,7 @@ pub async fn socket_io_websocket(
     ws.max_message_size(MAX_CLIENT_MESSAGE)
         .on_upgrade(move |socket| async move {
             let _slot = slot;
-            let (conn, rx) = Connection::new(state.realtime.clone(), ctx);
+            let (conn, rx) = Connection::new(state.realtime.clone(), ctx, origin);
             serve_socket(conn, rx, socket, Framing::SocketIo).await;
         })
 }
@@ -248,7 +254,8 @@ async fn serve_socket(
                     None => break,
                 },
                 () = outbox.overflowed() => {
-                    let _ = sink.send(framing.frame(&resync)).await;
+                    let farewell = sink.send(framing.frame(&resync));
+                    let _ = tokio::time::timeout(FAREWELL, farewell).await;
                     break;
                 }
                 _ = beat.tick() => match framing {
@@ -256,11 +263,19 @@ async fn serve_socket(
                     Framing::SocketIo => Message::Text("2:::".into()),
                 },
             };
-            if sink.send(out).await.is_err() {
-                return;
+            // A client that stops reading blocks the send: its outbox then overflows and the
+            // connection is dropped without waiting for the send.
+            let blocked = tokio::select! {
+                sent = sink.send(out) => if sent.is_err() { return } else { false },
+                () = outbox.overflowed() => true,
+            };
+            if blocked {
+                let farewell = sink.send(framing.frame(&resync));
+                let _ = tokio::time::timeout(FAREWELL, farewell).await;
+                break;
             }
         }
-        let _ = sink.send(Message::Close(None)).await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), sink.send(Message::Close(None))).await;
     });
     let quiet = match framing {
         Framing::Plain => PLAIN_TIMEOUT,
@@ -336,7 +351,7 @@ pub async fn server_sent_events(
         }
         Err(e) => return ApiError::from(e).into_response(),
     };
-    let (mut conn, rx) = Connection::new(state.realtime.clone(), Some(ctx));
+    let (mut conn, rx) = Connection::new(state.realtime.clone(), Some(ctx), None);
     if let Err(e) = conn.subscribe(&req).await {
         return ApiError::from(e).into_response();
     }

@@ -47,6 +47,9 @@ pub struct Connection {
     services: Services,
     /// The app and session the connection authenticated with, if it did.
     ctx: Option<RequestCtx>,
+    /// The browser origin of the upgrade request, if any (checked for apps named by
+    /// `appKey`; a connection with keys was checked when it authenticated).
+    origin: Option<String>,
     outbox: Arc<Outbox>,
     subs: HashMap<SubKey, Arc<Entry>>,
 }
@@ -56,6 +59,7 @@ impl Connection {
     pub fn new(
         services: Services,
         ctx: Option<RequestCtx>,
+        origin: Option<String>,
     ) -> (Connection, mpsc::Receiver<Outbound>) {
         let (outbox, rx) = Outbox::new();
         let outbox = Arc::new(outbox);
@@ -63,6 +67,7 @@ impl Connection {
         let conn = Connection {
             services,
             ctx,
+            origin,
             outbox,
             subs: HashMap::new(),
         };
@@ -122,6 +127,13 @@ impl Connection {
             return Err(RealtimeError::Unauthorized(
                 "this app needs its keys to subscribe",
             ));
+        }
+        if let Some(origin) = &self.origin {
+            if !app.allows_origin(origin) {
+                return Err(RealtimeError::Unauthorized(
+                    "origin not allowed for this app",
+                ));
+            }
         }
         Ok(RequestCtx {
             app: Arc::new(app),

@@ -34,6 +34,8 @@ use super::RealtimeError;
 const READY_WITHIN: Duration = Duration::from_secs(15);
 /// How long a replay waits for a group's log, or for a client to take its messages.
 const REPLAY_WAIT: Duration = Duration::from_secs(10);
+/// Replays a node runs at once (each reads the groups' logs from a cursor); others wait.
+const REPLAYS: usize = 8;
 
 /// One subscription in the hub.
 pub struct Entry {
@@ -48,6 +50,8 @@ pub struct Entry {
     ahead: AtomicBool,
     /// While a resumed subscription replays what it missed, its live events wait here.
     waiting: Mutex<Option<VecDeque<Outbound>>>,
+    /// Unsubscribed (or replaced): a replay still running stops.
+    ended: AtomicBool,
 }
 
 struct State {
@@ -67,6 +71,8 @@ struct Inner {
     started: AtomicBool,
     ready: watch::Sender<bool>,
     next_id: AtomicU64,
+    /// Replays that may run at once on this node.
+    replays: Arc<tokio::sync::Semaphore>,
 }
 
 /// The node's hub (cheap to clone).
@@ -96,6 +102,7 @@ impl Hub {
                 started: AtomicBool::new(false),
                 ready,
                 next_id: AtomicU64::new(1),
+                replays: Arc::new(tokio::sync::Semaphore::new(REPLAYS)),
             }),
         }
     }
@@ -159,18 +166,21 @@ impl Hub {
                 Some(c) => c.max_with(&now),
                 None => Cursor(now.clone()),
             };
+            // A resumed subscription has seen only its own cursor until its replay is sent.
+            let acked = cursor.as_ref().unwrap_or(&floor).encode();
             let ack = json!({
                 "appKey": sub.app.application_id.as_str(),
                 "tableName": sub.request.table,
                 "objectId": sub.request.object_id.clone().unwrap_or_default(),
                 "action": sub.request.action.name(),
-                "cursor": floor.encode(),
+                "cursor": acked,
             });
             let entry = Arc::new(Entry {
                 id,
                 ahead: AtomicBool::new(floor.ahead_of(&now)),
                 floor: floor.0,
                 waiting: Mutex::new(cursor.as_ref().map(|_| VecDeque::new())),
+                ended: AtomicBool::new(false),
                 sub,
                 outbox,
             });
@@ -191,7 +201,15 @@ impl Hub {
 
     /// Ends a subscription.
     pub fn unsubscribe(&self, entry: &Arc<Entry>) {
-        let mut st = lock(&self.inner.state);
+        self.inner.remove(entry);
+    }
+}
+
+impl Inner {
+    /// Takes a subscription out of the hub (and stops its replay).
+    fn remove(&self, entry: &Arc<Entry>) {
+        entry.ended.store(true, Ordering::Relaxed);
+        let mut st = lock(&self.state);
         let key = (
             entry.sub.app.application_id.as_str().to_string(),
             entry.sub.class().to_string(),
@@ -285,7 +303,12 @@ impl Inner {
         };
         let cursor: Arc<str> = Cursor(positions.clone()).encode().into();
         let mut shared = Rendered::default();
+        let mut dropped = Vec::new();
         for entry in subs {
+            if entry.outbox.is_overflowed() {
+                dropped.push(entry);
+                continue;
+            }
             if entry.floor.get(g).is_some_and(|&f| c.index <= f) {
                 continue;
             }
@@ -311,13 +334,24 @@ impl Inner {
                 cursor: Some(cursor.into()),
             });
         }
+        // A client that fell behind is being dropped: its subscriptions leave the hub now,
+        // whenever its connection ends.
+        for entry in dropped {
+            self.remove(&entry);
+        }
     }
 
     /// Sends a resumed subscription what happened between its cursor (`from`) and the hub's
     /// positions when it registered (`to`), group by group, then the live events that waited.
     async fn replay(&self, entry: &Arc<Entry>, from: Cursor, to: Vec<u64>) {
+        let Ok(_turn) = Arc::clone(&self.replays).acquire_owned().await else {
+            return;
+        };
         let mut at = from.0.clone();
         for g in 0..self.groups {
+            if entry.ended.load(Ordering::Relaxed) {
+                return;
+            }
             let (start, end) = (from.0[g], to[g]);
             if start >= end {
                 continue;
@@ -332,6 +366,10 @@ impl Inner {
                 match tokio::time::timeout(REPLAY_WAIT, rx.recv()).await {
                     Ok(Some(TailEvent::Changes { upto, changes, .. })) => {
                         for c in changes.iter().filter(|c| c.index <= end) {
+                            if entry.ended.load(Ordering::Relaxed) {
+                                follower.abort();
+                                return;
+                            }
                             at[g] = c.index;
                             if let Some(msg) = event_for(&entry.sub, c, &Cursor(at.clone())) {
                                 if !entry.outbox.send_within(msg, REPLAY_WAIT).await {
