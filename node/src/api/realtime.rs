@@ -111,23 +111,15 @@ pub async fn plain_websocket(
     slot: Option<axum::Extension<ConnectionSlot>>,
     headers: HeaderMap,
     ApiQuery(query): Query,
-    ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
+    ws: Upgrade,
 ) -> Response {
     let ctx = match authenticate(&state, "/1/realtime", &headers, &query).await {
         Ok(Some(ctx)) => ctx,
         Ok(None) => return ApiError::Unauthorized.into_response(),
         Err(e) => return e.into_response(),
     };
-    let Ok(ws) = ws else {
-        return ApiError::InvalidBody("this address takes a WebSocket upgrade.".into())
-            .into_response();
-    };
-    ws.max_message_size(MAX_CLIENT_MESSAGE)
-        .on_upgrade(move |socket| async move {
-            let _slot = slot;
-            let (conn, rx) = Connection::new(state.realtime.clone(), Some(ctx), None);
-            serve_socket(conn, rx, socket, Framing::Plain).await;
-        })
+    let conn = Connection::new(state.realtime.clone(), Some(ctx), None);
+    upgrade(ws, slot, conn, Framing::Plain)
 }
 
 /// `GET|POST /socket.io/1/`: the socket.io 0.9 handshake. The session id names nothing kept:
@@ -156,7 +148,7 @@ pub async fn socket_io_websocket(
     headers: HeaderMap,
     ApiPath(sid): ApiPath<String>,
     ApiQuery(query): Query,
-    ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
+    ws: Upgrade,
 ) -> Response {
     let path = format!("/socket.io/1/websocket/{sid}");
     let origin = headers
@@ -167,6 +159,20 @@ pub async fn socket_io_websocket(
         Ok(ctx) => ctx,
         Err(e) => return e.into_response(),
     };
+    let conn = Connection::new(state.realtime.clone(), ctx, origin);
+    upgrade(ws, slot, conn, Framing::SocketIo)
+}
+
+type Upgrade = Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>;
+
+/// Upgrades to a WebSocket served as `framing` for `conn`, keeping the connection's place
+/// (`slot`) while it lasts; 107 for a request that is no upgrade.
+fn upgrade(
+    ws: Upgrade,
+    slot: Option<axum::Extension<ConnectionSlot>>,
+    (conn, rx): (Connection, mpsc::Receiver<Outbound>),
+    framing: Framing,
+) -> Response {
     let Ok(ws) = ws else {
         return ApiError::InvalidBody("this address takes a WebSocket upgrade.".into())
             .into_response();
@@ -174,8 +180,7 @@ pub async fn socket_io_websocket(
     ws.max_message_size(MAX_CLIENT_MESSAGE)
         .on_upgrade(move |socket| async move {
             let _slot = slot;
-            let (conn, rx) = Connection::new(state.realtime.clone(), ctx, origin);
-            serve_socket(conn, rx, socket, Framing::SocketIo).await;
+            serve_socket(conn, rx, socket, framing).await;
         })
 }
 
