@@ -606,6 +606,18 @@ async fn subscribers_see_only_what_they_may_read_and_what_their_filter_selects()
     assert!(cluster.metric(0, "basalt_realtime_subscriptions").await >= 1.0);
 }
 
+/// Runs `requests` as one `/1/batch`.
+async fn batch(c: &basalt_client::Client, requests: Vec<Value>) {
+    c.request(
+        reqwest::Method::POST,
+        "/1/batch",
+        Some(&json!({ "requests": requests })),
+        false,
+    )
+    .await
+    .unwrap();
+}
+
 /// Creates `n` objects of `class` through `clients` in turn (4 at a time); answers the
 /// objectIds of the acknowledged ones.
 async fn create_many(
@@ -719,15 +731,7 @@ async fn a_failover_loses_and_repeats_nothing_and_a_cursor_replays_the_gap() {
                 "body": {"n": {"__op": "Increment", "amount": 1}}})
             })
             .collect();
-        writers[round % 2]
-            .request(
-                reqwest::Method::POST,
-                "/1/batch",
-                Some(&json!({"requests": requests})),
-                false,
-            )
-            .await
-            .unwrap();
+        batch(&writers[round % 2], requests).await;
     }
     let mut old = Rt::plain(&cluster, 0).await;
     old.sub(
@@ -784,14 +788,7 @@ async fn a_slow_subscriber_is_dropped_with_a_resync_while_writes_go_on() {
                 let requests: Vec<Value> = (0..50)
                     .map(|_| json!({"method": "POST", "path": "/1/classes/Big", "body": {"blob": blob}}))
                     .collect();
-                c.request(
-                    reqwest::Method::POST,
-                    "/1/batch",
-                    Some(&json!({"requests": requests})),
-                    false,
-                )
-                .await
-                .unwrap();
+                batch(&c, requests).await;
             }
         })
     };
