@@ -1,5 +1,5 @@
 //! The server side of node-to-node gRPC: `raft_service` hands Raft traffic to the addressed
-//! group's local replica; `node_service` serves proposals and reads forwarded by other nodes
+//! group's local replica (`raft_stream`: the pipelined replication stream of all groups); `node_service` serves proposals and reads forwarded by other nodes
 //! (through the local replica only, never forwarded again) and hands admin requests to an
 //! [`AdminHandler`] (the `Cluster`). Both work on the node's `Replicas`. `file_service` writes,
 //! reads, lists, pulls and drops copies of stored files for peers (`files`).
@@ -7,6 +7,7 @@
 mod file_service;
 mod node_service;
 mod raft_service;
+mod raft_stream;
 
 use std::sync::Arc;
 

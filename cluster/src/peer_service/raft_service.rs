@@ -1,5 +1,6 @@
 //! `RaftService`: hands Raft messages (votes, appends, snapshots streamed in chunks) to the
-//! addressed group's local replica, noting each accepted append as contact with the leader
+//! addressed group's local replica (the replication stream of pipelined appends of all groups
+//! is served by `raft_stream`), noting each accepted append as contact with the leader
 //! (`replicas::freshness`). A node that started within a leader lease refuses votes until the
 //! lease is over (decisions/0015).
 
@@ -16,7 +17,7 @@ use crate::raft::{SnapshotMeta, TypeConfig, Vote};
 use crate::replicas::Replicas;
 use crate::rpc::convert::{decode, reply};
 use crate::rpc::pb::raft_service_server::RaftService;
-use crate::rpc::pb::{GroupMessage, Reply, SnapshotChunk};
+use crate::rpc::pb::{GroupMessage, RaftFrame, Reply, SnapshotChunk};
 use crate::statemachine::SnapshotFile;
 
 pub struct RaftServiceImpl {
@@ -87,8 +88,21 @@ impl RaftServiceImpl {
 
 type RpcResult = std::result::Result<Response<Reply>, Status>;
 
+type FrameStream =
+    std::pin::Pin<Box<dyn futures::Stream<Item = std::result::Result<RaftFrame, Status>> + Send>>;
+
 #[tonic::async_trait]
 impl RaftService for RaftServiceImpl {
+    type ReplicateStream = FrameStream;
+
+    async fn replicate(
+        &self,
+        req: Request<Streaming<RaftFrame>>,
+    ) -> std::result::Result<Response<FrameStream>, Status> {
+        let answers = super::raft_stream::serve(self.replicas.clone(), req.into_inner());
+        Ok(Response::new(Box::pin(answers)))
+    }
+
     async fn append_entries(&self, req: Request<GroupMessage>) -> RpcResult {
         let msg = req.into_inner();
         let result = async {

@@ -30,9 +30,12 @@ use crate::admin::{ClusterSettings, GroupDigest, GroupStatus, NodeRecord, NodeSt
 use crate::cancel::Cancel;
 use crate::command::{Command, CommandResult, Proposed, ReadRequest, ReadResponse};
 use crate::error::{Error, Result};
-use crate::ids::{class_groups, object_group, shard_for, GroupId, NodeId, META_GROUP};
+use crate::ids::{
+    class_groups, is_meta_class, object_group, shard_for, GroupId, NodeId, META_GROUP,
+};
 use crate::namespace::Namespace;
 use crate::network::GroupNetwork;
+use crate::object::new_object_id;
 use crate::raft::RocksLogStore;
 use crate::raft::{RaftTuning, TypeConfig};
 use crate::rpc::router::{PeerRouter, FORWARD_TIMEOUT};
@@ -161,6 +164,31 @@ impl Replicas {
     /// The group that stores an object (`ids::object_group`).
     pub fn object_group(&self, app: &str, class: &str, object_id: &str) -> GroupId {
         object_group(app, class, object_id, self.shards())
+    }
+
+    /// A new objectId for an object of `class` in `app`: when this node leads some of the
+    /// data shards, one that lands on a shard it leads (found among a few random ids), so that
+    /// creating it needs no forward to another node; else any (decisions/0025).
+    pub fn new_object_id(&self, app: &str, class: &str) -> String {
+        const TRIES: usize = 64;
+        if is_meta_class(class) {
+            return new_object_id();
+        }
+        let led: Vec<bool> = GroupId::data_shards(self.shards())
+            .map(|g| self.leads(g))
+            .collect();
+        if led.iter().all(|&l| !l) {
+            return new_object_id();
+        }
+        let mut id = new_object_id();
+        for _ in 0..TRIES {
+            let shard = self.shard_for(app, class, &id);
+            if led.get(shard.get() as usize - 1).copied().unwrap_or(false) {
+                break;
+            }
+            id = new_object_id();
+        }
+        id
     }
 
     /// The groups that store objects of `class` (`ids::class_groups`).

@@ -1,4 +1,5 @@
-//! The one routing loop: a proposal or a read goes to the local replica first; a `NotLeader`
+//! The one routing loop: a proposal or a read goes to the leader this node's replica knows
+//! (from its Raft metrics), else to the local replica first; a `NotLeader`
 //! answer sends it to the leader named in the answer (or, when none is known, to each member in
 //! turn), and a failed attempt is retried — after a short backoff, at the leader the failure
 //! named — until the deadline. What may be retried depends on what is routed (`Attempts`): a
@@ -7,6 +8,8 @@
 
 use std::future::Future;
 use std::time::{Duration, Instant};
+
+use openraft::async_runtime::WatchReceiver;
 
 use crate::admin::NodeState;
 use crate::command::{Command, Proposed, ReadRequest, ReadResponse};
@@ -121,7 +124,9 @@ impl Replicas {
         R: Fn(NodeId, Duration) -> RF,
         RF: Future<Output = Result<T>>,
     {
-        let mut hint: Option<NodeId> = None;
+        // The leader this node's replica knows of gets the first attempt directly, without a
+        // round through the local replica only to hear that it does not lead.
+        let mut hint: Option<NodeId> = self.remote_leader(group);
         let mut attempt = 0u32;
         loop {
             let outcome = match hint.filter(|&n| n != self.node_id()) {
@@ -172,6 +177,18 @@ impl Replicas {
             } if l != self.node_id() => self.forward_target(Some(l), leader_addr, attempt + 1),
             _ => None,
         }
+    }
+
+    /// The leader of `group` known to this node's replica, when it is another node (whose
+    /// address the router then knows).
+    fn remote_leader(&self, group: GroupId) -> Option<NodeId> {
+        let raft = self.group(group).ok()?;
+        let m = raft.metrics();
+        let m = m.borrow_watched();
+        let leader = m.current_leader.filter(|&l| l != self.node_id())?;
+        let node = m.membership_config.membership().get_node(&leader)?;
+        self.router().learn(leader, &node.addr);
+        Some(leader)
     }
 
     /// Where to send a request this node cannot serve: the named leader, else each known

@@ -20,6 +20,16 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
     serde_json::from_slice(bytes).map_err(|e| Error::Internal(format!("bad message: {e}")))
 }
 
+/// Encodes a Raft message (an AppendEntries or its answer) for the replication stream.
+pub fn encode_raft<T: Serialize>(value: &T) -> Result<Vec<u8>> {
+    Ok(serde_json::to_vec(value)?)
+}
+
+/// Decodes what `encode_raft` encoded.
+pub fn decode_raft<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
+    decode(bytes)
+}
+
 pub fn reply<T: Serialize>(result: Result<T>) -> Reply {
     let encoded = result.and_then(|v| Ok(serde_json::to_vec(&v)?));
     match encoded {

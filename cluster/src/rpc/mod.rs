@@ -1,11 +1,13 @@
 //! Node-to-node gRPC (tonic), the client side and the wire: `router` keeps one connection per
 //! peer shared by all groups and sends Raft traffic, forwarded proposals and reads, and admin
-//! requests, and `file_client` sends copies of stored files over a second connection per
+//! requests, `raft_link` streams every group's appends to a peer on one pipelined stream, and
+//! `file_client` sends copies of stored files over a second connection per
 //! peer; `convert` frames domain types into the protobuf envelopes of
 //! `proto/basalt.proto`. The server side is `peer_service`.
 
 pub mod convert;
 pub mod file_client;
+pub(crate) mod raft_link;
 pub mod router;
 
 /// Code generated from `proto/basalt.proto`.

@@ -25,6 +25,7 @@ use super::convert::{from_reply, group_message, transport_error};
 use super::pb::node_service_client::NodeServiceClient;
 use super::pb::raft_service_client::RaftServiceClient;
 use super::pb::{ChangesRequest, GroupMessage, Reply, SnapshotChunk};
+use super::raft_link::RaftLink;
 use super::MAX_MESSAGE_BYTES;
 use crate::admin::{AdminRequest, AdminResponse};
 use crate::command::{Command, Proposed, ReadRequest, ReadResponse};
@@ -64,9 +65,19 @@ struct Peer {
     bulk: Channel,
 }
 
+/// The replication stream to a peer, or the knowledge that the peer serves none (a node of an
+/// older version: its appends go one by one).
+#[derive(Clone)]
+enum Link {
+    Stream(Arc<RaftLink>),
+    Unary,
+}
+
 #[derive(Clone, Default)]
 pub struct PeerRouter {
     peers: Arc<Mutex<HashMap<NodeId, Peer>>>,
+    /// Replication streams by peer, opened on first use and replaced when they fail.
+    links: Arc<tokio::sync::Mutex<HashMap<NodeId, Link>>>,
     /// Local address outgoing peer connections are made from (None: the system's choice).
     source_ip: Option<IpAddr>,
 }
@@ -96,6 +107,7 @@ impl PeerRouter {
     pub fn new(source_ip: Option<IpAddr>) -> Self {
         PeerRouter {
             peers: Arc::default(),
+            links: Arc::default(),
             source_ip,
         }
     }
@@ -136,6 +148,33 @@ impl PeerRouter {
 
     fn channel(&self, node: NodeId) -> Result<Channel> {
         self.peer_channel(node, |p| &p.channel)
+    }
+
+    /// The replication stream to `target`, opened when there is none usable; `None` when
+    /// `target` serves no replication stream (its appends go as single calls).
+    pub(crate) async fn raft_link(&self, target: NodeId) -> Result<Option<Arc<RaftLink>>> {
+        let mut links = self.links.lock().await;
+        match links.get(&target) {
+            Some(Link::Stream(link)) if link.usable() => return Ok(Some(Arc::clone(link))),
+            Some(Link::Unary) => return Ok(None),
+            _ => {}
+        }
+        let channel = self.channel(target)?;
+        let opened = tokio::time::timeout(Duration::from_secs(2), RaftLink::open(channel))
+            .await
+            .map_err(|_| Error::Timeout(format!("opening a replication stream to {target}")))?;
+        match opened? {
+            Some(link) => {
+                metrics::counter!("basalt_raft_streams_opened_total").increment(1);
+                links.insert(target, Link::Stream(Arc::clone(&link)));
+                Ok(Some(link))
+            }
+            None => {
+                tracing::info!(%target, "peer has no replication stream; appends go one by one");
+                links.insert(target, Link::Unary);
+                Ok(None)
+            }
+        }
     }
 
     /// The connection to `node` that carries the bytes of stored files.

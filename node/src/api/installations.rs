@@ -152,7 +152,7 @@ pub async fn create_installation(
     let app = ctx.app.application_id.clone();
     let deadline = tokio::time::Instant::now() + CLAIM_WAIT;
     loop {
-        let id = ObjectId::random();
+        let id = super::objects::new_object_id(&state, &app, INSTALLATION_CLASS);
         let held = claim_all(&state, &app, &claims, &id).await?;
         let Some((kind, holder)) = held else {
             return create_claimed(&state, &ctx, &id, &mut body, &claims).await;

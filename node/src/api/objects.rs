@@ -107,6 +107,12 @@ pub fn created_response(
     resp
 }
 
+/// The objectId of a new object of `class`: one that lands on a shard this node leads when
+/// it leads any, so its create is proposed here without a forward (decisions/0025).
+pub fn new_object_id(state: &AppState, app: &str, class: &str) -> ObjectId {
+    ObjectId::parse(&state.cluster.new_object_id(app, class)).unwrap_or_else(ObjectId::random)
+}
+
 pub async fn create_object(
     State(state): State<AppState>,
     ctx: RequestCtx,
@@ -119,7 +125,7 @@ pub async fn create_object(
     if let Some(body) = triggers::before_save(&state, &ctx, depth, &class, None, &body).await? {
         updates = parse_updates(&body)?;
     }
-    let object_id = ObjectId::random();
+    let object_id = new_object_id(&state, &ctx.app.application_id, &class);
     let (created_ms, group, p) = create_in(&state, &ctx, &class, &object_id, updates).await?;
     triggers::after_save(&state, &ctx, depth, &class, &object_id);
     let path = format!("/1/classes/{class}/{object_id}");

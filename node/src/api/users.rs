@@ -92,7 +92,7 @@ pub async fn sign_up(
     };
     let mut updates = parse_updates(&body)?;
     let app = ctx.app.application_id.clone();
-    let user_id = ObjectId::random();
+    let user_id = super::objects::new_object_id(&state, &ctx.app.application_id, USER_CLASS);
     let token = new_token(&user_id);
     let now = now_ms();
     let email = body.get("email").and_then(Value::as_str);
@@ -215,7 +215,7 @@ async fn create_phone_user(
     if ctx.app.email_verify && email.is_some() {
         updates.push(set("emailVerified", json!(false)));
     }
-    let user_id = ObjectId::random();
+    let user_id = super::objects::new_object_id(state, &ctx.app.application_id, USER_CLASS);
     let token = new_token(&user_id);
     let now = now_ms();
     updates.extend(add_session(&StoredObject::new(now), &token, now));
@@ -288,7 +288,7 @@ async fn third_party_sign_up(
             op: UpdateOp::Set(data.clone()),
         });
     }
-    let user_id = ObjectId::random();
+    let user_id = super::objects::new_object_id(state, &ctx.app.application_id, USER_CLASS);
     let token = new_token(&user_id);
     let now = now_ms();
     updates.extend(add_session(&StoredObject::new(now), &token, now));

@@ -1,0 +1,165 @@
+//! The server side of a replication stream (`RaftService.Replicate`; the client side is
+//! `rpc::raft_link`): every session the sending node opens is fed, in order, to the addressed
+//! group's local replica through openraft's pipelined `stream_append`, and its answers go back
+//! on the stream, drained into frames like the appends that came. Each accepted append (or
+//! heartbeat) counts as contact with the leader (`replicas::freshness`), as the single calls do.
+//! A session whose queue fills up (its replica stopped taking appends) fails alone, so one
+//! stuck group never holds up the others on the same stream.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use futures::{Stream, StreamExt};
+use openraft::raft::{StreamAppendError, StreamAppendResult};
+use tokio::sync::mpsc;
+use tonic::{Status, Streaming};
+
+use crate::error::Error;
+use crate::ids::GroupId;
+use crate::raft::TypeConfig;
+use crate::replicas::Replicas;
+use crate::rpc::convert::{decode_raft, encode_raft};
+use crate::rpc::pb::raft_envelope::Kind;
+use crate::rpc::pb::{RaftEnvelope, RaftFrame};
+use crate::rpc::raft_link::{frames, LINK_QUEUE};
+
+/// Appends of one session received but not yet taken by its replica.
+pub(crate) const SESSION_QUEUE: usize = 1024;
+
+fn envelope(session: u64, group: GroupId, kind: Kind, payload: Vec<u8>) -> RaftEnvelope {
+    RaftEnvelope {
+        session,
+        group: group.get(),
+        kind: kind as i32,
+        payload,
+    }
+}
+
+fn failed(session: u64, group: GroupId, e: &Error) -> RaftEnvelope {
+    let payload = serde_json::to_vec(e).unwrap_or_default();
+    envelope(session, group, Kind::Failed, payload)
+}
+
+/// Serves one replication stream: answers frames until the sender hangs up.
+pub(super) fn serve(
+    replicas: Replicas,
+    mut inbound: Streaming<RaftFrame>,
+) -> impl Stream<Item = Result<RaftFrame, Status>> + Send + 'static {
+    let (out, out_rx) = mpsc::channel(LINK_QUEUE);
+    tokio::spawn(async move {
+        let mut sessions: HashMap<u64, mpsc::Sender<Vec<u8>>> = HashMap::new();
+        while let Ok(Some(frame)) = inbound.message().await {
+            metrics::counter!("basalt_raft_frames_received_total").increment(1);
+            for m in frame.messages {
+                let group = GroupId::new(m.group);
+                let id = m.session;
+                match m.kind() {
+                    Kind::Open => {
+                        let raft = match replicas.group(group) {
+                            Ok(raft) => raft,
+                            Err(e) => {
+                                let _ = out.send(failed(id, group, &e)).await;
+                                continue;
+                            }
+                        };
+                        let (tx, rx) = mpsc::channel(SESSION_QUEUE);
+                        let _ = tx.try_send(m.payload);
+                        sessions.insert(id, tx);
+                        tokio::spawn(run_session(
+                            replicas.clone(),
+                            raft.clone(),
+                            group,
+                            id,
+                            rx,
+                            out.clone(),
+                        ));
+                    }
+                    Kind::Append => {
+                        let Some(tx) = sessions.get(&id) else {
+                            continue; // the session already ended; its sender hears so
+                        };
+                        match tx.try_send(m.payload) {
+                            Ok(()) => {}
+                            Err(mpsc::error::TrySendError::Full(_)) => {
+                                sessions.remove(&id);
+                                metrics::counter!("basalt_raft_stream_sessions_overrun_total")
+                                    .increment(1);
+                                let e = Error::Unavailable(format!(
+                                    "group {group} takes no appends (queue full)"
+                                ));
+                                let _ = out.send(failed(id, group, &e)).await;
+                            }
+                            Err(mpsc::error::TrySendError::Closed(_)) => {
+                                sessions.remove(&id);
+                            }
+                        }
+                    }
+                    Kind::End => {
+                        sessions.remove(&id);
+                    }
+                    Kind::Result | Kind::Closed | Kind::Failed => {}
+                }
+            }
+        }
+        // The sender hung up: every session's input ends with the stream.
+    });
+    frames(out_rx).map(Ok)
+}
+
+/// Feeds one session's appends to its replica and sends the answers back in order, then
+/// `CLOSED` (or `FAILED` when an append could not be read or the replica stopped).
+async fn run_session(
+    replicas: Replicas,
+    raft: crate::replicas::GroupRaft,
+    group: GroupId,
+    id: u64,
+    rx: mpsc::Receiver<Vec<u8>>,
+    out: mpsc::Sender<RaftEnvelope>,
+) {
+    let bad: Arc<Mutex<Option<Error>>> = Arc::default();
+    let bad_input = Arc::clone(&bad);
+    let input = futures::stream::unfold(rx, move |mut rx| {
+        let bad = Arc::clone(&bad_input);
+        async move {
+            let bytes = rx.recv().await?;
+            match decode_raft(&bytes) {
+                Ok(req) => Some((req, rx)),
+                Err(e) => {
+                    if let Ok(mut bad) = bad.lock() {
+                        *bad = Some(e);
+                    }
+                    None
+                }
+            }
+        }
+    });
+    let answers = raft.stream_append(input);
+    futures::pin_mut!(answers);
+    while let Some(answer) = answers.next().await {
+        let answer: StreamAppendResult<TypeConfig> = match answer {
+            Ok(answer) => answer,
+            Err(fatal) => {
+                let e = Error::Unavailable(fatal.to_string());
+                let _ = out.send(failed(id, group, &e)).await;
+                return;
+            }
+        };
+        // Anything but a higher vote means the sender is this replica's leader.
+        if !matches!(answer, Err(StreamAppendError::HigherVote(_))) {
+            replicas.note_leader_contact(group);
+        }
+        let m = match encode_raft(&answer) {
+            Ok(payload) => envelope(id, group, Kind::Result, payload),
+            Err(e) => failed(id, group, &e),
+        };
+        if out.send(m).await.is_err() {
+            return;
+        }
+    }
+    let bad = bad.lock().ok().and_then(|mut b| b.take());
+    let last = match bad {
+        Some(e) => failed(id, group, &e),
+        None => envelope(id, group, Kind::Closed, Vec::new()),
+    };
+    let _ = out.send(last).await;
+}
