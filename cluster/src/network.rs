@@ -8,7 +8,7 @@ use std::future::Future;
 
 use futures::{Stream, StreamExt};
 use openraft::base::{BoxFuture, BoxStream};
-use openraft::error::{RPCError, ReplicationClosed, StreamingError, Unreachable};
+use openraft::error::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::v2::RaftNetworkV2;
 use openraft::network::{stream_append_sequential, RPCOption};
 use openraft::raft::{
@@ -58,6 +58,15 @@ fn unreachable(e: impl std::fmt::Display) -> RPCError<TypeConfig> {
     RPCError::Unreachable(Unreachable::new(&AnyError::error(e.to_string())))
 }
 
+/// A failed session as openraft should weigh it: a peer that cannot be reached is backed off
+/// from; a stall or a refused session is retried sooner.
+fn session_error(e: crate::error::Error) -> RPCError<TypeConfig> {
+    match e {
+        crate::error::Error::PeerUnreachable(_) => unreachable(e),
+        other => RPCError::Network(NetworkError::from_string(other)),
+    }
+}
+
 impl RaftNetworkV2<TypeConfig> for GroupClient {
     type SnapshotData = SnapshotFile;
 
@@ -92,7 +101,7 @@ impl RaftNetworkV2<TypeConfig> for GroupClient {
                 Ok(Some(link)) => {
                     let answers = link
                         .session(self.group, input)
-                        .map(|r| r.map_err(unreachable));
+                        .map(|r| r.map_err(session_error));
                     let answers: BoxStream<'s, _> = Box::pin(answers);
                     Ok(answers)
                 }

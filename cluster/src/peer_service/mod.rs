@@ -52,6 +52,10 @@ pub async fn serve(
     });
     let result = tonic::transport::Server::builder()
         .tcp_nodelay(true)
+        // A peer that vanished without closing its connection (a crash, a partition) is
+        // noticed, and its replication stream's sessions end.
+        .http2_keepalive_interval(Some(std::time::Duration::from_secs(5)))
+        .http2_keepalive_timeout(Some(std::time::Duration::from_secs(5)))
         .add_service(raft)
         .add_service(node)
         .add_service(files)

@@ -2,12 +2,15 @@
 //! `rpc::raft_link`): every session the sending node opens is fed, in order, to the addressed
 //! group's local replica through openraft's pipelined `stream_append`, and its answers go back
 //! on the stream, drained into frames like the appends that came. Each accepted append (or
-//! heartbeat) counts as contact with the leader (`replicas::freshness`), as the single calls do.
+//! heartbeat) answered within a heartbeat interval of being sent (its wait on the sender plus
+//! here) counts as contact with the leader (`replicas::freshness`), as a single call answered
+//! within its deadline does.
 //! A session whose queue fills up (its replica stopped taking appends) fails alone, so one
 //! stuck group never holds up the others on the same stream.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
 use openraft::raft::{StreamAppendError, StreamAppendResult};
@@ -21,7 +24,7 @@ use crate::replicas::Replicas;
 use crate::rpc::convert::{decode_raft, encode_raft};
 use crate::rpc::pb::raft_envelope::Kind;
 use crate::rpc::pb::{RaftEnvelope, RaftFrame};
-use crate::rpc::raft_link::{frames, LINK_QUEUE};
+use crate::rpc::raft_link::{frames, Queued, LINK_QUEUE};
 
 /// Appends of one session received but not yet taken by its replica.
 pub(crate) const SESSION_QUEUE: usize = 1024;
@@ -32,6 +35,25 @@ fn envelope(session: u64, group: GroupId, kind: Kind, payload: Vec<u8>) -> RaftE
         group: group.get(),
         kind: kind as i32,
         payload,
+        waited_us: 0,
+    }
+}
+
+/// An append received for a session: its encoding, when it arrived, and how long it had
+/// waited on the sender.
+struct Received {
+    payload: Vec<u8>,
+    at: Instant,
+    waited: Duration,
+}
+
+impl Received {
+    fn new(m: RaftEnvelope) -> Received {
+        Received {
+            at: Instant::now(),
+            waited: Duration::from_micros(m.waited_us),
+            payload: m.payload,
+        }
     }
 }
 
@@ -47,7 +69,7 @@ pub(super) fn serve(
 ) -> impl Stream<Item = Result<RaftFrame, Status>> + Send + 'static {
     let (out, out_rx) = mpsc::channel(LINK_QUEUE);
     tokio::spawn(async move {
-        let mut sessions: HashMap<u64, mpsc::Sender<Vec<u8>>> = HashMap::new();
+        let mut sessions: HashMap<u64, mpsc::Sender<Received>> = HashMap::new();
         while let Ok(Some(frame)) = inbound.message().await {
             metrics::counter!("basalt_raft_frames_received_total").increment(1);
             for m in frame.messages {
@@ -58,12 +80,12 @@ pub(super) fn serve(
                         let raft = match replicas.group(group) {
                             Ok(raft) => raft,
                             Err(e) => {
-                                let _ = out.send(failed(id, group, &e)).await;
+                                let _ = out.send(Queued::now(failed(id, group, &e))).await;
                                 continue;
                             }
                         };
                         let (tx, rx) = mpsc::channel(SESSION_QUEUE);
-                        let _ = tx.try_send(m.payload);
+                        let _ = tx.try_send(Received::new(m));
                         sessions.insert(id, tx);
                         tokio::spawn(run_session(
                             replicas.clone(),
@@ -78,7 +100,7 @@ pub(super) fn serve(
                         let Some(tx) = sessions.get(&id) else {
                             continue; // the session already ended; its sender hears so
                         };
-                        match tx.try_send(m.payload) {
+                        match tx.try_send(Received::new(m)) {
                             Ok(()) => {}
                             Err(mpsc::error::TrySendError::Full(_)) => {
                                 sessions.remove(&id);
@@ -87,7 +109,7 @@ pub(super) fn serve(
                                 let e = Error::Unavailable(format!(
                                     "group {group} takes no appends (queue full)"
                                 ));
-                                let _ = out.send(failed(id, group, &e)).await;
+                                let _ = out.send(Queued::now(failed(id, group, &e))).await;
                             }
                             Err(mpsc::error::TrySendError::Closed(_)) => {
                                 sessions.remove(&id);
@@ -97,7 +119,7 @@ pub(super) fn serve(
                     Kind::End => {
                         sessions.remove(&id);
                     }
-                    Kind::Result | Kind::Closed | Kind::Failed => {}
+                    Kind::Result | Kind::Closed | Kind::Failed | Kind::Unspecified => {}
                 }
             }
         }
@@ -113,17 +135,25 @@ async fn run_session(
     raft: crate::replicas::GroupRaft,
     group: GroupId,
     id: u64,
-    rx: mpsc::Receiver<Vec<u8>>,
-    out: mpsc::Sender<RaftEnvelope>,
+    rx: mpsc::Receiver<Received>,
+    out: mpsc::Sender<Queued>,
 ) {
     let bad: Arc<Mutex<Option<Error>>> = Arc::default();
-    let bad_input = Arc::clone(&bad);
+    // When each append handed to the replica arrived and how long it had waited, in order:
+    // answers come back in the same order.
+    let arrivals: Arc<Mutex<VecDeque<(Instant, Duration)>>> = Arc::default();
+    let (bad_input, arrivals_input) = (Arc::clone(&bad), Arc::clone(&arrivals));
     let input = futures::stream::unfold(rx, move |mut rx| {
-        let bad = Arc::clone(&bad_input);
+        let (bad, arrivals) = (Arc::clone(&bad_input), Arc::clone(&arrivals_input));
         async move {
-            let bytes = rx.recv().await?;
-            match decode_raft(&bytes) {
-                Ok(req) => Some((req, rx)),
+            let received = rx.recv().await?;
+            match decode_raft(&received.payload) {
+                Ok(req) => {
+                    if let Ok(mut a) = arrivals.lock() {
+                        a.push_back((received.at, received.waited));
+                    }
+                    Some((req, rx))
+                }
                 Err(e) => {
                     if let Ok(mut bad) = bad.lock() {
                         *bad = Some(e);
@@ -140,19 +170,23 @@ async fn run_session(
             Ok(answer) => answer,
             Err(fatal) => {
                 let e = Error::Unavailable(fatal.to_string());
-                let _ = out.send(failed(id, group, &e)).await;
+                let _ = out.send(Queued::now(failed(id, group, &e))).await;
                 return;
             }
         };
-        // Anything but a higher vote means the sender is this replica's leader.
+        let arrival = arrivals.lock().ok().and_then(|mut a| a.pop_front());
+        // Anything but a higher vote means the sender is this replica's leader; it counts as
+        // contact only when answered within a Raft message's deadline of being sent.
         if !matches!(answer, Err(StreamAppendError::HigherVote(_))) {
-            replicas.note_leader_contact(group);
+            if let Some((at, waited)) = arrival {
+                replicas.note_leader_contact_within(group, waited + at.elapsed());
+            }
         }
         let m = match encode_raft(&answer) {
             Ok(payload) => envelope(id, group, Kind::Result, payload),
             Err(e) => failed(id, group, &e),
         };
-        if out.send(m).await.is_err() {
+        if out.send(Queued::now(m)).await.is_err() {
             return;
         }
     }
@@ -161,5 +195,5 @@ async fn run_session(
         Some(e) => failed(id, group, &e),
         None => envelope(id, group, Kind::Closed, Vec::new()),
     };
-    let _ = out.send(last).await;
+    let _ = out.send(Queued::now(last)).await;
 }

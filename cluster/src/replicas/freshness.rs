@@ -34,6 +34,16 @@ impl Replicas {
         self.inner.contact.note(group);
     }
 
+    /// Notes contact with the leader of `group` through an append answered `age` after the
+    /// leader sent it, when that is within a Raft message's deadline (one heartbeat interval,
+    /// what a single call may take): an older one may come from a leader since deposed.
+    pub(crate) fn note_leader_contact_within(&self, group: GroupId, age: std::time::Duration) {
+        match age <= self.inner.contact.heartbeat() {
+            true => self.inner.contact.note(group),
+            false => metrics::counter!("basalt_raft_late_appends_total").increment(1),
+        }
+    }
+
     /// Whether this node's own record (on its replica of the metadata group) marks it removed.
     fn removed(&self) -> bool {
         self.local_meta_record(Namespace::Node, &self.node_id().to_string())

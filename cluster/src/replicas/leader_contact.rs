@@ -37,6 +37,11 @@ impl LeaderContact {
         self.lease
     }
 
+    /// A Raft message's deadline: one heartbeat interval.
+    pub(super) fn heartbeat(&self) -> Duration {
+        self.heartbeat
+    }
+
     /// How long a write that nodes read from their own replica waits for the members to apply
     /// it: 3 s, and at least twice the lease plus a heartbeat (a Raft message's deadline), so a
     /// member that has not applied it by then has stopped vouching for its replica.

@@ -12,9 +12,9 @@
 //! sessions to them.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
 use openraft::raft::{AppendEntriesRequest, StreamAppendResult};
@@ -39,15 +39,38 @@ pub(crate) const FRAME_BYTES: usize = 4 << 20;
 /// How long an append may go unanswered before its link is taken for dead.
 pub(crate) const STALL: Duration = Duration::from_secs(5);
 
+/// A message waiting for the stream, with when it was queued.
+pub(crate) struct Queued {
+    pub(crate) at: Instant,
+    pub(crate) message: RaftEnvelope,
+}
+
+impl Queued {
+    pub(crate) fn now(message: RaftEnvelope) -> Queued {
+        Queued {
+            at: Instant::now(),
+            message,
+        }
+    }
+
+    /// The message, stamped with how long it waited.
+    fn stamped(self) -> RaftEnvelope {
+        let mut m = self.message;
+        m.waited_us = self.at.elapsed().as_micros().min(u128::from(u64::MAX)) as u64;
+        m
+    }
+}
+
 /// The next frame from `rx`: waits for one message, then takes every message already queued,
 /// up to `FRAME_MESSAGES` or `FRAME_BYTES`. `None` once the queue is closed and empty.
-pub(crate) async fn next_frame(rx: &mut mpsc::Receiver<RaftEnvelope>) -> Option<RaftFrame> {
-    let first = rx.recv().await?;
+pub(crate) async fn next_frame(rx: &mut mpsc::Receiver<Queued>) -> Option<RaftFrame> {
+    let first = rx.recv().await?.stamped();
     let mut bytes = first.payload.len();
     let mut messages = vec![first];
     while messages.len() < FRAME_MESSAGES && bytes < FRAME_BYTES {
         match rx.try_recv() {
             Ok(m) => {
+                let m = m.stamped();
                 bytes += m.payload.len();
                 messages.push(m);
             }
@@ -60,7 +83,7 @@ pub(crate) async fn next_frame(rx: &mut mpsc::Receiver<RaftEnvelope>) -> Option<
 }
 
 /// The frames of everything sent to `rx`, as a stream for a gRPC body.
-pub(crate) fn frames(rx: mpsc::Receiver<RaftEnvelope>) -> impl Stream<Item = RaftFrame> {
+pub(crate) fn frames(rx: mpsc::Receiver<Queued>) -> impl Stream<Item = RaftFrame> {
     futures::stream::unfold(rx, |mut rx| async move {
         let frame = next_frame(&mut rx).await?;
         Some((frame, rx))
@@ -81,7 +104,7 @@ type Sessions = Arc<Mutex<HashMap<u64, mpsc::UnboundedSender<Inbound>>>>;
 
 /// The replication stream to one peer.
 pub(crate) struct RaftLink {
-    tx: mpsc::Sender<RaftEnvelope>,
+    tx: mpsc::Sender<Queued>,
     sessions: Sessions,
     next_session: AtomicU64,
     broken: watch::Sender<bool>,
@@ -157,7 +180,7 @@ impl RaftLink {
                     serde_json::from_slice(&m.payload)
                         .unwrap_or_else(|e| Error::Internal(format!("bad failure: {e}"))),
                 ),
-                Kind::Append | Kind::Open | Kind::End => continue,
+                Kind::Append | Kind::Open | Kind::End | Kind::Unspecified => continue,
             };
             let last = !matches!(inbound, Inbound::Result(_));
             // A session that already ended (its answers are no longer awaited) is skipped.
@@ -185,24 +208,22 @@ impl RaftLink {
         if let Ok(mut sessions) = self.sessions.lock() {
             sessions.insert(id, in_tx.clone());
         }
-        let ended = Arc::new(AtomicBool::new(false));
         let sent = Arc::new(AtomicU64::new(0));
-        let sender = tokio::spawn(send_session(
+        let (stop, stopped) = watch::channel(false);
+        tokio::spawn(send_session(
             Arc::clone(self),
             id,
             group,
             input,
             in_tx,
-            Arc::clone(&ended),
+            stopped,
             Arc::clone(&sent),
         ));
         let guard = SessionGuard {
             link: Arc::clone(self),
             id,
-            group,
-            ended,
             sent,
-            sender: Some(sender),
+            _stop: stop,
         };
         let state = Answers {
             rx: in_rx,
@@ -224,38 +245,55 @@ impl RaftLink {
     }
 }
 
-/// Sends the appends of one session, then its `END`. A session whose input ends before it
-/// sent anything closes itself.
+/// Sends the appends of one session as `input` yields them, until it ends or the session is
+/// dropped (`stopped`), then its `END` when the peer has the session: this task alone writes
+/// the session's messages, so `END` always follows its last append. A session whose input
+/// ends before it sent anything closes itself.
 async fn send_session<S>(
     link: Arc<RaftLink>,
     id: u64,
     group: GroupId,
     mut input: S,
     local: mpsc::UnboundedSender<Inbound>,
-    ended: Arc<AtomicBool>,
+    mut stopped: watch::Receiver<bool>,
     sent: Arc<AtomicU64>,
 ) where
     S: Stream<Item = AppendEntriesRequest<TypeConfig>> + Send + Unpin + 'static,
 {
-    while let Some(req) = input.next().await {
+    loop {
+        let req = tokio::select! {
+            biased;
+            () = until_broken(&mut stopped) => break,
+            req = input.next() => match req {
+                Some(req) => req,
+                None => break,
+            },
+        };
         let payload = match encode_raft(&req) {
             Ok(p) => p,
             Err(e) => {
                 let _ = local.send(Inbound::Failed(e));
-                return;
+                break;
             }
         };
         let kind = match sent.load(Ordering::Relaxed) {
             0 => Kind::Open,
             _ => Kind::Append,
         };
-        let m = RaftEnvelope {
+        let m = Queued::now(RaftEnvelope {
             session: id,
             group: group.get(),
             kind: kind as i32,
             payload,
+            waited_us: 0,
+        });
+        // Cancel-safe: a send given up on queued nothing.
+        let queued = tokio::select! {
+            biased;
+            () = until_broken(&mut stopped) => break,
+            r = link.tx.send(m) => r,
         };
-        if link.tx.send(m).await.is_err() {
+        if queued.is_err() {
             let _ = local.send(Inbound::Failed(Error::PeerUnreachable(
                 "replication stream closed".into(),
             )));
@@ -263,20 +301,24 @@ async fn send_session<S>(
         }
         sent.fetch_add(1, Ordering::Relaxed);
     }
-    if sent.load(Ordering::Relaxed) == 0 {
-        let _ = local.send(Inbound::Closed);
-    } else if !ended.swap(true, Ordering::Relaxed) {
-        let _ = link.tx.send(end(id, group)).await;
+    match sent.load(Ordering::Relaxed) {
+        0 => {
+            let _ = local.send(Inbound::Closed);
+        }
+        _ => {
+            let _ = link.tx.send(Queued::now(end(id, group))).await;
+        }
     }
 }
 
-/// Returns once `broken` says the link is down (or its link is gone).
-async fn until_broken(broken: &mut watch::Receiver<bool>) {
+/// Returns once `flag` turns true (the link is down, the session stopped) or its sender is
+/// gone.
+async fn until_broken(flag: &mut watch::Receiver<bool>) {
     loop {
-        if *broken.borrow_and_update() {
+        if *flag.borrow_and_update() {
             return;
         }
-        if broken.changed().await.is_err() {
+        if flag.changed().await.is_err() {
             return;
         }
     }
@@ -288,28 +330,22 @@ fn end(id: u64, group: GroupId) -> RaftEnvelope {
         group: group.get(),
         kind: Kind::End as i32,
         payload: Vec::new(),
+        waited_us: 0,
     }
 }
 
-/// Ends a session when openraft drops it: stops its sender, tells the peer, forgets it.
+/// Ends a session when openraft drops it: its sender stops (and sends `END`), and answers
+/// still on their way are no longer awaited.
 struct SessionGuard {
     link: Arc<RaftLink>,
     id: u64,
-    group: GroupId,
-    ended: Arc<AtomicBool>,
     sent: Arc<AtomicU64>,
-    sender: Option<tokio::task::JoinHandle<()>>,
+    /// Dropped with the guard: tells the sender to stop.
+    _stop: watch::Sender<bool>,
 }
 
 impl Drop for SessionGuard {
     fn drop(&mut self) {
-        if let Some(sender) = self.sender.take() {
-            sender.abort();
-        }
-        if self.sent.load(Ordering::Relaxed) > 0 && !self.ended.swap(true, Ordering::Relaxed) {
-            // Best effort: a full queue leaves the session to end with the stream.
-            let _ = self.link.tx.try_send(end(self.id, self.group));
-        }
         if let Ok(mut sessions) = self.link.sessions.lock() {
             sessions.remove(&self.id);
         }
@@ -364,13 +400,14 @@ impl Answers {
 mod tests {
     use super::*;
 
-    fn msg(session: u64, n: usize) -> RaftEnvelope {
-        RaftEnvelope {
+    fn msg(session: u64, n: usize) -> Queued {
+        Queued::now(RaftEnvelope {
             session,
             group: 1,
             kind: Kind::Append as i32,
             payload: vec![0; n],
-        }
+            waited_us: 0,
+        })
     }
 
     #[tokio::test]

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use openraft::error::{RPCError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::RPCOption;
@@ -65,19 +65,33 @@ struct Peer {
     bulk: Channel,
 }
 
-/// The replication stream to a peer, or the knowledge that the peer serves none (a node of an
-/// older version: its appends go one by one).
-#[derive(Clone)]
+/// The replication stream to a peer, or what stopped this node from opening one.
+#[derive(Clone, Default)]
 enum Link {
+    #[default]
+    None,
     Stream(Arc<RaftLink>),
-    Unary,
+    /// The peer serves no replication stream (a node of an older version): its appends go one
+    /// by one, until it is asked again after `REPROBE`.
+    Unary(Instant),
+    /// Opening failed at this moment: not tried again before `REOPEN`.
+    Failed(Instant),
 }
+
+/// How long after a failed open a peer's replication stream is not tried again.
+const REOPEN: Duration = Duration::from_millis(500);
+/// How often a peer that served no replication stream is asked again (it may have been
+/// upgraded).
+const REPROBE: Duration = Duration::from_secs(60);
+/// How long opening a replication stream may take.
+const OPEN_TIMEOUT: Duration = Duration::from_secs(1);
 
 #[derive(Clone, Default)]
 pub struct PeerRouter {
     peers: Arc<Mutex<HashMap<NodeId, Peer>>>,
-    /// Replication streams by peer, opened on first use and replaced when they fail.
-    links: Arc<tokio::sync::Mutex<HashMap<NodeId, Link>>>,
+    /// Replication streams by peer, opened on first use and replaced when they fail; each
+    /// peer's behind its own lock, so opening one never holds up another's.
+    links: Arc<Mutex<HashMap<NodeId, Arc<tokio::sync::Mutex<Link>>>>>,
     /// Local address outgoing peer connections are made from (None: the system's choice).
     source_ip: Option<IpAddr>,
 }
@@ -124,6 +138,10 @@ impl PeerRouter {
             .and_then(|ch| Ok((ch, channel_for_addr(addr, self.source_ip)?)));
         match channels {
             Ok((channel, bulk)) => {
+                // A stream to the old address goes with it.
+                if let Ok(mut links) = self.links.lock() {
+                    links.remove(&node);
+                }
                 peers.insert(
                     node,
                     Peer {
@@ -153,26 +171,45 @@ impl PeerRouter {
     /// The replication stream to `target`, opened when there is none usable; `None` when
     /// `target` serves no replication stream (its appends go as single calls).
     pub(crate) async fn raft_link(&self, target: NodeId) -> Result<Option<Arc<RaftLink>>> {
-        let mut links = self.links.lock().await;
-        match links.get(&target) {
-            Some(Link::Stream(link)) if link.usable() => return Ok(Some(Arc::clone(link))),
-            Some(Link::Unary) => return Ok(None),
+        let slot = {
+            let mut links = self
+                .links
+                .lock()
+                .map_err(|_| Error::Internal("link table poisoned".into()))?;
+            Arc::clone(links.entry(target).or_default())
+        };
+        let mut link = slot.lock().await;
+        match &*link {
+            Link::Stream(l) if l.usable() => return Ok(Some(Arc::clone(l))),
+            Link::Unary(at) if at.elapsed() < REPROBE => return Ok(None),
+            Link::Failed(at) if at.elapsed() < REOPEN => {
+                return Err(Error::PeerUnreachable(format!(
+                    "replication stream to {target} failed just now"
+                )))
+            }
             _ => {}
         }
         let channel = self.channel(target)?;
-        let opened = tokio::time::timeout(Duration::from_secs(2), RaftLink::open(channel))
-            .await
-            .map_err(|_| Error::Timeout(format!("opening a replication stream to {target}")))?;
-        match opened? {
-            Some(link) => {
+        let opened = match tokio::time::timeout(OPEN_TIMEOUT, RaftLink::open(channel)).await {
+            Ok(opened) => opened,
+            Err(_) => Err(Error::PeerUnreachable(format!(
+                "opening a replication stream to {target} timed out"
+            ))),
+        };
+        match opened {
+            Ok(Some(l)) => {
                 metrics::counter!("basalt_raft_streams_opened_total").increment(1);
-                links.insert(target, Link::Stream(Arc::clone(&link)));
-                Ok(Some(link))
+                *link = Link::Stream(Arc::clone(&l));
+                Ok(Some(l))
             }
-            None => {
+            Ok(None) => {
                 tracing::info!(%target, "peer has no replication stream; appends go one by one");
-                links.insert(target, Link::Unary);
+                *link = Link::Unary(Instant::now());
                 Ok(None)
+            }
+            Err(e) => {
+                *link = Link::Failed(Instant::now());
+                Err(e)
             }
         }
     }

@@ -222,6 +222,109 @@ async fn killing_a_leader_loses_no_acknowledged_create() {
         .is_some());
 }
 
+/// A node frozen (SIGSTOP) for longer than a stall, a lease and an election while writes
+/// stream through the others: its peers' replication streams to it give up and reopen, the
+/// groups it led elect new leaders, writes go on, and afterwards every acknowledged write is
+/// there, each object's appends in the order sent, and the thawed node catches up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pausing_a_node_while_appends_stream_loses_and_reorders_nothing() {
+    let cluster = TestCluster::start(3, &["--shards", "8"], &[]).await;
+    let placement = cluster.placement(0);
+    let mut leads = [0usize; 3];
+    for g in placement.as_object().expect("placement").values() {
+        if let Some(l) = g["leader"].as_u64() {
+            leads[(l - 1) as usize] += 1;
+        }
+    }
+    let victim = (0..3).max_by_key(|&i| leads[i]).unwrap_or(0);
+    let survivors: Vec<usize> = (0..3).filter(|&i| i != victim).collect();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked_total = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut writers = Vec::new();
+    for w in 0..4 {
+        let client = cluster.client(survivors[w % 2]);
+        let (stop, acked_total) = (stop.clone(), acked_total.clone());
+        writers.push(tokio::spawn(async move {
+            let id = client
+                .create_object("Seq", &json!({"writer": w, "log": []}))
+                .await
+                .expect("create")
+                .object_id;
+            // What was acknowledged, and what failed and so may or may not have applied.
+            let (mut acked, mut uncertain) = (Vec::new(), Vec::new());
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) && n < 3000 {
+                n += 1;
+                let body = json!({"log": {"__op": "Add", "objects": [n]}});
+                match client.update_object("Seq", &id, &body).await {
+                    Ok(r) if (200..300).contains(&r.status) => {
+                        acked.push(n);
+                        acked_total.fetch_add(1, Ordering::Relaxed);
+                    }
+                    _ => uncertain.push(n),
+                }
+            }
+            (id, acked, uncertain)
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = acked_total.load(Ordering::Relaxed);
+    cluster.pause(victim);
+    TestCluster::eventually(
+        Duration::from_secs(25),
+        "writes acknowledged while a node is frozen",
+        || acked_total.load(Ordering::Relaxed) > before + 100,
+    )
+    .await;
+    // Frozen past the replication stall (5 s) and the lease.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    cluster.resume(victim);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut written = Vec::new();
+    for w in writers {
+        written.push(w.await.expect("writer"));
+    }
+    assert!(before > 0, "writes were streaming before the pause");
+    // Every node, the thawed one included, serves each object's appends in order.
+    for node in 0..3 {
+        let client = cluster.client(node);
+        for (id, acked, uncertain) in &written {
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            let log = loop {
+                let obj = client.get_object("Seq", id).await.ok().flatten();
+                let log: Vec<u64> = obj
+                    .and_then(|o| o["log"].as_array().cloned())
+                    .unwrap_or_default()
+                    .iter()
+                    .filter_map(Value::as_u64)
+                    .collect();
+                if acked.iter().all(|n| log.contains(n)) {
+                    break log;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "object {id} through node {}: acknowledged appends missing",
+                    node + 1
+                );
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            };
+            assert!(
+                log.windows(2).all(|p| p[0] < p[1]),
+                "object {id} through node {}: appends out of order or repeated",
+                node + 1
+            );
+            for n in &log {
+                assert!(
+                    acked.contains(n) || uncertain.contains(n),
+                    "object {id}: {n} was never written"
+                );
+            }
+        }
+    }
+}
+
 /// A node stopped while its peers write enough to purge their logs catches up by snapshot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_node_catches_up_by_snapshot() {
