@@ -171,13 +171,36 @@ pub enum Command {
         started: bool,
         limit: u32,
     },
+    /// Data shard: object commands (`CreateObject`, `UpdateObject`, `DeleteObject`) applied one
+    /// after another in one log entry, each as it would be alone: one refused changes nothing
+    /// and the others still apply; answers `CommandResult::Batch`, one result per command, in
+    /// order (`POST /1/batch` groups its operations per shard this way).
+    Batch(Vec<Command>),
 }
+
+/// Most commands one `Command::Batch` carries.
+pub const MAX_BATCH_COMMANDS: usize = 1_000;
 
 impl Command {
     /// Refuses a command whose values nest deeper or set more keys than `limits` admits, so
     /// that no entry can reach a log that some replica could not decode or apply.
     pub fn check_limits(&self) -> crate::error::Result<()> {
         match self {
+            Command::Batch(cmds) => {
+                if cmds.len() > MAX_BATCH_COMMANDS {
+                    return Err(Error::Internal(format!(
+                        "a batch carries at most {MAX_BATCH_COMMANDS} commands"
+                    )));
+                }
+                cmds.iter().try_for_each(|c| match c {
+                    Command::CreateObject { .. }
+                    | Command::UpdateObject { .. }
+                    | Command::DeleteObject { .. } => c.check_limits(),
+                    other => Err(Error::Internal(format!(
+                        "a batch carries only object commands, not {other}"
+                    ))),
+                })
+            }
             Command::CreateObject { updates, .. } | Command::UpdateObject { updates, .. } => {
                 crate::update::check_updates(updates)
             }
@@ -247,6 +270,7 @@ impl fmt::Display for Command {
             } => {
                 write!(f, "DropIndex({app}/{class}/{field})")
             }
+            Command::Batch(cmds) => write!(f, "Batch({} commands)", cmds.len()),
         }
     }
 }
@@ -283,6 +307,8 @@ pub enum CommandResult {
         next: Option<String>,
     },
     Rejected(Error),
+    /// The result of each command of a `Command::Batch`, in order.
+    Batch(Vec<CommandResult>),
 }
 
 /// A read served by a group's leader after it confirmed its leadership (read index).
@@ -323,6 +349,17 @@ pub enum ReadRequest {
 }
 
 impl ReadRequest {
+    /// Whether the read looks up one object or record by its key: cheap enough to serve on
+    /// the async worker that asked.
+    pub fn is_point(&self) -> bool {
+        matches!(
+            self,
+            ReadRequest::GetObject { .. }
+                | ReadRequest::GetRecord { .. }
+                | ReadRequest::GetStoredObject { .. }
+        )
+    }
+
     /// Whether the read may walk a whole class (a listing, count or aggregation), as opposed
     /// to reading a few keys.
     pub fn is_bulk(&self) -> bool {

@@ -3,6 +3,7 @@
 //! paused, restarted, removed and replaced here; every process started is reaped when the
 //! `Db` is dropped, also when a check fails or the run panics.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -214,6 +215,43 @@ impl Db {
             }
         }
         (0..counts.len()).max_by_key(|&i| counts[i])
+    }
+
+    /// Every group's leader as the running, unpaused nodes report it (`basalt admin status`):
+    /// group id → (term, leader's node index). For each group the report with the highest term
+    /// wins; a group whose latest term has no known leader (an election under way) is left out,
+    /// and so is a node that does not answer.
+    pub fn group_leaders(&self) -> BTreeMap<u64, (u64, usize)> {
+        let mut seen: BTreeMap<u64, (u64, Option<usize>)> = BTreeMap::new();
+        for i in 0..self.nodes.len() {
+            if !self.is_running(i) || self.nodes[i].paused {
+                continue;
+            }
+            let Ok(out) = self.admin(i, &["status"]) else {
+                continue;
+            };
+            let Ok(status) = serde_json::from_str::<Value>(&out) else {
+                continue;
+            };
+            let Some(groups) = status["Status"]["groups"].as_array() else {
+                continue;
+            };
+            for g in groups {
+                let (Some(group), Some(term)) = (g["group"].as_u64(), g["term"].as_u64()) else {
+                    continue;
+                };
+                let leader = g["leader"]
+                    .as_u64()
+                    .and_then(|id| self.nodes.iter().position(|n| n.id == id));
+                let entry = seen.entry(group).or_insert((term, leader));
+                if term > entry.0 || (term == entry.0 && entry.1.is_none()) {
+                    *entry = (term, leader);
+                }
+            }
+        }
+        seen.into_iter()
+            .filter_map(|(group, (term, leader))| leader.map(|l| (group, (term, l))))
+            .collect()
     }
 
     pub fn is_running(&self, i: usize) -> bool {

@@ -1,6 +1,8 @@
 //! Nemeses: faults scheduled on a timeline. Each cycle waits a quiet period, applies one fault
 //! for an active period, then heals it; faults rotate through the configured kinds. The run
 //! ends with everything healed. Every fault interval is recorded for the plot and summary.
+//! `pause-leader` also acts partway through its period: it resumes the leader it stopped and
+//! lets the period run on with that node back.
 
 use std::time::{Duration, Instant};
 
@@ -17,6 +19,11 @@ pub enum Fault {
     Kill,
     /// SIGSTOP of a random node, SIGCONT at the end.
     Pause,
+    /// SIGSTOP of the node leading the most groups for longer than its read lease plus an
+    /// election (`pause_leader_hold`), then SIGCONT while the period runs on: the others elect
+    /// new leaders and accept writes meanwhile, and the resumed node must not serve reads from
+    /// its expired lease.
+    PauseLeader,
     /// A random minority cut off from the majority.
     PartitionMajority,
     /// The node leading the most groups cut off from all others.
@@ -32,9 +39,10 @@ pub enum Fault {
 }
 
 impl Fault {
-    pub const ALL: [Fault; 8] = [
+    pub const ALL: [Fault; 9] = [
         Fault::Kill,
         Fault::Pause,
+        Fault::PauseLeader,
         Fault::PartitionMajority,
         Fault::PartitionLeader,
         Fault::PartitionBridge,
@@ -47,6 +55,7 @@ impl Fault {
         match self {
             Fault::Kill => "kill",
             Fault::Pause => "pause",
+            Fault::PauseLeader => "pause-leader",
             Fault::PartitionMajority => "partition-majority",
             Fault::PartitionLeader => "partition-leader",
             Fault::PartitionBridge => "partition-bridge",
@@ -80,6 +89,41 @@ impl Fault {
     }
 }
 
+/// The nodes' smallest election timeout in milliseconds when `BASALT_ELECTION_MS` is unset:
+/// `basalt serve --election-ms`'s default. The harness starts nodes without the flag, so they
+/// run with this or with the variable they inherit from the harness.
+const DEFAULT_ELECTION_MS: u64 = 1200;
+
+/// How long a `pause-leader` period runs on after the leader resumes, at least: requests its
+/// clients queued during the stop reach it at once, later ones while it learns it was deposed.
+const PAUSE_LEADER_AFTER: Duration = Duration::from_secs(2);
+
+/// The smallest election timeout the nodes run with: `BASALT_ELECTION_MS` (inherited by the
+/// node processes), else the node's default.
+fn election_ms() -> u64 {
+    std::env::var("BASALT_ELECTION_MS")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(DEFAULT_ELECTION_MS)
+}
+
+/// How long `pause-leader` keeps its node stopped when the smallest election timeout is
+/// `election_ms`: twice the largest election timeout (itself 2 × `election_ms`) plus a second.
+/// That is past the read lease (0.9 × the largest timeout, decisions/0015) plus the time the
+/// others need to elect a leader: 5.8 s with the defaults, against a 2.16 s lease.
+pub fn pause_leader_hold(election_ms: u64) -> Duration {
+    Duration::from_millis(election_ms.saturating_mul(4).saturating_add(1000))
+}
+
+/// How long `fault`'s period lasts when periods are `active`: `pause-leader` needs its `hold`
+/// plus `PAUSE_LEADER_AFTER`, and gets that much when `active` is shorter.
+fn period_of(fault: Fault, active: Duration, hold: Duration) -> Duration {
+    match fault {
+        Fault::PauseLeader => active.max(hold + PAUSE_LEADER_AFTER),
+        _ => active,
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Interval {
     pub fault: String,
@@ -102,18 +146,30 @@ pub async fn run(
         tokio::time::sleep_until(until.into()).await;
         return intervals;
     }
+    let hold = pause_leader_hold(election_ms());
     let mut cycle = 0usize;
     loop {
         tokio::time::sleep(quiet).await;
-        if Instant::now() + active > until {
+        let fault = faults[cycle % faults.len()];
+        let period = period_of(fault, active, hold);
+        if Instant::now() + period > until {
             break;
         }
-        let fault = faults[cycle % faults.len()];
         cycle += 1;
         let start = t0.elapsed().as_secs_f64();
-        let detail = apply(db, fault).await;
+        let applied = apply(db, fault, hold).await;
+        let mut detail = applied.detail;
         tracing_line(&format!("nemesis {} start: {detail}", fault.name()));
-        tokio::time::sleep(active).await;
+        match applied.paused_leader {
+            Some(paused) => {
+                tokio::time::sleep_until((paused.since + hold).into()).await;
+                let note = resume_paused_leader(db, &paused);
+                tracing_line(&format!("nemesis {} resume: {note}", fault.name()));
+                detail = format!("{detail}; {note}");
+                tokio::time::sleep_until((paused.since + period).into()).await;
+            }
+            None => tokio::time::sleep(period).await,
+        }
         if let Err(e) = db.heal_all().await {
             tracing_line(&format!("nemesis heal failed: {e}"));
         }
@@ -131,7 +187,32 @@ fn tracing_line(s: &str) {
     eprintln!("[jepsen] {s}");
 }
 
-async fn apply(db: &mut Db, fault: Fault) -> String {
+/// A fault just applied: the line to record, and for `pause-leader` the node to resume partway
+/// through the period.
+struct Applied {
+    detail: String,
+    paused_leader: Option<PausedLeader>,
+}
+
+impl From<String> for Applied {
+    fn from(detail: String) -> Applied {
+        Applied {
+            detail,
+            paused_leader: None,
+        }
+    }
+}
+
+/// A node `pause-leader` stopped, with the groups it led when it stopped.
+struct PausedLeader {
+    node: usize,
+    groups: Vec<u64>,
+    /// When SIGSTOP was sent.
+    since: Instant,
+}
+
+/// Applies `fault`; `hold` is how long `pause-leader` keeps its node stopped (for the record).
+async fn apply(db: &mut Db, fault: Fault, hold: Duration) -> Applied {
     let n = db.nodes.len();
     let mut rng = rand::rng();
     let mut order: Vec<usize> = (0..n).collect();
@@ -140,54 +221,160 @@ async fn apply(db: &mut Db, fault: Fault) -> String {
         Fault::Kill => {
             let v = db.busiest_leader().unwrap_or(order[0]);
             db.kill(v);
-            format!("killed node {}", v + 1)
+            format!("killed node {}", v + 1).into()
         }
         Fault::Pause => {
             let v = order[0];
             db.pause(v);
-            format!("paused node {}", v + 1)
+            format!("paused node {}", v + 1).into()
+        }
+        Fault::PauseLeader => {
+            let leaders = db.group_leaders();
+            let mut counts = vec![0usize; n];
+            for &(_, l) in leaders.values() {
+                if let Some(c) = counts.get_mut(l) {
+                    *c += 1;
+                }
+            }
+            let busiest = (0..n).filter(|&i| counts[i] > 0).max_by_key(|&i| counts[i]);
+            let v = busiest.unwrap_or(order[0]);
+            let groups: Vec<u64> = leaders
+                .iter()
+                .filter(|(_, (_, l))| *l == v)
+                .map(|(&g, _)| g)
+                .collect();
+            db.pause(v);
+            let since = Instant::now();
+            let secs = hold.as_secs_f64();
+            let detail = match busiest {
+                Some(_) => format!(
+                    "paused leader node {} (leading {} of {} groups) for {secs:.1} s",
+                    v + 1,
+                    groups.len(),
+                    leaders.len()
+                ),
+                None => format!("no leader known; paused node {} for {secs:.1} s", v + 1),
+            };
+            Applied {
+                detail,
+                paused_leader: Some(PausedLeader {
+                    node: v,
+                    groups,
+                    since,
+                }),
+            }
         }
         Fault::PartitionMajority => {
             let (minority, majority) = order.split_at(n / 2);
             db.net.partition(minority, majority);
-            format!("{:?} | {:?}", plus1(minority), plus1(majority))
+            format!("{:?} | {:?}", plus1(minority), plus1(majority)).into()
         }
         Fault::PartitionLeader => {
             let l = db.busiest_leader().unwrap_or(order[0]);
             let rest: Vec<usize> = (0..n).filter(|&i| i != l).collect();
             db.net.partition(&[l], &rest);
-            format!("isolated leader node {}", l + 1)
+            format!("isolated leader node {}", l + 1).into()
         }
         Fault::PartitionBridge => {
             let bridge = order[0];
             let rest = &order[1..];
             let (a, b) = rest.split_at(rest.len() / 2);
             db.net.partition(a, b);
-            format!("{:?} <- node {} -> {:?}", plus1(a), bridge + 1, plus1(b))
+            format!("{:?} <- node {} -> {:?}", plus1(a), bridge + 1, plus1(b)).into()
         }
         Fault::PartitionAsymmetric => {
             let x = order[0];
             db.net.set_cut((0..n).filter(|&i| i != x).map(|i| (x, i)));
-            format!("node {} cannot send", x + 1)
+            format!("node {} cannot send", x + 1).into()
         }
         Fault::ShuffleLeaders => {
             let live = (0..n).find(|&i| db.is_running(i)).unwrap_or(0);
             match db.admin(live, &["shuffle-leaders"]) {
-                Ok(out) => out.trim().to_string(),
-                Err(e) => format!("shuffle failed: {e}"),
+                Ok(out) => out.trim().to_string().into(),
+                Err(e) => format!("shuffle failed: {e}").into(),
             }
         }
         Fault::Membership => {
             let v = order[rng.random_range(0..n)];
             let old = db.nodes[v].id;
             match db.replace(v).await {
-                Ok(()) => format!("replaced node id {old} by id {}", db.nodes[v].id),
-                Err(e) => format!("replace failed: {e}"),
+                Ok(()) => format!("replaced node id {old} by id {}", db.nodes[v].id).into(),
+                Err(e) => format!("replace failed: {e}").into(),
             }
         }
     }
 }
 
+/// Ends `pause-leader`'s stop: asks the other nodes, before the stopped one resumes, how many
+/// of the groups it led have elected another leader meanwhile (none means this cycle probed
+/// nothing), then sends SIGCONT.
+fn resume_paused_leader(db: &mut Db, paused: &PausedLeader) -> String {
+    let leaders = db.group_leaders();
+    let moved = paused
+        .groups
+        .iter()
+        .filter(|&g| leaders.get(g).is_some_and(|&(_, l)| l != paused.node))
+        .count();
+    db.resume(paused.node);
+    format!(
+        "{moved} of its {} groups had elected another leader; resumed node {} after {:.1} s",
+        paused.groups.len(),
+        paused.node + 1,
+        paused.since.elapsed().as_secs_f64()
+    )
+}
+
 fn plus1(v: &[usize]) -> Vec<usize> {
     v.iter().map(|i| i + 1).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_name_parses_back_and_matches_serde() {
+        for f in Fault::ALL {
+            assert_eq!(Fault::parse_list(f.name()).unwrap(), vec![f]);
+            assert_eq!(serde_json::to_value(f).unwrap(), f.name());
+        }
+        let mut names: Vec<&str> = Fault::ALL.iter().map(Fault::name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), Fault::ALL.len());
+    }
+
+    #[test]
+    fn lists_and_groups_parse() {
+        assert_eq!(Fault::parse_list("all").unwrap(), Fault::ALL.to_vec());
+        assert!(Fault::ALL.contains(&Fault::PauseLeader));
+        assert_eq!(
+            Fault::parse_list("pause, pause-leader").unwrap(),
+            vec![Fault::Pause, Fault::PauseLeader]
+        );
+        assert!(!Fault::parse_list("partition")
+            .unwrap()
+            .contains(&Fault::PauseLeader));
+        assert!(Fault::parse_list("none").unwrap().is_empty());
+        assert!(Fault::parse_list("pause-leaders").is_err());
+    }
+
+    #[test]
+    fn pause_leader_outlasts_lease_and_election_and_fits_its_period() {
+        let hold = pause_leader_hold(DEFAULT_ELECTION_MS);
+        assert_eq!(hold, Duration::from_millis(5800));
+        let election_max = Duration::from_millis(2 * DEFAULT_ELECTION_MS);
+        let lease = election_max * 9 / 10;
+        assert!(hold > election_max + lease);
+        // The default 8 s period already leaves 2.2 s after the resume.
+        let active = Duration::from_secs(8);
+        assert_eq!(period_of(Fault::PauseLeader, active, hold), active);
+        // A shorter period is stretched for pause-leader only.
+        let short = Duration::from_secs(3);
+        assert_eq!(
+            period_of(Fault::PauseLeader, short, hold),
+            hold + PAUSE_LEADER_AFTER
+        );
+        assert_eq!(period_of(Fault::Pause, short, hold), short);
+    }
 }

@@ -64,18 +64,24 @@ pub fn read_page(store: &Store, group: GroupId, after: Option<u64>, max: usize) 
             entries: Vec::new(),
         });
     }
-    let mut entries = Vec::new();
+    let mut entries: Vec<(u64, Vec<u8>)> = Vec::new();
     let (mut bytes, mut cut) = (0usize, false);
     if after < applied {
         let start = keys::change_key(group, after.saturating_add(1));
         let end = keys::change_key(group, applied.saturating_add(1));
         view.scan(CF_SM, &start, &end, |k, v| {
-            if let Some(i) = keys::change_index(k) {
-                entries.push((i, v.to_vec()));
-                bytes += v.len();
+            let Some(i) = keys::change_index(k) else {
+                return Ok(true);
+            };
+            // A page ends between entries, never inside one: an entry carrying a batch made
+            // several changes under its index, and the next page starts after `upto`.
+            if cut && entries.last().is_some_and(|&(last, _)| last != i) {
+                return Ok(false);
             }
+            entries.push((i, v.to_vec()));
+            bytes += v.len();
             cut = entries.len() >= max || bytes >= PAGE_BYTES;
-            Ok(!cut)
+            Ok(true)
         })?;
     }
     let upto = match entries.last() {

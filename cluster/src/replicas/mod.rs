@@ -11,6 +11,7 @@
 
 mod freshness;
 mod leader_contact;
+mod read_index;
 mod records;
 mod routing;
 mod settle;
@@ -71,6 +72,9 @@ struct Inner {
     /// The oldest quorum acknowledgement a read trusts (`RaftTuning::read_lease`); `None`:
     /// every read makes a read-index round.
     read_lease: Option<Duration>,
+    /// Without a lease, the read-index rounds of each group, shared by the reads that wait
+    /// for the same one (`read_index`).
+    read_index: read_index::ReadIndexRounds<Error>,
     /// Votes are refused until then (`RaftTuning::vote_hold`).
     votes_from: Instant,
     /// One permit per thread that may serve a bulk read (`ReadRequest::is_bulk`) at once:
@@ -138,6 +142,7 @@ impl Replicas {
                 serve: reads.serve,
                 contact: leader_contact::LeaderContact::new(settings.shards as usize + 1, tuning),
                 read_lease: tuning.read_lease(),
+                read_index: read_index::ReadIndexRounds::new(settings.shards as usize + 1),
                 votes_from: Instant::now() + tuning.vote_hold(),
                 bulk_reads: Arc::new(Semaphore::new(bulk_read_threads)),
             }),
@@ -290,6 +295,11 @@ impl Replicas {
         for check in futures::future::join_all(checks).await {
             check?;
         }
+        // A point read (one key or two from the block cache or the page cache) is served
+        // here, without a round trip through the blocking pool that costs more than it does.
+        if req.is_point() {
+            return (self.inner.serve)(&self.inner.store, groups, req, now_ms(), &Cancel::never());
+        }
         // Dropping this future (the caller left, or its deadline passed) stops the task, or
         // gives up its turn for a thread (counted as cancelled either way).
         let (cancel, guard) = Cancel::new();
@@ -325,26 +335,26 @@ impl Replicas {
 
     /// Waits until this node, as `group`'s leader, knows that it still is — within its lease
     /// (a quorum acknowledged it within `read_lease`), else confirmed by a heartbeat round to
-    /// a quorum — and applied up to the read index.
+    /// a quorum — and applied up to the read index. Without a lease, the round is one that
+    /// starts after this call and may serve other reads of the group too (`read_index`); the
+    /// read still gives up after `FORWARD_TIMEOUT`.
     async fn linearize(&self, group: GroupId) -> Result<()> {
         let raft = self.group(group)?;
-        let option = match self.inner.read_lease {
-            Some(age) => LinearizerOption::new(Some(age), true),
-            None => ReadPolicy::ReadIndex.into(),
+        let Some(age) = self.inner.read_lease else {
+            let raft = raft.clone();
+            let round = move || async move {
+                ensure_linearizable(&raft, group, ReadPolicy::ReadIndex.into()).await
+            };
+            let read = self.inner.read_index.read(group, round);
+            return match tokio::time::timeout(FORWARD_TIMEOUT, read).await {
+                Err(_) => Err(Error::Timeout(format!("read of group {group}"))),
+                Ok(Ok(outcome)) => outcome,
+                Ok(Err(read_index::Abandoned)) => Err(Error::Unavailable(format!(
+                    "the read-index round of group {group} stopped"
+                ))),
+            };
         };
-        match tokio::time::timeout(FORWARD_TIMEOUT, raft.ensure_linearizable(option)).await {
-            Err(_) => Err(Error::Timeout(format!("read of group {group}"))),
-            Ok(Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(f)))) => {
-                Err(Error::NotLeader {
-                    group,
-                    leader: f.leader_id,
-                    leader_addr: f.leader_node.map(|n| n.addr),
-                })
-            }
-            Ok(Err(RaftError::APIError(e))) => Err(Error::Unavailable(e.to_string())),
-            Ok(Err(RaftError::Fatal(e))) => Err(Error::Unavailable(e.to_string())),
-            Ok(Ok(_)) => Ok(()),
-        }
+        ensure_linearizable(raft, group, LinearizerOption::new(Some(age), true)).await
     }
 
     /// Whether this node may vote yet: not within `RaftTuning::vote_hold` of its start.
@@ -500,6 +510,27 @@ impl Replicas {
             store.compact_range(cf, &[0u8; 4], &[0xffu8; 5])
         })
         .await;
+    }
+}
+
+/// `raft.ensure_linearizable(option)` within `FORWARD_TIMEOUT`, its errors as Basalt's.
+async fn ensure_linearizable(
+    raft: &GroupRaft,
+    group: GroupId,
+    option: LinearizerOption,
+) -> Result<()> {
+    match tokio::time::timeout(FORWARD_TIMEOUT, raft.ensure_linearizable(option)).await {
+        Err(_) => Err(Error::Timeout(format!("read of group {group}"))),
+        Ok(Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(f)))) => {
+            Err(Error::NotLeader {
+                group,
+                leader: f.leader_id,
+                leader_addr: f.leader_node.map(|n| n.addr),
+            })
+        }
+        Ok(Err(RaftError::APIError(e))) => Err(Error::Unavailable(e.to_string())),
+        Ok(Err(RaftError::Fatal(e))) => Err(Error::Unavailable(e.to_string())),
+        Ok(Ok(_)) => Ok(()),
     }
 }
 

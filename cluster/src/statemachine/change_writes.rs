@@ -25,7 +25,8 @@ pub(super) fn stage(
         object,
         before: before.map(|(old, new)| (old.updated_ms, changed_fields(&old.fields, &new.fields))),
     };
-    let key = keys::change_key(st.group, st.entry_index());
+    let nth = st.next_change();
+    let key = keys::nth_change_key(st.group, st.entry_index(), nth);
     st.put(key, record.encode()?);
     Ok(())
 }

@@ -88,8 +88,29 @@ fn apply_entry(
     index: u64,
     cmd: crate::command::Command,
 ) -> crate::error::Result<CommandResult> {
-    let mark = staged.savepoint();
     staged.set_entry_index(index);
+    match cmd {
+        // Each command of a batch applies as it would alone, in order, seeing what the ones
+        // before it staged; one refused or not applied leaves the others.
+        crate::command::Command::Batch(cmds) => {
+            let mut results = Vec::with_capacity(cmds.len());
+            for cmd in cmds {
+                results.push(apply_one(staged, index, cmd)?);
+            }
+            Ok(CommandResult::Batch(results))
+        }
+        cmd => apply_one(staged, index, cmd),
+    }
+}
+
+/// Applies one command of the entry at `index` (alone, or one of a batch), undoing its writes
+/// when it cannot be applied.
+fn apply_one(
+    staged: &mut Staged<'_>,
+    index: u64,
+    cmd: crate::command::Command,
+) -> crate::error::Result<CommandResult> {
+    let mark = staged.savepoint();
     let label = cmd.to_string();
     match apply::apply_command(staged, cmd) {
         Ok(result) => Ok(result),
@@ -372,5 +393,119 @@ mod tests {
             .unwrap();
         let ok = crate::object::StoredObject::decode(&ok).unwrap();
         assert_eq!(ok.fields["f"], json!(2));
+    }
+
+    /// A batch entry applies its commands in order, each as alone: a refused or unappliable
+    /// one writes nothing and the others apply (a later one sees an earlier one's writes);
+    /// each object write logs its own change under the entry's index, and a page of changes
+    /// never ends inside an entry.
+    #[test]
+    fn a_batch_entry_applies_each_command_as_alone_and_logs_each_change() {
+        use crate::changes::{log::read_page, ChangeKind};
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let g = GroupId::new(1);
+        let bad_key = keys::object_key(g, "a", "C", "bad");
+        let mut setup = crate::storage::WriteBatch::default();
+        setup.put_cf(store.cf(CF_SM).unwrap(), &bad_key, b"\x01not json");
+        store.write(setup, true).unwrap();
+
+        let mut staged = Staged::new(&store, g);
+        apply_entry(&mut staged, 1, create("x")).unwrap();
+        let batch = Command::Batch(vec![
+            create("b1"),
+            set("b1", json!(1)),
+            set("missing", json!(1)),
+            set("bad", json!(1)),
+            set("b1", json!(2)),
+            Command::CreateObject {
+                app: "a".into(),
+                class: "C".into(),
+                object_id: "x".into(),
+                now_ms: 5,
+                updates: vec![],
+            },
+            Command::DeleteObject {
+                app: "a".into(),
+                class: "C".into(),
+                object_id: "x".into(),
+                principals: None,
+            },
+        ]);
+        assert!(batch.check_limits().is_ok());
+        let CommandResult::Batch(results) = apply_entry(&mut staged, 2, batch).unwrap() else {
+            panic!("a batch answers a batch");
+        };
+        assert_eq!(results.len(), 7);
+        assert!(matches!(results[0], CommandResult::Created { .. }));
+        assert!(matches!(results[1], CommandResult::Updated { .. }));
+        assert!(matches!(
+            results[2],
+            CommandResult::Rejected(Error::ObjectNotFound)
+        ));
+        assert!(matches!(
+            results[3],
+            CommandResult::Rejected(Error::NotApplied(_))
+        ));
+        assert!(matches!(results[4], CommandResult::Updated { .. }));
+        // "x" exists with another creation time: refused; then deleted.
+        assert!(matches!(
+            results[5],
+            CommandResult::Rejected(Error::Conflict(_))
+        ));
+        assert!(matches!(results[6], CommandResult::Deleted));
+        apply_entry(&mut staged, 3, create("after")).unwrap();
+        let state = json!({"last_applied": {"index": 3}}).to_string();
+        staged.put(
+            keys::meta_key(g, keys::SM_APPLIED).to_vec(),
+            state.into_bytes(),
+        );
+        store.write(staged.into_batch().unwrap(), true).unwrap();
+        let b1 = store
+            .get(CF_SM, &keys::object_key(g, "a", "C", "b1"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            crate::object::StoredObject::decode(&b1).unwrap().fields["f"],
+            json!(2)
+        );
+        assert_eq!(
+            store.get(CF_SM, &bad_key).unwrap().unwrap(),
+            b"\x01not json"
+        );
+
+        let page = read_page(&store, g, Some(0), 100).unwrap();
+        let kinds: Vec<(u64, ChangeKind, String)> = page
+            .decode(g)
+            .unwrap()
+            .iter()
+            .map(|c| (c.index, c.kind, c.object_id.clone()))
+            .collect();
+        let want = [
+            (1, ChangeKind::Create, "x"),
+            (2, ChangeKind::Create, "b1"),
+            (2, ChangeKind::Update, "b1"),
+            (2, ChangeKind::Update, "b1"),
+            (2, ChangeKind::Delete, "x"),
+            (3, ChangeKind::Create, "after"),
+        ];
+        let want: Vec<(u64, ChangeKind, String)> = want
+            .iter()
+            .map(|(i, k, o)| (*i, *k, o.to_string()))
+            .collect();
+        assert_eq!(kinds, want);
+        // A page of at most 2 changes that would end inside entry 2 takes the rest of it.
+        let page = read_page(&store, g, Some(0), 2).unwrap();
+        assert_eq!((page.entries.len(), page.upto), (5, 2));
+        let rest = read_page(&store, g, Some(page.upto), 2).unwrap();
+        assert_eq!(rest.entries.iter().map(|e| e.0).collect::<Vec<_>>(), [3]);
+
+        // Only object commands, and no batch inside a batch, reach a log.
+        assert!(Command::Batch(vec![Command::Batch(vec![])])
+            .check_limits()
+            .is_err());
+        assert!(Command::Batch(vec![Command::ExpireRecords { now_ms: 1 }])
+            .check_limits()
+            .is_err());
     }
 }

@@ -22,6 +22,8 @@ pub struct Staged<'a> {
     cut: Vec<(Vec<u8>, Vec<u8>)>,
     /// The log index of the entry being applied.
     entry: u64,
+    /// Changes the entry being applied staged so far (`next_change`).
+    changes: u32,
 }
 
 /// One key's staged write: a value, or `None` for a delete.
@@ -40,12 +42,22 @@ impl<'a> Staged<'a> {
             undo: Vec::new(),
             cut: Vec::new(),
             entry: 0,
+            changes: 0,
         }
     }
 
     /// Notes the log index of the entry whose command is applied next.
     pub fn set_entry_index(&mut self, index: u64) {
         self.entry = index;
+        self.changes = 0;
+    }
+
+    /// How many changes the entry being applied staged so far, counting this one (the
+    /// position of its next change among its changes, `keys::nth_change_key`).
+    pub fn next_change(&mut self) -> u32 {
+        let nth = self.changes;
+        self.changes = self.changes.saturating_add(1);
+        nth
     }
 
     /// The log index of the entry being applied (0 outside `apply`).

@@ -111,6 +111,17 @@ pub fn change_key(group: GroupId, index: u64) -> Vec<u8> {
     k
 }
 
+/// Key of the `nth` change an entry at `index` made (an entry carrying a batch of commands
+/// makes one per object write): the first is `change_key`, the others follow it with `nth` as
+/// a u32 BE suffix, so an entry's changes sort together, in order, before the next entry's.
+pub fn nth_change_key(group: GroupId, index: u64, nth: u32) -> Vec<u8> {
+    let mut k = change_key(group, index);
+    if nth > 0 {
+        k.extend_from_slice(&nth.to_be_bytes());
+    }
+    k
+}
+
 /// Index of a change key (`change_key`).
 pub fn change_index(k: &[u8]) -> Option<u64> {
     Some(u64::from_be_bytes(k.get(5..13)?.try_into().ok()?))

@@ -1,6 +1,14 @@
-//! `POST /1/batch` (spec 4.1): up to 50 create, update and delete operations, run in the order
-//! sent, each through the same route and handler as the single request, so each goes to its
-//! own shard and answers exactly as it would alone.
+//! `POST /1/batch` (spec 4.1): up to 50 create, update and delete operations, answered in the
+//! order sent, each as it would be alone.
+//!
+//! A run of consecutive plain object writes (creates, updates and deletes of user classes
+//! without triggers) is grouped by shard (`object_writes`): each is checked and turned into its
+//! command as its handler would (`api::objects`), the run's schema needs are admitted once per
+//! class, and each shard gets one Raft command carrying its operations in request order
+//! (`Command::Batch`), the shards' commands proposed concurrently. Operations on one object
+//! land on one shard, so they apply in the order sent. Any other operation (users, roles,
+//! installations, a class with triggers, a path or body its handler must judge) runs alone,
+//! in its place in the order, through the same route and handler as the single request.
 //!
 //! The envelope is checked whole before anything runs (112 `requests` not an array, 113 an
 //! element that is not an object or has a bad method or path, 114 more than 50). An operation
@@ -9,14 +17,16 @@
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{header, Method, Request, StatusCode};
+use axum::http::{header, Method, Request};
 use axum::Json;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use tower::ServiceExt;
 
+use super::batch_slot::{slot, slot_error};
 use super::context::{ApiBody, AppState, RequestCtx};
-use super::error::{ApiError, BUSY_MESSAGE};
+use super::error::ApiError;
 use super::functions::CallDepth;
+use super::object_writes::{self, ObjectWrite};
 
 /// Operations per batch (spec 8).
 pub const MAX_OPERATIONS: usize = 50;
@@ -101,9 +111,17 @@ pub async fn run_batch(
     let mut results = Vec::with_capacity(ops.len());
     // The operations run inside this request's span and id scope: their log lines and the
     // work they forward carry the batch's request id.
+    let mut run: Vec<ObjectWrite> = Vec::new();
     for op in ops {
-        results.push(run_operation(&router, &state, &ctx, depth, op).await);
+        match object_writes::plain(&state, &ctx, &op.method, &op.path, &op.body, &op.token) {
+            Some(write) => run.push(write),
+            None => {
+                results.extend(object_writes::run(&state, &ctx, std::mem::take(&mut run)).await);
+                results.push(run_operation(&router, &state, &ctx, depth, op).await);
+            }
+        }
     }
+    results.extend(object_writes::run(&state, &ctx, run).await);
     Ok(Json(Value::Array(results)))
 }
 
@@ -132,37 +150,13 @@ async fn run_operation(
         Ok(r) => r,
         Err(never) => match never {},
     };
-    let status = resp.status();
-    let bytes = match axum::body::to_bytes(resp.into_body(), state.max_body_bytes).await {
-        Ok(b) => b,
-        Err(e) => return slot_error(500, &format!("reading the answer: {e}")),
-    };
-    let answer: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-    if status.is_success() {
-        json!({ "success": answer })
-    } else {
-        let code = answer["code"]
-            .as_u64()
-            .unwrap_or(u64::from(status.as_u16()));
-        let error =
-            answer["error"]
-                .as_str()
-                .unwrap_or(if status == StatusCode::INTERNAL_SERVER_ERROR {
-                    BUSY_MESSAGE
-                } else {
-                    "request failed"
-                });
-        slot_error(code, error)
-    }
-}
-
-fn slot_error(code: u64, error: &str) -> Value {
-    json!({"error": {"code": code, "error": error}})
+    slot(resp, state.max_body_bytes).await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn envelope(v: Value) -> Result<Vec<Operation>, ApiError> {
         parse_envelope(v.as_object().unwrap())

@@ -9,6 +9,7 @@
 
 pub mod apps;
 pub mod batch;
+pub mod batch_slot;
 pub mod captcha;
 pub mod cloud_query;
 pub mod context;
@@ -17,6 +18,7 @@ pub mod error;
 pub mod files;
 pub mod functions;
 pub mod installations;
+pub mod object_writes;
 pub mod objects;
 pub mod ops;
 pub mod push;

@@ -39,6 +39,14 @@ pub fn has_any(state: &AppState, ctx: &RequestCtx, class: &str, events: &[Trigge
         .any(|e| triggers_of(state, ctx, class, *e).is_ok_and(|t| !t.is_empty()))
 }
 
+/// Whether a class certainly has no triggers for any of `events` (a failure to read them
+/// counts as having some: the write then takes the path that reports it).
+pub fn none_for(state: &AppState, ctx: &RequestCtx, class: &str, events: &[TriggerEvent]) -> bool {
+    events
+        .iter()
+        .all(|e| triggers_of(state, ctx, class, *e).is_ok_and(|t| t.is_empty()))
+}
+
 /// A refusing trigger's error: its own code when it threw a `Basalt.Error`, 310 otherwise.
 fn refused(e: RunError) -> ApiError {
     match e {

@@ -243,8 +243,8 @@ impl Inner {
                     upto,
                     changes,
                 } => {
-                    for c in &changes {
-                        self.deliver(c);
+                    for entry in changes.chunk_by(|a, b| a.index == b.index) {
+                        self.deliver(entry);
                     }
                     let g = group.get() as usize;
                     let mut st = lock(&self.state);
@@ -287,20 +287,52 @@ impl Inner {
         }
     }
 
-    /// Passes one change on to the subscriptions of its app and class.
-    fn deliver(&self, c: &Change) {
-        let g = c.group.get() as usize;
-        let (subs, positions) = {
+    /// Passes the changes of one log entry (one change, or one per object write of a batch)
+    /// on to the subscriptions of their app and class. The entry is passed on whole under
+    /// one lock, so a subscription registers before or after all of it.
+    fn deliver(&self, entry: &[Change]) {
+        let Some(first) = entry.first() else {
+            return;
+        };
+        let g = first.group.get() as usize;
+        let (lists, positions) = {
             let mut st = lock(&self.state);
             if let Some(p) = st.positions.get_mut(g) {
-                *p = (*p).max(c.index);
+                *p = (*p).max(first.index);
             }
-            let key = (c.app.clone(), c.class.clone());
-            match st.subs.get(&key) {
-                Some(list) if !list.is_empty() => (list.clone(), st.positions.clone()),
-                _ => return,
+            let lists: Vec<_> = entry
+                .iter()
+                .map(|c| {
+                    st.subs
+                        .get(&(c.app.clone(), c.class.clone()))
+                        .filter(|list| !list.is_empty())
+                        .cloned()
+                })
+                .collect();
+            if lists.iter().all(Option::is_none) {
+                return;
             }
+            (lists, st.positions.clone())
         };
+        // An event before the entry's last says the entry is not all passed on yet: a client
+        // resuming from it gets the whole entry again rather than miss its rest.
+        let mut before = positions.clone();
+        if let Some(p) = before.get_mut(g) {
+            *p = first.index.saturating_sub(1);
+        }
+        let last = entry.len() - 1;
+        for (i, (c, subs)) in entry.iter().zip(lists).enumerate() {
+            if let Some(subs) = subs {
+                let at = if i == last { &positions } else { &before };
+                self.deliver_change(c, subs, at);
+            }
+        }
+    }
+
+    /// Passes one change on to `subs`, with the hub's positions `positions` as its cursor.
+    fn deliver_change(&self, c: &Change, subs: Vec<Arc<Entry>>, positions: &[u64]) {
+        let g = c.group.get() as usize;
+        let positions = positions.to_vec();
         let cursor: Arc<str> = Cursor(positions.clone()).encode().into();
         let mut shared = Rendered::default();
         let mut dropped = Vec::new();
