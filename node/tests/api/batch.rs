@@ -273,12 +273,12 @@ async fn batches_go_to_each_shard_as_one_command_and_keep_each_objects_order() {
     assert!(slots[2]["success"]["objectId"].is_string(), "{slots:?}");
     let schema = cluster
         .master_client(0)
-        .request(Method::GET, "/1/schemas/Fresh", None, false)
+        .request(Method::GET, "/1/schemas/Fresh", None, true)
         .await
         .expect("schema")
         .body;
     assert_eq!(schema["fields"]["v"]["type"], "Number", "{schema}");
-    assert_eq!(schema["fields"]["w"]["type"], "Boolean", "{schema}");
+    assert_eq!(schema["fields"]["w"]["type"], "Bool", "{schema}");
 }
 
 /// Batches streaming through every node while one node is killed and comes back: every

@@ -717,22 +717,22 @@ async fn a_failover_loses_and_repeats_nothing_and_a_cursor_replays_the_gap() {
         Some(live.as_str())
     );
 
-    // One object updated 2,100 times: its group cuts its log back to 1,024 entries, so the
-    // first cursor is too old there (a resync) while the other groups replay.
+    // One object updated 2,100 times, each its own log entry (a batch's updates of one
+    // object would share one): its group cuts its log back to 1,024 entries, so the first
+    // cursor is too old there (a resync) while the other groups replay.
     let hot = writers[0]
         .create_object("Hot", &json!({"n": 0}))
         .await
         .unwrap()
         .object_id;
-    for round in 0..42 {
-        let requests: Vec<Value> = (0..50)
-            .map(|_| {
-                json!({"method": "PUT", "path": format!("/1/classes/Hot/{hot}"),
-                "body": {"n": {"__op": "Increment", "amount": 1}}})
-            })
-            .collect();
-        batch(&writers[round % 2], requests).await;
-    }
+    let increments = (0..2100).map(|i| {
+        let (c, hot) = (writers[i % 2].clone(), hot.clone());
+        async move { c.increment("Hot", &hot, "n", 1).await.unwrap() }
+    });
+    futures::stream::iter(increments)
+        .buffer_unordered(16)
+        .collect::<Vec<_>>()
+        .await;
     let mut old = Rt::plain(&cluster, 0).await;
     old.sub(
         json!({"appKey": app, "tableName": "Tick", "action": "updateTable",
