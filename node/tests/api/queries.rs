@@ -358,7 +358,10 @@ async fn create_unindexed_pads(cluster: &TestCluster, class: &str, n: usize, wid
 /// Creates `objects` in `class` through `/1/batch`, 50 at a time; their objectIds in order.
 pub(super) async fn create_many(c: &Client, class: &str, objects: &[Value]) -> Vec<String> {
     let mut ids = Vec::new();
-    for chunk in objects.chunks(50) {
+    // Batches of 10: a spread client sends each to the next node, and a node gives new
+    // objects ids on the shards it leads (decisions/0025), so every node (and so every
+    // shard) gets some of even a few dozen objects.
+    for chunk in objects.chunks(10) {
         let requests: Vec<Value> = chunk
             .iter()
             .map(|b| json!({"method": "POST", "path": format!("/1/classes/{class}"), "body": b}))
