@@ -10,7 +10,7 @@ NODES ?= 1
 JEPSEN_SECONDS ?= 120
 JEPSEN_NODES ?= 3
 
-.PHONY: run dev test lint deps sdks test-servers build bench bench-files bench-functions bench-push bench-realtime bench-queries bench-peers bench-store jepsen fuzz clean-data
+.PHONY: run dev test lint deps sdks test-servers build bench bench-files bench-functions bench-push bench-realtime bench-queries bench-peers bench-store bench-encoding jepsen fuzz clean-data
 
 ## Install the system packages the build needs (libclang for rust-rocksdb's bindgen).
 deps:
@@ -99,6 +99,11 @@ bench-peers: build
 ## BASALT_BENCH_STORE_CACHE_MB override 300,000 objects and 16 MiB).
 bench-store: deps
 	$(CARGO) test $(PROFILE_FLAGS) -p basalt-cluster --lib store_settings -- --ignored --nocapture
+
+## Log entry encodings: bytes and encode/decode time of JSON (v1) and MessagePack (v2)
+## entries, and a clone from the log cache (cluster/src/encoding.rs).
+bench-encoding: deps
+	$(CARGO) test $(PROFILE_FLAGS) -p basalt-cluster --lib encoding_speed -- --ignored --nocapture
 
 ## Jepsen: every workload under every nemesis (JEPSEN_SECONDS of load each), then a table.
 ## Run directories (history, node logs, summary, plot) go to ./jepsen-runs.

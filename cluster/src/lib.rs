@@ -18,6 +18,7 @@ pub mod cancel;
 pub mod changes;
 pub mod cluster;
 pub mod command;
+mod encoding;
 pub mod error;
 pub mod failpoints;
 pub mod files;

@@ -129,6 +129,13 @@ mod tests {
         let bytes = serde_json::to_vec(t).expect("encodes");
         let back: T = serde_json::from_slice(&bytes).expect("decodes");
         assert_eq!(serde_json::to_vec(&back).expect("encodes again"), bytes);
+        // The binary encoding of log entries and messages (crate::encoding) as well.
+        let binary = crate::encoding::encode(t).expect("encodes");
+        let back: T = crate::encoding::decode(&binary).expect("decodes");
+        assert_eq!(
+            crate::encoding::encode(&back).expect("encodes again"),
+            binary
+        );
     }
 
     #[test]

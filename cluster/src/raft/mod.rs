@@ -1,10 +1,11 @@
 //! openraft type configuration shared by every group, the Raft tuning of a node, and each
-//! group's log in the shared store (`log_store`).
+//! group's log in the shared store (`log_store`, with its newest entries in `log_cache`).
 //!
 //! Every group (metadata and data shards) uses the same types: the log carries `Command`s, the
 //! state machine answers `CommandResult`s, nodes are `BasicNode { addr }` with the gRPC
 //! address. Timeouts are sized for tens of groups sharing two cores (see docs/architecture.md).
 
+mod log_cache;
 pub mod log_store;
 
 use std::sync::Arc;

@@ -1,5 +1,6 @@
-//! Framing of domain values into the protobuf envelopes: JSON payloads, and typed
-//! `cluster::Error`s in `Reply.error` so that a remote error arrives as the same variant.
+//! Framing of domain values into the protobuf envelopes: payloads in `crate::encoding`'s
+//! versioned binary format (plain JSON from older nodes still read), and typed
+//! `cluster::Error`s (JSON) in `Reply.error` so that a remote error arrives as the same variant.
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -11,18 +12,18 @@ use crate::ids::GroupId;
 pub fn group_message<T: Serialize>(group: GroupId, value: &T) -> Result<GroupMessage> {
     Ok(GroupMessage {
         group: group.get(),
-        payload: serde_json::to_vec(value)?,
+        payload: crate::encoding::encode(value)?,
         more_groups: Vec::new(),
     })
 }
 
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
-    serde_json::from_slice(bytes).map_err(|e| Error::Internal(format!("bad message: {e}")))
+    crate::encoding::decode(bytes).map_err(|e| Error::Internal(format!("bad message: {e}")))
 }
 
 /// Encodes a Raft message (an AppendEntries or its answer) for the replication stream.
 pub fn encode_raft<T: Serialize>(value: &T) -> Result<Vec<u8>> {
-    Ok(serde_json::to_vec(value)?)
+    crate::encoding::encode(value)
 }
 
 /// Decodes what `encode_raft` encoded.
@@ -31,7 +32,7 @@ pub fn decode_raft<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
 }
 
 pub fn reply<T: Serialize>(result: Result<T>) -> Reply {
-    let encoded = result.and_then(|v| Ok(serde_json::to_vec(&v)?));
+    let encoded = result.and_then(|v| crate::encoding::encode(&v));
     match encoded {
         Ok(payload) => Reply {
             payload,

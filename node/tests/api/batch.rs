@@ -4,7 +4,7 @@
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use super::common::{assert_api_error, TestCluster};
+use super::common::{self, assert_api_error, TestCluster};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batches_run_in_order_with_per_operation_results() {
@@ -138,20 +138,6 @@ async fn batches_run_in_order_with_per_operation_results() {
 }
 
 /// Runs `requests` as one `/1/batch` through `c`; answers its slots.
-async fn run_batch(c: &basalt_client::Client, requests: Vec<Value>) -> Vec<Value> {
-    let r = c
-        .request(
-            Method::POST,
-            "/1/batch",
-            Some(&json!({ "requests": requests })),
-            false,
-        )
-        .await
-        .expect("batch");
-    assert_eq!(r.status, 200, "{:?}", r.body);
-    r.body.as_array().expect("slots").clone()
-}
-
 /// A batch of plain object writes goes to each shard as one command (at most one per shard),
 /// the shards concurrently, while each operation answers as it would alone, in request order:
 /// operations on one object apply in the order sent, a refused one leaves the rest of its
@@ -209,7 +195,7 @@ async fn batches_go_to_each_shard_as_one_command_and_keep_each_objects_order() {
     let commands = || cluster.metric(1, "basalt_batch_shard_commands_total");
     let grouped = || cluster.metric(1, "basalt_batch_grouped_operations_total");
     let (commands_before, grouped_before) = (commands().await, grouped().await);
-    let slots = run_batch(&client, ops.clone()).await;
+    let slots = common::batch(&client, ops.clone()).await;
     assert_eq!(slots.len(), ops.len());
     for (i, s) in slots.iter().enumerate() {
         match i {
@@ -259,7 +245,7 @@ async fn batches_go_to_each_shard_as_one_command_and_keep_each_objects_order() {
     assert!(client.get_object("Doc", &doomed).await.unwrap().is_none());
 
     // A new column the operations disagree on goes to the first, as in order.
-    let slots = run_batch(
+    let slots = common::batch(
         &cluster.client(2),
         vec![
             json!({"method": "POST", "path": "/1/classes/Fresh", "body": {"v": 1}}),

@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 
 use basalt_client::signing::{self, Formula, SignedKeys};
 
-use super::common::{assert_api_error, TestCluster};
+use super::common::{self, assert_api_error, TestCluster};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_agree_on_apps_schemas_and_nonces() {
@@ -89,21 +89,9 @@ async fn three_nodes_agree_on_apps_schemas_and_nonces() {
     let ops: Vec<Value> = (0..40)
         .map(|i| json!({"method": "POST", "path": "/1/classes/Spread", "body": {"i": i}}))
         .collect();
-    let r = cluster
-        .app_client(1, &app)
-        .request(
-            Method::POST,
-            "/1/batch",
-            Some(&json!({ "requests": ops })),
-            false,
-        )
-        .await
-        .unwrap();
+    let slots = common::batch(&cluster.app_client(1, &app), ops).await;
     let groups: std::collections::HashSet<u32> = {
-        let ids: Vec<String> = r
-            .body
-            .as_array()
-            .unwrap()
+        let ids: Vec<String> = slots
             .iter()
             .map(|s| s["success"]["objectId"].as_str().unwrap().to_string())
             .collect();

@@ -7,7 +7,7 @@ use basalt_client::Client;
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use super::common::{assert_api_error, TestCluster};
+use super::common::{self, assert_api_error, TestCluster};
 
 const WORDS: [&str; 4] = ["Alpha", "beta", "Gamma", "delta"];
 
@@ -366,16 +366,7 @@ pub(super) async fn create_many(c: &Client, class: &str, objects: &[Value]) -> V
             .iter()
             .map(|b| json!({"method": "POST", "path": format!("/1/classes/{class}"), "body": b}))
             .collect();
-        let r = c
-            .request(
-                Method::POST,
-                "/1/batch",
-                Some(&json!({"requests": requests})),
-                false,
-            )
-            .await
-            .unwrap();
-        for slot in r.body.as_array().unwrap() {
+        for slot in common::batch(c, requests).await {
             ids.push(slot["success"]["objectId"].as_str().unwrap().to_string());
         }
     }

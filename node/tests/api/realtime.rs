@@ -12,7 +12,7 @@ use futures::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::common::{register_user, TestCluster};
+use crate::common::{self, register_user, TestCluster};
 
 type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
@@ -607,17 +607,6 @@ async fn subscribers_see_only_what_they_may_read_and_what_their_filter_selects()
 }
 
 /// Runs `requests` as one `/1/batch`.
-async fn batch(c: &basalt_client::Client, requests: Vec<Value>) {
-    c.request(
-        reqwest::Method::POST,
-        "/1/batch",
-        Some(&json!({ "requests": requests })),
-        false,
-    )
-    .await
-    .unwrap();
-}
-
 /// Creates `n` objects of `class` through `clients` in turn (4 at a time); answers the
 /// objectIds of the acknowledged ones.
 async fn create_many(
@@ -788,7 +777,7 @@ async fn a_slow_subscriber_is_dropped_with_a_resync_while_writes_go_on() {
                 let requests: Vec<Value> = (0..50)
                     .map(|_| json!({"method": "POST", "path": "/1/classes/Big", "body": {"blob": blob}}))
                     .collect();
-                batch(&c, requests).await;
+                common::batch(&c, requests).await;
             }
         })
     };

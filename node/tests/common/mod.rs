@@ -616,6 +616,17 @@ impl TestCluster {
     }
 }
 
+/// Sends `requests` as one `/1/batch`; asserts 200 and answers the per-operation slots.
+pub async fn batch(c: &Client, requests: Vec<serde_json::Value>) -> Vec<serde_json::Value> {
+    let body = serde_json::json!({ "requests": requests });
+    let r = c
+        .request(reqwest::Method::POST, "/1/batch", Some(&body), false)
+        .await
+        .expect("batch");
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    r.body.as_array().expect("slots").clone()
+}
+
 /// Registers a user with password `p`; answers its objectId and session token.
 pub async fn register_user(c: &Client, name: &str) -> (String, String) {
     let body = serde_json::json!({"username": name, "password": "p"});
