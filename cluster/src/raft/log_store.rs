@@ -122,10 +122,9 @@ impl RaftLogReader<TypeConfig> for RocksLogStore {
             return Ok(entries);
         }
         metrics::counter!("basalt_raft_log_cache_total", "result" => "miss").increment(1);
-        let end = match range.end_bound() {
-            Bound::Included(&i) => keys::log_key(self.group, i.saturating_add(1)).to_vec(),
-            Bound::Excluded(&i) => keys::log_key(self.group, i).to_vec(),
-            Bound::Unbounded => keys::group_end(self.group),
+        let end = match end_index {
+            Some(i) => keys::log_key(self.group, i).to_vec(),
+            None => keys::group_end(self.group),
         };
         let mut out = Vec::new();
         self.store
