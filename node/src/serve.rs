@@ -102,6 +102,11 @@ pub struct ServiceArgs {
     /// Confirm every read with a quorum round (read index) instead of the leader's lease.
     #[arg(long, env = "BASALT_NO_LEASE_READS")]
     pub no_lease_reads: bool,
+    /// How long each data shard a node leads takes the node's new objects before the next
+    /// one does, so that creates arriving together share Raft rounds; 0 puts each new
+    /// object on a led shard drawn at random.
+    #[arg(long, default_value_t = basalt_cluster::CREATE_LANE_MS, env = "BASALT_CREATE_LANE_MS")]
+    pub create_lane_ms: u64,
     /// Entries applied since the last snapshot that trigger a new one.
     #[arg(long, default_value_t = 20_000, env = "BASALT_SNAPSHOT_LOGS")]
     pub snapshot_logs: u64,
@@ -341,6 +346,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             election_min_ms: args.service.election_ms,
             election_max_ms: args.service.election_ms * 2,
             lease_reads: !args.service.no_lease_reads,
+            create_lane_ms: args.service.create_lane_ms,
             snapshot_logs: args.service.snapshot_logs,
             keep_logs: args.service.keep_logs,
         },

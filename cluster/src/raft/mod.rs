@@ -30,6 +30,10 @@ pub type Vote = openraft::alias::VoteOf<TypeConfig>;
 pub type StoredMembership = openraft::alias::StoredMembershipOf<TypeConfig>;
 pub type SnapshotMeta = openraft::alias::SnapshotMetaOf<TypeConfig>;
 
+/// How long each led data shard takes a node's new objects before the next one does, by
+/// default (`RaftTuning::create_lane_ms`, decisions/0028).
+pub const CREATE_LANE_MS: u64 = 100;
+
 /// Raft timing and log retention of this node's groups.
 #[derive(Debug, Clone)]
 pub struct RaftTuning {
@@ -43,6 +47,10 @@ pub struct RaftTuning {
     /// Whether a leader serves linearizable reads within its lease, without a quorum round
     /// per read (decisions/0015); false confirms every read with a read index.
     pub lease_reads: bool,
+    /// How long each data shard this node leads takes the node's new objects before the
+    /// next one does (`replicas::create_lane`, decisions/0028); 0 puts each new object on a
+    /// led shard drawn at random.
+    pub create_lane_ms: u64,
 }
 
 impl Default for RaftTuning {
@@ -54,6 +62,7 @@ impl Default for RaftTuning {
             snapshot_logs: 20_000,
             keep_logs: 1_000,
             lease_reads: true,
+            create_lane_ms: CREATE_LANE_MS,
         }
     }
 }

@@ -9,6 +9,7 @@
 //! work), stale-but-local views of the metadata group that every node holds, and reads of a
 //! replica that vouches for being current (`freshness`).
 
+mod create_lane;
 mod freshness;
 mod leader_contact;
 mod read_index;
@@ -81,6 +82,8 @@ struct Inner {
     /// with no more of them than cores, scans share the CPU with the async workers that
     /// carry Raft heartbeats instead of outnumbering them.
     bulk_reads: Arc<Semaphore>,
+    /// The turn of each led shard in this node's create lane, in ms (0: no lane).
+    create_lane_ms: u64,
 }
 
 /// What serves a read from a replica's state (`local_read::serve_read`): given to `open`, so
@@ -145,6 +148,7 @@ impl Replicas {
                 read_index: read_index::ReadIndexRounds::new(settings.shards as usize + 1),
                 votes_from: Instant::now() + tuning.vote_hold(),
                 bulk_reads: Arc::new(Semaphore::new(bulk_read_threads)),
+                create_lane_ms: tuning.create_lane_ms,
             }),
         })
     }
@@ -172,28 +176,21 @@ impl Replicas {
     }
 
     /// A new objectId for an object of `class` in `app`: when this node leads some of the
-    /// data shards, one that lands on a shard it leads (found among a few random ids), so that
-    /// creating it needs no forward to another node; else any (decisions/0025).
+    /// data shards, one that lands on the shard of its create lane (`create_lane`), so that
+    /// creating it needs no forward to another node and creates arriving together share one
+    /// Raft round; else any (decisions/0025, 0028).
     pub fn new_object_id(&self, app: &str, class: &str) -> String {
-        const TRIES: usize = 64;
         if is_meta_class(class) {
             return new_object_id();
         }
-        let led: Vec<bool> = GroupId::data_shards(self.shards())
-            .map(|g| self.leads(g))
+        let led: Vec<GroupId> = GroupId::data_shards(self.shards())
+            .filter(|&g| self.leads(g))
             .collect();
-        if led.iter().all(|&l| !l) {
-            return new_object_id();
-        }
-        let mut id = new_object_id();
-        for _ in 0..TRIES {
-            let shard = self.shard_for(app, class, &id);
-            if led.get(shard.get() as usize - 1).copied().unwrap_or(false) {
-                break;
-            }
-            id = new_object_id();
-        }
-        id
+        let lane = create_lane::Lane {
+            turn_ms: self.inner.create_lane_ms,
+            led: &led,
+        };
+        lane.draw_id(app, class, self.shards(), now_ms())
     }
 
     /// The groups that store objects of `class` (`ids::class_groups`).

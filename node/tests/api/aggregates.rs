@@ -34,7 +34,7 @@ struct Direct {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aggregates_equal_a_direct_computation() {
-    let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
+    let cluster = TestCluster::start(3, &["--shards", "4"], &super::common::SPREAD_CREATES).await;
     let c = cluster.spread_client();
 
     let mut rng = Lcg(7);

@@ -10,7 +10,7 @@ use super::common::{self, assert_api_error, TestCluster};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_agree_on_apps_schemas_and_nonces() {
-    let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
+    let cluster = TestCluster::start(3, &["--shards", "4"], &common::SPREAD_CREATES).await;
 
     // An app created through node 1 is usable at once through node 3.
     let app = cluster.create_app(0, "Everywhere").await;
@@ -193,4 +193,74 @@ async fn forwarded_work_logs_under_the_request_id() {
         "no forwarded proposal logged under its request id:\n{peers}"
     );
     assert!(peers.contains("forwarded proposal"), "{peers}");
+}
+
+/// The data shards a node leads, from its `/health`.
+async fn led_shards(cluster: &TestCluster, i: usize) -> std::collections::BTreeSet<u32> {
+    let health = cluster
+        .client(i)
+        .request(Method::GET, "/health", None, false)
+        .await
+        .expect("health")
+        .body;
+    health["leaderOf"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_u64)
+        .filter(|&g| g > 0)
+        .map(|g| g as u32)
+        .collect()
+}
+
+/// A node's new objects go to the data shards it leads one at a time, the shards taking
+/// turns (decisions/0028): creates made one after another through it for a second and a
+/// half land only on shards it leads, in long runs on one shard, and on every shard it leads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nodes_creates_take_turns_on_the_shards_it_leads() {
+    const SHARDS: u32 = 4;
+    let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
+    cluster
+        .wait_leaders_spread(3, std::time::Duration::from_secs(60))
+        .await;
+    // Four shards on three nodes: one node leads two of them.
+    let mut led = Vec::new();
+    for i in 0..3 {
+        led.push(led_shards(&cluster, i).await);
+    }
+    let node = (0..3).max_by_key(|&i| led[i].len()).unwrap();
+    let before = led[node].clone();
+    assert!(before.len() >= 2, "no node leads two shards: {led:?}");
+
+    let c = cluster.client(node);
+    let app = cluster.keys.application_id.clone();
+    let mut shards = Vec::new();
+    let started = std::time::Instant::now();
+    while started.elapsed() < std::time::Duration::from_millis(1500) && shards.len() < 3000 {
+        let id = c
+            .create_object("Lane", &json!({"n": shards.len()}))
+            .await
+            .expect("create")
+            .object_id;
+        shards.push(basalt_cluster::ids::shard_for(&app, "Lane", &id, SHARDS).get());
+    }
+    assert_eq!(
+        led_shards(&cluster, node).await,
+        before,
+        "leadership moved during the test"
+    );
+    assert!(shards.len() >= 40, "only {} creates", shards.len());
+    let on: std::collections::BTreeSet<u32> = shards.iter().copied().collect();
+    assert_eq!(
+        on, before,
+        "creates landed on {on:?}, the node leads {before:?}"
+    );
+    // Turns of 100 ms: the shard changes about once per turn, not every other create as it
+    // would with each create's shard drawn at random among the led ones.
+    let switches = shards.windows(2).filter(|w| w[0] != w[1]).count();
+    assert!(
+        switches * 4 < shards.len(),
+        "{switches} switches in {} creates",
+        shards.len()
+    );
 }

@@ -54,7 +54,7 @@ fn set(items: impl IntoIterator<Item = String>) -> BTreeSet<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn where_operators_select_exactly_the_matching_objects() {
-    let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
+    let cluster = TestCluster::start(3, &["--shards", "4"], &super::common::SPREAD_CREATES).await;
     let c = cluster.spread_client();
 
     // Owners, and 40 items pointing at them.
@@ -382,7 +382,7 @@ pub(super) async fn get(c: &Client, path: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paging_order_keys_and_nested_include() {
-    let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
+    let cluster = TestCluster::start(3, &["--shards", "4"], &super::common::SPREAD_CREATES).await;
     let c = cluster.spread_client();
 
     // 150 objects: no limit gives 100, limit is capped at 500, count counts them all.
@@ -616,7 +616,7 @@ async fn a_page_held_by_one_node_is_complete() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn declared_and_automatic_indexes_answer_like_a_scan() {
-    let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
+    let cluster = TestCluster::start(3, &["--shards", "4"], &super::common::SPREAD_CREATES).await;
     let c = cluster.spread_client();
     let master = cluster.master_client(1);
     // The class's index listing, and a declaration (answered by the master key).
@@ -840,7 +840,7 @@ async fn declared_and_automatic_indexes_answer_like_a_scan() {
 /// listing still answers in full afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_listing_whose_client_left_stops_on_every_node() {
-    let cluster = TestCluster::start(3, &["--shards", "6"], &[]).await;
+    let cluster = TestCluster::start(3, &["--shards", "6"], &super::common::SPREAD_CREATES).await;
     let c = cluster.spread_client();
     // Enough to read that the coordinator's own part lasts a few milliseconds.
     create_unindexed_pads(&cluster, "Slow", 9_000, 1_000).await;
@@ -990,7 +990,12 @@ async fn a_busy_node_sheds_queries_with_a_retry_hint() {
 /// answers, and the Raft heartbeats keep arriving meanwhile: no group's term moves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scans_from_many_clients_take_turns_and_keep_every_leader() {
-    let cluster = TestCluster::start(3, &["--shards", "6"], &["--bulk-read-threads", "2"]).await;
+    let cluster = TestCluster::start(
+        3,
+        &["--shards", "6"],
+        &["--bulk-read-threads", "2", "--create-lane-ms", "0"],
+    )
+    .await;
     create_unindexed_pads(&cluster, "Wide", 6_000, 600).await;
     let path = format!(
         "/1/classes/Wide?order=-pad&limit=2&count=1&where={}",

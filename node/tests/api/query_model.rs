@@ -140,7 +140,7 @@ async fn random_queries_answer_like_a_naive_evaluation() {
         .unwrap_or(20261122);
     eprintln!("query model seed {seed} (set BASALT_QUERY_SEED to replay)");
     let mut rng = StdRng::seed_from_u64(seed);
-    let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
+    let cluster = TestCluster::start(3, &["--shards", "4"], &super::common::SPREAD_CREATES).await;
     let c = cluster.spread_client();
     let master = cluster.master_client(0);
     let declare = |field: &'static str| {

@@ -99,6 +99,11 @@ pub struct TestCluster {
     _guard: MutexGuard<'static, ()>,
 }
 
+/// Node arguments that spread new objects over every shard a node leads, each on one drawn
+/// at random, instead of one led shard at a time (the create lane, decisions/0028): for
+/// suites that need a few dozen objects on every shard.
+pub const SPREAD_CREATES: [&str; 2] = ["--create-lane-ms", "0"];
+
 impl TestCluster {
     /// Starts `n` nodes: node 1 with `--init` (plus `init_args`), the others joining it; every
     /// node gets `common_args`. Returns once every node is healthy.
