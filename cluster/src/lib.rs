@@ -47,6 +47,6 @@ pub use cluster::{Bootstrap, Cluster, ClusterOptions};
 pub use command::{Command, CommandResult, Proposed, QuotaWindow, ReadRequest, ReadResponse};
 pub use error::{Error, Result};
 pub use ids::{is_meta_class, META_CLASSES};
-pub use raft::{RaftTuning, CREATE_LANE_MS};
+pub use raft::{RaftTuning, CREATE_LANE_MS, PROPOSALS_IN_FLIGHT};
 pub use replicas::{now_ms, Replicas};
 pub use storage::StoreTuning;

@@ -107,6 +107,10 @@ pub struct ServiceArgs {
     /// object on a led shard drawn at random.
     #[arg(long, default_value_t = basalt_cluster::CREATE_LANE_MS, env = "BASALT_CREATE_LANE_MS")]
     pub create_lane_ms: u64,
+    /// How many batches of writes each Raft group's leader has in flight at once; writes
+    /// that arrive meanwhile wait and are appended together. 0 appends each write alone.
+    #[arg(long, default_value_t = basalt_cluster::PROPOSALS_IN_FLIGHT, env = "BASALT_PROPOSALS_IN_FLIGHT")]
+    pub proposals_in_flight: usize,
     /// Entries applied since the last snapshot that trigger a new one.
     #[arg(long, default_value_t = 20_000, env = "BASALT_SNAPSHOT_LOGS")]
     pub snapshot_logs: u64,
@@ -347,6 +351,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             election_max_ms: args.service.election_ms * 2,
             lease_reads: !args.service.no_lease_reads,
             create_lane_ms: args.service.create_lane_ms,
+            proposals_in_flight: args.service.proposals_in_flight,
             snapshot_logs: args.service.snapshot_logs,
             keep_logs: args.service.keep_logs,
         },

@@ -34,6 +34,10 @@ pub type SnapshotMeta = openraft::alias::SnapshotMetaOf<TypeConfig>;
 /// default (`RaftTuning::create_lane_ms`, decisions/0028).
 pub const CREATE_LANE_MS: u64 = 100;
 
+/// How many submissions of proposals each group's leader has in flight at once by default
+/// (`RaftTuning::proposals_in_flight`, decisions/0029).
+pub const PROPOSALS_IN_FLIGHT: usize = 1;
+
 /// Raft timing and log retention of this node's groups.
 #[derive(Debug, Clone)]
 pub struct RaftTuning {
@@ -51,6 +55,10 @@ pub struct RaftTuning {
     /// next one does (`replicas::create_lane`, decisions/0028); 0 puts each new object on a
     /// led shard drawn at random.
     pub create_lane_ms: u64,
+    /// How many submissions of proposals a group's leader has in flight at once; proposals
+    /// that arrive meanwhile wait and go to the log together (`replicas::proposals`,
+    /// decisions/0029). 0 submits each proposal alone, as it arrives.
+    pub proposals_in_flight: usize,
 }
 
 impl Default for RaftTuning {
@@ -63,6 +71,7 @@ impl Default for RaftTuning {
             keep_logs: 1_000,
             lease_reads: true,
             create_lane_ms: CREATE_LANE_MS,
+            proposals_in_flight: PROPOSALS_IN_FLIGHT,
         }
     }
 }

@@ -12,6 +12,8 @@
 mod create_lane;
 mod freshness;
 mod leader_contact;
+mod meta_reads;
+mod proposals;
 mod read_index;
 mod records;
 mod routing;
@@ -23,14 +25,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use openraft::error::{ClientWriteError, LinearizableReadError, RaftError};
+use openraft::error::{LinearizableReadError, RaftError};
 use openraft::{LinearizerOption, ReadPolicy};
 use serde_json::Value;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::admin::{ClusterSettings, GroupDigest, GroupStatus, NodeRecord, NodeState, NodeStatus};
 use crate::cancel::Cancel;
-use crate::command::{Command, CommandResult, Proposed, ReadRequest, ReadResponse};
+use crate::command::{Command, Proposed, ReadRequest, ReadResponse};
 use crate::error::{Error, Result};
 use crate::ids::{
     class_groups, is_meta_class, object_group, shard_for, GroupId, NodeId, META_GROUP,
@@ -42,8 +44,9 @@ use crate::raft::RocksLogStore;
 use crate::raft::{RaftTuning, TypeConfig};
 use crate::rpc::router::{PeerRouter, FORWARD_TIMEOUT};
 use crate::statemachine::{snapshot, ShardStateMachine};
-use crate::storage::records::{live_record, live_records_with_prefix, ReplicaState};
+use crate::storage::records::{live_record, records_with_prefix, ReplicaState, StoredRecord};
 use crate::storage::Store;
+use meta_reads::MetaRead;
 
 pub use routing::Attempts;
 
@@ -84,6 +87,10 @@ struct Inner {
     bulk_reads: Arc<Semaphore>,
     /// The turn of each led shard in this node's create lane, in ms (0: no lane).
     create_lane_ms: u64,
+    /// The proposals of each group this node leads, queued while earlier ones are in flight.
+    proposals: proposals::Proposals,
+    /// The metadata records this node read lately, with the applied index they reflect.
+    meta_reads: meta_reads::MetaReads,
 }
 
 /// What serves a read from a replica's state (`local_read::serve_read`): given to `open`, so
@@ -149,6 +156,11 @@ impl Replicas {
                 votes_from: Instant::now() + tuning.vote_hold(),
                 bulk_reads: Arc::new(Semaphore::new(bulk_read_threads)),
                 create_lane_ms: tuning.create_lane_ms,
+                proposals: proposals::Proposals::new(
+                    settings.shards as usize + 1,
+                    tuning.proposals_in_flight,
+                ),
+                meta_reads: meta_reads::MetaReads::default(),
             }),
         })
     }
@@ -184,7 +196,7 @@ impl Replicas {
             return new_object_id();
         }
         let led: Vec<GroupId> = GroupId::data_shards(self.shards())
-            .filter(|&g| self.leads(g))
+            .filter(|&g| self.leads_as_voter(g))
             .collect();
         let lane = create_lane::Lane {
             turn_ms: self.inner.create_lane_ms,
@@ -245,29 +257,10 @@ impl Replicas {
         // replica could fail to decode.
         cmd.check_limits()?;
         let raft = self.group(group)?;
-        match tokio::time::timeout(FORWARD_TIMEOUT, raft.client_write(cmd.clone())).await {
-            Err(_) => Err(Error::Timeout(format!("proposal to group {group}"))),
-            Ok(Ok(resp)) => match resp.data {
-                CommandResult::Rejected(e) => Err(e),
-                result => Ok(Proposed {
-                    result,
-                    log_index: resp.log_id.index,
-                }),
-            },
-            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
-                Err(Error::NotLeader {
-                    group,
-                    leader: f.leader_id,
-                    leader_addr: f.leader_node.map(|n| n.addr),
-                })
-            }
-            // Appended, then replaced by another leader's log: it may still commit.
-            Ok(Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(_)))) => Err(Error::Timeout(format!(
-                "proposal to group {group} was displaced by a leader change; it may or may not take effect"
-            ))),
-            Ok(Err(RaftError::APIError(e))) => Err(Error::Internal(e.to_string())),
-            Ok(Err(RaftError::Fatal(e))) => Err(Error::Unavailable(e.to_string())),
-        }
+        let proposal = self.inner.proposals.propose(raft, group, cmd.clone());
+        tokio::time::timeout(FORWARD_TIMEOUT, proposal)
+            .await
+            .map_err(|_| Error::Timeout(format!("proposal to group {group}")))?
     }
 
     /// Serves a read from the local replica after confirming leadership (read index).
@@ -369,7 +362,7 @@ impl Replicas {
     /// Records of a namespace of the metadata group from this node's replica (may lag the
     /// leader slightly; every node keeps one).
     pub fn local_meta_records(&self, ns: Namespace) -> Result<Vec<(String, Value)>> {
-        live_records_with_prefix(&self.inner.store, META_GROUP, ns.name(), "", now_ms())
+        self.local_meta_records_with_prefix(ns, "")
     }
 
     /// As `local_meta_records`, for the keys that start with `prefix` only.
@@ -378,16 +371,44 @@ impl Replicas {
         ns: Namespace,
         prefix: &str,
     ) -> Result<Vec<(String, Value)>> {
-        live_records_with_prefix(&self.inner.store, META_GROUP, ns.name(), prefix, now_ms())
+        let read = MetaRead::Prefix(ns, prefix.to_string());
+        let records = self.meta_read(read, || {
+            records_with_prefix(&self.inner.store, META_GROUP, ns.name(), prefix)
+        })?;
+        let now = now_ms();
+        Ok(records
+            .iter()
+            .filter(|(_, rec)| !rec.expired_at(now))
+            .map(|(k, rec)| (k.clone(), rec.value.clone()))
+            .collect())
     }
 
     /// One record of the metadata group from this node's replica (may lag the leader).
     pub fn local_meta_record(&self, ns: Namespace, key: &str) -> Result<Option<Value>> {
-        let state = ReplicaState {
-            store: &self.inner.store,
-            group: META_GROUP,
-        };
-        Ok(live_record(&state, ns.name(), key, Some(now_ms()))?.map(|r| r.value))
+        let records = self.meta_read(MetaRead::One(ns, key.to_string()), || {
+            let state = ReplicaState {
+                store: &self.inner.store,
+                group: META_GROUP,
+            };
+            let rec = live_record(&state, ns.name(), key, None)?;
+            Ok(rec.map(|r| (key.to_string(), r)).into_iter().collect())
+        })?;
+        let now = now_ms();
+        Ok(records
+            .first()
+            .filter(|(_, rec)| !rec.expired_at(now))
+            .map(|(_, rec)| rec.value.clone()))
+    }
+
+    /// `read` of this node's metadata replica, or what it answered last while the replica
+    /// has applied nothing since (`meta_reads`).
+    fn meta_read(
+        &self,
+        what: MetaRead,
+        read: impl FnOnce() -> Result<Vec<(String, StoredRecord)>>,
+    ) -> Result<meta_reads::Records> {
+        let applied = self.meta_applied();
+        self.inner.meta_reads.get_or_read(applied, what, read)
     }
 
     /// Cluster members as this node's metadata replica knows them.
@@ -432,6 +453,22 @@ impl Replicas {
         self.group(group)
             .map(|r| r.metrics().borrow_watched().current_leader == Some(self.node_id()))
             .unwrap_or(false)
+    }
+
+    /// Whether this node leads `group` as one of its voters: a replica removed from its group
+    /// (placement moved it, or is moving it off the node) may still name itself leader in its
+    /// metrics, and must not take the node's new objects (`new_object_id`).
+    fn leads_as_voter(&self, group: GroupId) -> bool {
+        let me = self.node_id();
+        self.group(group).is_ok_and(|r| {
+            let m = r.metrics();
+            let m = m.borrow_watched();
+            m.current_leader == Some(me)
+                && m.membership_config
+                    .membership()
+                    .voter_ids()
+                    .any(|v| v == me)
+        })
     }
 
     /// Whether this node runs the cluster's timed work now: it leads the metadata group.

@@ -4,7 +4,6 @@
 //! (`query::tally`) in the same batch as the object, and `DeclareIndex` adds a declared field
 //! and (re)builds the class's entries, counts and tallies.
 
-use super::record_writes::put_record;
 use super::staged::Staged;
 use crate::command::CommandResult;
 use crate::error::Result;
@@ -13,32 +12,46 @@ use crate::object::StoredObject;
 use crate::query::index::{self, IndexMeta};
 use crate::query::tally::{self, Tally};
 use crate::storage::keys;
-use crate::storage::records::live_record;
+use crate::storage::records::StoredRecord;
 
 /// Objects re-indexed per `DeclareIndex` step when the command names no limit (as logged
 /// before the limit existed).
 pub const DEFAULT_REBUILD_PAGE: usize = 10_000;
 
-pub(super) fn meta(st: &Staged<'_>, app: &str, class: &str) -> Result<Option<IndexMeta>> {
-    Ok(live_record(
-        st,
+/// The class's index metadata on the shard, decoded once per batch (`Staged::memo`).
+pub(super) fn meta(st: &mut Staged<'_>, app: &str, class: &str) -> Result<Option<IndexMeta>> {
+    let rkey = keys::record_key(
+        st.group,
         Namespace::IndexMeta.name(),
         &index::meta_key(app, class),
-        None,
-    )?
-    .and_then(|r| serde_json::from_value(r.value).ok()))
+    );
+    if let Some(m) = st.memo::<Option<IndexMeta>>(&rkey) {
+        return Ok(m);
+    }
+    let m = match st.get(&rkey)? {
+        Some(bytes) => serde_json::from_value(StoredRecord::decode(&bytes)?.value).ok(),
+        None => None,
+    };
+    st.remember(rkey, m.clone());
+    Ok(m)
 }
 
+/// Stages the class's index metadata (a record that never expires, so no TTL entry to
+/// replace) and remembers it for the rest of the batch.
 fn put_meta(st: &mut Staged<'_>, app: &str, class: &str, meta: &IndexMeta) -> Result<()> {
-    let key = index::meta_key(app, class);
-    put_record(
-        st,
+    let rkey = keys::record_key(
+        st.group,
         Namespace::IndexMeta.name(),
-        &key,
-        serde_json::to_value(meta)?,
-        None,
-    )
-    .map(|_| ())
+        &index::meta_key(app, class),
+    );
+    let rec = StoredRecord {
+        v: 1,
+        value: serde_json::to_value(meta)?,
+        expires_at_ms: None,
+    };
+    st.put(rkey.clone(), serde_json::to_vec(&rec)?);
+    st.remember(rkey, Some(meta.clone()));
+    Ok(())
 }
 
 /// Forgets a dropped class's index metadata (its entries went with its objects), so a class

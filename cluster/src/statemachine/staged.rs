@@ -4,8 +4,12 @@
 //! commands in the same batch; `into_batch` turns the overlay into one atomic write batch.
 //! A savepoint taken before a command lets apply undo that command's writes alone when it fails
 //! part-way (`rollback_to`), keeping what earlier commands of the batch staged.
+//! A value decoded from a key may be remembered (`remember`, `memo`) until the key is written
+//! again or a rollback, so that a record many commands of a batch read (a class's index
+//! metadata) is decoded once per batch.
 
-use std::collections::BTreeMap;
+use std::any::Any;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::error::Result;
 use crate::ids::GroupId;
@@ -24,6 +28,8 @@ pub struct Staged<'a> {
     entry: u64,
     /// Changes the entry being applied staged so far (`next_change`).
     changes: u32,
+    /// Values decoded from keys as they stand now (`memo`).
+    memo: HashMap<Vec<u8>, Box<dyn Any + Send>>,
 }
 
 /// One key's staged write: a value, or `None` for a delete.
@@ -43,6 +49,7 @@ impl<'a> Staged<'a> {
             cut: Vec::new(),
             entry: 0,
             changes: 0,
+            memo: HashMap::new(),
         }
     }
 
@@ -78,6 +85,8 @@ impl<'a> Staged<'a> {
         for k in staged {
             self.overlay.remove(&k);
         }
+        self.memo
+            .retain(|k, _| k.as_slice() < start.as_slice() || k.as_slice() >= end.as_slice());
         self.cut.push((start, end));
     }
 
@@ -88,6 +97,7 @@ impl<'a> Staged<'a> {
 
     /// Undoes every write staged since `mark`.
     pub fn rollback_to(&mut self, mark: Savepoint) {
+        self.memo.clear();
         while self.undo.len() > mark.0 {
             let Some((key, previous)) = self.undo.pop() else {
                 break;
@@ -100,8 +110,20 @@ impl<'a> Staged<'a> {
     }
 
     fn stage(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) {
+        self.memo.remove(&key);
         let previous = self.overlay.insert(key.clone(), value);
         self.undo.push((key, previous));
+    }
+
+    /// What `remember` noted for `key` since it was last written, if it was of type `T`.
+    pub fn memo<T: Clone + 'static>(&self, key: &[u8]) -> Option<T> {
+        self.memo.get(key)?.downcast_ref::<T>().cloned()
+    }
+
+    /// Notes `value`, decoded from `key` as it stands now (read or just staged), for `memo`
+    /// until the key is written again or the batch rolls back.
+    pub fn remember<T: Send + 'static>(&mut self, key: Vec<u8>, value: T) {
+        self.memo.insert(key, Box::new(value));
     }
 
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
@@ -196,5 +218,43 @@ impl crate::storage::records::StateRead for Staged<'_> {
 
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         Staged::get(self, key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What is remembered of a key holds only while the key is not written again: a put, a
+    /// delete, a range delete over it and a rollback each forget it.
+    #[test]
+    fn a_remembered_value_lasts_until_its_key_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mut st = Staged::new(&store, GroupId::new(1));
+        let key = b"k1".to_vec();
+        st.remember(key.clone(), 7u32);
+        assert_eq!(st.memo::<u32>(&key), Some(7));
+        assert_eq!(st.memo::<u64>(&key), None, "another type is not answered");
+        assert_eq!(st.memo::<u32>(b"k2"), None);
+
+        st.put(key.clone(), b"v".to_vec());
+        assert_eq!(st.memo::<u32>(&key), None, "a put forgets");
+        st.remember(key.clone(), 8u32);
+        st.delete(key.clone());
+        assert_eq!(st.memo::<u32>(&key), None, "a delete forgets");
+
+        st.remember(key.clone(), 9u32);
+        st.remember(b"z".to_vec(), 1u32);
+        st.delete_range(b"k".to_vec(), b"l".to_vec());
+        assert_eq!(st.memo::<u32>(&key), None, "a range delete over it forgets");
+        assert_eq!(st.memo::<u32>(b"z"), Some(1), "one outside the range stays");
+
+        let mark = st.savepoint();
+        st.put(key.clone(), b"w".to_vec());
+        st.remember(key.clone(), 10u32);
+        st.rollback_to(mark);
+        assert_eq!(st.memo::<u32>(&key), None, "a rollback forgets");
+        assert_eq!(st.get(&key).unwrap(), None);
     }
 }

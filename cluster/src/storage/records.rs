@@ -75,6 +75,21 @@ pub fn live_records_with_prefix(
     key_prefix: &str,
     now_ms: i64,
 ) -> Result<Vec<(String, Value)>> {
+    Ok(records_with_prefix(store, group, ns, key_prefix)?
+        .into_iter()
+        .filter(|(_, rec)| !rec.expired_at(now_ms))
+        .map(|(k, rec)| (k, rec.value))
+        .collect())
+}
+
+/// Every record of a namespace whose key starts with `key_prefix`, expired ones too, in key
+/// order.
+pub fn records_with_prefix(
+    store: &Store,
+    group: GroupId,
+    ns: &str,
+    key_prefix: &str,
+) -> Result<Vec<(String, StoredRecord)>> {
     let prefix = keys::record_ns_prefix(group, ns);
     let end = keys::separated_end(&prefix);
     let mut start = prefix.clone();
@@ -84,13 +99,10 @@ pub fn live_records_with_prefix(
         if !k[prefix.len()..].starts_with(key_prefix.as_bytes()) {
             return Ok(false);
         }
-        let rec = StoredRecord::decode(v)?;
-        if !rec.expired_at(now_ms) {
-            out.push((
-                String::from_utf8_lossy(&k[prefix.len()..]).into_owned(),
-                rec.value,
-            ));
-        }
+        out.push((
+            String::from_utf8_lossy(&k[prefix.len()..]).into_owned(),
+            StoredRecord::decode(v)?,
+        ));
         Ok(true)
     })?;
     Ok(out)

@@ -264,3 +264,59 @@ async fn a_nodes_creates_take_turns_on_the_shards_it_leads() {
         shards.len()
     );
 }
+
+/// Creates made at once through one node queue behind the proposal in flight of their group
+/// and go to its log together (decisions/0029): each still answers with its own object, which
+/// every node then reads with what was sent, and the node submitted fewer batches than it
+/// made proposals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_creates_share_log_appends_and_each_gets_its_own_answer() {
+    use futures::StreamExt;
+    const CREATES: usize = 240;
+    let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
+    cluster
+        .wait_leaders_spread(3, std::time::Duration::from_secs(60))
+        .await;
+    let node = 1;
+    let c = cluster.client(node);
+    let created: Vec<(usize, String)> = futures::stream::iter(0..CREATES)
+        .map(|n| {
+            let c = &c;
+            async move {
+                let body = json!({"n": n, "tag": format!("t{n}")});
+                let o = c.create_object("Queued", &body).await.expect("create");
+                (n, o.object_id)
+            }
+        })
+        .buffer_unordered(64)
+        .collect()
+        .await;
+    let ids: std::collections::BTreeSet<&str> = created.iter().map(|(_, id)| id.as_str()).collect();
+    assert_eq!(ids.len(), CREATES, "every create has its own object");
+    for (n, id) in &created {
+        let o = cluster
+            .client(n % 3)
+            .get_object("Queued", id)
+            .await
+            .expect("get")
+            .expect("created object is there");
+        assert_eq!(
+            (o["n"].clone(), o["tag"].clone()),
+            (json!(n), json!(format!("t{n}")))
+        );
+    }
+    let proposals = cluster
+        .metric(node, "basalt_raft_proposal_batch_size_sum")
+        .await;
+    let batches = cluster
+        .metric(node, "basalt_raft_proposal_batch_size_count")
+        .await;
+    assert!(
+        proposals >= CREATES as f64,
+        "{proposals} proposals for {CREATES} creates"
+    );
+    assert!(
+        batches * 2.0 < proposals,
+        "{batches} appends for {proposals} proposals"
+    );
+}
