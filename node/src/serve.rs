@@ -111,6 +111,11 @@ pub struct ServiceArgs {
     /// that arrive meanwhile wait and are appended together. 0 appends each write alone.
     #[arg(long, default_value_t = basalt_cluster::PROPOSALS_IN_FLIGHT, env = "BASALT_PROPOSALS_IN_FLIGHT")]
     pub proposals_in_flight: usize,
+    /// After a Raft group's leader answers a batch of several writes, the longest it waits,
+    /// in microseconds, for as many writes to queue again before it appends the next batch
+    /// (at most a quarter of the last batch's round trip). 0 appends what waits at once.
+    #[arg(long, default_value_t = basalt_cluster::PROPOSAL_GATHER_US, env = "BASALT_PROPOSAL_GATHER_US")]
+    pub proposal_gather_us: u64,
     /// Entries applied since the last snapshot that trigger a new one.
     #[arg(long, default_value_t = 20_000, env = "BASALT_SNAPSHOT_LOGS")]
     pub snapshot_logs: u64,
@@ -352,6 +357,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             lease_reads: !args.service.no_lease_reads,
             create_lane_ms: args.service.create_lane_ms,
             proposals_in_flight: args.service.proposals_in_flight,
+            proposal_gather_us: args.service.proposal_gather_us,
             snapshot_logs: args.service.snapshot_logs,
             keep_logs: args.service.keep_logs,
         },

@@ -38,6 +38,11 @@ pub const CREATE_LANE_MS: u64 = 100;
 /// (`RaftTuning::proposals_in_flight`, decisions/0029).
 pub const PROPOSALS_IN_FLIGHT: usize = 1;
 
+/// The longest a group's leader waits, by default, after answering a batch of proposals for
+/// as many to queue again before it submits the next (`RaftTuning::proposal_gather_us`,
+/// decisions/0030).
+pub const PROPOSAL_GATHER_US: u64 = 2_000;
+
 /// Raft timing and log retention of this node's groups.
 #[derive(Debug, Clone)]
 pub struct RaftTuning {
@@ -59,6 +64,10 @@ pub struct RaftTuning {
     /// that arrive meanwhile wait and go to the log together (`replicas::proposals`,
     /// decisions/0029). 0 submits each proposal alone, as it arrives.
     pub proposals_in_flight: usize,
+    /// After answering a batch of several proposals, how long at most a group's leader waits
+    /// for as many to queue again before it submits the next batch (a quarter of the last
+    /// batch's round, capped by this); 0 submits what is queued at once (decisions/0030).
+    pub proposal_gather_us: u64,
 }
 
 impl Default for RaftTuning {
@@ -72,6 +81,7 @@ impl Default for RaftTuning {
             lease_reads: true,
             create_lane_ms: CREATE_LANE_MS,
             proposals_in_flight: PROPOSALS_IN_FLIGHT,
+            proposal_gather_us: PROPOSAL_GATHER_US,
         }
     }
 }

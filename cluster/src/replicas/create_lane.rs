@@ -49,12 +49,13 @@ impl Lane<'_> {
         for _ in 0..draws {
             let id = new_object_id();
             let shard = shard_for(app, class, &id, shards);
-            if target.is_none_or(|t| t == shard) && self.led.contains(&shard) {
+            if !self.led.contains(&shard) {
+                continue;
+            }
+            if target.is_none_or(|t| t == shard) {
                 return id;
             }
-            if fallback.is_none() && self.led.contains(&shard) {
-                fallback = Some(id);
-            }
+            fallback.get_or_insert(id);
         }
         fallback.unwrap_or_else(new_object_id)
     }

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use openraft::error::{LinearizableReadError, RaftError};
-use openraft::{LinearizerOption, ReadPolicy};
+use openraft::{LinearizerOption, RaftMetrics, ReadPolicy};
 use serde_json::Value;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
@@ -159,8 +159,9 @@ impl Replicas {
                 proposals: proposals::Proposals::new(
                     settings.shards as usize + 1,
                     tuning.proposals_in_flight,
+                    Duration::from_micros(tuning.proposal_gather_us),
                 ),
-                meta_reads: meta_reads::MetaReads::default(),
+                meta_reads: meta_reads::meta_reads(),
             }),
         })
     }
@@ -408,7 +409,9 @@ impl Replicas {
         read: impl FnOnce() -> Result<Vec<(String, StoredRecord)>>,
     ) -> Result<meta_reads::Records> {
         let applied = self.meta_applied();
-        self.inner.meta_reads.get_or_read(applied, what, read)
+        self.inner
+            .meta_reads
+            .get_or_read(applied, what, || read().map(Arc::new))
     }
 
     /// Cluster members as this node's metadata replica knows them.
@@ -432,6 +435,17 @@ impl Replicas {
             .collect()
     }
 
+    /// `read` of this node's replica of `group`'s latest Raft metrics (none without a replica).
+    fn group_metrics<T>(
+        &self,
+        group: GroupId,
+        read: impl FnOnce(&RaftMetrics<TypeConfig>) -> T,
+    ) -> Option<T> {
+        self.group(group)
+            .ok()
+            .map(|r| read(&r.metrics().borrow_watched()))
+    }
+
     /// Groups where this node is the leader, from the local metrics.
     pub(crate) fn led_groups(&self) -> Vec<GroupId> {
         self.groups()
@@ -443,16 +457,12 @@ impl Replicas {
     /// The leader of `group` as this node's replica last heard (none without a replica or
     /// during an election).
     pub fn leader_of(&self, group: GroupId) -> Option<NodeId> {
-        self.group(group)
-            .ok()
-            .and_then(|r| r.metrics().borrow_watched().current_leader)
+        self.group_metrics(group, |m| m.current_leader).flatten()
     }
 
     /// Whether this node leads `group`.
     pub(crate) fn leads(&self, group: GroupId) -> bool {
-        self.group(group)
-            .map(|r| r.metrics().borrow_watched().current_leader == Some(self.node_id()))
-            .unwrap_or(false)
+        self.leader_of(group) == Some(self.node_id())
     }
 
     /// Whether this node leads `group` as one of its voters: a replica removed from its group
@@ -460,15 +470,14 @@ impl Replicas {
     /// metrics, and must not take the node's new objects (`new_object_id`).
     fn leads_as_voter(&self, group: GroupId) -> bool {
         let me = self.node_id();
-        self.group(group).is_ok_and(|r| {
-            let m = r.metrics();
-            let m = m.borrow_watched();
+        self.group_metrics(group, |m| {
             m.current_leader == Some(me)
                 && m.membership_config
                     .membership()
                     .voter_ids()
                     .any(|v| v == me)
         })
+        .unwrap_or(false)
     }
 
     /// Whether this node runs the cluster's timed work now: it leads the metadata group.
@@ -478,9 +487,8 @@ impl Replicas {
 
     /// The last log index of the metadata group this node has applied.
     pub fn meta_applied(&self) -> u64 {
-        self.group(META_GROUP)
-            .ok()
-            .and_then(|r| r.metrics().borrow_watched().last_applied.map(|l| l.index))
+        self.group_metrics(META_GROUP, |m| m.last_applied.map(|l| l.index))
+            .flatten()
             .unwrap_or(0)
     }
 

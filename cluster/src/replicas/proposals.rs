@@ -6,16 +6,24 @@
 //! one fsync and one replication round for all of it. Each command stays its own log entry
 //! with its own answer, so nothing about what an entry means or how it applies changes.
 //!
+//! A batch's callers come back together, and the first of them would otherwise find the
+//! queue empty and go alone, splitting the next batches in two that take turns. So after
+//! answering a batch, the submission waits until the callers it answered and those already
+//! waiting are all queued, before it submits the next: at most a quarter of that batch's
+//! round and at most `RaftTuning::proposal_gather_us` (decisions/0030). A lone caller never
+//! waits.
+//!
 //! With `proposals_in_flight` 0 each command goes to openraft alone, as `client_write`.
 //!
 //! Neighbours: `Replicas::local_propose` (the only caller), openraft's `Raft` (the group).
 
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::raft::WriteResult;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Notify};
 
 use crate::command::{Command, CommandResult, Proposed};
 use crate::error::{Error, Result};
@@ -31,6 +39,8 @@ type GroupRaft = openraft::Raft<TypeConfig, ShardStateMachine>;
 pub(super) struct Proposals {
     queues: Vec<Arc<GroupQueue>>,
     in_flight: usize,
+    /// The longest a submission waits for its callers to queue again (0: never).
+    gather: Duration,
 }
 
 #[derive(Default)]
@@ -39,6 +49,8 @@ struct GroupQueue {
     /// Held from taking a batch to handing it to openraft, so batches reach the log in the
     /// order they were taken.
     submit: tokio::sync::Mutex<()>,
+    /// Woken when `QueueState::want` proposals wait.
+    gathered: Notify,
 }
 
 #[derive(Default)]
@@ -46,6 +58,8 @@ struct QueueState {
     waiting: Vec<Waiting>,
     /// Submissions running (each a task that drains the queue until it is empty).
     running: usize,
+    /// How many waiting proposals a submission gathering them wants (0: none gathers).
+    want: usize,
 }
 
 struct Waiting {
@@ -55,11 +69,12 @@ struct Waiting {
 
 impl Proposals {
     /// Queues for `groups` groups, with at most `in_flight` submissions each (0: none, each
-    /// proposal goes alone).
-    pub(super) fn new(groups: usize, in_flight: usize) -> Self {
+    /// proposal goes alone), each waiting at most `gather` for its callers to come back.
+    pub(super) fn new(groups: usize, in_flight: usize, gather: Duration) -> Self {
         Proposals {
             queues: (0..groups).map(|_| Arc::default()).collect(),
             in_flight,
+            gather,
         }
     }
 
@@ -85,28 +100,21 @@ impl Proposals {
             .get(group.get() as usize)
             .ok_or_else(|| Error::InvalidOperation(format!("no group {group}")))?;
         let (answer, answered) = oneshot::channel();
-        let start = {
-            let mut state = lock(&queue.state);
-            state.waiting.push(Waiting { cmd, answer });
-            let start = state.running < self.in_flight;
-            if start {
-                state.running += 1;
-            }
-            start
-        };
+        let start = queue.enqueue(Waiting { cmd, answer }, self.in_flight);
         if start {
-            tokio::spawn(drain(Arc::clone(queue), raft.clone(), group));
+            tokio::spawn(drain(Arc::clone(queue), raft.clone(), group, self.gather));
         }
         answered.await.map_err(|_| stopped(group))?
     }
 }
 
 /// Submits what waits in `queue`, batch after batch, until it finds the queue empty.
-async fn drain(queue: Arc<GroupQueue>, raft: GroupRaft, group: GroupId) {
+async fn drain(queue: Arc<GroupQueue>, raft: GroupRaft, group: GroupId, gather: Duration) {
     let mut slot = Slot {
         queue,
         raft,
         group,
+        gather,
         released: false,
     };
     loop {
@@ -128,7 +136,9 @@ async fn drain(queue: Arc<GroupQueue>, raft: GroupRaft, group: GroupId) {
         if cmds.is_empty() {
             continue;
         }
-        metrics::histogram!("basalt_raft_proposal_batch_size").record(cmds.len() as f64);
+        let size = cmds.len();
+        metrics::histogram!("basalt_raft_proposal_batch_size").record(size as f64);
+        let started = Instant::now();
         let submitted = slot.raft.client_write_many(cmds).await;
         drop(turn);
         let mut outcomes = match submitted {
@@ -151,6 +161,58 @@ async fn drain(queue: Arc<GroupQueue>, raft: GroupRaft, group: GroupId) {
                 Err(fatal) => Err(Error::Unavailable(fatal.to_string())),
             });
         }
+        if !slot.gather.is_zero() {
+            let linger = (started.elapsed() / 4).min(slot.gather);
+            slot.queue.gather(size, linger).await;
+        }
+    }
+}
+
+impl GroupQueue {
+    /// Queues a proposal, waking a gathering submission when it makes the count; whether
+    /// the caller must start a submission (fewer than `in_flight` run).
+    fn enqueue(&self, waiting: Waiting, in_flight: usize) -> bool {
+        let (start, gathered) = {
+            let mut state = lock(&self.state);
+            state.waiting.push(waiting);
+            let start = state.running < in_flight;
+            if start {
+                state.running += 1;
+            }
+            let gathered = state.want > 0 && state.waiting.len() >= state.want;
+            if gathered {
+                state.want = 0;
+            }
+            (start, gathered)
+        };
+        if gathered {
+            self.gathered.notify_waiters();
+        }
+        start
+    }
+
+    /// After `answered` proposals were answered: when they and those waiting are more than
+    /// one, waits until that many wait again (the answered callers come back) or `linger`
+    /// has passed.
+    async fn gather(&self, answered: usize, linger: Duration) {
+        let gathered = self.gathered.notified();
+        tokio::pin!(gathered);
+        // Registered before the count is checked, so a proposal queued in between wakes it.
+        gathered.as_mut().enable();
+        {
+            let mut state = lock(&self.state);
+            let want = answered + state.waiting.len();
+            if want <= 1 {
+                return;
+            }
+            state.want = want;
+        }
+        let waited = tokio::time::timeout(linger, gathered).await;
+        if waited.is_err() {
+            lock(&self.state).want = 0;
+        }
+        metrics::counter!("basalt_raft_proposal_gathers_total", "full" => if waited.is_ok() { "true" } else { "false" })
+            .increment(1);
     }
 }
 
@@ -161,6 +223,7 @@ struct Slot {
     queue: Arc<GroupQueue>,
     raft: GroupRaft,
     group: GroupId,
+    gather: Duration,
     released: bool,
 }
 
@@ -180,6 +243,7 @@ impl Drop for Slot {
                 Arc::clone(&self.queue),
                 self.raft.clone(),
                 self.group,
+                self.gather,
             ));
         }
     }
@@ -216,5 +280,76 @@ fn lock(state: &Mutex<QueueState>) -> MutexGuard<'_, QueueState> {
     match state.lock() {
         Ok(g) => g,
         Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waiting() -> Waiting {
+        let (answer, _) = oneshot::channel();
+        Waiting {
+            cmd: Command::DeleteObject {
+                app: "a".into(),
+                class: "C".into(),
+                object_id: "o".into(),
+                principals: None,
+            },
+            answer,
+        }
+    }
+
+    const LONG: Duration = Duration::from_secs(30);
+
+    #[tokio::test]
+    async fn a_submission_waits_until_the_callers_it_answered_are_back() {
+        let queue = Arc::new(GroupQueue::default());
+        assert!(
+            queue.enqueue(waiting(), 1),
+            "the first proposal starts a submission"
+        );
+        lock(&queue.state).waiting.clear();
+        // Three were answered and one more waits: it gathers until four wait.
+        queue.enqueue(waiting(), 1);
+        let gathering = tokio::spawn({
+            let queue = Arc::clone(&queue);
+            async move { queue.gather(3, LONG).await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!gathering.is_finished(), "two of four queued: it waits");
+        queue.enqueue(waiting(), 1);
+        queue.enqueue(waiting(), 1);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!gathering.is_finished(), "three of four queued: it waits");
+        assert!(
+            !queue.enqueue(waiting(), 1),
+            "a submission runs: none starts"
+        );
+        tokio::time::timeout(Duration::from_secs(5), gathering)
+            .await
+            .expect("the fourth wakes it")
+            .unwrap();
+        assert_eq!(lock(&queue.state).want, 0);
+    }
+
+    #[tokio::test]
+    async fn a_lone_caller_never_waits() {
+        let queue = GroupQueue::default();
+        tokio::time::timeout(Duration::from_secs(5), queue.gather(1, LONG))
+            .await
+            .expect("one answered, none waiting: no wait");
+    }
+
+    #[tokio::test]
+    async fn a_submission_stops_gathering_after_its_linger() {
+        let queue = GroupQueue::default();
+        let started = Instant::now();
+        queue.gather(5, Duration::from_millis(50)).await;
+        assert!(started.elapsed() >= Duration::from_millis(50));
+        assert_eq!(lock(&queue.state).want, 0, "nobody is left wanting");
+        // A later proposal is not taken for a gathered count.
+        queue.enqueue(waiting(), 1);
+        assert_eq!(lock(&queue.state).want, 0);
     }
 }

@@ -54,22 +54,21 @@ impl Replicas {
         }
     }
 
-    /// The objects of a class of the metadata group as this node's replica holds them, and the
-    /// applied log index they reflect (read before them: a later index means newer objects).
-    /// The replica may lag the leader; writes to these classes wait for every member to apply
-    /// them before they answer (`settle`).
+    /// The objects of a class of the metadata group as this node's replica holds them: at
+    /// least as new as `meta_applied()` read before the call. The replica may lag the leader;
+    /// writes to these classes wait for every member to apply them before they answer
+    /// (`settle`).
     pub fn local_meta_objects(
         &self,
         app: &str,
         class: &str,
-    ) -> Result<(u64, Vec<(String, StoredObject)>)> {
-        let index = self.meta_applied();
+    ) -> Result<Vec<(String, StoredObject)>> {
         let req = ReadRequest::ScanStoredObjects {
             app: app.into(),
             class: class.into(),
         };
         match self.stale_read(META_GROUP, &req)? {
-            ReadResponse::StoredObjects(objs) => Ok((index, objs)),
+            ReadResponse::StoredObjects(objs) => Ok(objs),
             other => Err(unexpected(other)),
         }
     }

@@ -112,8 +112,9 @@ pub async fn run_batch(
     // The operations run inside this request's span and id scope: their log lines and the
     // work they forward carry the batch's request id.
     let mut run: Vec<ObjectWrite> = Vec::new();
-    for op in ops {
-        match object_writes::plain(&state, &ctx, &op.method, &op.path, &op.body, &op.token) {
+    for mut op in ops {
+        let (method, path) = (&op.method, &op.path);
+        match object_writes::plain(&state, &ctx, method, path, &mut op.body, &mut op.token) {
             Some(write) => run.push(write),
             None => {
                 results.extend(object_writes::run(&state, &ctx, std::mem::take(&mut run)).await);

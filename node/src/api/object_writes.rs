@@ -9,7 +9,7 @@
 //! (`Command::Batch`), proposed concurrently, and each operation answers from its own result.
 //! Operations on one object are on one shard, in one command, so they apply in the order sent.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use axum::http::Method;
 use axum::response::IntoResponse;
@@ -53,8 +53,8 @@ pub fn plain(
     ctx: &RequestCtx,
     method: &Method,
     path: &str,
-    body: &Option<Value>,
-    token: &Option<String>,
+    body: &mut Option<Value>,
+    token: &mut Option<String>,
 ) -> Option<ObjectWrite> {
     let rest = path.strip_prefix("/1/classes/")?;
     if rest.contains('%') {
@@ -67,14 +67,13 @@ pub fn plain(
         return None;
     }
     let class = ClassName::user(class).ok()?;
-    let object = || match body {
-        Some(Value::Object(m)) => Some(m.clone()),
-        _ => None,
-    };
-    let (kind, events) = match (method, id) {
-        (&Method::POST, None) => (Kind::Create(object()?), SAVE),
-        (&Method::PUT, Some(id)) => (Kind::Update(ObjectId::parse(id)?, object()?), SAVE),
-        (&Method::DELETE, Some(id)) => (Kind::Delete(ObjectId::parse(id)?), DELETE),
+    // The body is taken only once the operation is known to be plain; until then it stays
+    // with the operation for the router.
+    let has_object = matches!(body, Some(Value::Object(_)));
+    let (shape, events) = match (method, id) {
+        (&Method::POST, None) if has_object => (Shape::Create, SAVE),
+        (&Method::PUT, Some(id)) if has_object => (Shape::Update(ObjectId::parse(id)?), SAVE),
+        (&Method::DELETE, Some(id)) => (Shape::Delete(ObjectId::parse(id)?), DELETE),
         _ => return None,
     };
     if state
@@ -85,11 +84,27 @@ pub fn plain(
     {
         return None;
     }
+    let mut object = || match body.take() {
+        Some(Value::Object(m)) => m,
+        _ => Map::new(),
+    };
+    let kind = match shape {
+        Shape::Create => Kind::Create(object()),
+        Shape::Update(id) => Kind::Update(id, object()),
+        Shape::Delete(id) => Kind::Delete(id),
+    };
     Some(ObjectWrite {
         kind,
         class,
-        token: token.clone(),
+        token: token.take(),
     })
+}
+
+/// What `plain` found the operation to be, before it takes the body.
+enum Shape {
+    Create,
+    Update(ObjectId),
+    Delete(ObjectId),
 }
 
 const SAVE: &[TriggerEvent] = &[TriggerEvent::BeforeSave, TriggerEvent::AfterSave];
@@ -264,7 +279,6 @@ async fn admit_schemas(
         }
     }
     let mut refused: Vec<(usize, ApiError)> = Vec::new();
-    let mut drop = vec![false; ready.len()];
     for (class, members) in &classes {
         let mut needs = Vec::new();
         for &i in members {
@@ -288,15 +302,12 @@ async fn admit_schemas(
             let updates = r.updates().unwrap_or_default();
             if let Err(e) = admit_write(state, &r.ctx, class, updates).await {
                 refused.push((r.slot, e));
-                drop[i] = true;
             }
         }
     }
-    let mut i = 0;
-    ready.retain(|_| {
-        i += 1;
-        !drop[i - 1]
-    });
+    // Slots are the operations' places in the batch: one per write.
+    let refused_slots: HashSet<usize> = refused.iter().map(|(slot, _)| *slot).collect();
+    ready.retain(|r| !refused_slots.contains(&r.slot));
     refused
 }
 

@@ -6,16 +6,15 @@
 //!
 //! Roles live in the metadata group (`basalt_cluster::META_CLASSES`), of which every node holds
 //! a replica, so a request reads the role graph locally: `RoleGraphs` keeps each app's graph
-//! with the replica's applied index it was read at, and reads it again only once the replica
-//! has applied something newer. A role write answers only after every reachable node has
+//! while the replica has applied nothing newer (`basalt_cluster::KeptReads`). A role write answers only after every reachable node has
 //! applied it (`Cluster::propose_object`), so the next request through any node sees it.
 
-use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use basalt_cluster::names::AppId;
 use basalt_cluster::object::StoredObject;
-use basalt_cluster::Cluster;
+use basalt_cluster::{Cluster, KeptReads};
 use serde_json::Value;
 
 use super::UsersError;
@@ -56,11 +55,21 @@ pub fn roles_in_graph(roles: &[(String, StoredObject)], user_id: &str) -> Vec<St
 /// An app's roles as stored.
 type Graph = Arc<Vec<(String, StoredObject)>>;
 
-/// This node's copy of each app's role graph, with the metadata replica's applied index it
-/// was read at.
-#[derive(Default)]
+/// Roles kept at most, over all apps' graphs (more clears what is kept).
+const MAX_ROLES: usize = 100_000;
+
+/// This node's copy of each app's role graph, kept while the metadata replica has applied
+/// nothing newer (counted in `basalt_role_graph_reads_total{kept}`).
 pub struct RoleGraphs {
-    graphs: Mutex<HashMap<String, (u64, Graph)>>,
+    graphs: KeptReads<String, Graph>,
+}
+
+impl Default for RoleGraphs {
+    fn default() -> Self {
+        Self {
+            graphs: KeptReads::new("basalt_role_graph_reads_total", MAX_ROLES),
+        }
+    }
 }
 
 impl RoleGraphs {
@@ -76,28 +85,9 @@ impl RoleGraphs {
 
     fn graph(&self, cluster: &Cluster, app: &AppId) -> Result<Graph, UsersError> {
         let applied = cluster.meta_applied();
-        let cached = self
-            .graphs
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(app.as_str())
-            .filter(|(index, _)| *index == applied)
-            .map(|(_, g)| Arc::clone(g));
-        if let Some(g) = cached {
-            return Ok(g);
-        }
-        let (index, roles) = cluster.local_meta_objects(app, ROLE_CLASS)?;
-        let graph = Arc::new(roles);
-        let mut graphs = self
-            .graphs
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        // Keep the newest: a slower reader must not replace a graph read at a later index.
-        let newer = graphs.get(app.as_str()).is_some_and(|(i, _)| *i > index);
-        if !newer {
-            graphs.insert(app.to_string(), (index, Arc::clone(&graph)));
-        }
-        Ok(graph)
+        self.graphs.get_or_read(applied, app.to_string(), || {
+            Ok(Arc::new(cluster.local_meta_objects(app, ROLE_CLASS)?))
+        })
     }
 }
 

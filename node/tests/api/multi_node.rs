@@ -195,24 +195,6 @@ async fn forwarded_work_logs_under_the_request_id() {
     assert!(peers.contains("forwarded proposal"), "{peers}");
 }
 
-/// The data shards a node leads, from its `/health`.
-async fn led_shards(cluster: &TestCluster, i: usize) -> std::collections::BTreeSet<u32> {
-    let health = cluster
-        .client(i)
-        .request(Method::GET, "/health", None, false)
-        .await
-        .expect("health")
-        .body;
-    health["leaderOf"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_u64)
-        .filter(|&g| g > 0)
-        .map(|g| g as u32)
-        .collect()
-}
-
 /// A node's new objects go to the data shards it leads one at a time, the shards taking
 /// turns (decisions/0028): creates made one after another through it for a second and a
 /// half land only on shards it leads, in long runs on one shard, and on every shard it leads.
@@ -226,7 +208,7 @@ async fn a_nodes_creates_take_turns_on_the_shards_it_leads() {
     // Four shards on three nodes: one node leads two of them.
     let mut led = Vec::new();
     for i in 0..3 {
-        led.push(led_shards(&cluster, i).await);
+        led.push(cluster.led_shards(i).await);
     }
     let node = (0..3).max_by_key(|&i| led[i].len()).unwrap();
     let before = led[node].clone();
@@ -245,7 +227,7 @@ async fn a_nodes_creates_take_turns_on_the_shards_it_leads() {
         shards.push(basalt_cluster::ids::shard_for(&app, "Lane", &id, SHARDS).get());
     }
     assert_eq!(
-        led_shards(&cluster, node).await,
+        cluster.led_shards(node).await,
         before,
         "leadership moved during the test"
     );

@@ -361,15 +361,7 @@ impl TestCluster {
         loop {
             let mut leading = 0;
             for i in (0..self.nodes.len()).filter(|&i| self.nodes[i].child.is_some()) {
-                let health = self
-                    .client(i)
-                    .request(reqwest::Method::GET, "/health", None, false)
-                    .await
-                    .map(|r| r.body)
-                    .unwrap_or_default();
-                let led = health["leaderOf"].as_array().cloned().unwrap_or_default();
-                // Group 0 holds the metadata; the data shards follow.
-                leading += usize::from(led.iter().any(|g| g.as_u64().is_some_and(|g| g > 0)));
+                leading += usize::from(!self.led_shards(i).await.is_empty());
             }
             if leading >= nodes {
                 return;
@@ -380,6 +372,25 @@ impl TestCluster {
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+    }
+
+    /// The data shards node `i` leads, from its `/health` (none when it does not answer).
+    /// Group 0 holds the metadata; the data shards follow.
+    pub async fn led_shards(&self, i: usize) -> std::collections::BTreeSet<u32> {
+        let health = self
+            .client(i)
+            .request(reqwest::Method::GET, "/health", None, false)
+            .await
+            .map(|r| r.body)
+            .unwrap_or_default();
+        health["leaderOf"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|g| g.as_u64())
+            .filter(|&g| g > 0)
+            .filter_map(|g| u32::try_from(g).ok())
+            .collect()
     }
 
     /// `kill -9`.
