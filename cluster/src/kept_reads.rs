@@ -76,15 +76,17 @@ impl<K: Eq + Hash, V: Clone + Weight> KeptReads<K, V> {
         if kept.reads.get(&key).is_some_and(|(at, _)| *at > applied) {
             return Ok(value);
         }
+        // Too heavy to keep: answered, and what is kept stays.
+        if weight > self.max_weight {
+            return Ok(value);
+        }
         if kept.weight + weight > self.max_weight {
             kept.reads.clear();
             kept.weight = 0;
         }
-        if weight <= self.max_weight {
-            kept.weight += weight;
-            if let Some((_, old)) = kept.reads.insert(key, (applied, value.clone())) {
-                kept.weight -= old.weight();
-            }
+        kept.weight += weight;
+        if let Some((_, old)) = kept.reads.insert(key, (applied, value.clone())) {
+            kept.weight -= old.weight();
         }
         Ok(value)
     }
@@ -174,10 +176,16 @@ mod tests {
             assert!(many.is_ok());
             assert!(reads.lock().weight <= MAX);
         }
+        let kept_before = reads.lock().reads.len();
         let huge: Result<_, Infallible> =
             reads.get_or_read(1, "huge".to_string(), || Ok(Arc::new(vec![0; MAX + 1])));
         assert!(huge.is_ok());
         assert!(reads.lock().weight <= MAX);
         assert!(!reads.lock().reads.contains_key("huge"));
+        assert_eq!(
+            reads.lock().reads.len(),
+            kept_before,
+            "a read too heavy to keep clears nothing"
+        );
     }
 }

@@ -111,9 +111,10 @@ pub struct ServiceArgs {
     /// that arrive meanwhile wait and are appended together. 0 appends each write alone.
     #[arg(long, default_value_t = basalt_cluster::PROPOSALS_IN_FLIGHT, env = "BASALT_PROPOSALS_IN_FLIGHT")]
     pub proposals_in_flight: usize,
-    /// After a Raft group's leader answers a batch of several writes, the longest it waits,
-    /// in microseconds, for as many writes to queue again before it appends the next batch
-    /// (at most a quarter of the last batch's round trip). 0 appends what waits at once.
+    /// After a Raft group's leader answers a batch of writes, the longest it waits, in
+    /// microseconds (rounded up to whole milliseconds), for the callers it answered to queue
+    /// again beside those already waiting before it appends the next batch (at most a quarter
+    /// of the last batch's round trip). 0 appends what waits at once.
     #[arg(long, default_value_t = basalt_cluster::PROPOSAL_GATHER_US, env = "BASALT_PROPOSAL_GATHER_US")]
     pub proposal_gather_us: u64,
     /// Entries applied since the last snapshot that trigger a new one.

@@ -10,8 +10,9 @@
 //! queue empty and go alone, splitting the next batches in two that take turns. So after
 //! answering a batch, the submission waits until the callers it answered and those already
 //! waiting are all queued, before it submits the next: at most a quarter of that batch's
-//! round and at most `RaftTuning::proposal_gather_us` (decisions/0030). A lone caller never
-//! waits.
+//! round and at most `RaftTuning::proposal_gather_us` (decisions/0030; tokio's timer rounds
+//! the bound up to a whole millisecond). A group with a single writer never waits, and
+//! nothing is gathered with more than one submission in flight.
 //!
 //! With `proposals_in_flight` 0 each command goes to openraft alone, as `client_write`.
 //!
@@ -102,19 +103,30 @@ impl Proposals {
         let (answer, answered) = oneshot::channel();
         let start = queue.enqueue(Waiting { cmd, answer }, self.in_flight);
         if start {
-            tokio::spawn(drain(Arc::clone(queue), raft.clone(), group, self.gather));
+            tokio::spawn(drain(
+                Arc::clone(queue),
+                raft.clone(),
+                group,
+                (self.gather, self.in_flight),
+            ));
         }
         answered.await.map_err(|_| stopped(group))?
     }
 }
 
 /// Submits what waits in `queue`, batch after batch, until it finds the queue empty.
-async fn drain(queue: Arc<GroupQueue>, raft: GroupRaft, group: GroupId, gather: Duration) {
+async fn drain(
+    queue: Arc<GroupQueue>,
+    raft: GroupRaft,
+    group: GroupId,
+    (gather, in_flight): (Duration, usize),
+) {
     let mut slot = Slot {
         queue,
         raft,
         group,
         gather,
+        in_flight,
         released: false,
     };
     loop {
@@ -152,18 +164,23 @@ async fn drain(queue: Arc<GroupQueue>, raft: GroupRaft, group: GroupId, gather: 
         };
         // Answers come in the order submitted; if the group stops part way, the answers
         // left are dropped and their callers see it stopped.
+        let mut answered = 0;
         for answer in answers {
             let Some(outcome) = outcomes.next().await else {
                 break;
             };
-            let _ = answer.send(match outcome {
+            let sent = answer.send(match outcome {
                 Ok(outcome) => answer_of(slot.group, outcome),
                 Err(fatal) => Err(Error::Unavailable(fatal.to_string())),
             });
+            // A caller that stopped waiting will not come back.
+            answered += usize::from(sent.is_ok());
         }
-        if !slot.gather.is_zero() {
+        // With more than one submission in flight, another takes what queues at once:
+        // nothing is gathered.
+        if !slot.gather.is_zero() && slot.in_flight == 1 {
             let linger = (started.elapsed() / 4).min(slot.gather);
-            slot.queue.gather(size, linger).await;
+            slot.queue.gather(answered, linger).await;
         }
     }
 }
@@ -208,9 +225,7 @@ impl GroupQueue {
             state.want = want;
         }
         let waited = tokio::time::timeout(linger, gathered).await;
-        if waited.is_err() {
-            lock(&self.state).want = 0;
-        }
+        lock(&self.state).want = 0;
         metrics::counter!("basalt_raft_proposal_gathers_total", "full" => if waited.is_ok() { "true" } else { "false" })
             .increment(1);
     }
@@ -224,6 +239,7 @@ struct Slot {
     raft: GroupRaft,
     group: GroupId,
     gather: Duration,
+    in_flight: usize,
     released: bool,
 }
 
@@ -243,7 +259,7 @@ impl Drop for Slot {
                 Arc::clone(&self.queue),
                 self.raft.clone(),
                 self.group,
-                self.gather,
+                (self.gather, self.in_flight),
             ));
         }
     }
