@@ -201,10 +201,7 @@ async fn forwarded_work_logs_under_the_request_id() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_nodes_creates_take_turns_on_the_shards_it_leads() {
     const SHARDS: u32 = 4;
-    let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
-    cluster
-        .wait_leaders_spread(3, std::time::Duration::from_secs(60))
-        .await;
+    let cluster = TestCluster::start_spread(3, &["--shards", "4"], &[], 3).await;
     // Four shards on three nodes: one node leads two of them.
     let mut led = Vec::new();
     for i in 0..3 {
@@ -255,10 +252,7 @@ async fn a_nodes_creates_take_turns_on_the_shards_it_leads() {
 async fn concurrent_creates_share_log_appends_and_each_gets_its_own_answer() {
     use futures::StreamExt;
     const CREATES: usize = 240;
-    let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
-    cluster
-        .wait_leaders_spread(3, std::time::Duration::from_secs(60))
-        .await;
+    let cluster = TestCluster::start_spread(3, &["--shards", "4"], &[], 3).await;
     let node = 1;
     let c = cluster.client(node);
     let created: Vec<(usize, String)> = futures::stream::iter(0..CREATES)

@@ -537,12 +537,9 @@ async fn plans(cluster: &TestCluster) -> (f64, f64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_page_held_by_one_node_is_complete() {
     const SHARDS: u32 = 4;
-    let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
     // Placement spreads leadership over the nodes: no node then leads every shard, and each
     // is asked for less than a whole page.
-    cluster
-        .wait_leaders_spread(2, std::time::Duration::from_secs(60))
-        .await;
+    let cluster = TestCluster::start_spread(3, &["--shards", "4"], &[], 2).await;
     let c = cluster.spread_client();
     let bodies: Vec<Value> = (0..200).map(|i| json!({"score": i})).collect();
     let ids = create_many(&c, "Skew", &bodies).await;

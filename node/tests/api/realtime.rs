@@ -634,10 +634,7 @@ async fn create_many(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failover_loses_and_repeats_nothing_and_a_cursor_replays_the_gap() {
-    let mut cluster = TestCluster::start(4, &["--change-log-entries", "1024"], &[]).await;
-    cluster
-        .wait_leaders_spread(4, Duration::from_secs(60))
-        .await;
+    let mut cluster = TestCluster::start_spread(4, &["--change-log-entries", "1024"], &[], 4).await;
     let app = cluster.keys.application_id.clone();
     let mut rt = Rt::plain(&cluster, 0).await;
     let first = rt

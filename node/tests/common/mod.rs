@@ -111,6 +111,20 @@ impl TestCluster {
         Self::start_logging(n, init_args, common_args, &node_log_filter()).await
     }
 
+    /// `start`, then waits (up to a minute) until `leading` nodes each lead a data shard.
+    pub async fn start_spread(
+        n: usize,
+        init_args: &[&str],
+        common_args: &[&str],
+        leading: usize,
+    ) -> TestCluster {
+        let cluster = Self::start(n, init_args, common_args).await;
+        cluster
+            .wait_leaders_spread(leading, Duration::from_secs(60))
+            .await;
+        cluster
+    }
+
     /// As `start`, with the nodes' log filter (`RUST_LOG`) given.
     pub async fn start_logging(
         n: usize,
