@@ -12,6 +12,7 @@
 //! Neighbours: `replicas::meta_reads` (metadata records), the node's `users::roles`
 //! (role graphs).
 
+use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -56,13 +57,17 @@ impl<K: Eq + Hash, V: Clone + Weight> KeptReads<K, V> {
 
     /// What `read` answers for `key`, kept from an earlier call when the replica's applied
     /// index is still `applied` (read by the caller before it calls this).
-    pub fn get_or_read<E>(
+    pub fn get_or_read<Q, E>(
         &self,
         applied: u64,
-        key: K,
+        key: &Q,
         read: impl FnOnce() -> Result<V, E>,
-    ) -> Result<V, E> {
-        if let Some((at, value)) = self.lock().reads.get(&key) {
+    ) -> Result<V, E>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        if let Some((at, value)) = self.lock().reads.get(key) {
             if *at == applied {
                 metrics::counter!(self.metric, "kept" => "true").increment(1);
                 return Ok(value.clone());
@@ -73,7 +78,7 @@ impl<K: Eq + Hash, V: Clone + Weight> KeptReads<K, V> {
         let weight = value.weight();
         let mut kept = self.lock();
         // Keep the newest: a slower reader must not replace what was read at a later index.
-        if kept.reads.get(&key).is_some_and(|(at, _)| *at > applied) {
+        if kept.reads.get(key).is_some_and(|(at, _)| *at > applied) {
             return Ok(value);
         }
         // Too heavy to keep: answered, and what is kept stays.
@@ -85,7 +90,7 @@ impl<K: Eq + Hash, V: Clone + Weight> KeptReads<K, V> {
             kept.weight = 0;
         }
         kept.weight += weight;
-        if let Some((_, old)) = kept.reads.insert(key, (applied, value.clone())) {
+        if let Some((_, old)) = kept.reads.insert(key.to_owned(), (applied, value.clone())) {
             kept.weight -= old.weight();
         }
         Ok(value)
@@ -117,7 +122,7 @@ mod tests {
     }
 
     fn get(reads: &Reads, applied: u64, key: &str, v: i64) -> i64 {
-        match reads.get_or_read(applied, key.to_string(), one(v)) {
+        match reads.get_or_read(applied, key, one(v)) {
             Ok(got) => got[0],
             Err(never) => match never {},
         }
@@ -128,7 +133,7 @@ mod tests {
         let reads = reads();
         let calls = std::cell::Cell::new(0);
         let read = |v: i64, applied: u64| {
-            let got: Result<_, Infallible> = reads.get_or_read(applied, "a".to_string(), || {
+            let got: Result<_, Infallible> = reads.get_or_read(applied, "a", || {
                 calls.set(calls.get() + 1);
                 Ok(Arc::new(vec![v]))
             });
@@ -144,7 +149,7 @@ mod tests {
     #[test]
     fn a_failed_read_keeps_nothing() {
         let reads = reads();
-        let failed: Result<_, &str> = reads.get_or_read(1, "a".to_string(), || Err("down"));
+        let failed: Result<_, &str> = reads.get_or_read(1, "a", || Err("down"));
         assert_eq!(failed, Err("down"));
         assert_eq!(get(&reads, 1, "a", 5), 5, "read again after the failure");
     }
@@ -172,13 +177,13 @@ mod tests {
         let reads = reads();
         for key in 0..50 {
             let many: Result<_, Infallible> =
-                reads.get_or_read(1, key.to_string(), || Ok(Arc::new(vec![0; MAX / 10])));
+                reads.get_or_read(1, &key.to_string(), || Ok(Arc::new(vec![0; MAX / 10])));
             assert!(many.is_ok());
             assert!(reads.lock().weight <= MAX);
         }
         let kept_before = reads.lock().reads.len();
         let huge: Result<_, Infallible> =
-            reads.get_or_read(1, "huge".to_string(), || Ok(Arc::new(vec![0; MAX + 1])));
+            reads.get_or_read(1, "huge", || Ok(Arc::new(vec![0; MAX + 1])));
         assert!(huge.is_ok());
         assert!(reads.lock().weight <= MAX);
         assert!(!reads.lock().reads.contains_key("huge"));

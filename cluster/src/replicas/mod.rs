@@ -411,7 +411,7 @@ impl Replicas {
         let applied = self.meta_applied();
         self.inner
             .meta_reads
-            .get_or_read(applied, what, || read().map(Arc::new))
+            .get_or_read(applied, &what, || read().map(Arc::new))
     }
 
     /// Cluster members as this node's metadata replica knows them.

@@ -85,7 +85,7 @@ impl RoleGraphs {
 
     fn graph(&self, cluster: &Cluster, app: &AppId) -> Result<Graph, UsersError> {
         let applied = cluster.meta_applied();
-        self.graphs.get_or_read(applied, app.to_string(), || {
+        self.graphs.get_or_read(applied, app.as_str(), || {
             Ok(Arc::new(cluster.local_meta_objects(app, ROLE_CLASS)?))
         })
     }
