@@ -21,6 +21,10 @@ pub struct NodeRecord {
     pub rpc_addr: String,
     pub http_addr: String,
     pub state: NodeState,
+    /// The node's peer links run without TLS (plaintext on loopback, or `--insecure`):
+    /// `/health` of every node says the cluster is insecure while any member is.
+    #[serde(default)]
+    pub plaintext: bool,
 }
 
 /// Fixed when the cluster is initialised.
@@ -50,6 +54,48 @@ pub enum AdminRequest {
     },
     /// A digest of every group's state as this node's replica holds it.
     Digest,
+    /// The secret the nodes share outside the replicated state (the node crate's secrets key,
+    /// decisions/0032), for a node that joins or lost its copy: nodes only.
+    SharedSecret,
+}
+
+impl AdminRequest {
+    /// The request's name, for logs and refusals.
+    pub fn name(&self) -> &'static str {
+        match self {
+            AdminRequest::ClusterInfo => "ClusterInfo",
+            AdminRequest::Join(_) => "Join",
+            AdminRequest::RemoveNode(_) => "RemoveNode",
+            AdminRequest::Status => "Status",
+            AdminRequest::Compact => "Compact",
+            AdminRequest::TransferLeader { .. } => "TransferLeader",
+            AdminRequest::Digest => "Digest",
+            AdminRequest::SharedSecret => "SharedSecret",
+        }
+    }
+
+    /// Whether node `sender` may send this request with its own certificate: the requests
+    /// nodes send one another (joining as itself, a compaction round, settling writes, the
+    /// shared secret). Removing nodes, moving leaders and reading digests take an admin's
+    /// certificate.
+    pub fn node_may_send(&self, sender: NodeId) -> bool {
+        match self {
+            AdminRequest::ClusterInfo
+            | AdminRequest::Status
+            | AdminRequest::Compact
+            | AdminRequest::SharedSecret => true,
+            AdminRequest::Join(record) => record.id == sender,
+            AdminRequest::RemoveNode(_)
+            | AdminRequest::TransferLeader { .. }
+            | AdminRequest::Digest => false,
+        }
+    }
+
+    /// Whether an administrator's certificate may send this request: all but the shared
+    /// secret, which only nodes hold.
+    pub fn admin_may_send(&self) -> bool {
+        !matches!(self, AdminRequest::SharedSecret)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -61,6 +107,8 @@ pub enum AdminResponse {
     Done,
     Status(NodeStatus),
     Digests(Vec<GroupDigest>),
+    /// The shared secret, when this node has it.
+    SharedSecret(Option<Vec<u8>>),
 }
 
 /// A digest of one group's replicated state as one node holds it (the records a snapshot
@@ -105,6 +153,12 @@ pub struct GroupStatus {
     /// (`replicas::freshness`).
     #[serde(default)]
     pub current: bool,
+    /// Milliseconds since this node last heard from the group's leader: on a follower its last
+    /// append, on the leader the last time a quorum answered it (0 for a group of one voter);
+    /// `None` when it never did. `/health` calls a group whose leader is silent for longer than
+    /// an election timeout unable to commit (`leaderUnreachable`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader_heard_ms: Option<u64>,
 }
 
 impl GroupStatus {

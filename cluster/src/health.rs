@@ -1,6 +1,8 @@
 //! Whether this node's groups can serve: a group is unhealthy when its Raft core has stopped
-//! (a fatal storage error), when it has no leader, or when it has committed entries it has not
-//! applied for [`STUCK_AFTER`]. `ApplyWatch` remembers since when each group's applied index
+//! (a fatal storage error), when it has no leader, when the leader it knows has not been heard
+//! from for an election timeout (a follower cut off from it, or a leader no quorum answers:
+//! nothing can commit), or when it has committed entries it has not applied for
+//! [`STUCK_AFTER`]. `ApplyWatch` remembers since when each group's applied index
 //! has stood still; `Cluster::health` (in `cluster`) feeds it the groups' metrics and the node's
 //! `/health` endpoint and metrics report the verdict.
 
@@ -21,7 +23,7 @@ pub const STUCK_AFTER: Duration = Duration::from_secs(10);
 #[serde(rename_all = "camelCase")]
 pub struct GroupProblem {
     pub group: GroupId,
-    /// `halted`, `noLeader` or `stuckApplying`.
+    /// `halted`, `noLeader`, `leaderUnreachable` or `stuckApplying`.
     pub problem: String,
 }
 
@@ -46,13 +48,19 @@ pub struct ApplyWatch {
 }
 
 impl ApplyWatch {
-    /// The problems of `status`'s hosted groups, observed at `now`.
-    pub fn assess(&self, status: &NodeStatus, now: Instant) -> Health {
+    /// The problems of `status`'s hosted groups, observed at `now`; a leader not heard from
+    /// for `silent_after` (an election timeout) counts as none.
+    pub fn assess(&self, status: &NodeStatus, now: Instant, silent_after: Duration) -> Health {
         let me = status.node_id;
         let hosted: Vec<&GroupStatus> = status.groups.iter().filter(|g| g.hosts(me)).collect();
+        let silent_ms = silent_after.as_millis() as u64;
+        let heard = |g: &GroupStatus| g.leader_heard_ms.is_some_and(|ms| ms <= silent_ms);
         let mut health = Health {
             hosted: hosted.len(),
-            with_leader: hosted.iter().filter(|g| g.leader.is_some()).count(),
+            with_leader: hosted
+                .iter()
+                .filter(|g| g.leader.is_some() && heard(g))
+                .count(),
             problems: Vec::new(),
         };
         let mut since = match self.since.lock() {
@@ -64,6 +72,8 @@ impl ApplyWatch {
                 Some("halted")
             } else if g.leader.is_none() {
                 Some("noLeader")
+            } else if !heard(g) {
+                Some("leaderUnreachable")
             } else if self.stuck(&mut since, g, now) {
                 Some("stuckApplying")
             } else {
@@ -102,6 +112,8 @@ mod tests {
     use super::*;
     use crate::ids::NodeId;
 
+    const SILENT: Duration = Duration::from_millis(2400);
+
     fn group(applied: u64, committed: u64) -> GroupStatus {
         GroupStatus {
             group: GroupId::new(1),
@@ -117,6 +129,7 @@ mod tests {
             learners: vec![],
             halted: None,
             current: false,
+            leader_heard_ms: Some(100),
         }
     }
 
@@ -131,15 +144,17 @@ mod tests {
     fn a_group_behind_without_progress_becomes_stuck() {
         let w = ApplyWatch::default();
         let t0 = Instant::now();
-        assert!(w.assess(&node(group(5, 9)), t0).ok());
+        assert!(w.assess(&node(group(5, 9)), t0, SILENT).ok());
         assert!(w
-            .assess(&node(group(5, 9)), t0 + Duration::from_secs(5))
+            .assess(&node(group(5, 9)), t0 + Duration::from_secs(5), SILENT)
             .ok());
-        let h = w.assess(&node(group(5, 9)), t0 + STUCK_AFTER);
+        let h = w.assess(&node(group(5, 9)), t0 + STUCK_AFTER, SILENT);
         assert_eq!(h.problems[0].problem, "stuckApplying");
         // Progress restarts the clock; catching up clears it.
-        assert!(w.assess(&node(group(6, 9)), t0 + STUCK_AFTER).ok());
-        assert!(w.assess(&node(group(9, 9)), t0 + 3 * STUCK_AFTER).ok());
+        assert!(w.assess(&node(group(6, 9)), t0 + STUCK_AFTER, SILENT).ok());
+        assert!(w
+            .assess(&node(group(9, 9)), t0 + 3 * STUCK_AFTER, SILENT)
+            .ok());
     }
 
     #[test]
@@ -148,14 +163,27 @@ mod tests {
         let mut g = group(9, 9);
         g.halted = Some("storage".into());
         assert_eq!(
-            w.assess(&node(g), Instant::now()).problems[0].problem,
+            w.assess(&node(g), Instant::now(), SILENT).problems[0].problem,
             "halted"
         );
         let mut g = group(9, 9);
         g.leader = None;
         assert_eq!(
-            w.assess(&node(g), Instant::now()).problems[0].problem,
+            w.assess(&node(g), Instant::now(), SILENT).problems[0].problem,
             "noLeader"
         );
+    }
+
+    #[test]
+    fn a_leader_not_heard_from_for_an_election_timeout_cannot_commit() {
+        let w = ApplyWatch::default();
+        let mut g = group(9, 9);
+        g.leader_heard_ms = Some(2401);
+        let h = w.assess(&node(g.clone()), Instant::now(), SILENT);
+        assert_eq!(h.problems[0].problem, "leaderUnreachable");
+        assert_eq!(h.with_leader, 0);
+        g.leader_heard_ms = None;
+        let h = w.assess(&node(g), Instant::now(), SILENT);
+        assert_eq!(h.problems[0].problem, "leaderUnreachable");
     }
 }

@@ -42,6 +42,7 @@ mod scheduler;
 pub mod schema;
 pub mod statemachine;
 mod storage;
+pub mod tls;
 pub mod update;
 
 pub use cluster::{Bootstrap, Cluster, ClusterOptions};

@@ -1,14 +1,19 @@
-//! `basalt admin`: cluster administration through any node's gRPC address (`--rpc`).
+//! `basalt admin`: cluster administration through any node's gRPC address (`--rpc`), over
+//! mutual TLS with an administrator's certificate (`--certs-dir`, `certs::admin_tls`) when
+//! the cluster has them; `basalt admin certs` makes the certificates (`certs`).
 //!
 //! Placement is read from every member: for each group, the view of the node that reports
 //! itself its leader is the current one.
 
 use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use basalt_cluster::admin::{AdminRequest, AdminResponse, GroupStatus, NodeState};
 use basalt_cluster::cluster::admin_at;
 use basalt_cluster::ids::{GroupId, NodeId};
+use basalt_cluster::tls::PeerTls;
 use serde_json::json;
 
 #[derive(Debug, Clone, clap::Subcommand)]
@@ -31,14 +36,22 @@ pub enum AdminCommand {
         #[arg(long, default_value_t = 120)]
         wait_secs: u64,
     },
+    /// Make the cluster's certificates: a CA, nodes', administrators'.
+    Certs {
+        #[command(subcommand)]
+        command: crate::certs::CertsCommand,
+    },
 }
 
 const TIMEOUT: Duration = Duration::from_secs(15);
 
+type Tls = Option<Arc<PeerTls>>;
+
 /// Each group's status as reported by its leader (groups without a reachable leader are absent).
-pub async fn placement(rpc: &str) -> anyhow::Result<BTreeMap<GroupId, GroupStatus>> {
+pub async fn placement(rpc: &str, tls: &Tls) -> anyhow::Result<BTreeMap<GroupId, GroupStatus>> {
+    let tls = tls.as_ref();
     let AdminResponse::ClusterInfo { nodes, .. } =
-        admin_at(rpc, AdminRequest::ClusterInfo, TIMEOUT).await?
+        admin_at(rpc, AdminRequest::ClusterInfo, TIMEOUT, tls).await?
     else {
         anyhow::bail!("unexpected answer to ClusterInfo");
     };
@@ -47,8 +60,13 @@ pub async fn placement(rpc: &str) -> anyhow::Result<BTreeMap<GroupId, GroupStatu
         .iter()
         .filter(|n| n.state == NodeState::Active || n.state == NodeState::Removed)
     {
-        let Ok(AdminResponse::Status(status)) =
-            admin_at(&node.rpc_addr, AdminRequest::Status, Duration::from_secs(3)).await
+        let Ok(AdminResponse::Status(status)) = admin_at(
+            &node.rpc_addr,
+            AdminRequest::Status,
+            Duration::from_secs(3),
+            tls,
+        )
+        .await
         else {
             continue;
         };
@@ -61,22 +79,28 @@ pub async fn placement(rpc: &str) -> anyhow::Result<BTreeMap<GroupId, GroupStatu
     Ok(out)
 }
 
-pub async fn run(rpc: &str, cmd: AdminCommand) -> anyhow::Result<()> {
+pub async fn run(rpc: &str, certs_dir: Option<&Path>, cmd: AdminCommand) -> anyhow::Result<()> {
+    if let AdminCommand::Certs { command } = cmd {
+        return crate::certs::run(command);
+    }
+    let tls = crate::certs::admin_tls(certs_dir)?;
+    let tls_ref = tls.as_ref();
     match cmd {
+        AdminCommand::Certs { .. } => {}
         AdminCommand::Status => {
-            let resp = admin_at(rpc, AdminRequest::Status, TIMEOUT).await?;
+            let resp = admin_at(rpc, AdminRequest::Status, TIMEOUT, tls_ref).await?;
             println!("{}", serde_json::to_string_pretty(&resp)?);
         }
         AdminCommand::Digest => {
-            let resp = admin_at(rpc, AdminRequest::Digest, TIMEOUT).await?;
+            let resp = admin_at(rpc, AdminRequest::Digest, TIMEOUT, tls_ref).await?;
             println!("{}", serde_json::to_string_pretty(&resp)?);
         }
         AdminCommand::Members => {
-            let resp = admin_at(rpc, AdminRequest::ClusterInfo, TIMEOUT).await?;
+            let resp = admin_at(rpc, AdminRequest::ClusterInfo, TIMEOUT, tls_ref).await?;
             println!("{}", serde_json::to_string_pretty(&resp)?);
         }
         AdminCommand::Placement => {
-            let p = placement(rpc).await?;
+            let p = placement(rpc, &tls).await?;
             let rows: BTreeMap<String, _> = p
                 .iter()
                 .map(|(g, s)| {
@@ -90,12 +114,12 @@ pub async fn run(rpc: &str, cmd: AdminCommand) -> anyhow::Result<()> {
         }
         AdminCommand::ShuffleLeaders => {
             let AdminResponse::ClusterInfo { nodes, .. } =
-                admin_at(rpc, AdminRequest::ClusterInfo, TIMEOUT).await?
+                admin_at(rpc, AdminRequest::ClusterInfo, TIMEOUT, tls_ref).await?
             else {
                 anyhow::bail!("unexpected answer to ClusterInfo");
             };
             let mut moved = 0;
-            for (group, g) in placement(rpc).await? {
+            for (group, g) in placement(rpc, &tls).await? {
                 let Some(leader) = g.leader else { continue };
                 let others: Vec<NodeId> =
                     g.voters.iter().copied().filter(|&v| v != leader).collect();
@@ -114,6 +138,7 @@ pub async fn run(rpc: &str, cmd: AdminCommand) -> anyhow::Result<()> {
                     &addr,
                     AdminRequest::TransferLeader { group, to },
                     Duration::from_secs(3),
+                    tls_ref,
                 )
                 .await
                 .is_ok()
@@ -125,11 +150,11 @@ pub async fn run(rpc: &str, cmd: AdminCommand) -> anyhow::Result<()> {
         }
         AdminCommand::RemoveNode { node_id, wait_secs } => {
             let node_id = NodeId::new(node_id);
-            admin_at(rpc, AdminRequest::RemoveNode(node_id), TIMEOUT).await?;
+            admin_at(rpc, AdminRequest::RemoveNode(node_id), TIMEOUT, tls_ref).await?;
             println!("node {node_id} marked removed; waiting for its replicas to move");
             let deadline = Instant::now() + Duration::from_secs(wait_secs);
             loop {
-                let p = placement(rpc).await?;
+                let p = placement(rpc, &tls).await?;
                 let left = p.values().filter(|g| g.hosts(node_id)).count();
                 if left == 0 && !p.is_empty() {
                     println!("node {node_id} holds no replicas; it can be stopped");

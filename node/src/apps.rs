@@ -2,7 +2,9 @@
 //!
 //! An app is found by its applicationId: first in this node's metadata replica, then (when a
 //! just-created app has not reached it yet) by a linearizable read of the metadata group.
-//! Console passwords are stored as argon2 hashes, never in plain text.
+//! Console passwords are stored as argon2 hashes, never in plain text. An app's keys and
+//! credentials are sealed under the node's secrets key before they are written and opened as
+//! they are read (`secrets`, decisions/0032); the secret-key index is keyed by a digest.
 
 use std::collections::BTreeMap;
 
@@ -25,6 +27,37 @@ pub enum AppsError {
     Cluster(#[from] ClusterError),
     #[error(transparent)]
     Password(#[from] PasswordError),
+    #[error(transparent)]
+    Secrets(#[from] crate::secrets::SecretsError),
+}
+
+/// The label of the secret-key index's digests.
+const SECRET_INDEX: &str = "app-secret";
+
+/// A stored app record as the app it is: its secrets opened.
+fn decode_app(mut v: serde_json::Value) -> Result<AppRecord, AppsError> {
+    if let Some(key) = crate::secrets::key() {
+        let id = v["applicationId"].as_str().unwrap_or_default().to_string();
+        crate::secrets::open_app(key, &id, &mut v)?;
+    }
+    serde_json::from_value(v).map_err(|e| AppsError::Corrupt(e.to_string()))
+}
+
+/// Members of app `id`'s record as they are stored: its secrets sealed.
+fn sealed(id: &str, mut v: serde_json::Value) -> Result<serde_json::Value, AppsError> {
+    if let Some(key) = crate::secrets::key() {
+        crate::secrets::seal_app(key, id, &mut v)?;
+    }
+    Ok(v)
+}
+
+/// The key of an app's entry in the secret-key index: a keyed digest of the secret key (the
+/// key itself before the node had a secrets key).
+fn secret_index_key(secret_key: &str) -> String {
+    match crate::secrets::key() {
+        Some(key) => key.digest(SECRET_INDEX, secret_key),
+        None => secret_key.to_string(),
+    }
 }
 
 /// Length of the per-app safe token of encrypted mode.
@@ -199,9 +232,7 @@ pub async fn find_app(
                 .await?
         }
     };
-    value
-        .map(|v| serde_json::from_value(v).map_err(|e| AppsError::Corrupt(e.to_string())))
-        .transpose()
+    value.map(decode_app).transpose()
 }
 
 /// Finds an app by its secret key (encrypted mode).
@@ -209,14 +240,22 @@ pub async fn find_app_by_secret(
     cluster: &Cluster,
     secret_key: &str,
 ) -> Result<Option<AppRecord>, AppsError> {
-    let index = match cluster.local_meta_record(Namespace::AppSecret, secret_key)? {
-        Some(v) => Some(v),
-        None => {
-            cluster
-                .get_record(META_GROUP, Namespace::AppSecret, secret_key)
-                .await?
+    let mut index = None;
+    // The digest's entry, then (written before the node had a secrets key, and not yet
+    // rewritten by `seal_stored_apps`) the key's own.
+    for key in [secret_index_key(secret_key), secret_key.to_string()] {
+        index = match cluster.local_meta_record(Namespace::AppSecret, &key)? {
+            Some(v) => Some(v),
+            None => {
+                cluster
+                    .get_record(META_GROUP, Namespace::AppSecret, &key)
+                    .await?
+            }
+        };
+        if index.is_some() {
+            break;
         }
-    };
+    }
     match index.as_ref().and_then(|v| v["applicationId"].as_str()) {
         Some(id) => find_app(cluster, id).await,
         None => Ok(None),
@@ -225,25 +264,29 @@ pub async fn find_app_by_secret(
 
 /// Every app a console account owns, linearizably.
 pub async fn list_apps(cluster: &Cluster, owner: &str) -> Result<Vec<AppRecord>, AppsError> {
-    Ok(cluster
+    cluster
         .list_records(META_GROUP, Namespace::App, "")
         .await?
         .into_iter()
-        .filter_map(|(_, v)| serde_json::from_value::<AppRecord>(v).ok())
-        .filter(|a| a.owner == owner)
-        .collect())
+        .filter(|(_, v)| v["owner"].as_str() == Some(owner))
+        .map(|(_, v)| decode_app(v))
+        .collect()
 }
 
 /// Stores a new app: first its secret-key index, then the app (an index without its app is
 /// harmless: it finds nothing).
 pub async fn put_app(cluster: &Cluster, app: &AppRecord) -> Result<(), AppsError> {
     let v = serde_json::to_value(app).map_err(|e| AppsError::Corrupt(e.to_string()))?;
+    let v = sealed(&app.application_id, v)?;
     cluster
         .put_record(
             META_GROUP,
             Namespace::AppSecret,
-            &app.secret_key,
-            serde_json::json!({"applicationId": app.application_id}),
+            &secret_index_key(&app.secret_key),
+            serde_json::json!({
+                "applicationId": app.application_id,
+                "digest": crate::secrets::key().is_some(),
+            }),
             None,
         )
         .await?;
@@ -260,6 +303,10 @@ pub async fn update_app(
     application_id: &str,
     members: serde_json::Map<String, serde_json::Value>,
 ) -> Result<AppRecord, AppsError> {
+    let members = match sealed(application_id, serde_json::Value::Object(members))? {
+        serde_json::Value::Object(m) => m,
+        _ => return Err(AppsError::Corrupt("app members are not an object".into())),
+    };
     let v = cluster
         .merge_meta_record_everywhere(Namespace::App, application_id, members)
         .await
@@ -267,7 +314,68 @@ pub async fn update_app(
             ClusterError::ObjectNotFound => AppsError::NotFound(application_id.to_string()),
             e => AppsError::Cluster(e),
         })?;
-    serde_json::from_value(v).map_err(|e| AppsError::Corrupt(e.to_string()))
+    decode_app(v)
+}
+
+/// Rewrites what was stored before the node had a secrets key (decisions/0032): every app
+/// record with a secret in the clear gets it sealed, every secret-key index entry keyed by the
+/// key itself is keyed by its digest instead. Compare-and-set writes, so nodes doing it at
+/// once (each does at start) or a concurrent change of the app lose nothing; answers how many
+/// records it rewrote.
+pub async fn seal_stored_apps(cluster: &Cluster) -> Result<usize, AppsError> {
+    let Some(key) = crate::secrets::key() else {
+        return Ok(0);
+    };
+    let mut rewritten = 0;
+    for (id, stored) in cluster.list_records(META_GROUP, Namespace::App, "").await? {
+        let mut plain = false;
+        let mut probe = stored.clone();
+        crate::secrets::each_secret(&id, &mut probe, &mut |_, v| {
+            plain |= !crate::secrets::is_sealed(v);
+            Ok(())
+        })?;
+        if !plain {
+            continue;
+        }
+        let new = sealed(&id, stored.clone())?;
+        match cluster
+            .cas_record(META_GROUP, Namespace::App, &id, Some(stored), Some(new))
+            .await
+        {
+            Ok(_) => rewritten += 1,
+            Err(ClusterError::Conflict(_)) => {} // changed meanwhile: sealed by whoever wrote
+            Err(e) => return Err(e.into()),
+        }
+    }
+    for (index_key, entry) in cluster
+        .list_records(META_GROUP, Namespace::AppSecret, "")
+        .await?
+    {
+        if entry["digest"] == serde_json::Value::Bool(true) {
+            continue;
+        }
+        let digest = key.digest(SECRET_INDEX, &index_key);
+        let mut moved = entry.clone();
+        moved["digest"] = serde_json::Value::Bool(true);
+        cluster
+            .put_record(META_GROUP, Namespace::AppSecret, &digest, moved, None)
+            .await?;
+        match cluster
+            .cas_record(
+                META_GROUP,
+                Namespace::AppSecret,
+                &index_key,
+                Some(entry),
+                None,
+            )
+            .await
+        {
+            Ok(_) => rewritten += 1,
+            Err(ClusterError::Conflict(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(rewritten)
 }
 
 /// Checks console credentials; answers the account's email when they are right.

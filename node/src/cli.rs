@@ -32,6 +32,11 @@ pub enum Cmd {
         /// gRPC address of any node.
         #[arg(long, default_value = "127.0.0.1:9080", env = "BASALT_RPC")]
         rpc: String,
+        /// Directory of the administrator's certificate (`ca.pem`, `admin.pem`, `admin.key`;
+        /// `basalt admin certs create-admin`); default: `./data/certs/admin` when `make run`
+        /// made it, else none (only a node without peer TLS answers).
+        #[arg(long, env = "BASALT_CERTS_DIR")]
+        certs_dir: Option<PathBuf>,
         #[command(subcommand)]
         command: crate::admin::AdminCommand,
     },

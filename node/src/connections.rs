@@ -5,9 +5,12 @@
 //! requests in flight finish).
 //!
 //! hyper serves each connection (HTTP/1.1, with upgrades to WebSockets, which keep the
-//! connection's place: `ConnectionSlot`); every request gets the peer address as axum's
-//! `ConnectInfo<SocketAddr>`, which `api::throttle` keys per-client limits on. Neighbours:
-//! `server` builds the service (middleware and routes) this module serves.
+//! connection's place: `ConnectionSlot`; with `--tls-cert` over TLS, where ALPN may pick
+//! HTTP/2 — the handshake must end within the header-read timeout, and an HTTP/2 connection
+//! carries at most `MAX_STREAMS` requests at once); every request gets the peer address as
+//! axum's `ConnectInfo<SocketAddr>`, which `api::throttle` keys per-client limits on.
+//! Neighbours: `server` builds the service (middleware and routes) this module serves, `https`
+//! the TLS configuration.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -20,7 +23,7 @@ use axum::extract::{ConnectInfo, Request};
 use axum::response::Response;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::sync::watch;
 use tower::{Service, ServiceExt};
@@ -127,12 +130,54 @@ impl Drop for InFlight {
     }
 }
 
-/// Serves `service` on `listener` under `limits` until `shutdown` resolves, then waits for the
-/// open connections to finish their requests (at most 30 s).
+/// Requests one HTTP/2 connection may have in flight at once.
+pub const MAX_STREAMS: u32 = 128;
+
+/// Drives one connection until it ends, closing it gracefully when the node stops or it stays
+/// idle (`shut` begins a graceful close of `conn`).
+async fn drive<C, E>(
+    conn: C,
+    shut: impl Fn(std::pin::Pin<&mut C>),
+    mut stop: watch::Receiver<bool>,
+    activity: Arc<Activity>,
+    idle: Duration,
+    peer: std::net::SocketAddr,
+) where
+    C: std::future::Future<Output = Result<(), E>>,
+    E: std::fmt::Display,
+{
+    let mut conn = std::pin::pin!(conn);
+    let mut tick = tokio::time::interval((idle / 4).max(Duration::from_millis(100)));
+    let mut closing = false;
+    loop {
+        tokio::select! {
+            r = conn.as_mut() => {
+                if let Err(e) = r {
+                    tracing::debug!(%peer, "http connection: {e}");
+                }
+                break;
+            }
+            _ = stop.changed(), if !closing => {
+                closing = true;
+                shut(conn.as_mut());
+            }
+            _ = tick.tick(), if !closing => {
+                if activity.idle_for() >= idle {
+                    closing = true;
+                    shut(conn.as_mut());
+                }
+            }
+        }
+    }
+}
+
+/// Serves `service` on `listener` under `limits` (over TLS with `tls`) until `shutdown`
+/// resolves, then waits for the open connections to finish their requests (at most 30 s).
 pub async fn serve<S>(
     listener: tokio::net::TcpListener,
     service: S,
     limits: ConnectionLimits,
+    tls: Option<Arc<crate::https::ServingTls>>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()>
 where
@@ -147,6 +192,15 @@ where
     h1.timer(TokioTimer::new())
         .header_read_timeout(limits.header_read)
         .max_headers(100);
+    let mut auto = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    auto.http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read)
+        .max_headers(100);
+    auto.http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(MAX_STREAMS)
+        .max_header_list_size(64 << 10);
     let open = Arc::new(Mutex::new(Open::default()));
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut conns = tokio::task::JoinSet::new();
@@ -196,36 +250,35 @@ where
                 resp
             }
         });
-        let conn = h1
-            .serve_connection(TokioIo::new(tcp), TowerToHyperService::new(per_request))
-            .with_upgrades();
-        let mut stop = stop_rx.clone();
-        let idle = limits.idle;
+        let (stop, idle, handshake) = (stop_rx.clone(), limits.idle, limits.header_read);
+        let (h1, auto, tls) = (h1.clone(), auto.clone(), tls.clone());
         conns.spawn(async move {
             let _slot = slot;
-            let mut conn = std::pin::pin!(conn);
-            let mut tick = tokio::time::interval((idle / 4).max(Duration::from_millis(100)));
-            let mut closing = false;
-            loop {
-                tokio::select! {
-                    r = conn.as_mut() => {
-                        if let Err(e) = r {
-                            tracing::debug!(%peer, "http connection: {e}");
-                        }
-                        break;
-                    }
-                    _ = stop.changed(), if !closing => {
-                        closing = true;
-                        conn.as_mut().graceful_shutdown();
-                    }
-                    _ = tick.tick(), if !closing => {
-                        if activity.idle_for() >= idle {
-                            closing = true;
-                            conn.as_mut().graceful_shutdown();
-                        }
-                    }
+            let svc = TowerToHyperService::new(per_request);
+            let Some(tls) = tls else {
+                let conn = h1.serve_connection(TokioIo::new(tcp), svc).with_upgrades();
+                drive(conn, |c| c.graceful_shutdown(), stop, activity, idle, peer).await;
+                return;
+            };
+            let acceptor = tokio_rustls::TlsAcceptor::from(tls.config());
+            let stream = match tokio::time::timeout(handshake, acceptor.accept(tcp)).await {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(e)) => {
+                    metrics::counter!("basalt_https_handshakes_failed_total", "reason" => "refused")
+                        .increment(1);
+                    tracing::debug!(%peer, "TLS handshake: {e}");
+                    return;
                 }
-            }
+                Err(_) => {
+                    metrics::counter!("basalt_https_handshakes_failed_total", "reason" => "timeout")
+                        .increment(1);
+                    return;
+                }
+            };
+            let conn = auto
+                .serve_connection_with_upgrades(TokioIo::new(stream), svc)
+                .into_owned();
+            drive(conn, |c| c.graceful_shutdown(), stop, activity, idle, peer).await;
         });
     }
     drop(listener);

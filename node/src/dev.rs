@@ -39,6 +39,10 @@ pub struct DevArgs {
     /// Replicas per group of a new cluster.
     #[arg(long, default_value_t = 3, env = "BASALT_REPLICAS")]
     pub replicas: u32,
+    /// Run the nodes' peer links in plaintext instead of making a CA and certificates in the
+    /// data dir (`<data-dir>/certs`, `<data-dir>/node<i>/certs`) and using mutual TLS.
+    #[arg(long, env = "BASALT_INSECURE")]
+    pub insecure: bool,
     #[command(flatten)]
     pub service: crate::serve::ServiceArgs,
 }
@@ -84,6 +88,27 @@ async fn stop_all(children: &mut [Child]) {
     }
 }
 
+/// Node `i`'s data dir.
+fn node_dir(args: &DevArgs, i: u32) -> PathBuf {
+    args.data_dir.join(format!("node{i}"))
+}
+
+/// The nodes' certificates, made on first start (and for nodes added since).
+fn ensure_certs(args: &DevArgs) -> anyhow::Result<()> {
+    let nodes: Vec<_> = (1..=args.nodes)
+        .map(|i| {
+            (
+                basalt_cluster::ids::NodeId::new(u64::from(i)),
+                node_dir(args, i),
+            )
+        })
+        .collect();
+    let rpc: Vec<String> = (1..=args.nodes)
+        .map(|i| format!("127.0.0.1:{}", u32::from(args.rpc_port) + i - 1))
+        .collect();
+    crate::certs::ensure_dev(&args.data_dir, &nodes, &rpc)
+}
+
 fn spawn_node(exe: &Path, args: &DevArgs, shared: &[String], i: u32) -> anyhow::Result<Child> {
     let http = format!("127.0.0.1:{}", u32::from(args.http_port) + i - 1);
     let rpc = format!("127.0.0.1:{}", u32::from(args.rpc_port) + i - 1);
@@ -99,12 +124,15 @@ fn spawn_node(exe: &Path, args: &DevArgs, shared: &[String], i: u32) -> anyhow::
     if let Some(secret) = &args.service.s3_secret_access_key {
         cmd.env("BASALT_S3_SECRET_ACCESS_KEY", secret);
     }
+    if let Some(token) = &args.service.metrics_token {
+        cmd.env("BASALT_METRICS_TOKEN", token);
+    }
     cmd.arg("serve")
         .args(shared)
         .arg("--node-id")
         .arg(i.to_string())
         .arg("--data-dir")
-        .arg(args.data_dir.join(format!("node{i}")))
+        .arg(node_dir(args, i))
         .arg("--http-addr")
         .arg(&http)
         .arg("--rpc-addr")
@@ -112,6 +140,10 @@ fn spawn_node(exe: &Path, args: &DevArgs, shared: &[String], i: u32) -> anyhow::
         .env(DEV_CHILD_ENV, "1")
         .stdin(Stdio::null())
         .kill_on_drop(true);
+    if !args.insecure {
+        cmd.arg("--certs-dir")
+            .arg(crate::certs::dev_node_dir(&node_dir(args, i)));
+    }
     if i == 1 {
         cmd.arg("--init")
             .arg("--shards")
@@ -128,6 +160,9 @@ fn spawn_node(exe: &Path, args: &DevArgs, shared: &[String], i: u32) -> anyhow::
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.nodes >= 1, "--nodes must be at least 1");
     std::fs::create_dir_all(&args.data_dir)?;
+    if !args.insecure {
+        ensure_certs(&args)?;
+    }
     let exe = std::env::current_exe()?;
     let shared = args.service.to_args()?;
     let mut children = Vec::new();
@@ -177,6 +212,15 @@ async fn wait_and_serve(args: &DevArgs, children: &mut [Child]) -> anyhow::Resul
     }
     for (i, addr) in addrs.iter().enumerate() {
         println!("node {} serving HTTP at http://{addr}", i + 1);
+    }
+    if args.insecure {
+        println!("peer links are plaintext (--insecure)");
+    } else {
+        println!(
+            "peer links use mutual TLS; administer with: basalt admin --rpc 127.0.0.1:{} --certs-dir {} status",
+            args.rpc_port,
+            crate::certs::dev_admin_dir(&args.data_dir).display()
+        );
     }
     println!("Ctrl-C stops the cluster.");
     signal.await;

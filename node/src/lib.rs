@@ -6,7 +6,8 @@
 //! calls `basalt_cluster::Cluster`, which routes it by (app, class, objectId) to the owning
 //! Raft group's leader and returns once the command is committed and applied; the handler
 //! shapes the JSON, and `api::error` turns any failure into the documented status and code.
-//! `serve` wires a node together, `dev` starts local clusters, `admin` talks to a running one.
+//! `serve` wires a node together, `dev` starts local clusters, `admin` talks to a running one
+//! (`certs`: the cluster's certificates; `https`: the API's own TLS).
 
 pub mod admin;
 pub mod api;
@@ -14,12 +15,14 @@ pub mod apps;
 pub mod auth;
 pub mod bootstrap;
 pub mod captcha;
+pub mod certs;
 pub mod cli;
 pub mod config;
 pub mod connections;
 pub mod dev;
 pub mod files;
 pub mod functions;
+pub mod https;
 pub mod images;
 pub mod installations;
 pub mod json_text;
@@ -28,6 +31,7 @@ pub mod paths;
 pub mod push;
 pub mod query;
 pub mod realtime;
+pub mod secrets;
 pub mod serve;
 pub mod server;
 pub mod sms;

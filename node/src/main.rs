@@ -50,7 +50,11 @@ fn main() -> std::process::ExitCode {
         match cli.command {
             Cmd::Serve(args) => basalt::serve::run(*args).await,
             Cmd::Dev(args) => basalt::dev::run(*args).await,
-            Cmd::Admin { rpc, command } => basalt::admin::run(&rpc, command).await,
+            Cmd::Admin {
+                rpc,
+                certs_dir,
+                command,
+            } => basalt::admin::run(&rpc, certs_dir.as_deref(), command).await,
         }
     });
     match result {

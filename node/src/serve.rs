@@ -9,7 +9,7 @@ use basalt_cluster::ids::NodeId;
 
 use basalt_cluster::{Bootstrap, Cluster, ClusterOptions, RaftTuning, StoreTuning};
 
-use crate::api::context::{AppState, HeaderNames, Outside};
+use crate::api::context::{AppState, Guards, HeaderNames, Outside};
 use crate::api::ops::install_metrics_recorder;
 use crate::bootstrap::{bootstrap, describe};
 use crate::users::third_party::providers::IdentityProviders;
@@ -59,6 +59,27 @@ pub struct ServeArgs {
     /// MiB of RocksDB block cache (default: an eighth of the machine's memory, 64 MiB to 8 GiB).
     #[arg(long, env = "BASALT_BLOCK_CACHE_MB")]
     pub block_cache_mb: Option<usize>,
+    /// This node's certificates directory for mutual TLS with its peers: `ca.pem` (the CAs
+    /// whose certificates are accepted), `node.pem` and `node.key` (`basalt admin certs
+    /// create-node`). Without it the peer port is plaintext, which only a loopback
+    /// `--rpc-addr` or `--insecure` allows.
+    #[arg(long, env = "BASALT_CERTS_DIR")]
+    pub certs_dir: Option<PathBuf>,
+    /// The key app keys and platform credentials are sealed under before they are stored (64
+    /// hexadecimal characters; made at `--init`, fetched from a peer by a node that joins or
+    /// has none). Keep it off the data disk (a secrets mount) so that a copy of the disk,
+    /// a snapshot or a backup gives no working key. Default: `<data-dir>/secrets.key`.
+    #[arg(long, env = "BASALT_SECRETS_KEY_FILE")]
+    pub secrets_key_file: Option<PathBuf>,
+    /// Let the peer port listen in plaintext on a non-loopback address: anyone who reaches it
+    /// can read and write every app's data. Every node's `/health` then says the cluster is
+    /// insecure.
+    #[arg(long, env = "BASALT_INSECURE")]
+    pub insecure: bool,
+    /// Also serve `/metrics` (without a token) on this address, e.g. a private interface
+    /// Prometheus scrapes.
+    #[arg(long, env = "BASALT_METRICS_ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
     #[command(flatten)]
     pub service: ServiceArgs,
 }
@@ -90,9 +111,25 @@ pub struct ServiceArgs {
     #[arg(long, env = "BASALT_SMS_WEBHOOK_URL")]
     pub sms_webhook_url: Option<String>,
     /// Base URL of links in mails, captcha pictures and stored files (default:
-    /// `http://<http-addr>`).
+    /// `http://<http-addr>`, `https://` with `--tls-cert`).
     #[arg(long, env = "BASALT_PUBLIC_URL")]
     pub public_url: Option<String>,
+    /// PEM certificate chain to serve the API over HTTPS with (HTTP/2 by ALPN); SIGHUP reads
+    /// it again.
+    #[arg(long, requires = "tls_key", env = "BASALT_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of `--tls-cert`.
+    #[arg(long, requires = "tls_cert", env = "BASALT_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// Bearer token `/metrics` asks of callers (`Authorization: Bearer <token>`); without
+    /// one, only callers on the node's own machine (loopback) are answered.
+    #[arg(long, env = "BASALT_METRICS_TOKEN", hide_env_values = true)]
+    #[serde(skip)]
+    pub metrics_token: Option<String>,
+    /// Label metrics of cloud functions with their app and function (exposes app ids and
+    /// function names to whoever reads `/metrics`).
+    #[arg(long, env = "BASALT_METRICS_PER_APP")]
+    pub metrics_per_app: bool,
     /// Raft heartbeat interval in milliseconds.
     #[arg(long, default_value_t = 250, env = "BASALT_HEARTBEAT_MS")]
     pub heartbeat_ms: u64,
@@ -223,6 +260,13 @@ pub struct ServiceArgs {
     /// Address the bucket as `<bucket>.<endpoint host>` instead of `<endpoint>/<bucket>`.
     #[arg(long, env = "BASALT_S3_VIRTUAL_HOSTED")]
     pub s3_virtual_hosted: bool,
+    /// Base URL of stored files' urls when they are served from an origin of their own (a
+    /// host name of their own pointing at the nodes, e.g. `https://files.example.com`, as
+    /// Google serves user content from googleusercontent.com): requests to that host get
+    /// HTML, SVG and other active types inline; on any other host they are downloads in a
+    /// sandbox. Default: `--public-url`.
+    #[arg(long, env = "BASALT_FILES_PUBLIC_URL")]
+    pub files_public_url: Option<String>,
     /// Largest uploaded file, in MiB (larger answers 1500).
     #[arg(long, default_value_t = 100, env = "BASALT_MAX_FILE_MB")]
     pub max_file_mb: u64,
@@ -376,9 +420,25 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             orphan_grace: Duration::from_secs(args.service.files_orphan_grace_secs),
         },
         files_bucket: args.service.files_bucket(),
+        peer_tls: peer_tls(&args)?,
     };
     crate::sms::phone::set_default_region(&args.service.phone_region)?;
+    crate::functions::set_per_app_metrics(args.service.metrics_per_app);
+    let https = match (&args.service.tls_cert, &args.service.tls_key) {
+        (Some(cert), Some(key)) => Some(std::sync::Arc::new(
+            crate::https::ServingTls::load(cert.clone(), key.clone())
+                .map_err(|e| anyhow::anyhow!("--tls-cert/--tls-key: {e}"))?,
+        )),
+        _ => None,
+    };
     let cluster = Cluster::start(opts).await?;
+    tokio::spawn(reload_on_hangup(cluster.clone(), https.clone()));
+    let secrets_key = args
+        .secrets_key_file
+        .clone()
+        .unwrap_or_else(|| args.data_dir.join("secrets.key"));
+    crate::secrets::node_key::install(&cluster, &secrets_key, args.init, args.join.as_deref())
+        .await?;
     let push_providers = crate::push::provider::Providers::new(
         &args.service.push_endpoints,
         args.service.push_ca_file.as_deref(),
@@ -401,22 +461,30 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 args.service.function_threads,
             ))?,
         },
-        args.service
-            .public_url
-            .clone()
-            .unwrap_or_else(|| format!("http://{}", args.http_addr)),
+        args.service.public_url.clone().unwrap_or_else(|| {
+            let scheme = if https.is_some() { "https" } else { "http" };
+            format!("{scheme}://{}", args.http_addr)
+        }),
         crate::files::FilesConfig {
             cdn: args.service.files_cdn.clone(),
             max_bytes: args.service.max_file_mb.saturating_mul(1 << 20),
             idle: Duration::from_secs(args.service.http_body_timeout_secs.max(1)),
             ffmpeg: args.service.ffmpeg.clone(),
+            origin: args.service.files_public_url.clone(),
         },
-        crate::throttle::IpLimits {
-            login: args.service.login_attempts_per_ip,
-            sms: args.service.sms_requests_per_ip,
-            mail: args.service.mail_requests_per_ip,
+        Guards {
+            ip_limits: crate::throttle::IpLimits {
+                login: args.service.login_attempts_per_ip,
+                sms: args.service.sms_requests_per_ip,
+                mail: args.service.mail_requests_per_ip,
+            },
+            metrics_token: args.service.metrics_token.clone(),
         },
     );
+    if let Some(addr) = args.metrics_addr {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        tokio::spawn(serve_metrics(listener, state.clone()));
+    }
     tokio::spawn(crate::functions::cron::run(
         cluster.clone(),
         crate::api::functions::scheduled(state.clone()),
@@ -444,9 +512,100 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         max_connections: args.service.max_connections.max(1),
         max_per_ip: args.service.max_connections_per_ip.max(1),
     };
-    crate::server::serve(listener, state, limits, shutdown_signal()).await?;
+    crate::server::serve(listener, state, limits, https, shutdown_signal()).await?;
     cluster.shutdown().await;
     Ok(())
+}
+
+/// The mutual TLS of this node's peer port from `--certs-dir`; without it, plaintext — which a
+/// node refuses on a non-loopback address unless `--insecure` (decisions/0031).
+fn peer_tls(
+    args: &ServeArgs,
+) -> anyhow::Result<Option<std::sync::Arc<basalt_cluster::tls::PeerTls>>> {
+    if let Some(dir) = &args.certs_dir {
+        let tls = crate::certs::node_tls(dir, NodeId::new(args.node_id))?;
+        tracing::info!(certs = %dir.display(), "peer links use mutual TLS");
+        return Ok(Some(tls));
+    }
+    let advertised_loopback = match &args.rpc_advertise {
+        None => true,
+        Some(a) => a
+            .parse::<SocketAddr>()
+            .map(|a| a.ip().is_loopback())
+            .unwrap_or_else(|_| a.starts_with("localhost:")),
+    };
+    let loopback = args.rpc_addr.ip().is_loopback() && advertised_loopback;
+    if !loopback && !args.insecure {
+        anyhow::bail!(
+            "refusing to serve the peer port on {} without TLS: anyone reaching it could read and \
+             write every app's data. Give --certs-dir (made by `basalt admin certs create-node`), \
+             or --insecure to accept that",
+            args.rpc_addr
+        );
+    }
+    tracing::warn!(
+        rpc = %args.rpc_addr,
+        "peer links are plaintext (no --certs-dir): any process that reaches the peer port can \
+         read and write every app's data; the cluster reports itself insecure"
+    );
+    Ok(None)
+}
+
+/// Reads the certificates again on every SIGHUP (peer TLS and HTTPS); one that fails to load
+/// keeps what is in use, and says why in the log.
+async fn reload_on_hangup(
+    cluster: Cluster,
+    https: Option<std::sync::Arc<crate::https::ServingTls>>,
+) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+            tracing::warn!("cannot listen for SIGHUP: certificates are read at start only");
+            return;
+        };
+        while hangups.recv().await.is_some() {
+            if let Some(tls) = cluster.peer_tls() {
+                match tls.reload() {
+                    Ok(()) => tracing::info!("SIGHUP: peer certificates reloaded"),
+                    Err(e) => {
+                        tracing::error!("SIGHUP: peer certificates kept, the new ones fail: {e}")
+                    }
+                }
+            }
+            if let Some(tls) = &https {
+                match tls.reload() {
+                    Ok(()) => tracing::info!("SIGHUP: HTTPS certificate reloaded"),
+                    Err(e) => {
+                        tracing::error!("SIGHUP: HTTPS certificate kept, the new one fails: {e}")
+                    }
+                }
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = (cluster, https);
+}
+
+/// `/metrics` alone, without a token, on `--metrics-addr` (at most 16 connections).
+async fn serve_metrics(listener: tokio::net::TcpListener, state: AppState) {
+    let app = axum::Router::new()
+        .route("/metrics", axum::routing::get(crate::api::ops::metrics))
+        .with_state(state);
+    let limits = crate::connections::ConnectionLimits {
+        header_read: Duration::from_secs(10),
+        idle: Duration::from_secs(30),
+        body_read: Duration::from_secs(10),
+        max_connections: 16,
+        max_per_ip: 16,
+    };
+    let service = tower::service_fn(move |req: axum::extract::Request| {
+        tower::ServiceExt::oneshot(app.clone(), req)
+    });
+    let never = std::future::pending::<()>();
+    if let Err(e) = crate::connections::serve(listener, service, limits, None, never).await {
+        tracing::error!("metrics listener stopped: {e}");
+    }
 }
 
 /// `--function-threads`, with 0 for four per core.

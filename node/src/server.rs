@@ -215,11 +215,12 @@ fn cors(state: &AppState) -> CorsLayer {
         .max_age(std::time::Duration::from_secs(86_400))
 }
 
-/// Serves HTTP on `listener` under `limits` until `shutdown` resolves.
+/// Serves HTTP (HTTPS with `tls`) on `listener` under `limits` until `shutdown` resolves.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
     limits: ConnectionLimits,
+    tls: Option<std::sync::Arc<crate::https::ServingTls>>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let cors = cors(&state);
@@ -238,5 +239,5 @@ pub async fn serve(
             Either::Right(app.clone().oneshot(req))
         }
     });
-    crate::connections::serve(listener, service, limits, shutdown).await
+    crate::connections::serve(listener, service, limits, tls, shutdown).await
 }

@@ -11,7 +11,9 @@
 //! Logins take an attempt before the password is checked (so that racing guesses are counted
 //! however they interleave) and give exactly that attempt back when the password was right
 //! (`IpLimiter::refund`, `give_back`): only failures, and attempts still in flight, use up an
-//! allowance. A refused attempt answers 429 with `Retry-After`
+//! allowance. Failed logins are counted per account and client address, so a stranger who
+//! fails locks out only their own address, and per account across addresses, past which a
+//! login needs a captcha (`take_login`). A refused attempt answers 429 with `Retry-After`
 //! (`api::error`). Neighbours: the handlers in
 //! `api::users`, `api::context` (console), `api::sms` and `api::email` call these;
 //! `ClientIp` reads the peer address `connections` attaches to each request.
@@ -26,11 +28,119 @@ use axum::http::request::Parts;
 use basalt_cluster::namespace::Namespace;
 use basalt_cluster::{Cluster, Error as ClusterError, QuotaWindow};
 
-/// Wrong passwords (and attempts) per account in 15 minutes before its logins are refused.
+/// Wrong passwords (and attempts) per account from one client address in 15 minutes before
+/// that address's logins to the account are refused.
 pub const LOGIN_WINDOWS: [QuotaWindow; 1] = [QuotaWindow {
     length_ms: 15 * 60 * 1000,
     max: 10,
 }];
+
+/// Wrong passwords (and attempts) per account from all addresses together in 15 minutes
+/// before logins to it need a proof that a person is trying (users: a captcha's
+/// `validate_token`; console accounts, which have none, are refused).
+pub const ACCOUNT_LOGIN_WINDOWS: [QuotaWindow; 1] = [QuotaWindow {
+    length_ms: 15 * 60 * 1000,
+    max: 100,
+}];
+
+/// How long an address a login succeeded from stays known to its account.
+const KNOWN_FOR_MS: i64 = 30 * 24 * 3600 * 1000;
+
+/// The attempts one login took: on the account from the client's address, and on the account.
+pub struct LoginAttempt {
+    from_address: Attempt,
+    on_account: Option<Attempt>,
+    /// The key recording that the account's owner logged in from this address.
+    known: String,
+}
+
+/// Whether a login to the account succeeded from the address lately (the record `known`).
+async fn is_known(cluster: &Cluster, known: &str) -> bool {
+    let group = cluster.shard_for("_throttle", Namespace::Tries.name(), known);
+    matches!(
+        cluster.get_record(group, Namespace::Tries, known).await,
+        Ok(Some(_))
+    )
+}
+
+impl LoginAttempt {
+    /// Gives both attempts back (the password was right: only failures use up the
+    /// allowances) and remembers the address as one the account's owner uses.
+    pub async fn succeeded(self, cluster: &Cluster) {
+        give_back(cluster, self.from_address).await;
+        if let Some(a) = self.on_account {
+            give_back(cluster, a).await;
+        }
+        if is_known(cluster, &self.known).await {
+            return;
+        }
+        let group = cluster.shard_for("_throttle", Namespace::Tries.name(), &self.known);
+        let until = basalt_cluster::now_ms() + KNOWN_FOR_MS;
+        let record = serde_json::json!({"known": true});
+        if let Err(e) = cluster
+            .put_record(group, Namespace::Tries, &self.known, record, Some(until))
+            .await
+        {
+            tracing::debug!("remembering a login address: {e}");
+        }
+    }
+}
+
+/// Why a login was not even tried.
+pub enum LoginRefusal {
+    /// The client's address used up its allowance on the account (or a refusal of storage).
+    Throttled(ThrottleError),
+    /// The account used up its allowance from all addresses: a captcha is needed.
+    ProofNeeded,
+}
+
+/// Counts a login attempt on `account` (a key naming the account, not the name it was asked
+/// by: a user's username, email and phone share one) from `ip`, before the password is
+/// checked (decisions/0031). An address that failed too often is refused on that account
+/// only (`LOGIN_WINDOWS`): the owner, from elsewhere, still gets in. When the account failed
+/// too often from all addresses together (`ACCOUNT_LOGIN_WINDOWS`), only an address the
+/// account logged in from within 30 days, or a caller that `proved` a person is trying (a
+/// captcha it took), may try — others are refused and their attempt uncounted.
+pub async fn take_login(
+    cluster: &Cluster,
+    what: &str,
+    account: &str,
+    ip: Option<IpAddr>,
+    proved: bool,
+) -> Result<LoginAttempt, LoginRefusal> {
+    let address = ip.map_or_else(|| "-".to_string(), |ip| ip.to_string());
+    let known = format!("{account}@{address}/known");
+    let from_address = take(
+        cluster,
+        what,
+        &format!("{account}@{address}"),
+        &LOGIN_WINDOWS,
+    )
+    .await
+    .map_err(LoginRefusal::Throttled)?;
+    match take(cluster, what, account, &ACCOUNT_LOGIN_WINDOWS).await {
+        Ok(on_account) => Ok(LoginAttempt {
+            from_address,
+            on_account: Some(on_account),
+            known,
+        }),
+        Err(ThrottleError::Throttled { .. }) if proved || is_known(cluster, &known).await => {
+            Ok(LoginAttempt {
+                from_address,
+                on_account: None,
+                known,
+            })
+        }
+        Err(ThrottleError::Throttled { .. }) => {
+            give_back(cluster, from_address).await;
+            Err(LoginRefusal::ProofNeeded)
+        }
+        Err(e) => {
+            give_back(cluster, from_address).await;
+            Err(LoginRefusal::Throttled(e))
+        }
+    }
+}
 
 /// Mails (verification or password reset, asked for or sent at sign-up) per address: 2 a
 /// minute, 5 an hour, 10 a day.

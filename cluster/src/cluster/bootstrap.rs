@@ -24,6 +24,7 @@ use crate::replicas::{ReadService, Replicas};
 use crate::rpc::router::PeerRouter;
 use crate::storage::keys::NODE_IDENTITY;
 use crate::storage::Store;
+use crate::tls::PeerTls;
 
 /// What a node keeps about itself, in the default column family.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -71,7 +72,7 @@ impl Cluster {
                 };
                 (settings, true, None)
             }
-            (None, Bootstrap::Join { addr }) => (fetch_settings(addr).await?, false, Some(addr.clone())),
+            (None, Bootstrap::Join { addr }) => (fetch_settings(addr, opts.peer_tls.as_ref()).await?, false, Some(addr.clone())),
             (None, Bootstrap::Resume) => {
                 return Err(Error::InvalidOperation(
                     "the data dir holds no cluster: start the first node with --init, others with --join".into(),
@@ -86,7 +87,7 @@ impl Cluster {
             store.put_default_synced(NODE_IDENTITY, &serde_json::to_vec(&id)?)?;
         }
 
-        let router = PeerRouter::new(opts.rpc_source_ip);
+        let router = PeerRouter::new(opts.rpc_source_ip, opts.peer_tls.clone());
         router.learn(opts.node_id, &opts.rpc_addr);
         let replicas = Replicas::open(
             opts.node_id,
@@ -126,6 +127,7 @@ impl Cluster {
                 options: opts,
                 tasks: Mutex::new(Vec::new()),
                 apply_watch: Default::default(),
+                shared_secret: Default::default(),
             }),
         };
         cluster.spawn(crate::peer_service::serve(
@@ -133,6 +135,7 @@ impl Cluster {
             Arc::new(cluster.clone()),
             files.clone(),
             listener,
+            cluster.inner.options.peer_tls.clone(),
         ));
         if fresh_init {
             initialize_groups(&replicas, &cluster.inner.options.rpc_addr).await?;
@@ -171,10 +174,17 @@ async fn initialize_groups(replicas: &Replicas, rpc_addr: &str) -> Result<()> {
 
 /// Asks a member of the cluster to join for the cluster's settings, retrying for a while (the
 /// member may itself be starting).
-async fn fetch_settings(addr: &str) -> Result<ClusterSettings> {
+async fn fetch_settings(addr: &str, tls: Option<&Arc<PeerTls>>) -> Result<ClusterSettings> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        match PeerRouter::admin_at(addr, &AdminRequest::ClusterInfo, Duration::from_secs(2)).await {
+        match PeerRouter::admin_at(
+            addr,
+            &AdminRequest::ClusterInfo,
+            Duration::from_secs(2),
+            tls,
+        )
+        .await
+        {
             Ok(AdminResponse::ClusterInfo { settings, .. }) => return Ok(settings),
             Ok(other) => return Err(Error::Internal(format!("unexpected answer {other:?}"))),
             Err(e) if Instant::now() >= deadline => {
@@ -197,6 +207,7 @@ async fn register_self(cluster: Cluster, join_addr: Option<String>) {
         rpc_addr: opts.rpc_addr.clone(),
         http_addr: opts.http_addr.clone(),
         state: NodeState::Active,
+        plaintext: opts.peer_tls.is_none(),
     };
     let mut attempt = 0u32;
     loop {
@@ -213,11 +224,14 @@ async fn register_self(cluster: Cluster, join_addr: Option<String>) {
             return;
         }
         let result = match &join_addr {
-            Some(addr) if current.is_none() => {
-                PeerRouter::admin_at(addr, &AdminRequest::Join(wanted), Duration::from_secs(10))
-                    .await
-                    .map(|_| ())
-            }
+            Some(addr) if current.is_none() => PeerRouter::admin_at(
+                addr,
+                &AdminRequest::Join(wanted),
+                Duration::from_secs(10),
+                opts.peer_tls.as_ref(),
+            )
+            .await
+            .map(|_| ()),
             _ => {
                 let mut r = Ok(());
                 if !settings_known && join_addr.is_none() {
@@ -250,7 +264,13 @@ async fn register_self(cluster: Cluster, join_addr: Option<String>) {
     }
 }
 
-/// Sends an admin request to the node at the gRPC address `addr` (for tools and tests).
-pub async fn admin_at(addr: &str, req: AdminRequest, timeout: Duration) -> Result<AdminResponse> {
-    PeerRouter::admin_at(addr, &req, timeout).await
+/// Sends an admin request to the node at the gRPC address `addr` (for tools and tests), over
+/// mutual TLS with `tls` (an admin's certificate).
+pub async fn admin_at(
+    addr: &str,
+    req: AdminRequest,
+    timeout: Duration,
+    tls: Option<&Arc<PeerTls>>,
+) -> Result<AdminResponse> {
+    PeerRouter::admin_at(addr, &req, timeout, tls).await
 }

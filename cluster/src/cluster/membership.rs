@@ -35,6 +35,9 @@ impl Cluster {
                 Ok(AdminResponse::Done)
             }
             AdminRequest::Status => Ok(AdminResponse::Status(self.status())),
+            AdminRequest::SharedSecret => Ok(AdminResponse::SharedSecret(
+                self.inner.shared_secret.get().cloned(),
+            )),
             AdminRequest::Digest => Ok(AdminResponse::Digests(self.digests().await?)),
             AdminRequest::Compact => {
                 self.compact().await;

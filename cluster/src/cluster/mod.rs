@@ -76,6 +76,8 @@ pub struct ClusterOptions {
     /// The S3-compatible bucket files' bytes go to instead of copies on the nodes
     /// (`--files-backend`).
     pub files_bucket: Option<crate::files::bucket::BucketOptions>,
+    /// Mutual TLS of the links to and from peers (None: plaintext; decisions/0031).
+    pub peer_tls: Option<Arc<crate::tls::PeerTls>>,
 }
 
 struct Inner {
@@ -85,6 +87,8 @@ struct Inner {
     options: ClusterOptions,
     tasks: Mutex<Vec<JoinHandle<()>>>,
     apply_watch: crate::health::ApplyWatch,
+    /// The secret the nodes share outside the replicated state, once the node crate set it.
+    shared_secret: std::sync::OnceLock<Vec<u8>>,
 }
 
 /// A running node of the cluster (cheap to clone).
@@ -124,9 +128,47 @@ impl Cluster {
 
     /// Whether this node's groups can serve (halted, leaderless and stuck groups named).
     pub fn health(&self) -> crate::health::Health {
+        let election = Duration::from_millis(self.inner.options.tuning.election_max_ms);
         self.inner
             .apply_watch
-            .assess(&self.status(), std::time::Instant::now())
+            .assess(&self.status(), std::time::Instant::now(), election)
+    }
+
+    /// Sets the secret this node hands to peers that ask for it (`AdminRequest::SharedSecret`;
+    /// the first one set stays).
+    pub fn set_shared_secret(&self, secret: Vec<u8>) {
+        let _ = self.inner.shared_secret.set(secret);
+    }
+
+    /// Asks the cluster's other members for their shared secret; the first answer, if any
+    /// member has one.
+    pub async fn fetch_shared_secret(&self, also: Option<&str>) -> Option<Vec<u8>> {
+        let me = self.node_id();
+        let mut addrs: Vec<String> = self
+            .local_nodes()
+            .into_iter()
+            .filter(|n| n.id != me)
+            .map(|n| n.rpc_addr)
+            .collect();
+        addrs.extend(also.map(str::to_string));
+        for addr in addrs {
+            let asked = crate::rpc::router::PeerRouter::admin_at(
+                &addr,
+                &crate::admin::AdminRequest::SharedSecret,
+                Duration::from_secs(3),
+                self.peer_tls(),
+            )
+            .await;
+            if let Ok(crate::admin::AdminResponse::SharedSecret(Some(secret))) = asked {
+                return Some(secret);
+            }
+        }
+        None
+    }
+
+    /// The mutual TLS of this node's peer links, to reload on SIGHUP (None: plaintext).
+    pub fn peer_tls(&self) -> Option<&Arc<crate::tls::PeerTls>> {
+        self.inner.options.peer_tls.as_ref()
     }
 
     fn spawn(&self, fut: impl std::future::Future<Output = ()> + Send + 'static) {

@@ -19,6 +19,7 @@ use crate::rpc::pb::{CopyChunk, CopyMessage, Reply};
 
 pub struct FileServiceImpl {
     pub(super) files: Files,
+    pub(super) auth: super::authorize::PeerAuth,
 }
 
 type ReplyStream = Pin<Box<dyn Stream<Item = std::result::Result<Reply, Status>> + Send>>;
@@ -62,6 +63,7 @@ impl FileService for FileServiceImpl {
         &self,
         request: Request<Streaming<CopyChunk>>,
     ) -> std::result::Result<Response<ReplyStream>, Status> {
+        self.auth.node(&request, "write file copies")?;
         let mut input = request.into_inner();
         let copies = self.files.copies().clone();
         let (tx, rx) = mpsc::channel(2);
@@ -78,6 +80,7 @@ impl FileService for FileServiceImpl {
         &self,
         request: Request<CopyMessage>,
     ) -> std::result::Result<Response<ChunkStream>, Status> {
+        self.auth.node(&request, "read file copies")?;
         let req: CopyRequest = decode(&request.get_ref().payload)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let CopyRequest::Get { id, offset, len } = req else {

@@ -26,6 +26,7 @@ pub trait AdminHandler: Send + Sync + 'static {
 pub struct NodeServiceImpl {
     pub(super) replicas: Replicas,
     pub(super) admin: Arc<dyn AdminHandler>,
+    pub(super) auth: super::authorize::PeerAuth,
 }
 
 type RpcResult = std::result::Result<Response<Reply>, Status>;
@@ -46,6 +47,7 @@ fn request_span<T>(req: &Request<T>) -> tracing::Span {
 #[tonic::async_trait]
 impl NodeService for NodeServiceImpl {
     async fn propose(&self, req: Request<GroupMessage>) -> RpcResult {
+        self.auth.node(&req, "propose")?;
         let span = request_span(&req);
         let msg = req.into_inner();
         let result = async {
@@ -61,6 +63,7 @@ impl NodeService for NodeServiceImpl {
     }
 
     async fn read(&self, req: Request<GroupMessage>) -> RpcResult {
+        self.auth.node(&req, "read")?;
         let span = request_span(&req);
         let msg = req.into_inner();
         let result = async {
@@ -87,6 +90,7 @@ impl NodeService for NodeServiceImpl {
         &self,
         req: Request<ChangesRequest>,
     ) -> std::result::Result<Response<PageStream>, Status> {
+        self.auth.node(&req, "follow changes")?;
         let r = req.into_inner();
         let group = GroupId::new(r.group);
         if !self.replicas.holds_member_replica(group) {
@@ -134,12 +138,11 @@ impl NodeService for NodeServiceImpl {
     }
 
     async fn admin(&self, req: Request<GroupMessage>) -> RpcResult {
-        let msg = req.into_inner();
-        let result = async {
-            let r: AdminRequest = decode(&msg.payload)?;
-            self.admin.handle(r).await
-        }
-        .await;
-        Ok(Response::new(reply(result)))
+        let r: AdminRequest = match decode(&req.get_ref().payload) {
+            Ok(r) => r,
+            Err(e) => return Ok(Response::new(reply::<AdminResponse>(Err(e)))),
+        };
+        self.auth.admin(&req, &r)?;
+        Ok(Response::new(reply(self.admin.handle(r).await)))
     }
 }

@@ -11,8 +11,9 @@ use openraft::raft::{
 use tokio::io::AsyncWriteExt;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::authorize::check_sender;
 use crate::error::{Error, Result};
-use crate::ids::GroupId;
+use crate::ids::{GroupId, NodeId};
 use crate::raft::{SnapshotMeta, TypeConfig, Vote};
 use crate::replicas::Replicas;
 use crate::rpc::convert::{decode, reply};
@@ -22,6 +23,7 @@ use crate::statemachine::SnapshotFile;
 
 pub struct RaftServiceImpl {
     pub(super) replicas: Replicas,
+    pub(super) auth: super::authorize::PeerAuth,
 }
 
 impl RaftServiceImpl {
@@ -41,6 +43,7 @@ impl RaftServiceImpl {
 
     async fn install_snapshot_stream(
         &self,
+        sender: Option<NodeId>,
         mut stream: Streaming<SnapshotChunk>,
     ) -> Result<openraft::raft::SnapshotResponse<TypeConfig>> {
         let first = stream
@@ -49,6 +52,7 @@ impl RaftServiceImpl {
             .ok_or_else(|| Error::InvalidOperation("empty snapshot stream".into()))?
             .map_err(|s| Error::Unavailable(s.message().to_string()))?;
         let (vote, meta): (Vote, SnapshotMeta) = decode(&first.header)?;
+        check_sender(sender, &vote)?;
         let group = GroupId::new(first.group);
         let raft = self.replicas.group(group)?;
         let path = self
@@ -99,14 +103,17 @@ impl RaftService for RaftServiceImpl {
         &self,
         req: Request<Streaming<RaftFrame>>,
     ) -> std::result::Result<Response<FrameStream>, Status> {
-        let answers = super::raft_stream::serve(self.replicas.clone(), req.into_inner());
+        let sender = self.auth.node(&req, "replicate")?;
+        let answers = super::raft_stream::serve(self.replicas.clone(), sender, req.into_inner());
         Ok(Response::new(Box::pin(answers)))
     }
 
     async fn append_entries(&self, req: Request<GroupMessage>) -> RpcResult {
+        let sender = self.auth.node(&req, "append entries")?;
         let msg = req.into_inner();
         let result = async {
             let rpc: AppendEntriesRequest<TypeConfig> = decode(&msg.payload)?;
+            check_sender(sender, &rpc.vote)?;
             let resp = self
                 .replicas
                 .group(GroupId::new(msg.group))?
@@ -124,10 +131,12 @@ impl RaftService for RaftServiceImpl {
     }
 
     async fn vote(&self, req: Request<GroupMessage>) -> RpcResult {
+        let sender = self.auth.node(&req, "ask for votes")?;
         let msg = req.into_inner();
         let result = async {
             self.vote_allowed()?;
             let rpc: VoteRequest<TypeConfig> = decode(&msg.payload)?;
+            check_sender(sender, &rpc.vote)?;
             self.replicas
                 .group(GroupId::new(msg.group))?
                 .vote(rpc)
@@ -139,10 +148,12 @@ impl RaftService for RaftServiceImpl {
     }
 
     async fn pre_vote(&self, req: Request<GroupMessage>) -> RpcResult {
+        let sender = self.auth.node(&req, "ask for votes")?;
         let msg = req.into_inner();
         let result = async {
             self.vote_allowed()?;
             let rpc: VoteRequest<TypeConfig> = decode(&msg.payload)?;
+            check_sender(sender, &rpc.vote)?;
             self.replicas
                 .group(GroupId::new(msg.group))?
                 .pre_vote(rpc)
@@ -154,9 +165,11 @@ impl RaftService for RaftServiceImpl {
     }
 
     async fn transfer_leader(&self, req: Request<GroupMessage>) -> RpcResult {
+        let sender = self.auth.node(&req, "transfer leadership")?;
         let msg = req.into_inner();
         let result = async {
             let rpc: TransferLeaderRequest<TypeConfig> = decode(&msg.payload)?;
+            check_sender(sender, rpc.from_leader())?;
             self.replicas
                 .group(GroupId::new(msg.group))?
                 .handle_transfer_leader(rpc)
@@ -168,7 +181,8 @@ impl RaftService for RaftServiceImpl {
     }
 
     async fn install_snapshot(&self, req: Request<Streaming<SnapshotChunk>>) -> RpcResult {
-        let result = self.install_snapshot_stream(req.into_inner()).await;
+        let sender = self.auth.node(&req, "install snapshots")?;
+        let result = self.install_snapshot_stream(sender, req.into_inner()).await;
         Ok(Response::new(reply(result)))
     }
 }

@@ -13,12 +13,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
-use openraft::raft::{StreamAppendError, StreamAppendResult};
+use openraft::raft::{AppendEntriesRequest, StreamAppendError, StreamAppendResult};
 use tokio::sync::mpsc;
 use tonic::{Status, Streaming};
 
+use super::authorize::check_sender;
 use crate::error::Error;
-use crate::ids::GroupId;
+use crate::ids::{GroupId, NodeId};
 use crate::raft::TypeConfig;
 use crate::replicas::Replicas;
 use crate::rpc::convert::{decode_raft, encode_raft};
@@ -65,6 +66,7 @@ fn failed(session: u64, group: GroupId, e: &Error) -> RaftEnvelope {
 /// Serves one replication stream: answers frames until the sender hangs up.
 pub(super) fn serve(
     replicas: Replicas,
+    sender: Option<NodeId>,
     mut inbound: Streaming<RaftFrame>,
 ) -> impl Stream<Item = Result<RaftFrame, Status>> + Send + 'static {
     let (out, out_rx) = mpsc::channel(LINK_QUEUE);
@@ -90,8 +92,7 @@ pub(super) fn serve(
                         tokio::spawn(run_session(
                             replicas.clone(),
                             raft.clone(),
-                            group,
-                            id,
+                            Session { group, id, sender },
                             rx,
                             out.clone(),
                         ));
@@ -130,14 +131,22 @@ pub(super) fn serve(
 
 /// Feeds one session's appends to its replica and sends the answers back in order, then
 /// `CLOSED` (or `FAILED` when an append could not be read or the replica stopped).
+/// One replication session of a stream: its group, its number, and the node that sent it
+/// (its certificate's, with peer TLS).
+struct Session {
+    group: GroupId,
+    id: u64,
+    sender: Option<NodeId>,
+}
+
 async fn run_session(
     replicas: Replicas,
     raft: crate::replicas::GroupRaft,
-    group: GroupId,
-    id: u64,
+    session: Session,
     rx: mpsc::Receiver<Received>,
     out: mpsc::Sender<Queued>,
 ) {
+    let Session { group, id, sender } = session;
     let bad: Arc<Mutex<Option<Error>>> = Arc::default();
     // When each append handed to the replica arrived and how long it had waited, in order:
     // answers come back in the same order.
@@ -147,7 +156,9 @@ async fn run_session(
         let (bad, arrivals) = (Arc::clone(&bad_input), Arc::clone(&arrivals_input));
         async move {
             let received = rx.recv().await?;
-            match decode_raft(&received.payload) {
+            let decoded = decode_raft::<AppendEntriesRequest<TypeConfig>>(&received.payload)
+                .and_then(|req| check_sender(sender, &req.vote).map(|()| req));
+            match decoded {
                 Ok(req) => {
                     if let Ok(mut a) = arrivals.lock() {
                         a.push_back((received.at, received.waited));

@@ -53,6 +53,30 @@ impl Replicas {
             .is_some_and(|r| r.state == NodeState::Removed)
     }
 
+    /// How long ago this node last heard from `group`'s leader: the last quorum answer when it
+    /// leads (nothing to hear for a group of one voter), else the leader's last append.
+    pub fn leader_heard(&self, group: GroupId) -> Option<std::time::Duration> {
+        let raft = self.group(group).ok()?;
+        let me = self.node_id();
+        let leads = {
+            let metrics = raft.metrics();
+            let m = metrics.borrow_watched();
+            if m.current_leader == Some(me) {
+                let alone = m.membership_config.membership().voter_ids().eq([me]);
+                Some(match alone {
+                    true => Some(std::time::Duration::ZERO),
+                    false => m.last_quorum_acked.as_ref().map(|acked| acked.elapsed()),
+                })
+            } else {
+                None
+            }
+        };
+        match leads {
+            Some(heard) => heard,
+            None => self.inner.contact.since(group),
+        }
+    }
+
     /// Whether this node's replica of `group` is current enough to answer a read alone (see
     /// the module documentation).
     pub fn replica_is_current(&self, group: GroupId) -> bool {

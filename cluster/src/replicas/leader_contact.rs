@@ -49,6 +49,12 @@ impl LeaderContact {
         Duration::from_secs(3).max((self.lease + self.heartbeat) * 2)
     }
 
+    /// How long ago this node last heard from `group`'s leader (`None`: never).
+    pub(super) fn since(&self, group: GroupId) -> Option<Duration> {
+        let last = self.last.get(group.get() as usize)?.load(Ordering::Relaxed);
+        (last > 0).then(|| (self.started + Duration::from_millis(last - 1)).elapsed())
+    }
+
     pub(super) fn within_lease(&self, group: GroupId) -> bool {
         let Some(last) = self
             .last

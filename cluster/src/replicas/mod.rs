@@ -500,6 +500,7 @@ impl Replicas {
                 .groups()
                 .map(|(g, raft)| GroupStatus {
                     current: self.replica_is_current(g),
+                    leader_heard_ms: self.leader_heard(g).map(|d| d.as_millis() as u64),
                     ..group_status(g, raft)
                 })
                 .collect(),
@@ -511,6 +512,7 @@ impl Replicas {
         let raft = self.group(group).ok()?;
         Some(GroupStatus {
             current: self.replica_is_current(group),
+            leader_heard_ms: self.leader_heard(group).map(|d| d.as_millis() as u64),
             ..group_status(group, raft)
         })
     }
@@ -593,6 +595,7 @@ fn group_status(group: GroupId, raft: &GroupRaft) -> GroupStatus {
         learners: membership.learner_ids().collect(),
         halted: m.running_state.as_ref().err().map(|e| e.to_string()),
         current: false,
+        leader_heard_ms: None,
     }
 }
 

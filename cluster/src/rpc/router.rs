@@ -22,6 +22,7 @@ use tokio::io::AsyncReadExt;
 use tonic::transport::{Channel, Endpoint};
 
 use super::convert::{from_reply, group_message, transport_error};
+use super::dial::TlsDialer;
 use super::pb::node_service_client::NodeServiceClient;
 use super::pb::raft_service_client::RaftServiceClient;
 use super::pb::{ChangesRequest, GroupMessage, Reply, SnapshotChunk};
@@ -33,6 +34,7 @@ use crate::error::{Error, Result};
 use crate::ids::{GroupId, NodeId, META_GROUP};
 use crate::raft::{TypeConfig, Vote};
 use crate::statemachine::SnapshotFile;
+use crate::tls::PeerTls;
 
 const SNAPSHOT_CHUNK_BYTES: usize = 1 << 20;
 /// Deadline of a forwarded proposal or read: longer than an election, so a forward that
@@ -94,9 +96,20 @@ pub struct PeerRouter {
     links: Arc<Mutex<HashMap<NodeId, Arc<tokio::sync::Mutex<Link>>>>>,
     /// Local address outgoing peer connections are made from (None: the system's choice).
     source_ip: Option<IpAddr>,
+    /// Mutual TLS of peer links (None: plaintext).
+    tls: Option<Arc<PeerTls>>,
 }
 
-fn channel_for_addr(addr: &str, source_ip: Option<IpAddr>) -> Result<Channel> {
+/// A lazily connected channel to the peer at `addr`: over mutual TLS with `tls`, verifying
+/// that the peer is `node` (any node of the cluster's CA when `None`), else in plaintext.
+fn channel_for_addr(
+    addr: &str,
+    node: Option<NodeId>,
+    source_ip: Option<IpAddr>,
+    tls: Option<&Arc<PeerTls>>,
+) -> Result<Channel> {
+    // The scheme stays http: TLS is the connector's business (tonic's own would need its
+    // static configuration).
     let endpoint = Endpoint::from_shared(format!("http://{addr}"))
         .map_err(|e| Error::InvalidOperation(format!("bad peer address {addr:?}: {e}")))?
         .local_address(source_ip)
@@ -104,7 +117,15 @@ fn channel_for_addr(addr: &str, source_ip: Option<IpAddr>) -> Result<Channel> {
         .tcp_nodelay(true)
         .http2_keep_alive_interval(Duration::from_secs(5))
         .keep_alive_timeout(Duration::from_secs(5));
-    Ok(endpoint.connect_lazy())
+    Ok(match tls {
+        Some(tls) => endpoint.connect_with_connector_lazy(TlsDialer {
+            tls: Arc::clone(tls),
+            name: crate::tls::peer::server_name(node)
+                .map_err(|e| Error::InvalidOperation(e.to_string()))?,
+            source_ip,
+        }),
+        None => endpoint.connect_lazy(),
+    })
 }
 
 fn with_timeout<T>(msg: T, timeout: Duration) -> tonic::Request<T> {
@@ -118,11 +139,12 @@ fn unreachable(e: impl std::fmt::Display) -> Unreachable<TypeConfig> {
 }
 
 impl PeerRouter {
-    pub fn new(source_ip: Option<IpAddr>) -> Self {
+    pub fn new(source_ip: Option<IpAddr>, tls: Option<Arc<PeerTls>>) -> Self {
         PeerRouter {
             peers: Arc::default(),
             links: Arc::default(),
             source_ip,
+            tls,
         }
     }
 
@@ -134,8 +156,8 @@ impl PeerRouter {
         if peers.get(&node).is_some_and(|p| p.addr == addr) {
             return;
         }
-        let channels = channel_for_addr(addr, self.source_ip)
-            .and_then(|ch| Ok((ch, channel_for_addr(addr, self.source_ip)?)));
+        let open = || channel_for_addr(addr, Some(node), self.source_ip, self.tls.as_ref());
+        let channels = open().and_then(|ch| Ok((ch, open()?)));
         match channels {
             Ok((channel, bulk)) => {
                 // A stream to the old address goes with it.
@@ -353,14 +375,16 @@ impl PeerRouter {
         }
     }
 
-    /// Sends an admin request to the node at `addr`.
+    /// Sends an admin request to the node at `addr` (over mutual TLS with `tls`, to whichever
+    /// node of the cluster's CA answers there).
     pub async fn admin_at(
         addr: &str,
         req: &AdminRequest,
         timeout: Duration,
+        tls: Option<&Arc<PeerTls>>,
     ) -> Result<AdminResponse> {
         Self::node_call(
-            channel_for_addr(addr, None)?,
+            channel_for_addr(addr, None, None, tls)?,
             NodeRpc::Admin,
             group_message(META_GROUP, req)?,
             timeout,

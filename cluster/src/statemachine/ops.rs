@@ -183,8 +183,10 @@ fn relation_value(class_name: &str, members: Vec<String>) -> Value {
     serde_json::json!({"__type": "Relation", "className": class_name, "objects": members})
 }
 
-/// Adds two JSON numbers: exact for integers, which stay signed 64-bit (a sum outside that
-/// range is an error, never a float), floating otherwise.
+/// Adds `b` to the stored number `a`: exact for integers, which stay signed 64-bit (a sum
+/// outside that range is an error, never a float), floating otherwise — but a stored integer
+/// never leaves the signed 64-bit range by a floating amount either (`i64::MAX` + 1e308 is an
+/// overflow, not the float 1e308).
 fn add_numbers(a: &Number, b: &Number, name: &str) -> Result<Number> {
     let overflow = || {
         Error::InvalidValue(format!(
@@ -198,6 +200,11 @@ fn add_numbers(a: &Number, b: &Number, name: &str) -> Result<Number> {
         return x.checked_add(y).map(Number::from).ok_or_else(overflow);
     }
     let sum = a.as_f64().unwrap_or(0.0) + b.as_f64().unwrap_or(0.0);
+    // 2^63 as f64: every f64 at or above it (or below -2^63) lies outside i64.
+    const LIMIT: f64 = 9_223_372_036_854_775_808.0;
+    if !a.is_f64() && !(-LIMIT..LIMIT).contains(&sum) {
+        return Err(overflow());
+    }
     Number::from_f64(sum).ok_or_else(|| Error::InvalidValue(format!("{name}: Increment overflows")))
 }
 
@@ -278,6 +285,31 @@ mod tests {
             )
             .unwrap(),
             json!({"n": 1.5})
+        );
+        // A floating amount does not carry an integer out of range either.
+        for (start, amount) in [
+            (json!(i64::MAX), json!(1e308)),
+            (json!(5), json!(1e19)),
+            (json!(i64::MIN), json!(-1e6)),
+        ] {
+            let e = run(
+                json!({"n": start}),
+                json!({"n": {"__op": "Increment", "amount": amount}}),
+            )
+            .unwrap_err();
+            assert!(
+                matches!(e, Error::InvalidValue(_)),
+                "{start} + {amount}: {e:?}"
+            );
+        }
+        // A floating field stays floating.
+        assert_eq!(
+            run(
+                json!({"n": 1e300}),
+                json!({"n": {"__op": "Increment", "amount": 1}})
+            )
+            .unwrap(),
+            json!({"n": 1e300})
         );
     }
 

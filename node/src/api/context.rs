@@ -63,6 +63,9 @@ pub struct Shared {
     pub functions: crate::functions::runner::Runner,
     /// What realtime connections work with (this node's hub among them).
     pub realtime: crate::realtime::connection::Services,
+    /// The bearer token operator routes (`/metrics`) ask of callers (`--metrics-token`);
+    /// without one they answer only callers on the node's own machine.
+    pub metrics_token: Option<String>,
 }
 
 /// What the API hands work to besides the cluster: the services outside the node it talks to,
@@ -74,6 +77,13 @@ pub struct Outside {
     pub functions: crate::functions::runner::Runner,
 }
 
+/// What bounds clients of the node: per-IP limits, and the token of operator routes.
+pub struct Guards {
+    pub ip_limits: crate::throttle::IpLimits,
+    /// `--metrics-token`.
+    pub metrics_token: Option<String>,
+}
+
 impl AppState {
     pub fn new(
         cluster: Cluster,
@@ -82,7 +92,7 @@ impl AppState {
         outside: Outside,
         public_url: String,
         files: crate::files::FilesConfig,
-        ip_limits: crate::throttle::IpLimits,
+        guards: Guards,
     ) -> Self {
         let roles: Arc<crate::users::roles::RoleGraphs> = Default::default();
         let realtime = crate::realtime::connection::Services {
@@ -99,13 +109,36 @@ impl AppState {
             sms: outside.sms,
             public_url,
             files,
-            limiter: crate::throttle::IpLimiter::new(ip_limits),
+            limiter: crate::throttle::IpLimiter::new(guards.ip_limits),
             identity: outside.identity,
             roles,
             images: Default::default(),
             functions: outside.functions,
             realtime,
+            metrics_token: guards.metrics_token,
         }))
+    }
+}
+
+/// Middleware of operator routes (`/metrics`): the bearer token of `--metrics-token` when the
+/// node has one, else a caller on the node's own machine (a loopback peer address; a reverse
+/// proxy on the same machine makes every client one: give a token then). Refused: 401.
+pub async fn require_operator(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let allowed = match &state.metrics_token {
+        Some(token) => req
+            .headers()
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .is_some_and(|sent| crate::auth::same_secret(sent.trim(), token)),
+        None => req
+            .extensions()
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .is_some_and(|c| c.0.ip().is_loopback()),
+    };
+    match allowed {
+        true => next.run(req).await,
+        false => ApiError::Unauthorized.into_response(),
     }
 }
 
@@ -203,7 +236,7 @@ impl FromRequestParts<AppState> for ConsoleAccount {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        use crate::throttle::{self, ClientIp, IpKind, LOGIN_WINDOWS};
+        use crate::throttle::{self, ClientIp, IpKind};
         let Ok(ClientIp(ip)) = ClientIp::from_request_parts(parts, state).await;
         let email = header(&parts.headers, &state.headers.email).ok_or(ApiError::Unauthorized)?;
         let password =
@@ -219,12 +252,19 @@ impl FromRequestParts<AppState> for ConsoleAccount {
             .take(IpKind::Login, ip)
             .map_err(console_throttled)?;
         let key = format!("console/{}", email.to_lowercase());
-        let attempt = throttle::take(&state.cluster, "console login", &key, &LOGIN_WINDOWS)
+        // A console account has no captcha: past its cluster-wide allowance only the addresses
+        // it logged in from lately may try (`throttle::take_login`).
+        let attempt = throttle::take_login(&state.cluster, "console login", &key, ip, false)
             .await
-            .map_err(console_throttled)?;
+            .map_err(|refusal| match refusal {
+                throttle::LoginRefusal::Throttled(e) => console_throttled(e),
+                throttle::LoginRefusal::ProofNeeded => ApiError::ConsoleThrottled {
+                    retry_after_secs: 900,
+                },
+            })?;
         if crate::apps::verify_account(&state.cluster, email, password).await? {
             state.limiter.refund(IpKind::Login, ip);
-            throttle::give_back(&state.cluster, attempt).await;
+            attempt.succeeded(&state.cluster).await;
             Ok(ConsoleAccount {
                 email: email.to_string(),
             })

@@ -128,7 +128,7 @@ pub enum ApiError {
     UnknownTemplate(String),
     #[error("captcha code incorrect, or the captcha expired or was used.")]
     CaptchaFailed,
-    #[error("this template needs a validate_token from verifyCaptcha.")]
+    #[error("a validate_token from verifyCaptcha is needed (the SMS template asks for one, or the account failed too many logins).")]
     CaptchaRequired,
     #[error("the app name must be shorter than 30 characters.")]
     AppNameTooLong,
@@ -215,9 +215,10 @@ pub enum ApiError {
     /// A function threw, timed out or ran out of memory (310).
     #[error("{0}")]
     FunctionFailed(String),
-    /// A trigger refused a write with its own code.
+    /// A function or trigger failed with its own `Basalt.Error`'s code (a trigger refusing a
+    /// write, a called function throwing).
     #[error("{message}")]
-    TriggerRefused { code: u32, message: String },
+    ThrownWithCode { code: u32, message: String },
     #[error("not found")]
     RouteNotFound,
     #[error("method not allowed")]
@@ -381,7 +382,7 @@ impl ApiError {
             ApiError::FileSessionRequired(_) => 206,
             ApiError::FunctionNotFound(_) => 311,
             ApiError::FunctionFailed(_) => 310,
-            ApiError::TriggerRefused { code, .. } => *code,
+            ApiError::ThrownWithCode { code, .. } => *code,
             ApiError::RouteNotFound => 404,
             ApiError::MethodNotAllowed => 405,
             ApiError::Unavailable(_) | ApiError::Timeout(_) | ApiError::Overloaded(_) => 503,
@@ -475,7 +476,7 @@ impl ApiError {
             | ApiError::NoVideoFrame(_)
             | ApiError::FileSessionRequired(_)
             | ApiError::FunctionFailed(_)
-            | ApiError::TriggerRefused { .. } => StatusCode::BAD_REQUEST,
+            | ApiError::ThrownWithCode { .. } => StatusCode::BAD_REQUEST,
         }
     }
 
@@ -663,6 +664,7 @@ impl From<AppsError> for ApiError {
             e @ AppsError::Corrupt(_) => ApiError::fault("reading an app", e),
             AppsError::Cluster(e) => e.into(),
             AppsError::Password(e) => e.into(),
+            e @ AppsError::Secrets(_) => ApiError::fault("opening an app's secrets", e),
         }
     }
 }
@@ -712,6 +714,7 @@ impl From<UsersError> for ApiError {
             UsersError::Password(e) => e.into(),
             UsersError::Sms(e) => e.into(),
             UsersError::Throttle(e) => e.into(),
+            UsersError::CaptchaRequired => ApiError::CaptchaRequired,
             UsersError::Cluster(e) => e.into(),
         }
     }
@@ -941,7 +944,7 @@ mod tests {
             ApiError::PushTimePast(_) => 81,
             ApiError::FunctionNotFound(_) => 82,
             ApiError::FunctionFailed(_) => 83,
-            ApiError::TriggerRefused { .. } => 84,
+            ApiError::ThrownWithCode { .. } => 84,
         }
     }
 
@@ -1033,7 +1036,7 @@ mod tests {
             (ApiError::FunctionNotFound("x".into()), 404, 311),
             (ApiError::FunctionFailed("x".into()), 400, 310),
             (
-                ApiError::TriggerRefused {
+                ApiError::ThrownWithCode {
                     code: 142,
                     message: "x".into(),
                 },

@@ -18,10 +18,10 @@ use super::context::{ApiBody, AppState, RequestCtx};
 use super::error::{closing, ApiError, DRAIN_BYTES};
 use crate::apps::{find_app, FileDelete};
 use crate::auth::PendingSignature;
-use crate::files::links;
 use crate::files::{
     drain, multipart_file, store, url_of, FileRef, FilesError, UploadName, Uploader,
 };
+use crate::files::{links, serving};
 use crate::images::ops::{Mark, Op, Pipeline, Watermark};
 use crate::images::render::Rendered;
 use crate::images::ImageError;
@@ -53,7 +53,7 @@ const BATCH_DELETES_AT_ONCE: usize = 8;
 fn uploaded(state: &AppState, record: &FileRecord) -> Json<Value> {
     Json(json!({
         "filename": record.filename,
-        "url": url_of(&state.public_url, &record.cdn, &record.path),
+        "url": url_of(state.files.base(&state.public_url), &record.cdn, &record.path),
         "cdn": record.cdn,
     }))
 }
@@ -160,7 +160,11 @@ pub async fn video_snapshot(
     };
     let config = state.files.for_app(ctx.app.max_file_mb);
     let shot = snapshot(&state.cluster, &config, req, who).await?;
-    let url = url_of(&state.public_url, &shot.record.cdn, &shot.record.path);
+    let url = url_of(
+        state.files.base(&state.public_url),
+        &shot.record.cdn,
+        &shot.record.path,
+    );
     Ok(Json(json!({
         "status_code": 200,
         "message": "ok",
@@ -224,7 +228,11 @@ pub async fn signed_urls(
             .ok_or_else(not_found)?;
         let query = links::signed_query(&ctx.app.master_key, &record.path, deadline)
             .map_err(FilesError::from)?;
-        let url = url_of(&state.public_url, &record.cdn, &record.path);
+        let url = url_of(
+            state.files.base(&state.public_url),
+            &record.cdn,
+            &record.path,
+        );
         results.push(Value::String(format!("{url}?{query}")));
     }
     Ok(Json(json!({"results": results})))
@@ -425,7 +433,8 @@ pub async fn download(
         }
     }
     let etag = format!("\"{}\"", record.md5);
-    let mut resp = Response::builder()
+    let own_origin = serving::on_files_origin(state.files.origin.as_deref(), &headers);
+    let mut resp = serving::guard(Response::builder(), &record.content_type, own_origin, &name)
         .header(header::ETAG, &etag)
         .header(header::CACHE_CONTROL, &cache_control)
         .header(header::ACCEPT_RANGES, "bytes")
@@ -497,7 +506,7 @@ fn processed(
 ) -> Result<Response, ApiError> {
     let query_md5 = md5::Md5::digest(query.as_bytes());
     let etag = format!("\"{}-{:x}\"", record.md5, query_md5);
-    let resp = Response::builder()
+    let resp = serving::guard(Response::builder(), image.format.content_type(), false, "")
         .header(header::ETAG, &etag)
         .header(header::CACHE_CONTROL, cache_control);
     if matches_etag(headers, &etag) {

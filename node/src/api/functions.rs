@@ -134,6 +134,22 @@ pub fn scheduled(state: AppState) -> Invoke {
     })
 }
 
+/// A directly called function's failure: the code of a `Basalt.Error` its own code threw,
+/// else as [`failed`] (310 for what it threw without a code, or a data API call's refusal it
+/// did not catch).
+fn call_failed(e: RunError) -> ApiError {
+    match e {
+        RunError::Thrown(t) if t.own => match t.code.and_then(|c| u32::try_from(c).ok()) {
+            Some(code) if code > 0 => ApiError::ThrownWithCode {
+                code,
+                message: t.message,
+            },
+            _ => failed(RunError::Thrown(t)),
+        },
+        e => failed(e),
+    }
+}
+
 /// The API's answer for a function that gave no result.
 pub fn failed(e: RunError) -> ApiError {
     match e {
@@ -207,7 +223,7 @@ pub async fn call_function(
     });
     let result = invoke(&state, &ctx, depth.0, false, &function, request)
         .await
-        .map_err(failed)?;
+        .map_err(call_failed)?;
     Ok(Json(json!({ "result": result })))
 }
 

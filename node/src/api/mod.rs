@@ -34,7 +34,7 @@ use axum::middleware::from_fn_with_state;
 use axum::routing::{MethodFilter, MethodRouter};
 use axum::Router;
 
-use context::{require_app, require_master, AppState};
+use context::{require_app, require_master, require_operator, AppState};
 
 /// Who may call a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,8 +47,11 @@ pub enum Access {
     Console,
     /// The token in the path (emailed links, captcha pictures).
     Link,
-    /// Anyone (health and metrics).
+    /// Anyone (health, files, realtime handshakes).
     Open,
+    /// The node's operator: `--metrics-token` as a bearer token, or without one a caller on
+    /// the node's own machine (`require_operator`).
+    Operator,
 }
 
 /// One path of the table: its access, and each method with the name of its handler.
@@ -159,7 +162,7 @@ pub fn table() -> Vec<Route<AppState>> {
         route!(Open, "/<cdn>/{year}/{month}/{day}/{name}", GET => files::download),
         // Operations (not part of the spec).
         route!(Open, "/health", GET => ops::health),
-        route!(Open, "/metrics", GET => ops::metrics),
+        route!(Operator, "/metrics", GET => ops::metrics),
     ]
 }
 
@@ -172,17 +175,20 @@ pub fn path_with_cdn(path: &str, cdn: &str) -> String {
 /// answered by `ops`.
 pub fn routes(state: AppState) -> Router {
     let (mut app, mut master, mut other) = (Router::new(), Router::new(), Router::new());
+    let mut operator = Router::new();
     for r in table() {
         let path = path_with_cdn(r.path, &state.files.cdn);
         match r.access {
             Access::App => app = app.route(&path, r.router),
             Access::Master => master = master.route(&path, r.router),
+            Access::Operator => operator = operator.route(&path, r.router),
             Access::Console | Access::Link | Access::Open => other = other.route(&path, r.router),
         }
     }
     Router::new()
         .merge(app.route_layer(from_fn_with_state(state.clone(), require_app)))
         .merge(master.route_layer(from_fn_with_state(state.clone(), require_master)))
+        .merge(operator.route_layer(from_fn_with_state(state.clone(), require_operator)))
         .merge(other)
         .fallback(ops::not_found)
         .method_not_allowed_fallback(ops::method_not_allowed)
@@ -372,7 +378,7 @@ mod tests {
             ("GET", "/1/push", "push::query_push_statuses App"),
             ("GET", "/1/push/p1", "push::get_push_status Master"),
             ("GET", "/health", "ops::health Open"),
-            ("GET", "/metrics", "ops::metrics Open"),
+            ("GET", "/metrics", "ops::metrics Operator"),
         ];
         for (method, url, expected) in rows {
             assert_eq!(

@@ -30,6 +30,18 @@ pub fn install_metrics_recorder() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The members whose peer links are plaintext (loopback without certificates, or
+/// `--insecure`): while there is one, the cluster is insecure.
+fn plaintext_members(state: &AppState) -> Vec<u64> {
+    state
+        .cluster
+        .local_nodes()
+        .into_iter()
+        .filter(|n| n.plaintext && n.state == basalt_cluster::admin::NodeState::Active)
+        .map(|n| n.id.get())
+        .collect()
+}
+
 pub async fn health(State(state): State<AppState>) -> impl IntoResponse {
     let status = state.cluster.status();
     let health = state.cluster.health();
@@ -55,7 +67,14 @@ pub async fn health(State(state): State<AppState>) -> impl IntoResponse {
         "groupsWithLeader": health.with_leader,
         "problems": health.problems,
         "leaderOf": status.groups.iter().filter(|g| g.hosts(me) && g.leader == Some(me)).map(|g| g.group).collect::<Vec<_>>(),
+        "peerTls": state.cluster.peer_tls().is_some(),
     });
+    let mut body = body;
+    let plaintext = plaintext_members(&state);
+    if !plaintext.is_empty() || state.cluster.peer_tls().is_none() {
+        body["insecure"] = json!(true);
+        body["plaintextMembers"] = json!(plaintext);
+    }
     (code, Json(body))
 }
 
@@ -101,6 +120,8 @@ pub async fn metrics(State(state): State<AppState>) -> Result<String, ApiError> 
         });
     }
     metrics::gauge!("basalt_unhealthy_groups").set(health.problems.len() as f64);
+    let insecure = state.cluster.peer_tls().is_none() || !plaintext_members(&state).is_empty();
+    metrics::gauge!("basalt_cluster_insecure").set(if insecure { 1.0 } else { 0.0 });
     metrics::gauge!("basalt_storage_bytes").set(state.cluster.storage_bytes() as f64);
     PROMETHEUS
         .get()

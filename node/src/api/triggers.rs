@@ -51,7 +51,7 @@ pub fn none_for(state: &AppState, ctx: &RequestCtx, class: &str, events: &[Trigg
 fn refused(e: RunError) -> ApiError {
     match e {
         RunError::Thrown(t) => match t.code.and_then(|c| u32::try_from(c).ok()) {
-            Some(code) if code > 0 => ApiError::TriggerRefused {
+            Some(code) if code > 0 => ApiError::ThrownWithCode {
                 code,
                 message: t.message,
             },
@@ -133,7 +133,7 @@ pub async fn before_save(
             (Value::Object(o), _) => o.clone(),
             (_, Value::Object(o)) => o.clone(),
             _ => {
-                return Err(ApiError::TriggerRefused {
+                return Err(ApiError::ThrownWithCode {
                     code: 310,
                     message: format!(
                         "beforeSave {} left request.object without an object",

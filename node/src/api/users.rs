@@ -141,7 +141,7 @@ async fn log_in(
     p: LoginParams,
 ) -> Result<Value, ApiError> {
     state.limiter.take(IpKind::Login, ip)?;
-    let outcome = login::log_in(&state.cluster, &ctx.app.application_id, p).await;
+    let outcome = login::log_in(&state.cluster, &ctx.app.application_id, p, ip).await;
     if outcome.is_ok() {
         state.limiter.refund(IpKind::Login, ip);
     }

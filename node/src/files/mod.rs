@@ -5,6 +5,7 @@
 //! business; the handlers are `api::files`.
 
 pub mod links;
+pub mod serving;
 
 use std::time::Duration;
 
@@ -26,6 +27,17 @@ pub struct FilesConfig {
     pub idle: Duration,
     /// The ffmpeg program video snapshots run (`--ffmpeg`).
     pub ffmpeg: String,
+    /// The base url of files' urls when they are served from an origin of their own
+    /// (`--files-public-url`): only requests to that host get active types (HTML, SVG, ...)
+    /// inline; elsewhere they are attachments in a sandbox (`serving`).
+    pub origin: Option<String>,
+}
+
+impl FilesConfig {
+    /// The base of files' urls: their own origin, else the API's `public_url`.
+    pub fn base<'a>(&'a self, public_url: &'a str) -> &'a str {
+        self.origin.as_deref().unwrap_or(public_url)
+    }
 }
 
 /// Why a file request failed; `api::error` gives each its code.

@@ -312,11 +312,9 @@ async fn run_tick(
             "error"
         }
     };
-    metrics::counter!(
-        "basalt_function_scheduled_runs_total",
-        "app" => app.to_string(), "function" => name.clone(), "outcome" => outcome_label
-    )
-    .increment(1);
+    let mut labels = super::metric_labels(app, &name);
+    labels.push(("outcome", outcome_label.to_string()));
+    metrics::counter!("basalt_function_scheduled_runs_total", &labels).increment(1);
     let k = key(app, &name);
     match record_end(cluster, &k, &claimed, &done, 10).await {
         true => None,

@@ -42,6 +42,10 @@ pub struct Limits {
 pub struct Thrown {
     pub code: Option<i64>,
     pub message: String,
+    /// Made by the function's own code (`throw new Basalt.Error(code, …)`, or any throw), not
+    /// a host call's refusal or a check of the data API's arguments that it did not catch: a
+    /// directly called function fails with its own error's code, else 310.
+    pub own: bool,
 }
 
 /// Why an invocation gave no result.
@@ -493,6 +497,7 @@ fn js_to_json<'js>(ctx: &Ctx<'js>, v: Value<'js>) -> Result<Json, RunError> {
                 RunError::Thrown(Thrown {
                     code: None,
                     message: format!("the function's result is not valid JSON: {e}"),
+                    own: false,
                 })
             })
         }
@@ -511,6 +516,7 @@ fn thrown<'js>(ctx: &Ctx<'js>, e: &CaughtError<'js>) -> RunError {
         CaughtError::Error(rquickjs::Error::Allocation) => RunError::Thrown(Thrown {
             code: None,
             message: "out of memory".into(),
+            own: false,
         }),
         CaughtError::Error(e) => RunError::Engine(e.to_string()),
         CaughtError::Exception(x) => {
@@ -518,6 +524,7 @@ fn thrown<'js>(ctx: &Ctx<'js>, e: &CaughtError<'js>) -> RunError {
             RunError::Thrown(Thrown {
                 code: o.get::<_, Option<i64>>("code").ok().flatten(),
                 message: x.message().unwrap_or_else(|| "error".into()),
+                own: !from_host(o),
             })
         }
         CaughtError::Value(v) => {
@@ -529,9 +536,16 @@ fn thrown<'js>(ctx: &Ctx<'js>, e: &CaughtError<'js>) -> RunError {
                 .and_then(|o| o.get::<_, Option<String>>("message").ok().flatten())
                 .or_else(|| v.as_string().and_then(|s| s.to_string().ok()))
                 .unwrap_or_else(|| format!("{:?}", v.type_of()));
-            RunError::Thrown(Thrown { code, message })
+            let own = !v.as_object().is_some_and(from_host);
+            RunError::Thrown(Thrown { code, message, own })
         }
     }
+}
+
+/// Whether an error object was made by the prelude for a host call's refusal or a data API
+/// argument check (it carries a hidden `__host` mark), not by the function's own code.
+fn from_host(o: &rquickjs::Object<'_>) -> bool {
+    o.get::<_, Option<bool>>("__host").ok().flatten() == Some(true)
 }
 
 fn caught_message(e: &CaughtError<'_>) -> String {

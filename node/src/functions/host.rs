@@ -44,6 +44,7 @@ fn refused(code: i64, message: impl Into<String>) -> Thrown {
     Thrown {
         code: Some(code),
         message: message.into(),
+        own: false,
     }
 }
 
@@ -142,6 +143,7 @@ async fn data_request(dispatch: Dispatch, args: Value) -> Result<Value, Thrown> 
                     .as_i64()
                     .unwrap_or(i64::from(status.as_u16())),
             ),
+            own: false,
             message: answer["error"]
                 .as_str()
                 .unwrap_or("the request failed")

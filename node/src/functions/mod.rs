@@ -15,7 +15,27 @@ pub mod record;
 pub mod runner;
 pub mod settings;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use basalt_cluster::Error as ClusterError;
+
+/// Whether function metrics carry their app and function (`--metrics-per-app`).
+static PER_APP_METRICS: AtomicBool = AtomicBool::new(false);
+
+/// Labels function metrics with app and function from now on (set once at start).
+pub fn set_per_app_metrics(on: bool) {
+    PER_APP_METRICS.store(on, Ordering::Relaxed);
+}
+
+/// The labels of a function's metrics: its app and name only when the operator asked for
+/// them (they tell whoever reads `/metrics` which apps exist and what their functions are
+/// called), else none.
+pub fn metric_labels(app: &str, function: &str) -> Vec<(&'static str, String)> {
+    match PER_APP_METRICS.load(Ordering::Relaxed) {
+        true => vec![("app", app.to_string()), ("function", function.to_string())],
+        false => Vec::new(),
+    }
+}
 
 /// Why a function could not be deployed, found or run.
 #[derive(Debug, thiserror::Error)]

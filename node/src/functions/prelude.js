@@ -13,15 +13,20 @@
       this.code = code;
     }
   }
+  // An error of the data API itself (a refused call, a bad argument), marked so that an
+  // uncaught one fails a directly called function with 310 rather than its code.
+  function hostError(code, message) {
+    const e = new BasaltError(code === null ? undefined : code, message);
+    Object.defineProperty(e, "__host", { value: true });
+    return e;
+  }
   // How the host turns a refused call into the error the function catches.
-  Object.defineProperty(globalThis, "__error", {
-    value: (code, message) => new BasaltError(code === null ? undefined : code, message),
-  });
+  Object.defineProperty(globalThis, "__error", { value: hostError });
 
   const enc = encodeURIComponent;
   function classPath(className) {
     if (typeof className !== "string" || className === "") {
-      throw new BasaltError(103, "a class name is a non-empty string");
+      throw hostError(103, "a class name is a non-empty string");
     }
     switch (className) {
       case "_User": return "/1/users";
@@ -32,7 +37,7 @@
   }
   function objectPath(className, id) {
     if (typeof id !== "string" || id === "") {
-      throw new BasaltError(101, "an objectId is a non-empty string");
+      throw hostError(101, "an objectId is a non-empty string");
     }
     return classPath(className) + "/" + enc(id);
   }

@@ -7,8 +7,8 @@
 //! normal slot could deadlock on the slots their callers hold), `NESTED_PER_SLOT` per slot,
 //! and nest at most `MAX_DEPTH` deep. After-triggers, which nobody waits for, queue for a
 //! normal slot, at most `BACKGROUND_QUEUE` of them per node (more are dropped and counted).
-//! Metrics per function: `basalt_function_calls_total{app,function,outcome}` and
-//! `basalt_function_seconds{app,function}`.
+//! Metrics: `basalt_function_calls_total{outcome}` and `basalt_function_seconds`, labelled
+//! with `app` and `function` too under `--metrics-per-app`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -88,7 +88,7 @@ impl Runner {
     /// Runs `inv` to its end; what the function's promise resolved to, as JSON.
     pub async fn run(&self, inv: Invocation) -> Result<Value, RunError> {
         let started = Instant::now();
-        let labels = [("app", inv.app.clone()), ("function", inv.function.clone())];
+        let labels = super::metric_labels(&inv.app, &inv.function);
         let outcome = self.run_uncounted(inv).await;
         let kind = match &outcome {
             Ok(_) => "ok",
@@ -101,15 +101,9 @@ impl Runner {
             Err(RunError::Compile(_) | RunError::NeverSettles | RunError::Engine(_)) => "failed",
             Err(RunError::TooDeep) => "depth",
         };
-        metrics::counter!(
-            "basalt_function_calls_total",
-            &[
-                ("app", labels[0].1.clone()),
-                ("function", labels[1].1.clone()),
-                ("outcome", kind.to_string()),
-            ]
-        )
-        .increment(1);
+        let mut with_outcome = labels.clone();
+        with_outcome.push(("outcome", kind.to_string()));
+        metrics::counter!("basalt_function_calls_total", &with_outcome).increment(1);
         metrics::histogram!("basalt_function_seconds", &labels)
             .record(started.elapsed().as_secs_f64());
         outcome

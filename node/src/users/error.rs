@@ -74,6 +74,12 @@ pub enum UsersError {
     Sms(#[from] SmsError),
     #[error(transparent)]
     Throttle(#[from] ThrottleError),
+    /// The account failed too many logins from many addresses: a login needs a
+    /// `validate_token` from `verifyCaptcha` (10024).
+    #[error(
+        "too many failed logins on this account: log in with a validate_token from verifyCaptcha."
+    )]
+    CaptchaRequired,
     #[error(transparent)]
     Cluster(#[from] ClusterError),
 }

@@ -3,9 +3,10 @@
 //! identified (a phone sign-up, a linked account).
 //!
 //! Any mismatch is `LoginFailed` (`WrongCode` from `sms` for a wrong SMS code), and an unknown
-//! account takes as long to refuse as a wrong password. Wrong passwords are counted per account
-//! cluster-wide (`throttle::LOGIN_WINDOWS`); the per-client-IP limit is the endpoint's
-//! (`api::users`), which knows the client.
+//! account takes as long to refuse as a wrong password. Wrong passwords are counted cluster-wide
+//! per account (all its names together) from each client address, and per account from all
+//! addresses (`throttle::take_login`); the per-client-IP limit of the node is the endpoint's
+//! (`api::users`).
 
 use basalt_cluster::names::AppId;
 use basalt_cluster::object::StoredObject;
@@ -19,7 +20,9 @@ use super::service_writes::write_user;
 use super::session::{add_session, new_token};
 use super::unique::{self, Unique};
 use super::{UsersError, USER_CLASS};
-use crate::throttle::{self, LOGIN_WINDOWS};
+use std::net::IpAddr;
+
+use crate::throttle::{self, LoginRefusal};
 
 /// What a login carries, from the query string or the body.
 #[derive(Debug, Default, Deserialize)]
@@ -30,6 +33,9 @@ pub struct LoginParams {
     mobile_phone_number: Option<String>,
     #[serde(rename = "smsCode")]
     sms_code: Option<String>,
+    /// A captcha's pass (`verifyCaptcha`), which a login needs once the account failed too
+    /// many logins from many addresses.
+    validate_token: Option<String>,
 }
 
 impl LoginParams {
@@ -40,6 +46,7 @@ impl LoginParams {
             password: take_string(body, "password")?,
             mobile_phone_number: take_string(body, "mobilePhoneNumber")?,
             sms_code: take_string(body, "smsCode")?,
+            validate_token: take_string(body, "validate_token")?,
         })
     }
 }
@@ -49,8 +56,14 @@ pub fn phone_verified() -> Vec<FieldUpdate> {
     vec![set("mobilePhoneVerified", json!(true))]
 }
 
-/// Logs in to `app`: the whole user (no password) plus a new `sessionToken`.
-pub async fn log_in(cluster: &Cluster, app: &AppId, p: LoginParams) -> Result<Value, UsersError> {
+/// Logs in to `app` from the client at `ip`: the whole user (no password) plus a new
+/// `sessionToken`.
+pub async fn log_in(
+    cluster: &Cluster,
+    app: &AppId,
+    p: LoginParams,
+    ip: Option<IpAddr>,
+) -> Result<Value, UsersError> {
     if let Some(code) = p.sms_code.filter(|c| !c.is_empty()) {
         let number = p
             .mobile_phone_number
@@ -92,8 +105,6 @@ pub async fn log_in(cluster: &Cluster, app: &AppId, p: LoginParams) -> Result<Va
             ))
         }
     };
-    let tries = format!("{app}/login/{}", name.to_lowercase());
-    let attempt = throttle::take(cluster, "login", &tries, &LOGIN_WINDOWS).await?;
     let mut user_id = None;
     for kind in [Unique::Username, Unique::Email, Unique::Phone] {
         if let Some(id) = unique::owner(cluster, app, kind, &name).await? {
@@ -101,6 +112,13 @@ pub async fn log_in(cluster: &Cluster, app: &AppId, p: LoginParams) -> Result<Va
             break;
         }
     }
+    // Failures count per account, whichever of its names was used (an unknown name is its own
+    // account), and per client address on it.
+    let account = match &user_id {
+        Some(id) => format!("{app}/login/user/{id}"),
+        None => format!("{app}/login/name/{}", name.to_lowercase()),
+    };
+    let attempt = take_attempt(cluster, app, &account, ip, p.validate_token.as_deref()).await?;
     let stored = match &user_id {
         Some(id) => cluster.get_stored_object(app, USER_CLASS, id).await?,
         None => None,
@@ -112,8 +130,39 @@ pub async fn log_in(cluster: &Cluster, app: &AppId, p: LoginParams) -> Result<Va
     if !password_matches(password, &stored).await? {
         return Err(UsersError::LoginFailed);
     }
-    throttle::give_back(cluster, attempt).await;
+    attempt.succeeded(cluster).await;
     start_session(cluster, app, &user_id, &stored, Vec::new()).await
+}
+
+/// Counts a login attempt (`throttle::take_login`), with the captcha pass when the account
+/// asks for one.
+async fn take_attempt(
+    cluster: &Cluster,
+    app: &AppId,
+    account: &str,
+    ip: Option<IpAddr>,
+    pass: Option<&str>,
+) -> Result<throttle::LoginAttempt, UsersError> {
+    match throttle::take_login(cluster, "login", account, ip, false).await {
+        Ok(a) => Ok(a),
+        Err(LoginRefusal::Throttled(e)) => Err(e.into()),
+        Err(LoginRefusal::ProofNeeded) => {
+            let pass = pass
+                .filter(|p| !p.is_empty())
+                .ok_or(UsersError::CaptchaRequired)?;
+            let taken = crate::captcha::take_pass(cluster, app, pass)
+                .await
+                .map_err(|_| UsersError::CaptchaRequired)?;
+            if !taken {
+                return Err(UsersError::CaptchaRequired);
+            }
+            match throttle::take_login(cluster, "login", account, ip, true).await {
+                Ok(a) => Ok(a),
+                Err(LoginRefusal::Throttled(e)) => Err(e.into()),
+                Err(LoginRefusal::ProofNeeded) => Err(UsersError::CaptchaRequired),
+            }
+        }
+    }
 }
 
 /// Adds a session to a user, with `extra` updates (fields set to plain values); answers the user
