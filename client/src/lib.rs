@@ -118,13 +118,17 @@ pub struct Client {
     console: Option<(String, String)>,
     session: Option<String>,
     brand: String,
+    /// A PEM certificate (bundle) trusted besides the system's, for a server whose HTTPS
+    /// certificate a private CA signed.
+    ca: Option<std::sync::Arc<Vec<u8>>>,
+    timeout: Duration,
 }
 
 impl Client {
     /// A client for the server at `base` (e.g. `http://127.0.0.1:8080`), authenticating as `keys`.
     pub fn new(base: &str, keys: Option<AppKeys>) -> Result<Self> {
         Ok(Client {
-            http: http_client(DEFAULT_TIMEOUT)?,
+            http: http_client(DEFAULT_TIMEOUT, None)?,
             base: base.trim_end_matches('/').to_string(),
             others: Default::default(),
             next: Default::default(),
@@ -133,6 +137,8 @@ impl Client {
             console: None,
             session: None,
             brand: "Service".into(),
+            ca: None,
+            timeout: DEFAULT_TIMEOUT,
         })
     }
 
@@ -186,7 +192,16 @@ impl Client {
 
     /// The same client with another request timeout.
     pub fn with_timeout(mut self, timeout: Duration) -> Result<Self> {
-        self.http = http_client(timeout)?;
+        self.http = http_client(timeout, self.ca.as_deref().map(Vec::as_slice))?;
+        self.timeout = timeout;
+        Ok(self)
+    }
+
+    /// The same client trusting the PEM certificates `ca` (a private CA's) besides the
+    /// system's, for a server on HTTPS.
+    pub fn with_ca(mut self, ca: &[u8]) -> Result<Self> {
+        self.http = http_client(self.timeout, Some(ca))?;
+        self.ca = Some(std::sync::Arc::new(ca.to_vec()));
         Ok(self)
     }
 
@@ -477,14 +492,21 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(40);
 /// the node closes it.
 pub const POOL_IDLE: Duration = Duration::from_secs(5);
 
-/// The HTTP client every `Client` uses: pooled connections, one request timeout.
-fn http_client(timeout: Duration) -> Result<reqwest::Client> {
-    reqwest::Client::builder()
+/// The HTTP client every `Client` uses: pooled connections, one request timeout, and the
+/// certificates of `ca` trusted besides the system's.
+fn http_client(timeout: Duration, ca: Option<&[u8]>) -> Result<reqwest::Client> {
+    let mut builder = reqwest::Client::builder()
         .timeout(timeout)
         .pool_max_idle_per_host(64)
-        .pool_idle_timeout(POOL_IDLE)
-        .build()
-        .map_err(|e| Error::Transport(chain(&e)))
+        .pool_idle_timeout(POOL_IDLE);
+    if let Some(pem) = ca {
+        for cert in reqwest::Certificate::from_pem_bundle(pem)
+            .map_err(|e| Error::Config(format!("CA certificates: {}", chain(&e))))?
+        {
+            builder = builder.add_root_certificate(cert);
+        }
+    }
+    builder.build().map_err(|e| Error::Transport(chain(&e)))
 }
 
 fn str_field(body: &Value, name: &str) -> Result<String> {

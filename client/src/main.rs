@@ -26,6 +26,10 @@ struct Cli {
     /// The app's master key (deploying functions needs it; a credentials file has it).
     #[arg(long)]
     master_key: Option<String>,
+    /// A PEM file of CA certificates to trust besides the system's (a server on HTTPS with a
+    /// private CA's certificate).
+    #[arg(long)]
+    ca_file: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Cmd,
 }
@@ -95,7 +99,10 @@ fn keys(cli: &Cli) -> anyhow::Result<Option<AppKeys>> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let client = Client::new(&cli.url, keys(&cli)?)?;
+    let mut client = Client::new(&cli.url, keys(&cli)?)?;
+    if let Some(ca) = &cli.ca_file {
+        client = client.with_ca(&std::fs::read(ca)?)?;
+    }
     let out: Value = match &cli.command {
         Cmd::Create { class, json } => {
             let c = client

@@ -25,6 +25,10 @@ pub struct NodeRecord {
     /// `/health` of every node says the cluster is insecure while any member is.
     #[serde(default)]
     pub plaintext: bool,
+    /// What the node's build can do that older builds cannot (`ClusterOptions::features`):
+    /// a new format is used only once every active member can read it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub features: Vec<String>,
 }
 
 /// Fixed when the cluster is initialised.

@@ -37,7 +37,7 @@ pub mod query;
 mod raft;
 pub mod replicas;
 pub mod request_id;
-mod rpc;
+pub mod rpc;
 mod scheduler;
 pub mod schema;
 pub mod statemachine;

@@ -24,7 +24,12 @@ pub struct FieldUpdate {
 pub enum UpdateOp {
     Set(Value),
     Delete,
+    /// Adds the amount; an integer plus a floating amount may leave the 64-bit range as a
+    /// float. What committed entries of earlier builds carry (kept so they apply as they did).
     Increment(Number),
+    /// Adds the amount, refusing to carry a stored integer outside the signed 64-bit range,
+    /// however large a floating amount is: what `parse_updates` builds now.
+    IncrementInRange(Number),
     Add(Vec<Value>),
     AddUnique(Vec<Value>),
     Remove(Vec<Value>),
@@ -111,7 +116,7 @@ fn parse_op(key: &str, value: &Value) -> Result<UpdateOp> {
     };
     Ok(match op {
         "Increment" => match obj.get("amount") {
-            Some(Value::Number(n)) => UpdateOp::Increment(n.clone()),
+            Some(Value::Number(n)) => UpdateOp::IncrementInRange(n.clone()),
             _ => {
                 return Err(Error::InvalidValue(format!(
                     "{key}: Increment needs a number `amount`"
@@ -276,7 +281,7 @@ fn update_nesting(u: &FieldUpdate) -> usize {
             1 + vs.iter().map(nesting).max().unwrap_or(0)
         }
         UpdateOp::AddRelation { .. } | UpdateOp::RemoveRelation { .. } => 2,
-        UpdateOp::Delete | UpdateOp::Increment(_) => 0,
+        UpdateOp::Delete | UpdateOp::Increment(_) | UpdateOp::IncrementInRange(_) => 0,
     };
     u.path.len().saturating_sub(1) + below_path
 }

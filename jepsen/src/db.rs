@@ -1,7 +1,10 @@
 //! The cluster under test: real `basalt serve` processes on loopback, each with its own data
 //! dir and log, peers talking through the harness's proxies (`proxy`). Processes are killed,
 //! paused, restarted, removed and replaced here; every process started is reaped when the
-//! `Db` is dropped, also when a check fails or the run panics.
+//! `Db` is dropped, also when a check fails or the run panics. The nodes speak mutual TLS to
+//! each other, as a production cluster does: a CA and each node's certificate are made with
+//! `basalt admin certs` in the run's directory (`certs/`), and `basalt admin` uses an
+//! administrator's certificate.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -54,6 +57,15 @@ impl Db {
             next_id: 1,
             shards,
         };
+        db.certs(&["create-ca", "--ca-dir", &db.ca_dir().display().to_string()])?;
+        let (ca, admin) = (db.ca_dir(), db.admin_certs());
+        db.certs(&[
+            "create-admin",
+            "--ca-dir",
+            &ca.display().to_string(),
+            "--out",
+            &admin.display().to_string(),
+        ])?;
         for i in 0..n {
             db.add_node(i == 0).await?;
         }
@@ -71,6 +83,48 @@ impl Db {
         Ok(db)
     }
 
+    fn ca_dir(&self) -> PathBuf {
+        self.dir.join("certs").join("ca")
+    }
+
+    fn admin_certs(&self) -> PathBuf {
+        self.dir.join("certs").join("admin")
+    }
+
+    /// Node `id`'s certificates directory, made (by the run's CA) when it has none yet.
+    fn node_certs(&self, id: u64, addr: SocketAddr) -> anyhow::Result<PathBuf> {
+        let dir = self.dir.join("certs").join(format!("node{id}"));
+        if !dir.join("node.pem").exists() {
+            self.certs(&[
+                "create-node",
+                "--ca-dir",
+                &self.ca_dir().display().to_string(),
+                "--node-id",
+                &id.to_string(),
+                "--addr",
+                &addr.to_string(),
+                "--out",
+                &dir.display().to_string(),
+            ])?;
+        }
+        Ok(dir)
+    }
+
+    /// `basalt admin certs <args>`.
+    fn certs(&self, args: &[&str]) -> anyhow::Result<()> {
+        let out = Command::new(&self.bin)
+            .args(["admin", "certs"])
+            .args(args)
+            .output()?;
+        if !out.status.success() {
+            bail!(
+                "basalt admin certs {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(())
+    }
+
     /// Adds a node with a fresh id (the first one initialises the cluster).
     pub async fn add_node(&mut self, init: bool) -> anyhow::Result<usize> {
         let index = self.nodes.len();
@@ -81,8 +135,11 @@ impl Db {
         let rpc_proxy: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
         self.net.start_proxy(index, rpc_proxy, rpc_listen).await?;
         let data_dir = self.dir.join(format!("n{index}-id{id}"));
+        let certs = self.node_certs(id, rpc_proxy)?;
         let mut args: Vec<String> = [
             "serve",
+            "--certs-dir",
+            &certs.display().to_string(),
             "--node-id",
             &id.to_string(),
             "--data-dir",
@@ -186,6 +243,8 @@ impl Db {
             .arg("admin")
             .arg("--rpc")
             .arg(self.nodes[i].rpc_listen.to_string())
+            .arg("--certs-dir")
+            .arg(self.admin_certs())
             .args(args)
             .output()?;
         if !out.status.success() {
@@ -305,6 +364,7 @@ impl Db {
         // A fresh node: new id, new data dir, same slot (and proxy address).
         let new_id = self.next_id;
         self.next_id += 1;
+        let certs = self.node_certs(new_id, self.nodes[i].rpc_proxy)?;
         let node = &mut self.nodes[i];
         node.id = new_id;
         node.data_dir = self.dir.join(format!("n{i}-id{new_id}"));
@@ -322,6 +382,10 @@ impl Db {
                         "--data-dir".to_string(),
                         node.data_dir.display().to_string(),
                     ]);
+                    it.next();
+                }
+                "--certs-dir" => {
+                    args.extend(["--certs-dir".to_string(), certs.display().to_string()]);
                     it.next();
                 }
                 "--init" => {}

@@ -34,27 +34,35 @@ pub enum AppsError {
 /// The label of the secret-key index's digests.
 const SECRET_INDEX: &str = "app-secret";
 
-/// A stored app record as the app it is: its secrets opened.
+/// A stored app record as the app it is: its secrets opened (a sealed value without the
+/// secrets key is an error, never a key).
 fn decode_app(mut v: serde_json::Value) -> Result<AppRecord, AppsError> {
-    if let Some(key) = crate::secrets::key() {
-        let id = v["applicationId"].as_str().unwrap_or_default().to_string();
-        crate::secrets::open_app(key, &id, &mut v)?;
+    let id = v["applicationId"].as_str().unwrap_or_default().to_string();
+    match crate::secrets::key() {
+        Some(key) => crate::secrets::open_app(key, &id, &mut v)?,
+        None => crate::secrets::each_secret(&id, &mut v, &mut |place, value| {
+            match crate::secrets::is_sealed(value) {
+                true => Err(crate::secrets::SecretsError::WontOpen(place.to_string())),
+                false => Ok(()),
+            }
+        })?,
     }
     serde_json::from_value(v).map_err(|e| AppsError::Corrupt(e.to_string()))
 }
 
-/// Members of app `id`'s record as they are stored: its secrets sealed.
+/// Members of app `id`'s record as they are stored: its secrets sealed (once every member
+/// can open them).
 fn sealed(id: &str, mut v: serde_json::Value) -> Result<serde_json::Value, AppsError> {
-    if let Some(key) = crate::secrets::key() {
+    if let Some(key) = crate::secrets::sealing_key() {
         crate::secrets::seal_app(key, id, &mut v)?;
     }
     Ok(v)
 }
 
 /// The key of an app's entry in the secret-key index: a keyed digest of the secret key (the
-/// key itself before the node had a secrets key).
+/// key itself while values are not sealed yet).
 fn secret_index_key(secret_key: &str) -> String {
-    match crate::secrets::key() {
+    match crate::secrets::sealing_key() {
         Some(key) => key.digest(SECRET_INDEX, secret_key),
         None => secret_key.to_string(),
     }
@@ -241,10 +249,15 @@ pub async fn find_app_by_secret(
     secret_key: &str,
 ) -> Result<Option<AppRecord>, AppsError> {
     let mut index = None;
-    // The digest's entry, then (written before the node had a secrets key, and not yet
-    // rewritten by `seal_stored_apps`) the key's own.
-    for key in [secret_index_key(secret_key), secret_key.to_string()] {
-        index = match cluster.local_meta_record(Namespace::AppSecret, &key)? {
+    // The digest's entry, then (written before values were sealed, and not yet rewritten by
+    // `seal_stored_apps`) the key's own — never a digest's entry found by its digest.
+    let digest = crate::secrets::key().map(|k| k.digest(SECRET_INDEX, secret_key));
+    for (key, is_digest) in digest
+        .into_iter()
+        .map(|d| (d, true))
+        .chain(std::iter::once((secret_key.to_string(), false)))
+    {
+        let found = match cluster.local_meta_record(Namespace::AppSecret, &key)? {
             Some(v) => Some(v),
             None => {
                 cluster
@@ -252,7 +265,11 @@ pub async fn find_app_by_secret(
                     .await?
             }
         };
-        if index.is_some() {
+        if found
+            .as_ref()
+            .is_some_and(|v| v["digest"].as_bool().unwrap_or(false) == is_digest)
+        {
+            index = found;
             break;
         }
     }
@@ -285,7 +302,7 @@ pub async fn put_app(cluster: &Cluster, app: &AppRecord) -> Result<(), AppsError
             &secret_index_key(&app.secret_key),
             serde_json::json!({
                 "applicationId": app.application_id,
-                "digest": crate::secrets::key().is_some(),
+                "digest": crate::secrets::sealing_key().is_some(),
             }),
             None,
         )
@@ -323,28 +340,41 @@ pub async fn update_app(
 /// once (each does at start) or a concurrent change of the app lose nothing; answers how many
 /// records it rewrote.
 pub async fn seal_stored_apps(cluster: &Cluster) -> Result<usize, AppsError> {
-    let Some(key) = crate::secrets::key() else {
+    let Some(key) = crate::secrets::sealing_key() else {
         return Ok(0);
     };
-    let mut rewritten = 0;
-    for (id, stored) in cluster.list_records(META_GROUP, Namespace::App, "").await? {
+    let has_plain = |id: &str, stored: &serde_json::Value| -> Result<bool, AppsError> {
         let mut plain = false;
         let mut probe = stored.clone();
-        crate::secrets::each_secret(&id, &mut probe, &mut |_, v| {
+        crate::secrets::each_secret(id, &mut probe, &mut |_, v| {
             plain |= !crate::secrets::is_sealed(v);
             Ok(())
         })?;
-        if !plain {
-            continue;
-        }
-        let new = sealed(&id, stored.clone())?;
-        match cluster
-            .cas_record(META_GROUP, Namespace::App, &id, Some(stored), Some(new))
-            .await
-        {
-            Ok(_) => rewritten += 1,
-            Err(ClusterError::Conflict(_)) => {} // changed meanwhile: sealed by whoever wrote
-            Err(e) => return Err(e.into()),
+        Ok(plain)
+    };
+    let mut rewritten = 0;
+    for (id, listed) in cluster.list_records(META_GROUP, Namespace::App, "").await? {
+        let mut stored = Some(listed);
+        // A write that raced ours sealed only the members it wrote: read again and retry.
+        for _ in 0..10 {
+            let Some(current) = stored.take() else { break };
+            if !has_plain(&id, &current)? {
+                break;
+            }
+            let new = sealed(&id, current.clone())?;
+            match cluster
+                .cas_record(META_GROUP, Namespace::App, &id, Some(current), Some(new))
+                .await
+            {
+                Ok(_) => {
+                    rewritten += 1;
+                    break;
+                }
+                Err(ClusterError::Conflict(_)) => {
+                    stored = cluster.get_record(META_GROUP, Namespace::App, &id).await?;
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
     }
     for (index_key, entry) in cluster

@@ -46,6 +46,16 @@ pub enum CertsCommand {
         #[arg(long, default_value_t = 365)]
         days: u64,
     },
+    /// Revoke certificates (a removed node's, a lost admin's): `<ca-dir>/crl.pem` names them;
+    /// copy it into every node's certificates directory as `crl.pem` and send the nodes
+    /// SIGHUP, after which they refuse those certificates.
+    Revoke {
+        #[arg(long)]
+        ca_dir: PathBuf,
+        /// The certificate files to revoke (repeatable).
+        #[arg(long = "cert", required = true)]
+        certs: Vec<PathBuf>,
+    },
     /// Make an administrator's certificate for `basalt admin --certs-dir <out>`:
     /// `<out>/admin.pem`, `<out>/admin.key`, and `<out>/ca.pem` when the directory has none.
     CreateAdmin {
@@ -109,6 +119,13 @@ pub fn run(cmd: CertsCommand) -> anyhow::Result<()> {
                 "node {node_id}: {} (basalt serve --node-id {node_id} --certs-dir {})",
                 out.join(NODE_CERT_FILE).display(),
                 out.display()
+            );
+        }
+        CertsCommand::Revoke { ca_dir, certs } => {
+            let crl = basalt_cluster::tls::issue::revoke(&ca_dir, &certs)?;
+            println!(
+                "revocation list: {} (copy it into every node's certificates directory as crl.pem, then SIGHUP them)",
+                crl.display()
             );
         }
         CertsCommand::CreateAdmin { ca_dir, out, days } => {
@@ -184,6 +201,7 @@ pub fn admin_tls(certs_dir: Option<&Path>) -> anyhow::Result<Option<Arc<PeerTls>
             if !dev.join(ADMIN_CERT_FILE).exists() {
                 return Ok(None);
             }
+            eprintln!("basalt admin: using the certificate in {}", dev.display());
             dev
         }
     };

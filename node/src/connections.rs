@@ -200,7 +200,10 @@ where
     auto.http2()
         .timer(TokioTimer::new())
         .max_concurrent_streams(MAX_STREAMS)
-        .max_header_list_size(64 << 10);
+        .max_header_list_size(64 << 10)
+        // A client that vanished is noticed even while its connection holds open streams.
+        .keep_alive_interval(Duration::from_secs(20))
+        .keep_alive_timeout(Duration::from_secs(20));
     let open = Arc::new(Mutex::new(Open::default()));
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut conns = tokio::task::JoinSet::new();

@@ -375,6 +375,11 @@ pub async fn shutdown_signal() {
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     install_metrics_recorder()?;
+    // From the start, so that a SIGHUP sent while the node is still joining does not end it.
+    #[cfg(unix)]
+    let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+    #[cfg(not(unix))]
+    let hangups = None::<()>;
     let bootstrap_mode = match (&args.join, args.init) {
         (Some(addr), _) => Bootstrap::Join { addr: addr.clone() },
         (None, true) => Bootstrap::Init {
@@ -421,6 +426,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         },
         files_bucket: args.service.files_bucket(),
         peer_tls: peer_tls(&args)?,
+        features: vec![crate::secrets::SEALING_FEATURE.to_string()],
     };
     crate::sms::phone::set_default_region(&args.service.phone_region)?;
     crate::functions::set_per_app_metrics(args.service.metrics_per_app);
@@ -432,13 +438,19 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         _ => None,
     };
     let cluster = Cluster::start(opts).await?;
-    tokio::spawn(reload_on_hangup(cluster.clone(), https.clone()));
+    tokio::spawn(reload_on_hangup(hangups, cluster.clone(), https.clone()));
     let secrets_key = args
         .secrets_key_file
         .clone()
         .unwrap_or_else(|| args.data_dir.join("secrets.key"));
-    crate::secrets::node_key::install(&cluster, &secrets_key, args.init, args.join.as_deref())
-        .await?;
+    crate::secrets::node_key::install(
+        &cluster,
+        &secrets_key,
+        &args.data_dir,
+        args.init,
+        args.join.as_deref(),
+    )
+    .await?;
     let push_providers = crate::push::provider::Providers::new(
         &args.service.push_endpoints,
         args.service.push_ca_file.as_deref(),
@@ -553,14 +565,14 @@ fn peer_tls(
 
 /// Reads the certificates again on every SIGHUP (peer TLS and HTTPS); one that fails to load
 /// keeps what is in use, and says why in the log.
+#[cfg(unix)]
 async fn reload_on_hangup(
+    hangups: Option<tokio::signal::unix::Signal>,
     cluster: Cluster,
     https: Option<std::sync::Arc<crate::https::ServingTls>>,
 ) {
-    #[cfg(unix)]
     {
-        use tokio::signal::unix::{signal, SignalKind};
-        let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+        let Some(mut hangups) = hangups else {
             tracing::warn!("cannot listen for SIGHUP: certificates are read at start only");
             return;
         };
@@ -583,8 +595,14 @@ async fn reload_on_hangup(
             }
         }
     }
-    #[cfg(not(unix))]
-    let _ = (cluster, https);
+}
+
+#[cfg(not(unix))]
+async fn reload_on_hangup(
+    _hangups: Option<()>,
+    _cluster: Cluster,
+    _https: Option<std::sync::Arc<crate::https::ServingTls>>,
+) {
 }
 
 /// `/metrics` alone, without a token, on `--metrics-addr` (at most 16 connections).

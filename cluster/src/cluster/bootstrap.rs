@@ -208,6 +208,7 @@ async fn register_self(cluster: Cluster, join_addr: Option<String>) {
         http_addr: opts.http_addr.clone(),
         state: NodeState::Active,
         plaintext: opts.peer_tls.is_none(),
+        features: opts.features.clone(),
     };
     let mut attempt = 0u32;
     loop {

@@ -26,7 +26,17 @@ impl Cluster {
                 settings: self.settings(),
                 nodes: self.local_nodes(),
             }),
-            AdminRequest::Join(record) => {
+            AdminRequest::Join(mut record) => {
+                // A removed node stays removed: joining again does not undo it.
+                if let Some(known) = self.local_nodes().into_iter().find(|n| n.id == record.id) {
+                    if known.state == NodeState::Removed {
+                        return Err(Error::InvalidOperation(format!(
+                            "node {} was removed from the cluster; join with a new id",
+                            record.id
+                        )));
+                    }
+                    record.state = known.state;
+                }
                 self.put_node_record(&record).await?;
                 Ok(AdminResponse::Done)
             }

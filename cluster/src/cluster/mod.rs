@@ -78,6 +78,8 @@ pub struct ClusterOptions {
     pub files_bucket: Option<crate::files::bucket::BucketOptions>,
     /// Mutual TLS of the links to and from peers (None: plaintext; decisions/0031).
     pub peer_tls: Option<Arc<crate::tls::PeerTls>>,
+    /// What this build can do that older ones cannot, recorded in the member record.
+    pub features: Vec<String>,
 }
 
 struct Inner {
@@ -138,6 +140,17 @@ impl Cluster {
     /// the first one set stays).
     pub fn set_shared_secret(&self, secret: Vec<u8>) {
         let _ = self.inner.shared_secret.set(secret);
+    }
+
+    /// Whether every active member's record says its build has `feature` (this node's
+    /// replica of the metadata group).
+    pub fn members_have(&self, feature: &str) -> bool {
+        let nodes = self.local_nodes();
+        !nodes.is_empty()
+            && nodes
+                .iter()
+                .filter(|n| n.state == crate::admin::NodeState::Active)
+                .all(|n| n.features.iter().any(|f| f == feature))
     }
 
     /// Asks the cluster's other members for their shared secret; the first answer, if any

@@ -16,12 +16,28 @@ use tokio_rustls::server::TlsStream;
 
 use crate::tls::PeerTls;
 
-/// How long a client has to finish its TLS handshake.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a client has to finish its TLS handshake (a peer on any sane network takes
+/// milliseconds).
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Handshakes in progress at once on a node.
 pub const MAX_HANDSHAKES: usize = 256;
-/// Handshakes in progress at once from one client address.
+/// Handshakes in progress at once from one client address (an IPv6 client: from its /64,
+/// which one holder commonly has whole).
 pub const MAX_HANDSHAKES_PER_IP: usize = 16;
+
+/// The address handshakes are counted under: an IPv4 address, or an IPv6 address's /64.
+fn counted_as(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let s = v6.segments();
+                IpAddr::from([s[0], s[1], s[2], s[3], 0, 0, 0, 0])
+            }
+        },
+    }
+}
 
 /// Accepted TCP connections, with TCP_NODELAY (the builder's setting only applies to
 /// listeners it binds: without it, small Raft messages wait for delayed ACKs, ~40 ms).
@@ -113,7 +129,7 @@ pub fn mutual_tls(
                     }
                 },
             };
-            let Some(place) = Place::take(&open, peer.ip()) else {
+            let Some(place) = Place::take(&open, counted_as(peer.ip())) else {
                 handshake_failed("busy");
                 drop(tcp);
                 continue;

@@ -120,6 +120,7 @@ impl FileService for FileServiceImpl {
         &self,
         request: Request<CopyMessage>,
     ) -> std::result::Result<Response<Reply>, Status> {
+        self.auth.node(&request, "manage file copies")?;
         let req: Result<CopyRequest> = decode(&request.get_ref().payload);
         let files = &self.files;
         let answer = match req {

@@ -38,6 +38,7 @@ impl Replicas {
     /// leader sent it, when that is within a Raft message's deadline (one heartbeat interval,
     /// what a single call may take): an older one may come from a leader since deposed.
     pub(crate) fn note_leader_contact_within(&self, group: GroupId, age: std::time::Duration) {
+        self.inner.contact.note_heard(group);
         match age <= self.inner.contact.heartbeat() {
             true => self.inner.contact.note(group),
             false => metrics::counter!("basalt_raft_late_appends_total").increment(1),
@@ -63,9 +64,14 @@ impl Replicas {
             let m = metrics.borrow_watched();
             if m.current_leader == Some(me) {
                 let alone = m.membership_config.membership().voter_ids().eq([me]);
+                // A leader no quorum answered yet was elected a moment ago.
                 Some(match alone {
                     true => Some(std::time::Duration::ZERO),
-                    false => m.last_quorum_acked.as_ref().map(|acked| acked.elapsed()),
+                    false => Some(
+                        m.last_quorum_acked
+                            .as_ref()
+                            .map_or(std::time::Duration::ZERO, |acked| acked.elapsed()),
+                    ),
                 })
             } else {
                 None

@@ -12,6 +12,9 @@ pub(super) struct LeaderContact {
     started: Instant,
     /// Milliseconds after `started` of the last contact, plus one (0: never).
     last: Vec<AtomicU64>,
+    /// The same for any append the leader sent, however late it was answered (`/health`:
+    /// whether the leader is heard from at all, not whether a read may trust it).
+    heard: Vec<AtomicU64>,
     lease: Duration,
     heartbeat: Duration,
 }
@@ -21,13 +24,23 @@ impl LeaderContact {
         LeaderContact {
             started: Instant::now(),
             last: (0..groups).map(|_| AtomicU64::new(0)).collect(),
+            heard: (0..groups).map(|_| AtomicU64::new(0)).collect(),
             lease: lease(tuning),
             heartbeat: Duration::from_millis(tuning.heartbeat_ms),
         }
     }
 
     pub(super) fn note(&self, group: GroupId) {
+        self.note_heard(group);
         if let Some(slot) = self.last.get(group.get() as usize) {
+            let ms = self.started.elapsed().as_millis() as u64 + 1;
+            slot.fetch_max(ms, Ordering::Relaxed);
+        }
+    }
+
+    /// An append from the leader arrived (answered late or not).
+    pub(super) fn note_heard(&self, group: GroupId) {
+        if let Some(slot) = self.heard.get(group.get() as usize) {
             let ms = self.started.elapsed().as_millis() as u64 + 1;
             slot.fetch_max(ms, Ordering::Relaxed);
         }
@@ -51,7 +64,10 @@ impl LeaderContact {
 
     /// How long ago this node last heard from `group`'s leader (`None`: never).
     pub(super) fn since(&self, group: GroupId) -> Option<Duration> {
-        let last = self.last.get(group.get() as usize)?.load(Ordering::Relaxed);
+        let last = self
+            .heard
+            .get(group.get() as usize)?
+            .load(Ordering::Relaxed);
         (last > 0).then(|| (self.started + Duration::from_millis(last - 1)).elapsed())
     }
 

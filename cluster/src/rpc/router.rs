@@ -102,7 +102,7 @@ pub struct PeerRouter {
 
 /// A lazily connected channel to the peer at `addr`: over mutual TLS with `tls`, verifying
 /// that the peer is `node` (any node of the cluster's CA when `None`), else in plaintext.
-fn channel_for_addr(
+pub fn channel_for_addr(
     addr: &str,
     node: Option<NodeId>,
     source_ip: Option<IpAddr>,

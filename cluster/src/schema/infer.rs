@@ -52,7 +52,9 @@ pub fn requirements(updates: &[FieldUpdate]) -> Vec<(String, Need)> {
         let col = match &u.op {
             UpdateOp::Set(v) => value_column(v),
             UpdateOp::Delete => None,
-            UpdateOp::Increment(_) => Some(Column::of(ColumnType::Number)),
+            UpdateOp::Increment(_) | UpdateOp::IncrementInRange(_) => {
+                Some(Column::of(ColumnType::Number))
+            }
             UpdateOp::Add(_) | UpdateOp::AddUnique(_) | UpdateOp::Remove(_) => {
                 Some(Column::of(ColumnType::Array))
             }

@@ -97,9 +97,12 @@ fn compute(current: Option<&Value>, op: &UpdateOp, name: &str) -> Result<Option<
     Ok(match op {
         UpdateOp::Set(v) => Some(v.clone()),
         UpdateOp::Delete => None,
-        UpdateOp::Increment(amount) => match current {
+        UpdateOp::Increment(amount) | UpdateOp::IncrementInRange(amount) => match current {
             None => Some(Value::Number(amount.clone())),
-            Some(Value::Number(n)) => Some(Value::Number(add_numbers(n, amount, name)?)),
+            Some(Value::Number(n)) => {
+                let in_range = matches!(op, UpdateOp::IncrementInRange(_));
+                Some(Value::Number(add_numbers(n, amount, name, in_range)?))
+            }
             Some(_) => return Err(mismatch("Increment needs a number field")),
         },
         UpdateOp::Add(objects) => match current {
@@ -184,10 +187,11 @@ fn relation_value(class_name: &str, members: Vec<String>) -> Value {
 }
 
 /// Adds `b` to the stored number `a`: exact for integers, which stay signed 64-bit (a sum
-/// outside that range is an error, never a float), floating otherwise — but a stored integer
-/// never leaves the signed 64-bit range by a floating amount either (`i64::MAX` + 1e308 is an
-/// overflow, not the float 1e308).
-fn add_numbers(a: &Number, b: &Number, name: &str) -> Result<Number> {
+/// outside that range is an error, never a float), floating otherwise — and `in_range`, a
+/// stored integer never leaves the signed 64-bit range by a floating amount either
+/// (`i64::MAX` + 1e308 is an overflow, not the float 1e308). Entries of earlier builds
+/// (`UpdateOp::Increment`) apply without that rule, as they did when they were committed.
+fn add_numbers(a: &Number, b: &Number, name: &str, in_range: bool) -> Result<Number> {
     let overflow = || {
         Error::InvalidValue(format!(
             "{name}: Increment overflows the signed 64-bit integer range"
@@ -202,7 +206,7 @@ fn add_numbers(a: &Number, b: &Number, name: &str) -> Result<Number> {
     let sum = a.as_f64().unwrap_or(0.0) + b.as_f64().unwrap_or(0.0);
     // 2^63 as f64: every f64 at or above it (or below -2^63) lies outside i64.
     const LIMIT: f64 = 9_223_372_036_854_775_808.0;
-    if !a.is_f64() && !(-LIMIT..LIMIT).contains(&sum) {
+    if in_range && !a.is_f64() && !(-LIMIT..LIMIT).contains(&sum) {
         return Err(overflow());
     }
     Number::from_f64(sum).ok_or_else(|| Error::InvalidValue(format!("{name}: Increment overflows")))
@@ -302,6 +306,14 @@ mod tests {
                 "{start} + {amount}: {e:?}"
             );
         }
+        // An entry committed by an earlier build applies as it did then.
+        let old = vec![crate::update::FieldUpdate {
+            path: vec!["n".into()],
+            op: UpdateOp::Increment(serde_json::Number::from_f64(1e308).unwrap()),
+        }];
+        let mut obj = json!({"n": i64::MAX});
+        apply_updates(obj.as_object_mut().unwrap(), &old).unwrap();
+        assert_eq!(obj, json!({"n": 1e308}));
         // A floating field stays floating.
         assert_eq!(
             run(

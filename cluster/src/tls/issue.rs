@@ -12,7 +12,9 @@ use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
     Issuer, KeyPair, KeyUsagePurpose,
 };
+use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::CertificateDer;
+use x509_parser::prelude::X509Certificate;
 
 use super::identity::{node_name, ADMIN_NAME, ANY_NODE_NAME};
 use super::TlsError;
@@ -132,6 +134,40 @@ impl Authority {
         &self.cert_pem
     }
 
+    /// A revocation list naming `revoked` (serial numbers, with when each was revoked, Unix
+    /// seconds), signed by this CA and valid `validity` from now, as PEM.
+    pub fn revocation_list(
+        &self,
+        revoked: &[(Vec<u8>, i64)],
+        number: u64,
+        validity: Validity,
+    ) -> Result<String, TlsError> {
+        let now = SystemTime::now();
+        let at = |secs: i64| -> SystemTime {
+            std::time::UNIX_EPOCH + Duration::from_secs(u64::try_from(secs).unwrap_or(0))
+        };
+        let params = rcgen::CertificateRevocationListParams {
+            this_update: now.into(),
+            next_update: (now + DAY * u32::try_from(validity.days).unwrap_or(u32::MAX)).into(),
+            crl_number: rcgen::SerialNumber::from(number),
+            issuing_distribution_point: None,
+            revoked_certs: revoked
+                .iter()
+                .map(|(serial, when)| rcgen::RevokedCertParams {
+                    serial_number: rcgen::SerialNumber::from_slice(serial),
+                    revocation_time: at(*when).into(),
+                    reason_code: None,
+                    invalidity_date: None,
+                })
+                .collect(),
+            key_identifier_method: rcgen::KeyIdMethod::Sha256,
+        };
+        params
+            .signed_by(&self.issuer)
+            .and_then(|crl| crl.pem())
+            .map_err(issue_error)
+    }
+
     /// Writes `ca.pem` and `ca.key` into `dir`; refuses to replace a CA key.
     pub fn write(&self, dir: &Path) -> Result<(PathBuf, PathBuf), TlsError> {
         std::fs::create_dir_all(dir).map_err(|e| TlsError::io(dir, e))?;
@@ -210,6 +246,52 @@ impl Authority {
     }
 }
 
+/// The revocation list a CA directory keeps (`revoke`), to copy into nodes' certificates
+/// directories as `crl.pem`.
+pub const CA_CRL_FILE: &str = "crl.pem";
+
+/// Revokes the certificates in the PEM files `certs` by the CA of `ca_dir`: its revocation
+/// list (`crl.pem` there) gets their serial numbers beside those it named before, a higher
+/// number and a new signature. Answers the list's path.
+pub fn revoke(ca_dir: &Path, certs: &[PathBuf]) -> Result<PathBuf, TlsError> {
+    use x509_parser::prelude::FromDer;
+    let ca = Authority::load(&ca_dir.join(CA_KEY_CERT), &ca_dir.join(CA_KEY_FILE))?;
+    let crl_path = ca_dir.join(CA_CRL_FILE);
+    let mut revoked: Vec<(Vec<u8>, i64)> = Vec::new();
+    let mut number = 1u64;
+    if crl_path.exists() {
+        for der in rustls_pki_types::CertificateRevocationListDer::pem_file_iter(&crl_path)
+            .map_err(|e| TlsError::pem(&crl_path, e))?
+        {
+            let der = der.map_err(|e| TlsError::pem(&crl_path, e))?;
+            let (_, crl) = x509_parser::revocation_list::CertificateRevocationList::from_der(&der)
+                .map_err(|e| TlsError::Certificate(format!("{}: {e}", crl_path.display())))?;
+            for r in crl.iter_revoked_certificates() {
+                revoked.push((r.raw_serial().to_vec(), r.revocation_date.timestamp()));
+            }
+            let seen = crl
+                .crl_number()
+                .and_then(|n| n.to_u64_digits().first().copied())
+                .unwrap_or(0);
+            number = number.max(seen + 1);
+        }
+    }
+    let now = chrono::Utc::now().timestamp();
+    for path in certs {
+        for der in super::material::read_certs(path)?.into_iter().take(1) {
+            let (_, cert) = X509Certificate::from_der(&der)
+                .map_err(|e| TlsError::Certificate(format!("{}: {e}", path.display())))?;
+            let serial = cert.raw_serial().to_vec();
+            if !revoked.iter().any(|(s, _)| *s == serial) {
+                revoked.push((serial, now));
+            }
+        }
+    }
+    let pem = ca.revocation_list(&revoked, number, Validity::days(3650))?;
+    write_private(&crl_path, pem.as_bytes(), true)?;
+    Ok(crl_path)
+}
+
 /// The CA certificate and key in a CA directory.
 pub const CA_KEY_CERT: &str = "ca.pem";
 pub const CA_KEY_FILE: &str = "ca.key";
@@ -233,8 +315,15 @@ fn host_of(addr: &str) -> Result<String, TlsError> {
         && host
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == ':');
+    let host = host.to_ascii_lowercase();
+    if host.ends_with(super::identity::NAME_SUFFIX) {
+        return Err(TlsError::Issue(format!(
+            "{addr:?}: names under {} are identities, not addresses",
+            super::identity::NAME_SUFFIX
+        )));
+    }
     if ok {
-        Ok(host.to_ascii_lowercase())
+        Ok(host)
     } else {
         Err(TlsError::Issue(format!(
             "{addr:?} is not a host or address"
@@ -293,6 +382,11 @@ mod tests {
             "db-3.example.com"
         );
         assert!(host_of("a b:1").is_err());
+        assert!(
+            host_of("node-3.basalt.internal:9080").is_err(),
+            "an identity is no address"
+        );
+        assert!(host_of("admin.basalt.internal").is_err());
     }
 
     #[test]
@@ -318,6 +412,7 @@ mod tests {
             ca: dir.path().join("bundle.pem"),
             cert: dir.path().join("node.pem"),
             key: dir.path().join("node.key"),
+            crl: dir.path().join("crl.pem"),
         };
         crate::tls::PeerTls::load(
             files.clone(),

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use rustls::RootCertStore;
 use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use rustls_pki_types::{CertificateDer, CertificateRevocationListDer, PrivateKeyDer};
 use x509_parser::prelude::{FromDer, X509Certificate};
 
 use super::TlsError;
@@ -22,6 +22,9 @@ pub struct CertFiles {
     pub cert: PathBuf,
     /// PEM private key of the leaf certificate (PKCS#8, SEC1 or PKCS#1).
     pub key: PathBuf,
+    /// PEM certificate revocation lists of the CAs (`basalt admin certs revoke`), when the
+    /// file exists: certificates they name are refused.
+    pub crl: PathBuf,
 }
 
 /// The CA bundle of a certificates directory.
@@ -29,6 +32,8 @@ pub const CA_FILE: &str = "ca.pem";
 /// A node's certificate and key in its certificates directory.
 pub const NODE_CERT_FILE: &str = "node.pem";
 pub const NODE_KEY_FILE: &str = "node.key";
+/// The revocation lists in a certificates directory (optional).
+pub const CRL_FILE: &str = "crl.pem";
 /// An administrator's certificate and key in theirs.
 pub const ADMIN_CERT_FILE: &str = "admin.pem";
 pub const ADMIN_KEY_FILE: &str = "admin.key";
@@ -40,6 +45,7 @@ impl CertFiles {
             ca: dir.join(CA_FILE),
             cert: dir.join(NODE_CERT_FILE),
             key: dir.join(NODE_KEY_FILE),
+            crl: dir.join(CRL_FILE),
         }
     }
 
@@ -49,6 +55,7 @@ impl CertFiles {
             ca: dir.join(CA_FILE),
             cert: dir.join(ADMIN_CERT_FILE),
             key: dir.join(ADMIN_KEY_FILE),
+            crl: dir.join(CRL_FILE),
         }
     }
 }
@@ -60,6 +67,8 @@ pub struct Material {
     /// The chain to present, leaf first.
     pub chain: Vec<CertificateDer<'static>>,
     pub key: PrivateKeyDer<'static>,
+    /// Revocation lists of the trusted CAs (none when the directory has no `crl.pem`).
+    pub crls: Vec<CertificateRevocationListDer<'static>>,
     /// When the leaf certificate lapses (Unix seconds).
     pub leaf_not_after: i64,
     /// When the first of the trusted CAs lapses (Unix seconds).
@@ -72,6 +81,7 @@ impl Clone for Material {
             roots: Arc::clone(&self.roots),
             chain: self.chain.clone(),
             key: self.key.clone_key(),
+            crls: self.crls.clone(),
             leaf_not_after: self.leaf_not_after,
             ca_not_after: self.ca_not_after,
         }
@@ -129,10 +139,18 @@ impl Material {
         let chain = read_certs(&files.cert)?;
         let leaf_not_after = not_after(&chain[0])?;
         let key = read_key(&files.key)?;
+        let crls = match files.crl.exists() {
+            true => CertificateRevocationListDer::pem_file_iter(&files.crl)
+                .map_err(|e| TlsError::pem(&files.crl, e))?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| TlsError::pem(&files.crl, e))?,
+            false => Vec::new(),
+        };
         Ok(Material {
             roots: Arc::new(roots),
             chain,
             key,
+            crls,
             leaf_not_after,
             ca_not_after,
         })

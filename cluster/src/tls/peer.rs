@@ -109,12 +109,20 @@ fn build(files: &CertFiles, identity: PeerIdentity) -> Result<Configs, TlsError>
             want: identity.to_string(),
         });
     }
+    // A certificate a CA revoked is refused; one of a CA without a list (the other CA of a
+    // rotation bundle) is not refused for that.
     let client_verifier =
         WebPkiClientVerifier::builder_with_provider(Arc::clone(&material.roots), provider.clone())
+            .with_crls(material.crls.clone())
+            .only_check_end_entity_revocation()
+            .allow_unknown_revocation_status()
             .build()
             .map_err(|e| TlsError::Verifier(e.to_string()))?;
     let server_verifier =
         WebPkiServerVerifier::builder_with_provider(Arc::clone(&material.roots), provider.clone())
+            .with_crls(material.crls.clone())
+            .only_check_end_entity_revocation()
+            .allow_unknown_revocation_status()
             .build()
             .map_err(|e| TlsError::Verifier(e.to_string()))?;
     // The certificate must pass the checks its peers will make, so a bad file is refused here

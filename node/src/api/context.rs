@@ -124,7 +124,7 @@ impl AppState {
 /// node has one, else a caller on the node's own machine (a loopback peer address; a reverse
 /// proxy on the same machine makes every client one: give a token then). Refused: 401.
 pub async fn require_operator(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    let allowed = match &state.metrics_token {
+    let allowed = match state.metrics_token.as_deref().filter(|t| !t.is_empty()) {
         Some(token) => req
             .headers()
             .get(axum::http::header::AUTHORIZATION)

@@ -52,9 +52,13 @@ pub async fn health(State(state): State<AppState>) -> impl IntoResponse {
         StatusCode::SERVICE_UNAVAILABLE
     };
     let me = status.node_id;
+    // "starting" only until the node first was healthy: later, groups without a leader are a
+    // cluster that cannot commit.
+    static WAS_READY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let was_ready = WAS_READY.fetch_or(ready, std::sync::atomic::Ordering::Relaxed);
     let verdict = if ready {
         "ok"
-    } else if health.problems.iter().all(|p| p.problem == "noLeader") {
+    } else if !was_ready && health.problems.iter().all(|p| p.problem == "noLeader") {
         "starting"
     } else {
         "degraded"

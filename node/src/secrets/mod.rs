@@ -178,15 +178,34 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 static KEY: OnceLock<SecretsKey> = OnceLock::new();
+static SEALING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The feature a member record names when its build opens sealed values: values are sealed
+/// only once every active member's does (an older node would take a sealed key for the key).
+pub const SEALING_FEATURE: &str = "sealed-secrets";
 
 /// Makes `key` the process's secrets key (once; later calls keep the first).
 pub fn install(key: SecretsKey) {
     let _ = KEY.set(key);
 }
 
-/// The process's secrets key, once installed (a node installs it before serving).
+/// The process's secrets key, once installed (a node installs it before serving): what
+/// opens sealed values.
 pub fn key() -> Option<&'static SecretsKey> {
     KEY.get()
+}
+
+/// Seals what is written from now on (every member can open it).
+pub fn start_sealing() {
+    SEALING.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The key new values are sealed under: the process's, once every member can open them.
+pub fn sealing_key() -> Option<&'static SecretsKey> {
+    match SEALING.load(std::sync::atomic::Ordering::Relaxed) {
+        true => KEY.get(),
+        false => None,
+    }
 }
 
 /// The paths of an app record's secret members: top-level names, or `a.*.b` for member `b`

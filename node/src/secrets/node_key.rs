@@ -68,10 +68,17 @@ async fn obtain(cluster: &Cluster, join: Option<&str>) -> anyhow::Result<(Secret
 }
 
 /// Installs the process's secrets key for this node (see the module documentation), hands it
-/// to peers that ask, and starts rewriting what was stored in the clear.
+/// to peers that ask, and — once every member's build opens sealed values — seals what is
+/// written and rewrites what was stored in the clear.
+///
+/// A new key must be claimed as the cluster's before the node goes on (it waits as long as
+/// that takes). A known key (its file, a peer's) is compared with the cluster's check; when
+/// the metadata group cannot be read within 30 s the node starts, keeps comparing, and seals
+/// nothing until the check is confirmed — a mismatch found then stops the process.
 pub async fn install(
     cluster: &Cluster,
     path: &Path,
+    data_dir: &Path,
     init: bool,
     join: Option<&str>,
 ) -> anyhow::Result<()> {
@@ -82,48 +89,120 @@ pub async fn install(
     } else {
         obtain(cluster, join).await?
     };
+    if path.starts_with(data_dir) {
+        tracing::warn!(
+            key = %path.display(),
+            "the secrets key is on the data disk: a copy of the disk gives the apps' keys \
+             (give --secrets-key-file on a secrets mount)"
+        );
+    }
+    if fresh {
+        key.write(path)?;
+        let mut waited = 0u32;
+        loop {
+            match claim(cluster, &key).await {
+                Ok(true) => break,
+                Ok(false) => {
+                    // Another node claimed first: take its key instead of this one.
+                    let _ = std::fs::remove_file(path);
+                    return Box::pin(install(cluster, path, data_dir, false, join)).await;
+                }
+                Err(e) => {
+                    waited += 1;
+                    if waited % 30 == 1 {
+                        tracing::info!("claiming the cluster's secrets key: {e} (retrying)");
+                    }
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
+            }
+        }
+        finish(cluster, key, true);
+        return Ok(());
+    }
     if !path.exists() {
         key.write(path)?;
     }
-    // The cluster's check: claimed by a new key, compared with a known one.
-    let deadline = Instant::now() + if fresh { WAIT } else { Duration::from_secs(30) };
+    let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let outcome = match fresh {
-            true => claim(cluster, &key).await.map(Some),
-            false => cluster_check(cluster)
-                .await
-                .map(|check| check.map(|c| c == key.check())),
-        };
-        match outcome {
-            Ok(Some(true)) => break,
-            Ok(Some(false)) if fresh => {
-                // Another node claimed first: take its key instead of this one.
-                let _ = std::fs::remove_file(path);
-                return Box::pin(install(cluster, path, false, join)).await;
+        match compare(cluster, &key).await {
+            Ok(true) => {
+                finish(cluster, key, true);
+                return Ok(());
             }
-            Ok(Some(false)) => anyhow::bail!(
+            Ok(false) => anyhow::bail!(
                 "{} holds another secrets key than the cluster's: this node could not open \
                  the apps' keys (copy a member's key file)",
                 path.display()
             ),
-            Ok(None) => {
-                // Written before sealing existed: this node's key becomes the cluster's.
-                if claim(cluster, &key).await? {
-                    break;
-                }
-            }
             Err(e) if Instant::now() >= deadline => {
-                tracing::warn!("the cluster's secrets key check could not be read: {e}");
+                tracing::warn!(
+                    "the cluster's secrets key check cannot be read yet ({e}): starting, \
+                     sealing nothing until it is"
+                );
                 break;
             }
-            Err(_) => {}
+            Err(_) => tokio::time::sleep(Duration::from_millis(300)).await,
         }
-        tokio::time::sleep(Duration::from_millis(300)).await;
     }
+    let check = key.check();
+    let confirm = cluster.clone();
+    finish(cluster, key, false);
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            match cluster_check(&confirm).await {
+                Ok(Some(c)) if c == check => break,
+                Ok(Some(_)) => {
+                    tracing::error!(
+                        "this node's secrets key is not the cluster's: stopping (copy a \
+                         member's key file)"
+                    );
+                    std::process::exit(1);
+                }
+                // Written before sealing existed: this node's key becomes the cluster's.
+                Ok(None) => {
+                    if let Some(k) = crate::secrets::key() {
+                        if matches!(claim(&confirm, k).await, Ok(true)) {
+                            break;
+                        }
+                    }
+                }
+                Err(_) => {}
+            }
+        }
+        start_sealing_when_every_member_can(confirm);
+    });
+    Ok(())
+}
+
+/// Whether `key` is the cluster's: `Ok(true)` when its check is the cluster's or, the
+/// cluster having none (stored before sealing existed), once this key is claimed.
+async fn compare(cluster: &Cluster, key: &SecretsKey) -> Result<bool, ClusterError> {
+    match cluster_check(cluster).await? {
+        Some(check) => Ok(check == key.check()),
+        None => claim(cluster, key).await,
+    }
+}
+
+/// Installs `key` and hands it to peers; with the cluster's check `confirmed`, starts sealing
+/// once every member can open sealed values.
+fn finish(cluster: &Cluster, key: SecretsKey, confirmed: bool) {
     cluster.set_shared_secret(key.bytes().to_vec());
     super::install(key);
-    let cluster = cluster.clone();
+    if confirmed {
+        start_sealing_when_every_member_can(cluster.clone());
+    }
+}
+
+/// Waits until every active member's build opens sealed values (a rolling upgrade has
+/// finished), then seals what is written from then on and rewrites what was stored in the
+/// clear.
+fn start_sealing_when_every_member_can(cluster: Cluster) {
     tokio::spawn(async move {
+        while !cluster.members_have(super::SEALING_FEATURE) {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        super::start_sealing();
         match crate::apps::seal_stored_apps(&cluster).await {
             Ok(0) => {}
             Ok(n) => tracing::info!("sealed the secrets of {n} stored records"),
@@ -132,5 +211,4 @@ pub async fn install(
             }
         }
     });
-    Ok(())
 }

@@ -434,3 +434,190 @@ async fn codes_passwords_and_mails_cannot_be_tried_without_limit() {
         "third mail within the minute",
     );
 }
+
+/// One login (or, with `console`, one console request) from the client address `from`
+/// (127.0.0.0/8 is all loopback): its status and code.
+async fn login_from(
+    cluster: &TestCluster,
+    from: [u8; 4],
+    name: &str,
+    password: &str,
+    extra: &[(&str, &str)],
+) -> (u16, Option<i64>) {
+    let http = reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from(from))
+        .build()
+        .expect("client");
+    let mut query: Vec<(&str, &str)> = vec![("username", name), ("password", password)];
+    query.extend_from_slice(extra);
+    let r = http
+        .get(format!("{}/1/login", cluster.url(0)))
+        .query(&query)
+        .header("X-Service-Application-Id", &cluster.keys.application_id)
+        .header("X-Service-REST-API-Key", &cluster.keys.rest_key)
+        .send()
+        .await
+        .expect("login");
+    let status = r.status().as_u16();
+    let body: Value = r.json().await.unwrap_or(Value::Null);
+    (status, body["code"].as_i64())
+}
+
+async fn console_from(cluster: &TestCluster, from: [u8; 4], password: &str) -> (u16, Option<i64>) {
+    let http = reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from(from))
+        .build()
+        .expect("client");
+    let creds = cluster.credentials();
+    let r = http
+        .get(format!("{}/1/apps", cluster.url(0)))
+        .header(
+            "X-Service-Email",
+            creds["console"]["email"].as_str().unwrap(),
+        )
+        .header("X-Service-Password", password)
+        .send()
+        .await
+        .expect("console");
+    let status = r.status().as_u16();
+    let body: Value = r.json().await.unwrap_or(Value::Null);
+    (status, body["code"].as_i64())
+}
+
+/// Failed logins lock the address they come from out of the account, not the account for
+/// everybody: its username, email and phone share one count, the owner logs in from another
+/// address, and once the account failed too often from many addresses only an address it
+/// logged in from lately, or a caller with a captcha's `validate_token`, may try.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_address_is_locked_out_not_the_account() {
+    let cluster = TestCluster::start(1, &[], &NO_IP_LIMITS).await;
+    let c = cluster.client(0);
+    post(
+        &c,
+        "/1/users",
+        json!({"username": "owner", "password": "right", "email": "owner@x.org", "mobilePhoneNumber": "+8613800000088"}),
+    )
+    .await
+    .unwrap();
+    // The owner logs in from home (127.0.0.1), which the account then knows.
+    assert_eq!(
+        login_from(&cluster, [127, 0, 0, 1], "owner", "right", &[])
+            .await
+            .0,
+        200
+    );
+
+    // A stranger at 127.0.0.2 tries the account's three names: ten failures in all.
+    let stranger = [127, 0, 0, 2];
+    for name in ["owner", "owner@x.org", "+8613800000088"]
+        .iter()
+        .cycle()
+        .take(10)
+    {
+        assert_eq!(
+            login_from(&cluster, stranger, name, "guess", &[]).await,
+            (404, Some(101))
+        );
+    }
+    assert_eq!(
+        login_from(&cluster, stranger, "owner@x.org", "right", &[]).await,
+        (429, Some(10076)),
+        "the stranger's address is locked, whatever name it uses"
+    );
+    assert_eq!(
+        login_from(&cluster, [127, 0, 0, 1], "owner", "right", &[])
+            .await
+            .0,
+        200,
+        "the owner still gets in"
+    );
+    assert_eq!(
+        login_from(&cluster, [127, 0, 0, 3], "owner", "guess", &[]).await,
+        (404, Some(101)),
+        "another address is not locked"
+    );
+
+    // Many addresses, ten failures each: the account's allowance (100 in 15 minutes) is spent.
+    for host in 10..19u8 {
+        for _ in 0..10 {
+            login_from(&cluster, [127, 0, 0, host], "owner", "guess", &[]).await;
+        }
+    }
+    assert_eq!(
+        login_from(&cluster, [127, 0, 0, 40], "owner", "right", &[]).await,
+        (400, Some(10024)),
+        "a new address needs a captcha"
+    );
+    assert_eq!(
+        login_from(&cluster, [127, 0, 0, 1], "owner", "right", &[])
+            .await
+            .0,
+        200,
+        "a known address does not"
+    );
+    let captcha = cluster
+        .master_client(0)
+        .request(Method::POST, "/1/requestCaptcha", Some(&json!({})), true)
+        .await
+        .unwrap()
+        .body;
+    let pass = post(
+        &c,
+        "/1/verifyCaptcha",
+        json!({"captcha_code": captcha["captcha_code"], "captcha_token": captcha["captcha_token"]}),
+    )
+    .await
+    .unwrap();
+    let token = pass["validate_token"].as_str().unwrap();
+    assert_eq!(
+        login_from(
+            &cluster,
+            [127, 0, 0, 40],
+            "owner",
+            "right",
+            &[("validate_token", token)]
+        )
+        .await
+        .0,
+        200,
+        "with a captcha a new address gets in"
+    );
+    assert_eq!(
+        login_from(
+            &cluster,
+            [127, 0, 0, 41],
+            "owner",
+            "right",
+            &[("validate_token", token)]
+        )
+        .await,
+        (400, Some(10024)),
+        "a captcha's pass is single-use"
+    );
+
+    // The console account: the same per address.
+    let console_password = cluster.credentials()["console"]["password"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        console_from(&cluster, [127, 0, 0, 1], &console_password)
+            .await
+            .0,
+        200
+    );
+    for _ in 0..10 {
+        assert_eq!(console_from(&cluster, stranger, "wrong").await.0, 401);
+    }
+    assert_eq!(
+        console_from(&cluster, stranger, &console_password).await,
+        (429, Some(10210))
+    );
+    assert_eq!(
+        console_from(&cluster, [127, 0, 0, 1], &console_password)
+            .await
+            .0,
+        200,
+        "the operator still gets in"
+    );
+}

@@ -865,3 +865,69 @@ async fn app_settings_govern_who_deletes_how_large_and_who_reads() {
         .await;
     assert_eq!(status(photo).await, 200);
 }
+
+/// Uploaded files cannot attack the app's users from the API's origin: every answer says
+/// `nosniff`; HTML, SVG, XHTML, XML and PDF are sandboxed attachments unless the request came
+/// to the files' own origin (`--files-public-url`); pictures stay inline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn active_files_are_sandboxed_attachments_off_their_own_origin() {
+    let port = super::common::free_port();
+    let files_origin = format!("http://files.localhost:{port}");
+    let cluster = TestCluster::start(
+        1,
+        &["--shards", "1"],
+        &["--files-public-url", &files_origin],
+    )
+    .await;
+    let c = cluster.client(0);
+    let base = cluster.url(0);
+    let page = b"<html><script>alert(document.cookie)</script></html>".to_vec();
+    for (name, content, active) in [
+        ("x.html", page.clone(), true),
+        (
+            "x.svg",
+            b"<svg xmlns='http://www.w3.org/2000/svg'><script>1</script></svg>".to_vec(),
+            true,
+        ),
+        ("x.xhtml", page.clone(), true),
+        ("x.pdf", b"%PDF-1.4".to_vec(), true),
+        ("x.png", bytes_of(300, 1), false),
+        ("x.txt", page.clone(), false),
+    ] {
+        let up = upload(&c, name, &content).await;
+        let url = up["url"].as_str().expect("url");
+        assert!(url.starts_with(&files_origin), "{url}");
+        // On the API's own host.
+        let r = get_at(&base, url, &[]).await;
+        assert_eq!(r.status(), 200, "{name}");
+        let h = r.headers().clone();
+        assert_eq!(h["x-content-type-options"], "nosniff", "{name}");
+        match active {
+            true => {
+                let disposition = h["content-disposition"].to_str().unwrap();
+                assert!(
+                    disposition.starts_with("attachment"),
+                    "{name}: {disposition}"
+                );
+                assert_eq!(h["content-security-policy"], "sandbox", "{name}");
+            }
+            false => {
+                assert!(h.get("content-disposition").is_none(), "{name}");
+                assert!(h.get("content-security-policy").is_none(), "{name}");
+            }
+        }
+        assert_eq!(
+            r.bytes().await.unwrap().as_ref(),
+            content.as_slice(),
+            "{name}"
+        );
+        // On the files' own host: inline.
+        let own = get_at(&base, url, &[("host", &format!("files.localhost:{port}"))]).await;
+        assert_eq!(own.status(), 200, "{name}");
+        assert_eq!(own.headers()["x-content-type-options"], "nosniff");
+        assert!(
+            own.headers().get("content-disposition").is_none(),
+            "{name} on its own origin"
+        );
+    }
+}

@@ -166,6 +166,26 @@ async fn functions_deploy_call_list_and_delete_through_every_node() {
         }
         other => panic!("a throw: {other:?}"),
     }
+    // A `Basalt.Error` the function throws itself fails the call with its code.
+    deploy(
+        &m0,
+        "refuses",
+        "throw new Basalt.Error(4321, 'not today');",
+        json!({}),
+    )
+    .await;
+    match call(&clients[1], "refuses", json!({})).await {
+        Err(basalt_client::Error::Api {
+            status,
+            code,
+            message,
+            ..
+        }) => {
+            assert_eq!((status, code), (400, Some(4321)));
+            assert_eq!(message, "not today");
+        }
+        other => panic!("a Basalt.Error: {other:?}"),
+    }
     let c0 = &clients[0];
     for (method, path) in [
         (Method::GET, "/1/functions"),

@@ -17,6 +17,7 @@ mod email;
 mod files;
 mod files_s3;
 mod functions;
+mod https;
 mod images;
 mod installations;
 mod limits;

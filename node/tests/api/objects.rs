@@ -98,6 +98,30 @@ async fn object_lifecycle_and_errors() {
         .expect("exists");
     assert_eq!(after["score"], 7, "no partial write");
 
+    // An integer never leaves the signed 64-bit range, not even by a floating amount.
+    let big = client
+        .create_object("BigNumber", &json!({"n": i64::MAX}))
+        .await
+        .expect("create")
+        .object_id;
+    for amount in [json!(1), json!(1e308), json!(1.0)] {
+        let err = client
+            .update_object(
+                "BigNumber",
+                &big,
+                &json!({"n": {"__op": "Increment", "amount": amount}}),
+            )
+            .await
+            .expect_err("overflow");
+        assert_eq!(err.code(), Some(107), "+{amount}");
+    }
+    let kept = client
+        .get_object("BigNumber", &big)
+        .await
+        .expect("get")
+        .expect("exists");
+    assert_eq!(kept["n"], json!(i64::MAX), "the value is kept");
+
     let p = format!("/1/classes/GameScore/{id}");
     // Every refused request leaves the class as it was: one object, its score unchanged.
     let unchanged = || After::Field {

@@ -59,3 +59,140 @@ async fn health_metrics_and_unknown_routes() {
         .await;
     assert_eq!(anon.err().and_then(|e| e.status()), Some(401));
 }
+
+/// `/metrics` is for the node's operator: with `--metrics-token` every caller needs it (401
+/// without); its own listener (`--metrics-addr`) answers without one; functions' metrics name
+/// no app or function unless `--metrics-per-app`; `/health` says the cluster is insecure when
+/// its peer links are plaintext.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_for_operators_only() {
+    let metrics_port = common_free_port();
+    let metrics_addr = format!("127.0.0.1:{metrics_port}");
+    let cluster = TestCluster::start(
+        1,
+        &["--shards", "1", "--metrics-addr", &metrics_addr],
+        &["--metrics-token", "s3cret"],
+    )
+    .await;
+    let url = format!("{}/metrics", cluster.url(0));
+    let http = reqwest::Client::new();
+    let refused = http.get(&url).send().await.expect("metrics");
+    assert_eq!(refused.status(), 401);
+    let wrong = http
+        .get(&url)
+        .bearer_auth("guess")
+        .send()
+        .await
+        .expect("metrics");
+    assert_eq!(wrong.status(), 401);
+    let text = http
+        .get(&url)
+        .bearer_auth("s3cret")
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(text.contains("basalt_raft_term"), "{text}");
+    assert!(
+        text.contains("basalt_cluster_insecure 1"),
+        "plaintext peers are insecure"
+    );
+    let own = reqwest::get(format!("http://{metrics_addr}/metrics"))
+        .await
+        .expect("own listener");
+    assert_eq!(own.status(), 200);
+    // Only /metrics there.
+    let other = reqwest::get(format!("http://{metrics_addr}/health"))
+        .await
+        .expect("get");
+    assert_eq!(other.status(), 404);
+
+    // A function call is counted without its app or name.
+    let m = cluster.master_client(0);
+    m.request(
+        reqwest::Method::PUT,
+        "/1/functions/hello",
+        Some(&json!({"source": "return 1;"})),
+        true,
+    )
+    .await
+    .expect("deploy");
+    cluster
+        .client(0)
+        .request(
+            reqwest::Method::POST,
+            "/1/functions/hello",
+            Some(&json!({})),
+            false,
+        )
+        .await
+        .expect("call");
+    let text = reqwest::get(format!("http://{metrics_addr}/metrics"))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    let calls: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("basalt_function_calls_total"))
+        .collect();
+    assert!(!calls.is_empty(), "{text}");
+    assert!(
+        calls
+            .iter()
+            .all(|l| !l.contains(&cluster.keys.application_id) && !l.contains("hello")),
+        "{calls:?}"
+    );
+
+    let health: Value = reqwest::get(format!("{}/health", cluster.url(0)))
+        .await
+        .expect("health")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(health["insecure"], true, "{health}");
+    assert_eq!(health["peerTls"], false, "{health}");
+}
+
+fn common_free_port() -> u16 {
+    super::common::free_port()
+}
+
+/// With two of three nodes stopped, the third's `/health` does not claim its groups have
+/// leaders: a leader not heard from for an election timeout cannot commit (503, degraded).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_is_degraded_when_no_quorum_answers() {
+    let mut cluster = TestCluster::start(3, &["--shards", "2"], &[]).await;
+    let url = format!("{}/health", cluster.url(0));
+    assert_eq!(reqwest::get(&url).await.expect("health").status(), 200);
+    cluster.stop(1);
+    cluster.stop(2);
+    let mut last: Value;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let r = reqwest::get(&url).await.expect("health");
+        let status = r.status();
+        last = r.json().await.expect("json");
+        if status == 503 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still healthy: {last}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+    assert_eq!(last["status"], "degraded", "{last}");
+    assert_eq!(last["groupsWithLeader"], 0, "{last}");
+    let problems = last["problems"].as_array().expect("problems");
+    assert_eq!(problems.len(), 3, "{last}");
+    assert!(
+        problems
+            .iter()
+            .all(|p| p["problem"] == "leaderUnreachable" || p["problem"] == "noLeader"),
+        "{last}"
+    );
+}

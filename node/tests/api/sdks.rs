@@ -2,7 +2,8 @@
 //! step (scripts/install-sdks.sh) into ~/.cache/basalt/sdks or `BASALT_SDKS_DIR`: python-bmob
 //! 1.8.0 uploads and deletes files through its own `upload` and `delFile`; hydrogen-js-sdk
 //! 2.7.3, in Node and in encrypted mode, through `Bmob.File(..).save()` and `destroy`; both
-//! call cloud functions; the JS SDK's socket.io client subscribes to tables and rows.
+//! call cloud functions; the JS SDK's socket.io client subscribes to tables and rows; both
+//! SDKs work against nodes serving HTTPS.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -38,14 +39,27 @@ fn run_python(cluster: &TestCluster, code: &str) -> Value {
         "import json, sys\nfrom bmobpy.bmob import Bmob\nb = Bmob({:?}, {:?})\nb.resetDomain({:?})\n",
         cluster.keys.application_id,
         cluster.keys.rest_key,
-        format!("http://{}", cluster.nodes[0].http)
+        cluster.url(0)
     );
     let mut python = Command::new("python3");
     python
         .arg("-c")
         .arg(format!("{prelude}{code}"))
         .env("PYTHONPATH", installed_sdk("python", "bmobpy"));
+    trust_https_ca(cluster, &mut python);
     last_line(python)
+}
+
+/// With the nodes on HTTPS, makes `cmd`'s TLS clients (Python's `requests` and `ssl`,
+/// Node's) trust the CA of their certificate, as an app's operator would.
+fn trust_https_ca(cluster: &TestCluster, cmd: &mut Command) {
+    if let Some(ca) = &cluster.https_ca {
+        let path = cluster.dir.path().join("https-ca.pem");
+        std::fs::write(&path, ca).expect("write the CA");
+        cmd.env("REQUESTS_CA_BUNDLE", &path)
+            .env("SSL_CERT_FILE", &path)
+            .env("NODE_EXTRA_CA_CERTS", &path);
+    }
 }
 
 /// Runs `cmd` without proxies (the SDKs' HTTP clients honour them and ignore NO_PROXY); its
@@ -127,10 +141,11 @@ const settle = (p) => Promise.race([p, new Promise((_, no) =>
         sdk = installed_sdk("js/package", "index.js"),
         secret = app["secretKey"],
         token = app["safeToken"],
-        url = format!("http://{}", cluster.nodes[0].http),
+        url = cluster.url(0),
     );
     let mut node = Command::new("node");
     node.arg("-e").arg(script);
+    trust_https_ca(cluster, &mut node);
     last_line(node)
 }
 
@@ -386,4 +401,48 @@ s.onInitListen = () => {{
     ];
     want.sort();
     assert_eq!(events, want, "{out}");
+}
+
+/// Both SDKs against a node on HTTPS (`--tls-cert`), trusting its CA as an operator's apps
+/// would: uploads come back with `https://` urls that serve the bytes, and a function call
+/// answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_sdks_work_over_https() {
+    let dir = tempfile::tempdir().unwrap();
+    let tls = crate::common::HttpsFiles::make(dir.path());
+    let cluster = TestCluster::start_https(1, &["--header-brand", "Bmob"], &tls).await;
+    let file = dir.path().join("photo.png");
+    std::fs::write(&file, b"\x89PNG not really").unwrap();
+    let cluster_ref = &cluster;
+    let uploaded = tokio::task::block_in_place(|| {
+        run_python(
+            cluster_ref,
+            &format!(
+                "f = b.upload({:?})\nprint(json.dumps({{'url': f.url}}))",
+                file.to_str().unwrap()
+            ),
+        )
+    });
+    let url = uploaded["url"].as_str().unwrap().to_string();
+    assert!(url.starts_with("https://127.0.0.1:"), "{url}");
+    let https = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(&tls.ca_pem).unwrap())
+        .build()
+        .unwrap();
+    let got = https.get(&url).send().await.unwrap();
+    assert_eq!(got.status(), 200);
+    assert_eq!(got.bytes().await.unwrap().as_ref(), b"\x89PNG not really");
+
+    let app = bmob_app(&cluster, "js over https").await;
+    let saved = tokio::task::block_in_place(|| {
+        run_js(
+            cluster_ref,
+            &app,
+            r#"const note = await settle(Bmob.File("note.txt", "over tls").save()); return note[0];"#,
+        )
+    });
+    let url = saved["url"].as_str().unwrap_or_else(|| panic!("{saved}"));
+    assert!(url.starts_with("https://"), "{url}");
+    let got = https.get(url).send().await.unwrap();
+    assert_eq!(got.bytes().await.unwrap().as_ref(), b"over tls");
 }

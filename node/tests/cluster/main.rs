@@ -8,6 +8,7 @@ mod common;
 
 mod crash;
 mod survival;
+mod trust;
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};

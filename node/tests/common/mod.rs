@@ -96,7 +96,54 @@ pub struct TestCluster {
     replicas: usize,
     common_args: Vec<String>,
     log_filter: String,
+    /// With mutual TLS between the nodes: the CA's directory (`basalt admin certs`).
+    pub ca_dir: Option<PathBuf>,
+    /// With the API on HTTPS (`--tls-cert`): the PEM of the CA clients trust.
+    pub https_ca: Option<Vec<u8>>,
     _guard: MutexGuard<'static, ()>,
+}
+
+/// An HTTPS certificate for 127.0.0.1 (`--tls-cert`, `--tls-key`) and its CA's PEM.
+pub struct HttpsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub ca_pem: Vec<u8>,
+}
+
+impl HttpsFiles {
+    /// A new CA and a certificate for 127.0.0.1 it signed, written into `dir`.
+    pub fn make(dir: &std::path::Path) -> HttpsFiles {
+        use basalt_cluster::tls::issue::{Authority, Validity};
+        let ca = Authority::create(Validity::days(2)).expect("ca");
+        let leaf = ca
+            .issue_node(
+                basalt_cluster::ids::NodeId::new(1),
+                &["127.0.0.1".into(), "localhost".into()],
+                Validity::days(1),
+            )
+            .expect("leaf");
+        std::fs::create_dir_all(dir).expect("dir");
+        leaf.write(dir, "api.pem", "api.key").expect("write");
+        HttpsFiles {
+            cert: dir.join("api.pem"),
+            key: dir.join("api.key"),
+            ca_pem: ca.cert_pem().as_bytes().to_vec(),
+        }
+    }
+}
+
+/// Runs `basalt admin certs <args>`, asserting it succeeds.
+pub fn certs_cli(args: &[&str]) {
+    let out = Command::new(env!("CARGO_BIN_EXE_basalt"))
+        .args(["admin", "certs"])
+        .args(args)
+        .output()
+        .expect("run basalt admin certs");
+    assert!(
+        out.status.success(),
+        "basalt admin certs {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Node arguments that spread new objects over every shard a node leads, each on one drawn
@@ -132,6 +179,66 @@ impl TestCluster {
         common_args: &[&str],
         log_filter: &str,
     ) -> TestCluster {
+        Self::start_inner(n, init_args, common_args, log_filter, false).await
+    }
+
+    /// As `start`, with mutual TLS between the nodes: a CA made with `basalt admin certs
+    /// create-ca` in the cluster's directory (`ca/`), each node's certificate in
+    /// `node<i>-certs/`, the administrator's in `admin-certs/`.
+    pub async fn start_secure(n: usize, init_args: &[&str], common_args: &[&str]) -> TestCluster {
+        Self::start_inner(n, init_args, common_args, &node_log_filter(), true).await
+    }
+
+    /// The administrator's certificates directory of a cluster started with `start_secure`.
+    pub fn admin_certs(&self) -> PathBuf {
+        self.dir.path().join("admin-certs")
+    }
+
+    /// Node `i`'s certificates directory of a cluster started with `start_secure`.
+    pub fn node_certs(&self, i: usize) -> PathBuf {
+        self.dir
+            .path()
+            .join(format!("node{}-certs", self.nodes[i].id))
+    }
+
+    /// As `start_secure`, with the API served over HTTPS with `tls` (a certificate for
+    /// 127.0.0.1 and its key, and the CA that signed it).
+    pub async fn start_https(n: usize, common_args: &[&str], tls: &HttpsFiles) -> TestCluster {
+        let mut args: Vec<&str> = common_args.to_vec();
+        let (cert, key) = (
+            tls.cert.display().to_string(),
+            tls.key.display().to_string(),
+        );
+        args.extend(["--tls-cert", &cert, "--tls-key", &key]);
+        Self::start_full(
+            n,
+            &[],
+            &args,
+            &node_log_filter(),
+            true,
+            Some(tls.ca_pem.clone()),
+        )
+        .await
+    }
+
+    async fn start_inner(
+        n: usize,
+        init_args: &[&str],
+        common_args: &[&str],
+        log_filter: &str,
+        secure: bool,
+    ) -> TestCluster {
+        Self::start_full(n, init_args, common_args, log_filter, secure, None).await
+    }
+
+    async fn start_full(
+        n: usize,
+        init_args: &[&str],
+        common_args: &[&str],
+        log_filter: &str,
+        secure: bool,
+        https_ca: Option<Vec<u8>>,
+    ) -> TestCluster {
         let guard = ONE_CLUSTER_AT_A_TIME
             .lock()
             .unwrap_or_else(|p| p.into_inner());
@@ -151,8 +258,18 @@ impl TestCluster {
                 .unwrap_or(3),
             common_args: common_args.iter().map(|s| s.to_string()).collect(),
             log_filter: log_filter.to_string(),
+            ca_dir: None,
+            https_ca,
             _guard: guard,
         };
+        if secure {
+            let ca = cluster.dir.path().join("ca");
+            let ca_arg = ca.display().to_string();
+            certs_cli(&["create-ca", "--ca-dir", &ca_arg]);
+            let admin = cluster.admin_certs().display().to_string();
+            certs_cli(&["create-admin", "--ca-dir", &ca_arg, "--out", &admin]);
+            cluster.ca_dir = Some(ca);
+        }
         let mut extra: Vec<String> = vec!["--init".into()];
         extra.extend(init_args.iter().map(|s| s.to_string()));
         cluster.add_node_with(extra).await;
@@ -227,6 +344,23 @@ impl TestCluster {
             rpc.clone(),
         ];
         args.extend(self.common_args.iter().cloned());
+        if let Some(ca) = &self.ca_dir {
+            let certs = self.dir.path().join(format!("node{id}-certs"));
+            let (ca, out) = (ca.display().to_string(), certs.display().to_string());
+            let id = id.to_string();
+            certs_cli(&[
+                "create-node",
+                "--ca-dir",
+                &ca,
+                "--node-id",
+                &id,
+                "--addr",
+                &rpc,
+                "--out",
+                &out,
+            ]);
+            args.extend(["--certs-dir".to_string(), out]);
+        }
         args.extend(extra);
         let mut node = Node {
             id,
@@ -251,28 +385,43 @@ impl TestCluster {
         std::fs::read_to_string(&self.nodes[i].log).unwrap_or_default()
     }
 
+    /// Node `i`'s base URL: `https://` when the nodes serve the API over TLS.
+    pub fn url(&self, i: usize) -> String {
+        let scheme = if self.https_ca.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}", self.nodes[i].http)
+    }
+
+    /// A client of `base` trusting the CA of the nodes' HTTPS certificate, if any.
+    fn client_at(&self, base: &str, keys: Option<AppKeys>) -> Client {
+        let c = Client::new(base, keys).expect("client");
+        match &self.https_ca {
+            Some(ca) => c.with_ca(ca).expect("CA"),
+            None => c,
+        }
+    }
+
     pub fn client(&self, i: usize) -> Client {
-        Client::new(
-            &format!("http://{}", self.nodes[i].http),
-            Some(self.keys.clone()),
-        )
-        .expect("client")
+        self.client_at(&self.url(i), Some(self.keys.clone()))
     }
 
     /// A client whose requests rotate over every started node.
     pub fn spread_client(&self) -> Client {
-        let bases: Vec<String> = self
-            .nodes
-            .iter()
-            .map(|n| format!("http://{}", n.http))
-            .collect();
-        Client::over_nodes(&bases, Some(self.keys.clone())).expect("client")
+        let bases: Vec<String> = (0..self.nodes.len()).map(|i| self.url(i)).collect();
+        let c = Client::over_nodes(&bases, Some(self.keys.clone())).expect("client");
+        match &self.https_ca {
+            Some(ca) => c.with_ca(ca).expect("CA"),
+            None => c,
+        }
     }
 
     pub fn master_client(&self, i: usize) -> Client {
         let mut keys = self.keys.clone();
         keys.master_key = Some(self.master_key());
-        Client::new(&format!("http://{}", self.nodes[i].http), Some(keys)).expect("client")
+        self.client_at(&self.url(i), Some(keys))
     }
 
     /// The default app's master key (from node 1's credentials when the keys lack it).
@@ -347,11 +496,11 @@ impl TestCluster {
             rest_key: app["restKey"].as_str().expect("rest").into(),
             master_key: app["masterKey"].as_str().map(str::to_string),
         };
-        Client::new(&format!("http://{}", self.nodes[i].http), Some(keys)).expect("client")
+        self.client_at(&self.url(i), Some(keys))
     }
 
     pub fn anonymous_client(&self, i: usize) -> Client {
-        Client::new(&format!("http://{}", self.nodes[i].http), None).expect("client")
+        self.client_at(&self.url(i), None)
     }
 
     pub async fn wait_healthy(&self, i: usize, timeout: Duration) {
@@ -434,6 +583,11 @@ impl TestCluster {
         }
     }
 
+    /// SIGHUP: the node reads its certificates again.
+    pub fn hangup(&self, i: usize) {
+        self.signal(i, "-HUP");
+    }
+
     /// Freezes a node (SIGSTOP): its sockets stay open but it answers nothing.
     pub fn pause(&self, i: usize) {
         self.signal(i, "-STOP");
@@ -508,13 +662,12 @@ impl TestCluster {
 
     /// Runs `basalt admin --rpc <node i> <args>` and returns its stdout.
     pub fn admin(&self, i: usize, args: &[&str]) -> String {
-        let out = Command::new(env!("CARGO_BIN_EXE_basalt"))
-            .arg("admin")
-            .arg("--rpc")
-            .arg(&self.nodes[i].rpc)
-            .args(args)
-            .output()
-            .expect("run basalt admin");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_basalt"));
+        cmd.arg("admin").arg("--rpc").arg(&self.nodes[i].rpc);
+        if self.ca_dir.is_some() {
+            cmd.arg("--certs-dir").arg(self.admin_certs());
+        }
+        let out = cmd.args(args).output().expect("run basalt admin");
         assert!(
             out.status.success(),
             "basalt admin {args:?} failed: {}",
