@@ -12,7 +12,9 @@ and a chart. Bounded: at most MAX_MINUTES (default 45) in all; every server it s
 stopped by PID (its process group) at the end, also on Ctrl-C or error.
 
 Environment: OBJECTS, SECONDS_PER (10), WARMUP (2), CONNECTIONS ("1,16,64"), SYSTEMS
-("basalt-1,basalt-3,parse,etcd"), MAX_MINUTES (45), BASALT (the basalt binary), OUT_DIR
+("basalt-1,basalt-3,parse,etcd"; also `basalt-3-plaintext`, peer links without TLS, and
+`basalt-3-https`, the API over HTTPS too: the cost of TLS), CASES (all; e.g. "create,get"),
+MAX_MINUTES (45), BASALT (the basalt binary), OUT_DIR
 (bench/results), KEEP=1 keeps the work directory. Installs what is missing: Debian's
 postgresql, etcd-server, etcd-client and wrk; parse-server 9.10.0 from npm into
 ~/.cache/basalt/peers/parse (router pinned to 2.2.0: parse-server 9.10.0's batch breaks with
@@ -46,6 +48,9 @@ SECONDS = int(os.environ.get("SECONDS_PER", "10"))
 WARMUP = int(os.environ.get("WARMUP", "2"))
 CONNECTIONS = [int(c) for c in os.environ.get("CONNECTIONS", "1,16,64").split(",")]
 SYSTEMS = os.environ.get("SYSTEMS", "basalt-1,basalt-3,parse,etcd").split(",")
+CASES = [c for c in os.environ.get("CASES", "").split(",") if c]
+# Ports whose servers speak HTTPS (their certificates are the bench's own: not verified).
+HTTPS_PORTS = set()
 MAX_MINUTES = float(os.environ.get("MAX_MINUTES", "45"))
 OUT_DIR = os.environ.get("OUT_DIR", os.path.join(ROOT, "bench", "results"))
 PEERS_DIR = os.path.expanduser("~/.cache/basalt/peers")
@@ -201,7 +206,11 @@ def request(port, method, path, headers, body=None, timeout=600):
     data = None if body is None else json.dumps(body).encode()
     for attempt in range(2):
         conn = conns.get(port)
-        if conn is None:
+        if conn is None and port in HTTPS_PORTS:
+            import ssl
+            conn = conns[port] = http.client.HTTPSConnection(
+                "127.0.0.1", port, timeout=timeout, context=ssl._create_unverified_context())
+        elif conn is None:
             conn = conns[port] = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
         try:
             conn.request(method, path, body=data, headers=headers)
@@ -407,18 +416,36 @@ class Rest(System):
 class Basalt(Rest):
     base = "/1"
 
-    def __init__(self, work, port, nodes):
-        self.name = f"basalt-{nodes}"
+    def __init__(self, work, port, nodes, variant=""):
+        """`variant`: "" (peer links over mutual TLS, as `basalt dev` makes them),
+        "plaintext" (`--insecure`) or "https" (mutual TLS, and the API over HTTPS)."""
+        self.name = f"basalt-{nodes}" + (f"-{variant}" if variant else "")
         super().__init__(work, port)
         self.nodes = nodes
+        self.variant = variant
         self.ports = [port + i for i in range(nodes)]
 
     def start(self):
         data = os.path.join(self.work, self.name)
         log_path = os.path.join(self.work, f"{self.name}.log")
+        extra = []
+        if self.variant == "plaintext":
+            extra = ["--insecure"]
+        elif self.variant == "https":
+            certs = os.path.join(self.work, f"{self.name}-api-certs")
+            ca = os.path.join(certs, "ca")
+            subprocess.run([BASALT, "admin", "certs", "create-ca", "--ca-dir", ca], check=True,
+                           capture_output=True)
+            subprocess.run([BASALT, "admin", "certs", "create-node", "--ca-dir", ca,
+                            "--node-id", "1", "--addr", "127.0.0.1", "--out", certs],
+                           check=True, capture_output=True)
+            extra = ["--tls-cert", os.path.join(certs, "node.pem"),
+                     "--tls-key", os.path.join(certs, "node.key")]
+            HTTPS_PORTS.update(self.ports)
         self.procs.append(start(self.name, [
             BASALT, "dev", "--nodes", str(self.nodes), "--data-dir", data,
-            "--http-port", str(self.port), "--rpc-port", str(self.port + 1000)], log_path))
+            "--http-port", str(self.port), "--rpc-port", str(self.port + 1000)] + extra,
+            log_path))
         end = time.monotonic() + 180
         while time.monotonic() < end:
             with open(log_path, errors="replace") as f:
@@ -694,8 +721,9 @@ def run_wrk(system, script, connections, seconds, salt):
     ticks0 = machine_ticks()
     t0 = time.monotonic()
     for j, (port, conns) in enumerate(split(connections, system.ports)):
+        scheme = "https" if port in HTTPS_PORTS else "http"
         argv = ["wrk", "-t", str(min(2, conns)), "-c", str(conns), "-d", f"{seconds}s",
-                "--timeout", "10s", "-s", script, f"http://127.0.0.1:{port}", "--",
+                "--timeout", "10s", "-s", script, f"{scheme}://127.0.0.1:{port}", "--",
                 str(salt * 10 + j)]
         procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       text=True))
@@ -747,7 +775,7 @@ def measure(system, exp, results, salt):
     system.load(OBJECTS)
     results["load_ops"] = OBJECTS / (time.monotonic() - t)
     log(f"{system.name}: loaded at {results['load_ops']:.0f} objects/s")
-    cases = system.cases()
+    cases = [c for c in system.cases() if not CASES or c[0] in CASES]
     indexed = False
     for case, body, phase in cases:
         if phase == "after index" and not indexed:
@@ -828,7 +856,8 @@ def ops(all_results, name, case, c):
 
 
 def ratio_table(all_results, case_order):
-    pairs = [("basalt-1", "parse"), ("basalt-3", "parse"), ("basalt-3", "etcd")]
+    pairs = [("basalt-1", "parse"), ("basalt-3", "parse"), ("basalt-3", "etcd"),
+             ("basalt-3", "basalt-3-plaintext"), ("basalt-3-https", "basalt-3-plaintext")]
     pairs = [(a, b) for a, b in pairs if a in all_results and b in all_results]
     lines = ["| case | conns | " + " | ".join(f"{a} / {b}" for a, b in pairs) + " |",
              "|---|---|" + "---|" * len(pairs)]
@@ -883,6 +912,12 @@ def goals(all_results):
         v = 1000.0 / group["p50_ms"] if group["p50_ms"] else None
         goal(f"groupby with sum, 3 nodes, < 1 s at {OBJECTS:,} objects (goal set at 1,000,000)",
              v, 1.0, f"{group['p50_ms']:.0f} ms")
+    # Issue 47: what TLS costs 3-node creates and gets, against plaintext peer links.
+    for a in ("basalt-3", "basalt-3-https"):
+        for case in ("create", "get"):
+            v = ratio(a, "basalt-3-plaintext", case)
+            goal(f"{a} {case}s within 10 % of plaintext peer links (16 conns)",
+                 None if v is None else v / 0.9, 1.0, f"{v:.2f}×" if v else "")
     # Issue 19: writes and linearizable reads at etcd's speed on 3 nodes, bulk loads.
     for c in (16, 64):
         v = ratio("basalt-3", "etcd", "create", c)
@@ -965,10 +1000,13 @@ def main():
     work = tempfile.mkdtemp(prefix="basalt-bench-peers-")
     log(f"work directory {work}")
     all_results = {}
-    ports = {"basalt-1": 28380, "basalt-3": 28390, "parse": 28410, "etcd": 28420}
+    ports = {"basalt-1": 28380, "basalt-3": 28390, "parse": 28410, "etcd": 28420,
+             "basalt-3-plaintext": 28430, "basalt-3-https": 28440}
     makers = {
         "basalt-1": lambda: Basalt(work, ports["basalt-1"], 1),
         "basalt-3": lambda: Basalt(work, ports["basalt-3"], 3),
+        "basalt-3-plaintext": lambda: Basalt(work, ports["basalt-3-plaintext"], 3, "plaintext"),
+        "basalt-3-https": lambda: Basalt(work, ports["basalt-3-https"], 3, "https"),
         "parse": lambda: Parse(work, ports["parse"]),
         "etcd": lambda: Etcd(work, ports["etcd"]),
     }

@@ -226,21 +226,41 @@ impl AppRecord {
     }
 }
 
+/// An app as this node's metadata replica holds it, opened (none: not there).
+#[derive(Clone)]
+struct Opened(Option<std::sync::Arc<AppRecord>>);
+
+impl basalt_cluster::kept_reads::Weight for Opened {
+    fn weight(&self) -> usize {
+        1
+    }
+}
+
+/// Apps read and opened from this node's metadata replica, kept while it applies nothing
+/// newer (every request finds its app: opening its sealed keys each time would cost).
+static OPENED: std::sync::LazyLock<basalt_cluster::KeptReads<String, Opened>> =
+    std::sync::LazyLock::new(|| basalt_cluster::KeptReads::new("basalt_app_reads_total", 10_000));
+
 /// Finds an app by applicationId.
 pub async fn find_app(
     cluster: &Cluster,
     application_id: &str,
 ) -> Result<Option<AppRecord>, AppsError> {
-    let local = cluster.local_meta_record(Namespace::App, application_id)?;
-    let value = match local {
-        Some(v) => Some(v),
-        None => {
-            cluster
-                .get_record(META_GROUP, Namespace::App, application_id)
-                .await?
-        }
-    };
-    value.map(decode_app).transpose()
+    let applied = cluster.meta_applied();
+    let local = OPENED.get_or_read(applied, application_id, || {
+        let value = cluster.local_meta_record(Namespace::App, application_id)?;
+        Ok::<_, AppsError>(Opened(
+            value.map(decode_app).transpose()?.map(std::sync::Arc::new),
+        ))
+    })?;
+    if let Opened(Some(app)) = local {
+        return Ok(Some(AppRecord::clone(&app)));
+    }
+    cluster
+        .get_record(META_GROUP, Namespace::App, application_id)
+        .await?
+        .map(decode_app)
+        .transpose()
 }
 
 /// Finds an app by its secret key (encrypted mode).

@@ -96,6 +96,10 @@ pub async fn install(
              (give --secrets-key-file on a secrets mount)"
         );
     }
+    if fresh && init {
+        // A new cluster has no member of an older build: seal from its first app on.
+        super::start_sealing();
+    }
     if fresh {
         key.write(path)?;
         let mut waited = 0u32;

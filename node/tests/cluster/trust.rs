@@ -458,6 +458,7 @@ async fn certificates_rotate_under_load_with_no_failed_request() {
     // CA's certificates are refused.
     cluster.stop(2);
     cluster.restart(2).await;
+    cluster.wait_healthy(2, Duration::from_secs(90)).await;
     cluster
         .wait_placement_settled(Duration::from_secs(90))
         .await;
@@ -498,4 +499,131 @@ async fn certificates_rotate_under_load_with_no_failed_request() {
             .await
             > 0.0
     );
+}
+
+/// An app stored in the clear (as before sealing existed) is sealed when a node starts and
+/// keeps working with its keys, standard and signed; a node that lost its secrets key fetches
+/// it from a peer; a node whose key file holds another key does not start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apps_stored_in_the_clear_are_sealed_and_keys_follow_the_cluster() {
+    let mut cluster = TestCluster::start_secure(3, &[], &[]).await;
+    let addr = cluster.nodes[0].rpc.clone();
+    let node1 = channel(&addr, Some(&node_tls(&cluster.node_certs(0), 1)));
+    let owner = cluster.credentials()["console"]["email"]
+        .as_str()
+        .expect("email")
+        .to_string();
+    let (id, master, rest, secret, token) = (
+        "LegacyApp0000000000000000000000a",
+        "legacy-master-key-000000000000aa",
+        "legacy-rest-key-00000000000000aa",
+        "legacysecret0001",
+        "lgcy01",
+    );
+    let record = json!({
+        "appName": "legacy", "applicationId": id, "restKey": rest, "masterKey": master,
+        "accessKey": "legacy-access-key-0000000000000a", "secretKey": secret, "status": 1,
+        "notAllowedCreateTable": 0, "owner": owner, "safeToken": token,
+    });
+    // Written as an older build did: in the clear, the index keyed by the secret key.
+    for (ns, key, value) in [
+        ("app_secret", secret, json!({"applicationId": id})),
+        ("app", id, record),
+    ] {
+        let cmd =
+            json!({"PutRecord": {"ns": ns, "key": key, "value": value, "expires_at_ms": null}});
+        let msg = group_message(META_GROUP, &cmd).expect("encode");
+        NodeServiceClient::new(node1.clone())
+            .propose(tonic::Request::new(msg))
+            .await
+            .expect("propose");
+    }
+    let stored = |cluster: &TestCluster| {
+        let node1 = channel(
+            &cluster.nodes[0].rpc,
+            Some(&node_tls(&cluster.node_certs(0), 1)),
+        );
+        async move { call(&node1, "read").await.expect("apps").to_string() }
+    };
+    assert!(
+        stored(&cluster).await.contains(master),
+        "written in the clear"
+    );
+
+    // Node 1 starts again: what it finds in the clear it seals.
+    cluster.stop(0);
+    cluster.restart(0).await;
+    cluster.wait_healthy(0, Duration::from_secs(90)).await;
+    let mut sealed = false;
+    for _ in 0..100 {
+        let text = stored(&cluster).await;
+        if !text.contains(master)
+            && !text.contains(rest)
+            && !text.contains(&format!("\"{secret}\""))
+        {
+            sealed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        sealed,
+        "the legacy app is sealed: {}",
+        stored(&cluster).await
+    );
+    let keys = basalt_client::AppKeys {
+        application_id: id.into(),
+        rest_key: rest.into(),
+        master_key: Some(master.into()),
+    };
+    for i in 0..3 {
+        let c = basalt_client::Client::new(&cluster.url(i), Some(keys.clone())).expect("client");
+        c.create_object("Legacy", &json!({"i": i}))
+            .await
+            .expect("the legacy keys still work");
+        let signed =
+            cluster
+                .anonymous_client(i)
+                .with_signing(basalt_client::signing::SignedKeys::new(
+                    secret,
+                    token,
+                    basalt_client::signing::Formula::JsSdk,
+                ));
+        signed
+            .create_object("Legacy", &json!({"signed": i}))
+            .await
+            .expect("signed by the legacy secret");
+    }
+
+    // Node 2 lost its key file: it fetches the cluster's from a peer.
+    let key2 = cluster.nodes[1].data_dir.join("secrets.key");
+    let before = std::fs::read_to_string(&key2).expect("key");
+    cluster.stop(1);
+    std::fs::remove_file(&key2).expect("lose the key");
+    cluster.restart(1).await;
+    cluster.wait_healthy(1, Duration::from_secs(90)).await;
+    assert_eq!(std::fs::read_to_string(&key2).expect("fetched"), before);
+    assert!(cluster
+        .client(1)
+        .create_object("Legacy", &json!({"after": 2}))
+        .await
+        .is_ok());
+
+    // Node 3 with another key does not start (it could open no app's keys).
+    let key3 = cluster.nodes[2].data_dir.join("secrets.key");
+    let good = std::fs::read(&key3).expect("key");
+    cluster.stop(2);
+    std::fs::write(&key3, format!("{}\n", "ab".repeat(32))).expect("another key");
+    cluster.restart(2).await;
+    let exit = cluster.wait_exit(2, Duration::from_secs(60)).await;
+    assert!(
+        exit.is_some_and(|s| !s.success()),
+        "a node with another key stops"
+    );
+    assert!(cluster
+        .log_text(2)
+        .contains("another secrets key than the cluster's"));
+    std::fs::write(&key3, good).expect("the right key");
+    cluster.restart(2).await;
+    cluster.wait_healthy(2, Duration::from_secs(90)).await;
 }
