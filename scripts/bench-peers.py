@@ -235,14 +235,16 @@ def query_string(params):
 # ---------------------------------------------------------------- installs
 
 def install():
+    """What the SYSTEMS asked for need and this machine lacks."""
     missing = []
-    if not os.path.exists(f"{PG_BIN}/initdb"):
+    parse, etcd = "parse" in SYSTEMS, "etcd" in SYSTEMS
+    if parse and not os.path.exists(f"{PG_BIN}/initdb"):
         missing.append("postgresql")
-    for cmd, pkg in (("etcd", "etcd-server"), ("etcdctl", "etcd-client"), ("wrk", "wrk"),
-                     ("psql", "postgresql-client")):
-        if shutil.which(cmd) is None:
+    for cmd, pkg, needed in (("etcd", "etcd-server", etcd), ("etcdctl", "etcd-client", etcd),
+                             ("wrk", "wrk", True), ("psql", "postgresql-client", parse)):
+        if needed and shutil.which(cmd) is None:
             missing.append(pkg)
-    if shutil.which("node") is None or shutil.which("npm") is None:
+    if parse and (shutil.which("node") is None or shutil.which("npm") is None):
         missing += ["nodejs", "npm"]
     if missing:
         log(f"installing {' '.join(missing)}")
@@ -251,7 +253,8 @@ def install():
         subprocess.run(sudo + ["apt-get", "install", "-y", "-qq"] + missing, check=True,
                        env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
     parse_dir = os.path.join(PEERS_DIR, "parse")
-    if not os.path.exists(os.path.join(parse_dir, "node_modules", "parse-server", "package.json")):
+    if parse and not os.path.exists(
+            os.path.join(parse_dir, "node_modules", "parse-server", "package.json")):
         os.makedirs(parse_dir, exist_ok=True)
         with open(os.path.join(parse_dir, "package.json"), "w") as f:
             json.dump({"name": "basalt-bench-peers", "private": True,

@@ -23,8 +23,10 @@ pub trait Weight {
 }
 
 impl<T> Weight for Arc<Vec<T>> {
+    /// Its records, and at least one: a read that found nothing is kept too, and must count
+    /// toward the bound (reads of ids nobody has would otherwise grow what is kept forever).
     fn weight(&self) -> usize {
-        self.len()
+        self.len().max(1)
     }
 }
 

@@ -59,15 +59,6 @@ fn sealed(id: &str, mut v: serde_json::Value) -> Result<serde_json::Value, AppsE
     Ok(v)
 }
 
-/// The key of an app's entry in the secret-key index: a keyed digest of the secret key (the
-/// key itself while values are not sealed yet).
-fn secret_index_key(secret_key: &str) -> String {
-    match crate::secrets::sealing_key() {
-        Some(key) => key.digest(SECRET_INDEX, secret_key),
-        None => secret_key.to_string(),
-    }
-}
-
 /// Length of the per-app safe token of encrypted mode.
 pub const SAFE_TOKEN_LEN: usize = 6;
 
@@ -268,29 +259,37 @@ pub async fn find_app_by_secret(
     cluster: &Cluster,
     secret_key: &str,
 ) -> Result<Option<AppRecord>, AppsError> {
-    let mut index = None;
     // The digest's entry, then (written before values were sealed, and not yet rewritten by
-    // `seal_stored_apps`) the key's own — never a digest's entry found by its digest.
+    // `seal_stored_apps`) the key's own — never a digest's entry found by its digest. Both on
+    // this node's replica first, then linearizably (an app created a moment ago).
     let digest = crate::secrets::key().map(|k| k.digest(SECRET_INDEX, secret_key));
-    for (key, is_digest) in digest
+    let candidates: Vec<(String, bool)> = digest
         .into_iter()
         .map(|d| (d, true))
         .chain(std::iter::once((secret_key.to_string(), false)))
-    {
-        let found = match cluster.local_meta_record(Namespace::AppSecret, &key)? {
-            Some(v) => Some(v),
-            None => {
-                cluster
-                    .get_record(META_GROUP, Namespace::AppSecret, &key)
-                    .await?
-            }
-        };
-        if found
+        .collect();
+    let fits = |found: &Option<serde_json::Value>, is_digest: bool| {
+        found
             .as_ref()
             .is_some_and(|v| v["digest"].as_bool().unwrap_or(false) == is_digest)
-        {
+    };
+    let mut index = None;
+    for (key, is_digest) in &candidates {
+        let found = cluster.local_meta_record(Namespace::AppSecret, key)?;
+        if fits(&found, *is_digest) {
             index = found;
             break;
+        }
+    }
+    if index.is_none() {
+        for (key, is_digest) in &candidates {
+            let found = cluster
+                .get_record(META_GROUP, Namespace::AppSecret, key)
+                .await?;
+            if fits(&found, *is_digest) {
+                index = found;
+                break;
+            }
         }
     }
     match index.as_ref().and_then(|v| v["applicationId"].as_str()) {
@@ -313,16 +312,24 @@ pub async fn list_apps(cluster: &Cluster, owner: &str) -> Result<Vec<AppRecord>,
 /// Stores a new app: first its secret-key index, then the app (an index without its app is
 /// harmless: it finds nothing).
 pub async fn put_app(cluster: &Cluster, app: &AppRecord) -> Result<(), AppsError> {
-    let v = serde_json::to_value(app).map_err(|e| AppsError::Corrupt(e.to_string()))?;
-    let v = sealed(&app.application_id, v)?;
+    // Sealing is decided once for the record and its index entry (it may start meanwhile).
+    let key = crate::secrets::sealing_key();
+    let mut v = serde_json::to_value(app).map_err(|e| AppsError::Corrupt(e.to_string()))?;
+    if let Some(key) = key {
+        crate::secrets::seal_app(key, &app.application_id, &mut v)?;
+    }
+    let index_key = match key {
+        Some(key) => key.digest(SECRET_INDEX, &app.secret_key),
+        None => app.secret_key.clone(),
+    };
     cluster
         .put_record(
             META_GROUP,
             Namespace::AppSecret,
-            &secret_index_key(&app.secret_key),
+            &index_key,
             serde_json::json!({
                 "applicationId": app.application_id,
-                "digest": crate::secrets::sealing_key().is_some(),
+                "digest": key.is_some(),
             }),
             None,
         )

@@ -48,7 +48,22 @@ pub struct DevArgs {
 }
 
 /// True when `GET /health` at `addr` answers 200.
-pub async fn health_ok(addr: &str) -> bool {
+pub async fn health_ok(addr: &str, https: bool) -> bool {
+    if https {
+        // The node's own certificate, on loopback: what is probed is that it serves, not who
+        // signed its certificate (clients verify that).
+        let Ok(client) = reqwest::Client::builder()
+            .danger_accept_invalid_certs(true)
+            .timeout(Duration::from_secs(2))
+            .build()
+        else {
+            return false;
+        };
+        return matches!(
+            client.get(format!("https://{addr}/health")).send().await,
+            Ok(r) if r.status() == reqwest::StatusCode::OK
+        );
+    }
     let attempt = async {
         let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
         s.write_all(format!("GET /health HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
@@ -183,7 +198,7 @@ async fn wait_and_serve(args: &DevArgs, children: &mut [Child]) -> anyhow::Resul
     let mut signal = Box::pin(crate::serve::shutdown_signal());
     for addr in &addrs {
         loop {
-            if health_ok(addr).await {
+            if health_ok(addr, args.service.tls_cert.is_some()).await {
                 break;
             }
             anyhow::ensure!(
@@ -210,8 +225,13 @@ async fn wait_and_serve(args: &DevArgs, children: &mut [Child]) -> anyhow::Resul
             println!("{}", describe(&doc));
         }
     }
+    let scheme = if args.service.tls_cert.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     for (i, addr) in addrs.iter().enumerate() {
-        println!("node {} serving HTTP at http://{addr}", i + 1);
+        println!("node {} serving HTTP at {scheme}://{addr}", i + 1);
     }
     if args.insecure {
         println!("peer links are plaintext (--insecure)");

@@ -59,7 +59,7 @@ async fn is_known(cluster: &Cluster, known: &str) -> bool {
     let group = cluster.shard_for("_throttle", Namespace::Tries.name(), known);
     matches!(
         cluster.get_record(group, Namespace::Tries, known).await,
-        Ok(Some(_))
+        Ok(Some(v)) if v["known"] == serde_json::Value::Bool(true)
     )
 }
 
@@ -108,17 +108,29 @@ pub async fn take_login(
     ip: Option<IpAddr>,
     proved: bool,
 ) -> Result<LoginAttempt, LoginRefusal> {
+    // Each kind of record has a prefix of its own and the account's part is a digest of fixed
+    // length: no name a client sends (a console email may hold anything) spells another
+    // account's or address's key.
+    let digest = {
+        use sha2::Digest;
+        let d = sha2::Sha256::digest(account.as_bytes());
+        d.iter()
+            .take(16)
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    };
     let address = ip.map_or_else(|| "-".to_string(), |ip| ip.to_string());
-    let known = format!("{account}@{address}/known");
+    let on_account_key = format!("login-account:{digest}");
+    let known = format!("login-known:{digest}:{address}");
     let from_address = take(
         cluster,
         what,
-        &format!("{account}@{address}"),
+        &format!("login-address:{digest}:{address}"),
         &LOGIN_WINDOWS,
     )
     .await
     .map_err(LoginRefusal::Throttled)?;
-    match take(cluster, what, account, &ACCOUNT_LOGIN_WINDOWS).await {
+    match take(cluster, what, &on_account_key, &ACCOUNT_LOGIN_WINDOWS).await {
         Ok(on_account) => Ok(LoginAttempt {
             from_address,
             on_account: Some(on_account),

@@ -128,6 +128,7 @@ impl Cluster {
                 tasks: Mutex::new(Vec::new()),
                 apply_watch: Default::default(),
                 shared_secret: Default::default(),
+                created: fresh_init,
             }),
         };
         cluster.spawn(crate::peer_service::serve(

@@ -72,17 +72,43 @@ impl Cluster {
         }
     }
 
+    /// Writes a member record by compare-and-set against the record as the metadata group
+    /// holds it now: a removed node stays removed, however stale the writer's view (a removed
+    /// node restarting, a join through a member that has not applied the removal yet).
     pub(super) async fn put_node_record(&self, record: &NodeRecord) -> Result<()> {
         let value = serde_json::to_value(record)?;
-        self.put_record(
-            META_GROUP,
-            Namespace::Node,
-            &record.id.to_string(),
-            value,
-            None,
-        )
-        .await?;
-        Ok(())
+        let key = record.id.to_string();
+        for _ in 0..10 {
+            let current = self.get_record(META_GROUP, Namespace::Node, &key).await?;
+            let removed = current
+                .as_ref()
+                .and_then(|v| serde_json::from_value::<NodeRecord>(v.clone()).ok())
+                .is_some_and(|r| r.state == NodeState::Removed);
+            if removed && record.state != NodeState::Removed {
+                return Err(Error::InvalidOperation(format!(
+                    "node {} was removed from the cluster; join with a new id",
+                    record.id
+                )));
+            }
+            match self
+                .cas_record(
+                    META_GROUP,
+                    Namespace::Node,
+                    &key,
+                    current,
+                    Some(value.clone()),
+                )
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(Error::Conflict(_)) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(Error::Unavailable(format!(
+            "node {}'s record kept changing",
+            record.id
+        )))
     }
 
     /// Marks a node removed; placement then moves its replicas to the remaining nodes.

@@ -91,6 +91,8 @@ struct Inner {
     apply_watch: crate::health::ApplyWatch,
     /// The secret the nodes share outside the replicated state, once the node crate set it.
     shared_secret: std::sync::OnceLock<Vec<u8>>,
+    /// This start created the cluster (`--init` on an empty data dir).
+    created: bool,
 }
 
 /// A running node of the cluster (cheap to clone).
@@ -134,6 +136,12 @@ impl Cluster {
         self.inner
             .apply_watch
             .assess(&self.status(), std::time::Instant::now(), election)
+    }
+
+    /// Whether this start created the cluster (`--init` on an empty data dir; a restart with
+    /// `--init` resumes and is not).
+    pub fn created_here(&self) -> bool {
+        self.inner.created
     }
 
     /// Sets the secret this node hands to peers that ask for it (`AdminRequest::SharedSecret`;

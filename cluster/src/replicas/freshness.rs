@@ -64,14 +64,13 @@ impl Replicas {
             let m = metrics.borrow_watched();
             if m.current_leader == Some(me) {
                 let alone = m.membership_config.membership().voter_ids().eq([me]);
-                // A leader no quorum answered yet was elected a moment ago.
+                // A leader no quorum answered yet: since it was first seen leading this term.
                 Some(match alone {
                     true => Some(std::time::Duration::ZERO),
-                    false => Some(
-                        m.last_quorum_acked
-                            .as_ref()
-                            .map_or(std::time::Duration::ZERO, |acked| acked.elapsed()),
-                    ),
+                    false => Some(match m.last_quorum_acked.as_ref() {
+                        Some(acked) => acked.elapsed(),
+                        None => self.inner.contact.leading_for(group, m.current_term),
+                    }),
                 })
             } else {
                 None

@@ -17,6 +17,8 @@ pub(super) struct LeaderContact {
     heard: Vec<AtomicU64>,
     lease: Duration,
     heartbeat: Duration,
+    /// Since when this node has seen itself lead each group, in which term.
+    leading: std::sync::Mutex<std::collections::HashMap<GroupId, (u64, Instant)>>,
 }
 
 impl LeaderContact {
@@ -27,6 +29,7 @@ impl LeaderContact {
             heard: (0..groups).map(|_| AtomicU64::new(0)).collect(),
             lease: lease(tuning),
             heartbeat: Duration::from_millis(tuning.heartbeat_ms),
+            leading: Default::default(),
         }
     }
 
@@ -44,6 +47,20 @@ impl LeaderContact {
             let ms = self.started.elapsed().as_millis() as u64 + 1;
             slot.fetch_max(ms, Ordering::Relaxed);
         }
+    }
+
+    /// How long this node has been seen leading `group` in `term` (from the first time it was
+    /// asked in that term): a leader no quorum answered yet is heard from for that long.
+    pub(super) fn leading_for(&self, group: GroupId, term: u64) -> Duration {
+        let mut leading = match self.leading.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        let entry = leading.entry(group).or_insert((term, Instant::now()));
+        if entry.0 != term {
+            *entry = (term, Instant::now());
+        }
+        entry.1.elapsed()
     }
 
     pub(super) fn lease(&self) -> Duration {

@@ -73,8 +73,9 @@ async fn obtain(cluster: &Cluster, join: Option<&str>) -> anyhow::Result<(Secret
 ///
 /// A new key must be claimed as the cluster's before the node goes on (it waits as long as
 /// that takes). A known key (its file, a peer's) is compared with the cluster's check; when
-/// the metadata group cannot be read within 30 s the node starts, keeps comparing, and seals
-/// nothing until the check is confirmed — a mismatch found then stops the process.
+/// the metadata group cannot be read within 30 s the node starts with it, but shares it with no
+/// peer, writes no fetched key to its file and seals nothing until the check is confirmed — a
+/// mismatch found then stops the process.
 pub async fn install(
     cluster: &Cluster,
     path: &Path,
@@ -82,7 +83,8 @@ pub async fn install(
     init: bool,
     join: Option<&str>,
 ) -> anyhow::Result<()> {
-    let (key, fresh) = if path.exists() {
+    let from_file = path.exists();
+    let (key, fresh) = if from_file {
         (SecretsKey::read(path)?, false)
     } else if init {
         (SecretsKey::generate(), true)
@@ -95,10 +97,6 @@ pub async fn install(
             "the secrets key is on the data disk: a copy of the disk gives the apps' keys \
              (give --secrets-key-file on a secrets mount)"
         );
-    }
-    if fresh && init {
-        // A new cluster has no member of an older build: seal from its first app on.
-        super::start_sealing();
     }
     if fresh {
         key.write(path)?;
@@ -120,23 +118,29 @@ pub async fn install(
                 }
             }
         }
-        finish(cluster, key, true);
+        if cluster.created_here() {
+            // A cluster this start created has no member of an older build: seal from its
+            // first app on.
+            super::start_sealing();
+        }
+        confirmed(cluster, key, path, true);
         return Ok(());
-    }
-    if !path.exists() {
-        key.write(path)?;
     }
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         match compare(cluster, &key).await {
             Ok(true) => {
-                finish(cluster, key, true);
+                confirmed(cluster, key, path, !from_file);
                 return Ok(());
             }
             Ok(false) => anyhow::bail!(
                 "{} holds another secrets key than the cluster's: this node could not open \
                  the apps' keys (copy a member's key file)",
-                path.display()
+                if from_file {
+                    path.display().to_string()
+                } else {
+                    "the key a peer gave".to_string()
+                }
             ),
             Err(e) if Instant::now() >= deadline => {
                 tracing::warn!(
@@ -148,33 +152,37 @@ pub async fn install(
             Err(_) => tokio::time::sleep(Duration::from_millis(300)).await,
         }
     }
+    // Unconfirmed: the process opens what it can with the key, and nothing more.
     let check = key.check();
-    let confirm = cluster.clone();
-    finish(cluster, key, false);
+    let bytes = key.bytes().to_vec();
+    super::install(key);
+    let (cluster, path) = (cluster.clone(), path.to_path_buf());
     tokio::spawn(async move {
         loop {
             tokio::time::sleep(Duration::from_secs(2)).await;
-            match cluster_check(&confirm).await {
-                Ok(Some(c)) if c == check => break,
-                Ok(Some(_)) => {
+            let Some(key) = super::key() else { return };
+            match compare(&cluster, key).await {
+                Ok(true) => break,
+                Ok(false) => {
                     tracing::error!(
                         "this node's secrets key is not the cluster's: stopping (copy a \
                          member's key file)"
                     );
                     std::process::exit(1);
                 }
-                // Written before sealing existed: this node's key becomes the cluster's.
-                Ok(None) => {
-                    if let Some(k) = crate::secrets::key() {
-                        if matches!(claim(&confirm, k).await, Ok(true)) {
-                            break;
-                        }
-                    }
-                }
                 Err(_) => {}
             }
         }
-        start_sealing_when_every_member_can(confirm);
+        if !from_file {
+            if let Some(key) = SecretsKey::from_bytes(&bytes) {
+                if let Err(e) = key.write(&path) {
+                    tracing::warn!("keeping the secrets key: {e}");
+                }
+            }
+        }
+        tracing::info!(check = %check, "the secrets key is the cluster's");
+        cluster.set_shared_secret(bytes);
+        start_sealing_when_every_member_can(cluster);
     });
     Ok(())
 }
@@ -188,14 +196,17 @@ async fn compare(cluster: &Cluster, key: &SecretsKey) -> Result<bool, ClusterErr
     }
 }
 
-/// Installs `key` and hands it to peers; with the cluster's check `confirmed`, starts sealing
-/// once every member can open sealed values.
-fn finish(cluster: &Cluster, key: SecretsKey, confirmed: bool) {
+/// Installs `key`, confirmed as the cluster's: writes it to `path` when it came from a peer,
+/// hands it to peers that ask, and starts sealing once every member can open sealed values.
+fn confirmed(cluster: &Cluster, key: SecretsKey, path: &Path, write: bool) {
+    if write && !path.exists() {
+        if let Err(e) = key.write(path) {
+            tracing::warn!("keeping the secrets key: {e}");
+        }
+    }
     cluster.set_shared_secret(key.bytes().to_vec());
     super::install(key);
-    if confirmed {
-        start_sealing_when_every_member_can(cluster.clone());
-    }
+    start_sealing_when_every_member_can(cluster.clone());
 }
 
 /// Waits until every active member's build opens sealed values (a rolling upgrade has
@@ -203,7 +214,15 @@ fn finish(cluster: &Cluster, key: SecretsKey, confirmed: bool) {
 /// clear.
 fn start_sealing_when_every_member_can(cluster: Cluster) {
     tokio::spawn(async move {
+        let mut waited = 0u32;
         while !cluster.members_have(super::SEALING_FEATURE) {
+            waited += 1;
+            if waited % 300 == 60 {
+                tracing::warn!(
+                    "app secrets are not sealed yet: a member's build cannot open sealed values \
+                     (finish upgrading every node)"
+                );
+            }
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
         super::start_sealing();

@@ -464,17 +464,27 @@ async fn login_from(
 }
 
 async fn console_from(cluster: &TestCluster, from: [u8; 4], password: &str) -> (u16, Option<i64>) {
+    let email = cluster.credentials()["console"]["email"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    console_as(cluster, from, &email, password).await
+}
+
+/// One console request as `email` from the client address `from`: its status and code.
+async fn console_as(
+    cluster: &TestCluster,
+    from: [u8; 4],
+    email: &str,
+    password: &str,
+) -> (u16, Option<i64>) {
     let http = reqwest::Client::builder()
         .local_address(std::net::IpAddr::from(from))
         .build()
         .expect("client");
-    let creds = cluster.credentials();
     let r = http
         .get(format!("{}/1/apps", cluster.url(0)))
-        .header(
-            "X-Service-Email",
-            creds["console"]["email"].as_str().unwrap(),
-        )
+        .header("X-Service-Email", email)
         .header("X-Service-Password", password)
         .send()
         .await
@@ -619,5 +629,28 @@ async fn a_failing_address_is_locked_out_not_the_account() {
             .0,
         200,
         "the operator still gets in"
+    );
+
+    // Emails crafted to spell the operator's records (its address's count, its known
+    // addresses) are accounts of their own: they lock nobody else out.
+    let email = cluster.credentials()["console"]["email"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for crafted in [
+        format!("{email}@127.0.0.1"),
+        format!("{email}@127.0.0.1/known"),
+        format!("{email}:127.0.0.1"),
+    ] {
+        for _ in 0..12 {
+            console_as(&cluster, [127, 0, 0, 5], &crafted, "wrong").await;
+        }
+    }
+    assert_eq!(
+        console_from(&cluster, [127, 0, 0, 1], &console_password)
+            .await
+            .0,
+        200,
+        "crafted emails lock nobody out"
     );
 }

@@ -459,6 +459,20 @@ async fn a_joining_node_gets_replicas_and_a_removed_node_gives_them_up() {
             .expect("get after removal")
             .is_some());
     }
+    // The removed node started again (its own replica still says it is active) does not come
+    // back as a member: its record stays removed.
+    cluster.restart(0).await;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let members: Value = serde_json::from_str(&cluster.admin(1, &["members"])).expect("members");
+    let node1 = members["ClusterInfo"]["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .find(|n| n["id"] == 1)
+        .cloned()
+        .expect("node 1's record");
+    assert_eq!(node1["state"], "Removed", "{members}");
+    cluster.stop(0);
 }
 
 /// The scheduler runs on the metadata group's leader only, and another node takes over when
