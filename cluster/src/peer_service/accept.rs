@@ -2,7 +2,9 @@
 //! TLS handshake — each on a task of its own, so a slow or silent client holds nothing but its
 //! own place. Handshakes in progress are bounded per node and per client address and must end
 //! within `HANDSHAKE_TIMEOUT`; connections beyond the bounds are closed at once. Only finished
-//! handshakes reach the gRPC server (`peer_service::serve`).
+//! handshakes whose certificate names an identity (`tls::identity`) reach the gRPC server
+//! (`peer_service::serve`), as a [`PeerConn`] that hands each request that identity: the
+//! certificate is read once per connection, not per request.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -14,7 +16,75 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio_rustls::server::TlsStream;
 
-use crate::tls::PeerTls;
+use crate::tls::identity::identity_of;
+use crate::tls::{PeerIdentity, PeerTls};
+
+/// Who the other end of a peer connection proved to be: what every request on it carries
+/// (tonic's connection info; `authorize` reads it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerInfo {
+    pub identity: PeerIdentity,
+}
+
+/// A peer connection after its mutual TLS handshake, with the identity its certificate names.
+pub struct PeerConn {
+    io: TlsStream<TcpStream>,
+    info: PeerInfo,
+}
+
+impl tonic::transport::server::Connected for PeerConn {
+    type ConnectInfo = PeerInfo;
+
+    fn connect_info(&self) -> PeerInfo {
+        self.info
+    }
+}
+
+impl tokio::io::AsyncRead for PeerConn {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for PeerConn {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
 
 /// How long a client has to finish its TLS handshake (a peer on any sane network takes
 /// milliseconds).
@@ -107,13 +177,14 @@ fn may_log() -> bool {
     LAST.swap(now, Ordering::Relaxed) != now
 }
 
-/// Connections that finished the mutual TLS handshake with a certificate of the cluster's CA.
-/// The accepting task ends with the listener's stream (when the server drops it).
+/// Connections that finished the mutual TLS handshake with a certificate of the cluster's CA
+/// naming an identity. The accepting task ends with the listener's stream (when the server
+/// drops it).
 pub fn mutual_tls(
     listener: TcpListener,
     tls: Arc<PeerTls>,
-) -> impl Stream<Item = std::io::Result<TlsStream<TcpStream>>> + Send + 'static {
-    let (tx, rx) = mpsc::channel::<std::io::Result<TlsStream<TcpStream>>>(64);
+) -> impl Stream<Item = std::io::Result<PeerConn>> + Send + 'static {
+    let (tx, rx) = mpsc::channel::<std::io::Result<PeerConn>>(64);
     tokio::spawn(async move {
         let open = Arc::new(Mutex::new(InProgress::default()));
         loop {
@@ -141,7 +212,28 @@ pub fn mutual_tls(
                 let _place = place;
                 match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                     Ok(Ok(stream)) => {
-                        let _ = tx.send(Ok(stream)).await;
+                        let named = stream
+                            .get_ref()
+                            .1
+                            .peer_certificates()
+                            .and_then(|certs| certs.first())
+                            .map(|leaf| identity_of(leaf));
+                        match named {
+                            Some(Ok(identity)) => {
+                                let conn = PeerConn {
+                                    io: stream,
+                                    info: PeerInfo { identity },
+                                };
+                                let _ = tx.send(Ok(conn)).await;
+                            }
+                            // A certificate of the CA that names no identity: nobody.
+                            _ => {
+                                handshake_failed("no identity");
+                                if may_log() {
+                                    tracing::warn!(%peer, "peer certificate names no identity: refused");
+                                }
+                            }
+                        }
                     }
                     Ok(Err(e)) => {
                         handshake_failed("refused");

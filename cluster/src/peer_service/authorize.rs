@@ -12,7 +12,7 @@ use tonic::{Request, Status};
 use crate::admin::AdminRequest;
 use crate::ids::NodeId;
 use crate::raft::Vote;
-use crate::tls::identity::{identity_of, PeerIdentity};
+use crate::tls::identity::PeerIdentity;
 
 /// Whether the peer port checks callers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,20 +42,16 @@ fn refused(what: &str, caller: Caller) -> Status {
 }
 
 impl PeerAuth {
-    /// The caller of `req`.
+    /// The caller of `req`: the identity its connection's certificate named at the handshake
+    /// (`accept::PeerConn`).
     pub fn caller<T>(self, req: &Request<T>) -> Result<Caller, Status> {
         if self == PeerAuth::Open {
             return Ok(Caller::Unverified);
         }
-        let certs = req
-            .peer_certs()
-            .ok_or_else(|| Status::unauthenticated("a client certificate is required"))?;
-        let leaf = certs
-            .first()
-            .ok_or_else(|| Status::unauthenticated("a client certificate is required"))?;
-        identity_of(leaf)
-            .map(Caller::Proved)
-            .map_err(|e| Status::unauthenticated(e.to_string()))
+        req.extensions()
+            .get::<super::accept::PeerInfo>()
+            .map(|info| Caller::Proved(info.identity))
+            .ok_or_else(|| Status::unauthenticated("a client certificate is required"))
     }
 
     /// A node's request (forwarded work, copies, changes): its node id, or `None` unverified.

@@ -58,12 +58,15 @@ enum NodeRpc {
     Admin,
 }
 
-/// How a peer is reached: its address, the connection Raft traffic, forwarded requests and
-/// admin requests share, and a second one for the bytes of stored files (`rpc::file_client`),
-/// so that Raft messages never wait behind them.
+/// How a peer is reached: its address, the connection of Raft traffic and admin requests, a
+/// second one for forwarded proposals, reads and change streams, and a third for the bytes of
+/// stored files (`rpc::file_client`), so that Raft messages never wait behind them. Each
+/// connection is driven (framed, and with peer TLS encrypted) by a task of its own, so the
+/// work of forwarded reads and of replication runs on different cores.
 struct Peer {
     addr: String,
     channel: Channel,
+    forward: Channel,
     bulk: Channel,
 }
 
@@ -157,9 +160,9 @@ impl PeerRouter {
             return;
         }
         let open = || channel_for_addr(addr, Some(node), self.source_ip, self.tls.as_ref());
-        let channels = open().and_then(|ch| Ok((ch, open()?)));
+        let channels = open().and_then(|ch| Ok((ch, open()?, open()?)));
         match channels {
-            Ok((channel, bulk)) => {
+            Ok((channel, forward, bulk)) => {
                 // A stream to the old address goes with it.
                 if let Ok(mut links) = self.links.lock() {
                     links.remove(&node);
@@ -169,6 +172,7 @@ impl PeerRouter {
                     Peer {
                         addr: addr.to_string(),
                         channel,
+                        forward,
                         bulk,
                     },
                 );
@@ -188,6 +192,11 @@ impl PeerRouter {
 
     fn channel(&self, node: NodeId) -> Result<Channel> {
         self.peer_channel(node, |p| &p.channel)
+    }
+
+    /// The connection forwarded proposals, reads and change streams to `node` ride.
+    fn forward_channel(&self, node: NodeId) -> Result<Channel> {
+        self.peer_channel(node, |p| &p.forward)
     }
 
     /// The replication stream to `target`, opened when there is none usable; `None` when
@@ -296,7 +305,7 @@ impl PeerRouter {
     /// Asks `node` to propose `cmd` to `group` as its leader (no further forwarding).
     pub async fn propose(&self, node: NodeId, group: GroupId, cmd: &Command) -> Result<Proposed> {
         Self::node_call(
-            self.channel(node)?,
+            self.forward_channel(node)?,
             NodeRpc::Propose,
             group_message(group, cmd)?,
             FORWARD_TIMEOUT,
@@ -329,7 +338,7 @@ impl PeerRouter {
             .ok_or_else(|| Error::InvalidOperation("a read names no group".into()))?;
         let mut msg = group_message(first, req)?;
         msg.more_groups = more.iter().map(|g| g.get()).collect();
-        Self::node_call(self.channel(node)?, NodeRpc::Read, msg, timeout).await
+        Self::node_call(self.forward_channel(node)?, NodeRpc::Read, msg, timeout).await
     }
 
     /// Follows `group`'s changes after `after` (none: from where `node`'s replica stands) on
@@ -341,7 +350,7 @@ impl PeerRouter {
         after: Option<u64>,
         tx: &tokio::sync::mpsc::Sender<Result<crate::changes::RawPage>>,
     ) -> Result<()> {
-        let mut client = Self::node_client(self.channel(node)?);
+        let mut client = Self::node_client(self.forward_channel(node)?);
         let req = ChangesRequest {
             group: group.get(),
             after: after.unwrap_or(0),
