@@ -439,6 +439,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
     let cluster = Cluster::start(opts).await?;
     tokio::spawn(reload_on_hangup(hangups, cluster.clone(), https.clone()));
+    tokio::spawn(warn_of_plaintext_members(cluster.clone()));
     let secrets_key = args
         .secrets_key_file
         .clone()
@@ -603,6 +604,30 @@ async fn reload_on_hangup(
     _cluster: Cluster,
     _https: Option<std::sync::Arc<crate::https::ServingTls>>,
 ) {
+}
+
+/// Says in this node's log which members' peer links are plaintext, when that set changes
+/// (every node does: the whole cluster is insecure while one member is).
+async fn warn_of_plaintext_members(cluster: Cluster) {
+    let mut said: Vec<u64> = Vec::new();
+    loop {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let plaintext: Vec<u64> = cluster
+            .local_nodes()
+            .into_iter()
+            .filter(|n| n.plaintext && n.state == basalt_cluster::admin::NodeState::Active)
+            .map(|n| n.id.get())
+            .collect();
+        if plaintext != said {
+            if !plaintext.is_empty() {
+                tracing::warn!(
+                    members = ?plaintext,
+                    "the cluster is insecure: these members' peer links are plaintext"
+                );
+            }
+            said = plaintext;
+        }
+    }
 }
 
 /// `/metrics` alone, without a token, on `--metrics-addr` (at most 16 connections).
