@@ -182,19 +182,33 @@ fn read_header(r: &mut impl Read) -> Result<SnapshotMeta> {
     Ok(serde_json::from_slice(&read_exact_vec(r, len)?)?)
 }
 
-/// The group's newest snapshot, if any.
+/// The group's newest snapshot, if any. A snapshot being built meanwhile moves `current` on
+/// and removes the file it named: the pointer is read again then (a file gone under the
+/// reader is not an error of the store, which would stop the group's Raft).
 pub fn current(dir: &Path) -> Result<Option<SnapshotOf<TypeConfig, SnapshotFile>>> {
-    let name = match fs::read_to_string(dir.join("current")) {
-        Ok(n) => n,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e.into()),
-    };
-    let path = dir.join(name.trim());
-    let meta = read_header(&mut BufReader::new(File::open(&path)?))?;
-    Ok(Some(SnapshotOf::<TypeConfig, SnapshotFile> {
-        meta,
-        snapshot: SnapshotFile { path },
-    }))
+    let mut attempts = 0;
+    loop {
+        let name = match fs::read_to_string(dir.join("current")) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let path = dir.join(name.trim());
+        let file = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && attempts < 100 => {
+                attempts += 1;
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let meta = read_header(&mut BufReader::new(file))?;
+        return Ok(Some(SnapshotOf::<TypeConfig, SnapshotFile> {
+            meta,
+            snapshot: SnapshotFile { path },
+        }));
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -441,5 +455,32 @@ mod tests {
             crate::object::StoredObject::decode(&installed).unwrap(),
             crate::object::StoredObject::decode(first).unwrap()
         );
+    }
+
+    /// Snapshots built while another thread reads the current one: the reader always gets
+    /// one (a file removed under it is read again through the moved pointer), never an error.
+    #[test]
+    fn the_current_snapshot_is_read_while_new_ones_are_built() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = std::sync::Arc::new(Store::open(&dir.path().join("db")).unwrap());
+        let snaps = dir.path().join("snaps");
+        build(GroupId::new(1), &store, &snaps).unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let builder = {
+            let (store, snaps, stop) = (store.clone(), snaps.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut built = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && built < 2_000 {
+                    build(GroupId::new(1), &store, &snaps).unwrap();
+                    built += 1;
+                }
+                built
+            })
+        };
+        for _ in 0..2_000 {
+            assert!(current(&snaps).unwrap().is_some());
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(builder.join().unwrap() > 0);
     }
 }
