@@ -21,14 +21,10 @@ pub const CREDENTIALS_FILE: &str = "credentials.json";
 
 /// Creates the console account and default app unless the cluster has them; returns the
 /// credentials document.
-pub async fn bootstrap(
-    cluster: &Cluster,
-    data_dir: &Path,
-    http_addr: &str,
-) -> anyhow::Result<Value> {
+pub async fn bootstrap(cluster: &Cluster, data_dir: &Path, url: &str) -> anyhow::Result<Value> {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        match try_bootstrap(cluster, data_dir, http_addr).await {
+        match try_bootstrap(cluster, data_dir, url).await {
             Ok(v) => return Ok(v),
             Err(e) if Instant::now() < deadline => {
                 tracing::info!("bootstrap waiting for the cluster: {e:#}");
@@ -39,11 +35,7 @@ pub async fn bootstrap(
     }
 }
 
-async fn try_bootstrap(
-    cluster: &Cluster,
-    data_dir: &Path,
-    http_addr: &str,
-) -> anyhow::Result<Value> {
+async fn try_bootstrap(cluster: &Cluster, data_dir: &Path, url: &str) -> anyhow::Result<Value> {
     let path = data_dir.join(CREDENTIALS_FILE);
     if let Some(done) = cluster
         .get_record(META_GROUP, Namespace::Cluster, BOOTSTRAP_KEY)
@@ -61,7 +53,7 @@ async fn try_bootstrap(
             done["email"].as_str().unwrap_or_default(),
             None,
             app.as_ref(),
-            http_addr,
+            url,
         );
         write_credentials(&path, &doc)?;
         return Ok(doc);
@@ -88,19 +80,14 @@ async fn try_bootstrap(
         &email,
         generated.then_some(password.as_str()),
         Some(&app),
-        http_addr,
+        url,
     );
     write_credentials(&path, &doc)?;
     Ok(doc)
 }
 
-fn credentials(
-    email: &str,
-    password: Option<&str>,
-    app: Option<&AppRecord>,
-    http_addr: &str,
-) -> Value {
-    let mut doc = json!({"url": format!("http://{http_addr}"), "console": {"email": email}});
+fn credentials(email: &str, password: Option<&str>, app: Option<&AppRecord>, url: &str) -> Value {
+    let mut doc = json!({"url": url, "console": {"email": email}});
     if let Some(p) = password {
         doc["console"]["password"] = json!(p);
     }

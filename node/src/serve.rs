@@ -503,10 +503,15 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         crate::api::functions::scheduled(state.clone()),
     ));
     if args.init {
+        let scheme = if args.service.tls_cert.is_some() {
+            "https"
+        } else {
+            "http"
+        };
         let (c, dir, http) = (
             cluster.clone(),
             args.data_dir.clone(),
-            args.http_addr.to_string(),
+            format!("{scheme}://{}", args.http_addr),
         );
         tokio::spawn(async move {
             match bootstrap(&c, &dir, &http).await {

@@ -62,6 +62,15 @@ async fn the_api_files_and_realtime_are_served_over_https() {
     let got = c.get_object("Secure", &o.object_id).await.expect("get");
     assert_eq!(got.expect("the object")["n"], 1);
     let location = o.location.expect("location");
+    let url = cluster.credentials()["url"]
+        .as_str()
+        .expect("url")
+        .to_string();
+    assert_eq!(
+        url,
+        format!("https://{addr}"),
+        "credentials.json names the https url"
+    );
     assert!(
         location.starts_with(&format!("https://{addr}/")),
         "{location}"
