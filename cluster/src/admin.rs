@@ -29,6 +29,16 @@ pub struct NodeRecord {
     /// a new format is used only once every active member can read it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub features: Vec<String>,
+    /// The node's disk when it last crossed a mark (`disk`): absent while it has room.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<crate::disk::DiskStatus>,
+}
+
+impl NodeRecord {
+    /// How full the node's disk is, as its record says.
+    pub fn disk_level(&self) -> crate::disk::DiskLevel {
+        self.disk.map(|d| d.level).unwrap_or_default()
+    }
 }
 
 /// Fixed when the cluster is initialised.
@@ -61,6 +71,9 @@ pub enum AdminRequest {
     /// The secret the nodes share outside the replicated state (the node crate's secrets key,
     /// decisions/0032), for a node that joins or lost its copy: nodes only.
     SharedSecret,
+    /// Remove this node's disk ballast (`disk`), giving its room back: an administrator's
+    /// way out of a full disk.
+    ReleaseBallast,
 }
 
 impl AdminRequest {
@@ -75,6 +88,7 @@ impl AdminRequest {
             AdminRequest::TransferLeader { .. } => "TransferLeader",
             AdminRequest::Digest => "Digest",
             AdminRequest::SharedSecret => "SharedSecret",
+            AdminRequest::ReleaseBallast => "ReleaseBallast",
         }
     }
 
@@ -91,7 +105,8 @@ impl AdminRequest {
             AdminRequest::Join(record) => record.id == sender,
             AdminRequest::RemoveNode(_)
             | AdminRequest::TransferLeader { .. }
-            | AdminRequest::Digest => false,
+            | AdminRequest::Digest
+            | AdminRequest::ReleaseBallast => false,
         }
     }
 
@@ -113,6 +128,11 @@ pub enum AdminResponse {
     Digests(Vec<GroupDigest>),
     /// The shared secret, when this node has it.
     SharedSecret(Option<Vec<u8>>),
+    /// The ballast is gone: the bytes it held (0 when there was none), and the disk now.
+    BallastReleased {
+        bytes: u64,
+        disk: crate::disk::DiskStatus,
+    },
 }
 
 /// A digest of one group's replicated state as one node holds it (the records a snapshot

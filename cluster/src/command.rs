@@ -182,6 +182,17 @@ pub enum Command {
 pub const MAX_BATCH_COMMANDS: usize = 1_000;
 
 impl Command {
+    /// Whether the command may make a group's data larger: object creates and updates (alone
+    /// or in a batch). Records (sessions, throttles, file records) and deletes may not be
+    /// refused for want of disk (`replicas::room`).
+    pub fn adds_data(&self) -> bool {
+        match self {
+            Command::CreateObject { .. } | Command::UpdateObject { .. } => true,
+            Command::Batch(cmds) => cmds.iter().any(Command::adds_data),
+            _ => false,
+        }
+    }
+
     /// Refuses a command whose values nest deeper or set more keys than `limits` admits, so
     /// that no entry can reach a log that some replica could not decode or apply.
     pub fn check_limits(&self) -> crate::error::Result<()> {

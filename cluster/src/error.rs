@@ -68,6 +68,13 @@ pub enum Error {
     /// Local storage failed.
     #[error("storage error: {0}")]
     Storage(String),
+    /// A write that adds data to a group one of whose nodes has its disk nearly full
+    /// (`disk`): nothing was proposed.
+    #[error("the cluster's storage is nearly full: {0}")]
+    DiskFull(String),
+    /// The node's peer port could not be had at start.
+    #[error("cannot listen on {addr} (the peer port, --rpc-addr): {cause}")]
+    Listen { addr: String, cause: String },
     /// A write the class schema refuses, or a refused schema change.
     #[error("{0}")]
     Schema(crate::schema::SchemaError),

@@ -4,7 +4,9 @@
 //! nothing can commit), or when it has committed entries it has not applied for
 //! [`STUCK_AFTER`]. `ApplyWatch` remembers since when each group's applied index
 //! has stood still; `Cluster::health` (in `cluster`) feeds it the groups' metrics and the node's
-//! `/health` endpoint and metrics report the verdict.
+//! `/health` endpoint and metrics report the verdict. A hosted group with fewer voters than the
+//! cluster wants (its replicas setting, or the number of members when there are fewer) is
+//! under-replicated: a write acknowledged then does not survive the loss of its only voters.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -33,6 +35,11 @@ pub struct Health {
     pub hosted: usize,
     pub with_leader: usize,
     pub problems: Vec<GroupProblem>,
+    /// Voters each group should have: `min(replicas, members)`.
+    pub voters_wanted: usize,
+    /// Hosted groups with fewer voters than `voters_wanted` (start-up, a member being
+    /// added or replaced).
+    pub under_replicated: Vec<GroupId>,
 }
 
 impl Health {
@@ -49,8 +56,15 @@ pub struct ApplyWatch {
 
 impl ApplyWatch {
     /// The problems of `status`'s hosted groups, observed at `now`; a leader not heard from
-    /// for `silent_after` (an election timeout) counts as none.
-    pub fn assess(&self, status: &NodeStatus, now: Instant, silent_after: Duration) -> Health {
+    /// for `silent_after` (an election timeout) counts as none; a group with fewer than
+    /// `voters_wanted` voters is under-replicated.
+    pub fn assess(
+        &self,
+        status: &NodeStatus,
+        now: Instant,
+        silent_after: Duration,
+        voters_wanted: usize,
+    ) -> Health {
         let me = status.node_id;
         let hosted: Vec<&GroupStatus> = status.groups.iter().filter(|g| g.hosts(me)).collect();
         let silent_ms = silent_after.as_millis() as u64;
@@ -62,6 +76,12 @@ impl ApplyWatch {
                 .filter(|g| g.leader.is_some() && heard(g))
                 .count(),
             problems: Vec::new(),
+            voters_wanted,
+            under_replicated: hosted
+                .iter()
+                .filter(|g| g.voters.len() < voters_wanted)
+                .map(|g| g.group)
+                .collect(),
         };
         let mut since = match self.since.lock() {
             Ok(g) => g,
@@ -144,16 +164,18 @@ mod tests {
     fn a_group_behind_without_progress_becomes_stuck() {
         let w = ApplyWatch::default();
         let t0 = Instant::now();
-        assert!(w.assess(&node(group(5, 9)), t0, SILENT).ok());
+        assert!(w.assess(&node(group(5, 9)), t0, SILENT, 3).ok());
         assert!(w
-            .assess(&node(group(5, 9)), t0 + Duration::from_secs(5), SILENT)
+            .assess(&node(group(5, 9)), t0 + Duration::from_secs(5), SILENT, 3)
             .ok());
-        let h = w.assess(&node(group(5, 9)), t0 + STUCK_AFTER, SILENT);
+        let h = w.assess(&node(group(5, 9)), t0 + STUCK_AFTER, SILENT, 3);
         assert_eq!(h.problems[0].problem, "stuckApplying");
         // Progress restarts the clock; catching up clears it.
-        assert!(w.assess(&node(group(6, 9)), t0 + STUCK_AFTER, SILENT).ok());
         assert!(w
-            .assess(&node(group(9, 9)), t0 + 3 * STUCK_AFTER, SILENT)
+            .assess(&node(group(6, 9)), t0 + STUCK_AFTER, SILENT, 3)
+            .ok());
+        assert!(w
+            .assess(&node(group(9, 9)), t0 + 3 * STUCK_AFTER, SILENT, 3)
             .ok());
     }
 
@@ -163,15 +185,29 @@ mod tests {
         let mut g = group(9, 9);
         g.halted = Some("storage".into());
         assert_eq!(
-            w.assess(&node(g), Instant::now(), SILENT).problems[0].problem,
+            w.assess(&node(g), Instant::now(), SILENT, 3).problems[0].problem,
             "halted"
         );
         let mut g = group(9, 9);
         g.leader = None;
         assert_eq!(
-            w.assess(&node(g), Instant::now(), SILENT).problems[0].problem,
+            w.assess(&node(g), Instant::now(), SILENT, 3).problems[0].problem,
             "noLeader"
         );
+    }
+
+    #[test]
+    fn groups_with_fewer_voters_than_wanted_are_under_replicated() {
+        let w = ApplyWatch::default();
+        let mut g = group(9, 9);
+        g.voters = vec![NodeId::new(1)];
+        let h = w.assess(&node(g.clone()), Instant::now(), SILENT, 3);
+        assert!(h.ok(), "it serves");
+        assert_eq!(h.under_replicated, vec![GroupId::new(1)]);
+        assert!(w
+            .assess(&node(g), Instant::now(), SILENT, 1)
+            .under_replicated
+            .is_empty());
     }
 
     #[test]
@@ -179,11 +215,11 @@ mod tests {
         let w = ApplyWatch::default();
         let mut g = group(9, 9);
         g.leader_heard_ms = Some(2401);
-        let h = w.assess(&node(g.clone()), Instant::now(), SILENT);
+        let h = w.assess(&node(g.clone()), Instant::now(), SILENT, 3);
         assert_eq!(h.problems[0].problem, "leaderUnreachable");
         assert_eq!(h.with_leader, 0);
         g.leader_heard_ms = None;
-        let h = w.assess(&node(g), Instant::now(), SILENT);
+        let h = w.assess(&node(g), Instant::now(), SILENT, 3);
         assert_eq!(h.problems[0].problem, "leaderUnreachable");
     }
 }

@@ -18,6 +18,7 @@ pub mod cancel;
 pub mod changes;
 pub mod cluster;
 pub mod command;
+pub mod disk;
 mod encoding;
 pub mod error;
 pub mod failpoints;

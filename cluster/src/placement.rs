@@ -6,7 +6,9 @@
 //! missing nodes join as learners, caught-up learners become voters in one membership change,
 //! removed or surplus nodes leave, and leadership moves to the preferred node once it is
 //! caught up. The metadata group also keeps every other active node as a learner, so every
-//! node has the cluster's metadata locally.
+//! node has the cluster's metadata locally. A node whose member record says its disk is low or
+//! critical (`disk`) is given no new replica (low ones still are when too few nodes have
+//! room); it keeps those it holds.
 
 use openraft::async_runtime::WatchReceiver;
 use std::collections::{BTreeSet, HashMap};
@@ -69,15 +71,37 @@ async fn reconcile(
     if membership.get_joint_config().len() > 1 {
         return Ok(());
     }
-    let active: Vec<NodeId> = addrs.keys().copied().collect();
+    let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+    let learners: BTreeSet<NodeId> = membership.learner_ids().collect();
+    // A node whose disk is low or critical gets no new replica: it keeps those it holds. When
+    // that leaves too few nodes, low ones are used still (fewer replicas would be worse),
+    // critical ones never.
+    let levels: HashMap<NodeId, crate::disk::DiskLevel> = replicas
+        .local_nodes()
+        .iter()
+        .map(|n| (n.id, n.disk_level()))
+        .collect();
+    let eligible = |worst: crate::disk::DiskLevel| -> Vec<NodeId> {
+        addrs
+            .keys()
+            .copied()
+            .filter(|n| {
+                levels.get(n).copied().unwrap_or_default() <= worst
+                    || voters.contains(n)
+                    || learners.contains(n)
+            })
+            .collect()
+    };
+    let mut active = eligible(crate::disk::DiskLevel::Ok);
+    if active.len() < replicas.settings().replicas as usize {
+        active = eligible(crate::disk::DiskLevel::Low);
+    }
     let want_voters = desired_voters(group, &active, replicas.settings().replicas);
     let want_all: BTreeSet<NodeId> = if group == META_GROUP {
         active.iter().copied().collect()
     } else {
         want_voters.iter().copied().collect()
     };
-    let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
-    let learners: BTreeSet<NodeId> = membership.learner_ids().collect();
     let last = m.last_log_index.unwrap_or(0);
     let matched = |n: NodeId| -> u64 {
         if n == me {

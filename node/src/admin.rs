@@ -36,6 +36,11 @@ pub enum AdminCommand {
         #[arg(long, default_value_t = 120)]
         wait_secs: u64,
     },
+    /// Print the members whose disks are low or critical (their level, free and total bytes).
+    Alarms,
+    /// Remove the disk ballast of the node `--rpc` names, giving its room back so that a full
+    /// disk can be cleaned up (it is made again at a start with room for it).
+    ReleaseBallast,
     /// Make the cluster's certificates: a CA, nodes', administrators'.
     Certs {
         #[command(subcommand)]
@@ -93,6 +98,29 @@ pub async fn run(rpc: &str, certs_dir: Option<&Path>, cmd: AdminCommand) -> anyh
         }
         AdminCommand::Digest => {
             let resp = admin_at(rpc, AdminRequest::Digest, TIMEOUT, tls_ref).await?;
+            println!("{}", serde_json::to_string_pretty(&resp)?);
+        }
+        AdminCommand::Alarms => {
+            let AdminResponse::ClusterInfo { nodes, .. } =
+                admin_at(rpc, AdminRequest::ClusterInfo, TIMEOUT, tls_ref).await?
+            else {
+                anyhow::bail!("unexpected answer to ClusterInfo");
+            };
+            let alarms: Vec<_> = nodes
+                .iter()
+                .filter(|n| n.state == NodeState::Active)
+                .filter_map(|n| {
+                    let d = n.disk?;
+                    Some(
+                        json!({"node": n.id, "alarm": format!("disk {}", d.level.name()),
+                        "freeBytes": d.free_bytes, "totalBytes": d.total_bytes}),
+                    )
+                })
+                .collect();
+            println!("{}", serde_json::to_string_pretty(&alarms)?);
+        }
+        AdminCommand::ReleaseBallast => {
+            let resp = admin_at(rpc, AdminRequest::ReleaseBallast, TIMEOUT, tls_ref).await?;
             println!("{}", serde_json::to_string_pretty(&resp)?);
         }
         AdminCommand::Members => {

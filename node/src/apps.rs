@@ -127,6 +127,9 @@ pub struct AppRecord {
     /// the app (`appKey`, as the hosted service's SDKs send it) is refused.
     #[serde(default)]
     pub realtime_keys_required: bool,
+    /// Requests a second the app's clients may make, cluster-wide (`app_rate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests_per_second: Option<u64>,
 }
 
 /// Who may delete an app's files (`fileDelete`).
@@ -204,6 +207,7 @@ impl AppRecord {
             push: None,
             functions: None,
             realtime_keys_required: false,
+            requests_per_second: None,
         }
     }
 

@@ -1,7 +1,8 @@
 //! `basalt dev`: a local cluster of N node processes for development.
 //!
-//! Node i serves HTTP on `http_port + i - 1` and gRPC on `rpc_port + i - 1`, with its data in
-//! `<data-dir>/node<i>`. Node 1 initialises the cluster, the others join it; started again on
+//! Node i serves HTTP on `http_port + i - 1` and gRPC on `rpc_port + i - 1` (by default
+//! `rpc_port` is `http_port + 1000`, so dev clusters on other HTTP ports do not collide), with
+//! its data in `<data-dir>/node<i>`. Node 1 initialises the cluster, the others join it; started again on
 //! the same data dir, every node resumes its part of the same cluster. Ctrl-C or SIGTERM stops
 //! them all. Every option of `serve` that is not about one node (`serve::ServiceArgs`: header
 //! brand, SMTP, SMS webhook, public URL, timeouts, limits, ...) is passed to all nodes.
@@ -30,9 +31,9 @@ pub struct DevArgs {
     /// HTTP port of node 1 (node i uses port + i - 1).
     #[arg(long, default_value_t = 8080, env = "BASALT_HTTP_PORT")]
     pub http_port: u16,
-    /// gRPC port of node 1 (node i uses port + i - 1).
-    #[arg(long, default_value_t = 9080, env = "BASALT_RPC_PORT")]
-    pub rpc_port: u16,
+    /// gRPC (peer) port of node 1 (node i uses port + i - 1); by default `--http-port` + 1000.
+    #[arg(long, env = "BASALT_RPC_PORT")]
+    pub rpc_port: Option<u16>,
     /// Data shards of a new cluster.
     #[arg(long, default_value_t = 16, env = "BASALT_SHARDS")]
     pub shards: u32,
@@ -103,6 +104,33 @@ async fn stop_all(children: &mut [Child]) {
     }
 }
 
+impl DevArgs {
+    /// The peer port of node 1: `--rpc-port`, else `--http-port` + 1000.
+    pub fn rpc_base(&self) -> anyhow::Result<u16> {
+        match self.rpc_port {
+            Some(p) => Ok(p),
+            None => self.http_port.checked_add(1000).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "--http-port {} leaves no room for the peer ports: give --rpc-port",
+                    self.http_port
+                )
+            }),
+        }
+    }
+
+    /// Node `i`'s HTTP and peer addresses.
+    fn addrs(&self, i: u32) -> anyhow::Result<(String, String)> {
+        let port = |base: u16| {
+            u16::try_from(u32::from(base) + i - 1)
+                .map_err(|_| anyhow::anyhow!("node {i}'s port is past 65535"))
+        };
+        Ok((
+            format!("127.0.0.1:{}", port(self.http_port)?),
+            format!("127.0.0.1:{}", port(self.rpc_base()?)?),
+        ))
+    }
+}
+
 /// Node `i`'s data dir.
 fn node_dir(args: &DevArgs, i: u32) -> PathBuf {
     args.data_dir.join(format!("node{i}"))
@@ -118,15 +146,14 @@ fn ensure_certs(args: &DevArgs) -> anyhow::Result<()> {
             )
         })
         .collect();
-    let rpc: Vec<String> = (1..=args.nodes)
-        .map(|i| format!("127.0.0.1:{}", u32::from(args.rpc_port) + i - 1))
-        .collect();
+    let rpc = (1..=args.nodes)
+        .map(|i| args.addrs(i).map(|(_, rpc)| rpc))
+        .collect::<anyhow::Result<Vec<String>>>()?;
     crate::certs::ensure_dev(&args.data_dir, &nodes, &rpc)
 }
 
 fn spawn_node(exe: &Path, args: &DevArgs, shared: &[String], i: u32) -> anyhow::Result<Child> {
-    let http = format!("127.0.0.1:{}", u32::from(args.http_port) + i - 1);
-    let rpc = format!("127.0.0.1:{}", u32::from(args.rpc_port) + i - 1);
+    let (http, rpc) = args.addrs(i)?;
     let mut cmd = Command::new(exe);
     // Every option is on the node's command line: the parent's `BASALT_*` variables (which
     // name the parent's own ports and data dir) must not reach it.
@@ -141,6 +168,14 @@ fn spawn_node(exe: &Path, args: &DevArgs, shared: &[String], i: u32) -> anyhow::
     }
     if let Some(token) = &args.service.metrics_token {
         cmd.env("BASALT_METRICS_TOKEN", token);
+    }
+    // The console account the cluster is initialised with (bootstrap), to the node that does.
+    if i == 1 {
+        for name in ["BASALT_ADMIN_EMAIL", "BASALT_ADMIN_PASSWORD"] {
+            if let Some(value) = std::env::var_os(name) {
+                cmd.env(name, value);
+            }
+        }
     }
     cmd.arg("serve")
         .args(shared)
@@ -166,8 +201,7 @@ fn spawn_node(exe: &Path, args: &DevArgs, shared: &[String], i: u32) -> anyhow::
             .arg("--replicas")
             .arg(args.replicas.to_string());
     } else {
-        cmd.arg("--join")
-            .arg(format!("127.0.0.1:{}", args.rpc_port));
+        cmd.arg("--join").arg(args.addrs(1)?.1);
     }
     Ok(cmd.spawn()?)
 }
@@ -191,12 +225,12 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
 }
 
 async fn wait_and_serve(args: &DevArgs, children: &mut [Child]) -> anyhow::Result<()> {
-    let addrs: Vec<String> = (1..=args.nodes)
-        .map(|i| format!("127.0.0.1:{}", u32::from(args.http_port) + i - 1))
-        .collect();
+    let addrs = (1..=args.nodes)
+        .map(|i| args.addrs(i))
+        .collect::<anyhow::Result<Vec<(String, String)>>>()?;
     let deadline = Instant::now() + Duration::from_secs(180);
     let mut signal = Box::pin(crate::serve::shutdown_signal());
-    for addr in &addrs {
+    for (addr, _) in &addrs {
         loop {
             if health_ok(addr, args.service.tls_cert.is_some()).await {
                 break;
@@ -230,15 +264,18 @@ async fn wait_and_serve(args: &DevArgs, children: &mut [Child]) -> anyhow::Resul
     } else {
         "http"
     };
-    for (i, addr) in addrs.iter().enumerate() {
-        println!("node {} serving HTTP at {scheme}://{addr}", i + 1);
+    for (i, (addr, rpc)) in addrs.iter().enumerate() {
+        println!(
+            "node {} serving HTTP at {scheme}://{addr} (peer port {rpc})",
+            i + 1
+        );
     }
     if args.insecure {
         println!("peer links are plaintext (--insecure)");
     } else {
         println!(
-            "peer links use mutual TLS; administer with: basalt admin --rpc 127.0.0.1:{} --certs-dir {} status",
-            args.rpc_port,
+            "peer links use mutual TLS; administer with: basalt admin --rpc {} --certs-dir {} status",
+            addrs.first().map(|a| a.1.as_str()).unwrap_or_default(),
             crate::certs::dev_admin_dir(&args.data_dir).display()
         );
     }

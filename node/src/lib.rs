@@ -11,8 +11,10 @@
 
 pub mod admin;
 pub mod api;
+pub mod app_rate;
 pub mod apps;
 pub mod auth;
+pub mod body_budget;
 pub mod bootstrap;
 pub mod captcha;
 pub mod certs;
@@ -27,6 +29,7 @@ pub mod images;
 pub mod installations;
 pub mod json_text;
 pub mod mail;
+pub mod outbound;
 pub mod paths;
 pub mod push;
 pub mod query;

@@ -181,6 +181,10 @@ pub struct ServiceArgs {
     /// Open HTTP connections per client IP address; more are closed at once.
     #[arg(long, default_value_t = 256, env = "BASALT_MAX_CONNECTIONS_PER_IP")]
     pub max_connections_per_ip: usize,
+    /// Memory the request bodies a node reads and handles at once may take, in MiB (each
+    /// counts four times its size); past it a request waits up to 5 s, then answers 503.
+    #[arg(long, default_value_t = 1024, env = "BASALT_REQUEST_MEMORY_MB")]
+    pub request_memory_mb: usize,
     /// Failed logins (users and console) per client IP per minute on this node; 0: no limit.
     #[arg(long, default_value_t = 30, env = "BASALT_LOGIN_ATTEMPTS_PER_IP")]
     pub login_attempts_per_ip: u32,
@@ -270,6 +274,26 @@ pub struct ServiceArgs {
     /// Largest uploaded file, in MiB (larger answers 1500).
     #[arg(long, default_value_t = 100, env = "BASALT_MAX_FILE_MB")]
     pub max_file_mb: u64,
+    /// Slowest average an upload may keep, in KiB/s, after its first
+    /// `--http-body-timeout-secs` (408 after).
+    #[arg(long, default_value_t = 16, env = "BASALT_UPLOAD_MIN_KIB_PER_SEC")]
+    pub upload_min_kib_per_sec: u64,
+    /// Percent of the data disk free under which the node raises a disk alarm and gets no new
+    /// replicas.
+    #[arg(long, default_value_t = 10.0, env = "BASALT_DISK_LOW")]
+    pub disk_low: f64,
+    /// Percent of the data disk free under which writes that add data to the groups this node
+    /// holds are refused (507, 10081).
+    #[arg(long, default_value_t = 2.0, env = "BASALT_DISK_CRITICAL")]
+    pub disk_critical: f64,
+    /// Bytes free under which the disk is critical too, whatever its size: the room the store
+    /// may need at once to flush its memtables and compact (0: only the percent).
+    #[arg(long, default_value_t = 256 << 20, env = "BASALT_DISK_CRITICAL_BYTES")]
+    pub disk_critical_bytes: u64,
+    /// Bytes of the disk ballast kept beside the store (default: 1 GiB or 1 % of the disk,
+    /// whichever is less; 0: none).
+    #[arg(long, env = "BASALT_BALLAST_BYTES")]
+    pub ballast_bytes: Option<u64>,
     /// Seconds between rounds of file upkeep (copies re-replicated and reclaimed).
     #[arg(long, default_value_t = 300, env = "BASALT_FILES_UPKEEP_SECS")]
     pub files_upkeep_secs: u64,
@@ -427,6 +451,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         files_bucket: args.service.files_bucket(),
         peer_tls: peer_tls(&args)?,
         features: vec![crate::secrets::SEALING_FEATURE.to_string()],
+        disk: basalt_cluster::disk::DiskLimits {
+            low_percent: args.service.disk_low,
+            critical_percent: args.service.disk_critical,
+            critical_bytes: args.service.disk_critical_bytes,
+            ballast_bytes: args.service.ballast_bytes,
+        },
     };
     crate::sms::phone::set_default_region(&args.service.phone_region)?;
     crate::functions::set_per_app_metrics(args.service.metrics_per_app);
@@ -436,6 +466,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 .map_err(|e| anyhow::anyhow!("--tls-cert/--tls-key: {e}"))?,
         )),
         _ => None,
+    };
+    // Every port is bound before the data dir is written (the peer port in `Cluster::start`):
+    // one already taken fails the start, naming it, with nothing half made.
+    let listener = bind(args.http_addr, "--http-addr").await?;
+    let metrics_listener = match args.metrics_addr {
+        Some(addr) => Some(bind(addr, "--metrics-addr").await?),
+        None => None,
     };
     let cluster = Cluster::start(opts).await?;
     tokio::spawn(reload_on_hangup(hangups, cluster.clone(), https.clone()));
@@ -460,7 +497,6 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         cluster.clone(),
         push_providers,
     ));
-    let listener = tokio::net::TcpListener::bind(args.http_addr).await?;
     tracing::info!(node = args.node_id, http = %args.http_addr, rpc = %args.rpc_addr, "node started");
     let state = AppState::new(
         cluster.clone(),
@@ -482,6 +518,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             cdn: args.service.files_cdn.clone(),
             max_bytes: args.service.max_file_mb.saturating_mul(1 << 20),
             idle: Duration::from_secs(args.service.http_body_timeout_secs.max(1)),
+            min_rate: args
+                .service
+                .upload_min_kib_per_sec
+                .max(1)
+                .saturating_mul(1024),
             ffmpeg: args.service.ffmpeg.clone(),
             origin: args.service.files_public_url.clone(),
         },
@@ -492,10 +533,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 mail: args.service.mail_requests_per_ip,
             },
             metrics_token: args.service.metrics_token.clone(),
+            body_memory: args
+                .service
+                .request_memory_mb
+                .max(1)
+                .saturating_mul(1 << 20),
         },
     );
-    if let Some(addr) = args.metrics_addr {
-        let listener = tokio::net::TcpListener::bind(addr).await?;
+    if let Some(listener) = metrics_listener {
         tokio::spawn(serve_metrics(listener, state.clone()));
     }
     tokio::spawn(crate::functions::cron::run(
@@ -533,6 +578,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     crate::server::serve(listener, state, limits, https, shutdown_signal()).await?;
     cluster.shutdown().await;
     Ok(())
+}
+
+/// Listens on `addr`, or says which address (and option) could not be had.
+async fn bind(addr: SocketAddr, option: &str) -> anyhow::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {addr} ({option}): {e}"))
 }
 
 /// The mutual TLS of this node's peer port from `--certs-dir`; without it, plaintext — which a

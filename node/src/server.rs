@@ -18,6 +18,7 @@ use tower::{Layer, ServiceExt};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
 use crate::api::error::{closing, ApiError, DRAIN_BYTES};
+use crate::body_budget::{BodyBudget, Held};
 use crate::connections::ConnectionLimits;
 use crate::paths::normalize_path;
 
@@ -68,10 +69,11 @@ pub fn app(state: AppState) -> Router {
 }
 
 /// The body limits every request is read under.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct BodyRules {
     max_bytes: usize,
     deadline: std::time::Duration,
+    budget: BodyBudget,
 }
 
 /// The outermost layer of every request: gives it an id and a `request` log span (the answer
@@ -103,11 +105,19 @@ enum BodyRead {
     },
     /// The connection failed in the middle of the body.
     Broken,
+    /// The node's budget of request memory stayed spent (`body_budget`).
+    Spent,
 }
 
 /// Reads `body` whole when it fits in `max` bytes; past that, drops what follows (up to
 /// `DRAIN_BYTES`). `seen` counts the bytes read, also when the read is cut short.
-async fn read_limited(body: axum::body::Body, max: usize, seen: &mut usize) -> BodyRead {
+async fn read_limited(
+    body: axum::body::Body,
+    max: usize,
+    seen: &mut usize,
+    budget: &BodyBudget,
+    held: &mut Held,
+) -> BodyRead {
     let mut frames = body.into_data_stream();
     let mut buf = bytes::BytesMut::new();
     while let Some(chunk) = futures::StreamExt::next(&mut frames).await {
@@ -115,6 +125,9 @@ async fn read_limited(body: axum::body::Body, max: usize, seen: &mut usize) -> B
             return BodyRead::Broken;
         };
         *seen = seen.saturating_add(chunk.len());
+        if *seen <= max && budget.hold(held, *seen).await.is_err() {
+            return BodyRead::Spent;
+        }
         if *seen <= max {
             buf.extend_from_slice(&chunk);
         } else if *seen - max > DRAIN_BYTES {
@@ -156,8 +169,14 @@ async fn read_body_then(rules: BodyRules, req: Request, next: Next) -> Response 
             return too_large_closing(rules.max_bytes);
         }
     }
+    // The body's share of the node's request memory, for as long as the request runs.
+    let mut held = Held::default();
+    let expected = declared.map_or(0, |n| n.min(rules.max_bytes as u64) as usize);
+    if rules.budget.hold(&mut held, expected).await.is_err() {
+        return closing(spent());
+    }
     let mut seen = 0usize;
-    let read = read_limited(body, rules.max_bytes, &mut seen);
+    let read = read_limited(body, rules.max_bytes, &mut seen, &rules.budget, &mut held);
     let bytes = match tokio::time::timeout(rules.deadline, read).await {
         Ok(BodyRead::Whole(b)) => b,
         Ok(BodyRead::TooLarge { drained: true }) => {
@@ -167,12 +186,25 @@ async fn read_body_then(rules: BodyRules, req: Request, next: Next) -> Response 
         Ok(BodyRead::Broken) => {
             return ApiError::InvalidBody("the request body ended early.".into()).into_response()
         }
+        Ok(BodyRead::Spent) => return closing(spent()),
         // Already over the limit: that is the answer, whatever the rest would have been.
         Err(_) if seen > rules.max_bytes => return too_large_closing(rules.max_bytes),
         Err(_) => return ApiError::BodyTimeout(rules.deadline.as_secs()).into_response(),
     };
-    next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))
-        .await
+    let resp = next
+        .run(Request::from_parts(parts, axum::body::Body::from(bytes)))
+        .await;
+    drop(held);
+    resp
+}
+
+/// The 503 of a request the node's body budget had no room for.
+fn spent() -> Response {
+    metrics::counter!("basalt_requests_shed_total", "reason" => "body_memory").increment(1);
+    ApiError::Overloaded(
+        "the node is reading as many request bodies as its memory allows; retry shortly.".into(),
+    )
+    .into_response()
 }
 
 /// The console API (app management): no browser origin may call it.
@@ -227,6 +259,7 @@ pub async fn serve(
     let rules = BodyRules {
         max_bytes: state.max_body_bytes,
         deadline: limits.body_read,
+        budget: state.body_budget.clone(),
     };
     let app = app(state).layer(middleware::from_fn_with_state(rules, edge));
     // CORS only concerns browsers, which always send `Origin`; other clients skip its layer.

@@ -1,6 +1,11 @@
 //! Video snapshots (`POST /2/cdnVedioSnapshot`, issue 15): the frame of a stored video at a
 //! point in time, extracted by ffmpeg (`--ffmpeg`, run as a separate process on a temporary
-//! copy of the video) and stored as a new file of the same app. Neighbours: `files` names and
+//! copy of the video) and stored as a new file of the same app. Bounded: the video's stream is
+//! probed first (`ffprobe` beside `--ffmpeg`) and frames larger than an image may be
+//! (`images::render::MAX_SOURCE_PIXELS`) are refused before anything is decoded; ffmpeg decodes
+//! with `-max_pixels` and 2 threads, under `prlimit` (address space `FFMPEG_MEMORY`, CPU
+//! `FFMPEG_CPU_SECS`) where the system has it, one per core at a time, for at most
+//! `FFMPEG_TIMEOUT`; a frame file past the node's file size is not read. Neighbours: `files` names and
 //! stores the frame; the video's bytes come from the cluster's `files`; the handler is
 //! `api::files::video_snapshot`.
 
@@ -24,6 +29,12 @@ const VIDEO_FORMATS: &str = "mov,mp4,m4a,3gp,3g2,mj2,matroska,webm,avi,flv,mpegt
 const FFMPEG_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a request waits for one of the node's ffmpeg slots.
 const SLOT_WAIT: Duration = Duration::from_secs(30);
+/// Address space one ffmpeg (or ffprobe) process may take.
+const FFMPEG_MEMORY: u64 = 1536 << 20;
+/// CPU time one ffmpeg process may take.
+const FFMPEG_CPU_SECS: u64 = 60;
+/// Largest frame, in pixels: an image's limit.
+const MAX_FRAME_PIXELS: u64 = crate::images::render::MAX_SOURCE_PIXELS;
 
 /// Why a snapshot was refused or failed; `api::error` gives each its code.
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +53,9 @@ pub enum SnapshotError {
     /// ffmpeg cannot be run on this node (156).
     #[error("video snapshots need ffmpeg, which this node cannot run: {0}.")]
     NoFfmpeg(String),
+    /// The video's frames are larger than a snapshot may be (160).
+    #[error("{0}")]
+    TooLarge(String),
     /// ffmpeg took longer than `FFMPEG_TIMEOUT`, or every slot stayed busy (503).
     #[error("{0}")]
     Busy(String),
@@ -141,8 +155,17 @@ pub async fn snapshot(
         .tempdir()?;
     let video = dir.path().join("video");
     copy_out(cluster, &file, &record, &video).await?;
+    probe(&config.ffmpeg, &video).await?;
     let frame_path = dir.path().join(format!("frame.{}", name.ext));
-    let frame = extract(&config.ffmpeg, &video, &seconds, &frame_path, req.point).await?;
+    let frame = extract(
+        &config.ffmpeg,
+        &video,
+        &seconds,
+        &frame_path,
+        req.point,
+        config.max_bytes,
+    )
+    .await?;
     let mut body = futures::stream::iter([Ok::<Bytes, std::io::Error>(frame)]);
     let stored = store(cluster, config, &mut body, &name, who).await?;
     metrics::histogram!("basalt_video_snapshot_seconds").record(started.elapsed().as_secs_f64());
@@ -172,29 +195,139 @@ async fn copy_out(
     Ok(())
 }
 
-/// Runs ffmpeg for the frame at `seconds` of `video` into `frame` and answers its bytes.
+/// Where `program` is: a path as given, else the first match in `PATH`; `None` when there is
+/// no executable file there (so that `prlimit` is never asked to run what does not exist).
+fn find_program(program: &str) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let runnable = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        let p = Path::new(program);
+        return runnable(p).then(|| p.to_path_buf());
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(program))
+        .find(|p| runnable(p))
+}
+
+/// `program` run under the process limits (`prlimit`, when the system has it).
+fn limited(program: &str) -> tokio::process::Command {
+    static PRLIMIT: OnceLock<bool> = OnceLock::new();
+    let has_prlimit = *PRLIMIT.get_or_init(|| {
+        let found = std::process::Command::new("prlimit")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !found {
+            tracing::warn!("prlimit not found: ffmpeg runs without a memory and CPU limit");
+        }
+        found
+    });
+    if !has_prlimit {
+        return tokio::process::Command::new(program);
+    }
+    let mut c = tokio::process::Command::new("prlimit");
+    c.arg(format!("--as={FFMPEG_MEMORY}"))
+        .arg(format!("--cpu={FFMPEG_CPU_SECS}"))
+        .arg("--")
+        .arg(program);
+    c
+}
+
+/// The ffprobe beside `ffmpeg` (same directory, or looked up in `PATH` like it).
+fn ffprobe_of(ffmpeg: &str) -> String {
+    match Path::new(ffmpeg)
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+    {
+        Some(dir) => dir.join("ffprobe").to_string_lossy().into_owned(),
+        None => "ffprobe".to_string(),
+    }
+}
+
+/// The copied video's input argument: only that file, only as a video container (a playlist or
+/// manifest disguised as a video must not make ffmpeg fetch urls or read other files).
+fn input_args(video: &Path) -> Vec<std::ffi::OsString> {
+    let mut input = std::ffi::OsString::from("file:");
+    input.push(video);
+    vec![
+        "-protocol_whitelist".into(),
+        "file".into(),
+        "-format_whitelist".into(),
+        VIDEO_FORMATS.into(),
+        "-i".into(),
+        input,
+    ]
+}
+
+/// Refuses a video whose first video stream has frames larger than `MAX_FRAME_PIXELS`, before
+/// anything is decoded. Without ffprobe (or when it cannot tell), ffmpeg's own `-max_pixels`
+/// still refuses such a frame.
+async fn probe(ffmpeg: &str, video: &Path) -> Result<(), SnapshotError> {
+    let Some(ffprobe) = find_program(&ffprobe_of(ffmpeg)) else {
+        return Ok(());
+    };
+    let mut command = limited(&ffprobe.to_string_lossy());
+    command
+        .args(["-hide_banner", "-loglevel", "error"])
+        .args([
+            "-select_streams",
+            "v:0",
+            "-show_entries",
+            "stream=width,height",
+        ])
+        .args(["-of", "json"])
+        .args(input_args(video))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true);
+    let Ok(child) = command.spawn() else {
+        return Ok(());
+    };
+    let Ok(Ok(output)) = tokio::time::timeout(FFMPEG_TIMEOUT, child.wait_with_output()).await
+    else {
+        return Ok(());
+    };
+    let shown: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap_or_default();
+    let stream = &shown["streams"][0];
+    let (Some(w), Some(h)) = (stream["width"].as_u64(), stream["height"].as_u64()) else {
+        return Ok(());
+    };
+    if w.saturating_mul(h) > MAX_FRAME_PIXELS {
+        return Err(SnapshotError::TooLarge(format!(
+            "the video's frames are {w}×{h}: a snapshot may have at most {MAX_FRAME_PIXELS} pixels."
+        )));
+    }
+    Ok(())
+}
+
+/// Runs ffmpeg for the frame at `seconds` of `video` into `frame` and answers its bytes (at
+/// most `max_bytes`).
 async fn extract(
     ffmpeg: &str,
     video: &Path,
     seconds: &str,
     frame: &Path,
     point: &str,
+    max_bytes: u64,
 ) -> Result<Bytes, SnapshotError> {
-    let mut command = tokio::process::Command::new(ffmpeg);
-    // Only the copied file is read, only as a video container: a playlist or manifest disguised
-    // as a video must not make ffmpeg fetch urls or read other files.
-    let mut input = std::ffi::OsString::from("file:");
-    input.push(video);
+    let program = find_program(ffmpeg)
+        .ok_or_else(|| SnapshotError::NoFfmpeg(format!("{ffmpeg}: not found")))?;
+    let mut command = limited(&program.to_string_lossy());
     command
         .args(["-hide_banner", "-loglevel", "error", "-nostdin"])
         .args([
-            "-protocol_whitelist",
-            "file",
-            "-format_whitelist",
-            VIDEO_FORMATS,
+            "-threads",
+            "2",
+            "-max_pixels",
+            &MAX_FRAME_PIXELS.to_string(),
         ])
-        .args(["-ss", seconds, "-i"])
-        .arg(input)
+        .args(["-ss", seconds])
+        .args(input_args(video))
         .args(["-frames:v", "1", "-q:v", "2", "-update", "1", "-y"])
         .arg(frame)
         .stdin(Stdio::null())
@@ -212,6 +345,15 @@ async fn extract(
                 FFMPEG_TIMEOUT.as_secs()
             ))
         })??;
+    let size = tokio::fs::metadata(frame)
+        .await
+        .map(|m| m.len())
+        .unwrap_or(0);
+    if size > max_bytes {
+        return Err(SnapshotError::TooLarge(format!(
+            "the frame is larger than {max_bytes} bytes."
+        )));
+    }
     let bytes = match tokio::fs::read(frame).await {
         Ok(b) if output.status.success() && !b.is_empty() => b,
         _ => {

@@ -16,11 +16,12 @@ use super::{Bootstrap, Cluster, ClusterOptions, Inner};
 use crate::admin::{
     AdminRequest, AdminResponse, ClusterSettings, NodeRecord, NodeState, SETTINGS_KEY,
 };
+use crate::disk::{DiskLevel, DiskWatch};
 use crate::error::{Error, Result};
 use crate::ids::META_GROUP;
 use crate::namespace::Namespace;
 use crate::query::coordinator::Coordinator;
-use crate::replicas::{ReadService, Replicas};
+use crate::replicas::{LocalStorage, ReadService, Replicas};
 use crate::rpc::router::PeerRouter;
 use crate::storage::keys::NODE_IDENTITY;
 use crate::storage::Store;
@@ -31,6 +32,10 @@ use crate::tls::PeerTls;
 struct NodeIdentity {
     node_id: crate::ids::NodeId,
     settings: ClusterSettings,
+    /// Set while `--init` has not yet made this node the first member of every group: a
+    /// start interrupted there (a crash, a port already taken) finishes it on the next one.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    init_pending: bool,
 }
 
 impl Cluster {
@@ -41,8 +46,37 @@ impl Cluster {
             .as_ref()
             .map(crate::files::bucket::Bucket::open)
             .transpose()?;
+        // Bound before anything is written: a port already taken fails the start with the data
+        // dir as it was.
+        let listener = tokio::net::TcpListener::bind(opts.rpc_listen)
+            .await
+            .map_err(|e| Error::Listen {
+                addr: opts.rpc_listen.to_string(),
+                cause: e.to_string(),
+            })?;
         std::fs::create_dir_all(&opts.data_dir)?;
-        let store = Store::open_tuned(&opts.data_dir.join("db"), &opts.store)?;
+        let db_dir = opts.data_dir.join("db");
+        let disk = Arc::new(DiskWatch::new(
+            &db_dir,
+            vec![
+                db_dir.clone(),
+                opts.data_dir.join("files"),
+                opts.data_dir.join("snapshots"),
+            ],
+            opts.disk,
+        )?);
+        if disk.status().level == DiskLevel::Critical {
+            // A full disk must not keep the node from starting: the ballast's room lets the
+            // store open, replay its log and serve reads while space is freed.
+            let freed = disk.release_ballast()?;
+            tracing::warn!(
+                freed,
+                free = disk.status().free_bytes,
+                "the disk is nearly full at start: writes that add data are refused until \
+                 space is freed"
+            );
+        }
+        let store = Store::open_tuned(&db_dir, &opts.store)?;
         crate::statemachine::upgrade::upgrade_objects(&store)?;
         let identity: Option<NodeIdentity> = store
             .get_default(NODE_IDENTITY)?
@@ -55,6 +89,8 @@ impl Cluster {
                     id.node_id, opts.node_id
                 )))
             }
+            // An `--init` interrupted before every group had its first member: finished now.
+            (Some(id), _) if id.init_pending => (id.settings, true, None),
             (Some(id), _) => (id.settings, false, None),
             (None, Bootstrap::Init { shards, replicas, changes_kept }) => {
                 if *shards == 0 || *replicas == 0 {
@@ -83,6 +119,7 @@ impl Cluster {
             let id = NodeIdentity {
                 node_id: opts.node_id,
                 settings,
+                init_pending: fresh_init,
             };
             store.put_default_synced(NODE_IDENTITY, &serde_json::to_vec(&id)?)?;
         }
@@ -92,9 +129,12 @@ impl Cluster {
         let replicas = Replicas::open(
             opts.node_id,
             settings,
-            store,
+            LocalStorage {
+                store,
+                data_dir: &opts.data_dir,
+                disk: Arc::clone(&disk),
+            },
             router,
-            &opts.data_dir,
             &opts.tuning,
             ReadService {
                 serve: crate::local_read::serve_read,
@@ -102,7 +142,6 @@ impl Cluster {
             },
         )
         .await?;
-        let listener = tokio::net::TcpListener::bind(opts.rpc_listen).await?;
         let copies = crate::files::copies::CopyStore::open(&opts.data_dir.join("files"))?;
         let files = crate::files::Files::new(replicas.clone(), copies, bucket);
         if let Some(bucket) = files.bucket().cloned() {
@@ -140,8 +179,17 @@ impl Cluster {
         ));
         if fresh_init {
             initialize_groups(&replicas, &cluster.inner.options.rpc_addr).await?;
+            let id = NodeIdentity {
+                node_id: cluster.inner.options.node_id,
+                settings,
+                init_pending: false,
+            };
+            replicas
+                .store()
+                .put_default_synced(NODE_IDENTITY, &serde_json::to_vec(&id)?)?;
         }
         cluster.spawn(register_self(cluster.clone(), join_addr));
+        cluster.spawn(watch_disk(cluster.clone(), disk));
         cluster.spawn(crate::placement::run(replicas.clone()));
         cluster.spawn(crate::files::upkeep::run(
             files,
@@ -210,6 +258,7 @@ async fn register_self(cluster: Cluster, join_addr: Option<String>) {
         state: NodeState::Active,
         plaintext: opts.peer_tls.is_none(),
         features: opts.features.clone(),
+        disk: None,
     };
     let mut attempt = 0u32;
     loop {
@@ -221,6 +270,7 @@ async fn register_self(cluster: Cluster, join_addr: Option<String>) {
         let mut wanted = me.clone();
         if let Some(c) = &current {
             wanted.state = c.state; // never undo a removal by restarting
+            wanted.disk = c.disk; // the disk watch keeps that (`publish_disk`)
         }
         if current.as_ref() == Some(&wanted) && (settings_known || join_addr.is_some()) {
             return;
@@ -262,6 +312,49 @@ async fn register_self(cluster: Cluster, join_addr: Option<String>) {
                     _ = shutdown.changed() => return,
                 }
             }
+        }
+    }
+}
+
+/// Samples the disk every `disk::EVERY`: makes the ballast once there is room for it, keeps
+/// the members whose disks are critical for `Replicas::check_room`, and writes this node's
+/// level into its member record when it crosses a mark (so every node refuses growth of the
+/// groups it holds, placement avoids it, and `/health` and `basalt admin alarms` show it).
+async fn watch_disk(cluster: Cluster, disk: Arc<DiskWatch>) {
+    let mut shutdown = cluster.shutdown_signal();
+    let ballast = Arc::clone(&disk);
+    if let Ok(Err(e)) = tokio::task::spawn_blocking(move || ballast.ensure_ballast()).await {
+        tracing::warn!("cannot make the disk ballast: {e}");
+    }
+    let me = cluster.node_id();
+    loop {
+        let now = disk.sample();
+        let nodes = cluster.local_nodes();
+        cluster.set_full_nodes(
+            nodes
+                .iter()
+                .filter(|n| n.id != me && n.disk_level() == DiskLevel::Critical)
+                .map(|n| n.id)
+                .collect(),
+        );
+        if let Some(mine) = nodes.iter().find(|n| n.id == me) {
+            if mine.disk_level() != now.level {
+                let mut record = mine.clone();
+                record.disk = (now.level != DiskLevel::Ok).then_some(now);
+                match cluster.put_node_record(&record).await {
+                    Ok(()) => tracing::warn!(
+                        level = now.level.name(),
+                        free = now.free_bytes,
+                        total = now.total_bytes,
+                        "the disk crossed a mark"
+                    ),
+                    Err(e) => tracing::debug!("recording the disk's level: {e} (retrying)"),
+                }
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(crate::disk::EVERY) => {}
+            _ = shutdown.changed() => return,
         }
     }
 }

@@ -49,6 +49,13 @@ impl Cluster {
                 self.inner.shared_secret.get().cloned(),
             )),
             AdminRequest::Digest => Ok(AdminResponse::Digests(self.digests().await?)),
+            AdminRequest::ReleaseBallast => {
+                let bytes = self.disk_watch().release_ballast()?;
+                Ok(AdminResponse::BallastReleased {
+                    bytes,
+                    disk: self.disk(),
+                })
+            }
             AdminRequest::Compact => {
                 self.compact().await;
                 Ok(AdminResponse::Done)

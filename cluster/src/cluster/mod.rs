@@ -80,6 +80,8 @@ pub struct ClusterOptions {
     pub peer_tls: Option<Arc<crate::tls::PeerTls>>,
     /// What this build can do that older ones cannot, recorded in the member record.
     pub features: Vec<String>,
+    /// The disk's marks and ballast (`disk`).
+    pub disk: crate::disk::DiskLimits,
 }
 
 struct Inner {
@@ -133,9 +135,16 @@ impl Cluster {
     /// Whether this node's groups can serve (halted, leaderless and stuck groups named).
     pub fn health(&self) -> crate::health::Health {
         let election = Duration::from_millis(self.inner.options.tuning.election_max_ms);
+        let members = self
+            .local_nodes()
+            .iter()
+            .filter(|n| n.state == crate::admin::NodeState::Active)
+            .count()
+            .max(1);
+        let wanted = (self.settings().replicas as usize).min(members);
         self.inner
             .apply_watch
-            .assess(&self.status(), std::time::Instant::now(), election)
+            .assess(&self.status(), std::time::Instant::now(), election, wanted)
     }
 
     /// Whether this start created the cluster (`--init` on an empty data dir; a restart with

@@ -279,12 +279,25 @@ impl Files {
             .collect()
     }
 
+    /// Refuses new copies on this node while its disk is critical (`disk`).
+    pub fn room_for_copies(&self) -> Result<()> {
+        if self.replicas.disk().level == crate::disk::DiskLevel::Critical {
+            metrics::counter!("basalt_writes_refused_total", "reason" => "disk").increment(1);
+            return Err(Error::DiskFull(format!(
+                "the disk of node {} is nearly full: it takes no new file copies",
+                self.replicas.node_id()
+            )));
+        }
+        Ok(())
+    }
+
     /// Fetches a copy of `id` (`size` bytes with `md5`) from the first of `sources` that
     /// serves it, unless this node holds one already.
     pub async fn pull(&self, id: &FileId, size: u64, md5: &str, sources: &[NodeId]) -> Result<()> {
         if self.copies.get(id).is_some_and(|c| c.size == size) {
             return Ok(());
         }
+        self.room_for_copies()?;
         let mut last = Error::Unavailable(format!("no source served {id}"));
         for &node in sources {
             let (held, mut stream) = match self.replicas.router().get_copy(node, id, 0, size).await

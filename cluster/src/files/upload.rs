@@ -63,6 +63,8 @@ impl Files {
                 md5: Md5Sum::default(),
             });
         }
+        // The node taking the upload streams it to the holders: its own disk must have room.
+        self.room_for_copies()?;
         let ranked = self.ranked(&id);
         let wanted = self.wanted(ranked.len());
         let quorum = wanted / 2 + 1;
@@ -70,6 +72,7 @@ impl Files {
         let mut local = None;
         let mut remotes = Vec::new();
         let mut missing = 0;
+        let mut disk_full = 0;
         let opened = join_all(first.iter().map(|&n| self.open_holder(n, &id))).await;
         let mut take = |opened: Result<Holder>, node: NodeId| match opened {
             Ok(Holder::Local(w)) => {
@@ -82,6 +85,9 @@ impl Files {
             }
             Err(e) => {
                 tracing::debug!(%node, "cannot open a copy: {e}");
+                if matches!(e, Error::DiskFull(_)) {
+                    disk_full += 1;
+                }
                 false
             }
         };
@@ -99,6 +105,11 @@ impl Files {
             }
         }
         let holders = remotes.len() + usize::from(local.is_some());
+        if holders < quorum && disk_full > 0 {
+            return Err(Error::DiskFull(format!(
+                "only {holders} of the {wanted} nodes that should hold the file have room for it"
+            )));
+        }
         if holders < quorum {
             return Err(Error::Unavailable(format!(
                 "only {holders} of the {wanted} nodes that should hold the file can take it"
@@ -118,6 +129,11 @@ impl Files {
     }
 
     async fn open_holder(&self, node: NodeId, id: &FileId) -> Result<Holder> {
+        if self.replicas.is_full_node(node) {
+            return Err(Error::DiskFull(format!(
+                "node {node}'s disk is nearly full"
+            )));
+        }
         if node == self.replicas.node_id() {
             Ok(Holder::Local(self.copies.writer(id).await?))
         } else {

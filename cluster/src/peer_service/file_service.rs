@@ -66,9 +66,13 @@ impl FileService for FileServiceImpl {
         self.auth.node(&request, "write file copies")?;
         let mut input = request.into_inner();
         let copies = self.files.copies().clone();
+        let room = self.files.room_for_copies();
         let (tx, rx) = mpsc::channel(2);
         tokio::spawn(async move {
-            let outcome = receive(&copies, &mut input, &tx).await;
+            let outcome = match room {
+                Ok(()) => receive(&copies, &mut input, &tx).await,
+                Err(e) => Err(e),
+            };
             let _ = tx.send(Ok(reply(outcome))).await;
         });
         Ok(Response::new(Box::pin(

@@ -16,6 +16,7 @@ mod meta_reads;
 mod proposals;
 mod read_index;
 mod records;
+mod room;
 mod routing;
 mod settle;
 
@@ -91,6 +92,9 @@ struct Inner {
     proposals: proposals::Proposals,
     /// The metadata records this node read lately, with the applied index they reflect.
     meta_reads: meta_reads::MetaReads,
+    /// This node's disk, and the members whose disks are critical (`room`).
+    disk: Arc<crate::disk::DiskWatch>,
+    full_nodes: std::sync::RwLock<Vec<NodeId>>,
 }
 
 /// What serves a read from a replica's state (`local_read::serve_read`): given to `open`, so
@@ -110,17 +114,28 @@ pub fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
 
+/// Where a node keeps its replicas: its store, in its data dir, on a disk it watches.
+pub(crate) struct LocalStorage<'a> {
+    pub store: Arc<Store>,
+    pub data_dir: &'a Path,
+    pub disk: Arc<crate::disk::DiskWatch>,
+}
+
 impl Replicas {
-    /// Opens this node's replica of every group (`0..=shards`) on `store`.
+    /// Opens this node's replica of every group (`0..=shards`) in `storage`.
     pub(crate) async fn open(
         node_id: NodeId,
         settings: ClusterSettings,
-        store: Arc<Store>,
+        storage: LocalStorage<'_>,
         router: PeerRouter,
-        data_dir: &Path,
         tuning: &RaftTuning,
         reads: ReadService,
     ) -> Result<Replicas> {
+        let LocalStorage {
+            store,
+            data_dir,
+            disk,
+        } = storage;
         let bulk_read_threads = match reads.bulk_threads {
             0 => std::thread::available_parallelism().map_or(1, usize::from),
             n => n.min(MAX_BULK_READ_THREADS),
@@ -162,6 +177,8 @@ impl Replicas {
                     Duration::from_micros(tuning.proposal_gather_us),
                 ),
                 meta_reads: meta_reads::meta_reads(),
+                disk,
+                full_nodes: Default::default(),
             }),
         })
     }
@@ -257,6 +274,9 @@ impl Replicas {
         // Every proposal passes here, forwarded ones included: nothing reaches a log that a
         // replica could fail to decode.
         cmd.check_limits()?;
+        if cmd.adds_data() {
+            self.check_room(group)?;
+        }
         let raft = self.group(group)?;
         let proposal = self.inner.proposals.propose(raft, group, cmd.clone());
         tokio::time::timeout(FORWARD_TIMEOUT, proposal)

@@ -109,6 +109,9 @@ fn auth_providers(v: &Value) -> Result<Value, ApiError> {
     serde_json::to_value(out).map_err(|e| ApiError::fault("encoding apps", e))
 }
 
+/// Largest `requestsPerSecond` an app may set.
+const MAX_REQUESTS_PER_SECOND: u64 = 1_000_000;
+
 /// Largest `maxFileMb` an app may set (the node's `--max-file-mb` still applies).
 const MAX_FILE_MB_SETTING: u64 = 1 << 20;
 
@@ -185,6 +188,15 @@ fn settings(body: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
                     .filter(|mb| (1..=MAX_FILE_MB_SETTING).contains(mb))
                     .ok_or_else(|| ApiError::InvalidBody(format!(
                         "maxFileMb must be an integer from 1 to {MAX_FILE_MB_SETTING}, or null."
+                    )))?),
+            },
+            "requestsPerSecond" => match v {
+                Value::Null => Value::Null,
+                v => json!(v
+                    .as_u64()
+                    .filter(|n| (1..=MAX_REQUESTS_PER_SECOND).contains(n))
+                    .ok_or_else(|| ApiError::InvalidBody(format!(
+                        "requestsPerSecond must be an integer from 1 to {MAX_REQUESTS_PER_SECOND}, or null."
                     )))?),
             },
             "authProviders" => auth_providers(v)?,

@@ -53,6 +53,10 @@ pub struct Shared {
     pub files: crate::files::FilesConfig,
     /// Per-client-IP attempt counts of this node (logins, SMS, mails).
     pub limiter: crate::throttle::IpLimiter,
+    /// Per-app request rates of this node (`requestsPerSecond`).
+    pub rates: crate::app_rate::AppRates,
+    /// The node's memory for request bodies in flight, and each app's share of it.
+    pub body_budget: crate::body_budget::BodyBudget,
     /// Verifies third-party `authData` with its platform.
     pub identity: crate::users::third_party::providers::IdentityProviders,
     /// Each app's role graph as this node's metadata replica holds it.
@@ -80,6 +84,8 @@ pub struct Outside {
 /// What bounds clients of the node: per-IP limits, and the token of operator routes.
 pub struct Guards {
     pub ip_limits: crate::throttle::IpLimits,
+    /// `--request-memory-mb`, in bytes (`body_budget`).
+    pub body_memory: usize,
     /// `--metrics-token`.
     pub metrics_token: Option<String>,
 }
@@ -110,6 +116,8 @@ impl AppState {
             public_url,
             files,
             limiter: crate::throttle::IpLimiter::new(guards.ip_limits),
+            rates: Default::default(),
+            body_budget: crate::body_budget::BodyBudget::new(guards.body_memory),
             identity: outside.identity,
             roles,
             images: Default::default(),
@@ -192,8 +200,48 @@ async fn authenticated(state: AppState, req: Request, next: Next, need_master: b
     if let Err(e) = admit(&ctx, &parts.headers) {
         return e.into_response();
     }
-    parts.extensions.insert(ctx);
+    if let Some(per_second) = ctx.app.requests_per_second {
+        let members = state
+            .cluster
+            .local_nodes()
+            .iter()
+            .filter(|n| n.state == basalt_cluster::admin::NodeState::Active)
+            .count();
+        let app = ctx.app.application_id.as_str();
+        if let Err(retry_after_secs) = state.rates.take(app, per_second, members) {
+            metrics::counter!("basalt_app_requests_limited_total").increment(1);
+            return ApiError::AppRateExceeded {
+                per_second,
+                retry_after_secs,
+            }
+            .into_response();
+        }
+    }
     let body = body.unwrap_or_else(|| Body::from(bytes));
+    // The app's share of the node's request memory, for as long as the request runs: one
+    // app's large bodies in flight cannot take the room of all.
+    let body_bytes = axum::body::HttpBody::size_hint(&body).exact().unwrap_or(0) as usize;
+    let _share = match body_bytes {
+        0 => None,
+        n => match state
+            .body_budget
+            .hold_for_app(ctx.app.application_id.as_str(), n)
+            .await
+        {
+            Ok(held) => Some(held),
+            Err(_) => {
+                metrics::counter!("basalt_requests_shed_total", "reason" => "app_memory")
+                    .increment(1);
+                return ApiError::Overloaded(
+                    "this app has as many request bodies in flight on this node as its share \
+                     allows; retry shortly."
+                        .into(),
+                )
+                .into_response();
+            }
+        },
+    };
+    parts.extensions.insert(ctx);
     next.run(Request::from_parts(parts, body)).await
 }
 
@@ -391,13 +439,23 @@ impl ApiBody {
 /// Levels of objects and arrays a request body may nest (an object's own values are limited
 /// further by `basalt_cluster::limits`; a batch nests its operations' bodies 3 levels down).
 pub const MAX_BODY_DEPTH: usize = 100;
+/// Items (values and member names) a request body may hold in all: parsed, each costs tens of
+/// bytes whatever its text.
+pub const MAX_BODY_ITEMS: usize = 200_000;
+/// Elements one array of a request body may hold.
+pub const MAX_BODY_ARRAY: usize = 100_000;
 
 /// Parses a request body that must be a JSON object (107 otherwise).
 pub fn json_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::EmptyBody);
     }
-    crate::json_text::check(body, MAX_BODY_DEPTH)
+    let limits = crate::json_text::TextLimits {
+        max_depth: MAX_BODY_DEPTH,
+        max_items: MAX_BODY_ITEMS,
+        max_array: MAX_BODY_ARRAY,
+    };
+    crate::json_text::check_sized(body, limits)
         .map_err(|e| ApiError::InvalidBody(format!("{e}.")))?;
     match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(m)) => Ok(m),

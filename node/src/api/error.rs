@@ -52,6 +52,15 @@ pub enum ApiError {
     BodyTooLarge(usize),
     #[error("the request body did not arrive within {0} s.")]
     BodyTimeout(u64),
+    #[error("the upload was slower than {0} KiB/s.")]
+    UploadTooSlow(u64),
+    #[error("{0}")]
+    InsufficientStorage(String),
+    #[error("this app may make {per_second} requests a second; retry in {retry_after_secs} s.")]
+    AppRateExceeded {
+        per_second: u64,
+        retry_after_secs: u64,
+    },
     #[error("{0}")]
     TypeMismatch(String),
     #[error("{0}")]
@@ -314,7 +323,8 @@ impl ApiError {
             ApiError::InvalidBody(_)
             | ApiError::EmptyBody
             | ApiError::BodyTooLarge(_)
-            | ApiError::BodyTimeout(_) => 107,
+            | ApiError::BodyTimeout(_)
+            | ApiError::UploadTooSlow(_) => 107,
             ApiError::TypeMismatch(_) => 111,
             ApiError::InvalidGeoPoint(_) => 117,
             ApiError::Duplicate(_) => 137,
@@ -363,6 +373,8 @@ impl ApiError {
             ApiError::TooManyColumns(_) => 10074,
             ApiError::Bql(_) => 601,
             ApiError::Throttled { .. } => 10076,
+            ApiError::AppRateExceeded { .. } => 10077,
+            ApiError::InsufficientStorage(_) => 10081,
             ApiError::ConsoleThrottled { .. } => 10210,
             ApiError::OriginNotAllowed(_) => 403,
             ApiError::FileNameInvalid(_) => 146,
@@ -398,11 +410,12 @@ impl ApiError {
             | ApiError::RouteNotFound
             | ApiError::FunctionNotFound(_) => StatusCode::NOT_FOUND,
             ApiError::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
+            ApiError::InsufficientStorage(_) => StatusCode::INSUFFICIENT_STORAGE,
+            ApiError::BodyTimeout(_) | ApiError::UploadTooSlow(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::Throttled { .. } | ApiError::ConsoleThrottled { .. } => {
-                StatusCode::TOO_MANY_REQUESTS
-            }
+            ApiError::Throttled { .. }
+            | ApiError::ConsoleThrottled { .. }
+            | ApiError::AppRateExceeded { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::OriginNotAllowed(_) | ApiError::FilePrivate(_) => StatusCode::FORBIDDEN,
             ApiError::NoFfmpeg(_) => StatusCode::NOT_IMPLEMENTED,
             ApiError::Unavailable(_) | ApiError::Timeout(_) | ApiError::Overloaded(_) => {
@@ -510,8 +523,10 @@ impl From<ClusterError> for ApiError {
             }
             ClusterError::Timeout(m) => ApiError::Timeout(m),
             ClusterError::Overloaded(m) => ApiError::Overloaded(m),
+            e @ ClusterError::DiskFull(_) => ApiError::InsufficientStorage(e.to_string()),
             ClusterError::Schema(e) => e.into(),
             e @ (ClusterError::InvalidOperation(_)
+            | ClusterError::Listen { .. }
             | ClusterError::Storage(_)
             | ClusterError::NotApplied(_)
             | ClusterError::Internal(_)) => ApiError::fault("cluster", e),
@@ -578,6 +593,7 @@ impl From<FilesError> for ApiError {
             e @ FilesError::NotFound(_) => ApiError::FileNotFound(e.to_string()),
             FilesError::BadBody(m) => ApiError::InvalidBody(m),
             FilesError::Stalled(secs) => ApiError::BodyTimeout(secs),
+            FilesError::TooSlow(kib) => ApiError::UploadTooSlow(kib),
             FilesError::BadSignature => ApiError::Unauthorized,
             FilesError::DeleteNeedsMaster => ApiError::MasterKeyRequired,
             e @ FilesError::DeleteNeedsSession => ApiError::FileSessionRequired(e.to_string()),
@@ -616,6 +632,7 @@ impl From<SnapshotError> for ApiError {
             e @ SnapshotError::BadName(_) => ApiError::FileNameInvalid(e.to_string()),
             e @ SnapshotError::NoFrame(_) => ApiError::NoVideoFrame(e.to_string()),
             e @ SnapshotError::NoFfmpeg(_) => ApiError::NoFfmpeg(e.to_string()),
+            SnapshotError::TooLarge(m) => ApiError::ImageInvalid(m),
             SnapshotError::Busy(m) => ApiError::Unavailable(m),
             e @ SnapshotError::Io(_) => ApiError::fault("video snapshot", e),
             SnapshotError::Files(e) => e.into(),
@@ -839,6 +856,10 @@ impl IntoResponse for ApiError {
         }
         | ApiError::ConsoleThrottled {
             retry_after_secs: s,
+        }
+        | ApiError::AppRateExceeded {
+            retry_after_secs: s,
+            ..
         } = &self
         {
             resp.headers_mut()
@@ -945,10 +966,13 @@ mod tests {
             ApiError::FunctionNotFound(_) => 82,
             ApiError::FunctionFailed(_) => 83,
             ApiError::ThrownWithCode { .. } => 84,
+            ApiError::UploadTooSlow(_) => 85,
+            ApiError::AppRateExceeded { .. } => 86,
+            ApiError::InsufficientStorage(_) => 87,
         }
     }
 
-    const VARIANTS: usize = 85;
+    const VARIANTS: usize = 88;
 
     /// Every variant with its documented status and code (docs/api.md, "Errors").
     #[test]
@@ -965,6 +989,16 @@ mod tests {
             (ApiError::EmptyBody, 400, 107),
             (ApiError::BodyTooLarge(1), 413, 107),
             (ApiError::BodyTimeout(1), 408, 107),
+            (ApiError::UploadTooSlow(16), 408, 107),
+            (ApiError::InsufficientStorage("full".into()), 507, 10081),
+            (
+                ApiError::AppRateExceeded {
+                    per_second: 5,
+                    retry_after_secs: 1,
+                },
+                429,
+                10077,
+            ),
             (ApiError::TypeMismatch("x".into()), 400, 111),
             (ApiError::InvalidGeoPoint("x".into()), 400, 117),
             (ApiError::Duplicate("x".into()), 400, 137),

@@ -1,5 +1,6 @@
 //! Operational endpoints: `/health` (ready when every hosted group has a leader, runs, and
-//! applies what it commits; `cluster::health`) and `/metrics`
+//! applies what it commits, and — the first time — has the voters the cluster wants;
+//! `cluster::health`) and `/metrics`
 //! (Prometheus text: per-group Raft state, proposal and HTTP latency, storage size).
 
 use std::sync::OnceLock;
@@ -42,19 +43,40 @@ fn plaintext_members(state: &AppState) -> Vec<u64> {
         .collect()
 }
 
+/// The members' disk alarms, as the metadata group's records say (`disk`).
+fn alarms(state: &AppState) -> Vec<serde_json::Value> {
+    state
+        .cluster
+        .local_nodes()
+        .into_iter()
+        .filter(|n| n.state == basalt_cluster::admin::NodeState::Active)
+        .filter_map(|n| {
+            let d = n.disk?;
+            Some(
+                json!({"node": n.id, "alarm": format!("disk {}", d.level.name()),
+                "freeBytes": d.free_bytes, "totalBytes": d.total_bytes}),
+            )
+        })
+        .collect()
+}
+
 pub async fn health(State(state): State<AppState>) -> impl IntoResponse {
     let status = state.cluster.status();
     let health = state.cluster.health();
-    let ready = health.ok();
+    // Not ready the first time until every hosted group has the voters the cluster wants
+    // (an object acknowledged before would be lost with node 1); later, a group short of
+    // voters (a member being replaced) is reported, and the node goes on serving.
+    static WAS_READY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let before = WAS_READY.load(std::sync::atomic::Ordering::Relaxed);
+    let ready = health.ok() && (before || health.under_replicated.is_empty());
     let code = if ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
     let me = status.node_id;
-    // "starting" only until the node first was healthy: later, groups without a leader are a
+    // "starting" only until the node first was ready: later, groups without a leader are a
     // cluster that cannot commit.
-    static WAS_READY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     let was_ready = WAS_READY.fetch_or(ready, std::sync::atomic::Ordering::Relaxed);
     let verdict = if ready {
         "ok"
@@ -70,8 +92,12 @@ pub async fn health(State(state): State<AppState>) -> impl IntoResponse {
         "hostedGroups": health.hosted,
         "groupsWithLeader": health.with_leader,
         "problems": health.problems,
+        "votersWanted": health.voters_wanted,
+        "underReplicated": health.under_replicated,
         "leaderOf": status.groups.iter().filter(|g| g.hosts(me) && g.leader == Some(me)).map(|g| g.group).collect::<Vec<_>>(),
         "peerTls": state.cluster.peer_tls().is_some(),
+        "disk": state.cluster.disk(),
+        "alarms": alarms(&state),
     });
     let mut body = body;
     let plaintext = plaintext_members(&state);
@@ -124,9 +150,12 @@ pub async fn metrics(State(state): State<AppState>) -> Result<String, ApiError> 
         });
     }
     metrics::gauge!("basalt_unhealthy_groups").set(health.problems.len() as f64);
+    metrics::gauge!("basalt_under_replicated_groups").set(health.under_replicated.len() as f64);
     let insecure = state.cluster.peer_tls().is_none() || !plaintext_members(&state).is_empty();
     metrics::gauge!("basalt_cluster_insecure").set(if insecure { 1.0 } else { 0.0 });
     metrics::gauge!("basalt_storage_bytes").set(state.cluster.storage_bytes() as f64);
+    metrics::gauge!("basalt_realtime_outbox_bytes")
+        .set(crate::realtime::outbox::node_queued() as f64);
     PROMETHEUS
         .get()
         .map(PrometheusHandle::render)

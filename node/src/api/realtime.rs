@@ -20,13 +20,13 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, Method};
 use axum::response::sse::{KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::{SinkExt, StreamExt};
-use tokio::sync::mpsc;
 
 use super::context::{admit, ApiPath, ApiQuery, AppState};
 use super::error::ApiError;
 use crate::auth::{self, AuthError, HeaderNames, RequestCtx};
 use crate::connections::ConnectionSlot;
 use crate::realtime::connection::{Connection, Refusal};
+use crate::realtime::outbox::OutboxReceiver;
 use crate::realtime::wire::{Action, Frame, Outbound, SubRequest};
 
 /// Largest message a client may send.
@@ -40,6 +40,9 @@ const PLAIN_PING: Duration = Duration::from_secs(30);
 const PLAIN_TIMEOUT: Duration = Duration::from_secs(75);
 /// How long a client that fell behind has to take its `server_resync` before the close.
 const FAREWELL: Duration = Duration::from_secs(30);
+/// How long a client whose connection is stuck on a message it does not read has to take the
+/// resync: that message's bytes are held until the connection closes.
+const STUCK_FAREWELL: Duration = Duration::from_secs(1);
 
 type Query = ApiQuery<HashMap<String, String>>;
 
@@ -170,7 +173,7 @@ type Upgrade = Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketU
 fn upgrade(
     ws: Upgrade,
     slot: Option<axum::Extension<ConnectionSlot>>,
-    (conn, rx): (Connection, mpsc::Receiver<Outbound>),
+    (conn, rx): (Connection, OutboxReceiver),
     framing: Framing,
 ) -> Response {
     let Ok(ws) = ws else {
@@ -228,7 +231,7 @@ fn socket_io_frame(text: &str) -> SocketIoFrame<'_> {
 /// either side ends or the client falls behind (one `server_resync`, then close).
 async fn serve_socket(
     mut conn: Connection,
-    mut rx: mpsc::Receiver<Outbound>,
+    mut rx: OutboxReceiver,
     socket: WebSocket,
     framing: Framing,
 ) {
@@ -259,6 +262,7 @@ async fn serve_socket(
                     None => break,
                 },
                 () = outbox.overflowed() => {
+                    rx.discard();
                     let farewell = sink.send(framing.frame(&resync));
                     let _ = tokio::time::timeout(FAREWELL, farewell).await;
                     break;
@@ -275,8 +279,9 @@ async fn serve_socket(
                 () = outbox.overflowed() => true,
             };
             if blocked {
+                rx.discard();
                 let farewell = sink.send(framing.frame(&resync));
-                let _ = tokio::time::timeout(FAREWELL, farewell).await;
+                let _ = tokio::time::timeout(STUCK_FAREWELL, farewell).await;
                 break;
             }
         }
@@ -371,7 +376,10 @@ pub async fn server_sent_events(
                     let m = m?;
                     Some((Ok::<_, std::convert::Infallible>(Frame::sse(&m)), (conn, rx, Some(resync))))
                 }
-                () = outbox.overflowed() => Some((Ok(Frame::sse(&resync)), (conn, rx, None))),
+                () = outbox.overflowed() => {
+                    rx.discard();
+                    Some((Ok(Frame::sse(&resync)), (conn, rx, None)))
+                }
             }
         },
     );

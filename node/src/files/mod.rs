@@ -23,8 +23,12 @@ pub struct FilesConfig {
     pub cdn: String,
     /// Largest file, in bytes.
     pub max_bytes: u64,
-    /// How long an upload may wait for the next piece of its body.
+    /// How long an upload may wait for the next piece of its body, and the time it has before
+    /// `min_rate` applies.
     pub idle: Duration,
+    /// Slowest average an upload may keep, in bytes per second, counted after `idle`: an
+    /// upload has `idle` + its size / `min_rate` in all (`--upload-min-kib-per-sec`).
+    pub min_rate: u64,
     /// The ffmpeg program video snapshots run (`--ffmpeg`).
     pub ffmpeg: String,
     /// The base url of files' urls when they are served from an origin of their own
@@ -59,6 +63,9 @@ pub enum FilesError {
     /// No piece of the body arrived within the idle time.
     #[error("the upload stalled for {0} s.")]
     Stalled(u64),
+    /// The body came slower than the slowest rate an upload may keep (`Pace`).
+    #[error("the upload was slower than {0} KiB/s.")]
+    TooSlow(u64),
     /// The upload's signature covers none of its body's renderings
     /// (`auth::BodyDigests`).
     #[error("the upload's signature does not match its body.")]
@@ -212,11 +219,10 @@ pub async fn store<E: std::fmt::Display>(
         mut signature,
     } = who;
     let started = std::time::Instant::now();
+    let pace = Pace::new(config);
     let mut upload = cluster.files().begin_upload().await?;
     loop {
-        let next = tokio::time::timeout(config.idle, body.next())
-            .await
-            .map_err(|_| FilesError::Stalled(config.idle.as_secs()))?;
+        let next = pace.next(body, upload.size()).await?;
         let Some(piece) = next else { break };
         let piece =
             piece.map_err(|e| FilesError::BadBody(format!("the body could not be read: {e}")))?;
@@ -252,6 +258,56 @@ pub async fn store<E: std::fmt::Display>(
     Ok(record)
 }
 
+/// The time an upload has: `idle` for each piece, and `idle` + size / `min_rate` in all, so that
+/// a client trickling bytes (one every few seconds) cannot hold a connection and a file's
+/// buffers for ever.
+struct Pace {
+    started: tokio::time::Instant,
+    idle: Duration,
+    min_rate: u64,
+}
+
+impl Pace {
+    fn new(config: &FilesConfig) -> Pace {
+        Pace {
+            started: tokio::time::Instant::now(),
+            idle: config.idle,
+            min_rate: config.min_rate.max(1),
+        }
+    }
+
+    /// When an upload that has received `received` bytes runs out of time.
+    fn deadline(&self, received: u64) -> tokio::time::Instant {
+        let earned = Duration::from_secs_f64(received as f64 / self.min_rate as f64);
+        self.started + self.idle + earned.min(Duration::from_secs(86_400))
+    }
+
+    fn too_slow(&self) -> FilesError {
+        FilesError::TooSlow(self.min_rate.div_ceil(1024))
+    }
+
+    /// The next piece of `body`, which has carried `received` bytes so far, within its time.
+    async fn next<S, E>(
+        &self,
+        body: &mut S,
+        received: u64,
+    ) -> Result<Option<Result<Bytes, E>>, FilesError>
+    where
+        S: Stream<Item = Result<Bytes, E>> + Unpin,
+    {
+        let deadline = self.deadline(received);
+        let idle = tokio::time::Instant::now() + self.idle;
+        if tokio::time::Instant::now() >= deadline {
+            return Err(self.too_slow());
+        }
+        match tokio::time::timeout_at(deadline.min(idle), body.next()).await {
+            Ok(next) => Ok(next),
+            Err(_) if deadline < idle => Err(self.too_slow()),
+            Err(_) => Err(FilesError::Stalled(self.idle.as_secs())),
+        }
+    }
+}
+
 /// Bytes a multipart body may carry beside its `file` part (other fields, headers, boundaries).
 const MULTIPART_SLACK: u64 = 1 << 20;
 
@@ -273,7 +329,11 @@ where
         .whole_stream(config.max_bytes + 2 * MULTIPART_SLACK)
         .per_field(MULTIPART_SLACK)
         .for_field("file", config.max_bytes + MULTIPART_SLACK);
-    let body = idle_limited(body, config.idle);
+    // The whole body keeps the pace too, with twice the grace: the file part's own `Pace` (in
+    // `store`) is what ends a slow upload, this one a slow preamble.
+    let mut whole = Pace::new(config);
+    whole.idle = config.idle.saturating_mul(2);
+    let body = paced(body, whole);
     let mut parts = multer::Multipart::with_constraints(
         body,
         boundary,
@@ -296,25 +356,28 @@ where
     }
 }
 
-/// `body`, ending with an error when no piece arrives for `idle`.
-fn idle_limited<S, E>(
+/// `body`, ending with an error when it falls behind `pace`.
+fn paced<S, E>(
     body: S,
-    idle: Duration,
+    pace: Pace,
 ) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static
 where
     S: Stream<Item = Result<Bytes, E>> + Send + Unpin + 'static,
     E: std::fmt::Display + Send + 'static,
 {
-    futures::stream::unfold(Some(body), move |body| async move {
-        let mut body = body?;
-        match tokio::time::timeout(idle, body.next()).await {
-            Ok(Some(Ok(piece))) => Some((Ok(piece), Some(body))),
+    futures::stream::unfold(Some((body, pace, 0u64)), |state| async move {
+        let (mut body, pace, received) = state?;
+        match pace.next(&mut body, received).await {
+            Ok(Some(Ok(piece))) => {
+                let received = received.saturating_add(piece.len() as u64);
+                Some((Ok(piece), Some((body, pace, received))))
+            }
             Ok(None) => None,
             Ok(Some(Err(e))) => Some((Err(std::io::Error::other(e.to_string())), None)),
-            Err(_) => Some((
+            Err(e) => Some((
                 Err(std::io::Error::new(
                     std::io::ErrorKind::TimedOut,
-                    "the upload stalled",
+                    e.to_string(),
                 )),
                 None,
             )),

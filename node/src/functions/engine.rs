@@ -34,6 +34,9 @@ pub struct Limits {
     pub memory_bytes: usize,
     /// The interpreter's stack (recursion depth).
     pub stack_bytes: usize,
+    /// Invocations of the app's functions a node runs at once (`None`: the node's default
+    /// share, `runner::Runner`).
+    pub concurrency: Option<usize>,
 }
 
 /// An error the script threw or the host answered: a code (`Basalt.Error`'s, or none for a

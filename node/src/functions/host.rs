@@ -200,16 +200,9 @@ async fn fetch(
             headers.insert(k.as_str().to_string(), json!(v));
         }
     }
-    if resp.content_length().unwrap_or(0) as usize > MAX_ANSWER_BYTES {
-        return Err(refused(502, "fetch: the answer is too large"));
-    }
-    let bytes = resp
-        .bytes()
+    let bytes = crate::outbound::read_capped(resp, MAX_ANSWER_BYTES)
         .await
-        .map_err(|e| refused(502, format!("fetch: reading the answer: {e}")))?;
-    if bytes.len() > MAX_ANSWER_BYTES {
-        return Err(refused(502, "fetch: the answer is too large"));
-    }
+        .map_err(|e| refused(502, format!("fetch: {e}")))?;
     Ok(json!({
         "status": status,
         "headers": headers,

@@ -2,6 +2,9 @@
 //! busy or runaway function cannot hold up the node's other requests or Raft's heartbeats.
 //! A node admits at most `--function-threads` invocations started by clients, triggers and
 //! the scheduler at once; one more waits for a slot up to its wall time, then answers 503.
+//! Each app has a share of them — half the node's slots unless its settings say how many
+//! (`functions.concurrency`) — so one app's slow functions never take every slot from the
+//! others: its invocation past the share waits for one of its own.
 //! Invocations a running function waits for (calling another function, or a write that runs
 //! a before-trigger) are nested: they take a nested slot at once or fail (waiting for a
 //! normal slot could deadlock on the slots their callers hold), `NESTED_PER_SLOT` per slot,
@@ -10,8 +13,9 @@
 //! Metrics: `basalt_function_calls_total{outcome}` and `basalt_function_seconds`, labelled
 //! with `app` and `function` too under `--metrics-per-app`.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use serde_json::Value;
@@ -46,10 +50,17 @@ pub struct Invocation {
     pub detached: bool,
 }
 
+/// An app's share of the slots, and the size it was made with.
+type Share = (Arc<Semaphore>, usize);
+
 /// The node's function slots.
 #[derive(Clone)]
 pub struct Runner {
     slots: Arc<Semaphore>,
+    /// Slots of the node (`--function-threads`).
+    threads: usize,
+    /// Each app's share: its semaphore and the size it was made with.
+    shares: Arc<Mutex<HashMap<String, Share>>>,
     nested: Arc<Semaphore>,
     background: Arc<Semaphore>,
     runtime: tokio::runtime::Handle,
@@ -71,6 +82,8 @@ impl Runner {
     pub fn new(threads: usize) -> Result<Runner, reqwest::Error> {
         Ok(Runner {
             slots: Arc::new(Semaphore::new(threads.max(1))),
+            threads: threads.max(1),
+            shares: Arc::default(),
             nested: Arc::new(Semaphore::new(threads.max(1) * NESTED_PER_SLOT)),
             background: Arc::new(Semaphore::new(BACKGROUND_QUEUE)),
             runtime: tokio::runtime::Handle::current(),
@@ -109,6 +122,25 @@ impl Runner {
         outcome
     }
 
+    /// How many invocations `app` may run at once on this node: what it asked for, at most the
+    /// node's slots, or half of them (at least one).
+    fn share_size(&self, asked: Option<usize>) -> usize {
+        asked.unwrap_or(self.threads / 2).clamp(1, self.threads)
+    }
+
+    /// `app`'s share of the slots, made (or made again, when its size changed) on first use.
+    fn share(&self, app: &str, size: usize) -> Arc<Semaphore> {
+        let mut shares = self.shares.lock().unwrap_or_else(|p| p.into_inner());
+        match shares.get(app) {
+            Some((s, n)) if *n == size => s.clone(),
+            _ => {
+                let s = Arc::new(Semaphore::new(size));
+                shares.insert(app.to_string(), (s.clone(), size));
+                s
+            }
+        }
+    }
+
     async fn run_uncounted(&self, inv: Invocation) -> Result<Value, RunError> {
         if inv.depth > MAX_DEPTH {
             return Err(RunError::TooDeep);
@@ -123,15 +155,28 @@ impl Runner {
             false => None,
         };
         let _slot = match inv.depth == 0 || inv.detached {
-            true => tokio::time::timeout(inv.limits.wall, self.slots.clone().acquire_owned())
-                .await
-                .map_err(|_| RunError::Busy)?
-                .map_err(|_| RunError::Busy)?,
-            false => self
-                .nested
-                .clone()
-                .try_acquire_owned()
-                .map_err(|_| RunError::Busy)?,
+            true => {
+                // The app's share first, then a slot of the node, both within the wall time.
+                let share = self.share(&inv.app, self.share_size(inv.limits.concurrency));
+                let both = async {
+                    let own = share.acquire_owned().await;
+                    let node = self.slots.clone().acquire_owned().await;
+                    (own, node)
+                };
+                match tokio::time::timeout(inv.limits.wall, both).await {
+                    Ok((Ok(own), Ok(node))) => (node, Some(own)),
+                    _ => return Err(RunError::Busy),
+                }
+            }
+            false => {
+                let nested = self
+                    .nested
+                    .clone()
+                    .try_acquire_owned()
+                    .map_err(|_| RunError::Busy)?;
+                // Nested invocations run within their caller's share.
+                (nested, None)
+            }
         };
         let stop = Arc::new(AtomicBool::new(false));
         let _stop_on_drop = StopOnDrop(stop.clone());

@@ -15,6 +15,7 @@ pub const DEFAULT_STACK_KB: u64 = 1024;
 const TIMEOUT_MS: (u64, u64) = (10, 120_000);
 const MEMORY_MB: (u64, u64) = (4, 1024);
 const STACK_KB: (u64, u64) = (64, 8192);
+const CONCURRENCY: (u64, u64) = (1, 1024);
 /// Hosts an app may allow.
 const MAX_FETCH_HOSTS: usize = 64;
 
@@ -27,6 +28,10 @@ pub struct FunctionSettings {
     pub memory_mb: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stack_kb: Option<u64>,
+    /// Invocations of the app's functions a node runs at once (never more than the node's
+    /// `--function-threads`); by default half of them (`runner::Runner`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u64>,
     /// `host` or `host:port` names `fetch` may reach (http or https).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fetch_allow: Vec<String>,
@@ -40,17 +45,25 @@ impl FunctionSettings {
         };
         // (checked here, not when stored records are read: a newer node may add members)
         for k in members.keys() {
-            if !["timeoutMs", "memoryMb", "stackKb", "fetchAllow"].contains(&k.as_str()) {
+            if ![
+                "timeoutMs",
+                "memoryMb",
+                "stackKb",
+                "concurrency",
+                "fetchAllow",
+            ]
+            .contains(&k.as_str())
+            {
                 return Err(format!(
                     "functions: unknown member {k:?} (members: timeoutMs, memoryMb, stackKb, \
-                     fetchAllow)."
+                     concurrency, fetchAllow)."
                 ));
             }
         }
         let s: FunctionSettings = serde_json::from_value(v.clone()).map_err(|e| {
             format!(
-                "functions: {e} (members: timeoutMs, memoryMb, stackKb, fetchAllow [host or \
-                 host:port])."
+                "functions: {e} (members: timeoutMs, memoryMb, stackKb, concurrency, \
+                 fetchAllow [host or host:port])."
             )
         })?;
         let within = |what: &str, v: Option<u64>, (lo, hi): (u64, u64)| match v {
@@ -62,6 +75,7 @@ impl FunctionSettings {
         within("timeoutMs", s.timeout_ms, TIMEOUT_MS)?;
         within("memoryMb", s.memory_mb, MEMORY_MB)?;
         within("stackKb", s.stack_kb, STACK_KB)?;
+        within("concurrency", s.concurrency, CONCURRENCY)?;
         if s.fetch_allow.len() > MAX_FETCH_HOSTS {
             return Err(format!(
                 "functions.fetchAllow lists at most {MAX_FETCH_HOSTS} hosts."
@@ -87,6 +101,7 @@ impl FunctionSettings {
             wall: Duration::from_millis(self.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS)),
             memory_bytes: (self.memory_mb.unwrap_or(DEFAULT_MEMORY_MB) << 20) as usize,
             stack_bytes: (self.stack_kb.unwrap_or(DEFAULT_STACK_KB) << 10) as usize,
+            concurrency: self.concurrency.map(|n| n as usize),
         }
     }
 
@@ -134,6 +149,7 @@ mod tests {
             json!({"timeoutMs": 0}),
             json!({"memoryMb": 100000}),
             json!({"stackKb": 1}),
+            json!({"concurrency": 0}),
             json!({"fetchAllow": ["a b"]}),
             json!({"other": 1}),
             json!([]),

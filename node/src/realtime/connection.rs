@@ -12,13 +12,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde_json::json;
-use tokio::sync::mpsc;
 
 use basalt_cluster::Cluster;
 
 use super::cursor::Cursor;
 use super::hub::{Entry, Hub};
-use super::outbox::Outbox;
+use super::outbox::{Outbox, OutboxReceiver};
 use super::subscription::Subscription;
 use super::wire::{parse_client, Action, ClientMessage, Outbound, SubRequest};
 use super::RealtimeError;
@@ -60,7 +59,7 @@ impl Connection {
         services: Services,
         ctx: Option<RequestCtx>,
         origin: Option<String>,
-    ) -> (Connection, mpsc::Receiver<Outbound>) {
+    ) -> (Connection, OutboxReceiver) {
         let (outbox, rx) = Outbox::new();
         let outbox = Arc::new(outbox);
         metrics::gauge!("basalt_realtime_connections").increment(1.0);

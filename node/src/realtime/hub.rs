@@ -24,7 +24,7 @@ use basalt_cluster::Replicas;
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
 
-use super::cursor::Cursor;
+use super::cursor::{Cursor, Position};
 use super::outbox::{Outbox, QUEUE};
 use super::subscription::{EventKind, Side, Subscription};
 use super::wire::Outbound;
@@ -44,7 +44,7 @@ pub struct Entry {
     outbox: Arc<Outbox>,
     /// Changes at or before these positions are not delivered live (a resumed subscription
     /// whose cursor is past the hub's positions has seen them).
-    floor: Vec<u64>,
+    floor: Cursor,
     /// Whether `floor` is past the hub's positions somewhere (its events carry their own
     /// cursors until it is not).
     ahead: AtomicBool,
@@ -163,8 +163,8 @@ impl Hub {
             let mut st = lock(&self.inner.state);
             let now = st.positions.clone();
             let floor = match &cursor {
-                Some(c) => c.max_with(&now),
-                None => Cursor(now.clone()),
+                Some(c) => c.max_with(&Cursor::at(&now)),
+                None => Cursor::at(&now),
             };
             // A resumed subscription has seen only its own cursor until its replay is sent.
             let acked = cursor.as_ref().unwrap_or(&floor).encode();
@@ -177,8 +177,8 @@ impl Hub {
             });
             let entry = Arc::new(Entry {
                 id,
-                ahead: AtomicBool::new(floor.ahead_of(&now)),
-                floor: floor.0,
+                ahead: AtomicBool::new(floor.ahead_of(&Cursor::at(&now))),
+                floor,
                 waiting: Mutex::new(cursor.as_ref().map(|_| VecDeque::new())),
                 ended: AtomicBool::new(false),
                 sub,
@@ -269,7 +269,7 @@ impl Inner {
                     if let Some(p) = st.positions.get_mut(g) {
                         *p = (*p).max(resume_after);
                     }
-                    let cursor = Cursor(st.positions.clone()).encode();
+                    let cursor = Cursor::at(&st.positions).encode();
                     let all: Vec<Arc<Entry>> = st.subs.values().flatten().cloned().collect();
                     drop(st);
                     let msg = Outbound::new(
@@ -314,26 +314,27 @@ impl Inner {
             }
             (lists, st.positions.clone())
         };
-        // An event before the entry's last says the entry is not all passed on yet: a client
-        // resuming from it gets the whole entry again rather than miss its rest.
-        let mut before = positions.clone();
-        if let Some(p) = before.get_mut(g) {
-            *p = first.index.saturating_sub(1);
-        }
+        // An event before the entry's last carries a position inside the entry: a client
+        // resuming from it gets the entry's later changes, not its earlier ones again.
         let last = entry.len() - 1;
-        for (i, (c, subs)) in entry.iter().zip(lists).enumerate() {
+        for (nth, (c, subs)) in entry.iter().zip(lists).enumerate() {
             if let Some(subs) = subs {
-                let at = if i == last { &positions } else { &before };
-                self.deliver_change(c, subs, at);
+                let nth = nth as u32;
+                let mut at = Cursor::at(&positions);
+                if nth as usize != last {
+                    if let Some(p) = at.0.get_mut(g) {
+                        *p = Position::within(first.index, nth + 1);
+                    }
+                }
+                self.deliver_change(c, nth, subs, &at);
             }
         }
     }
 
-    /// Passes one change on to `subs`, with the hub's positions `positions` as its cursor.
-    fn deliver_change(&self, c: &Change, subs: Vec<Arc<Entry>>, positions: &[u64]) {
+    /// Passes change `nth` of its entry on to `subs`, with `at` as its cursor.
+    fn deliver_change(&self, c: &Change, nth: u32, subs: Vec<Arc<Entry>>, at: &Cursor) {
         let g = c.group.get() as usize;
-        let positions = positions.to_vec();
-        let cursor: Arc<str> = Cursor(positions.clone()).encode().into();
+        let cursor: Arc<str> = at.encode().into();
         let mut shared = Rendered::default();
         let mut dropped = Vec::new();
         for entry in subs {
@@ -341,7 +342,7 @@ impl Inner {
                 dropped.push(entry);
                 continue;
             }
-            if entry.floor.get(g).is_some_and(|&f| c.index <= f) {
+            if entry.floor.0.get(g).is_some_and(|f| f.covers(c.index, nth)) {
                 continue;
             }
             let Some((kind, side)) = entry.sub.judge(c) else {
@@ -349,8 +350,8 @@ impl Inner {
             };
             let own_cursor;
             let cursor: &str = if entry.ahead.load(Ordering::Relaxed) {
-                let own = Cursor(entry.floor.clone()).max_with(&positions);
-                if !Cursor(entry.floor.clone()).ahead_of(&positions) {
+                let own = entry.floor.max_with(at);
+                if !entry.floor.ahead_of(at) {
                     entry.ahead.store(false, Ordering::Relaxed);
                 }
                 own_cursor = own.encode();
@@ -379,34 +380,48 @@ impl Inner {
         let Ok(_turn) = Arc::clone(&self.replays).acquire_owned().await else {
             return;
         };
-        let mut at = from.0.clone();
+        let mut at = from.clone();
         for g in 0..self.groups {
             if entry.ended.load(Ordering::Relaxed) {
                 return;
             }
-            let (start, end) = (from.0[g], to[g]);
-            if start >= end {
+            let (Some(&start), Some(&end)) = (from.0.get(g), to.get(g)) else {
+                continue;
+            };
+            if start >= Position::whole(end) {
                 continue;
             }
             let group = GroupId::new(g as u32);
             let (tx, mut rx) = mpsc::channel(4);
             let replicas = self.replicas.clone();
             let follower = tokio::spawn(async move {
-                replicas.follow_changes(group, Some(start), tx).await;
+                replicas
+                    .follow_changes(group, Some(start.entries_before()), tx)
+                    .await;
             });
             let outcome = loop {
                 match tokio::time::timeout(REPLAY_WAIT, rx.recv()).await {
                     Ok(Some(TailEvent::Changes { upto, changes, .. })) => {
-                        for c in changes.iter().filter(|c| c.index <= end) {
-                            if entry.ended.load(Ordering::Relaxed) {
-                                follower.abort();
-                                return;
-                            }
-                            at[g] = c.index;
-                            if let Some(msg) = event_for(&entry.sub, c, &Cursor(at.clone())) {
-                                if !entry.outbox.send_within(msg, REPLAY_WAIT).await {
+                        // A page holds whole entries: `nth` counts from each entry's first.
+                        for log_entry in changes.chunk_by(|a, b| a.index == b.index) {
+                            let count = log_entry.len();
+                            for (nth, c) in log_entry.iter().enumerate() {
+                                if c.index > end || start.covers(c.index, nth as u32) {
+                                    continue;
+                                }
+                                if entry.ended.load(Ordering::Relaxed) {
                                     follower.abort();
                                     return;
+                                }
+                                at.0[g] = match nth + 1 == count {
+                                    true => Position::whole(c.index),
+                                    false => Position::within(c.index, nth as u32 + 1),
+                                };
+                                if let Some(msg) = event_for(&entry.sub, c, &at) {
+                                    if !entry.outbox.send_within(msg, REPLAY_WAIT).await {
+                                        follower.abort();
+                                        return;
+                                    }
                                 }
                             }
                         }
@@ -419,12 +434,12 @@ impl Inner {
                 }
             };
             follower.abort();
-            at[g] = end;
+            at.0[g] = Position::whole(end);
             if let Some(reason) = outcome {
                 metrics::counter!("basalt_realtime_resyncs_total", "reason" => reason).increment(1);
                 let msg = Outbound::new(
                     "server_resync",
-                    &json!({"reason": reason, "cursor": Cursor(at.clone()).encode(),
+                    &json!({"reason": reason, "cursor": at.encode(),
                         "error": "changes since the cursor are no longer kept; read the state again."}),
                 );
                 if !entry.outbox.send_within(msg, REPLAY_WAIT).await {

@@ -222,3 +222,66 @@ async fn apps_are_managed_by_the_console_account_and_isolated() {
         2
     );
 }
+
+/// An app limited to 5 requests a second gets 429/10077 with `Retry-After` past them, on
+/// every node (each admits its part), while another app is not limited; a second later it
+/// is admitted again; the setting is checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_apps_request_rate_is_limited_and_others_are_not() {
+    let cluster = TestCluster::start(1, &[], &[]).await;
+    assert_api_error(
+        cluster
+            .try_app_settings(&json!({"requestsPerSecond": 0}))
+            .await,
+        400,
+        107,
+        "a rate of none",
+    );
+    cluster
+        .set_app_settings(json!({"requestsPerSecond": 5}))
+        .await;
+    let other_app = cluster.create_app(0, "unlimited").await;
+    let other = cluster.app_client(0, &other_app);
+    let http = reqwest::Client::new();
+    let url = format!("http://{}/1/classes/Rated", cluster.nodes[0].http);
+    let (mut admitted, mut limited) = (0, 0);
+    for _ in 0..20 {
+        let r = http
+            .get(&url)
+            .header("X-Service-Application-Id", &cluster.keys.application_id)
+            .header("X-Service-REST-API-Key", &cluster.keys.rest_key)
+            .send()
+            .await
+            .unwrap();
+        match r.status().as_u16() {
+            200 => admitted += 1,
+            429 => {
+                limited += 1;
+                let retry: u64 = r.headers()["retry-after"]
+                    .to_str()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                assert!((1..=2).contains(&retry), "{retry}");
+                let body: Value = r.json().await.unwrap();
+                assert_eq!(body["code"], 10077, "{body}");
+            }
+            other => panic!("{other}"),
+        }
+        // The other app is not held back.
+        other.query("Rated", &[]).await.expect("another app");
+    }
+    assert!(
+        admitted >= 5 && limited >= 8,
+        "admitted {admitted}, limited {limited}"
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    cluster
+        .client(0)
+        .query("Rated", &[])
+        .await
+        .expect("admitted again");
+    cluster
+        .set_app_settings(json!({"requestsPerSecond": null}))
+        .await;
+}

@@ -931,3 +931,49 @@ async fn active_files_are_sandboxed_attachments_off_their_own_origin() {
         );
     }
 }
+
+/// A client trickling an upload (a byte every 300 ms, each arriving well within the idle
+/// time) is cut off once it falls behind the slowest pace an upload may keep: 408/107, having
+/// sent a few dozen of its 1,000 bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_trickling_bytes_is_cut_off_at_its_pace() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let cluster = TestCluster::start(
+        1,
+        &[],
+        &[
+            "--http-body-timeout-secs",
+            "3",
+            "--upload-min-kib-per-sec",
+            "1",
+        ],
+    )
+    .await;
+    let addr = cluster.nodes[0].http.clone();
+    let stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let (mut rd, mut wr) = stream.into_split();
+    let head = format!(
+        "POST /2/files/slow.txt HTTP/1.1\r\nHost: {addr}\r\nX-Service-Application-Id: {}\r\nX-Service-REST-API-Key: {}\r\nContent-Type: application/octet-stream\r\nContent-Length: 1000\r\nConnection: close\r\n\r\n",
+        cluster.keys.application_id, cluster.keys.rest_key
+    );
+    wr.write_all(head.as_bytes()).await.unwrap();
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = sent.clone();
+    let writer = tokio::spawn(async move {
+        for _ in 0..1000 {
+            if wr.write_all(b"x").await.is_err() {
+                return;
+            }
+            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    });
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(120), rd.read_to_end(&mut answer)).await;
+    let bytes_sent = sent.load(std::sync::atomic::Ordering::Relaxed);
+    writer.abort();
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(text.contains("\"code\":107"), "{text}");
+    assert!(bytes_sent < 100, "cut off after {bytes_sent} bytes");
+}

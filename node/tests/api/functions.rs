@@ -472,6 +472,49 @@ async fn functions_use_the_data_api_as_their_caller() {
         other => panic!("a host not allowed: {other:?}"),
     }
 
+    // An allowed host answering without end (chunked, no length) is cut off at the cap as the
+    // answer streams: the node's memory never holds it.
+    let endless = axum::Router::new().route(
+        "/endless",
+        axum::routing::get(|| async {
+            let piece = bytes::Bytes::from(vec![b'x'; 1 << 20]);
+            let pieces = futures::stream::iter(
+                (0..1536).map(move |_| Ok::<_, std::io::Error>(piece.clone())),
+            );
+            axum::body::Body::from_stream(pieces)
+        }),
+    );
+    let endless_port = crate::common::serve_on_loopback(endless).await;
+    cluster
+        .set_app_settings(
+            json!({"functions": {"fetchAllow": [format!("127.0.0.1:{endless_port}")]}}),
+        )
+        .await;
+    deploy(
+        &m,
+        "swallow",
+        "const r = await fetch(request.params.url); return (await r.text()).length;",
+        json!({}),
+    )
+    .await;
+    let (_, peak_before) = cluster.memory_kib(0);
+    let url = format!("http://127.0.0.1:{endless_port}/endless");
+    match call(&anon, "swallow", json!({"url": url})).await {
+        Err(basalt_client::Error::Api { code, message, .. }) => {
+            assert_eq!(code, Some(310));
+            assert!(message.contains("larger than"), "{message}");
+        }
+        other => panic!("a 1.5 GiB answer: {other:?}"),
+    }
+    let (_, peak_after) = cluster.memory_kib(0);
+    assert!(
+        peak_after < peak_before + 200 * 1024,
+        "peak RSS grew from {peak_before} to {peak_after} KiB"
+    );
+    cluster
+        .set_app_settings(json!({"functions": {"fetchAllow": [format!("127.0.0.1:{port}")]}}))
+        .await;
+
     // Timers and console lines (to the node's log, with the request id).
     deploy(
         &m,
@@ -611,6 +654,90 @@ async fn runaway_functions_are_stopped_at_their_limits_while_the_node_serves_oth
         );
     }
     assert!(cluster.metric(0, "basalt_function_calls_total{").await >= 3.0);
+}
+
+/// One app's 12 calls of a function that waits 4 s take only its share of a node's 4 slots
+/// (half): another app's function, which may wait only 1 s for a slot, still answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_apps_slow_functions_leave_slots_for_the_others() {
+    let cluster = TestCluster::start(1, &[], &["--function-threads", "4"]).await;
+    let hog_app = cluster.create_app(0, "hog").await;
+    let hog = cluster.app_client(0, &hog_app);
+    deploy(
+        &hog,
+        "slow",
+        "await new Promise((r) => setTimeout(r, 4000)); return 1;",
+        json!({}),
+    )
+    .await;
+    cluster
+        .set_app_settings(json!({"functions": {"timeoutMs": 1000}}))
+        .await;
+    let m = cluster.master_client(0);
+    deploy(&m, "quick", "return request.params.n * 2;", json!({})).await;
+    assert_api_error(
+        cluster
+            .try_app_settings(&json!({"functions": {"concurrency": 0}}))
+            .await,
+        400,
+        107,
+        "a share of no slot",
+    );
+    let calls: Vec<_> = (0..12)
+        .map(|_| {
+            let c = hog.clone();
+            tokio::spawn(async move { call(&c, "slow", json!({})).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let c = cluster.client(0);
+    for n in 0..3 {
+        assert_eq!(result(&c, "quick", json!({"n": n})).await, n * 2);
+    }
+    let mut done = 0;
+    for call in calls {
+        if call.await.unwrap().is_ok() {
+            done += 1;
+        }
+    }
+    assert!(
+        (1..=6).contains(&done),
+        "two at a time, each waiting at most its 10 s wall time for its turn: {done}"
+    );
+}
+
+/// One app's large bodies in flight hold at most a quarter of a node's request memory: with
+/// 64 MiB, a 4 MiB body (counted four times) takes all of an app's share, so its three calls
+/// of a function that waits 3 s run one after another and the one still waiting after 5 s
+/// answers 503 — while another app's call with as large a body goes through at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_apps_bodies_in_flight_take_only_its_share_of_request_memory() {
+    let cluster = TestCluster::start(1, &[], &["--request-memory-mb", "64"]).await;
+    let hold = "await new Promise((r) => setTimeout(r, 3000)); return request.params.pad.length;";
+    let a = cluster.master_client(0);
+    deploy(&a, "hold", hold, json!({})).await;
+    let other_app = cluster.create_app(0, "other").await;
+    let b = cluster.app_client(0, &other_app);
+    deploy(&b, "hold", hold, json!({})).await;
+    let pad = "x".repeat(4 << 20);
+    let calls: Vec<_> = (0..3)
+        .map(|_| {
+            let (c, pad) = (cluster.client(0), pad.clone());
+            tokio::spawn(async move { call(&c, "hold", json!({ "pad": pad })).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let other = call(&b, "hold", json!({ "pad": pad })).await;
+    assert_eq!(other.expect("the other app's call")["result"], 4 << 20);
+    let (mut ok, mut shed) = (0, 0);
+    for c in calls {
+        match c.await.unwrap() {
+            Ok(_) => ok += 1,
+            Err(basalt_client::Error::Api { status: 503, .. }) => shed += 1,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(ok >= 1 && shed >= 1, "{ok} answered, {shed} shed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

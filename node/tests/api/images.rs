@@ -12,7 +12,7 @@ use base64::Engine;
 use image::{DynamicImage, ImageFormat, Rgb, RgbImage, Rgba, RgbaImage};
 use serde_json::Value;
 
-use crate::common::TestCluster;
+use crate::common::{assert_api_error, TestCluster};
 
 fn encoded(img: DynamicImage, format: ImageFormat) -> Vec<u8> {
     let mut out = Cursor::new(Vec::new());
@@ -601,4 +601,59 @@ async fn a_node_without_ffmpeg_answers_156() {
     )
     .await;
     crate::common::assert_api_error(e, 501, 156, "no ffmpeg");
+}
+
+/// A video of one 8000×8000 frame (64 million pixels, more than an image may have), as MJPEG
+/// in AVI.
+fn huge_frame_video() -> Vec<u8> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.avi");
+    let made = std::process::Command::new("ffmpeg")
+        .args(["-hide_banner", "-loglevel", "error", "-f", "lavfi", "-i"])
+        .arg("color=c=blue:s=8000x8000:d=1:r=1")
+        .args([
+            "-frames:v",
+            "1",
+            "-c:v",
+            "mjpeg",
+            "-pix_fmt",
+            "yuvj420p",
+            "-y",
+        ])
+        .arg(&path)
+        .status()
+        .expect("ffmpeg");
+    assert!(made.success());
+    std::fs::read(&path).unwrap()
+}
+
+/// Frames larger than an image may be are refused before ffmpeg decodes them (ffprobe says
+/// their size: 160); a node with no ffprobe beside its ffmpeg still refuses them, ffmpeg's
+/// decoder stopping at the pixel limit (155), and the node's memory does not hold the frame.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn video_frames_larger_than_an_image_are_refused_before_decoding() {
+    let video = huge_frame_video();
+    let alone = tempfile::tempdir().unwrap();
+    let ffmpeg_alone = alone.path().join("ffmpeg");
+    std::os::unix::fs::symlink("/usr/bin/ffmpeg", &ffmpeg_alone).unwrap();
+    for (ffmpeg, code) in [
+        ("/usr/bin/ffmpeg", 160),
+        (ffmpeg_alone.to_str().unwrap(), 155),
+    ] {
+        let cluster = TestCluster::start(1, &[], &["--ffmpeg", ffmpeg]).await;
+        let c = cluster.client(0);
+        let source = upload(&c, "big.avi", video.clone()).await;
+        let (before, _) = cluster.memory_kib(0);
+        let refused = snapshot(
+            &c,
+            serde_json::json!({"source": source, "save_as": "big.png", "point": "00:00:00"}),
+        )
+        .await;
+        assert_api_error(refused, 400, code, ffmpeg);
+        let (_, peak) = cluster.memory_kib(0);
+        assert!(
+            peak < before + 100 * 1024,
+            "{before} KiB, then a peak of {peak} KiB"
+        );
+    }
 }

@@ -277,3 +277,61 @@ async fn errors_say_what_is_wrong_and_no_more() {
     let small = c.query("Big", &[("keys", "objectId")]).await.expect("keys");
     assert_eq!(small["results"].as_array().map(Vec::len), Some(3));
 }
+
+/// Bodies that are small as text and huge once parsed (`{"x":[0,0,…]}` of 15 MiB: 8 million
+/// values) are refused before they are parsed; eight sent at once to a node with 64 MiB of
+/// request memory are read one or two at a time, each answered, and the node's memory stays
+/// far below what one parsed body would take, while another app's small writes go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_that_explode_when_parsed_are_refused_and_queue_for_memory() {
+    let cluster = TestCluster::start(1, &[], &["--request-memory-mb", "64"]).await;
+    let zeros = |n: usize| format!("{{\"x\":[{}0]}}", "0,".repeat(n - 1));
+    // At the limits: 100,000 elements pass the text check (the stored object's own limits
+    // decide the rest), 100,001 do not.
+    let (status, err) = post_text(&cluster, 0, "/1/classes/Bomb", zeros(100_001)).await;
+    assert_eq!((status, err["code"].clone()), (400, json!(107)), "{err}");
+    assert!(
+        err["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("100000 elements"),
+        "{err}"
+    );
+    let many_names = format!(
+        "{{{}}}",
+        (0..200_001)
+            .map(|i| format!("\"k{i}\":0"))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let (status, err) = post_text(&cluster, 0, "/1/classes/Bomb", many_names).await;
+    assert_eq!((status, err["code"].clone()), (400, json!(107)), "{err}");
+
+    let (before, _) = cluster.memory_kib(0);
+    let bomb = zeros(8_000_000);
+    assert!(bomb.len() > 15 << 20);
+    let sends = (0..8).map(|_| {
+        let (cluster, bomb) = (&cluster, bomb.clone());
+        async move { post_text(cluster, 0, "/1/classes/Bomb", bomb).await }
+    });
+    let writes = async {
+        let c = cluster.client(0);
+        for i in 0..5 {
+            c.create_object("Small", &json!({"i": i}))
+                .await
+                .expect("a small write");
+        }
+    };
+    let (answers, ()) = tokio::join!(futures::future::join_all(sends), writes);
+    for (status, err) in answers {
+        assert!(
+            (status, err["code"].clone()) == (400, json!(107)) || status == 503,
+            "{status} {err}"
+        );
+    }
+    let (_, peak) = cluster.memory_kib(0);
+    assert!(
+        peak < before + 400 * 1024,
+        "resident memory went from {before} KiB to a peak of {peak} KiB"
+    );
+}

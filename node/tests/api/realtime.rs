@@ -606,7 +606,6 @@ async fn subscribers_see_only_what_they_may_read_and_what_their_filter_selects()
     assert!(cluster.metric(0, "basalt_realtime_subscriptions").await >= 1.0);
 }
 
-/// Runs `requests` as one `/1/batch`.
 /// Creates `n` objects of `class` through `clients` in turn (4 at a time); answers the
 /// objectIds of the acknowledged ones.
 async fn create_many(
@@ -732,6 +731,111 @@ async fn a_failover_loses_and_repeats_nothing_and_a_cursor_replays_the_gap() {
         .expect("a resync for the cut group");
     assert_eq!(resync.1["reason"], "too_old");
     assert!(messages.iter().filter(|(n, _)| n == "server_pub").count() > 0);
+}
+
+/// The objectIds of the `server_pub` events among `messages`.
+fn event_ids(messages: &[(String, Value)]) -> Vec<String> {
+    messages
+        .iter()
+        .filter(|(n, _)| n == "server_pub")
+        .map(|(_, e)| e["data"]["objectId"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cursor_inside_a_batch_resumes_after_its_event_and_repeats_none() {
+    let cluster = TestCluster::start(3, &[], &[]).await;
+    let app = cluster.keys.application_id.clone();
+    let mut rt = Rt::plain(&cluster, 0).await;
+    rt.sub(json!({"appKey": app, "tableName": "Lot", "action": "updateTable"}))
+        .await;
+    // 50 creates in one batch: those landing on one shard are one log entry of it.
+    let requests = (0..50)
+        .map(|i| json!({"method": "POST", "path": "/1/classes/Lot", "body": {"n": i}}))
+        .collect();
+    let slots = common::batch(&cluster.client(1), requests).await;
+    assert!(slots.iter().all(|s| s["success"].is_object()), "{slots:?}");
+    let events = rt.events(50).await;
+    let ids: Vec<String> = events
+        .iter()
+        .map(|e| e["data"]["objectId"].as_str().unwrap().to_string())
+        .collect();
+    let mut per_entry: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (i, e) in events.iter().enumerate() {
+        per_entry
+            .entry(e["position"].as_str().unwrap().to_string())
+            .or_default()
+            .push(i);
+    }
+    let largest = per_entry.values().max_by_key(|v| v.len()).unwrap().clone();
+    assert!(
+        largest.len() >= 3,
+        "some shard's entry holds several creates: {per_entry:?}"
+    );
+    // From the first event of that entry, one in its middle, and the very last event: through
+    // the other nodes, exactly the events that came after it, each once.
+    for (n, k) in [largest[0], largest[largest.len() / 2], 49]
+        .into_iter()
+        .enumerate()
+    {
+        let mut again = Rt::plain(&cluster, 1 + n % 2).await;
+        again
+            .sub(
+                json!({"appKey": app, "tableName": "Lot", "action": "updateTable",
+                "cursor": events[k]["cursor"]}),
+            )
+            .await;
+        let got = event_ids(&again.quiet(Duration::from_secs(2)).await);
+        let unique: HashSet<&String> = got.iter().collect();
+        assert_eq!(
+            unique.len(),
+            got.len(),
+            "an event came twice from event {k}: {got:?}"
+        );
+        assert_eq!(
+            unique,
+            ids[k + 1..].iter().collect::<HashSet<_>>(),
+            "resumed from event {k} (cursor {})",
+            events[k]["cursor"]
+        );
+    }
+}
+
+/// 200 subscribers that never read, and three 2 MiB writes: what waits for them stays within
+/// the node's budget of realtime bytes (256 MiB) instead of a copy of every event for each,
+/// and a subscriber that reads still gets its events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribers_that_never_read_hold_a_bounded_share_of_memory() {
+    let cluster = TestCluster::start(1, &[], &["--max-connections-per-ip", "400"]).await;
+    let app = cluster.keys.application_id.clone();
+    let sub = json!({"appKey": app, "tableName": "Big", "action": "updateTable"});
+    let mut idle = Vec::new();
+    for _ in 0..200 {
+        let mut rt = Rt::plain(&cluster, 0).await;
+        rt.sub(sub.clone()).await;
+        idle.push(rt);
+    }
+    let mut reader = Rt::plain(&cluster, 0).await;
+    reader.sub(sub.clone()).await;
+    let (before, _) = cluster.memory_kib(0);
+    let c = cluster.client(0);
+    let blob = "x".repeat(2 << 20);
+    for i in 0..3 {
+        c.create_object("Big", &json!({"i": i, "blob": blob}))
+            .await
+            .unwrap();
+        // The reader takes each event as it comes.
+        let e = reader.expect("server_pub").await;
+        assert_eq!(e["data"]["i"], i);
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (now, peak) = cluster.memory_kib(0);
+    assert!(
+        peak < before + 640 * 1024,
+        "resident memory went from {before} KiB to a peak of {peak} KiB (now {now})"
+    );
+    assert!(cluster.metric(0, "basalt_realtime_outbox_bytes").await <= (320 << 20) as f64);
+    drop(idle);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

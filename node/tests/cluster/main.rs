@@ -7,6 +7,8 @@
 mod common;
 
 mod crash;
+mod disk;
+mod startup;
 mod survival;
 mod trust;
 

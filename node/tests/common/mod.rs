@@ -62,6 +62,8 @@ pub struct Node {
     log_filter: String,
     /// Extra environment of the next start only (e.g. fail points).
     next_env: Vec<(String, String)>,
+    /// The process whose namespaces the node runs in (`Volumes`), if any.
+    in_namespace_of: Option<u32>,
 }
 
 impl Node {
@@ -71,7 +73,16 @@ impl Node {
             .append(true)
             .open(&self.log)
             .expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_basalt"))
+        let mut command = match self.in_namespace_of {
+            Some(pid) => {
+                let mut c = Command::new("nsenter");
+                c.args(["-U", "-m", "-t", &pid.to_string(), "--"])
+                    .arg(env!("CARGO_BIN_EXE_basalt"));
+                c
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_basalt")),
+        };
+        let child = command
             .args(&self.args)
             .env("RUST_LOG", &self.log_filter)
             .envs(std::mem::take(&mut self.next_env))
@@ -100,7 +111,52 @@ pub struct TestCluster {
     pub ca_dir: Option<PathBuf>,
     /// With the API on HTTPS (`--tls-cert`): the PEM of the CA clients trust.
     pub https_ca: Option<Vec<u8>>,
+    /// With small disks (`start_on_volumes`): the filesystems the nodes' data lives on.
+    volumes: Option<Volumes>,
     _guard: MutexGuard<'static, ()>,
+}
+
+/// A small filesystem for each node's data, for the tests of full disks: a tmpfs of `mb` MiB
+/// per node, mounted in a user and mount namespace (`unshare -rm`, no privilege needed) that a
+/// holder process keeps alive across the nodes' restarts. Each node runs in that namespace
+/// (`nsenter`), its `db`, `files` and `snapshots` directories on its own tmpfs (symlinks from
+/// its data dir, which stays on the host so that the test reads its other files).
+pub struct Volumes {
+    holder: Child,
+    /// Mount points, one per node (`vol<i>` in the cluster's directory).
+    mounts: Vec<PathBuf>,
+}
+
+impl Volumes {
+    fn make(dir: &std::path::Path, nodes: usize, mb: u64) -> Volumes {
+        let mounts: Vec<PathBuf> = (1..=nodes).map(|i| dir.join(format!("vol{i}"))).collect();
+        for m in &mounts {
+            std::fs::create_dir_all(m).expect("mount point");
+        }
+        let script = format!(
+            "for d; do mount -t tmpfs -o size={mb}m tmpfs \"$d\" && mkdir \"$d/db\" \"$d/files\" \"$d/snapshots\" || exit 1; done; echo ready; exec sleep 86400"
+        );
+        let mut holder = Command::new("unshare")
+            .args(["-rm", "sh", "-c", &script, "sh"])
+            .args(&mounts)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("unshare (util-linux)");
+        let mut line = String::new();
+        let stdout = holder.stdout.take().expect("stdout");
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)
+            .expect("the holder's answer");
+        assert_eq!(line.trim(), "ready", "mounting the small disks");
+        Volumes { holder, mounts }
+    }
+}
+
+impl Drop for Volumes {
+    fn drop(&mut self) {
+        let _ = self.holder.kill();
+        let _ = self.holder.wait();
+    }
 }
 
 /// An HTTPS certificate for 127.0.0.1 (`--tls-cert`, `--tls-key`) and its CA's PEM.
@@ -231,6 +287,25 @@ impl TestCluster {
         Self::start_full(n, init_args, common_args, log_filter, secure, None).await
     }
 
+    /// As `start`, each node's data on a filesystem of its own of `mb` MiB (`Volumes`).
+    pub async fn start_on_volumes(
+        n: usize,
+        mb: u64,
+        init_args: &[&str],
+        common_args: &[&str],
+    ) -> TestCluster {
+        Self::start_full_on(
+            n,
+            init_args,
+            common_args,
+            &node_log_filter(),
+            false,
+            None,
+            Some(mb),
+        )
+        .await
+    }
+
     async fn start_full(
         n: usize,
         init_args: &[&str],
@@ -238,6 +313,28 @@ impl TestCluster {
         log_filter: &str,
         secure: bool,
         https_ca: Option<Vec<u8>>,
+    ) -> TestCluster {
+        Self::start_full_on(
+            n,
+            init_args,
+            common_args,
+            log_filter,
+            secure,
+            https_ca,
+            None,
+        )
+        .await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn start_full_on(
+        n: usize,
+        init_args: &[&str],
+        common_args: &[&str],
+        log_filter: &str,
+        secure: bool,
+        https_ca: Option<Vec<u8>>,
+        volume_mb: Option<u64>,
     ) -> TestCluster {
         let guard = ONE_CLUSTER_AT_A_TIME
             .lock()
@@ -260,8 +357,12 @@ impl TestCluster {
             log_filter: log_filter.to_string(),
             ca_dir: None,
             https_ca,
+            volumes: None,
             _guard: guard,
         };
+        if let Some(mb) = volume_mb {
+            cluster.volumes = Some(Volumes::make(cluster.dir.path(), n, mb));
+        }
         if secure {
             let ca = cluster.dir.path().join("ca");
             let ca_arg = ca.display().to_string();
@@ -362,6 +463,17 @@ impl TestCluster {
             args.extend(["--certs-dir".to_string(), out]);
         }
         args.extend(extra);
+        let in_namespace_of = self.volumes.as_ref().map(|v| {
+            let mount = v
+                .mounts
+                .get(self.nodes.len())
+                .expect("a small disk for every node");
+            std::fs::create_dir_all(&data_dir).expect("data dir");
+            for sub in ["db", "files", "snapshots"] {
+                std::os::unix::fs::symlink(mount.join(sub), data_dir.join(sub)).expect("symlink");
+            }
+            v.holder.id()
+        });
         let mut node = Node {
             id,
             http,
@@ -372,6 +484,7 @@ impl TestCluster {
             args,
             log_filter: self.log_filter.clone(),
             next_env: Vec::new(),
+            in_namespace_of,
         };
         node.spawn();
         self.nodes.push(node);
@@ -433,6 +546,20 @@ impl TestCluster {
             .as_str()
             .expect("master key")
             .to_string()
+    }
+
+    /// Node `i`'s resident memory from `/proc/<pid>/status`, in KiB: (now, peak).
+    pub fn memory_kib(&self, i: usize) -> (u64, u64) {
+        let pid = self.nodes[i].child.as_ref().expect("running").id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+        let field = |name: &str| -> u64 {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+                .unwrap_or_else(|| panic!("{name} in /proc/{pid}/status"))
+        };
+        (field("VmRSS:"), field("VmHWM:"))
     }
 
     /// The credentials document node 1 wrote at bootstrap.

@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{json, Map, Value};
 
+use crate::outbound::ERROR_ANSWER_BYTES;
 use crate::push::delivery::{in_order, Batch, Delivery, HttpSender, Message, Provider, RESERVED};
 use crate::push::settings::ApnsSettings;
 
@@ -150,10 +151,10 @@ impl Apns {
         if status.is_success() {
             return Delivery::Sent;
         }
-        let reason = resp
-            .json::<Value>()
+        let reason = crate::outbound::read_capped(resp, ERROR_ANSWER_BYTES)
             .await
             .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
             .and_then(|v| v.get("reason").and_then(Value::as_str).map(str::to_string))
             .unwrap_or_else(|| format!("APNs answered {status}"));
         match (status.as_u16(), reason.as_str()) {

@@ -24,6 +24,7 @@ use serde_json::{json, Map, Value};
 use tokio::sync::Mutex;
 use yup_oauth2::authenticator::DefaultAuthenticator;
 
+use crate::outbound::ERROR_ANSWER_BYTES;
 use crate::push::delivery::{
     in_order, origin, Batch, Delivery, HttpSender, Message, Provider, RESERVED,
 };
@@ -127,7 +128,11 @@ impl Fcm {
         if status.is_success() {
             return Delivery::Sent;
         }
-        let error = resp.json::<Value>().await.unwrap_or(Value::Null);
+        let error = crate::outbound::read_capped(resp, ERROR_ANSWER_BYTES)
+            .await
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .unwrap_or(Value::Null);
         let error = &error["error"];
         let code = error["details"]
             .as_array()

@@ -126,8 +126,8 @@ impl Provider for Webhook {
         if !status.is_success() {
             return all(Delivery::Failed(format!("webhook answered {status}")));
         }
-        let text = match resp.bytes().await {
-            Ok(b) if b.len() <= MAX_ANSWER_BYTES => b,
+        let text = match crate::outbound::read_capped(resp, MAX_ANSWER_BYTES).await {
+            Ok(b) => b,
             // Delivered: what failed inside could not be read.
             _ => return all(Delivery::Sent),
         };

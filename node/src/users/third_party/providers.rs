@@ -433,16 +433,9 @@ impl IdentityProviders {
         if status.is_server_error() {
             return Err(down(format!("status {status}")));
         }
-        if resp
-            .content_length()
-            .is_some_and(|n| n > MAX_ANSWER_BYTES as u64)
-        {
-            return Err(down("answer too large".into()));
-        }
-        let body = resp.bytes().await.map_err(|e| down(e.to_string()))?;
-        if body.len() > MAX_ANSWER_BYTES {
-            return Err(down("answer too large".into()));
-        }
+        let body = crate::outbound::read_capped(resp, MAX_ANSWER_BYTES)
+            .await
+            .map_err(|e| down(e.to_string()))?;
         let text = String::from_utf8_lossy(&body);
         let text = text.trim();
         let json = text

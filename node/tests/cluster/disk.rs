@@ -1,0 +1,199 @@
+//! Full disks, on nodes whose data lives on small filesystems of their own (`Volumes`): one
+//! client filling them gets 507/10081 before any group halts; reads, deletes and `/health`
+//! go on; a node restarted with its disk full starts and serves; the ballast is released by
+//! `basalt admin release-ballast`; once space is freed, writes resume; no acknowledged write is
+//! lost.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::common::TestCluster;
+
+async fn health(cluster: &TestCluster, i: usize) -> (u16, Value) {
+    let r = reqwest::get(format!("http://{}/health", cluster.nodes[i].http))
+        .await
+        .expect("health");
+    (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+}
+
+/// A string of `n` bytes that compresses poorly (a disk fills with what RocksDB cannot shrink).
+fn noise(n: usize, seed: u64) -> String {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            char::from(b'a' + (x % 26) as u8)
+        })
+        .collect()
+}
+
+/// Waits until node `i` answers `/health` 200 with no problem; a `halted` group fails at once.
+async fn wait_serving(cluster: &TestCluster, i: usize) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, h) = health(cluster, i).await;
+        let problems = h["problems"].to_string();
+        assert!(!problems.contains("halted"), "node {}: {h}", i + 1);
+        if status == 200 && h["problems"] == json!([]) {
+            return h;
+        }
+        assert!(Instant::now() < deadline, "node {}: {h}", i + 1);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_refuses_growth_and_keeps_every_group_serving() {
+    // 3 nodes on 512 MiB each: low under 60 % free, critical under 50 % (256 MiB: room for the
+    // store to flush and compact, and for what arrives while a full disk is being said), a
+    // 48 MiB ballast.
+    const BALLAST: &str = "50331648";
+    let mut cluster = TestCluster::start_on_volumes(
+        3,
+        512,
+        &["--shards", "2"],
+        &[
+            "--disk-low",
+            "60",
+            "--disk-critical",
+            "50",
+            "--disk-critical-bytes",
+            "0",
+            "--ballast-bytes",
+            BALLAST,
+        ],
+    )
+    .await;
+    let c = cluster.client(0);
+    // Writes of 256 KiB until the cluster has refused 20 in a row for want of disk (the
+    // store's own files come and go as it flushes: a full disk is one that stays full).
+    let mut acked: Vec<String> = Vec::new();
+    let (mut refused, mut in_a_row) = (0, 0);
+    let deadline = Instant::now() + Duration::from_secs(180);
+    for i in 0..4000u64 {
+        assert!(Instant::now() < deadline, "the disks never filled");
+        match c
+            .create_object("Big", &json!({"i": i, "blob": noise(256 << 10, i)}))
+            .await
+        {
+            Ok(o) => {
+                acked.push(o.object_id);
+                in_a_row = 0;
+            }
+            Err(basalt_client::Error::Api {
+                status: 507,
+                code: Some(10081),
+                ..
+            }) => {
+                refused += 1;
+                in_a_row += 1;
+                if in_a_row == 20 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("write {i}: {e}"),
+        }
+    }
+    assert_eq!(
+        in_a_row,
+        20,
+        "{refused} refused, {} acknowledged",
+        acked.len()
+    );
+    assert!(
+        acked.len() > 20,
+        "{} writes before the disk filled",
+        acked.len()
+    );
+    // Every node: still serving, every group healthy, the alarm raised; no write ever met a
+    // disk with no space left.
+    for i in 0..3 {
+        let h = wait_serving(&cluster, i).await;
+        assert!(
+            h["alarms"].as_array().is_some_and(|a| !a.is_empty()),
+            "node {}: {h}",
+            i + 1
+        );
+        assert!(
+            !cluster.log_text(i).contains("No space left"),
+            "node {}",
+            i + 1
+        );
+    }
+    let alarms = cluster.admin(0, &["alarms"]);
+    assert!(alarms.contains("disk critical"), "{alarms}");
+    // Reads and deletes go on.
+    for id in acked.iter().take(5) {
+        assert!(cluster
+            .client(1)
+            .get_object("Big", id)
+            .await
+            .unwrap()
+            .is_some());
+    }
+    let deleted = acked.pop().expect("one to delete");
+    c.delete_object("Big", &deleted)
+        .await
+        .expect("a delete on a full disk");
+
+    // A node restarted with its disk full starts (giving its ballast back) and serves reads.
+    cluster.kill(1);
+    cluster.restart(1).await;
+    cluster.wait_healthy(1, Duration::from_secs(60)).await;
+    assert!(cluster
+        .client(1)
+        .get_object("Big", &acked[0])
+        .await
+        .unwrap()
+        .is_some());
+    assert!(cluster.log_text(1).contains("ballast released"));
+
+    // The others' ballasts are given back on asking, and writes resume.
+    for i in [0, 2] {
+        let released = cluster.admin(i, &["release-ballast"]);
+        assert!(
+            released.contains("BallastReleased") && released.contains(BALLAST),
+            "{released}"
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match c.create_object("Big", &json!({"after": true})).await {
+            Ok(o) => {
+                acked.push(o.object_id);
+                break;
+            }
+            Err(basalt_client::Error::Api { status: 507, .. }) => {
+                assert!(Instant::now() < deadline, "writes never resumed");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    // Nothing acknowledged was lost, on any node; the deleted object stays deleted.
+    for i in 0..3 {
+        wait_serving(&cluster, i).await;
+        for id in &acked {
+            assert!(
+                cluster
+                    .client(i)
+                    .get_object("Big", id)
+                    .await
+                    .unwrap()
+                    .is_some(),
+                "node {}: {id}",
+                i + 1
+            );
+        }
+        assert!(cluster
+            .client(i)
+            .get_object("Big", &deleted)
+            .await
+            .unwrap()
+            .is_none());
+    }
+}
