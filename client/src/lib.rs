@@ -60,11 +60,12 @@ impl Error {
 
     /// True when the request may have taken effect although no success was seen.
     pub fn is_indeterminate(&self) -> bool {
+        // 507 (10081, a disk nearly full) is answered before anything is proposed.
         matches!(self, Error::Transport(_))
             || matches!(
                 self,
                 Error::Api {
-                    status: 500..=599,
+                    status: 500..=506 | 508..=599,
                     ..
                 }
             )

@@ -4,7 +4,9 @@
 //! `Db` is dropped, also when a check fails or the run panics. The nodes speak mutual TLS to
 //! each other, as a production cluster does: a CA and each node's certificate are made with
 //! `basalt admin certs` in the run's directory (`certs/`), and `basalt admin` uses an
-//! administrator's certificate.
+//! administrator's certificate. With `Db::start_on_volumes`, each node slot's data lives on a
+//! tmpfs of its own (`Volumes`: `unshare -rm` and `nsenter`, no privilege needed), which the
+//! `disk-full` nemesis fills and empties.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -31,6 +33,8 @@ pub struct NodeProc {
     args: Vec<String>,
     child: Option<Child>,
     pub paused: bool,
+    /// The process whose namespaces the node runs in (`Volumes`), if any.
+    namespace_of: Option<u32>,
 }
 
 pub struct Db {
@@ -41,13 +45,138 @@ pub struct Db {
     pub keys: Option<AppKeys>,
     next_id: u64,
     shards: u32,
+    volumes: Option<Volumes>,
+}
+
+/// A tmpfs per node slot, mounted in a user and mount namespace that a holder process keeps
+/// for the run; every node runs in it (`nsenter`), its `db`, `files` and `snapshots`
+/// directories on its slot's tmpfs (symlinks from its data dir, which stays on the host).
+struct Volumes {
+    holder: Child,
+    /// Mount points, one per slot.
+    mounts: Vec<PathBuf>,
+}
+
+/// The name of the file the `disk-full` nemesis fills a slot's tmpfs with.
+const FILLER: &str = "jepsen-filler";
+
+impl Volumes {
+    fn make(dir: &Path, slots: usize, mb: u64) -> anyhow::Result<Volumes> {
+        let mounts: Vec<PathBuf> = (0..slots).map(|i| dir.join(format!("vol{i}"))).collect();
+        for m in &mounts {
+            std::fs::create_dir_all(m)?;
+        }
+        let script = format!(
+            "for d; do mount -t tmpfs -o size={mb}m tmpfs \"$d\" || exit 1; done; echo ready; exec sleep 86400"
+        );
+        let mut holder = Command::new("unshare")
+            .args(["-rm", "sh", "-c", &script, "sh"])
+            .args(&mounts)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .context("unshare (util-linux)")?;
+        let mut line = String::new();
+        let stdout = holder.stdout.take().context("the holder's stdout")?;
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)?;
+        if line.trim() != "ready" {
+            let _ = holder.kill();
+            bail!("mounting the nodes' disks failed");
+        }
+        Ok(Volumes { holder, mounts })
+    }
+
+    /// `args` run in the volumes' namespace.
+    fn run(&self, args: &[&str]) -> anyhow::Result<String> {
+        let out = Command::new("nsenter")
+            .args(["-U", "-m", "-t", &self.holder.id().to_string(), "--"])
+            .args(args)
+            .output()?;
+        if !out.status.success() {
+            bail!("{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Makes node `id`'s directories on slot `slot`'s tmpfs and links `data_dir` to them.
+    fn place(&self, slot: usize, id: u64, data_dir: &Path) -> anyhow::Result<()> {
+        let base = self.mounts.get(slot).context("no disk for that slot")?;
+        std::fs::create_dir_all(data_dir)?;
+        for sub in ["db", "files", "snapshots"] {
+            let on_disk = base.join(format!("id{id}")).join(sub);
+            self.run(&["mkdir", "-p", &on_disk.display().to_string()])?;
+            std::os::unix::fs::symlink(&on_disk, data_dir.join(sub))?;
+        }
+        Ok(())
+    }
+
+    /// Bytes free on slot `slot`'s tmpfs.
+    fn free(&self, slot: usize) -> anyhow::Result<u64> {
+        let base = self.mounts.get(slot).context("no disk for that slot")?;
+        let out = self.run(&["stat", "-f", "-c", "%a %S", &base.display().to_string()])?;
+        let mut parts = out.split_whitespace().map(str::parse::<u64>);
+        match (parts.next(), parts.next()) {
+            (Some(Ok(blocks)), Some(Ok(size))) => Ok(blocks * size),
+            _ => bail!("stat -f answered {out:?}"),
+        }
+    }
+
+    /// Fills slot `slot`'s tmpfs until `leave` bytes are free; the bytes written.
+    fn fill(&self, slot: usize, leave: u64) -> anyhow::Result<u64> {
+        let free = self.free(slot)?;
+        let bytes = free.saturating_sub(leave);
+        let base = self.mounts.get(slot).context("no disk for that slot")?;
+        let filler = base.join(FILLER).display().to_string();
+        self.run(&["fallocate", "-l", &bytes.to_string(), &filler])?;
+        Ok(bytes)
+    }
+
+    /// Removes every slot's filler.
+    fn empty(&self) -> anyhow::Result<()> {
+        for m in &self.mounts {
+            self.run(&["rm", "-f", &m.join(FILLER).display().to_string()])?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Volumes {
+    fn drop(&mut self) {
+        let _ = self.holder.kill();
+        let _ = self.holder.wait();
+    }
 }
 
 impl Db {
     /// Starts an `n`-node cluster with `shards` data shards; returns once every node is healthy
     /// and every group has min(3, n) voters.
     pub async fn start(bin: &Path, dir: &Path, n: usize, shards: u32) -> anyhow::Result<Db> {
+        Self::start_on(bin, dir, n, shards, None).await
+    }
+
+    /// As `start`, each node slot's data on a tmpfs of `mb` MiB (`Volumes`).
+    pub async fn start_on_volumes(
+        bin: &Path,
+        dir: &Path,
+        n: usize,
+        shards: u32,
+        mb: u64,
+    ) -> anyhow::Result<Db> {
+        Self::start_on(bin, dir, n, shards, Some(mb)).await
+    }
+
+    async fn start_on(
+        bin: &Path,
+        dir: &Path,
+        n: usize,
+        shards: u32,
+        volume_mb: Option<u64>,
+    ) -> anyhow::Result<Db> {
         std::fs::create_dir_all(dir)?;
+        let volumes = match volume_mb {
+            Some(mb) => Some(Volumes::make(dir, n, mb)?),
+            None => None,
+        };
         let mut db = Db {
             bin: bin.to_path_buf(),
             dir: dir.to_path_buf(),
@@ -56,6 +185,7 @@ impl Db {
             keys: None,
             next_id: 1,
             shards,
+            volumes,
         };
         db.certs(&["create-ca", "--ca-dir", &db.ca_dir().display().to_string()])?;
         let (ca, admin) = (db.ca_dir(), db.admin_certs());
@@ -135,6 +265,9 @@ impl Db {
         let rpc_proxy: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
         self.net.start_proxy(index, rpc_proxy, rpc_listen).await?;
         let data_dir = self.dir.join(format!("n{index}-id{id}"));
+        if let Some(v) = &self.volumes {
+            v.place(index, id, &data_dir)?;
+        }
         let certs = self.node_certs(id, rpc_proxy)?;
         let mut args: Vec<String> = [
             "serve",
@@ -180,6 +313,7 @@ impl Db {
             args,
             child: None,
             paused: false,
+            namespace_of: self.volumes.as_ref().map(|v| v.holder.id()),
         };
         spawn(&self.bin, &mut node)?;
         self.nodes.push(node);
@@ -365,9 +499,17 @@ impl Db {
         let new_id = self.next_id;
         self.next_id += 1;
         let certs = self.node_certs(new_id, self.nodes[i].rpc_proxy)?;
+        let data_dir = self.dir.join(format!("n{i}-id{new_id}"));
+        if let Some(v) = &self.volumes {
+            // The removed node's data goes with it: its slot's disk is the new node's.
+            let old = self.nodes[i].id;
+            let gone = v.mounts[i].join(format!("id{old}")).display().to_string();
+            v.run(&["rm", "-rf", &gone])?;
+            v.place(i, new_id, &data_dir)?;
+        }
         let node = &mut self.nodes[i];
         node.id = new_id;
-        node.data_dir = self.dir.join(format!("n{i}-id{new_id}"));
+        node.data_dir = data_dir;
         node.log = self.dir.join(format!("node-{i}-id{new_id}.log"));
         let mut args: Vec<String> = Vec::new();
         let mut it = node.args.iter();
@@ -407,9 +549,22 @@ impl Db {
         self.wait_healthy(i, Duration::from_secs(90)).await
     }
 
-    /// Ends every fault: resumes paused nodes, restarts killed ones, heals the network.
+    /// Fills node `i`'s disk until `leave` bytes are free (a `disk-full` fault); the bytes
+    /// written. Only on volumes.
+    pub fn fill_disk(&self, i: usize, leave: u64) -> anyhow::Result<u64> {
+        self.volumes
+            .as_ref()
+            .context("the nodes' disks are not volumes of their own")?
+            .fill(i, leave)
+    }
+
+    /// Ends every fault: resumes paused nodes, restarts killed ones, heals the network, frees
+    /// filled disks.
     pub async fn heal_all(&mut self) -> anyhow::Result<()> {
         self.net.heal();
+        if let Some(v) = &self.volumes {
+            v.empty()?;
+        }
         for i in 0..self.nodes.len() {
             self.resume(i);
             self.restart(i)?;
@@ -439,7 +594,15 @@ fn spawn(bin: &Path, node: &mut NodeProc) -> anyhow::Result<()> {
         .create(true)
         .append(true)
         .open(&node.log)?;
-    let child = Command::new(bin)
+    let mut command = match node.namespace_of {
+        Some(pid) => {
+            let mut c = Command::new("nsenter");
+            c.args(["-U", "-m", "-t", &pid.to_string(), "--"]).arg(bin);
+            c
+        }
+        None => Command::new(bin),
+    };
+    let child = command
         .args(&node.args)
         .env("RUST_LOG", "info,openraft=error")
         .stdin(Stdio::null())

@@ -36,10 +36,20 @@ pub enum Fault {
     ShuffleLeaders,
     /// A node removed from the cluster and replaced by a fresh one (new id, empty disk).
     Membership,
+    /// A random node's disk filled until `DISK_FULL_LEAVES` bytes are free (under its critical
+    /// mark), emptied at the end: the groups it holds refuse writes (507, certainly not
+    /// applied) meanwhile, and nothing acknowledged may be lost. Runs on volumes
+    /// (`Db::start_on_volumes`).
+    DiskFull,
 }
 
+/// What `disk-full` leaves free on the node's disk: under the 256 MiB critical mark, with room
+/// for the store to flush its memtables (a disk filled in one step, faster than any client
+/// could, leaves the node no time to say so first).
+pub const DISK_FULL_LEAVES: u64 = 200 << 20;
+
 impl Fault {
-    pub const ALL: [Fault; 9] = [
+    pub const ALL: [Fault; 10] = [
         Fault::Kill,
         Fault::Pause,
         Fault::PauseLeader,
@@ -49,6 +59,7 @@ impl Fault {
         Fault::PartitionAsymmetric,
         Fault::ShuffleLeaders,
         Fault::Membership,
+        Fault::DiskFull,
     ];
 
     pub fn name(&self) -> &'static str {
@@ -62,6 +73,7 @@ impl Fault {
             Fault::PartitionAsymmetric => "partition-asymmetric",
             Fault::ShuffleLeaders => "shuffle-leaders",
             Fault::Membership => "membership",
+            Fault::DiskFull => "disk-full",
         }
     }
 
@@ -292,6 +304,22 @@ async fn apply(db: &mut Db, fault: Fault, hold: Duration) -> Applied {
             match db.admin(live, &["shuffle-leaders"]) {
                 Ok(out) => out.trim().to_string().into(),
                 Err(e) => format!("shuffle failed: {e}").into(),
+            }
+        }
+        Fault::DiskFull => {
+            let v = (0..n)
+                .map(|k| order[k])
+                .find(|&i| db.is_running(i))
+                .unwrap_or(order[0]);
+            match db.fill_disk(v, DISK_FULL_LEAVES) {
+                Ok(bytes) => format!(
+                    "filled node {}'s disk with {} MiB ({} MiB left)",
+                    v + 1,
+                    bytes >> 20,
+                    DISK_FULL_LEAVES >> 20
+                )
+                .into(),
+                Err(e) => format!("filling a disk failed: {e}").into(),
             }
         }
         Fault::Membership => {

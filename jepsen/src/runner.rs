@@ -17,6 +17,9 @@ use crate::nemesis::{self, Fault};
 use crate::plot;
 use crate::workload::{self, Workload};
 
+/// MiB of the tmpfs each node's data lives on in runs with the `disk-full` nemesis.
+const VOLUME_MB: u64 = 1024;
+
 #[derive(Debug, Clone)]
 pub struct RunConfig {
     pub workload: Workload,
@@ -58,7 +61,11 @@ pub struct RunReport {
 
 pub async fn run(cfg: &RunConfig) -> anyhow::Result<RunReport> {
     std::fs::create_dir_all(&cfg.out)?;
-    let mut db = Db::start(&cfg.bin, &cfg.out.join("cluster"), cfg.nodes, cfg.shards).await?;
+    let dir = cfg.out.join("cluster");
+    let mut db = match cfg.faults.contains(&Fault::DiskFull) {
+        true => Db::start_on_volumes(&cfg.bin, &dir, cfg.nodes, cfg.shards, VOLUME_MB).await?,
+        false => Db::start(&cfg.bin, &dir, cfg.nodes, cfg.shards).await?,
+    };
     let timeout = Duration::from_secs(4);
     let clients = (0..cfg.nodes)
         .map(|i| db.client(i, timeout))
