@@ -6,6 +6,7 @@
 
 pub mod ports;
 pub mod signing;
+pub mod volumes;
 
 use std::time::Duration;
 

@@ -39,6 +39,15 @@ impl NodeRecord {
     pub fn disk_level(&self) -> crate::disk::DiskLevel {
         self.disk.map(|d| d.level).unwrap_or_default()
     }
+
+    /// The node's disk alarm as `/health` and `basalt admin alarms` show it, if it has one.
+    pub fn disk_alarm(&self) -> Option<serde_json::Value> {
+        let d = self.disk?;
+        Some(
+            serde_json::json!({"node": self.id, "alarm": format!("disk {}", d.level.name()),
+            "freeBytes": d.free_bytes, "totalBytes": d.total_bytes}),
+        )
+    }
 }
 
 /// Fixed when the cluster is initialised.

@@ -109,13 +109,7 @@ pub async fn run(rpc: &str, certs_dir: Option<&Path>, cmd: AdminCommand) -> anyh
             let alarms: Vec<_> = nodes
                 .iter()
                 .filter(|n| n.state == NodeState::Active)
-                .filter_map(|n| {
-                    let d = n.disk?;
-                    Some(
-                        json!({"node": n.id, "alarm": format!("disk {}", d.level.name()),
-                        "freeBytes": d.free_bytes, "totalBytes": d.total_bytes}),
-                    )
-                })
+                .filter_map(|n| n.disk_alarm())
                 .collect();
             println!("{}", serde_json::to_string_pretty(&alarms)?);
         }

@@ -135,12 +135,7 @@ impl Cluster {
     /// Whether this node's groups can serve (halted, leaderless and stuck groups named).
     pub fn health(&self) -> crate::health::Health {
         let election = Duration::from_millis(self.inner.options.tuning.election_max_ms);
-        let members = self
-            .local_nodes()
-            .iter()
-            .filter(|n| n.state == crate::admin::NodeState::Active)
-            .count()
-            .max(1);
+        let members = self.active_members().len().max(1);
         let wanted = (self.settings().replicas as usize).min(members);
         self.inner
             .apply_watch

@@ -443,11 +443,18 @@ impl Replicas {
             .collect()
     }
 
-    /// Node ids to rpc addresses of the active members (each learned by the router).
-    pub(crate) fn member_addrs(&self) -> HashMap<NodeId, String> {
+    /// The active members, as this node's replica of the metadata group holds them.
+    pub fn active_members(&self) -> Vec<crate::admin::NodeRecord> {
         self.local_nodes()
             .into_iter()
             .filter(|n| n.state == NodeState::Active)
+            .collect()
+    }
+
+    /// Node ids to rpc addresses of the active members (each learned by the router).
+    pub(crate) fn member_addrs(&self) -> HashMap<NodeId, String> {
+        self.active_members()
+            .into_iter()
             .map(|n| {
                 self.inner.router.learn(n.id, &n.rpc_addr);
                 (n.id, n.rpc_addr)

@@ -201,12 +201,7 @@ async fn authenticated(state: AppState, req: Request, next: Next, need_master: b
         return e.into_response();
     }
     if let Some(per_second) = ctx.app.requests_per_second {
-        let members = state
-            .cluster
-            .local_nodes()
-            .iter()
-            .filter(|n| n.state == basalt_cluster::admin::NodeState::Active)
-            .count();
+        let members = state.cluster.active_members().len();
         let app = ctx.app.application_id.as_str();
         if let Err(retry_after_secs) = state.rates.take(app, per_second, members) {
             metrics::counter!("basalt_app_requests_limited_total").increment(1);

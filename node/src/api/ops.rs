@@ -36,9 +36,9 @@ pub fn install_metrics_recorder() -> anyhow::Result<()> {
 fn plaintext_members(state: &AppState) -> Vec<u64> {
     state
         .cluster
-        .local_nodes()
+        .active_members()
         .into_iter()
-        .filter(|n| n.plaintext && n.state == basalt_cluster::admin::NodeState::Active)
+        .filter(|n| n.plaintext)
         .map(|n| n.id.get())
         .collect()
 }
@@ -47,16 +47,9 @@ fn plaintext_members(state: &AppState) -> Vec<u64> {
 fn alarms(state: &AppState) -> Vec<serde_json::Value> {
     state
         .cluster
-        .local_nodes()
-        .into_iter()
-        .filter(|n| n.state == basalt_cluster::admin::NodeState::Active)
-        .filter_map(|n| {
-            let d = n.disk?;
-            Some(
-                json!({"node": n.id, "alarm": format!("disk {}", d.level.name()),
-                "freeBytes": d.free_bytes, "totalBytes": d.total_bytes}),
-            )
-        })
+        .active_members()
+        .iter()
+        .filter_map(|n| n.disk_alarm())
         .collect()
 }
 
@@ -67,8 +60,11 @@ pub async fn health(State(state): State<AppState>) -> impl IntoResponse {
     // (an object acknowledged before would be lost with node 1); later, a group short of
     // voters (a member being replaced) is reported, and the node goes on serving.
     static WAS_READY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    let before = WAS_READY.load(std::sync::atomic::Ordering::Relaxed);
-    let ready = health.ok() && (before || health.under_replicated.is_empty());
+    let was_ready = WAS_READY.load(std::sync::atomic::Ordering::Relaxed);
+    let ready = health.ok() && (was_ready || health.under_replicated.is_empty());
+    if ready {
+        WAS_READY.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
     let code = if ready {
         StatusCode::OK
     } else {
@@ -77,7 +73,6 @@ pub async fn health(State(state): State<AppState>) -> impl IntoResponse {
     let me = status.node_id;
     // "starting" only until the node first was ready: later, groups without a leader are a
     // cluster that cannot commit.
-    let was_ready = WAS_READY.fetch_or(ready, std::sync::atomic::Ordering::Relaxed);
     let verdict = if ready {
         "ok"
     } else if !was_ready && health.problems.iter().all(|p| p.problem == "noLeader") {

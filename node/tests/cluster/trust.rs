@@ -63,6 +63,9 @@ async fn call(channel: &Channel, rpc: &str) -> Result<Value, String> {
         "shared-secret" => node()
             .admin(with_deadline(msg(META_GROUP, json!("SharedSecret"))?))
             .await,
+        "release-ballast" => node()
+            .admin(with_deadline(msg(META_GROUP, json!("ReleaseBallast"))?))
+            .await,
         "vote-as-3" => raft().vote(with_deadline(msg(GroupId::new(1), vote)?)).await,
         "append-as-3" => raft()
             .append_entries(with_deadline(msg(
@@ -171,7 +174,10 @@ async fn the_peer_port_answers_only_the_cluster_s_certificates() {
         ),
     ];
     for (who, ch) in &strangers {
-        for rpc in EVERY_RPC.iter().chain(&["join-as-4", "shared-secret"]) {
+        for rpc in EVERY_RPC
+            .iter()
+            .chain(&["join-as-4", "shared-secret", "release-ballast"])
+        {
             let r = call(ch, rpc).await;
             assert!(r.is_err(), "{who} {rpc}: {r:?}");
         }
@@ -183,10 +189,26 @@ async fn the_peer_port_answers_only_the_cluster_s_certificates() {
         .output()
         .expect("basalt admin");
     assert!(!out.status.success(), "remove-node without a certificate");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_basalt"))
+        .args(["admin", "--rpc", &addr, "release-ballast"])
+        .current_dir(cluster.dir.path())
+        .output()
+        .expect("basalt admin");
+    assert!(
+        !out.status.success(),
+        "release-ballast without a certificate"
+    );
 
     // The administrator: admin requests, and nothing else.
     let admin = channel(&addr, Some(&admin_tls(&cluster.admin_certs())));
     assert!(call(&admin, "status").await.is_ok());
+    let released = call(&admin, "release-ballast").await;
+    assert!(
+        released
+            .as_ref()
+            .is_ok_and(|v| v["BallastReleased"].is_object()),
+        "admin release-ballast: {released:?}"
+    );
     for rpc in [
         "read",
         "propose",
@@ -214,7 +236,7 @@ async fn the_peer_port_answers_only_the_cluster_s_certificates() {
             "node 2 {rpc}: {r:?}"
         );
     }
-    for rpc in ["join-as-4", "remove-node"] {
+    for rpc in ["join-as-4", "remove-node", "release-ballast"] {
         let r = call(&node2, rpc).await;
         assert!(
             r.as_ref().is_err_and(|e| e.contains("PermissionDenied")),

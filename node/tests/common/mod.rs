@@ -16,6 +16,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use basalt_client::volumes::Volumes;
 use basalt_client::{AppKeys, Client};
 use serde_json::Value;
 
@@ -114,49 +115,6 @@ pub struct TestCluster {
     /// With small disks (`start_on_volumes`): the filesystems the nodes' data lives on.
     volumes: Option<Volumes>,
     _guard: MutexGuard<'static, ()>,
-}
-
-/// A small filesystem for each node's data, for the tests of full disks: a tmpfs of `mb` MiB
-/// per node, mounted in a user and mount namespace (`unshare -rm`, no privilege needed) that a
-/// holder process keeps alive across the nodes' restarts. Each node runs in that namespace
-/// (`nsenter`), its `db`, `files` and `snapshots` directories on its own tmpfs (symlinks from
-/// its data dir, which stays on the host so that the test reads its other files).
-pub struct Volumes {
-    holder: Child,
-    /// Mount points, one per node (`vol<i>` in the cluster's directory).
-    mounts: Vec<PathBuf>,
-}
-
-impl Volumes {
-    fn make(dir: &std::path::Path, nodes: usize, mb: u64) -> Volumes {
-        let mounts: Vec<PathBuf> = (1..=nodes).map(|i| dir.join(format!("vol{i}"))).collect();
-        for m in &mounts {
-            std::fs::create_dir_all(m).expect("mount point");
-        }
-        let script = format!(
-            "for d; do mount -t tmpfs -o size={mb}m tmpfs \"$d\" && mkdir \"$d/db\" \"$d/files\" \"$d/snapshots\" || exit 1; done; echo ready; exec sleep 86400"
-        );
-        let mut holder = Command::new("unshare")
-            .args(["-rm", "sh", "-c", &script, "sh"])
-            .args(&mounts)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("unshare (util-linux)");
-        let mut line = String::new();
-        let stdout = holder.stdout.take().expect("stdout");
-        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)
-            .expect("the holder's answer");
-        assert_eq!(line.trim(), "ready", "mounting the small disks");
-        Volumes { holder, mounts }
-    }
-}
-
-impl Drop for Volumes {
-    fn drop(&mut self) {
-        let _ = self.holder.kill();
-        let _ = self.holder.wait();
-    }
 }
 
 /// An HTTPS certificate for 127.0.0.1 (`--tls-cert`, `--tls-key`) and its CA's PEM.
@@ -361,7 +319,8 @@ impl TestCluster {
             _guard: guard,
         };
         if let Some(mb) = volume_mb {
-            cluster.volumes = Some(Volumes::make(cluster.dir.path(), n, mb));
+            cluster.volumes =
+                Some(Volumes::make(cluster.dir.path(), n, mb).expect("the nodes' small disks"));
         }
         if secure {
             let ca = cluster.dir.path().join("ca");
@@ -464,15 +423,9 @@ impl TestCluster {
         }
         args.extend(extra);
         let in_namespace_of = self.volumes.as_ref().map(|v| {
-            let mount = v
-                .mounts
-                .get(self.nodes.len())
+            v.place(self.nodes.len(), id, &data_dir)
                 .expect("a small disk for every node");
-            std::fs::create_dir_all(&data_dir).expect("data dir");
-            for sub in ["db", "files", "snapshots"] {
-                std::os::unix::fs::symlink(mount.join(sub), data_dir.join(sub)).expect("symlink");
-            }
-            v.holder.id()
+            v.holder_pid()
         });
         let mut node = Node {
             id,
