@@ -2,7 +2,8 @@
 # Installs what building and running Basalt needs on Debian/Ubuntu when it is missing:
 # libclang (bindgen for rust-rocksdb), a C++ compiler, python3 (`make lint`'s module-cycle
 # check), the font of text watermarks on images (WenQuanYi Micro Hei, which covers Chinese,
-# Japanese and Korean as well as Latin) and ffmpeg (video snapshots). Uses sudo when not root.
+# Japanese and Korean as well as Latin), ffmpeg and ffprobe (video snapshots) and util-linux's
+# prlimit, unshare, nsenter and fallocate. Uses sudo when not root.
 # No-op when all is present.
 set -euo pipefail
 
@@ -28,6 +29,12 @@ command -v make >/dev/null 2>&1 || missing+=(make)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 [ -f /usr/share/fonts/truetype/wqy/wqy-microhei.ttc ] || missing+=(fonts-wqy-microhei)
 command -v ffmpeg >/dev/null 2>&1 || missing+=(ffmpeg)
+command -v ffprobe >/dev/null 2>&1 || missing+=(ffmpeg)
+# prlimit bounds ffmpeg; unshare, nsenter and fallocate give the disk tests and jepsen's
+# disk-full nemesis small filesystems of their own.
+for tool in prlimit unshare nsenter fallocate; do
+  command -v "$tool" >/dev/null 2>&1 || { missing+=(util-linux); break; }
+done
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if ! command -v apt-get >/dev/null 2>&1; then
