@@ -45,6 +45,7 @@ pub mod statemachine;
 mod storage;
 pub mod tls;
 pub mod update;
+pub mod usage;
 
 pub use cluster::{Bootstrap, Cluster, ClusterOptions};
 pub use command::{Command, CommandResult, Proposed, QuotaWindow, ReadRequest, ReadResponse};

@@ -59,11 +59,14 @@ pub enum Namespace {
     FunctionTrigger,
     /// Scheduled functions' last tick and run counts (metadata group, key `app/name`).
     FunctionRun,
+    /// What an app stores in a group (key: the app's id; `usage::AppUsage`), kept by apply
+    /// alone.
+    Usage,
 }
 
 impl Namespace {
     /// Every namespace.
-    pub const ALL: [Namespace; 25] = [
+    pub const ALL: [Namespace; 26] = [
         Namespace::Schema,
         Namespace::Node,
         Namespace::Cluster,
@@ -89,6 +92,7 @@ impl Namespace {
         Namespace::Function,
         Namespace::FunctionTrigger,
         Namespace::FunctionRun,
+        Namespace::Usage,
     ];
 
     /// The stored name (never changes: it is in keys on disk and in the Raft log).
@@ -119,6 +123,7 @@ impl Namespace {
             Namespace::Function => "function",
             Namespace::FunctionTrigger => "function_trigger",
             Namespace::FunctionRun => "function_run",
+            Namespace::Usage => "usage",
         }
     }
 

@@ -130,6 +130,12 @@ pub struct AppRecord {
     /// Requests a second the app's clients may make, cluster-wide (`app_rate`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requests_per_second: Option<u64>,
+    /// The most its objects may take, in MiB as stored (`storage_quota`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub objects_quota_mb: Option<u64>,
+    /// The most its files may take, in MiB (`storage_quota`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files_quota_mb: Option<u64>,
 }
 
 /// Who may delete an app's files (`fileDelete`).
@@ -208,6 +214,8 @@ impl AppRecord {
             functions: None,
             realtime_keys_required: false,
             requests_per_second: None,
+            objects_quota_mb: None,
+            files_quota_mb: None,
         }
     }
 

@@ -38,6 +38,7 @@ pub mod secrets;
 pub mod serve;
 pub mod server;
 pub mod sms;
+pub mod storage_quota;
 pub mod throttle;
 pub mod users;
 pub mod video;

@@ -109,23 +109,11 @@ impl Files {
         }
     }
 
-    /// How many files `app` stores and their bytes: the sum of its records on every data
-    /// shard (read linearizably; a console figure, not for request paths).
+    /// How many files `app` stores and their bytes, as the shards count them
+    /// (`Replicas::app_usage`).
     pub async fn usage(&self, app: &str) -> Result<(u64, u64)> {
-        let reads = crate::ids::GroupId::data_shards(self.shards())
-            .map(|group| self.replicas.list_records(group, Namespace::File, ""));
-        let (mut files, mut bytes) = (0u64, 0u64);
-        for listed in futures::future::try_join_all(reads).await? {
-            for (_, value) in listed {
-                if let Ok(record) = serde_json::from_value::<FileRecord>(value) {
-                    if record.app == app {
-                        files += 1;
-                        bytes += record.size;
-                    }
-                }
-            }
-        }
-        Ok((files, bytes))
+        let usage = self.replicas.app_usage(app).await?;
+        Ok((usage.files, usage.file_bytes))
     }
 
     /// Streams `len` bytes of the file `id` (whose record is `record`) from `offset`: from the

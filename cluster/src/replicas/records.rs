@@ -223,6 +223,24 @@ impl Replicas {
         }
     }
 
+    /// What `app` stores in the cluster: the sum of its usage in every group (the metadata
+    /// group keeps a few classes), each read linearizably (`usage::AppUsage`).
+    pub async fn app_usage(&self, app: &str) -> Result<crate::usage::AppUsage> {
+        let reads =
+            GroupId::all(self.shards()).map(|group| self.get_record(group, Namespace::Usage, app));
+        let mut total = crate::usage::AppUsage::default();
+        for value in futures::future::try_join_all(reads)
+            .await?
+            .into_iter()
+            .flatten()
+        {
+            let usage: crate::usage::AppUsage = serde_json::from_value(value)
+                .map_err(|e| Error::Internal(format!("a usage record: {e}")))?;
+            total = total.plus(usage);
+        }
+        Ok(total)
+    }
+
     /// Writes a record in `group` unless a live record has its key (`Conflict` then).
     pub async fn insert_record(
         &self,

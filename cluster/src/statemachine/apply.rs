@@ -11,6 +11,7 @@ use super::index_upkeep;
 use super::ops::apply_updates;
 use super::record_writes::{delete_record, put_record};
 use super::staged::Staged;
+use super::usage_writes;
 use crate::acl::{allows, Access};
 use crate::changes::ChangeKind;
 use crate::command::{Command, CommandResult};
@@ -19,6 +20,7 @@ use crate::object::StoredObject;
 use crate::storage::keys;
 use crate::storage::records::{live_record, StoredRecord};
 use crate::update::FieldUpdate;
+use crate::usage::UsageDelta;
 
 pub fn apply_command(st: &mut Staged<'_>, cmd: Command) -> Result<CommandResult> {
     match cmd {
@@ -171,6 +173,7 @@ fn apply_create(
     }
     index_upkeep::reindex(st, app, class, object_id, None, Some(&obj))?;
     let bytes = obj.encode()?;
+    usage_writes::count(st, app, UsageDelta::object(None, Some(bytes.len())))?;
     change_writes::stage(
         st,
         ChangeKind::Create,
@@ -234,7 +237,13 @@ fn apply_update(
         obj.updated_ms = now_ms.max(obj.updated_ms);
     }
     index_upkeep::reindex(st, app, class, object_id, Some(&old), Some(&obj))?;
+    let old_len = bytes.len();
     let bytes = obj.encode()?;
+    usage_writes::count(
+        st,
+        app,
+        UsageDelta::object(Some(old_len), Some(bytes.len())),
+    )?;
     if seen {
         let ids = (app, class, object_id);
         change_writes::stage(st, ChangeKind::Update, ids, &bytes, Some((&old, &obj)))?;
@@ -261,6 +270,7 @@ fn apply_delete(
         return Ok(CommandResult::Rejected(Error::ObjectNotFound));
     }
     index_upkeep::reindex(st, app, class, object_id, Some(&old), None)?;
+    usage_writes::count(st, app, UsageDelta::object(Some(bytes.len()), None))?;
     change_writes::stage(
         st,
         ChangeKind::Delete,
@@ -445,6 +455,7 @@ fn apply_purge_class(
         match field {
             None => {
                 index_upkeep::reindex(st, app, class, &id, Some(&old), None)?;
+                usage_writes::count(st, app, UsageDelta::object(Some(bytes.len()), None))?;
                 st.delete(key);
                 count += 1;
             }
@@ -452,7 +463,10 @@ fn apply_purge_class(
                 let mut obj = old.clone();
                 if obj.fields.remove(f).is_some() {
                     index_upkeep::reindex(st, app, class, &id, Some(&old), Some(&obj))?;
-                    st.put(key, obj.encode()?);
+                    let stripped = obj.encode()?;
+                    let delta = UsageDelta::object(Some(bytes.len()), Some(stripped.len()));
+                    usage_writes::count(st, app, delta)?;
+                    st.put(key, stripped);
                     count += 1;
                 }
             }
@@ -489,6 +503,7 @@ fn apply_expire_records(st: &mut Staged<'_>, now_ms: i64) -> Result<CommandResul
         let rkey = keys::record_key(st.group, &ns, &key);
         if let Some(bytes) = st.get(&rkey)? {
             if StoredRecord::decode(&bytes)?.expires_at_ms == Some(ms) {
+                usage_writes::count_record(st, &ns, &rkey, None)?;
                 st.delete(rkey);
                 count += 1;
             }
@@ -552,6 +567,124 @@ mod tests {
                 },
             ],
         }
+    }
+
+    /// The app's usage in the group, as apply keeps it.
+    fn usage(st: &Staged<'_>, app: &str) -> crate::usage::AppUsage {
+        live_record(st, "usage", app, None)
+            .unwrap()
+            .map(|r| serde_json::from_value(r.value).unwrap())
+            .unwrap_or_default()
+    }
+
+    /// The bytes of an object as stored.
+    fn stored_len(st: &Staged<'_>, id: &str) -> u64 {
+        st.get(&keys::object_key(GroupId::new(1), "a", "C", id))
+            .unwrap()
+            .map_or(0, |b| b.len() as u64)
+    }
+
+    /// Every write that changes what an app stores changes its usage by exactly the bytes it
+    /// adds or frees, refused writes change nothing, and the count is what a recount of the
+    /// stored group finds.
+    #[test]
+    fn usage_counts_objects_and_files_exactly_as_they_are_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mut st = Staged::new(&store, GroupId::new(1));
+        apply_command(&mut st, create("o1", 1, json!({"s": "x".repeat(1000)}))).unwrap();
+        apply_command(&mut st, create("o2", 1, json!({"n": 1}))).unwrap();
+        let u = usage(&st, "a");
+        assert_eq!(u.objects, 2);
+        assert_eq!(
+            u.object_bytes,
+            stored_len(&st, "o1") + stored_len(&st, "o2")
+        );
+        assert!(u.object_bytes > 1000);
+        // A retried create and a refused update change nothing.
+        apply_command(&mut st, create("o2", 1, json!({"n": 1}))).unwrap();
+        apply_command(&mut st, update("nope", 2, json!({"n": 2}))).unwrap();
+        assert_eq!(usage(&st, "a"), u);
+        // An update counts what it adds or frees.
+        apply_command(&mut st, update("o1", 2, json!({"s": "short"}))).unwrap();
+        let after = usage(&st, "a");
+        assert_eq!(after.objects, 2);
+        assert_eq!(
+            after.object_bytes,
+            stored_len(&st, "o1") + stored_len(&st, "o2")
+        );
+        assert!(after.object_bytes < u.object_bytes - 900);
+        // Files count by their records; another app's are its own.
+        let file = |app: &str, size: u64| {
+            json!({"app": app, "path": "p", "filename": "f.txt",
+            "size": size, "content_type": "text/plain", "md5": "0", "created_ms": 1, "cdn": "c"})
+        };
+        for (key, app, size) in [("f1", "a", 5_000u64), ("f2", "a", 7), ("f3", "b", 9)] {
+            let cmd = Command::InsertRecord {
+                ns: "file".into(),
+                key: key.into(),
+                value: file(app, size),
+                expires_at_ms: None,
+                now_ms: 1,
+            };
+            apply_command(&mut st, cmd).unwrap();
+        }
+        assert_eq!(
+            (usage(&st, "a").files, usage(&st, "a").file_bytes),
+            (2, 5_007)
+        );
+        assert_eq!((usage(&st, "b").files, usage(&st, "b").file_bytes), (1, 9));
+        let gone = Command::CasRecord {
+            ns: "file".into(),
+            key: "f1".into(),
+            expected: Some(file("a", 5_000)),
+            value: None,
+            now_ms: 2,
+        };
+        assert!(matches!(
+            apply_command(&mut st, gone).unwrap(),
+            CommandResult::Done
+        ));
+        assert_eq!((usage(&st, "a").files, usage(&st, "a").file_bytes), (1, 7));
+        // A purge frees what it strips and deletes.
+        let strip = Command::PurgeClass {
+            app: "a".into(),
+            class: "C".into(),
+            field: Some("s".into()),
+            after: None,
+            limit: 10,
+        };
+        apply_command(&mut st, strip).unwrap();
+        assert_eq!(
+            usage(&st, "a").object_bytes,
+            stored_len(&st, "o1") + stored_len(&st, "o2")
+        );
+        store.write(st.into_batch().unwrap(), false).unwrap();
+        let recounted = crate::statemachine::upgrade::group_usage(&store, GroupId::new(1)).unwrap();
+        let mut st = Staged::new(&store, GroupId::new(1));
+        for (k, v) in &recounted {
+            assert_eq!(st.get(k).unwrap().as_ref(), Some(v));
+        }
+        apply_command(
+            &mut st,
+            Command::DeleteObject {
+                app: "a".into(),
+                class: "C".into(),
+                object_id: "o1".into(),
+                principals: None,
+            },
+        )
+        .unwrap();
+        let purge = Command::PurgeClass {
+            app: "a".into(),
+            class: "C".into(),
+            field: None,
+            after: None,
+            limit: 10,
+        };
+        apply_command(&mut st, purge).unwrap();
+        let left = usage(&st, "a");
+        assert_eq!((left.objects, left.object_bytes, left.files), (0, 0, 1));
     }
 
     /// Commands are applied in log order, not in the order of the times their proposers

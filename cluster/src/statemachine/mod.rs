@@ -23,6 +23,7 @@ mod shard_query_tests;
 pub mod snapshot;
 mod staged;
 pub mod upgrade;
+pub mod usage_writes;
 
 use std::io;
 use std::path::PathBuf;

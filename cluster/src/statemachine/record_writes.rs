@@ -1,10 +1,12 @@
 //! Writing records inside apply: a record and its TTL index entry (`keys::ttl_key`) change
 //! together, so the expiry sweep finds exactly the records that expire. Reading them is
-//! `storage::records::live_record`, on the batch being staged.
+//! `storage::records::live_record`, on the batch being staged. A file record written or deleted
+//! changes its app's usage in the same batch (`usage_writes`).
 
 use serde_json::Value;
 
 use super::staged::Staged;
+use super::usage_writes;
 use crate::command::CommandResult;
 use crate::error::Result;
 use crate::storage::keys;
@@ -29,6 +31,7 @@ pub(super) fn put_record(
     expires_at_ms: Option<i64>,
 ) -> Result<CommandResult> {
     let rkey = keys::record_key(st.group, ns, key);
+    usage_writes::count_record(st, ns, &rkey, Some(&value))?;
     unindex(st, &rkey, ns, key)?;
     if let Some(t) = expires_at_ms {
         st.put(keys::ttl_key(st.group, t, ns, key), Vec::new());
@@ -45,6 +48,7 @@ pub(super) fn put_record(
 /// Deletes a record and its TTL index entry.
 pub(super) fn delete_record(st: &mut Staged<'_>, ns: &str, key: &str) -> Result<CommandResult> {
     let rkey = keys::record_key(st.group, ns, key);
+    usage_writes::count_record(st, ns, &rkey, None)?;
     unindex(st, &rkey, ns, key)?;
     st.delete(rkey);
     Ok(CommandResult::Done)

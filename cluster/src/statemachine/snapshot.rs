@@ -23,6 +23,7 @@ use super::upgrade;
 use crate::admin::GroupDigest;
 use crate::error::{Error, Result};
 use crate::ids::GroupId;
+use crate::namespace::Namespace;
 use crate::raft::{SnapshotMeta, TypeConfig};
 use crate::storage::keys::{self, CF_RAFT_META, CF_SM};
 use crate::storage::{Store, WriteBatch};
@@ -315,6 +316,11 @@ fn load(group: GroupId, store: &Store, marker: &InstallMarker) -> Result<Applied
         keys::group_end(group),
     );
     let mut bytes = 0usize;
+    // A snapshot built before apply counted usage holds data but no usage records: the group
+    // is counted once installed.
+    let usage_prefix = keys::record_ns_prefix(group, Namespace::Usage.name());
+    let files_prefix = keys::record_ns_prefix(group, Namespace::File.name());
+    let (mut has_usage, mut has_data) = (false, false);
     loop {
         let klen = read_u32(&mut r)?;
         if klen == 0 {
@@ -324,12 +330,20 @@ fn load(group: GroupId, store: &Store, marker: &InstallMarker) -> Result<Applied
         key.extend_from_slice(&read_exact_vec(&mut r, klen)?);
         let vlen = read_u32(&mut r)?;
         let value = upgrade::current_encoding(&key, read_exact_vec(&mut r, vlen)?);
+        has_usage |= key.starts_with(&usage_prefix);
+        has_data |= key.get(4) == Some(&keys::SM_OBJECT) || key.starts_with(&files_prefix);
         bytes += key.len() + value.len();
         batch.put_cf(cf, key, value);
         if bytes >= INSTALL_BATCH_BYTES {
             store.write(std::mem::take(&mut batch), false)?;
             fail::fail_point!("snapshot-install-batch");
             bytes = 0;
+        }
+    }
+    if has_data && !has_usage {
+        store.write(std::mem::take(&mut batch), false)?;
+        for (k, v) in upgrade::group_usage(store, group)? {
+            batch.put_cf(cf, k, v);
         }
     }
     let applied = AppliedState {

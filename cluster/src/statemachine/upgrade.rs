@@ -9,12 +9,22 @@
 //! Nodes of one cluster run the same build (see `docs/decisions/0017-object-encoding.md`), so
 //! replicas agree byte for byte afterwards. An object that cannot be decoded is left as it is
 //! (reading it fails as it did before) and logged: it never stops a node from starting.
+//!
+//! `count_usage` likewise makes the first count of what each app stores per group (the
+//! `usage` records apply keeps since), once, marked by `USAGE_COUNTED`; `group_usage` counts
+//! one group, also for a snapshot built before apply counted (`snapshot::load`).
 
+use std::collections::BTreeMap;
+
+use super::usage_writes;
 use crate::error::Result;
 use crate::ids::GroupId;
+use crate::namespace::Namespace;
 use crate::object::StoredObject;
 use crate::storage::keys::{self, CF_SM};
+use crate::storage::records::StoredRecord;
 use crate::storage::{Store, WriteBatch};
+use crate::usage::{AppUsage, UsageDelta};
 
 /// Key of the marker, in the default column family.
 const OBJECTS_UPGRADED: &[u8] = b"objects-encoding-2";
@@ -95,6 +105,67 @@ pub fn current_encoding(key: &[u8], value: Vec<u8>) -> Vec<u8> {
             value
         }
     }
+}
+
+/// Key of the marker saying every group's usage was counted, in the default column family.
+const USAGE_COUNTED: &[u8] = b"usage-counted-1";
+
+/// Makes the first count of what each app stores in each group (`usage_writes`), once, for a
+/// store written before apply counted it (no marker yet); answers how many groups it counted.
+/// Counting again after a crash writes the same counts.
+pub fn count_usage(store: &Store) -> Result<u64> {
+    if store.get_default(USAGE_COUNTED)?.is_some() {
+        return Ok(0);
+    }
+    let mut counted = 0u64;
+    let mut group = first_group(store, &[])?;
+    while let Some(g) = group {
+        let mut batch = WriteBatch::default();
+        let cf = store.cf(CF_SM)?;
+        for (k, v) in group_usage(store, g)? {
+            batch.put_cf(cf, k, v);
+        }
+        store.write(batch, true)?;
+        counted += 1;
+        group = first_group(store, &keys::group_end(g))?;
+    }
+    let mut marker = WriteBatch::default();
+    marker.put(USAGE_COUNTED, [1u8]);
+    store.write(marker, true)?;
+    Ok(counted)
+}
+
+/// The usage records (key, value) of every app with objects or files in `group`, counted from
+/// what the store holds.
+pub fn group_usage(store: &Store, group: GroupId) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let mut by_app: BTreeMap<String, AppUsage> = BTreeMap::new();
+    let start = keys::sm_family(group, keys::SM_OBJECT);
+    let end = keys::sm_family(group, keys::SM_OBJECT + 1);
+    store.scan(CF_SM, &start, &end, |k, v| {
+        let rest = &k[start.len()..];
+        let app = &rest[..rest.iter().position(|&b| b == 0).unwrap_or(rest.len())];
+        let app = String::from_utf8_lossy(app).into_owned();
+        let u = by_app.entry(app).or_default();
+        *u = u.changed_by(UsageDelta::object(None, Some(v.len())));
+        Ok(true)
+    })?;
+    let files = keys::record_ns_prefix(group, Namespace::File.name());
+    store.scan(CF_SM, &files, &keys::separated_end(&files), |_, v| {
+        if let Ok(rec) = StoredRecord::decode(v) {
+            if let Some((app, size)) = usage_writes::file_of(&rec.value) {
+                let u = by_app.entry(app.to_string()).or_default();
+                *u = u.changed_by(UsageDelta::file(size, 1));
+            }
+        }
+        Ok(true)
+    })?;
+    by_app
+        .into_iter()
+        .map(|(app, usage)| {
+            let key = keys::record_key(group, Namespace::Usage.name(), &app);
+            Ok((key, usage_writes::encode(usage)?))
+        })
+        .collect()
 }
 
 /// The group of the first state-machine key at or after `from`.
@@ -179,6 +250,53 @@ mod tests {
             )
             .unwrap();
         assert_eq!(upgrade_objects(&store).unwrap(), 0);
+    }
+
+    /// A store written before apply counted usage gets its first count once, per group and
+    /// app, from its objects and file records.
+    #[test]
+    fn usage_of_a_store_written_before_counting_is_counted_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mut batch = WriteBatch::default();
+        let cf = store.cf(CF_SM).unwrap();
+        let obj = StoredObject::new(1).encode().unwrap();
+        for (g, app, id) in [
+            (1u32, "a", "x"),
+            (1, "a", "y"),
+            (1, "b", "x"),
+            (2, "a", "z"),
+        ] {
+            batch.put_cf(cf, keys::object_key(GroupId::new(g), app, "C", id), &obj);
+        }
+        let file = crate::storage::records::StoredRecord {
+            v: 1,
+            value: json!({"app": "b", "size": 77}),
+            expires_at_ms: None,
+        };
+        batch.put_cf(
+            cf,
+            keys::record_key(GroupId::new(2), "file", "f"),
+            serde_json::to_vec(&file).unwrap(),
+        );
+        store.write(batch, true).unwrap();
+        assert_eq!(count_usage(&store).unwrap(), 2);
+        let read = |g: u32, app: &str| {
+            let bytes = store
+                .get(CF_SM, &keys::record_key(GroupId::new(g), "usage", app))
+                .unwrap()
+                .unwrap();
+            usage_writes::decode(&bytes).unwrap()
+        };
+        let len = obj.len() as u64;
+        assert_eq!(
+            (read(1, "a").objects, read(1, "a").object_bytes),
+            (2, 2 * len)
+        );
+        assert_eq!(read(1, "b").objects, 1);
+        assert_eq!((read(2, "b").files, read(2, "b").file_bytes), (1, 77));
+        assert_eq!(read(2, "a").objects, 1);
+        assert_eq!(count_usage(&store).unwrap(), 0);
     }
 
     #[test]

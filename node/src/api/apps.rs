@@ -112,6 +112,9 @@ fn auth_providers(v: &Value) -> Result<Value, ApiError> {
 /// Largest `requestsPerSecond` an app may set.
 const MAX_REQUESTS_PER_SECOND: u64 = 1_000_000;
 
+/// Largest `objectsQuotaMb` / `filesQuotaMb` an app may set (1 PiB).
+const MAX_QUOTA_MB: u64 = 1 << 30;
+
 /// Largest `maxFileMb` an app may set (the node's `--max-file-mb` still applies).
 const MAX_FILE_MB_SETTING: u64 = 1 << 20;
 
@@ -199,6 +202,15 @@ fn settings(body: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
                         "requestsPerSecond must be an integer from 1 to {MAX_REQUESTS_PER_SECOND}, or null."
                     )))?),
             },
+            "objectsQuotaMb" | "filesQuotaMb" => match v {
+                Value::Null => Value::Null,
+                v => json!(v
+                    .as_u64()
+                    .filter(|mb| (1..=MAX_QUOTA_MB).contains(mb))
+                    .ok_or_else(|| ApiError::InvalidBody(format!(
+                        "{k} must be an integer from 1 to {MAX_QUOTA_MB}, or null."
+                    )))?),
+            },
             "authProviders" => auth_providers(v)?,
             k if READ_ONLY.contains(&k) => continue,
             other => {
@@ -230,6 +242,29 @@ pub async fn list_apps_of_account(
     let apps = list_apps(&state.cluster, &account.email).await?;
     let results: Vec<Value> = apps.iter().map(AppRecord::to_json).collect();
     Ok(Json(json!({ "results": results })))
+}
+
+/// `GET /1/apps/<appId>/usage` (console): what the app stores, as its shards count it, beside
+/// its quotas (`storage_quota`).
+pub async fn app_usage(
+    State(state): State<AppState>,
+    account: ConsoleAccount,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<Value>, ApiError> {
+    let app = owned_app(&state, &account, &id).await?;
+    let usage = state.cluster.app_usage(app.application_id.as_str()).await?;
+    Ok(Json(json!({
+        "objects": {
+            "count": usage.objects,
+            "bytes": usage.object_bytes,
+            "quotaMb": app.objects_quota_mb,
+        },
+        "files": {
+            "count": usage.files,
+            "bytes": usage.file_bytes,
+            "quotaMb": app.files_quota_mb,
+        },
+    })))
 }
 
 pub async fn get_app(

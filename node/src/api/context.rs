@@ -57,6 +57,8 @@ pub struct Shared {
     pub rates: crate::app_rate::AppRates,
     /// The node's memory for request bodies in flight, and each app's share of it.
     pub body_budget: crate::body_budget::BodyBudget,
+    /// Each app's stored bytes as this node last read them, for storage quotas.
+    pub storage_quotas: crate::storage_quota::StorageQuotas,
     /// Verifies third-party `authData` with its platform.
     pub identity: crate::users::third_party::providers::IdentityProviders,
     /// Each app's role graph as this node's metadata replica holds it.
@@ -117,6 +119,7 @@ impl AppState {
             files,
             limiter: crate::throttle::IpLimiter::new(guards.ip_limits),
             rates: Default::default(),
+            storage_quotas: Default::default(),
             body_budget: crate::body_budget::BodyBudget::new(guards.body_memory),
             identity: outside.identity,
             roles,

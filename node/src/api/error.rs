@@ -56,6 +56,9 @@ pub enum ApiError {
     UploadTooSlow(u64),
     #[error("{0}")]
     InsufficientStorage(String),
+    /// A write that would pass the app's `objectsQuotaMb` or `filesQuotaMb`.
+    #[error("{0}")]
+    StorageQuotaExceeded(String),
     #[error("this app may make {per_second} requests a second; retry in {retry_after_secs} s.")]
     AppRateExceeded {
         per_second: u64,
@@ -375,6 +378,7 @@ impl ApiError {
             ApiError::Throttled { .. } => 10076,
             ApiError::AppRateExceeded { .. } => 10077,
             ApiError::InsufficientStorage(_) => 10081,
+            ApiError::StorageQuotaExceeded(_) => 10082,
             ApiError::ConsoleThrottled { .. } => 10210,
             ApiError::OriginNotAllowed(_) => 403,
             ApiError::FileNameInvalid(_) => 146,
@@ -429,6 +433,7 @@ impl ApiError {
             | ApiError::InvalidPointer(_)
             | ApiError::InvalidBody(_)
             | ApiError::EmptyBody
+            | ApiError::StorageQuotaExceeded(_)
             | ApiError::TypeMismatch(_)
             | ApiError::InvalidGeoPoint(_)
             | ApiError::Duplicate(_)
@@ -582,6 +587,17 @@ impl From<InstallationError> for ApiError {
     }
 }
 
+impl From<crate::storage_quota::QuotaError> for ApiError {
+    fn from(e: crate::storage_quota::QuotaError) -> Self {
+        match e {
+            e @ crate::storage_quota::QuotaError::Exceeded { .. } => {
+                ApiError::StorageQuotaExceeded(e.to_string())
+            }
+            crate::storage_quota::QuotaError::Cluster(e) => e.into(),
+        }
+    }
+}
+
 impl From<FilesError> for ApiError {
     fn from(e: FilesError) -> Self {
         match e {
@@ -600,6 +616,7 @@ impl From<FilesError> for ApiError {
             e @ FilesError::Session(_) => ApiError::fault("checking a session", e),
             e @ FilesError::Private(_) => ApiError::FilePrivate(e.to_string()),
             FilesError::Cluster(e) => e.into(),
+            FilesError::Quota(e) => e.into(),
         }
     }
 }
@@ -969,10 +986,11 @@ mod tests {
             ApiError::UploadTooSlow(_) => 85,
             ApiError::AppRateExceeded { .. } => 86,
             ApiError::InsufficientStorage(_) => 87,
+            ApiError::StorageQuotaExceeded(_) => 88,
         }
     }
 
-    const VARIANTS: usize = 88;
+    const VARIANTS: usize = 89;
 
     /// Every variant with its documented status and code (docs/api.md, "Errors").
     #[test]
@@ -991,6 +1009,7 @@ mod tests {
             (ApiError::BodyTimeout(1), 408, 107),
             (ApiError::UploadTooSlow(16), 408, 107),
             (ApiError::InsufficientStorage("full".into()), 507, 10081),
+            (ApiError::StorageQuotaExceeded("over".into()), 400, 10082),
             (
                 ApiError::AppRateExceeded {
                     per_second: 5,

@@ -25,6 +25,7 @@ use crate::files::{links, serving};
 use crate::images::ops::{Mark, Op, Pipeline, Watermark};
 use crate::images::render::Rendered;
 use crate::images::ImageError;
+use crate::storage_quota::Stored;
 use crate::users::session::session_user;
 use crate::users::UsersError;
 use crate::video::{snapshot, Request as SnapshotRequest};
@@ -100,10 +101,27 @@ pub async fn upload(
         // No client signs a multipart body: its signature is the formula without it.
         return Ok(closing(ApiError::Unauthorized.into_response()));
     }
+    // An upload that says its size is refused before it is read when it would pass the app's
+    // quota (multipart bodies are judged by what they carry).
+    if let Some(len) = declared.filter(|_| !multipart) {
+        let quota = ctx.app.files_quota_mb;
+        if let Err(e) = state
+            .storage_quotas
+            .fits(&state.cluster, app, Stored::Files, quota, len)
+            .await
+        {
+            let drained = !waits
+                && len <= DRAIN_BYTES as u64
+                && drain(&mut body, DRAIN_BYTES, config.idle).await;
+            let resp = ApiError::from(e).into_response();
+            return Ok(if drained { resp } else { closing(resp) });
+        }
+    }
     let who = Uploader {
         app,
         user: uploader,
         signature,
+        quota: (&state.storage_quotas, ctx.app.files_quota_mb),
     };
     let stored = if multipart {
         let mut part = Box::pin(multipart_file(content_type, body, config).await?);
@@ -157,6 +175,7 @@ pub async fn video_snapshot(
         app: ctx.app.application_id.as_str(),
         user: uploader(&state, &ctx).await?,
         signature: None,
+        quota: (&state.storage_quotas, ctx.app.files_quota_mb),
     };
     let config = state.files.for_app(ctx.app.max_file_mb);
     let shot = snapshot(&state.cluster, &config, req, who).await?;

@@ -153,6 +153,7 @@ pub fn table() -> Vec<Route<AppState>> {
             GET => sms::list_templates, POST => sms::put_template),
         route!(Console, "/1/apps/{app_id}/smsTemplates/{name}", DELETE => sms::delete_template),
         route!(Console, "/1/apps/{app_id}/files", GET => files::usage),
+        route!(Console, "/1/apps/{app_id}/usage", GET => apps::app_usage),
         // Pages opened from emailed links, and captcha pictures.
         route!(Link, "/email/verify/{token}", GET => email::follow_verify_link),
         route!(Link, "/email/reset/{token}", GET => email::show_reset_page, POST => email::reset_password),
@@ -336,6 +337,7 @@ mod tests {
                 "sms::delete_template Console",
             ),
             ("GET", "/1/apps/a1/files", "files::usage Console"),
+            ("GET", "/1/apps/a1/usage", "apps::app_usage Console"),
             ("GET", "/email/verify/tok", "email::follow_verify_link Link"),
             ("POST", "/email/reset/tok", "email::reset_password Link"),
             ("GET", "/captcha/tok.png", "captcha::captcha_picture Link"),

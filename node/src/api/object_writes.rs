@@ -24,9 +24,10 @@ use serde_json::{json, Map, Value};
 use super::batch_slot::slot;
 use super::context::{AppState, RequestCtx};
 use super::error::ApiError;
-use super::objects::{admit_write, new_object_id};
+use super::objects::{admit_bytes, admit_write, new_object_id, CREATE_OVERHEAD};
 use super::triggers;
 use crate::functions::record::TriggerEvent;
+use crate::storage_quota::{bytes_added, Admitted};
 use crate::users::session::principals;
 
 /// A batch operation that is a plain object write.
@@ -213,6 +214,10 @@ pub async fn run(state: &AppState, ctx: &RequestCtx, writes: Vec<ObjectWrite>) -
     for (slot_index, e) in admit_schemas(state, ctx, &mut ready).await {
         slots[slot_index] = Some(slot(e.into_response(), max).await);
     }
+    let (_admitted, refused) = admit_quota(state, &mut ready).await;
+    for (slot_index, e) in refused {
+        slots[slot_index] = Some(slot(e.into_response(), max).await);
+    }
     let answers = propose_by_shard(state, &ctx.app.application_id, ready).await;
     for (i, answer) in answers {
         slots[i] = Some(match answer {
@@ -309,6 +314,29 @@ async fn admit_schemas(
     let refused_slots: HashSet<usize> = refused.iter().map(|(slot, _)| *slot).collect();
     ready.retain(|r| !refused_slots.contains(&r.slot));
     refused
+}
+
+/// Admits the writes' bytes under the app's `objectsQuotaMb`, in request order: the admitted
+/// (to hold until they are proposed), and the refused, which leave `ready` with their errors
+/// (answered as `(slot, error)`).
+async fn admit_quota(
+    state: &AppState,
+    ready: &mut Vec<Ready>,
+) -> (Vec<Admitted>, Vec<(usize, ApiError)>) {
+    let (mut admitted, mut refused) = (Vec::new(), Vec::new());
+    for r in ready.iter() {
+        let adds = match &r.op {
+            ReadyOp::Create(updates) => CREATE_OVERHEAD + bytes_added(updates),
+            ReadyOp::Update(updates, _) => bytes_added(updates),
+            ReadyOp::Delete(_) => 0,
+        };
+        match admit_bytes(state, &r.ctx, adds).await {
+            Ok(a) => admitted.push(a),
+            Err(e) => refused.push((r.slot, e)),
+        }
+    }
+    ready.retain(|r| !refused.iter().any(|(slot, _)| *slot == r.slot));
+    (admitted, refused)
 }
 
 /// Proposes the writes, one command per shard (its writes in request order), the shards

@@ -27,6 +27,7 @@ use super::triggers;
 use crate::query;
 use crate::query::params::ListParams;
 use crate::query::projection::{expand, parse_include};
+use crate::storage_quota::{bytes_added, Admitted, Stored};
 use crate::users::protected::UserView;
 use crate::users::session::{ends_sessions, principals};
 use crate::users::USER_CLASS;
@@ -55,6 +56,29 @@ pub async fn admit_write(
     Ok(())
 }
 
+/// Bytes a new object takes beyond its fields (times, its objectId), for storage quotas.
+pub const CREATE_OVERHEAD: u64 = 32;
+
+/// Admits a write adding `adds` bytes to the app's objects under its `objectsQuotaMb` (10082);
+/// hold the answer until the write is proposed.
+pub async fn admit_bytes(
+    state: &AppState,
+    ctx: &RequestCtx,
+    adds: u64,
+) -> Result<Admitted, ApiError> {
+    let app = &ctx.app;
+    Ok(state
+        .storage_quotas
+        .admit(
+            &state.cluster,
+            app.application_id.as_str(),
+            Stored::Objects,
+            app.objects_quota_mb,
+            adds,
+        )
+        .await?)
+}
+
 /// Creates an object of `class` with already-parsed updates (schema checked here); answers the
 /// new objectId, its creation time and the commit.
 pub async fn create_in(
@@ -65,6 +89,7 @@ pub async fn create_in(
     updates: Vec<FieldUpdate>,
 ) -> Result<(i64, GroupId, Proposed), ApiError> {
     admit_write(state, ctx, class, &updates).await?;
+    let _admitted = admit_bytes(state, ctx, CREATE_OVERHEAD + bytes_added(&updates)).await?;
     let now = now_ms();
     let app = ctx.app.application_id.clone();
     let group = state.cluster.object_group(&app, class, object_id);
@@ -217,6 +242,7 @@ pub async fn apply_update(
     unset: Vec<String>,
 ) -> Result<(i64, GroupId, Proposed), ApiError> {
     admit_write(state, ctx, class, &updates).await?;
+    let _admitted = admit_bytes(state, ctx, bytes_added(&updates)).await?;
     let app = ctx.app.application_id.clone();
     let group = state.cluster.object_group(&app, class, object_id);
     let now = now_ms();

@@ -10,6 +10,7 @@ pub mod serving;
 use std::time::Duration;
 
 use crate::auth::BodyDigests;
+use crate::storage_quota::{StorageQuotas, Stored};
 use basalt_cluster::files::record::{FileId, FileRecord, NewFile};
 use basalt_cluster::{Cluster, Error as ClusterError};
 use bytes::Bytes;
@@ -87,6 +88,9 @@ pub enum FilesError {
     Private(#[from] links::LinkError),
     #[error(transparent)]
     Cluster(#[from] ClusterError),
+    /// The file would pass the app's `filesQuotaMb`.
+    #[error(transparent)]
+    Quota(#[from] crate::storage_quota::QuotaError),
 }
 
 impl FilesConfig {
@@ -199,6 +203,8 @@ pub struct Uploader<'a> {
     pub app: &'a str,
     pub user: Option<String>,
     pub signature: Option<BodyDigests>,
+    /// The app's `filesQuotaMb` and this node's view of its usage (`storage_quota`).
+    pub quota: (&'a StorageQuotas, Option<u64>),
 }
 
 /// Streams `body` into a new file named `name` of `who.app` (uploaded by `who.user`), within
@@ -217,6 +223,7 @@ pub async fn store<E: std::fmt::Display>(
         app,
         user: uploader,
         mut signature,
+        quota: (quotas, quota_mb),
     } = who;
     let started = std::time::Instant::now();
     let pace = Pace::new(config);
@@ -241,6 +248,9 @@ pub async fn store<E: std::fmt::Display>(
     if signature.is_some_and(|s| !s.verify()) {
         return Err(FilesError::BadSignature);
     }
+    let _admitted = quotas
+        .admit(cluster, app, Stored::Files, quota_mb, upload.size())
+        .await?;
     let now = basalt_cluster::now_ms();
     let path = new_path(upload.id(), &name.ext, now);
     let record = upload

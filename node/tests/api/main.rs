@@ -27,6 +27,7 @@ mod ops;
 mod push;
 mod queries;
 mod query_model;
+mod quotas;
 mod realtime;
 mod routes;
 mod schemas;
