@@ -175,6 +175,7 @@ mod tests {
                 "function",
                 "function_trigger",
                 "function_run",
+                "usage",
             ]
         );
         for ns in Namespace::ALL {

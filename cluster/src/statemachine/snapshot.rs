@@ -435,11 +435,22 @@ mod tests {
             SnapshotFile { path: copy },
         )
         .unwrap();
+        // Built before apply counted usage (it holds an object and no usage record), the
+        // snapshot's group is counted once installed.
+        let object = dst.get(CF_SM, &old).unwrap().unwrap();
+        let usage = dst
+            .get(CF_SM, &keys::record_key(GroupId::new(3), "usage", "app"))
+            .unwrap()
+            .map(|b| super::super::usage_writes::decode(&b).unwrap());
+        assert_eq!(
+            usage.map(|u| (u.objects, u.object_bytes)),
+            Some((1, object.len() as u64))
+        );
         let mut n = 0;
         dst.scan(
             CF_SM,
             &keys::record_ns_prefix(GroupId::new(3), "n"),
-            &keys::group_end(GroupId::new(3)),
+            &keys::separated_end(&keys::record_ns_prefix(GroupId::new(3), "n")),
             |_, _| {
                 n += 1;
                 Ok(true)
