@@ -116,6 +116,9 @@ pub struct DiskWatch {
     limits: DiskLimits,
     last: Mutex<DiskStatus>,
     sampled: Mutex<std::time::Instant>,
+    /// The ballast was given back since this process started: it is made again only by the
+    /// next start (a disk that was just full must not fill again with it).
+    released: std::sync::atomic::AtomicBool,
 }
 
 /// Room of the filesystem holding `path`: (available to this process, total), in bytes.
@@ -139,6 +142,7 @@ impl DiskWatch {
             limits,
             last: Mutex::new(DiskStatus::default()),
             sampled: Mutex::new(std::time::Instant::now()),
+            released: std::sync::atomic::AtomicBool::new(false),
         };
         watch.sample();
         Ok(watch)
@@ -202,12 +206,14 @@ impl DiskWatch {
         }
     }
 
-    /// Makes the ballast when it is missing and the disk has room for it with the level staying
-    /// `Ok`. Blocks are reserved (`fallocate`), or written where the filesystem cannot.
+    /// Makes the ballast when it is missing, was not released since this process started,
+    /// and the disk has room for it with the level staying `Ok`. Blocks are reserved
+    /// (`fallocate`), or written where the filesystem cannot.
     pub fn ensure_ballast(&self) -> std::io::Result<()> {
         let now = self.sample();
         let size = self.limits.ballast_for(now.total_bytes);
-        if size == 0 || now.ballast_bytes > 0 {
+        let released = self.released.load(std::sync::atomic::Ordering::SeqCst);
+        if size == 0 || now.ballast_bytes > 0 || released {
             return Ok(());
         }
         let after = now.free_bytes.saturating_sub(size);
@@ -243,6 +249,8 @@ impl DiskWatch {
             Err(e) => return Err(e),
         };
         std::fs::remove_file(&self.ballast)?;
+        self.released
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         tracing::warn!(
             held,
             "disk ballast released: free space, then restart to make it again"
@@ -303,5 +311,11 @@ mod tests {
         assert_eq!(w.release_ballast().unwrap(), 1 << 20);
         assert_eq!(w.status().ballast_bytes, 0);
         assert_eq!(w.release_ballast().unwrap(), 0);
+        // Released, it is made again only by the next start.
+        w.ensure_ballast().unwrap();
+        assert_eq!(w.status().ballast_bytes, 0);
+        let next = DiskWatch::new(dir.path(), vec![dir.path().to_path_buf()], limits).unwrap();
+        next.ensure_ballast().unwrap();
+        assert_eq!(next.status().ballast_bytes, 1 << 20);
     }
 }

@@ -36,6 +36,7 @@ mod peer_service;
 mod placement;
 pub mod query;
 mod raft;
+mod reclaim;
 pub mod replicas;
 pub mod request_id;
 pub mod rpc;

@@ -6,7 +6,7 @@
 //! when its write does, on every replica alike, and a snapshot carries it with the data. The log
 //! keeps about the last `ClusterSettings::changes_kept` log indexes of each group: the entry whose
 //! index is a multiple of `TRIM_EVERY` cuts what is older (`statemachine::change_writes`), the
-//! same on every replica.
+//! same on every replica — and at most `KEPT_BYTES` of changes, the oldest cut first.
 //! `log::read_page` serves the changes after a position; `tail` follows a group from this
 //! node's replica or, when it holds none, from a peer's (`NodeService.WatchChanges`), resuming
 //! at the last position it passed on whatever source it moves to: nothing is skipped and
@@ -34,6 +34,14 @@ pub(crate) fn default_kept() -> u64 {
 }
 /// Every this many log indexes, a group's log of changes is cut back to `KEPT_ENTRIES`.
 pub const TRIM_EVERY: u64 = 1024;
+
+/// Most bytes of changes a group keeps, whatever `KEPT_ENTRIES` says: past them, whole
+/// stretches of `BYTES_STRETCH` log indexes are cut, the oldest first, down to three quarters
+/// of it (a delete's change holds the deleted object: its space must come back).
+pub const KEPT_BYTES: u64 = 4 << 20;
+/// The log indexes whose changes' bytes are counted together (the byte bound cuts whole
+/// stretches, never the one being written).
+pub const BYTES_STRETCH: u64 = 16;
 
 const FORMAT_V1: u8 = 1;
 

@@ -190,6 +190,7 @@ impl Cluster {
                 .put_default_synced(NODE_IDENTITY, &serde_json::to_vec(&id)?)?;
         }
         cluster.spawn(register_self(cluster.clone(), join_addr));
+        cluster.spawn(crate::reclaim::run(replicas.clone(), Arc::clone(&disk)));
         cluster.spawn(watch_disk(cluster.clone(), disk));
         cluster.spawn(crate::placement::run(replicas.clone()));
         cluster.spawn(crate::files::upkeep::run(

@@ -159,7 +159,8 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
                     CommandResult::None
                 }
             };
-            change_writes::trim(&mut staged, entry.log_id.index, self.changes_kept);
+            change_writes::trim(&mut staged, entry.log_id.index, self.changes_kept)
+                .map_err(io_err)?;
             next.last_applied = Some(entry.log_id);
             if let Some(r) = responder {
                 replies.push((r, result));
@@ -170,10 +171,12 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
             keys::meta_key(self.group, keys::SM_APPLIED).to_vec(),
             applied_bytes,
         );
+        let freed = staged.freed();
         let batch = staged.into_batch().map_err(io_err)?;
         fail::fail_point!("apply-staged");
         self.store.write(batch, false).map_err(io_err)?;
         fail::fail_point!("apply-written");
+        self.store.note_freed(self.group, freed);
         self.applied = next;
         metrics::histogram!("basalt_raft_apply_seconds").record(started.elapsed().as_secs_f64());
         for (r, result) in replies {
@@ -254,6 +257,54 @@ mod tests {
         }
     }
 
+    /// Large changes are cut by bytes long before the log reaches its entries: the oldest
+    /// stretches go, the count of bytes stays exact, a read from before the cut is a gap, and
+    /// what the cut frees is noted for compaction.
+    #[test]
+    fn the_change_log_keeps_at_most_its_bytes() {
+        use crate::changes::{log::read_page, BYTES_STRETCH, KEPT_BYTES};
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let g = GroupId::new(1);
+        let big = "x".repeat(200 << 10);
+        let mut freed = 0;
+        for index in 1..=80u64 {
+            let mut staged = Staged::new(&store, g);
+            let id = format!("o{index}");
+            let both = Command::Batch(vec![create(&id), set(&id, json!(big))]);
+            apply_entry(&mut staged, index, both).unwrap();
+            change_writes::trim(&mut staged, index, crate::changes::KEPT_ENTRIES).unwrap();
+            freed += staged.freed();
+            store.write(staged.into_batch().unwrap(), false).unwrap();
+        }
+        let mut kept = 0u64;
+        store
+            .scan(
+                CF_SM,
+                &keys::change_key(g, 0),
+                &keys::change_key(g, u64::MAX),
+                |k, v| {
+                    kept += (k.len() + v.len()) as u64;
+                    Ok(true)
+                },
+            )
+            .unwrap();
+        let counted = store
+            .get(CF_SM, &keys::sm_family(g, keys::SM_CHANGES_BYTES))
+            .unwrap()
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
+            .unwrap();
+        // Whole stretches are cut: what is kept is counted exactly.
+        assert_eq!(counted, kept);
+        let stretch = BYTES_STRETCH * (400 << 10);
+        assert!(kept <= KEPT_BYTES + stretch, "{kept} bytes kept");
+        assert!(kept >= KEPT_BYTES / 2, "{kept} bytes kept");
+        assert!(freed > 10 * (200 << 10), "{freed} bytes noted freed");
+        let page = read_page(&store, g, Some(1), 10).unwrap();
+        assert!(page.gap);
+        assert!(page.floor > 1 && page.floor.is_multiple_of(BYTES_STRETCH));
+    }
+
     /// Every object write logs its change under its entry's index, a refused one none; the
     /// entry at a multiple of 1,024 cuts the log to the last `kept` indexes, and a read from
     /// before the cut is a gap.
@@ -268,7 +319,7 @@ mod tests {
         let mut next = |staged: &mut Staged<'_>, cmd: Command| {
             index += 1;
             let r = apply_entry(staged, index, cmd).unwrap();
-            change_writes::trim(staged, index, 1024);
+            change_writes::trim(staged, index, 1024).unwrap();
             (index, r)
         };
         next(&mut staged, create("a"));

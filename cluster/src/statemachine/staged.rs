@@ -30,6 +30,9 @@ pub struct Staged<'a> {
     changes: u32,
     /// Values decoded from keys as they stand now (`memo`).
     memo: HashMap<Vec<u8>, Box<dyn Any + Send>>,
+    /// Bytes of stored data the batch deletes (`free`), for this node's compaction of freed
+    /// ranges (`reclaim`).
+    freed: u64,
 }
 
 /// One key's staged write: a value, or `None` for a delete.
@@ -50,7 +53,18 @@ impl<'a> Staged<'a> {
             entry: 0,
             changes: 0,
             memo: HashMap::new(),
+            freed: 0,
         }
+    }
+
+    /// Notes `bytes` of stored data deleted by the batch.
+    pub fn free(&mut self, bytes: u64) {
+        self.freed = self.freed.saturating_add(bytes);
+    }
+
+    /// Bytes of stored data the batch deletes.
+    pub fn freed(&self) -> u64 {
+        self.freed
     }
 
     /// Notes the log index of the entry whose command is applied next.

@@ -18,6 +18,9 @@ pub(super) fn count(st: &mut Staged<'_>, app: &str, delta: UsageDelta) -> Result
     if delta.is_zero() {
         return Ok(());
     }
+    if delta.object_bytes < 0 {
+        st.free(delta.object_bytes.unsigned_abs());
+    }
     let key = keys::record_key(st.group, Namespace::Usage.name(), app);
     let usage = match st.memo::<AppUsage>(&key) {
         Some(u) => u,

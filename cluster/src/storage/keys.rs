@@ -17,6 +17,8 @@
 //! |               | group · `y` · app 0 class 0 field 0 · value bucket | entries per bucket (`query::tally`) |
 //! |               | group · `w` · log index (u64 BE)         | object change (`changes`)  |
 //! |               | group · `v`                              | oldest change index kept   |
+//! |               | group · `b`                              | bytes of the change log (u64 LE) |
+//! |               | group · `b` · stretch (u64 BE)           | bytes of its changes (u64 LE) |
 //! | `default`     | `node`                                   | this node's identity       |
 
 use crate::ids::GroupId;
@@ -38,6 +40,7 @@ pub const SM_INDEX: u8 = b'x';
 pub const SM_TALLY: u8 = b'y';
 pub const SM_CHANGES: u8 = b'w';
 pub const SM_CHANGES_FLOOR: u8 = b'v';
+pub const SM_CHANGES_BYTES: u8 = b'b';
 
 /// Key of this node's identity in the default column family.
 pub const NODE_IDENTITY: &[u8] = b"node";

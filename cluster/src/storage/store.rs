@@ -345,6 +345,9 @@ const DECODED_CACHE_ENTRIES: usize = 4096;
 /// Decoded values by column family and key, each with the write generation it was read at.
 type DecodedCache = HashMap<Vec<u8>, (u64, Arc<dyn Any + Send + Sync>)>;
 
+/// Most bytes of write-ahead log files the store keeps (`Store::open_tuned`).
+pub const MAX_TOTAL_WAL_BYTES: u64 = 64 << 20;
+
 pub struct Store {
     db: Arc<DB>,
     /// Writes finished, and writes in progress (`Store::write`): a view taken while neither
@@ -357,6 +360,9 @@ pub struct Store {
     bulk_cached_bytes: u64,
     sync_tx: Option<mpsc::Sender<SyncCallback>>,
     syncer: Option<std::thread::JoinHandle<()>>,
+    /// Bytes each group's applied entries deleted since its range was last compacted
+    /// (`note_freed`; this node's own count, for `reclaim`).
+    freed: Mutex<HashMap<crate::ids::GroupId, u64>>,
 }
 
 impl Drop for Store {
@@ -384,6 +390,10 @@ impl Store {
         opts.create_missing_column_families(true);
         opts.set_max_background_jobs(2);
         opts.set_keep_log_file_num(4);
+        // The write-ahead log is cut once it holds this much (the column families it still
+        // needs are flushed): left alone, a column family written rarely (Raft metadata) keeps
+        // every log file since its last write alive, up to four times all memtables.
+        opts.set_max_total_wal_size(MAX_TOTAL_WAL_BYTES);
         let set = tuning.settings;
         opts.set_use_direct_reads(set.direct_reads);
         let cache = Cache::new_lru_cache(tuning.block_cache_bytes);
@@ -412,6 +422,11 @@ impl Store {
             } else {
                 o.set_compression_type(rocksdb::DBCompressionType::Lz4);
                 o.set_block_based_table_factory(&table(true));
+                if name == CF_SM {
+                    // A table where deletes pile up (objects deleted, changes cut) is compacted
+                    // soon, so their space comes back without waiting for its level to fill.
+                    o.add_compact_on_deletion_collector_factory(1_000, 500, 0.5);
+                }
                 if set.bloom_filters {
                     o.set_memtable_whole_key_filtering(true);
                     o.set_memtable_prefix_bloom_ratio(0.05);
@@ -430,6 +445,7 @@ impl Store {
             written: AtomicU64::new(0),
             writing: AtomicU64::new(0),
             decoded: Mutex::new(HashMap::new()),
+            freed: Mutex::new(HashMap::new()),
             bulk_cached_bytes: (tuning.block_cache_bytes / 4) as u64,
             sync_tx: Some(sync_tx),
             syncer: Some(syncer),
@@ -619,6 +635,36 @@ impl Store {
     }
 
     /// Approximate bytes on disk plus in memtables, over all column families.
+    /// Notes `bytes` of `group`'s state deleted by an applied batch.
+    pub fn note_freed(&self, group: crate::ids::GroupId, bytes: u64) {
+        if bytes > 0 {
+            let mut freed = self.freed.lock().unwrap_or_else(|p| p.into_inner());
+            let n = freed.entry(group).or_default();
+            *n = n.saturating_add(bytes);
+        }
+    }
+
+    /// Bytes of `group`'s state deleted since `take_freed` last asked.
+    pub fn freed(&self, group: crate::ids::GroupId) -> u64 {
+        let freed = self.freed.lock().unwrap_or_else(|p| p.into_inner());
+        freed.get(&group).copied().unwrap_or(0)
+    }
+
+    /// Forgets what `group`'s entries deleted (its range was just compacted).
+    pub fn take_freed(&self, group: crate::ids::GroupId) -> u64 {
+        let mut freed = self.freed.lock().unwrap_or_else(|p| p.into_inner());
+        freed.remove(&group).unwrap_or(0)
+    }
+
+    /// Approximate bytes of `[start, end)` of column family `cf` in the store's files (not
+    /// its memtables).
+    pub fn approximate_range_size(&self, cf: &str, start: &[u8], end: &[u8]) -> Result<u64> {
+        let sizes = self
+            .db
+            .get_approximate_sizes_cf(self.cf(cf)?, &[rocksdb::Range::new(start, end)]);
+        Ok(sizes.first().copied().unwrap_or(0))
+    }
+
     pub fn approximate_size(&self) -> u64 {
         let mut total = 0;
         for name in [CF_RAFT_LOG, CF_RAFT_META, CF_SM] {
