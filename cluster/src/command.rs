@@ -193,6 +193,51 @@ impl Command {
         }
     }
 
+    /// The app an object command (or a batch of them) writes to, and roughly the bytes of
+    /// values it carries (`replicas::app_share`); none for records and the service's own
+    /// commands.
+    pub fn app_bytes(&self) -> Option<(&str, usize)> {
+        const OVERHEAD: usize = 64;
+        let values = |updates: &[crate::update::FieldUpdate]| -> usize {
+            use crate::update::UpdateOp;
+            updates
+                .iter()
+                .map(|u| {
+                    let path: usize = u.path.iter().map(|p| p.len() + 1).sum();
+                    path + match &u.op {
+                        UpdateOp::Set(v) => crate::limits::approx_size(v),
+                        UpdateOp::Add(vs) | UpdateOp::AddUnique(vs) | UpdateOp::Remove(vs) => {
+                            vs.iter().map(crate::limits::approx_size).sum()
+                        }
+                        UpdateOp::AddRelation { ids, .. }
+                        | UpdateOp::RemoveRelation { ids, .. } => {
+                            ids.iter().map(|i| i.len() + 8).sum()
+                        }
+                        _ => 12,
+                    }
+                })
+                .sum()
+        };
+        match self {
+            Command::CreateObject { app, updates, .. }
+            | Command::UpdateObject { app, updates, .. } => {
+                Some((app.as_str(), OVERHEAD + values(updates)))
+            }
+            Command::DeleteObject { app, .. } => Some((app.as_str(), OVERHEAD)),
+            Command::Batch(cmds) => {
+                let mut app = None;
+                let mut bytes = 0;
+                for c in cmds {
+                    let (a, b) = c.app_bytes()?;
+                    app.get_or_insert(a);
+                    bytes += b;
+                }
+                app.map(|a| (a, bytes))
+            }
+            _ => None,
+        }
+    }
+
     /// Refuses a command whose values nest deeper or set more keys than `limits` admits, so
     /// that no entry can reach a log that some replica could not decode or apply.
     pub fn check_limits(&self) -> crate::error::Result<()> {

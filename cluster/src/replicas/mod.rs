@@ -9,6 +9,7 @@
 //! work), stale-but-local views of the metadata group that every node holds, and reads of a
 //! replica that vouches for being current (`freshness`).
 
+mod app_share;
 mod create_lane;
 mod freshness;
 mod leader_contact;
@@ -90,6 +91,8 @@ struct Inner {
     create_lane_ms: u64,
     /// The proposals of each group this node leads, queued while earlier ones are in flight.
     proposals: proposals::Proposals,
+    /// Each app's share of the writes in flight in each group this node leads.
+    app_shares: app_share::AppShares,
     /// The metadata records this node read lately, with the applied index they reflect.
     meta_reads: meta_reads::MetaReads,
     /// This node's disk, and the members whose disks are critical (`room`).
@@ -176,6 +179,7 @@ impl Replicas {
                     tuning.proposals_in_flight,
                     Duration::from_micros(tuning.proposal_gather_us),
                 ),
+                app_shares: Default::default(),
                 meta_reads: meta_reads::meta_reads(),
                 disk,
                 full_nodes: Default::default(),
@@ -278,6 +282,10 @@ impl Replicas {
             self.check_room(group)?;
         }
         let raft = self.group(group)?;
+        let _share = match cmd.app_bytes() {
+            Some((app, bytes)) => Some(self.inner.app_shares.hold(group, app, bytes).await?),
+            None => None,
+        };
         let proposal = self.inner.proposals.propose(raft, group, cmd.clone());
         tokio::time::timeout(FORWARD_TIMEOUT, proposal)
             .await
