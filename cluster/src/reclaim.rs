@@ -3,10 +3,10 @@
 //! object's create among them) until a snapshot lets it be purged — which `--snapshot-logs`
 //! counts in entries, not bytes. Every `EVERY`, for each group this node holds:
 //! - when its applied entries deleted at least `FREED_TO_COMPACT` of its state since its range
-//!   was last compacted (`Store::note_freed`: objects deleted, changes cut), the range is
-//!   compacted;
+//!   was last compacted (`Store::note_freed`: objects deleted, changes cut) and the disk has
+//!   room for the whole range, the range is compacted;
 //! - when its log holds at least `LOG_TO_SNAPSHOT` in the store's files, more than twice its
-//!   state (which a snapshot writes again) and the disk has room for that, the group is
+//!   state (which a snapshot writes again) and the disk has room for four times that, the group is
 //!   snapshotted, its log purged up to the snapshot (the `--keep-logs` entries behind it too: a
 //!   follower that far behind gets the snapshot) and the log's range compacted.
 //!
@@ -33,7 +33,7 @@ const EVERY: Duration = Duration::from_secs(2);
 const MIN_GAP: Duration = Duration::from_secs(20);
 const FREED_TO_COMPACT: u64 = 256 << 20;
 const LOG_TO_SNAPSHOT: u64 = 256 << 20;
-const PRESSED_FREED: u64 = 1 << 20;
+const PRESSED_FREED: u64 = 16 << 20;
 const PRESSED_LOG: u64 = 8 << 20;
 const ROOM_TO_WORK: u64 = 32 << 20;
 /// How long a snapshot may take before the log is purged up to it.
@@ -73,17 +73,22 @@ pub async fn run(replicas: Replicas, disk: Arc<DiskWatch>) {
             }
             last.insert(group, Instant::now());
             let started = Instant::now();
-            let mut did = freed >= freed_mark;
+            // A compaction writes what the range keeps before it removes its old files: only
+            // with room for the whole range.
+            let state = range_bytes(&store, CF_SM, group);
+            let mut did = freed >= freed_mark
+                && state.saturating_add(ROOM_TO_WORK) <= disk.status().free_bytes;
             if did {
                 compact(&store, group, CF_SM, freed).await;
             }
-            // A snapshot writes the group's whole state before the log it lets go is purged:
-            // worth it only for a log larger than twice that state, with room for it.
+            // A snapshot writes the group's whole state (uncompressed, beside the last one)
+            // before the log it lets go is purged: worth it only for a log larger than twice
+            // that state, with room for four times it.
             let state = range_bytes(&store, CF_SM, group);
             let room = disk.status().free_bytes;
             if log_bytes >= log_mark
                 && log_bytes > state.saturating_mul(2)
-                && state.saturating_mul(2).saturating_add(ROOM_TO_WORK) <= room
+                && state.saturating_mul(4).saturating_add(ROOM_TO_WORK) <= room
             {
                 snapshot_and_purge(group, &raft).await;
                 compact(&store, group, CF_RAFT_LOG, 0).await;

@@ -8,7 +8,8 @@
 //! them times the cluster's nodes) would take to fill half the room left — so near the quota
 //! every write waits for a reading begun after it arrived (one reading serves all that wait).
 //! Writes racing through several nodes can then pass the quota by about the writes in flight
-//! at that moment. Neighbours: `api::objects` and `api::object_writes` admit object writes,
+//! at that moment. When the usage cannot be read (a shard without a leader), the last reading
+//! serves, so one unavailable shard does not stop the app's writes to the others. Neighbours: `api::objects` and `api::object_writes` admit object writes,
 //! `files::store` admits an upload once its size is known.
 
 use std::collections::HashMap;
@@ -193,17 +194,19 @@ impl Drop for Admitted {
 impl StorageQuotas {
     /// Admits a write adding `adds` bytes of `stored` to `app`, whose quota is `quota_mb`
     /// (none: unlimited): refused when it would pass the quota; counted by this node while
-    /// the answer is held and until its usage is read again.
+    /// the answer is held and until its usage is read again. `arrived` is when the write
+    /// arrived: a reading begun since then serves it (the operations of one `/1/batch` share
+    /// theirs).
     pub async fn admit(
         &self,
         cluster: &Cluster,
         app: &str,
         stored: Stored,
         quota_mb: Option<u64>,
-        adds: u64,
+        (adds, arrived): (u64, Instant),
     ) -> Result<Admitted, QuotaError> {
         let view = self
-            .settle(cluster, app, stored, quota_mb, adds, true)
+            .settle(cluster, app, stored, quota_mb, (adds, arrived), true)
             .await?;
         Ok(Admitted { ticket: view })
     }
@@ -218,9 +221,16 @@ impl StorageQuotas {
         quota_mb: Option<u64>,
         adds: u64,
     ) -> Result<(), QuotaError> {
-        self.settle(cluster, app, stored, quota_mb, adds, false)
-            .await
-            .map(drop)
+        self.settle(
+            cluster,
+            app,
+            stored,
+            quota_mb,
+            (adds, Instant::now()),
+            false,
+        )
+        .await
+        .map(drop)
     }
 
     async fn settle(
@@ -229,14 +239,13 @@ impl StorageQuotas {
         app: &str,
         stored: Stored,
         quota_mb: Option<u64>,
-        adds: u64,
+        (adds, arrived): (u64, Instant),
         count: bool,
     ) -> Result<Option<(Arc<AppView>, u64)>, QuotaError> {
         let (Some(quota_mb), true) = (quota_mb, adds > 0) else {
             return Ok(None);
         };
         let quota = quota_mb.saturating_mul(MIB);
-        let arrived = Instant::now();
         let members = cluster.active_members().len();
         let view = self.view(app);
         let fresh = |view: &AppView| lock(&view.seen).fresh(stored, quota, adds, arrived, members);
@@ -244,8 +253,13 @@ impl StorageQuotas {
             let _reading = view.reading.lock().await;
             if !fresh(&view) {
                 let began = Instant::now();
-                let usage = cluster.app_usage(app).await?;
-                lock(&view.seen).read(usage, began);
+                match cluster.app_usage(app).await {
+                    Ok(usage) => lock(&view.seen).read(usage, began),
+                    // A shard that cannot be read now (no leader) does not stop the app's
+                    // writes to the others: the last reading serves, and with none the write
+                    // is judged by what this node admitted.
+                    Err(e) => tracing::debug!(app, "reading the app's usage: {e}"),
+                }
             }
         }
         let mut seen = lock(&view.seen);

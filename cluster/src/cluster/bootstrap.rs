@@ -79,6 +79,7 @@ impl Cluster {
         let store = Store::open_tuned(&db_dir, &opts.store)?;
         crate::statemachine::upgrade::upgrade_objects(&store)?;
         crate::statemachine::upgrade::count_usage(&store)?;
+        crate::statemachine::upgrade::count_changes(&store)?;
         let identity: Option<NodeIdentity> = store
             .get_default(NODE_IDENTITY)?
             .map(|b| serde_json::from_slice(&b))

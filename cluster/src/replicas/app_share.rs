@@ -18,8 +18,10 @@ use crate::ids::GroupId;
 
 /// Bytes of one app's writes one group may have in flight.
 pub const SHARE_BYTES: usize = 32 << 20;
-/// How long a write waits for its app's share.
-const WAIT: Duration = Duration::from_secs(10);
+/// How long a write waits for its app's share: well within the time a forwarding node waits
+/// for its proposal (`rpc::router`'s 8 s), so a write refused here is answered as never
+/// proposed rather than timed out.
+const WAIT: Duration = Duration::from_secs(3);
 /// Permits count KiB.
 const UNIT: usize = 1024;
 /// Apps remembered per group before idle ones are forgotten.

@@ -416,10 +416,9 @@ fn apply_merge_record(
     };
     fields.extend(members);
     let merged = rec.value.clone();
-    st.put(
-        keys::record_key(st.group, ns, key),
-        serde_json::to_vec(&rec)?,
-    );
+    let rkey = keys::record_key(st.group, ns, key);
+    usage_writes::count_record(st, ns, &rkey, Some(&merged))?;
+    st.put(rkey, serde_json::to_vec(&rec)?);
     Ok(CommandResult::Record(merged))
 }
 

@@ -3,7 +3,9 @@
 //! last `kept` indexes, and whenever the log holds more than `changes::KEPT_BYTES`, whole
 //! stretches of `changes::BYTES_STRETCH` indexes, the oldest first. The bytes are counted per
 //! stretch and in all (`keys::SM_CHANGES_BYTES`) as changes are written, so every replica
-//! cuts at the same index.
+//! cuts at the same index; a cut inside a stretch takes its changes' bytes off, so the counts
+//! are always exactly those of the changes kept (`upgrade::count_changes` makes the first count
+//! of a store written before).
 
 use super::staged::Staged;
 use crate::changes::log::floor_after_trim;
@@ -76,10 +78,29 @@ pub(super) fn trim(st: &mut Staged<'_>, index: u64, kept: u64) -> Result<()> {
     if floor <= current {
         return Ok(());
     }
+    let mut total = total;
+    // A stretch the floor cuts into loses the bytes of its changes below the floor, so the
+    // counts are always those of the changes kept.
+    if !floor.is_multiple_of(BYTES_STRETCH) {
+        let stretch = floor / BYTES_STRETCH;
+        let from = (stretch * BYTES_STRETCH).max(current);
+        let mut cut = 0u64;
+        for key in st.keys_in_range(&keys::change_key(g, from), &keys::change_key(g, floor))? {
+            if let Some(value) = st.get(&key)? {
+                cut += (key.len() + value.len()) as u64;
+            }
+        }
+        if cut > 0 {
+            let key = stretch_key(g, stretch);
+            let left = read_u64(st, &key)?.saturating_sub(cut);
+            st.put(key, left.to_le_bytes().to_vec());
+            total = total.saturating_sub(cut);
+            st.free(cut);
+        }
+    }
     st.delete_range(keys::change_key(g, 0), keys::change_key(g, floor));
     st.put(floor_key, floor.to_be_bytes().to_vec());
     // The stretches wholly below the floor are gone: their bytes no longer count.
-    let mut total = total;
     for key in st.keys_in_range(&stretch_key(g, 0), &stretch_key(g, floor / BYTES_STRETCH))? {
         let n = read_u64(st, &key)?;
         total = total.saturating_sub(n);
@@ -90,11 +111,13 @@ pub(super) fn trim(st: &mut Staged<'_>, index: u64, kept: u64) -> Result<()> {
     Ok(())
 }
 
-fn total_key(g: GroupId) -> Vec<u8> {
+/// Key of the change log's bytes in all.
+pub(super) fn total_key(g: GroupId) -> Vec<u8> {
     keys::sm_family(g, keys::SM_CHANGES_BYTES)
 }
 
-fn stretch_key(g: GroupId, stretch: u64) -> Vec<u8> {
+/// Key of the bytes of the changes of a stretch of `BYTES_STRETCH` log indexes.
+pub(super) fn stretch_key(g: GroupId, stretch: u64) -> Vec<u8> {
     let mut k = total_key(g);
     k.extend_from_slice(&stretch.to_be_bytes());
     k

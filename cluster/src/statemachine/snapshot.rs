@@ -316,11 +316,14 @@ fn load(group: GroupId, store: &Store, marker: &InstallMarker) -> Result<Applied
         keys::group_end(group),
     );
     let mut bytes = 0usize;
-    // A snapshot built before apply counted usage holds data but no usage records: the group
-    // is counted once installed.
+    // A snapshot built before apply counted usage (or the change log's bytes) holds data (or
+    // changes) but no counts: the group is counted once installed.
     let usage_prefix = keys::record_ns_prefix(group, Namespace::Usage.name());
     let files_prefix = keys::record_ns_prefix(group, Namespace::File.name());
     let (mut has_usage, mut has_data) = (false, false);
+    let changes_prefix = keys::sm_family(group, keys::SM_CHANGES);
+    let change_bytes_prefix = keys::sm_family(group, keys::SM_CHANGES_BYTES);
+    let (mut has_changes, mut has_change_bytes) = (false, false);
     loop {
         let klen = read_u32(&mut r)?;
         if klen == 0 {
@@ -331,6 +334,8 @@ fn load(group: GroupId, store: &Store, marker: &InstallMarker) -> Result<Applied
         let vlen = read_u32(&mut r)?;
         let value = upgrade::current_encoding(&key, read_exact_vec(&mut r, vlen)?);
         has_usage |= key.starts_with(&usage_prefix);
+        has_changes |= key.starts_with(&changes_prefix);
+        has_change_bytes |= key.starts_with(&change_bytes_prefix);
         has_data |= key.get(4) == Some(&keys::SM_OBJECT) || key.starts_with(&files_prefix);
         bytes += key.len() + value.len();
         batch.put_cf(cf, key, value);
@@ -340,10 +345,17 @@ fn load(group: GroupId, store: &Store, marker: &InstallMarker) -> Result<Applied
             bytes = 0;
         }
     }
-    if has_data && !has_usage {
+    if (has_data && !has_usage) || (has_changes && !has_change_bytes) {
         store.write(std::mem::take(&mut batch), false)?;
-        for (k, v) in upgrade::group_usage(store, group)? {
-            batch.put_cf(cf, k, v);
+        if has_data && !has_usage {
+            for (k, v) in upgrade::group_usage(store, group)? {
+                batch.put_cf(cf, k, v);
+            }
+        }
+        if has_changes && !has_change_bytes {
+            for (k, v) in upgrade::group_change_bytes(store, group)? {
+                batch.put_cf(cf, k, v);
+            }
         }
     }
     let applied = AppliedState {

@@ -12,10 +12,12 @@
 //!
 //! `count_usage` likewise makes the first count of what each app stores per group (the
 //! `usage` records apply keeps since), once, marked by `USAGE_COUNTED`; `group_usage` counts
-//! one group, also for a snapshot built before apply counted (`snapshot::load`).
+//! one group, also for a snapshot built before apply counted (`snapshot::load`); and
+//! `count_changes` / `group_change_bytes` the same for the change log's byte counts.
 
 use std::collections::BTreeMap;
 
+use super::change_writes;
 use super::usage_writes;
 use crate::error::Result;
 use crate::ids::GroupId;
@@ -133,6 +135,66 @@ pub fn count_usage(store: &Store) -> Result<u64> {
     marker.put(USAGE_COUNTED, [1u8]);
     store.write(marker, true)?;
     Ok(counted)
+}
+
+/// Key of the marker saying every group's change log bytes were counted.
+const CHANGES_COUNTED: &[u8] = b"changes-counted-1";
+
+/// Makes the first count of each group's change log bytes (`change_writes`), once, for a store
+/// written before apply counted them; answers how many groups it counted. The count is what
+/// apply would have kept, so replicas upgraded at different log indexes agree.
+pub fn count_changes(store: &Store) -> Result<u64> {
+    if store.get_default(CHANGES_COUNTED)?.is_some() {
+        return Ok(0);
+    }
+    let mut counted = 0u64;
+    let mut group = first_group(store, &[])?;
+    while let Some(g) = group {
+        let mut batch = WriteBatch::default();
+        let cf = store.cf(CF_SM)?;
+        for (k, v) in group_change_bytes(store, g)? {
+            batch.put_cf(cf, k, v);
+        }
+        store.write(batch, true)?;
+        counted += 1;
+        group = first_group(store, &keys::group_end(g))?;
+    }
+    let mut marker = WriteBatch::default();
+    marker.put(CHANGES_COUNTED, [1u8]);
+    store.write(marker, true)?;
+    Ok(counted)
+}
+
+/// The change log's byte counts of `group` (key, value: in all and per stretch), counted from
+/// the changes the store holds; none when it holds none.
+pub fn group_change_bytes(store: &Store, group: GroupId) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let mut stretches: BTreeMap<u64, u64> = BTreeMap::new();
+    let start = keys::sm_family(group, keys::SM_CHANGES);
+    let end = keys::sm_family(group, keys::SM_CHANGES + 1);
+    store.scan(CF_SM, &start, &end, |k, v| {
+        if let Some(index) = keys::change_index(k) {
+            let n = stretches
+                .entry(index / crate::changes::BYTES_STRETCH)
+                .or_default();
+            *n += (k.len() + v.len()) as u64;
+        }
+        Ok(true)
+    })?;
+    if stretches.is_empty() {
+        return Ok(Vec::new());
+    }
+    let total: u64 = stretches.values().sum();
+    let mut out = vec![(
+        change_writes::total_key(group),
+        total.to_le_bytes().to_vec(),
+    )];
+    for (stretch, n) in stretches {
+        out.push((
+            change_writes::stretch_key(group, stretch),
+            n.to_le_bytes().to_vec(),
+        ));
+    }
+    Ok(out)
 }
 
 /// The usage records (key, value) of every app with objects or files in `group`, counted from

@@ -634,7 +634,6 @@ impl Store {
         Ok(())
     }
 
-    /// Approximate bytes on disk plus in memtables, over all column families.
     /// Notes `bytes` of `group`'s state deleted by an applied batch.
     pub fn note_freed(&self, group: crate::ids::GroupId, bytes: u64) {
         if bytes > 0 {
@@ -665,6 +664,7 @@ impl Store {
         Ok(sizes.first().copied().unwrap_or(0))
     }
 
+    /// Approximate bytes on disk plus in memtables, over all column families.
     pub fn approximate_size(&self) -> u64 {
         let mut total = 0;
         for name in [CF_RAFT_LOG, CF_RAFT_META, CF_SM] {

@@ -324,13 +324,15 @@ async fn admit_quota(
     ready: &mut Vec<Ready>,
 ) -> (Vec<Admitted>, Vec<(usize, ApiError)>) {
     let (mut admitted, mut refused) = (Vec::new(), Vec::new());
+    // One reading of the app's usage serves the whole batch.
+    let arrived = std::time::Instant::now();
     for r in ready.iter() {
         let adds = match &r.op {
             ReadyOp::Create(updates) => CREATE_OVERHEAD + bytes_added(updates),
             ReadyOp::Update(updates, _) => bytes_added(updates),
             ReadyOp::Delete(_) => 0,
         };
-        match admit_bytes(state, &r.ctx, adds).await {
+        match admit_bytes(state, &r.ctx, (adds, arrived)).await {
             Ok(a) => admitted.push(a),
             Err(e) => refused.push((r.slot, e)),
         }

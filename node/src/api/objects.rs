@@ -59,12 +59,12 @@ pub async fn admit_write(
 /// Bytes a new object takes beyond its fields (times, its objectId), for storage quotas.
 pub const CREATE_OVERHEAD: u64 = 32;
 
-/// Admits a write adding `adds` bytes to the app's objects under its `objectsQuotaMb` (10082);
-/// hold the answer until the write is proposed.
+/// Admits a write adding `adds` bytes (arrived at the given instant) to the app's objects under
+/// its `objectsQuotaMb` (10082); hold the answer until the write is proposed.
 pub async fn admit_bytes(
     state: &AppState,
     ctx: &RequestCtx,
-    adds: u64,
+    adds: (u64, std::time::Instant),
 ) -> Result<Admitted, ApiError> {
     let app = &ctx.app;
     Ok(state
@@ -89,7 +89,8 @@ pub async fn create_in(
     updates: Vec<FieldUpdate>,
 ) -> Result<(i64, GroupId, Proposed), ApiError> {
     admit_write(state, ctx, class, &updates).await?;
-    let _admitted = admit_bytes(state, ctx, CREATE_OVERHEAD + bytes_added(&updates)).await?;
+    let adds = CREATE_OVERHEAD + bytes_added(&updates);
+    let _admitted = admit_bytes(state, ctx, (adds, std::time::Instant::now())).await?;
     let now = now_ms();
     let app = ctx.app.application_id.clone();
     let group = state.cluster.object_group(&app, class, object_id);
@@ -242,7 +243,8 @@ pub async fn apply_update(
     unset: Vec<String>,
 ) -> Result<(i64, GroupId, Proposed), ApiError> {
     admit_write(state, ctx, class, &updates).await?;
-    let _admitted = admit_bytes(state, ctx, bytes_added(&updates)).await?;
+    let adds = bytes_added(&updates);
+    let _admitted = admit_bytes(state, ctx, (adds, std::time::Instant::now())).await?;
     let app = ctx.app.application_id.clone();
     let group = state.cluster.object_group(&app, class, object_id);
     let now = now_ms();

@@ -248,8 +248,9 @@ pub async fn store<E: std::fmt::Display>(
     if signature.is_some_and(|s| !s.verify()) {
         return Err(FilesError::BadSignature);
     }
+    let adds = (upload.size(), std::time::Instant::now());
     let _admitted = quotas
-        .admit(cluster, app, Stored::Files, quota_mb, upload.size())
+        .admit(cluster, app, Stored::Files, quota_mb, adds)
         .await?;
     let now = basalt_cluster::now_ms();
     let path = new_path(upload.id(), &name.ext, now);
