@@ -8,7 +8,8 @@
 //! The points: `log-append` (a Raft log batch is written, not yet reported durable),
 //! `apply-staged` (a batch of committed entries is applied in memory, not yet written),
 //! `apply-written` (written, not yet answered), `snapshot-install-batch` (part of a received
-//! snapshot is loaded over the old state, the rest not); and on the read path
+//! snapshot is loaded over the old state, the rest not), `store-write-nospace` (`return`: a
+//! store write fails as on a full disk); and on the read path
 //! `aggregate-read` (a node is about to read its shards for an aggregation: `return` fails
 //! that read, `sleep(ms)` delays it). Neighbours: `raft::log_store`, `statemachine`,
 //! `statemachine::snapshot`, `local_read`.
@@ -17,8 +18,9 @@
 pub const FAILPOINTS_ENV: &str = "BASALT_FAILPOINTS";
 
 /// The fail points this build has.
-pub const FAIL_POINTS: [&str; 5] = [
+pub const FAIL_POINTS: [&str; 6] = [
     "log-append",
+    "store-write-nospace",
     "apply-staged",
     "apply-written",
     "snapshot-install-batch",

@@ -91,14 +91,14 @@ impl RocksLogStore {
         }
     }
 
-    fn put_meta<T: Serialize>(&self, tag: u8, value: &T, sync: bool) -> io::Result<()> {
+    async fn put_meta<T: Serialize>(&self, tag: u8, value: &T, sync: bool) -> io::Result<()> {
         let mut b = WriteBatch::default();
         b.put_cf(
             self.store.cf(CF_RAFT_META).map_err(io_err)?,
             keys::meta_key(self.group, tag),
             encode(value)?,
         );
-        self.store.write(b, sync).map_err(io_err)
+        self.store.write_until_room(b, sync).await.map_err(io_err)
     }
 }
 
@@ -177,7 +177,7 @@ impl RaftLogStorage<TypeConfig> for RocksLogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
-        self.put_meta(keys::META_VOTE, vote, true)
+        self.put_meta(keys::META_VOTE, vote, true).await
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), io::Error> {
@@ -188,7 +188,7 @@ impl RaftLogStorage<TypeConfig> for RocksLogStore {
         if !self.committed_saves.due() {
             return Ok(());
         }
-        self.put_meta(keys::META_COMMITTED, &committed, false)
+        self.put_meta(keys::META_COMMITTED, &committed, false).await
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, io::Error> {
@@ -217,7 +217,7 @@ impl RaftLogStorage<TypeConfig> for RocksLogStore {
         // Cached before the write: a reader asking for an entry the store already has must
         // find it in the cache too (it is asked only for entries openraft has appended).
         self.cache.appended(written);
-        if let Err(e) = self.store.write(b, false) {
+        if let Err(e) = self.store.write_until_room(b, false).await {
             self.cache.truncated_after(None);
             return Err(io_err(e));
         }
@@ -238,7 +238,7 @@ impl RaftLogStorage<TypeConfig> for RocksLogStore {
         // Dropped from the cache first: a reader between the two must not see entries the
         // log no longer has.
         self.cache.truncated_after(last_log_id.map(|l| l.index));
-        let written = self.store.write(b, false).map_err(io_err);
+        let written = self.store.write_until_room(b, false).await.map_err(io_err);
         if written.is_err() {
             self.cache.truncated_after(None);
         }
@@ -258,7 +258,7 @@ impl RaftLogStorage<TypeConfig> for RocksLogStore {
             keys::log_key(self.group, log_id.index + 1),
         );
         self.cache.purged_up_to(log_id.index);
-        self.store.write(b, false).map_err(io_err)
+        self.store.write_until_room(b, false).await.map_err(io_err)
     }
 }
 

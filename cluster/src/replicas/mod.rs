@@ -268,6 +268,8 @@ impl Replicas {
     /// Tells background work to stop and stops every group.
     pub(crate) async fn shutdown(&self) {
         let _ = self.inner.shutdown.send(true);
+        // Writes waiting for a full disk give up, or a group blocked in one would never stop.
+        self.inner.store.close();
         for raft in &self.inner.groups {
             let _ = raft.shutdown().await;
         }

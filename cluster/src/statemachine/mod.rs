@@ -174,7 +174,10 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
         let freed = staged.freed();
         let batch = staged.into_batch().map_err(io_err)?;
         fail::fail_point!("apply-staged");
-        self.store.write(batch, false).map_err(io_err)?;
+        self.store
+            .write_until_room(batch, false)
+            .await
+            .map_err(io_err)?;
         fail::fail_point!("apply-written");
         self.store.note_freed(self.group, freed);
         self.applied = next;

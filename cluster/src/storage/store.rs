@@ -17,10 +17,10 @@
 use std::any::Any;
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rocksdb::{
     BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, Direction, IteratorMode,
@@ -363,6 +363,10 @@ pub struct Store {
     /// Bytes each group's applied entries deleted since its range was last compacted
     /// (`note_freed`; this node's own count, for `reclaim`).
     freed: Mutex<HashMap<crate::ids::GroupId, u64>>,
+    /// Set once the node shuts down: writes waiting for room give up (`write_until_room`).
+    closing: Arc<AtomicBool>,
+    /// A write met a full disk and has not succeeded since (`write_until_room`, the syncer).
+    no_space: Arc<AtomicBool>,
 }
 
 impl Drop for Store {
@@ -437,15 +441,20 @@ impl Store {
         let db = Arc::new(DB::open_cf_descriptors(&opts, path, cfs)?);
         let (sync_tx, sync_rx) = mpsc::channel::<SyncCallback>();
         let syncer_db = Arc::clone(&db);
+        let closing = Arc::new(AtomicBool::new(false));
+        let no_space = Arc::new(AtomicBool::new(false));
+        let flags = (Arc::clone(&closing), Arc::clone(&no_space));
         let syncer = std::thread::Builder::new()
             .name("basalt-wal-sync".into())
-            .spawn(move || run_wal_syncer(&syncer_db, &sync_rx))?;
+            .spawn(move || run_wal_syncer(&syncer_db, &sync_rx, &flags))?;
         Ok(Arc::new(Store {
             db,
             written: AtomicU64::new(0),
             writing: AtomicU64::new(0),
             decoded: Mutex::new(HashMap::new()),
             freed: Mutex::new(HashMap::new()),
+            closing,
+            no_space,
             bulk_cached_bytes: (tuning.block_cache_bytes / 4) as u64,
             sync_tx: Some(sync_tx),
             syncer: Some(syncer),
@@ -533,6 +542,9 @@ impl Store {
 
     /// Writes a batch atomically; `sync` waits for the WAL fsync.
     pub fn write(&self, batch: WriteBatch, sync: bool) -> Result<()> {
+        fail::fail_point!("store-write-nospace", |_| Err(
+            crate::error::Error::Storage("IO error: No space left on device (fail point)".into())
+        ));
         let mut wo = WriteOptions::default();
         wo.set_sync(sync);
         self.writing.fetch_add(1, Ordering::SeqCst);
@@ -540,6 +552,49 @@ impl Store {
         self.written.fetch_add(1, Ordering::SeqCst);
         self.writing.fetch_sub(1, Ordering::SeqCst);
         Ok(written?)
+    }
+
+    /// `write`, waiting out a full disk: a write refused for want of space is tried again,
+    /// backing off from 50 ms to 2 s, until it succeeds or the node shuts down — RocksDB
+    /// resumes by itself once space is freed (its own manager polls the disk), so the Raft log
+    /// and the state machine never report a full disk to openraft, which would stop the group
+    /// for good. Any other failure is answered at once.
+    pub async fn write_until_room(&self, batch: WriteBatch, sync: bool) -> Result<()> {
+        let data = batch.data().to_vec();
+        let mut batch = batch;
+        let mut wait = Duration::from_millis(50);
+        loop {
+            match self.write(batch, sync) {
+                Ok(()) => {
+                    if self.no_space.swap(false, Ordering::SeqCst) {
+                        metrics::gauge!("basalt_storage_writes_blocked").set(0.0);
+                        tracing::warn!("the store takes writes again");
+                    }
+                    return Ok(());
+                }
+                Err(e) if is_no_space(&e) && !self.closing.load(Ordering::SeqCst) => {
+                    if !self.no_space.swap(true, Ordering::SeqCst) {
+                        metrics::gauge!("basalt_storage_writes_blocked").set(1.0);
+                        tracing::error!("the disk is full: writes wait until space is freed: {e}");
+                    }
+                    metrics::counter!("basalt_storage_write_retries_total").increment(1);
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_secs(2));
+                    batch = WriteBatch::from_data(&data);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Whether a write met a full disk and none has succeeded since.
+    pub fn out_of_space(&self) -> bool {
+        self.no_space.load(Ordering::SeqCst)
+    }
+
+    /// Makes writes waiting for room give up (the node shuts down).
+    pub fn close(&self) {
+        self.closing.store(true, Ordering::SeqCst);
     }
 
     /// Calls `callback` once every write made before this call is durable.
@@ -704,12 +759,36 @@ fn visit_items(
 
 /// Waits for sync requests, takes every request pending at that moment, and answers them all
 /// with one WAL fsync.
-fn run_wal_syncer(db: &DB, rx: &mpsc::Receiver<SyncCallback>) {
+/// Whether a store error says the disk is full.
+pub fn is_no_space(e: &crate::error::Error) -> bool {
+    matches!(e, crate::error::Error::Storage(m) if m.contains("No space left"))
+}
+
+fn run_wal_syncer(
+    db: &DB,
+    rx: &mpsc::Receiver<SyncCallback>,
+    (closing, no_space): &(Arc<AtomicBool>, Arc<AtomicBool>),
+) {
     while let Ok(first) = rx.recv() {
         let mut pending = vec![first];
         pending.extend(rx.try_iter());
         let started = Instant::now();
-        let result = db.flush_wal(true);
+        let mut result = db.flush_wal(true);
+        // While the disk is full, a failed sync is tried again until it succeeds (RocksDB
+        // resumes once space is freed, having flushed what its log held): an error reported
+        // to openraft would stop every group waiting on this sync for good.
+        while result.is_err() && !closing.load(Ordering::SeqCst) {
+            let full = result
+                .as_ref()
+                .err()
+                .is_some_and(|e| e.to_string().contains("No space left"));
+            if !full && !no_space.load(Ordering::SeqCst) {
+                break;
+            }
+            no_space.store(true, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(250));
+            result = db.flush_wal(true);
+        }
         metrics::histogram!("basalt_storage_wal_sync_seconds")
             .record(started.elapsed().as_secs_f64());
         metrics::histogram!("basalt_storage_wal_sync_batch_size").record(pending.len() as f64);

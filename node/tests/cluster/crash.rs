@@ -244,3 +244,48 @@ async fn a_failed_part_of_a_read_cancels_the_other_parts() {
         .collect();
     assert_eq!(counts, vec![10, 10, 10]);
 }
+
+/// A write that meets a full disk (the store failing writes as RocksDB does without space,
+/// armed by the `store-write-nospace` fail point) waits for room instead of stopping its group:
+/// once writes go through again, every group serves and every acknowledged write reads back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_meets_a_full_disk_waits_and_no_group_halts() {
+    let mut cluster = TestCluster::start(1, &["--shards", "2"], &[]).await;
+    cluster.stop(0);
+    // Past the start's own writes, five writes in a row fail for want of space.
+    cluster.restart_with_failpoints(0, "store-write-nospace=60*off->5*return->off");
+    cluster.wait_healthy(0, Duration::from_secs(60)).await;
+    let client = cluster.client(0);
+    let mut ids = Vec::new();
+    for i in 0..60 {
+        let id = client
+            .create_object("Note", &json!({"i": i}))
+            .await
+            .unwrap_or_else(|e| panic!("write {i}: {e}"))
+            .object_id;
+        ids.push(id);
+    }
+    assert!(
+        cluster
+            .log_text(0)
+            .contains("the disk is full: writes wait"),
+        "the fail point was never reached"
+    );
+    cluster.wait_healthy(0, Duration::from_secs(30)).await;
+    let (_, health) = {
+        let r = reqwest::get(format!("http://{}/health", cluster.nodes[0].http))
+            .await
+            .expect("health");
+        (
+            r.status(),
+            r.json::<serde_json::Value>().await.expect("json"),
+        )
+    };
+    assert!(!health.to_string().contains("halted"), "{health}");
+    for id in &ids {
+        assert!(
+            client.get_object("Note", id).await.unwrap().is_some(),
+            "{id}"
+        );
+    }
+}
