@@ -116,7 +116,21 @@ const USAGE_COUNTED: &[u8] = b"usage-counted-1";
 /// store written before apply counted it (no marker yet); answers how many groups it counted.
 /// Counting again after a crash writes the same counts.
 pub fn count_usage(store: &Store) -> Result<u64> {
-    if store.get_default(USAGE_COUNTED)?.is_some() {
+    count_each_group_once(store, USAGE_COUNTED, group_usage)
+}
+
+/// Records (key, value) counted from what a group holds.
+type Counted = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// Writes `count(group)` for every group of the store, once: nothing when `marker` is in the
+/// default column family, else every group's records and then the marker (a crash before it
+/// counts again, writing the same). Answers how many groups it counted.
+fn count_each_group_once(
+    store: &Store,
+    marker: &[u8],
+    count: fn(&Store, GroupId) -> Result<Counted>,
+) -> Result<u64> {
+    if store.get_default(marker)?.is_some() {
         return Ok(0);
     }
     let mut counted = 0u64;
@@ -124,16 +138,16 @@ pub fn count_usage(store: &Store) -> Result<u64> {
     while let Some(g) = group {
         let mut batch = WriteBatch::default();
         let cf = store.cf(CF_SM)?;
-        for (k, v) in group_usage(store, g)? {
+        for (k, v) in count(store, g)? {
             batch.put_cf(cf, k, v);
         }
         store.write(batch, true)?;
         counted += 1;
         group = first_group(store, &keys::group_end(g))?;
     }
-    let mut marker = WriteBatch::default();
-    marker.put(USAGE_COUNTED, [1u8]);
-    store.write(marker, true)?;
+    let mut done = WriteBatch::default();
+    done.put(marker, [1u8]);
+    store.write(done, true)?;
     Ok(counted)
 }
 
@@ -144,30 +158,12 @@ const CHANGES_COUNTED: &[u8] = b"changes-counted-1";
 /// written before apply counted them; answers how many groups it counted. The count is what
 /// apply would have kept, so replicas upgraded at different log indexes agree.
 pub fn count_changes(store: &Store) -> Result<u64> {
-    if store.get_default(CHANGES_COUNTED)?.is_some() {
-        return Ok(0);
-    }
-    let mut counted = 0u64;
-    let mut group = first_group(store, &[])?;
-    while let Some(g) = group {
-        let mut batch = WriteBatch::default();
-        let cf = store.cf(CF_SM)?;
-        for (k, v) in group_change_bytes(store, g)? {
-            batch.put_cf(cf, k, v);
-        }
-        store.write(batch, true)?;
-        counted += 1;
-        group = first_group(store, &keys::group_end(g))?;
-    }
-    let mut marker = WriteBatch::default();
-    marker.put(CHANGES_COUNTED, [1u8]);
-    store.write(marker, true)?;
-    Ok(counted)
+    count_each_group_once(store, CHANGES_COUNTED, group_change_bytes)
 }
 
 /// The change log's byte counts of `group` (key, value: in all and per stretch), counted from
 /// the changes the store holds; none when it holds none.
-pub fn group_change_bytes(store: &Store, group: GroupId) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+pub fn group_change_bytes(store: &Store, group: GroupId) -> Result<Counted> {
     let mut stretches: BTreeMap<u64, u64> = BTreeMap::new();
     let start = keys::sm_family(group, keys::SM_CHANGES);
     let end = keys::sm_family(group, keys::SM_CHANGES + 1);
@@ -199,7 +195,7 @@ pub fn group_change_bytes(store: &Store, group: GroupId) -> Result<Vec<(Vec<u8>,
 
 /// The usage records (key, value) of every app with objects or files in `group`, counted from
 /// what the store holds.
-pub fn group_usage(store: &Store, group: GroupId) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+pub fn group_usage(store: &Store, group: GroupId) -> Result<Counted> {
     let mut by_app: BTreeMap<String, AppUsage> = BTreeMap::new();
     let start = keys::sm_family(group, keys::SM_OBJECT);
     let end = keys::sm_family(group, keys::SM_OBJECT + 1);

@@ -45,6 +45,44 @@ async fn wait_serving(cluster: &TestCluster, i: usize) -> Value {
     }
 }
 
+/// Writes 256 KiB objects through `c` until `refusals` in a row are refused for want of disk
+/// (507, 10081; the store's own files come and go as it flushes: a full disk is one that stays
+/// full); the acknowledged objectIds.
+async fn fill_until_refused(c: &basalt_client::Client, refusals: usize) -> Vec<String> {
+    let mut acked: Vec<String> = Vec::new();
+    let (mut refused, mut in_a_row) = (0, 0);
+    let deadline = Instant::now() + Duration::from_secs(180);
+    for i in 0..4000u64 {
+        assert!(Instant::now() < deadline, "the disks never filled");
+        match c
+            .create_object("Big", &json!({"i": i, "blob": noise(256 << 10, i)}))
+            .await
+        {
+            Ok(o) => {
+                acked.push(o.object_id);
+                in_a_row = 0;
+            }
+            Err(basalt_client::Error::Api {
+                status: 507,
+                code: Some(10081),
+                ..
+            }) => {
+                refused += 1;
+                in_a_row += 1;
+                if in_a_row == refusals {
+                    return acked;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("write {i}: {e}"),
+        }
+    }
+    panic!(
+        "{refused} refused, {} acknowledged: the disks never filled",
+        acked.len()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_refuses_growth_and_keeps_every_group_serving() {
     // 3 nodes on 512 MiB each: low under 60 % free, critical under 50 % (256 MiB: room for the
@@ -68,42 +106,8 @@ async fn a_full_disk_refuses_growth_and_keeps_every_group_serving() {
     )
     .await;
     let c = cluster.client(0);
-    // Writes of 256 KiB until the cluster has refused 20 in a row for want of disk (the
-    // store's own files come and go as it flushes: a full disk is one that stays full).
-    let mut acked: Vec<String> = Vec::new();
-    let (mut refused, mut in_a_row) = (0, 0);
-    let deadline = Instant::now() + Duration::from_secs(180);
-    for i in 0..4000u64 {
-        assert!(Instant::now() < deadline, "the disks never filled");
-        match c
-            .create_object("Big", &json!({"i": i, "blob": noise(256 << 10, i)}))
-            .await
-        {
-            Ok(o) => {
-                acked.push(o.object_id);
-                in_a_row = 0;
-            }
-            Err(basalt_client::Error::Api {
-                status: 507,
-                code: Some(10081),
-                ..
-            }) => {
-                refused += 1;
-                in_a_row += 1;
-                if in_a_row == 20 {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => panic!("write {i}: {e}"),
-        }
-    }
-    assert_eq!(
-        in_a_row,
-        20,
-        "{refused} refused, {} acknowledged",
-        acked.len()
-    );
+    // Writes of 256 KiB until the cluster has refused 20 in a row for want of disk.
+    let mut acked = fill_until_refused(&c, 20).await;
     assert!(
         acked.len() > 20,
         "{} writes before the disk filled",
@@ -232,34 +236,7 @@ async fn deletes_give_their_space_back() {
     .await;
     let c = cluster.client(0);
     eprintln!("{} MiB free at start", free_bytes(&cluster, 0).await >> 20);
-    let mut acked: Vec<String> = Vec::new();
-    let mut in_a_row = 0;
-    let deadline = Instant::now() + Duration::from_secs(180);
-    for i in 0..4000u64 {
-        assert!(Instant::now() < deadline, "the disk never filled");
-        match c
-            .create_object("Big", &json!({"i": i, "blob": noise(256 << 10, i)}))
-            .await
-        {
-            Ok(o) => {
-                acked.push(o.object_id);
-                in_a_row = 0;
-            }
-            Err(basalt_client::Error::Api {
-                status: 507,
-                code: Some(10081),
-                ..
-            }) => {
-                in_a_row += 1;
-                if in_a_row == 10 {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => panic!("write {i}: {e}"),
-        }
-    }
-    assert_eq!(in_a_row, 10, "{} acknowledged", acked.len());
+    let acked = fill_until_refused(&c, 10).await;
     let full = free_bytes(&cluster, 0).await;
     let written = acked.len() as u64 * (256 << 10);
     for id in &acked {
