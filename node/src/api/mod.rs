@@ -29,6 +29,7 @@ pub mod sms;
 pub mod timestamp;
 pub mod triggers;
 pub mod users;
+pub mod websocket;
 
 use axum::middleware::from_fn_with_state;
 use axum::routing::{MethodFilter, MethodRouter};

@@ -150,7 +150,7 @@ pub async fn metrics(State(state): State<AppState>) -> Result<String, ApiError> 
     metrics::gauge!("basalt_cluster_insecure").set(if insecure { 1.0 } else { 0.0 });
     metrics::gauge!("basalt_storage_bytes").set(state.cluster.storage_bytes() as f64);
     metrics::gauge!("basalt_realtime_outbox_bytes")
-        .set(crate::realtime::outbox::node_queued() as f64);
+        .set(crate::realtime::outbox::node_bytes() as f64);
     PROMETHEUS
         .get()
         .map(PrometheusHandle::render)

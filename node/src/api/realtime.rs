@@ -14,12 +14,14 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method};
-use axum::response::sse::{KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::{SinkExt, StreamExt};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+use tokio_tungstenite::tungstenite::protocol::frame::Frame as WsFrame;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::Message;
 
 use super::context::{admit, ApiPath, ApiQuery, AppState};
 use super::error::ApiError;
@@ -27,10 +29,16 @@ use crate::auth::{self, AuthError, HeaderNames, RequestCtx};
 use crate::connections::ConnectionSlot;
 use crate::realtime::connection::{Connection, Refusal};
 use crate::realtime::outbox::OutboxReceiver;
-use crate::realtime::wire::{Action, Frame, Outbound, SubRequest};
+use crate::realtime::wire::{Action, Frame, Outbound, Pieces, SubRequest};
+
+use super::websocket::{Socket, Upgrade};
 
 /// Largest message a client may send.
 const MAX_CLIENT_MESSAGE: usize = 64 * 1024;
+/// What a WebSocket reads into at once (tungstenite keeps it for the connection's life).
+const READ_BUFFER: usize = 16 * 1024;
+/// Server-Sent Events streams send a comment this often, so proxies keep them open.
+const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// socket.io heartbeats: the node sends one this often and closes a connection it heard
 /// nothing from for `SOCKET_IO_TIMEOUT` (both announced in the handshake).
 const SOCKET_IO_HEARTBEAT: Duration = Duration::from_secs(25);
@@ -166,8 +174,6 @@ pub async fn socket_io_websocket(
     upgrade(ws, slot, conn, Framing::SocketIo)
 }
 
-type Upgrade = Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>;
-
 /// Upgrades to a WebSocket served as `framing` for `conn`, keeping the connection's place
 /// (`slot`) while it lasts; 107 for a request that is no upgrade.
 fn upgrade(
@@ -176,15 +182,24 @@ fn upgrade(
     (conn, rx): (Connection, OutboxReceiver),
     framing: Framing,
 ) -> Response {
-    let Ok(ws) = ws else {
-        return ApiError::InvalidBody("this address takes a WebSocket upgrade.".into())
-            .into_response();
+    let ws = match ws.handshake() {
+        Ok(ws) => ws,
+        Err(why) => {
+            return ApiError::InvalidBody(format!("this address takes a WebSocket upgrade: {why}."))
+                .into_response()
+        }
     };
-    ws.max_message_size(MAX_CLIENT_MESSAGE)
-        .on_upgrade(move |socket| async move {
-            let _slot = slot;
-            serve_socket(conn, rx, socket, framing).await;
-        })
+    // Messages are written eagerly, a piece at a time: a connection's write buffer holds at
+    // most about one piece.
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(MAX_CLIENT_MESSAGE))
+        .max_frame_size(Some(MAX_CLIENT_MESSAGE))
+        .read_buffer_size(READ_BUFFER)
+        .write_buffer_size(0);
+    ws.accept(config, move |socket| async move {
+        let _slot = slot;
+        serve_socket(conn, rx, socket, framing).await;
+    })
 }
 
 /// The `server_error` of a refused client message.
@@ -200,11 +215,64 @@ enum Framing {
 }
 
 impl Framing {
-    fn frame(self, m: &Outbound) -> Message {
+    fn pieces(self, m: &Outbound) -> Pieces {
         match self {
-            Framing::Plain => Message::Text(Frame::websocket(m).into()),
-            Framing::SocketIo => Message::Text(Frame::socket_io(m).into()),
+            Framing::Plain => Frame::websocket(m),
+            Framing::SocketIo => Frame::socket_io(m),
         }
+    }
+}
+
+/// How a message's writing ended.
+enum Sent {
+    Whole,
+    /// Stopped while its one frame went out: another message may follow it.
+    Stuck,
+    /// Stopped amid its fragments: no other message may follow.
+    Cut,
+    Failed,
+}
+
+/// Writes `m` as one text frame, or as fragments of a piece each, stopping when `stop`
+/// resolves first.
+async fn send_message<S>(
+    sink: &mut S,
+    framing: Framing,
+    m: &Outbound,
+    stop: impl std::future::Future<Output = ()>,
+) -> Sent
+where
+    S: futures::Sink<Message> + Unpin,
+{
+    let mut pieces = framing.pieces(m).peekable();
+    let Some(first) = pieces.next() else {
+        return Sent::Whole;
+    };
+    if pieces.peek().is_none() {
+        return tokio::select! {
+            sent = sink.send(Message::Text(first.into())) => match sent {
+                Ok(()) => Sent::Whole,
+                Err(_) => Sent::Failed,
+            },
+            () = stop => Sent::Stuck,
+        };
+    }
+    let write = async {
+        let mut frame = WsFrame::message(first, OpCode::Data(Data::Text), false);
+        loop {
+            if sink.send(Message::Frame(frame)).await.is_err() {
+                return false;
+            }
+            let Some(next) = pieces.next() else {
+                return true;
+            };
+            let last = pieces.peek().is_none();
+            frame = WsFrame::message(next, OpCode::Data(Data::Continue), last);
+        }
+    };
+    tokio::select! {
+        ok = write => if ok { Sent::Whole } else { Sent::Failed },
+        () = stop => Sent::Cut,
     }
 }
 
@@ -232,22 +300,24 @@ fn socket_io_frame(text: &str) -> SocketIoFrame<'_> {
 async fn serve_socket(
     mut conn: Connection,
     mut rx: OutboxReceiver,
-    socket: WebSocket,
+    socket: Socket,
     framing: Framing,
 ) {
     let (mut sink, mut stream) = socket.split();
     let outbox = std::sync::Arc::clone(conn.outbox());
     let resync = conn.slow_resync();
     let writer = tokio::spawn(async move {
+        let never = std::future::pending::<()>;
         if framing == Framing::SocketIo {
-            let hello = [
-                Message::Text("1::".into()),
-                framing.frame(&Outbound::new("client_send_data", &serde_json::json!({}))),
-            ];
-            for m in hello {
-                if sink.send(m).await.is_err() {
-                    return;
-                }
+            if sink.send(Message::Text("1::".into())).await.is_err() {
+                return;
+            }
+            let hello = Outbound::new("client_send_data", &serde_json::json!({}));
+            if !matches!(
+                send_message(&mut sink, framing, &hello, never()).await,
+                Sent::Whole
+            ) {
+                return;
             }
         }
         let every = match framing {
@@ -255,35 +325,40 @@ async fn serve_socket(
             Framing::SocketIo => SOCKET_IO_HEARTBEAT,
         };
         let mut beat = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-        loop {
-            let out = tokio::select! {
+        // A client that stops reading blocks the writing: its outbox then overflows, and the
+        // message being written is dropped without waiting for the client.
+        let farewell = loop {
+            let sent = tokio::select! {
                 m = rx.recv() => match m {
-                    Some(m) => framing.frame(&m),
-                    None => break,
+                    Some(m) => send_message(&mut sink, framing, &m, outbox.overflowed()).await,
+                    None if outbox.is_overflowed() => break Some(FAREWELL),
+                    None => break None,
                 },
-                () = outbox.overflowed() => {
-                    rx.discard();
-                    let farewell = sink.send(framing.frame(&resync));
-                    let _ = tokio::time::timeout(FAREWELL, farewell).await;
-                    break;
+                _ = beat.tick() => {
+                    let beat = match framing {
+                        Framing::Plain => Message::Ping(Default::default()),
+                        Framing::SocketIo => Message::Text("2:::".into()),
+                    };
+                    tokio::select! {
+                        sent = sink.send(beat) => match sent {
+                            Ok(()) => Sent::Whole,
+                            Err(_) => Sent::Failed,
+                        },
+                        () = outbox.overflowed() => Sent::Stuck,
+                    }
                 }
-                _ = beat.tick() => match framing {
-                    Framing::Plain => Message::Ping(Default::default()),
-                    Framing::SocketIo => Message::Text("2:::".into()),
-                },
             };
-            // A client that stops reading blocks the send: its outbox then overflows and the
-            // connection is dropped without waiting for the send.
-            let blocked = tokio::select! {
-                sent = sink.send(out) => if sent.is_err() { return } else { false },
-                () = outbox.overflowed() => true,
-            };
-            if blocked {
-                rx.discard();
-                let farewell = sink.send(framing.frame(&resync));
-                let _ = tokio::time::timeout(STUCK_FAREWELL, farewell).await;
-                break;
+            match sent {
+                Sent::Whole => continue,
+                Sent::Stuck => break Some(STUCK_FAREWELL),
+                // Amid a message's fragments no resync can follow: the connection just ends.
+                Sent::Cut | Sent::Failed => return,
             }
+        };
+        if let Some(within) = farewell {
+            let _ =
+                tokio::time::timeout(within, send_message(&mut sink, framing, &resync, never()))
+                    .await;
         }
         let _ = tokio::time::timeout(Duration::from_secs(5), sink.send(Message::Close(None))).await;
     });
@@ -365,27 +440,85 @@ pub async fn server_sent_events(
     if let Err(e) = conn.subscribe(&req).await {
         return ApiError::from(e).into_response();
     }
-    let resync = conn.slow_resync();
-    let stream = futures::stream::unfold(
-        (conn, rx, Some(resync)),
-        |(conn, mut rx, resync)| async move {
-            let outbox = std::sync::Arc::clone(conn.outbox());
-            let resync = resync?;
-            tokio::select! {
-                m = rx.recv() => {
-                    let m = m?;
-                    Some((Ok::<_, std::convert::Infallible>(Frame::sse(&m)), (conn, rx, Some(resync))))
-                }
-                () = outbox.overflowed() => {
-                    rx.discard();
-                    Some((Ok(Frame::sse(&resync)), (conn, rx, None)))
-                }
-            }
-        },
-    );
-    Sse::new(stream)
-        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+    let body = sse_body(conn, rx);
+    (
+        [
+            (axum::http::header::CONTENT_TYPE, "text/event-stream"),
+            (axum::http::header::CACHE_CONTROL, "no-cache"),
+        ],
+        body,
+    )
         .into_response()
+}
+
+/// The body of an event stream: a task writes the connection's messages in pieces through a
+/// channel of one piece, so a client that stops reading holds at most about two pieces,
+/// and its outbox overflowing drops the message it was on.
+fn sse_body(conn: Connection, mut rx: OutboxReceiver) -> axum::body::Body {
+    let (tx, chunks) = tokio::sync::mpsc::channel::<bytes::Bytes>(1);
+    let outbox = std::sync::Arc::clone(conn.outbox());
+    let resync = conn.slow_resync();
+    tokio::spawn(async move {
+        let _conn = conn;
+        let never = std::future::pending::<()>;
+        let mut beat =
+            tokio::time::interval_at(tokio::time::Instant::now() + SSE_KEEP_ALIVE, SSE_KEEP_ALIVE);
+        let farewell = loop {
+            let sent = tokio::select! {
+                m = rx.recv() => match m {
+                    Some(m) => send_chunks(&tx, Frame::sse(&m), outbox.overflowed()).await,
+                    None if outbox.is_overflowed() => break Some(FAREWELL),
+                    None => break None,
+                },
+                _ = beat.tick() => {
+                    send_chunks(&tx, std::iter::once(":\n\n".to_string()), outbox.overflowed()).await
+                }
+                () = tx.closed() => return,
+            };
+            match sent {
+                Sent::Whole => continue,
+                Sent::Stuck => break Some(STUCK_FAREWELL),
+                // Amid an event's data no other event can follow: the stream just ends.
+                Sent::Cut | Sent::Failed => return,
+            }
+        };
+        if let Some(within) = farewell {
+            let _ =
+                tokio::time::timeout(within, send_chunks(&tx, Frame::sse(&resync), never())).await;
+        }
+    });
+    axum::body::Body::from_stream(futures::stream::unfold(chunks, |mut chunks| async move {
+        let chunk = chunks.recv().await?;
+        Some((Ok::<_, std::convert::Infallible>(chunk), chunks))
+    }))
+}
+
+/// Sends `pieces` down `tx` one at a time, stopping when `stop` resolves first.
+async fn send_chunks(
+    tx: &tokio::sync::mpsc::Sender<bytes::Bytes>,
+    pieces: impl Iterator<Item = String>,
+    stop: impl std::future::Future<Output = ()>,
+) -> Sent {
+    let sent_any = std::sync::atomic::AtomicBool::new(false);
+    let write = async {
+        for piece in pieces {
+            if tx.send(piece.into()).await.is_err() {
+                return false;
+            }
+            sent_any.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        true
+    };
+    let outcome = tokio::select! {
+        ok = write => Some(ok),
+        () = stop => None,
+    };
+    match outcome {
+        Some(true) => Sent::Whole,
+        Some(false) => Sent::Failed,
+        None if sent_any.load(std::sync::atomic::Ordering::Relaxed) => Sent::Cut,
+        None => Sent::Stuck,
+    }
 }
 
 #[cfg(test)]

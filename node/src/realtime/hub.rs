@@ -24,8 +24,9 @@ use basalt_cluster::Replicas;
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
 
+use super::body::Body;
 use super::cursor::{Cursor, Position};
-use super::outbox::{Outbox, QUEUE};
+use super::outbox::{Outbox, CONNECTION_BYTES, QUEUE};
 use super::subscription::{EventKind, Side, Subscription};
 use super::wire::Outbound;
 use super::RealtimeError;
@@ -48,8 +49,9 @@ pub struct Entry {
     /// Whether `floor` is past the hub's positions somewhere (its events carry their own
     /// cursors until it is not).
     ahead: AtomicBool,
-    /// While a resumed subscription replays what it missed, its live events wait here.
-    waiting: Mutex<Option<VecDeque<Outbound>>>,
+    /// While a resumed subscription replays what it missed, its live events wait here (with
+    /// their bytes, within the outbox's bounds).
+    waiting: Mutex<Option<(VecDeque<Outbound>, usize)>>,
     /// Unsubscribed (or replaced): a replay still running stops.
     ended: AtomicBool,
 }
@@ -179,7 +181,7 @@ impl Hub {
                 id,
                 ahead: AtomicBool::new(floor.ahead_of(&Cursor::at(&now))),
                 floor,
-                waiting: Mutex::new(cursor.as_ref().map(|_| VecDeque::new())),
+                waiting: Mutex::new(cursor.as_ref().map(|_| (VecDeque::new(), 0))),
                 ended: AtomicBool::new(false),
                 sub,
                 outbox,
@@ -230,8 +232,8 @@ impl Inner {
 /// A change's renderings shared by the subscribers who see it the same way.
 #[derive(Default)]
 struct Rendered {
-    current: Option<Arc<str>>,
-    before: Option<Arc<str>>,
+    current: Option<Body>,
+    before: Option<Body>,
 }
 
 impl Inner {
@@ -360,10 +362,11 @@ impl Inner {
                 &cursor
             };
             let data = render(&entry.sub, c, side, &mut shared);
-            let text = entry.sub.event_text(kind, c, cursor, &data);
             entry.offer(Outbound {
                 name: "server_pub",
-                arg: text.into(),
+                head: entry.sub.event_head(kind, c, cursor).into(),
+                body: Some(data),
+                tail: "}",
                 cursor: Some(cursor.into()),
             });
         }
@@ -449,7 +452,7 @@ impl Inner {
         }
         // The live events that waited, then live delivery (under the same lock as `offer`).
         let mut waiting = lock(&entry.waiting);
-        if let Some(queue) = waiting.take() {
+        if let Some((queue, _)) = waiting.take() {
             for m in queue {
                 entry.outbox.offer(m);
             }
@@ -461,10 +464,12 @@ impl Entry {
     /// Queues a live message: behind a replay while one runs, else in the outbox.
     fn offer(&self, m: Outbound) {
         let mut waiting = lock(&self.waiting);
-        if let Some(queue) = waiting.as_mut() {
-            if queue.len() >= QUEUE {
+        if let Some((queue, bytes)) = waiting.as_mut() {
+            if queue.len() >= QUEUE || *bytes + m.bytes() > CONNECTION_BYTES {
+                queue.clear();
                 self.outbox.overflow();
             } else {
+                *bytes += m.bytes();
                 queue.push_back(m);
             }
             return;
@@ -478,19 +483,19 @@ impl Entry {
 
 /// The JSON text of the side of `c` that `sub` is shown, rendered once per change for every
 /// subscriber that sees it alike.
-fn render(sub: &Subscription, c: &Change, side: Side, shared: &mut Rendered) -> Arc<str> {
+fn render(sub: &Subscription, c: &Change, side: Side, shared: &mut Rendered) -> Body {
     let object = match side {
         Side::Current => &c.object,
         Side::Before => c.before.as_ref().unwrap_or(&c.object),
     };
     if sub.renders_per_subscriber() {
-        return sub.render(&c.object_id, object).to_string().into();
+        return Body::new(sub.render(&c.object_id, object).to_string());
     }
     let slot = match side {
         Side::Current => &mut shared.current,
         Side::Before => &mut shared.before,
     };
-    slot.get_or_insert_with(|| sub.render(&c.object_id, object).to_string().into())
+    slot.get_or_insert_with(|| Body::new(sub.render(&c.object_id, object).to_string()))
         .clone()
 }
 
@@ -499,10 +504,11 @@ fn event_for(sub: &Subscription, c: &Change, cursor: &Cursor) -> Option<Outbound
     let (kind, side): (EventKind, Side) = sub.judge(c)?;
     let data = render(sub, c, side, &mut Rendered::default());
     let cursor = cursor.encode();
-    let text = sub.event_text(kind, c, &cursor, &data);
     Some(Outbound {
         name: "server_pub",
-        arg: text.into(),
+        head: sub.event_head(kind, c, &cursor).into(),
+        body: Some(data),
+        tail: "}",
         cursor: Some(cursor.into()),
     })
 }

@@ -8,6 +8,7 @@
 //! whatever the transport; `wire` is the message model and each transport's framing. The
 //! transports (plain WebSocket, socket.io 0.9, SSE) are served by `api::realtime`.
 
+pub mod body;
 pub mod connection;
 pub mod cursor;
 pub mod hub;

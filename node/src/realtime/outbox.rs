@@ -1,93 +1,103 @@
 //! A connection's outbox: a queue of at most `QUEUE` messages and `CONNECTION_BYTES` bytes
-//! that the hub fills without ever waiting, within the node's `NODE_BYTES` of all outboxes.
-//! A message taken by the transport still counts until it reached the client (the transport
-//! asks for the next one only then), so a client that does not read holds its bytes.
+//! that the hub fills without ever waiting, within the node's `NODE_BYTES` of realtime memory.
+//!
+//! What counts against the node's budget is what the node really holds: each message's own
+//! bytes (its head and cursor) while it waits or is on its way, and each event's object
+//! (`body::Body`) once, however many outboxes hold it. A connection's own bound counts its
+//! messages whole. A message taken by the transport still counts until it reached the client
+//! (the transport asks for the next one only then), so a client that does not read holds its
+//! bytes; the transports write large messages in pieces (`wire::PIECE`), so they hold no copy.
 //!
 //! An event that finds its outbox full marks it overflowed. One that would take the node past
 //! its budget overflows its own outbox when that connection is behind (it has messages
 //! waiting or on their way); a connection that is not behind gets it, and the connections
 //! holding the most bytes are overflowed instead until there is room: the slowest go first.
-//! The transport of an overflowed outbox drops what waits (`OutboxReceiver::discard`), sends
-//! one `server_resync` ("slow") and closes the connection; the bytes of an overflowed outbox
-//! count as being freed (`NODE_DROPPING`) until its connection is gone. Neighbours: `hub` (fills it),
-//! `connection` (owns it), `api::realtime` (drains it to the client).
+//! Overflowing an outbox drops what waits in it at once; its transport then drops the message
+//! it was writing, sends one `server_resync` ("slow") when it can, and closes the connection.
+//! Neighbours: `hub` (fills it), `connection` (owns it), `api::realtime` (drains it to the
+//! client), `body` (the shared objects' bytes).
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::Notify;
 
+use super::body;
 use super::wire::Outbound;
 
 /// Messages a connection may have waiting before it counts as too slow.
 pub const QUEUE: usize = 1024;
 /// Bytes a connection may have waiting before it counts as too slow.
 pub const CONNECTION_BYTES: usize = 16 << 20;
-/// Bytes every connection of the node may have waiting together.
+/// Bytes of realtime messages the node may hold together.
 pub const NODE_BYTES: usize = 128 << 20;
 
-/// Bytes waiting in every outbox of the node.
-static NODE_QUEUED: AtomicUsize = AtomicUsize::new(0);
-/// Of those, the bytes of overflowed outboxes their transports are about to drop.
-static NODE_DROPPING: AtomicUsize = AtomicUsize::new(0);
+/// Own bytes of the messages waiting in, or on their way from, every outbox of the node.
+static NODE_OWN: AtomicUsize = AtomicUsize::new(0);
 /// Every outbox of the node, to find the slowest when the budget is spent.
 static LIVE: Mutex<Vec<Weak<Shared>>> = Mutex::new(Vec::new());
 
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The messages waiting, and whether the outbox's owner is gone.
+#[derive(Default)]
+struct Queue {
+    messages: VecDeque<Outbound>,
+    closed: bool,
+}
+
 /// What an outbox and its receiver share.
 struct Shared {
-    /// Bytes of the messages waiting or on their way.
+    queue: Mutex<Queue>,
+    /// Bytes (whole) of the messages waiting or on their way.
     queued: AtomicUsize,
     overflowed: AtomicBool,
-    /// Of `NODE_DROPPING`, the bytes this outbox has not given back yet.
-    dropping: AtomicUsize,
+    /// Wakes the receiver: a message, the overflow or the close.
     wake: Notify,
+    /// Wakes a transport stuck writing: the overflow.
+    stuck: Notify,
 }
 
 impl Shared {
-    fn overflow(&self) {
-        if !self.overflowed.swap(true, Ordering::AcqRel) {
-            let held = self.queued.load(Ordering::Acquire);
-            self.dropping.store(held, Ordering::Release);
-            NODE_DROPPING.fetch_add(held, Ordering::AcqRel);
-            metrics::counter!("basalt_realtime_resyncs_total", "reason" => "slow").increment(1);
-            self.wake.notify_one();
-        }
+    fn take(&self, m: &Outbound) {
+        self.queued.fetch_add(m.bytes(), Ordering::AcqRel);
+        NODE_OWN.fetch_add(m.own_bytes(), Ordering::AcqRel);
     }
 
-    fn give_back(&self, bytes: usize) {
+    fn give_back(&self, bytes: usize, own: usize) {
         self.queued.fetch_sub(bytes, Ordering::AcqRel);
-        NODE_QUEUED.fetch_sub(bytes, Ordering::AcqRel);
-        if self.overflowed.load(Ordering::Acquire) {
-            let was = self
-                .dropping
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |d| {
-                    Some(d.saturating_sub(bytes))
-                })
-                .unwrap_or(0);
-            let released = was.min(bytes);
-            let _ = NODE_DROPPING.fetch_update(Ordering::AcqRel, Ordering::Acquire, |d| {
-                Some(d.saturating_sub(released))
-            });
+        NODE_OWN.fetch_sub(own, Ordering::AcqRel);
+    }
+
+    /// Marks the outbox overflowed and drops what waits in it (the message on its way goes
+    /// with the connection).
+    fn overflow(&self) {
+        if self.overflowed.swap(true, Ordering::AcqRel) {
+            return;
         }
+        let dropped = std::mem::take(&mut lock(&self.queue).messages);
+        for m in &dropped {
+            self.give_back(m.bytes(), m.own_bytes());
+        }
+        drop(dropped);
+        metrics::counter!("basalt_realtime_resyncs_total", "reason" => "slow").increment(1);
+        self.wake.notify_one();
+        self.stuck.notify_one();
     }
 }
 
-/// The bytes `m` holds while it waits.
-fn weight(m: &Outbound) -> usize {
-    m.arg.len() + m.cursor.as_ref().map_or(0, |c| c.len()) + 64
-}
-
-/// Bytes the node's outboxes hold, not counting those being dropped.
+/// Bytes of realtime messages the node holds.
 fn node_used() -> usize {
-    NODE_QUEUED
-        .load(Ordering::Acquire)
-        .saturating_sub(NODE_DROPPING.load(Ordering::Acquire))
+    NODE_OWN.load(Ordering::Acquire) + body::alive_bytes()
 }
 
-/// Overflows the outboxes (other than `except`) holding the most bytes until they hold
-/// `need`; what they hold.
-fn drop_slowest(need: usize, except: &Arc<Shared>) -> usize {
-    let mut live = LIVE.lock().unwrap_or_else(|p| p.into_inner());
+/// Overflows the outboxes (other than `except`) holding the most bytes until the node's
+/// messages and `more` fit its budget, or none is left to overflow.
+fn drop_slowest(more: usize, except: &Arc<Shared>) {
+    let mut live = lock(&LIVE);
     live.retain(|w| w.strong_count() > 0);
     let mut holders: Vec<(usize, Arc<Shared>)> = live
         .iter()
@@ -98,87 +108,84 @@ fn drop_slowest(need: usize, except: &Arc<Shared>) -> usize {
         .collect();
     drop(live);
     holders.sort_by_key(|h| std::cmp::Reverse(h.0));
-    let mut freed = 0;
-    for (held, s) in holders {
-        if freed >= need {
+    for (_, s) in holders {
+        if node_used() + more <= NODE_BYTES {
             break;
         }
         s.overflow();
-        freed += held;
     }
-    freed
 }
 
 /// Where the hub puts a connection's messages.
 pub struct Outbox {
-    tx: mpsc::Sender<Outbound>,
     shared: Arc<Shared>,
 }
 
+/// Whether a message found room.
+enum Room {
+    Yes,
+    /// Not now: the connection is too far behind.
+    No,
+    /// Never: the outbox overflowed or its transport is gone.
+    Gone,
+}
+
 impl Outbox {
-    /// Counts `bytes` more as waiting, within the connection's bound and the node's (making
-    /// room in the node's by dropping slower connections when this one is not behind).
-    fn reserve(&self, bytes: usize) -> bool {
+    /// Queues `m` when it fits the connection's bounds and the node's (making room in the
+    /// node's by dropping slower connections when this one is not behind).
+    fn push(&self, m: Outbound) -> Room {
         let s = &self.shared;
-        let mine = s.queued.fetch_add(bytes, Ordering::AcqRel);
-        NODE_QUEUED.fetch_add(bytes, Ordering::AcqRel);
-        let fits = mine + bytes <= CONNECTION_BYTES
-            && match node_used() {
-                used if used <= NODE_BYTES => true,
-                _ if mine > 0 => false,
-                used => drop_slowest(used - NODE_BYTES, s) >= used - NODE_BYTES,
-            };
-        if !fits {
-            s.give_back(bytes);
+        if self.is_overflowed() {
+            return Room::Gone;
         }
-        fits
+        let mine = s.queued.load(Ordering::Acquire);
+        if mine + m.bytes() > CONNECTION_BYTES {
+            return Room::No;
+        }
+        if node_used() + m.own_bytes() > NODE_BYTES {
+            if mine > 0 {
+                return Room::No;
+            }
+            drop_slowest(m.own_bytes(), s);
+        }
+        let mut q = lock(&s.queue);
+        if q.closed || self.is_overflowed() {
+            return Room::Gone;
+        }
+        if q.messages.len() >= QUEUE {
+            return Room::No;
+        }
+        s.take(&m);
+        q.messages.push_back(m);
+        drop(q);
+        s.wake.notify_one();
+        Room::Yes
     }
 
-    /// Queues `m` without waiting; a full queue marks the outbox overflowed (false).
+    /// Queues `m` without waiting; a connection too far behind is overflowed (false).
     pub fn offer(&self, m: Outbound) -> bool {
-        if self.is_overflowed() {
-            return false;
-        }
-        let bytes = weight(&m);
-        if !self.reserve(bytes) {
-            self.overflow();
-            return false;
-        }
-        match self.tx.try_send(m) {
-            Ok(()) => true,
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                self.shared.give_back(bytes);
+        match self.push(m) {
+            Room::Yes => true,
+            Room::No => {
                 self.overflow();
                 false
             }
-            Err(mpsc::error::TrySendError::Closed(_)) => {
-                self.shared.give_back(bytes);
-                false
-            }
+            Room::Gone => false,
         }
     }
 
     /// Queues `m`, waiting up to `within` for room (replays, which may wait for the client).
     pub async fn send_within(&self, m: Outbound, within: std::time::Duration) -> bool {
-        let bytes = weight(&m);
         let deadline = tokio::time::Instant::now() + within;
-        while !self.reserve(bytes) {
-            if tokio::time::Instant::now() >= deadline || self.is_overflowed() {
-                self.overflow();
-                return false;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-        match tokio::time::timeout_at(deadline, self.tx.send(m)).await {
-            Ok(Ok(())) => true,
-            Ok(Err(_)) => {
-                self.shared.give_back(bytes);
-                false
-            }
-            Err(_) => {
-                self.shared.give_back(bytes);
-                self.overflow();
-                false
+        loop {
+            match self.push(m.clone()) {
+                Room::Yes => return true,
+                Room::Gone => return false,
+                Room::No if tokio::time::Instant::now() >= deadline => {
+                    self.overflow();
+                    return false;
+                }
+                Room::No => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
             }
         }
     }
@@ -192,10 +199,10 @@ impl Outbox {
         self.shared.overflowed.load(Ordering::Acquire)
     }
 
-    /// Resolves once the outbox overflowed.
+    /// Resolves once the outbox overflowed (for one transport waiting at a time).
     pub async fn overflowed(&self) {
         loop {
-            let woken = self.shared.wake.notified();
+            let woken = self.shared.stuck.notified();
             if self.is_overflowed() {
                 return;
             }
@@ -205,81 +212,101 @@ impl Outbox {
 
     /// An outbox and the receiving end of its queue.
     pub fn new() -> (Outbox, OutboxReceiver) {
-        let (tx, rx) = mpsc::channel(QUEUE);
         let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue::default()),
             queued: AtomicUsize::new(0),
             overflowed: AtomicBool::new(false),
-            dropping: AtomicUsize::new(0),
             wake: Notify::new(),
+            stuck: Notify::new(),
         });
         {
-            let mut live = LIVE.lock().unwrap_or_else(|p| p.into_inner());
+            let mut live = lock(&LIVE);
             if live.len() >= 1024 && live.len().is_power_of_two() {
                 live.retain(|w| w.strong_count() > 0);
             }
             live.push(Arc::downgrade(&shared));
         }
         let receiver = OutboxReceiver {
-            rx,
             shared: Arc::clone(&shared),
-            in_flight: 0,
+            in_flight: (0, 0),
         };
-        (Outbox { tx, shared }, receiver)
+        (Outbox { shared }, receiver)
+    }
+}
+
+impl Drop for Outbox {
+    /// The connection is gone: its transport ends once it took what waits.
+    fn drop(&mut self) {
+        lock(&self.shared.queue).closed = true;
+        self.shared.wake.notify_one();
     }
 }
 
 /// The transport's end of an outbox. A message taken still counts until the next is asked
 /// for; dropped, it gives back the bytes of every message it held or never took.
 pub struct OutboxReceiver {
-    rx: mpsc::Receiver<Outbound>,
     shared: Arc<Shared>,
-    /// Bytes of the message taken last.
-    in_flight: usize,
+    /// Bytes (whole, own) of the message taken last.
+    in_flight: (usize, usize),
 }
 
 impl OutboxReceiver {
-    /// Drops every message waiting (an overflowed connection's, before its farewell). The one
-    /// taken last still counts until the receiver is dropped with the connection.
-    pub fn discard(&mut self) {
-        self.rx.close();
-        let mut bytes = 0;
-        while let Ok(m) = self.rx.try_recv() {
-            bytes += weight(&m);
-        }
-        self.shared.give_back(bytes);
-    }
-
-    /// The next message (cancel-safe, as `mpsc::Receiver::recv`).
+    /// The next message; `None` once the outbox overflowed, or its owner is gone and nothing
+    /// waits (cancel-safe).
     pub async fn recv(&mut self) -> Option<Outbound> {
-        let last = std::mem::take(&mut self.in_flight);
-        self.shared.give_back(last);
-        let m = self.rx.recv().await?;
-        self.in_flight = weight(&m);
-        Some(m)
+        let (bytes, own) = std::mem::take(&mut self.in_flight);
+        self.shared.give_back(bytes, own);
+        loop {
+            let woken = self.shared.wake.notified();
+            {
+                let mut q = lock(&self.shared.queue);
+                if self.shared.overflowed.load(Ordering::Acquire) {
+                    return None;
+                }
+                if let Some(m) = q.messages.pop_front() {
+                    self.in_flight = (m.bytes(), m.own_bytes());
+                    return Some(m);
+                }
+                if q.closed {
+                    return None;
+                }
+            }
+            woken.await;
+        }
     }
 }
 
 impl Drop for OutboxReceiver {
     fn drop(&mut self) {
-        self.discard();
-        let last = std::mem::take(&mut self.in_flight);
-        self.shared.give_back(last);
+        let waiting = {
+            let mut q = lock(&self.shared.queue);
+            q.closed = true;
+            std::mem::take(&mut q.messages)
+        };
+        for m in &waiting {
+            self.shared.give_back(m.bytes(), m.own_bytes());
+        }
+        let (bytes, own) = std::mem::take(&mut self.in_flight);
+        self.shared.give_back(bytes, own);
     }
 }
 
-/// Bytes waiting in every outbox of the node (`basalt_realtime_outbox_bytes`).
-pub fn node_queued() -> usize {
-    NODE_QUEUED.load(Ordering::Relaxed)
+/// Bytes of realtime messages the node holds (`basalt_realtime_outbox_bytes`).
+pub fn node_bytes() -> usize {
+    node_used()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::realtime::body::Body;
 
     fn message(bytes: usize) -> Outbound {
         Outbound {
             name: "server_pub",
-            arg: "x".repeat(bytes).into(),
+            head: "h".into(),
+            body: Some(Body::new("x".repeat(bytes))),
+            tail: "}",
             cursor: None,
         }
     }
@@ -290,20 +317,51 @@ mod tests {
         assert!(outbox.offer(message(CONNECTION_BYTES / 2)));
         let held = outbox.shared.queued.load(Ordering::Acquire);
         assert!(held > CONNECTION_BYTES / 2);
-        assert!(!outbox.offer(message(CONNECTION_BYTES / 2 + 1)));
-        assert!(outbox.is_overflowed());
-        assert_eq!(outbox.shared.dropping.load(Ordering::Acquire), held);
         assert!(rx.recv().await.is_some());
         assert_eq!(
             outbox.shared.queued.load(Ordering::Acquire),
             held,
             "on its way"
         );
-        rx.discard();
-        let until_gone = outbox.shared.queued.load(Ordering::Acquire);
-        assert_eq!(until_gone, held, "until the connection is gone");
-        drop(rx);
+        assert!(outbox.offer(message(1000)));
+        assert!(!outbox.offer(message(CONNECTION_BYTES / 2)));
+        assert!(outbox.is_overflowed());
+        assert_eq!(
+            outbox.shared.queued.load(Ordering::Acquire),
+            held,
+            "what waited is dropped at once, what is on its way stays"
+        );
+        assert!(rx.recv().await.is_none(), "the transport sees the overflow");
         assert_eq!(outbox.shared.queued.load(Ordering::Acquire), 0);
-        assert_eq!(outbox.shared.dropping.load(Ordering::Acquire), 0);
+        assert!(!outbox.offer(message(10)), "nothing more is taken");
+    }
+
+    #[tokio::test]
+    async fn one_object_sent_to_many_connections_counts_once() {
+        let body = Body::new("x".repeat(1 << 20));
+        let outboxes: Vec<_> = (0..200).map(|_| Outbox::new()).collect();
+        for (outbox, _) in &outboxes {
+            let m = Outbound {
+                name: "server_pub",
+                head: "h".into(),
+                body: Some(body.clone()),
+                tail: "}",
+                cursor: None,
+            };
+            assert!(
+                outbox.offer(m),
+                "200 MiB counted whole would pass the node's budget"
+            );
+        }
+        assert!(outboxes.iter().all(|(o, _)| !o.is_overflowed()));
+    }
+
+    #[tokio::test]
+    async fn a_receiver_ends_when_its_outbox_is_dropped_after_what_waits() {
+        let (outbox, mut rx) = Outbox::new();
+        assert!(outbox.offer(message(10)));
+        drop(outbox);
+        assert!(rx.recv().await.is_some());
+        assert!(rx.recv().await.is_none());
     }
 }

@@ -177,10 +177,11 @@ impl Subscription {
         v
     }
 
-    /// The `server_pub` argument of an event: the subscription's members, the event, where
-    /// it is in its group (`position`) and the cursor after it, and the object's JSON text.
-    pub fn event_text(&self, kind: EventKind, c: &Change, cursor: &str, data: &str) -> String {
-        let mut out = String::with_capacity(self.head.len() + cursor.len() + data.len() + 64);
+    /// The `server_pub` argument of an event up to its object's JSON text (which follows it,
+    /// then `}`): the subscription's members, the event, where it is in its group
+    /// (`position`) and the cursor after it.
+    pub fn event_head(&self, kind: EventKind, c: &Change, cursor: &str) -> String {
+        let mut out = String::with_capacity(self.head.len() + cursor.len() + 80);
         out.push_str(&self.head);
         out.push_str(r#","event":""#);
         out.push_str(kind.name());
@@ -189,8 +190,6 @@ impl Subscription {
         out.push_str(r#"","cursor":""#);
         out.push_str(cursor);
         out.push_str(r#"","data":"#);
-        out.push_str(data);
-        out.push('}');
         out
     }
 }

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
+use super::body::Body;
 use super::RealtimeError;
 
 /// What a subscription listens to.
@@ -174,12 +175,15 @@ pub fn parse_client(text: &str) -> Result<ClientMessage, RealtimeError> {
     })
 }
 
-/// A message for one client: its name and its one argument as JSON text, and the cursor it
-/// leaves the client at (events only).
+/// A message for one client: its name, its one argument as JSON text — `head`, then the
+/// shared `body` if any, then `tail` — and the cursor it leaves the client at (events only).
+/// An event's object is its `body`, rendered once for every subscriber that sees it alike.
 #[derive(Debug, Clone)]
 pub struct Outbound {
     pub name: &'static str,
-    pub arg: Arc<str>,
+    pub head: Box<str>,
+    pub body: Option<Body>,
+    pub tail: &'static str,
     pub cursor: Option<Arc<str>>,
 }
 
@@ -187,7 +191,9 @@ impl Outbound {
     pub fn new(name: &'static str, arg: &Value) -> Outbound {
         Outbound {
             name,
-            arg: arg.to_string().into(),
+            head: arg.to_string().into(),
+            body: None,
+            tail: "",
             cursor: None,
         }
     }
@@ -201,33 +207,145 @@ impl Outbound {
         }
         Outbound::new("server_error", &arg)
     }
+
+    /// The argument's text, piece by piece.
+    pub fn arg_pieces(&self) -> [&str; 3] {
+        let body = self.body.as_ref().map_or("", Body::as_str);
+        [&self.head, body, self.tail]
+    }
+
+    /// The argument's text whole (a copy: for small messages and tests).
+    pub fn arg(&self) -> String {
+        self.arg_pieces().concat()
+    }
+
+    /// The bytes the message holds of its own (not its shared body).
+    pub fn own_bytes(&self) -> usize {
+        self.head.len() + self.cursor.as_ref().map_or(0, |c| c.len()) + 64
+    }
+
+    /// The bytes the message stands for, its body included.
+    pub fn bytes(&self) -> usize {
+        self.own_bytes() + self.body.as_ref().map_or(0, Body::len)
+    }
 }
 
-/// How a transport writes an `Outbound`.
+/// Largest piece of a message a transport writes at once: a larger message goes out as
+/// several (WebSocket fragments, SSE body chunks), so no connection ever holds a whole copy
+/// of it, however slowly its client reads.
+pub const PIECE: usize = 16 * 1024;
+
+/// How a transport writes an `Outbound`: its text in pieces of at most about `PIECE` bytes.
 pub struct Frame;
 
 impl Frame {
     /// A text frame of the plain WebSocket: the message as JSON.
-    pub fn websocket(m: &Outbound) -> String {
-        format!(r#"{{"name":"{}","args":[{}]}}"#, m.name, m.arg)
+    pub fn websocket(m: &Outbound) -> Pieces {
+        Pieces::new(format!(r#"{{"name":"{}","args":["#, m.name), m, "]}", false)
     }
 
     /// A socket.io 0.9 event frame: `5:::` and the message, its argument a JSON string (as the
     /// hosted service's SDKs parse it).
-    pub fn socket_io(m: &Outbound) -> String {
-        let arg = Value::String(m.arg.to_string());
-        format!(r#"5:::{{"name":"{}","args":[{}]}}"#, m.name, arg)
+    pub fn socket_io(m: &Outbound) -> Pieces {
+        Pieces::new(
+            format!(r#"5:::{{"name":"{}","args":[""#, m.name),
+            m,
+            r#""]}"#,
+            true,
+        )
     }
 
-    /// An SSE event: the name, the cursor as its id, the argument as its data.
-    pub fn sse(m: &Outbound) -> axum::response::sse::Event {
-        let e = axum::response::sse::Event::default()
-            .event(m.name)
-            .data(m.arg.as_ref());
-        match &m.cursor {
-            Some(c) => e.id(c.as_ref()),
-            None => e,
+    /// An SSE event: the name, the cursor as its id, the argument (one line of JSON) as its
+    /// data.
+    pub fn sse(m: &Outbound) -> Pieces {
+        let mut first = format!("event: {}\n", m.name);
+        if let Some(c) = &m.cursor {
+            first.push_str("id: ");
+            first.push_str(c);
+            first.push('\n');
         }
+        first.push_str("data: ");
+        Pieces::new(first, m, "\n\n", false)
+    }
+}
+
+/// A message's text in pieces, each made when asked for: the frame's opening, the argument
+/// (written as the inside of a JSON string when `escaped`), the frame's closing. It holds the
+/// message's object shared, never a copy of it.
+pub struct Pieces {
+    open: String,
+    head: Box<str>,
+    body: Option<Body>,
+    tail: &'static str,
+    close: &'static str,
+    escaped: bool,
+    /// The part being written (in the order above), and how far into it.
+    part: usize,
+    at: usize,
+}
+
+impl Pieces {
+    fn new(open: String, m: &Outbound, close: &'static str, escaped: bool) -> Pieces {
+        Pieces {
+            open,
+            head: m.head.clone(),
+            body: m.body.clone(),
+            tail: m.tail,
+            close,
+            escaped,
+            part: 0,
+            at: 0,
+        }
+    }
+
+    /// Part `i`'s text, and whether it is escaped; `None` past the last.
+    fn part(&self, i: usize) -> Option<(&str, bool)> {
+        Some(match i {
+            0 => (self.open.as_str(), false),
+            1 => (&*self.head, self.escaped),
+            2 => (self.body.as_ref().map_or("", Body::as_str), self.escaped),
+            3 => (self.tail, self.escaped),
+            4 => (self.close, false),
+            _ => return None,
+        })
+    }
+}
+
+impl Iterator for Pieces {
+    type Item = String;
+
+    /// The next piece: at least one byte, at most about `PIECE` bytes of the parts (up to six
+    /// times that once escaped), cut between characters.
+    fn next(&mut self) -> Option<String> {
+        let mut out = String::new();
+        while out.len() < PIECE {
+            let Some((text, escaped)) = self.part(self.part) else {
+                break;
+            };
+            let rest = &text[self.at..];
+            if rest.is_empty() {
+                self.part += 1;
+                self.at = 0;
+                continue;
+            }
+            let mut end = rest.len().min(PIECE - out.len());
+            while !rest.is_char_boundary(end) {
+                end -= 1;
+            }
+            if end == 0 {
+                // A character that does not fit what is left of this piece starts the next.
+                break;
+            }
+            let slice = &rest[..end];
+            if escaped {
+                let quoted = Value::String(slice.to_string()).to_string();
+                out.push_str(&quoted[1..quoted.len() - 1]);
+            } else {
+                out.push_str(slice);
+            }
+            self.at += end;
+        }
+        (!out.is_empty()).then_some(out)
     }
 }
 
@@ -284,13 +402,47 @@ mod tests {
     #[test]
     fn frames_carry_the_argument_as_each_transport_expects() {
         let m = Outbound::new("server_pub", &json!({"a": "x\"y"}));
-        assert_eq!(
-            Frame::websocket(&m),
-            r#"{"name":"server_pub","args":[{"a":"x\"y"}]}"#
-        );
-        let io = Frame::socket_io(&m);
+        let ws: Vec<String> = Frame::websocket(&m).collect();
+        assert_eq!(ws, [r#"{"name":"server_pub","args":[{"a":"x\"y"}]}"#]);
+        let io = Frame::socket_io(&m).collect::<String>();
         let body: Value = serde_json::from_str(io.strip_prefix("5:::").unwrap()).unwrap();
         let arg: Value = serde_json::from_str(body["args"][0].as_str().unwrap()).unwrap();
         assert_eq!(arg, json!({"a": "x\"y"}));
+        let sse = Frame::sse(&m).collect::<String>();
+        assert_eq!(sse, "event: server_pub\ndata: {\"a\":\"x\\\"y\"}\n\n");
+    }
+
+    /// A large event with its object shared: every transport writes it in pieces of about
+    /// `PIECE` bytes, cut between characters, that join into the whole message.
+    #[test]
+    fn a_large_message_goes_out_in_pieces_that_join_into_it() {
+        let object = json!({"s": "é\"\n€".repeat(20_000), "n": 1}).to_string();
+        let m = Outbound {
+            name: "server_pub",
+            head: r#"{"event":"create","data":"#.into(),
+            body: Some(Body::new(object.clone())),
+            tail: "}",
+            cursor: Some("c1".into()),
+        };
+        let whole = format!(r#"{{"event":"create","data":{object}}}"#);
+        assert_eq!(m.arg(), whole);
+
+        let ws: Vec<String> = Frame::websocket(&m).collect();
+        assert!(ws.len() > 10, "{} pieces", ws.len());
+        assert!(ws.iter().all(|p| !p.is_empty() && p.len() <= PIECE));
+        let joined: Value = serde_json::from_str(&ws.concat()).unwrap();
+        assert_eq!(
+            joined["args"][0],
+            serde_json::from_str::<Value>(&whole).unwrap()
+        );
+
+        let io: Vec<String> = Frame::socket_io(&m).collect();
+        assert!(io.iter().all(|p| p.len() <= 6 * PIECE));
+        let joined = io.concat();
+        let body: Value = serde_json::from_str(joined.strip_prefix("5:::").unwrap()).unwrap();
+        assert_eq!(body["args"][0].as_str(), Some(whole.as_str()));
+
+        let sse = Frame::sse(&m).collect::<String>();
+        assert_eq!(sse, format!("event: server_pub\nid: c1\ndata: {whole}\n\n"));
     }
 }

@@ -806,36 +806,73 @@ async fn a_cursor_inside_a_batch_resumes_after_its_event_and_repeats_none() {
 /// and a subscriber that reads still gets its events.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscribers_that_never_read_hold_a_bounded_share_of_memory() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let cluster = TestCluster::start(1, &[], &["--max-connections-per-ip", "400"]).await;
     let app = cluster.keys.application_id.clone();
     let sub = json!({"appKey": app, "tableName": "Big", "action": "updateTable"});
+    // 200 subscribers that keep their connections and never read: plain WebSockets,
+    // socket.io and event streams.
     let mut idle = Vec::new();
-    for _ in 0..200 {
-        let mut rt = Rt::plain(&cluster, 0).await;
+    for i in 0..150 {
+        let mut rt = match i % 3 {
+            0 => Rt::socket_io(&cluster, 0).await,
+            _ => Rt::plain(&cluster, 0).await,
+        };
         rt.sub(sub.clone()).await;
         idle.push(rt);
     }
+    let mut streams = Vec::new();
+    for _ in 0..50 {
+        let mut tcp = tokio::net::TcpStream::connect(&cluster.nodes[0].http)
+            .await
+            .unwrap();
+        let request = format!(
+            "GET /1/realtime/events?{}&tableName=Big HTTP/1.1\r\nHost: x\r\n\r\n",
+            keys_query(&cluster)
+        );
+        tcp.write_all(request.as_bytes()).await.unwrap();
+        let mut seen = Vec::new();
+        while !String::from_utf8_lossy(&seen).contains("event: server_sub") {
+            let mut buf = [0u8; 4096];
+            let n = tcp.read(&mut buf).await.unwrap();
+            assert!(
+                n > 0,
+                "the stream ended: {}",
+                String::from_utf8_lossy(&seen)
+            );
+            seen.extend_from_slice(&buf[..n]);
+        }
+        streams.push(tcp);
+    }
+    // Two that read, on each WebSocket framing.
     let mut reader = Rt::plain(&cluster, 0).await;
     reader.sub(sub.clone()).await;
+    let mut io_reader = Rt::socket_io(&cluster, 0).await;
+    io_reader.sub(sub.clone()).await;
     let (before, _) = cluster.memory_kib(0);
     let c = cluster.client(0);
-    let blob = "x".repeat(2 << 20);
+    let blob = "é".repeat(1 << 20);
     for i in 0..3 {
         c.create_object("Big", &json!({"i": i, "blob": blob}))
             .await
             .unwrap();
-        // The reader takes each event as it comes.
-        let e = reader.expect("server_pub").await;
-        assert_eq!(e["data"]["i"], i);
+        // The readers take each event, whole, as it comes.
+        for r in [&mut reader, &mut io_reader] {
+            let e = r.expect("server_pub").await;
+            assert_eq!(e["data"]["i"], i);
+            assert_eq!(e["data"]["blob"].as_str(), Some(blob.as_str()));
+        }
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (now, peak) = cluster.memory_kib(0);
+    // Before the bound, the same writes took about 1 GiB more.
     assert!(
-        peak < before + 640 * 1024,
+        peak < before + 256 * 1024,
         "resident memory went from {before} KiB to a peak of {peak} KiB (now {now})"
     );
-    assert!(cluster.metric(0, "basalt_realtime_outbox_bytes").await <= (320 << 20) as f64);
+    assert!(cluster.metric(0, "basalt_realtime_outbox_bytes").await <= (128 << 20) as f64);
     drop(idle);
+    drop(streams);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
