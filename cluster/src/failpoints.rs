@@ -9,7 +9,8 @@
 //! `apply-staged` (a batch of committed entries is applied in memory, not yet written),
 //! `apply-written` (written, not yet answered), `snapshot-install-batch` (part of a received
 //! snapshot is loaded over the old state, the rest not), `store-write-nospace` (`return`: a
-//! store write fails as on a full disk); and on the read path
+//! store write fails as on a full disk), `snapshot-build-nospace` (`return`: writing a
+//! snapshot's file fails as on a full disk); and on the read path
 //! `aggregate-read` (a node is about to read its shards for an aggregation: `return` fails
 //! that read, `sleep(ms)` delays it). Neighbours: `raft::log_store`, `statemachine`,
 //! `statemachine::snapshot`, `local_read`.
@@ -18,9 +19,10 @@
 pub const FAILPOINTS_ENV: &str = "BASALT_FAILPOINTS";
 
 /// The fail points this build has.
-pub const FAIL_POINTS: [&str; 6] = [
+pub const FAIL_POINTS: [&str; 7] = [
     "log-append",
     "store-write-nospace",
+    "snapshot-build-nospace",
     "apply-staged",
     "apply-written",
     "snapshot-install-batch",

@@ -319,10 +319,21 @@ async fn register_self(cluster: Cluster, join_addr: Option<String>) {
     }
 }
 
-/// Samples the disk every `disk::EVERY`: makes the ballast once there is room for it, keeps
-/// the members whose disks are critical for `Replicas::check_room`, and writes this node's
-/// level into its member record when it crosses a mark (so every node refuses growth of the
-/// groups it holds, placement avoids it, and `/health` and `basalt admin alarms` show it).
+/// How long the store may refuse writes for want of space while the disk has
+/// `ROOM_TO_RESUME` free before the node exits with `STORE_STOPPED_CODE`.
+const STORE_STOPPED_EXIT: Duration = Duration::from_secs(60);
+/// Twice the room RocksDB waits for before it resumes writing (its largest memtable).
+const ROOM_TO_RESUME: u64 = 128 << 20;
+/// The exit code of a node whose store stays stopped with room on its disk (EX_SOFTWARE):
+/// a supervisor starts it again, and the start reopens the store.
+pub const STORE_STOPPED_CODE: i32 = 70;
+
+/// Samples the disk every `disk::EVERY`: makes the ballast once there is room for it,
+/// releases it when a write met a full disk (and exits when the store still refuses writes a
+/// minute after the disk has room again), keeps the members whose disks are critical for
+/// `Replicas::check_room`, and writes this node's level into its member record when it
+/// crosses a mark (so every node refuses growth of the groups it holds, placement avoids it,
+/// and `/health` and `basalt admin alarms` show it).
 async fn watch_disk(cluster: Cluster, disk: Arc<DiskWatch>) {
     let mut shutdown = cluster.shutdown_signal();
     let ballast = Arc::clone(&disk);
@@ -330,8 +341,38 @@ async fn watch_disk(cluster: Cluster, disk: Arc<DiskWatch>) {
         tracing::warn!("cannot make the disk ballast: {e}");
     }
     let me = cluster.node_id();
+    let store = cluster.replicas().store();
+    let mut stopped_since: Option<std::time::Instant> = None;
     loop {
-        let now = disk.sample();
+        let mut now = disk.sample();
+        if store.out_of_space() {
+            // A write met a full disk the marks did not foresee (a burst between samples,
+            // another program): the ballast gives RocksDB the room it needs to resume.
+            if now.ballast_bytes > 0 {
+                let ballast = Arc::clone(&disk);
+                match tokio::task::spawn_blocking(move || ballast.release_ballast()).await {
+                    Ok(Ok(held)) => {
+                        tracing::error!(held, "a write met a full disk: the ballast is released")
+                    }
+                    Ok(Err(e)) => tracing::error!("cannot release the disk ballast: {e}"),
+                    Err(e) => tracing::error!("cannot release the disk ballast: {e}"),
+                }
+                now = disk.sample();
+            }
+            let since = *stopped_since.get_or_insert_with(std::time::Instant::now);
+            if since.elapsed() >= STORE_STOPPED_EXIT && now.free_bytes >= ROOM_TO_RESUME {
+                // RocksDB resumes by itself once it has room; writes still refused with room
+                // for a minute mean an error only reopening the store clears.
+                tracing::error!(
+                    free = now.free_bytes,
+                    "the store refuses writes although the disk has room again: exiting so that \
+                     the node starts afresh (exit code {STORE_STOPPED_CODE})"
+                );
+                std::process::exit(STORE_STOPPED_CODE);
+            }
+        } else {
+            stopped_since = None;
+        }
         let nodes = cluster.local_nodes();
         cluster.set_full_nodes(
             nodes

@@ -188,6 +188,18 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
         Ok(())
     }
 
+    /// Defers the snapshots the log's length asks for while the disk is full or has no room
+    /// for one (a forced one, `reclaim`'s, checked its room itself).
+    async fn try_create_snapshot_builder(&mut self, force: bool) -> Option<Self::SnapshotBuilder> {
+        let pressed = self.store.out_of_space()
+            || !snapshot::has_room(self.group, &self.store, &self.snapshot_dir);
+        if pressed && !force {
+            metrics::counter!("basalt_raft_snapshots_deferred_total").increment(1);
+            return None;
+        }
+        Some(self.get_snapshot_builder().await)
+    }
+
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
         ShardSnapshotBuilder::new(
             self.group,

@@ -57,7 +57,7 @@ impl RaftSnapshotBuilder<TypeConfig> for ShardSnapshotBuilder {
     ) -> std::result::Result<SnapshotOf<TypeConfig, SnapshotFile>, std::io::Error> {
         let (group, store, dir) = (self.group, Arc::clone(&self.store), self.dir.clone());
         let started = std::time::Instant::now();
-        let snap = tokio::task::spawn_blocking(move || build(group, &store, &dir))
+        let snap = tokio::task::spawn_blocking(move || build_when_room(group, &store, &dir))
             .await
             .map_err(std::io::Error::other)?
             .map_err(|e| std::io::Error::other(e.to_string()))?;
@@ -89,7 +89,71 @@ fn unique_name(index: u64) -> String {
     format!("{index:020}-{:016x}.snap", rand::rng().random::<u64>())
 }
 
-/// Writes the group's current state to a new snapshot file and makes it `current`.
+/// Free space a snapshot of a group needs besides its own size (what the store may write
+/// meanwhile).
+const ROOM_BESIDES: u64 = 32 << 20;
+
+/// Whether the disk of `dir` has room for a snapshot of `group`: twice the group's state as
+/// the store holds it (a snapshot is not compressed) and `ROOM_BESIDES`.
+pub(super) fn has_room(group: GroupId, store: &Store, dir: &Path) -> bool {
+    let state = store
+        .approximate_range_size(CF_SM, &keys::group_prefix(group), &keys::group_end(group))
+        .unwrap_or(0);
+    let probe = if dir.exists() { dir } else { store.path() };
+    match rustix::fs::statvfs(probe) {
+        Ok(s) => {
+            let free = s.f_bavail.saturating_mul(s.f_frsize);
+            free >= state.saturating_mul(2).saturating_add(ROOM_BESIDES)
+        }
+        Err(_) => true,
+    }
+}
+
+/// Runs `op` until it does not fail for want of space, backing off from 50 ms to 2 s and
+/// waiting for `room` before each new try; gives up when the node shuts down. Snapshot files
+/// are written beside the store: a full disk must not fail a build or an install, which
+/// would stop the group's Raft for good.
+fn until_room<T>(
+    store: &Store,
+    what: &str,
+    room: impl Fn() -> bool,
+    mut op: impl FnMut() -> Result<T>,
+) -> Result<T> {
+    let mut wait = std::time::Duration::from_millis(50);
+    loop {
+        match op() {
+            Err(e) if crate::storage::store::is_no_space(&e) && !store.is_closing() => {
+                metrics::counter!("basalt_raft_snapshot_no_space_total").increment(1);
+                tracing::warn!("{what}: the disk is full, trying again once there is room: {e}");
+                loop {
+                    std::thread::sleep(wait);
+                    wait = (wait * 2).min(std::time::Duration::from_secs(2));
+                    if store.is_closing() || room() {
+                        break;
+                    }
+                }
+            }
+            other => return other,
+        }
+    }
+}
+
+/// `build`, tried again whenever the disk had no room for the file.
+fn build_when_room(
+    group: GroupId,
+    store: &Store,
+    dir: &Path,
+) -> Result<SnapshotOf<TypeConfig, SnapshotFile>> {
+    until_room(
+        store,
+        "building a snapshot",
+        || has_room(group, store, dir),
+        || build(group, store, dir),
+    )
+}
+
+/// Writes the group's current state to a new snapshot file and makes it `current`; a file
+/// left half written is removed.
 pub(super) fn build(
     group: GroupId,
     store: &Store,
@@ -97,7 +161,23 @@ pub(super) fn build(
 ) -> Result<SnapshotOf<TypeConfig, SnapshotFile>> {
     fs::create_dir_all(dir)?;
     let tmp = dir.join(format!("building-{:016x}", rand::rng().random::<u64>()));
-    let mut w = BufWriter::new(File::create(&tmp)?);
+    let built = build_into(group, store, dir, &tmp);
+    if built.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    built
+}
+
+fn build_into(
+    group: GroupId,
+    store: &Store,
+    dir: &Path,
+    tmp: &Path,
+) -> Result<SnapshotOf<TypeConfig, SnapshotFile>> {
+    fail::fail_point!("snapshot-build-nospace", |_| Err(Error::Storage(
+        "No space left on device (fail point)".into()
+    )));
+    let mut w = BufWriter::new(File::create(tmp)?);
     w.write_all(MAGIC)?;
     let applied_key = keys::meta_key(group, keys::SM_APPLIED);
     let mut meta: Option<SnapshotMeta> = None;
@@ -141,7 +221,7 @@ pub(super) fn build(
     file.sync_all()?;
     let index = meta.last_log_id.as_ref().map(|l| l.index).unwrap_or(0);
     let path = dir.join(unique_name(index));
-    fs::rename(&tmp, &path)?;
+    fs::rename(tmp, &path)?;
     set_current(dir, &path)?;
     Ok(SnapshotOf::<TypeConfig, SnapshotFile> {
         meta,
@@ -226,14 +306,20 @@ pub fn install(
     meta: &SnapshotMeta,
     snapshot: SnapshotFile,
 ) -> Result<AppliedState> {
-    fs::create_dir_all(dir)?;
     let index = meta.last_log_id.as_ref().map(|l| l.index).unwrap_or(0);
     let path = dir.join(unique_name(index));
-    if fs::rename(&snapshot.path, &path).is_err() {
-        fs::copy(&snapshot.path, &path)?;
-        let _ = fs::remove_file(&snapshot.path);
-    }
-    File::open(&path)?.sync_all()?;
+    let some_room = || store_has_room(store);
+    until_room(store, "installing a snapshot", some_room, || {
+        fs::create_dir_all(dir)?;
+        if fs::rename(&snapshot.path, &path).is_err() {
+            if let Err(e) = fs::copy(&snapshot.path, &path) {
+                let _ = fs::remove_file(&path);
+                return Err(e.into());
+            }
+            let _ = fs::remove_file(&snapshot.path);
+        }
+        Ok(File::open(&path)?.sync_all()?)
+    })?;
     let marker = InstallMarker {
         path: path.clone(),
         meta: meta.clone(),
@@ -244,9 +330,11 @@ pub fn install(
         keys::meta_key(group, keys::META_INSTALLING),
         serde_json::to_vec(&marker)?,
     );
-    store.write(b, true)?;
+    store.write_until_room_blocking(b, true)?;
     let applied = load(group, store, &marker)?;
-    set_current(dir, &path)?;
+    until_room(store, "installing a snapshot", some_room, || {
+        set_current(dir, &path)
+    })?;
     Ok(applied)
 }
 
@@ -340,13 +428,13 @@ fn load(group: GroupId, store: &Store, marker: &InstallMarker) -> Result<Applied
         bytes += key.len() + value.len();
         batch.put_cf(cf, key, value);
         if bytes >= INSTALL_BATCH_BYTES {
-            store.write(std::mem::take(&mut batch), false)?;
+            store.write_until_room_blocking(std::mem::take(&mut batch), false)?;
             fail::fail_point!("snapshot-install-batch");
             bytes = 0;
         }
     }
     if (has_data && !has_usage) || (has_changes && !has_change_bytes) {
-        store.write(std::mem::take(&mut batch), false)?;
+        store.write_until_room_blocking(std::mem::take(&mut batch), false)?;
         if has_data && !has_usage {
             for (k, v) in upgrade::group_usage(store, group)? {
                 batch.put_cf(cf, k, v);
@@ -371,8 +459,16 @@ fn load(group: GroupId, store: &Store, marker: &InstallMarker) -> Result<Applied
         store.cf(CF_RAFT_META)?,
         keys::meta_key(group, keys::META_INSTALLING),
     );
-    store.write(batch, true)?;
+    store.write_until_room_blocking(batch, true)?;
     Ok(applied)
+}
+
+/// Whether the store's disk has room to work again (`ROOM_BESIDES` free).
+fn store_has_room(store: &Store) -> bool {
+    match rustix::fs::statvfs(store.path()) {
+        Ok(s) => s.f_bavail.saturating_mul(s.f_frsize) >= ROOM_BESIDES,
+        Err(_) => true,
+    }
 }
 
 #[cfg(test)]

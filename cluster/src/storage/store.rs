@@ -564,27 +564,61 @@ impl Store {
         let mut batch = batch;
         let mut wait = Duration::from_millis(50);
         loop {
-            match self.write(batch, sync) {
-                Ok(()) => {
-                    if self.no_space.swap(false, Ordering::SeqCst) {
-                        metrics::gauge!("basalt_storage_writes_blocked").set(0.0);
-                        tracing::warn!("the store takes writes again");
-                    }
-                    return Ok(());
-                }
-                Err(e) if is_no_space(&e) && !self.closing.load(Ordering::SeqCst) => {
-                    if !self.no_space.swap(true, Ordering::SeqCst) {
-                        metrics::gauge!("basalt_storage_writes_blocked").set(1.0);
-                        tracing::error!("the disk is full: writes wait until space is freed: {e}");
-                    }
-                    metrics::counter!("basalt_storage_write_retries_total").increment(1);
-                    tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(Duration::from_secs(2));
-                    batch = WriteBatch::from_data(&data);
-                }
-                Err(e) => return Err(e),
+            match self.try_write(batch, &data, sync)? {
+                None => return Ok(()),
+                Some(again) => batch = again,
             }
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(Duration::from_secs(2));
         }
+    }
+
+    /// `write_until_room` for blocking threads (snapshot installs).
+    pub fn write_until_room_blocking(&self, batch: WriteBatch, sync: bool) -> Result<()> {
+        let data = batch.data().to_vec();
+        let mut batch = batch;
+        let mut wait = Duration::from_millis(50);
+        loop {
+            match self.try_write(batch, &data, sync)? {
+                None => return Ok(()),
+                Some(again) => batch = again,
+            }
+            std::thread::sleep(wait);
+            wait = (wait * 2).min(Duration::from_secs(2));
+        }
+    }
+
+    /// One try of `write_until_room`: `None` once written, the batch made again from `data`
+    /// when the disk had no room for it (and the node is not shutting down).
+    fn try_write(&self, batch: WriteBatch, data: &[u8], sync: bool) -> Result<Option<WriteBatch>> {
+        match self.write(batch, sync) {
+            Ok(()) => {
+                if self.no_space.swap(false, Ordering::SeqCst) {
+                    metrics::gauge!("basalt_storage_writes_blocked").set(0.0);
+                    tracing::warn!("the store takes writes again");
+                }
+                Ok(None)
+            }
+            Err(e) if is_no_space(&e) && !self.is_closing() => {
+                if !self.no_space.swap(true, Ordering::SeqCst) {
+                    metrics::gauge!("basalt_storage_writes_blocked").set(1.0);
+                    tracing::error!("the disk is full: writes wait until space is freed: {e}");
+                }
+                metrics::counter!("basalt_storage_write_retries_total").increment(1);
+                Ok(Some(WriteBatch::from_data(data)))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The directory of the database.
+    pub fn path(&self) -> &Path {
+        self.db.path()
+    }
+
+    /// Whether the node shuts down (`close`).
+    pub fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::SeqCst)
     }
 
     /// Whether a write met a full disk and none has succeeded since.
@@ -757,13 +791,13 @@ fn visit_items(
     Ok(())
 }
 
-/// Waits for sync requests, takes every request pending at that moment, and answers them all
-/// with one WAL fsync.
 /// Whether a store error says the disk is full.
 pub fn is_no_space(e: &crate::error::Error) -> bool {
     matches!(e, crate::error::Error::Storage(m) if m.contains("No space left"))
 }
 
+/// Waits for sync requests, takes every request pending at that moment, and answers them all
+/// with one WAL fsync.
 fn run_wal_syncer(
     db: &DB,
     rx: &mpsc::Receiver<SyncCallback>,

@@ -226,54 +226,87 @@ impl Framing {
 /// How a message's writing ended.
 enum Sent {
     Whole,
-    /// Stopped while its one frame went out: another message may follow it.
-    Stuck,
-    /// Stopped amid its fragments: no other message may follow.
-    Cut,
+    /// Stopped, the message cut short (`open`: amid its fragments).
+    Stopped {
+        open: bool,
+    },
     Failed,
 }
 
-/// Writes `m` as one text frame, or as fragments of a piece each, stopping when `stop`
-/// resolves first.
+/// A message being written: its pieces left, and whether a fragment of it went out without
+/// its last (no other message may be written before the rest).
+struct Writing {
+    pieces: std::iter::Peekable<Pieces>,
+    open: bool,
+}
+
+impl Writing {
+    fn new(framing: Framing, m: &Outbound) -> Writing {
+        Writing {
+            pieces: framing.pieces(m).peekable(),
+            open: false,
+        }
+    }
+
+    /// The next frame: the whole message as one text frame, or its next fragment.
+    fn next_frame(&mut self) -> Option<(Message, bool)> {
+        let piece = self.pieces.next()?;
+        let last = self.pieces.peek().is_none();
+        let frame = match (self.open, last) {
+            (false, true) => Message::Text(piece.into()),
+            (false, false) => {
+                Message::Frame(WsFrame::message(piece, OpCode::Data(Data::Text), false))
+            }
+            (true, _) => {
+                Message::Frame(WsFrame::message(piece, OpCode::Data(Data::Continue), last))
+            }
+        };
+        Some((frame, last))
+    }
+}
+
+/// Writes what is left of `w`, a frame at a time, stopping when `stop` resolves first: a
+/// frame is handed to the socket only once it has room, so `w.open` says exactly whether the
+/// client got part of the message.
 async fn send_message<S>(
     sink: &mut S,
-    framing: Framing,
-    m: &Outbound,
+    w: &mut Writing,
     stop: impl std::future::Future<Output = ()>,
 ) -> Sent
 where
     S: futures::Sink<Message> + Unpin,
 {
-    let mut pieces = framing.pieces(m).peekable();
-    let Some(first) = pieces.next() else {
-        return Sent::Whole;
-    };
-    if pieces.peek().is_none() {
-        return tokio::select! {
-            sent = sink.send(Message::Text(first.into())) => match sent {
-                Ok(()) => Sent::Whole,
-                Err(_) => Sent::Failed,
-            },
-            () = stop => Sent::Stuck,
+    let mut stop = std::pin::pin!(stop);
+    while let Some((frame, last)) = w.next_frame() {
+        let ready = tokio::select! {
+            r = std::future::poll_fn(|cx| sink.poll_ready_unpin(cx)) => r.is_ok(),
+            () = stop.as_mut() => return Sent::Stopped { open: w.open },
         };
-    }
-    let write = async {
-        let mut frame = WsFrame::message(first, OpCode::Data(Data::Text), false);
-        loop {
-            if sink.send(Message::Frame(frame)).await.is_err() {
-                return false;
-            }
-            let Some(next) = pieces.next() else {
-                return true;
-            };
-            let last = pieces.peek().is_none();
-            frame = WsFrame::message(next, OpCode::Data(Data::Continue), last);
+        if !ready || sink.start_send_unpin(frame).is_err() {
+            return Sent::Failed;
         }
-    };
-    tokio::select! {
-        ok = write => if ok { Sent::Whole } else { Sent::Failed },
-        () = stop => Sent::Cut,
+        w.open = !last;
+        let flushed = tokio::select! {
+            r = std::future::poll_fn(|cx| sink.poll_flush_unpin(cx)) => r.is_ok(),
+            () = stop.as_mut() => return Sent::Stopped { open: w.open },
+        };
+        if !flushed {
+            return Sent::Failed;
+        }
     }
+    Sent::Whole
+}
+
+/// Writes `m` whole (the hello and the resync).
+async fn send_whole<S>(sink: &mut S, framing: Framing, m: &Outbound) -> bool
+where
+    S: futures::Sink<Message> + Unpin,
+{
+    let mut w = Writing::new(framing, m);
+    matches!(
+        send_message(sink, &mut w, std::future::pending()).await,
+        Sent::Whole
+    )
 }
 
 /// What a socket.io frame from the client asks.
@@ -307,16 +340,11 @@ async fn serve_socket(
     let outbox = std::sync::Arc::clone(conn.outbox());
     let resync = conn.slow_resync();
     let writer = tokio::spawn(async move {
-        let never = std::future::pending::<()>;
         if framing == Framing::SocketIo {
-            if sink.send(Message::Text("1::".into())).await.is_err() {
-                return;
-            }
             let hello = Outbound::new("client_send_data", &serde_json::json!({}));
-            if !matches!(
-                send_message(&mut sink, framing, &hello, never()).await,
-                Sent::Whole
-            ) {
+            if sink.send(Message::Text("1::".into())).await.is_err()
+                || !send_whole(&mut sink, framing, &hello).await
+            {
                 return;
             }
         }
@@ -325,13 +353,17 @@ async fn serve_socket(
             Framing::SocketIo => SOCKET_IO_HEARTBEAT,
         };
         let mut beat = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-        // A client that stops reading blocks the writing: its outbox then overflows, and the
-        // message being written is dropped without waiting for the client.
+        beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // A client that stops reading blocks the writing: its outbox then overflows, and it has
+        // `STUCK_FAREWELL` to take the rest of the message and the resync.
         let farewell = loop {
-            let sent = tokio::select! {
+            let (sent, rest) = tokio::select! {
                 m = rx.recv() => match m {
-                    Some(m) => send_message(&mut sink, framing, &m, outbox.overflowed()).await,
-                    None if outbox.is_overflowed() => break Some(FAREWELL),
+                    Some(m) => {
+                        let mut w = Writing::new(framing, &m);
+                        (send_message(&mut sink, &mut w, outbox.overflowed()).await, Some(w))
+                    }
+                    None if outbox.is_overflowed() => break Some((FAREWELL, None)),
                     None => break None,
                 },
                 _ = beat.tick() => {
@@ -341,24 +373,35 @@ async fn serve_socket(
                     };
                     tokio::select! {
                         sent = sink.send(beat) => match sent {
-                            Ok(()) => Sent::Whole,
-                            Err(_) => Sent::Failed,
+                            Ok(()) => (Sent::Whole, None),
+                            Err(_) => (Sent::Failed, None),
                         },
-                        () = outbox.overflowed() => Sent::Stuck,
+                        () = outbox.overflowed() => (Sent::Stopped { open: false }, None),
                     }
                 }
             };
             match sent {
                 Sent::Whole => continue,
-                Sent::Stuck => break Some(STUCK_FAREWELL),
-                // Amid a message's fragments no resync can follow: the connection just ends.
-                Sent::Cut | Sent::Failed => return,
+                Sent::Stopped { open } => {
+                    break Some((STUCK_FAREWELL, rest.filter(|_| open)));
+                }
+                Sent::Failed => return,
             }
         };
-        if let Some(within) = farewell {
-            let _ =
-                tokio::time::timeout(within, send_message(&mut sink, framing, &resync, never()))
-                    .await;
+        if let Some((within, rest)) = farewell {
+            let goodbye = async {
+                if let Some(mut rest) = rest {
+                    let done = send_message(&mut sink, &mut rest, std::future::pending()).await;
+                    if !matches!(done, Sent::Whole) {
+                        return false;
+                    }
+                }
+                send_whole(&mut sink, framing, &resync).await
+            };
+            if !matches!(tokio::time::timeout(within, goodbye).await, Ok(true)) {
+                // Amid a message the client does not take: the connection just ends.
+                return;
+            }
         }
         let _ = tokio::time::timeout(Duration::from_secs(5), sink.send(Message::Close(None))).await;
     });
@@ -452,8 +495,9 @@ pub async fn server_sent_events(
 }
 
 /// The body of an event stream: a task writes the connection's messages in pieces through a
-/// channel of one piece, so a client that stops reading holds at most about two pieces,
-/// and its outbox overflowing drops the message it was on.
+/// channel of one piece, so a client that stops reading holds no more than the HTTP
+/// connection's write buffer (a few hundred KiB) and a piece, and its outbox overflowing drops
+/// the message it was on.
 fn sse_body(conn: Connection, mut rx: OutboxReceiver) -> axum::body::Body {
     let (tx, chunks) = tokio::sync::mpsc::channel::<bytes::Bytes>(1);
     let outbox = std::sync::Arc::clone(conn.outbox());
@@ -477,9 +521,10 @@ fn sse_body(conn: Connection, mut rx: OutboxReceiver) -> axum::body::Body {
             };
             match sent {
                 Sent::Whole => continue,
-                Sent::Stuck => break Some(STUCK_FAREWELL),
-                // Amid an event's data no other event can follow: the stream just ends.
-                Sent::Cut | Sent::Failed => return,
+                Sent::Stopped { open: false } => break Some(STUCK_FAREWELL),
+                // Amid an event's data no other event can follow: the stream just ends (a
+                // browser reconnects with its `Last-Event-ID`).
+                Sent::Stopped { open: true } | Sent::Failed => return,
             }
         };
         if let Some(within) = farewell {
@@ -516,8 +561,9 @@ async fn send_chunks(
     match outcome {
         Some(true) => Sent::Whole,
         Some(false) => Sent::Failed,
-        None if sent_any.load(std::sync::atomic::Ordering::Relaxed) => Sent::Cut,
-        None => Sent::Stuck,
+        None => Sent::Stopped {
+            open: sent_any.load(std::sync::atomic::Ordering::Relaxed),
+        },
     }
 }
 

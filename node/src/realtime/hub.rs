@@ -26,7 +26,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::body::Body;
 use super::cursor::{Cursor, Position};
-use super::outbox::{Outbox, CONNECTION_BYTES, QUEUE};
+use super::outbox::{Outbox, QUEUE};
 use super::subscription::{EventKind, Side, Subscription};
 use super::wire::Outbound;
 use super::RealtimeError;
@@ -50,7 +50,7 @@ pub struct Entry {
     /// cursors until it is not).
     ahead: AtomicBool,
     /// While a resumed subscription replays what it missed, its live events wait here (with
-    /// their bytes, within the outbox's bounds).
+    /// their bytes, counted in the connection's bound: `Outbox::hold`).
     waiting: Mutex<Option<(VecDeque<Outbound>, usize)>>,
     /// Unsubscribed (or replaced): a replay still running stops.
     ended: AtomicBool,
@@ -211,6 +211,11 @@ impl Inner {
     /// Takes a subscription out of the hub (and stops its replay).
     fn remove(&self, entry: &Arc<Entry>) {
         entry.ended.store(true, Ordering::Relaxed);
+        // Live events waiting behind a replay go now, not when the replay notices.
+        if let Some((queue, bytes)) = lock(&entry.waiting).as_mut() {
+            queue.clear();
+            entry.outbox.release(std::mem::take(bytes));
+        }
         let mut st = lock(&self.state);
         let key = (
             entry.sub.app.application_id.as_str().to_string(),
@@ -452,7 +457,8 @@ impl Inner {
         }
         // The live events that waited, then live delivery (under the same lock as `offer`).
         let mut waiting = lock(&entry.waiting);
-        if let Some((queue, _)) = waiting.take() {
+        if let Some((queue, bytes)) = waiting.take() {
+            entry.outbox.release(bytes);
             for m in queue {
                 entry.outbox.offer(m);
             }
@@ -465,12 +471,13 @@ impl Entry {
     fn offer(&self, m: Outbound) {
         let mut waiting = lock(&self.waiting);
         if let Some((queue, bytes)) = waiting.as_mut() {
-            if queue.len() >= QUEUE || *bytes + m.bytes() > CONNECTION_BYTES {
-                queue.clear();
-                self.outbox.overflow();
-            } else {
+            if queue.len() < QUEUE && self.outbox.hold(m.bytes()) {
                 *bytes += m.bytes();
                 queue.push_back(m);
+            } else {
+                queue.clear();
+                self.outbox.release(std::mem::take(bytes));
+                self.outbox.overflow();
             }
             return;
         }

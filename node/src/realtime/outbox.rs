@@ -95,8 +95,11 @@ fn node_used() -> usize {
 }
 
 /// Overflows the outboxes (other than `except`) holding the most bytes until the node's
-/// messages and `more` fit its budget, or none is left to overflow.
+/// messages and `more` fit its budget, or those overflowed held as much as the budget is
+/// over by (what they hold may be shared with others, or held outside their queues: it is not
+/// all freed at once, and no more connections are dropped for it).
 fn drop_slowest(more: usize, except: &Arc<Shared>) {
+    let over = (node_used() + more).saturating_sub(NODE_BYTES);
     let mut live = lock(&LIVE);
     live.retain(|w| w.strong_count() > 0);
     let mut holders: Vec<(usize, Arc<Shared>)> = live
@@ -108,11 +111,13 @@ fn drop_slowest(more: usize, except: &Arc<Shared>) {
         .collect();
     drop(live);
     holders.sort_by_key(|h| std::cmp::Reverse(h.0));
-    for (_, s) in holders {
-        if node_used() + more <= NODE_BYTES {
+    let mut dropped = 0;
+    for (held, s) in holders {
+        if node_used() + more <= NODE_BYTES || dropped >= over {
             break;
         }
         s.overflow();
+        dropped += held;
     }
 }
 
@@ -188,6 +193,26 @@ impl Outbox {
                 Room::No => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
             }
         }
+    }
+
+    /// Counts `bytes` the hub keeps for this connection outside its queue (live events
+    /// waiting behind a replay) within the connection's bound; false past it.
+    pub fn hold(&self, bytes: usize) -> bool {
+        let s = &self.shared;
+        if self.is_overflowed() {
+            return false;
+        }
+        let mine = s.queued.fetch_add(bytes, Ordering::AcqRel);
+        if mine + bytes > CONNECTION_BYTES {
+            s.queued.fetch_sub(bytes, Ordering::AcqRel);
+            return false;
+        }
+        true
+    }
+
+    /// Gives back what `hold` counted.
+    pub fn release(&self, bytes: usize) {
+        self.shared.queued.fetch_sub(bytes, Ordering::AcqRel);
     }
 
     /// Marks the outbox overflowed: the transport drops the connection.

@@ -289,3 +289,108 @@ async fn a_write_that_meets_a_full_disk_waits_and_no_group_halts() {
         );
     }
 }
+
+/// A snapshot whose file meets a full disk (the `snapshot-build-nospace` fail point) is built
+/// again once there is room, instead of stopping its group for good as a failed build did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_that_meets_a_full_disk_is_built_again_and_no_group_halts() {
+    let mut cluster = TestCluster::start(1, &["--shards", "2"], &["--snapshot-logs", "20"]).await;
+    cluster.stop(0);
+    cluster.restart_with_failpoints(0, "snapshot-build-nospace=3*return->off");
+    cluster.wait_healthy(0, Duration::from_secs(60)).await;
+    let client = cluster.client(0);
+    let mut ids = Vec::new();
+    for i in 0..100 {
+        let id = client
+            .create_object("Note", &json!({"i": i}))
+            .await
+            .unwrap_or_else(|e| panic!("write {i}: {e}"))
+            .object_id;
+        ids.push(id);
+    }
+    TestCluster::eventually(
+        Duration::from_secs(30),
+        "a snapshot met the full disk",
+        || {
+            cluster
+                .log_text(0)
+                .contains("building a snapshot: the disk is full")
+        },
+    )
+    .await;
+    cluster.wait_healthy(0, Duration::from_secs(30)).await;
+    let r = reqwest::get(format!("http://{}/health", cluster.nodes[0].http))
+        .await
+        .expect("health");
+    let health: serde_json::Value = r.json().await.expect("json");
+    assert!(!health.to_string().contains("halted"), "{health}");
+    for id in &ids {
+        assert!(
+            client.get_object("Note", id).await.unwrap().is_some(),
+            "{id}"
+        );
+    }
+    let more = client
+        .create_object("Note", &json!({"after": true}))
+        .await
+        .expect("a write after the snapshots");
+    assert!(client
+        .get_object("Note", &more.object_id)
+        .await
+        .unwrap()
+        .is_some());
+}
+
+/// A store that keeps refusing writes for want of space while its disk has room (what only
+/// reopening the store clears: the `store-write-nospace` fail point, never disarmed) makes the
+/// node exit with code 70 after a minute, so that a supervisor starts it again; started again,
+/// it has every acknowledged write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_stays_stopped_with_room_exits_to_start_again() {
+    let mut cluster = TestCluster::start(1, &["--shards", "2"], &[]).await;
+    let client = cluster.client(0);
+    let mut ids = Vec::new();
+    for i in 0..10 {
+        let id = client
+            .create_object("Note", &json!({"i": i}))
+            .await
+            .expect("a write before the fail point")
+            .object_id;
+        ids.push(id);
+    }
+    cluster.stop(0);
+    cluster.restart_with_failpoints(0, "store-write-nospace=60*off->return");
+    cluster.wait_healthy(0, Duration::from_secs(60)).await;
+    // Writes now wait for room that never comes.
+    let waiting = client.clone();
+    let stuck = tokio::spawn(async move {
+        for i in 0..100 {
+            let _ = tokio::time::timeout(
+                Duration::from_secs(2),
+                waiting.create_object("Note", &json!({"stuck": i})),
+            )
+            .await;
+        }
+    });
+    let status = cluster
+        .wait_exit(0, Duration::from_secs(150))
+        .await
+        .expect("the node exits by itself");
+    stuck.abort();
+    assert_eq!(status.code(), Some(70), "{status:?}");
+    assert!(cluster
+        .log_text(0)
+        .contains("the store refuses writes although the disk has room again"));
+    cluster.restart(0).await;
+    cluster.wait_healthy(0, Duration::from_secs(60)).await;
+    for id in &ids {
+        assert!(
+            client.get_object("Note", id).await.unwrap().is_some(),
+            "{id}"
+        );
+    }
+    client
+        .create_object("Note", &json!({"after": true}))
+        .await
+        .expect("a write once started again");
+}

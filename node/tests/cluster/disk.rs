@@ -2,7 +2,8 @@
 //! client filling them gets 507/10081 before any group halts; reads, deletes and `/health`
 //! go on; a node restarted with its disk full starts and serves; the ballast is released by
 //! `basalt admin release-ballast`; once space is freed, writes resume; no acknowledged write is
-//! lost.
+//! lost. A disk filled behind the watcher's back (another program) stops no group: writes that
+//! meet it wait, the node gives its ballast back by itself, and all goes on once space returns.
 
 use std::time::{Duration, Instant};
 
@@ -287,4 +288,141 @@ async fn deletes_give_their_space_back() {
         full >> 20
     );
     assert!(!cluster.log_text(0).contains("No space left"));
+}
+
+/// A disk filled to its last byte behind the watcher's back (another program filled it, and
+/// the marks are off, so nothing refuses writes before RocksDB meets the full disk): the
+/// writes that meet it in RocksDB and the Raft log wait instead of stopping their groups for
+/// good (as they did before), the node releases its ballast by itself, and once the filler is
+/// removed every node serves with every group, writes go on, and every acknowledged write is
+/// on every node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disk_filled_behind_the_watchers_back_stops_no_group() {
+    let mut cluster = TestCluster::start_on_volumes(
+        3,
+        512,
+        &["--shards", "2"],
+        &[
+            "--disk-low",
+            "0",
+            "--disk-critical",
+            "0",
+            "--disk-critical-bytes",
+            "0",
+            "--ballast-bytes",
+            "100663296",
+        ],
+    )
+    .await;
+    let writer = cluster.client(1);
+    let mut acked = Vec::new();
+    for i in 0..20u64 {
+        let o = writer
+            .create_object("Big", &json!({"i": i, "blob": noise(64 << 10, i)}))
+            .await
+            .expect("a write before the disk fills");
+        acked.push(o.object_id);
+    }
+    // Node 1's disk: full to the last byte at once (its ballast aside).
+    cluster.volumes().fill(0, 0).expect("fill node 1's disk");
+    // Writes go on through node 2 (each group has node 1 among its voters) until node 1 has
+    // met the full disk: acknowledged ones (the other two nodes have room), and others cut off;
+    // none may be lost.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut i = 1000u64;
+    while !cluster.log_text(0).contains("the ballast is released") {
+        assert!(
+            Instant::now() < deadline,
+            "node 1 never met its full disk, or never gave its ballast back"
+        );
+        i += 1;
+        let body = json!({"i": i, "blob": noise(256 << 10, i)});
+        let write = writer.create_object("Big", &body);
+        if let Ok(Ok(o)) = tokio::time::timeout(Duration::from_secs(5), write).await {
+            acked.push(o.object_id);
+        }
+    }
+    assert!(cluster
+        .log_text(0)
+        .contains("the disk is full: writes wait"));
+    cluster.volumes().empty().expect("empty the disks");
+    // Every node serves, no group ever halted, and writes go on through every node.
+    for n in 0..3 {
+        wait_serving(&cluster, n).await;
+        let c = cluster.client(n);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            match c.create_object("Big", &json!({"after": n})).await {
+                Ok(o) => {
+                    acked.push(o.object_id);
+                    break;
+                }
+                Err(e) => {
+                    assert!(Instant::now() < deadline, "node {}: {e}", n + 1);
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        }
+    }
+    for n in 0..3 {
+        for id in &acked {
+            assert!(
+                cluster
+                    .client(n)
+                    .get_object("Big", id)
+                    .await
+                    .unwrap()
+                    .is_some(),
+                "node {}: {id} was acknowledged",
+                n + 1
+            );
+        }
+    }
+    TestCluster::eventually(
+        Duration::from_secs(60),
+        "every node holds the same state",
+        || {
+            let d = [0, 1, 2].map(|i| cluster.digests(i));
+            d[0] == d[1] && d[1] == d[2]
+        },
+    )
+    .await;
+
+    // Full again, and killed while writes wait: the restart loses nothing either.
+    cluster
+        .volumes()
+        .fill(0, 0)
+        .expect("fill node 1's disk again");
+    for i in 0..40u64 {
+        let body = json!({"again": i, "blob": noise(256 << 10, 5000 + i)});
+        let write = writer.create_object("Big", &body);
+        if let Ok(Ok(o)) = tokio::time::timeout(Duration::from_secs(5), write).await {
+            acked.push(o.object_id);
+        }
+    }
+    cluster.kill(0);
+    cluster.volumes().empty().expect("empty the disks");
+    cluster.restart(0).await;
+    cluster.wait_healthy(0, Duration::from_secs(60)).await;
+    wait_serving(&cluster, 0).await;
+    for id in &acked {
+        assert!(
+            cluster
+                .client(0)
+                .get_object("Big", id)
+                .await
+                .unwrap()
+                .is_some(),
+            "node 1 after its restart: {id} was acknowledged"
+        );
+    }
+    TestCluster::eventually(
+        Duration::from_secs(60),
+        "every node holds the same state after the restart",
+        || {
+            let d = [0, 1, 2].map(|i| cluster.digests(i));
+            d[0] == d[1] && d[1] == d[2]
+        },
+    )
+    .await;
 }

@@ -446,6 +446,11 @@ impl TestCluster {
         i
     }
 
+    /// The small filesystems the nodes' data lives on (`start_on_volumes`).
+    pub fn volumes(&self) -> &Volumes {
+        self.volumes.as_ref().expect("a cluster started on volumes")
+    }
+
     /// What node `i` has logged so far.
     pub fn log_text(&self, i: usize) -> String {
         std::fs::read_to_string(&self.nodes[i].log).unwrap_or_default()
