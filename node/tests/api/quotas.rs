@@ -246,3 +246,68 @@ async fn usage_is_exact_when_writes_race_through_every_node() {
         "{u}"
     );
 }
+
+/// Six uploaders, two through each node of three, upload 256 KiB files until refused: the
+/// shards count exactly the acknowledged uploads, the files quota is passed by at most the
+/// uploads in flight at once, and once every file is deleted (through another node) the app
+/// stores no file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_usage_is_exact_when_uploads_race_through_every_node() {
+    let cluster = TestCluster::start(3, &[], &[]).await;
+    cluster.set_app_settings(json!({"filesQuotaMb": 2})).await;
+    const SIZE: usize = 256 * 1024;
+    let uploaders = (0..6).map(|w| {
+        let c = cluster.client(w % 3);
+        async move {
+            let mut urls = Vec::new();
+            loop {
+                let name = format!("w{w}-{}.bin", urls.len());
+                match c
+                    .upload_file(&name, "application/octet-stream", vec![w as u8; SIZE])
+                    .await
+                {
+                    Ok(r) => urls.push(r.body["url"].as_str().expect("url").to_string()),
+                    Err(e) if e.code() == Some(10082) => break urls,
+                    Err(e) => panic!("uploader {w}: {e}"),
+                }
+                assert!(urls.len() < 100, "no quota");
+            }
+        }
+    });
+    let uploaded: Vec<Vec<String>> = futures::future::join_all(uploaders).await;
+    let total: usize = uploaded.iter().map(Vec::len).sum();
+    assert!(total >= 8, "{total} files of 256 KiB under a 2 MiB quota");
+    for i in 0..3 {
+        let u = usage(&cluster, i).await;
+        assert_eq!(u["files"]["count"], total, "node {i}: {u}");
+        let bytes = u["files"]["bytes"].as_u64().unwrap();
+        assert_eq!(bytes, (total * SIZE) as u64, "{u}");
+        // At most one upload in flight per uploader past the quota.
+        assert!(
+            bytes <= (2 << 20) + 6 * SIZE as u64,
+            "{bytes} stored for a 2 MiB quota"
+        );
+    }
+    let deleters = uploaded.into_iter().enumerate().map(|(w, urls)| {
+        let c = cluster.client((w + 1) % 3);
+        async move {
+            for url in urls {
+                c.request(
+                    Method::DELETE,
+                    &format!("/2/files/{}", url_path(&url)),
+                    None,
+                    false,
+                )
+                .await
+                .expect("delete a file");
+            }
+        }
+    });
+    futures::future::join_all(deleters).await;
+    let u = usage(&cluster, 2).await;
+    assert_eq!(
+        (u["files"]["count"].as_u64(), u["files"]["bytes"].as_u64()),
+        (Some(0), Some(0)),
+        "{u}"
+    );
+}
