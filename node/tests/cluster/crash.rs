@@ -394,3 +394,52 @@ async fn a_store_that_stays_stopped_with_room_exits_to_start_again() {
         .await
         .expect("a write once started again");
 }
+
+/// One app's large writes take at most its share of a group's writes in flight (32 MiB at the
+/// leader): on a slow group (each apply held 2.5 s by the `apply-staged` fail point), an app
+/// sending 160 MiB at once has its writes past the share wait, then refused (503, never
+/// proposed), while another app's writes to the same group all go through meanwhile. Before the
+/// share, every write of the first app queued ahead of the other app's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_apps_large_writes_take_only_its_share_of_a_group() {
+    let mut cluster = TestCluster::start(1, &["--shards", "1"], &[]).await;
+    let other_app = cluster.create_app(0, "other").await;
+    cluster.stop(0);
+    cluster.restart_with_failpoints(0, "apply-staged=sleep(2500)");
+    cluster.wait_healthy(0, Duration::from_secs(120)).await;
+    let flooder = cluster.client(0);
+    let other = cluster.app_client(0, &other_app);
+    let blob = "x".repeat(4 << 20);
+    let flood = tokio::spawn(futures::future::join_all((0..40).map(move |i| {
+        let (c, body) = (flooder.clone(), json!({"i": i, "blob": blob.clone()}));
+        async move { c.create_object("Big", &body).await.map(|o| o.object_id) }
+    })));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for i in 0..5 {
+        other
+            .create_object("Small", &json!({"i": i}))
+            .await
+            .unwrap_or_else(|e| panic!("the other app's write {i}: {e}"));
+    }
+    let results = flood.await.expect("the flood");
+    let refused = results
+        .iter()
+        .filter(|r| matches!(r, Err(e) if e.status() == Some(503)))
+        .count();
+    let written: Vec<&String> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+    assert!(
+        refused > 0,
+        "no write of the flooding app was refused: {results:?}"
+    );
+    assert!(!written.is_empty(), "{results:?}");
+    assert_eq!(refused + written.len(), 40, "{results:?}");
+    eprintln!("{refused} of 40 writes refused, {} written", written.len());
+    // What was acknowledged is there.
+    let reader = cluster.client(0);
+    for id in written {
+        assert!(
+            reader.get_object("Big", id).await.unwrap().is_some(),
+            "{id}"
+        );
+    }
+}
