@@ -3,6 +3,8 @@
 //! The enum is serialisable so that an error raised on a remote node (a forwarded proposal or
 //! read) crosses gRPC typed and reaches the API layer as the same variant. The API layer
 //! (`node::api::error`) is the only place that maps these to HTTP statuses and wire codes.
+//! `SchemaError` (a write or schema change a class schema refuses) lives here too, so that this
+//! leaf imports no other module but `ids`; `schema` re-exports it.
 
 use serde::{Deserialize, Serialize};
 
@@ -77,7 +79,7 @@ pub enum Error {
     Listen { addr: String, cause: String },
     /// A write the class schema refuses, or a refused schema change.
     #[error("{0}")]
-    Schema(crate::schema::SchemaError),
+    Schema(SchemaError),
     /// A committed command that apply could not carry out (every replica recorded the same);
     /// nothing of it was written.
     #[error("the write could not be applied: {0}")]
@@ -114,12 +116,6 @@ impl Error {
     }
 }
 
-impl From<rocksdb::Error> for Error {
-    fn from(e: rocksdb::Error) -> Self {
-        Error::Storage(e.to_string())
-    }
-}
-
 impl From<std::io::Error> for Error {
     fn from(e: std::io::Error) -> Self {
         Error::Storage(e.to_string())
@@ -131,3 +127,39 @@ impl From<serde_json::Error> for Error {
         Error::Internal(format!("encoding: {e}"))
     }
 }
+
+/// Why a write or a schema change is refused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum SchemaError {
+    #[error("{0}")]
+    TypeMismatch(String),
+    #[error("class {0} does not exist")]
+    ClassNotFound(String),
+    #[error("class {0} does not exist and creating classes is not allowed for this app")]
+    ClassCreationNotAllowed(String),
+    #[error("class {0} already exists")]
+    ClassExists(String),
+    #[error("the body's className {0:?} differs from the class in the path")]
+    ClassNameMismatch(String),
+    #[error("{0} is a reserved field")]
+    ReservedField(String),
+    #[error("field {0} already exists")]
+    FieldExists(String),
+    #[error("field {0}: Pointer and Relation columns need a targetClass")]
+    MissingTargetClass(String),
+    #[error("field {0}: target class {1} does not exist")]
+    TargetClassMissing(String, String),
+    #[error("field {0}: unknown type {1:?}")]
+    UnknownType(String, String),
+    #[error("field {0} does not exist")]
+    UnknownField(String),
+    #[error("{0} is a built-in column of {1} and cannot be changed")]
+    BuiltInColumn(String, String),
+    #[error("class {0} would have more than {max} columns", max = MAX_COLUMNS)]
+    TooManyColumns(String),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// User columns one class may have (a write or schema change past it is refused).
+pub const MAX_COLUMNS: usize = 1000;

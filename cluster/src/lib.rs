@@ -1,16 +1,25 @@
 //! Basalt's cluster: multi-Raft groups replicating RocksDB state, and everything the API layer
 //! needs to read and write it.
 //!
-//! The request path through this crate: the node calls [`Replicas::propose`] (through
-//! [`Cluster`]) with a [`Command`] (built from a request with [`update::parse_updates`]) for
-//! the group that owns the object ([`ids::object_group`]). `replicas::routing` proposes it
-//! through the local replica if it leads the group, otherwise `rpc::router` forwards it to the
-//! leader, whose `peer_service` proposes it there. openraft appends it to every replica's log
-//! (`raft::log_store`, fsync'd by group commit) and, once committed, `statemachine` applies it
-//! in one RocksDB batch and returns a [`CommandResult`]. Reads confirm leadership (read index)
-//! and are served from the leader's RocksDB (`local_read`, `query::shard_exec`); queries are
-//! scattered to every shard and merged by `query::coordinator`. `placement` keeps each group's
-//! replicas on the right nodes and `scheduler` runs timed work on the metadata group's leader.
+//! The request path through this crate: the node calls [`Cluster`] — the one door — with a
+//! [`Command`] (built from a request with [`update::parse_updates`]) for the group that owns the
+//! object ([`ids::object_group`]). `replicas::routing` proposes it through the local replica if
+//! it leads the group, otherwise `rpc::router` forwards it to the leader, whose `peer_service`
+//! proposes it there. openraft appends it to every replica's log (`raft::log_store`, fsync'd by
+//! group commit) and, once committed, `statemachine` applies it in one RocksDB batch and
+//! returns a [`CommandResult`]. Reads confirm leadership (read index) and are served from the
+//! leader's RocksDB (`local_read`, `query::shard_exec`); queries are scattered to every shard
+//! and merged by `services::queries`. The services — queries, the schema catalog, the change
+//! tail, files, placement, reclaim and the scheduler — run on top of the replicas.
+//!
+//! Floors (imports point down; checked by `scripts/module-cycles.py`):
+//! - 4: cluster
+//! - 3: services peer_service
+//! - 2: replicas
+//! - 1: statemachine rpc network local_read
+//! - 0: every other module — the leaves: ids, names, encodings, command, object, update, acl,
+//!   the query engine, schema rules, the change log, files' records, raft, storage (the only
+//!   one naming RocksDB), errors.
 
 pub mod acl;
 pub mod admin;
@@ -33,15 +42,13 @@ pub mod namespace;
 mod network;
 pub mod object;
 mod peer_service;
-mod placement;
 pub mod query;
 mod raft;
-mod reclaim;
 pub mod replicas;
 pub mod request_id;
 pub mod rpc;
-mod scheduler;
 pub mod schema;
+pub mod services;
 pub mod statemachine;
 mod storage;
 pub mod tls;

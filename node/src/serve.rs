@@ -444,7 +444,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             Some(mb) => StoreTuning::with_cache(mb.max(1).saturating_mul(1 << 20)),
             None => StoreTuning::default(),
         },
-        file_upkeep: basalt_cluster::files::upkeep::UpkeepTimes {
+        file_upkeep: basalt_cluster::services::files::upkeep::UpkeepTimes {
             every: Duration::from_secs(args.service.files_upkeep_secs.max(1)),
             orphan_grace: Duration::from_secs(args.service.files_orphan_grace_secs),
         },

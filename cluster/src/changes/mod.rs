@@ -7,7 +7,7 @@
 //! keeps about the last `ClusterSettings::changes_kept` log indexes of each group: the entry whose
 //! index is a multiple of `TRIM_EVERY` cuts what is older (`statemachine::change_writes`), the
 //! same on every replica — and at most `KEPT_BYTES` of changes, the oldest cut first.
-//! `log::read_page` serves the changes after a position; `tail` follows a group from this
+//! `log::read_page` serves the changes after a position; `services::change_tail` follows a group from this
 //! node's replica or, when it holds none, from a peer's (`NodeService.WatchChanges`), resuming
 //! at the last position it passed on whatever source it moves to: nothing is skipped and
 //! nothing repeated.
@@ -17,7 +17,6 @@
 //! `Replicas::follow_changes`.
 
 pub mod log;
-pub mod tail;
 
 use serde_json::{Map, Value};
 

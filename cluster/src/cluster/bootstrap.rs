@@ -20,9 +20,9 @@ use crate::disk::{DiskLevel, DiskWatch};
 use crate::error::{Error, Result};
 use crate::ids::META_GROUP;
 use crate::namespace::Namespace;
-use crate::query::coordinator::Coordinator;
 use crate::replicas::{LocalStorage, ReadService, Replicas};
 use crate::rpc::router::PeerRouter;
+use crate::services::queries::Coordinator;
 use crate::storage::keys::NODE_IDENTITY;
 use crate::storage::Store;
 use crate::tls::PeerTls;
@@ -145,7 +145,7 @@ impl Cluster {
         )
         .await?;
         let copies = crate::files::copies::CopyStore::open(&opts.data_dir.join("files"))?;
-        let files = crate::files::Files::new(replicas.clone(), copies, bucket);
+        let files = crate::services::files::Files::new(replicas.clone(), copies, bucket);
         if let Some(bucket) = files.bucket().cloned() {
             // Said at start, rather than as 503s to the first uploads: a missing bucket or
             // wrong credentials.
@@ -191,18 +191,21 @@ impl Cluster {
                 .put_default_synced(NODE_IDENTITY, &serde_json::to_vec(&id)?)?;
         }
         cluster.spawn(register_self(cluster.clone(), join_addr));
-        cluster.spawn(crate::reclaim::run(replicas.clone(), Arc::clone(&disk)));
+        cluster.spawn(crate::services::reclaim::run(
+            replicas.clone(),
+            Arc::clone(&disk),
+        ));
         cluster.spawn(watch_disk(cluster.clone(), disk));
-        cluster.spawn(crate::placement::run(replicas.clone()));
-        cluster.spawn(crate::files::upkeep::run(
+        cluster.spawn(crate::services::placement::run(replicas.clone()));
+        cluster.spawn(crate::services::files::upkeep::run(
             files,
             cluster.inner.options.file_upkeep,
         ));
-        let jobs = crate::scheduler::Intervals {
+        let jobs = crate::services::scheduler::Intervals {
             ttl_sweep: cluster.inner.options.ttl_sweep_every,
             compaction: cluster.inner.options.compact_every,
         };
-        cluster.spawn(crate::scheduler::run(replicas, jobs));
+        cluster.spawn(crate::services::scheduler::run(replicas, jobs));
         Ok(cluster)
     }
 }

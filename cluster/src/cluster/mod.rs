@@ -3,12 +3,13 @@
 //! node's life: `bootstrap` opens the store and groups and starts the peer services, placement
 //! and the scheduler; `membership` answers admin requests (joins, removals, status); queries
 //! run through its [`Coordinator`], schema operations through a [`Catalog`], stored files
-//! through its [`crate::files::Files`].
+//! through its [`crate::services::files::Files`].
 //!
-//! Layering inside the crate, top to bottom: `cluster` → `peer_service` → `files`, `placement`,
-//! `scheduler`, `query::coordinator`, `schema::catalog` → `replicas` (routing, records) →
-//! `raft`, `network`, `rpc` (peer client) → `statemachine`, `local_read`, `query` engine →
-//! `storage`. Nothing below `cluster` holds a `Cluster`.
+//! Layering inside the crate (the floors `lib.rs` declares, checked by
+//! `scripts/module-cycles.py`): `cluster` → `services` (queries, catalog, change_tail, files,
+//! placement, reclaim, scheduler) and `peer_service` → `replicas` (routing, records) →
+//! `statemachine`, `rpc`, `network`, `local_read` → the leaves (query engine, schema rules,
+//! change log, files' records, raft, storage). Nothing below `cluster` holds a `Cluster`.
 
 mod bootstrap;
 mod membership;
@@ -21,10 +22,10 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 
 use crate::ids::NodeId;
-use crate::query::coordinator::Coordinator;
 use crate::raft::RaftTuning;
 use crate::replicas::Replicas;
-use crate::schema::catalog::Catalog;
+use crate::services::catalog::Catalog;
+use crate::services::queries::Coordinator;
 
 pub use bootstrap::admin_at;
 
@@ -72,7 +73,7 @@ pub struct ClusterOptions {
     /// How the node's RocksDB uses memory.
     pub store: crate::storage::StoreTuning,
     /// How often copies of stored files are re-replicated and reclaimed.
-    pub file_upkeep: crate::files::upkeep::UpkeepTimes,
+    pub file_upkeep: crate::services::files::upkeep::UpkeepTimes,
     /// The S3-compatible bucket files' bytes go to instead of copies on the nodes
     /// (`--files-backend`).
     pub files_bucket: Option<crate::files::bucket::BucketOptions>,
@@ -86,7 +87,7 @@ pub struct ClusterOptions {
 
 struct Inner {
     replicas: Replicas,
-    files: crate::files::Files,
+    files: crate::services::files::Files,
     queries: Coordinator,
     options: ClusterOptions,
     tasks: Mutex<Vec<JoinHandle<()>>>,
@@ -123,7 +124,7 @@ impl Cluster {
     }
 
     /// Stored files: uploads, reads, deletes (decisions/0020).
-    pub fn files(&self) -> &crate::files::Files {
+    pub fn files(&self) -> &crate::services::files::Files {
         &self.inner.files
     }
 

@@ -12,10 +12,10 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::error::{Error, Result};
 use crate::files::copies::CopyStore;
 use crate::files::wire::{CopyRequest, GetHeader, PutAck, PutHeader, PutTrailer};
-use crate::files::Files;
 use crate::rpc::convert::{decode, reply};
 use crate::rpc::pb::file_service_server::FileService;
 use crate::rpc::pb::{CopyChunk, CopyMessage, Reply};
+use crate::services::files::Files;
 
 pub struct FileServiceImpl {
     pub(super) files: Files,
@@ -109,7 +109,7 @@ impl FileService for FileServiceImpl {
                 last: false,
             })
         });
-        let body = crate::files::stream_of(reader).map(|bytes| match bytes {
+        let body = crate::services::files::stream_of(reader).map(|bytes| match bytes {
             Ok(b) => Ok(CopyChunk {
                 header: Vec::new(),
                 data: b.to_vec(),

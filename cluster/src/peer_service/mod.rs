@@ -15,12 +15,12 @@ mod raft_stream;
 
 use std::sync::Arc;
 
-use crate::files::Files;
 use crate::replicas::Replicas;
 use crate::rpc::pb::file_service_server::FileServiceServer;
 use crate::rpc::pb::node_service_server::NodeServiceServer;
 use crate::rpc::pb::raft_service_server::RaftServiceServer;
 use crate::rpc::MAX_MESSAGE_BYTES;
+use crate::services::files::Files;
 use crate::tls::PeerTls;
 use authorize::PeerAuth;
 use file_service::FileServiceImpl;

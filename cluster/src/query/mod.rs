@@ -1,19 +1,18 @@
-//! Shard-local scans and their merge: the base the query engine builds on.
+//! The query engine: shard-local scans and their merge (the coordinator that runs them across
+//! the shards is `services::queries`).
 //!
 //! A scan runs on each data shard (`shard_exec`): it filters the shard's objects of one class,
 //! sorts them and keeps the first `skip + limit`; the coordinating node merges the shards'
 //! rows under the same order (`merge`) and applies skip and limit once. Counts add up. The
-//! `where` is a `filter::Filter`; its sub-queries run first on the coordinator (`resolve`).
+//! `where` is a `filter::Filter`; its sub-queries run first on the coordinator (`services::queries::resolve`).
 //! Aggregations fold per shard and merge on the coordinator (`aggregate`).
 
 pub mod aggregate;
-pub mod coordinator;
 pub mod eval;
 pub mod filter;
 pub mod index;
 pub mod merge;
 pub mod order;
-pub mod resolve;
 pub mod shard_exec;
 pub mod tally;
 

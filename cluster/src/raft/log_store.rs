@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 
 use openraft::storage::{IOFlushed, LogState, RaftLogStorage};
 use openraft::RaftLogReader;
-use rocksdb::WriteBatch;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -23,7 +22,7 @@ use super::log_cache::LogCache;
 use super::{Entry, LogId, TypeConfig, Vote};
 use crate::ids::GroupId;
 use crate::storage::keys::{self, CF_RAFT_LOG, CF_RAFT_META};
-use crate::storage::Store;
+use crate::storage::{Store, WriteBatch};
 
 fn encode<T: Serialize>(v: &T) -> io::Result<Vec<u8>> {
     crate::encoding::encode(v).map_err(io_err)

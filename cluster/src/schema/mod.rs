@@ -6,7 +6,6 @@
 //! explicitly (`ClassSchema::alter`). Both run inside the metadata group's `apply`, so two
 //! concurrent first writes of one column with different types cannot both succeed.
 
-pub mod catalog;
 pub mod infer;
 
 use std::collections::BTreeMap;
@@ -155,41 +154,7 @@ pub enum Need {
     Container { default: ColumnType },
 }
 
-/// Why a write or a schema change is refused.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
-pub enum SchemaError {
-    #[error("{0}")]
-    TypeMismatch(String),
-    #[error("class {0} does not exist")]
-    ClassNotFound(String),
-    #[error("class {0} does not exist and creating classes is not allowed for this app")]
-    ClassCreationNotAllowed(String),
-    #[error("class {0} already exists")]
-    ClassExists(String),
-    #[error("the body's className {0:?} differs from the class in the path")]
-    ClassNameMismatch(String),
-    #[error("{0} is a reserved field")]
-    ReservedField(String),
-    #[error("field {0} already exists")]
-    FieldExists(String),
-    #[error("field {0}: Pointer and Relation columns need a targetClass")]
-    MissingTargetClass(String),
-    #[error("field {0}: target class {1} does not exist")]
-    TargetClassMissing(String, String),
-    #[error("field {0}: unknown type {1:?}")]
-    UnknownType(String, String),
-    #[error("field {0} does not exist")]
-    UnknownField(String),
-    #[error("{0} is a built-in column of {1} and cannot be changed")]
-    BuiltInColumn(String, String),
-    #[error("class {0} would have more than {max} columns", max = MAX_COLUMNS)]
-    TooManyColumns(String),
-    #[error("{0}")]
-    Invalid(String),
-}
-
-/// User columns one class may have (a write or schema change past it is refused).
-pub const MAX_COLUMNS: usize = 1000;
+pub use crate::error::{SchemaError, MAX_COLUMNS};
 
 /// The schema of one class: user columns by name (built-in and system columns are implied).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -9,5 +9,12 @@ pub mod store;
 
 pub use store::{Store, StoreTuning};
 
-/// The write batch type of the store, for modules that stage writes (the state machine).
+/// The write batch type of the store, for modules that stage writes (the Raft log, the state
+/// machine).
 pub use rocksdb::WriteBatch;
+
+impl From<rocksdb::Error> for crate::error::Error {
+    fn from(e: rocksdb::Error) -> Self {
+        crate::error::Error::Storage(e.to_string())
+    }
+}

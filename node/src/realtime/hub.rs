@@ -17,9 +17,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use basalt_cluster::changes::tail::TailEvent;
 use basalt_cluster::changes::Change;
 use basalt_cluster::ids::GroupId;
+use basalt_cluster::services::change_tail::TailEvent;
 use basalt_cluster::Replicas;
 use serde_json::json;
 use tokio::sync::{mpsc, watch};

@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use futures::future::join_all;
 
-use super::bucket::BucketWriter;
-use super::copies::{CopyWriter, Md5Sum};
-use super::record::{FileId, FileRecord, NewFile};
 use super::Files;
 use crate::error::{Error, Result};
+use crate::files::bucket::BucketWriter;
+use crate::files::copies::{CopyWriter, Md5Sum};
+use crate::files::record::{FileId, FileRecord, NewFile};
 use crate::ids::{file_group, NodeId};
 use crate::namespace::Namespace;
 use crate::rpc::file_client::CopySink;

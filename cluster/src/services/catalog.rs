@@ -10,13 +10,13 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
-use super::{schema_key, ClassSchema, ColumnChange, Need, SchemaError, SYSTEM_CLASSES};
 use crate::command::{Command, CommandResult};
 use crate::error::{Error, Result};
 use crate::ids::META_GROUP;
 use crate::namespace::Namespace;
 use crate::query::index::{meta_key, IndexMeta};
 use crate::replicas::Replicas;
+use crate::schema::{schema_key, ClassSchema, ColumnChange, Need, SchemaError, SYSTEM_CLASSES};
 
 /// Objects removed per `PurgeClass` command (one Raft entry each).
 const PURGE_BATCH: u32 = 500;

@@ -9,12 +9,12 @@
 use futures::future::BoxFuture;
 use serde_json::{json, Value};
 
-use super::coordinator::Coordinator;
-use super::eval::lookup;
-use super::filter::{Cond, Filter, SubQuery};
-use super::ScanRequest;
+use super::Coordinator;
 use crate::acl::{allows, Access};
 use crate::error::{Error, Result};
+use crate::query::eval::lookup;
+use crate::query::filter::{Cond, Filter, SubQuery};
+use crate::query::ScanRequest;
 
 /// Most objects a sub-query may match.
 pub const MAX_SUB_QUERY_ROWS: usize = 10_000;

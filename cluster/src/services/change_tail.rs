@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::ids::{GroupId, NodeId};
 use crate::replicas::Replicas;
 
-use super::{log, Change, RawPage};
+use crate::changes::{log, Change, RawPage};
 
 /// Most changes a page carries.
 pub const PAGE_CHANGES: usize = 512;
@@ -163,7 +163,8 @@ impl Replicas {
             ids.sort();
             ids
         };
-        let desired = crate::placement::desired_voters(group, &active, self.settings().replicas);
+        let desired =
+            crate::services::placement::desired_voters(group, &active, self.settings().replicas);
         for n in self
             .leader_of(group)
             .into_iter()

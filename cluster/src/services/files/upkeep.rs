@@ -12,11 +12,11 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use super::bucket::{unrecorded, Bucket};
-use super::record::{FileId, FileRecord};
-use super::wire::{CopyRequest, HeldCopy};
 use super::{rank_among, Files};
 use crate::error::Result;
+use crate::files::bucket::{unrecorded, Bucket};
+use crate::files::record::{FileId, FileRecord};
+use crate::files::wire::{CopyRequest, HeldCopy};
 use crate::ids::{GroupId, NodeId, META_GROUP};
 use crate::namespace::Namespace;
 

@@ -6,19 +6,21 @@
 //! page, and asks again the rare node that held more. Any shard that fails fails the query:
 //! results are never silently partial.
 
+mod resolve;
+
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::aggregate::{merge_partials, AggregateRequest, PartialGroup};
-use super::merge::merge_rows;
-use super::order::RowOrder;
-use super::ScanRequest;
 use crate::command::{ReadRequest, ReadResponse};
 use crate::error::{Error, Result};
 use crate::ids::{GroupId, NodeId};
 use crate::object::trim_query_times;
+use crate::query::aggregate::{merge_partials, AggregateRequest, PartialGroup};
+use crate::query::merge::merge_rows;
+use crate::query::order::RowOrder;
+use crate::query::ScanRequest;
 use crate::replicas::{unexpected, Attempts, Replicas};
 
 /// Runs queries through this node's replicas, each shard's part within `timeout`.
