@@ -256,7 +256,7 @@ async fn fetch_settings(addr: &str, tls: Option<&Arc<PeerTls>>) -> Result<Cluste
 /// the metadata group, with its current addresses. Retries until it succeeds.
 async fn register_self(cluster: Cluster, join_addr: Option<String>) {
     let opts = &cluster.inner.options;
-    let mut shutdown = cluster.shutdown_signal();
+    let mut shutdown = cluster.replicas().shutdown_signal();
     let me = NodeRecord {
         id: opts.node_id,
         rpc_addr: opts.rpc_addr.clone(),
@@ -293,7 +293,8 @@ async fn register_self(cluster: Cluster, join_addr: Option<String>) {
             _ => {
                 let mut r = Ok(());
                 if !settings_known && join_addr.is_none() {
-                    let settings = serde_json::to_value(cluster.settings()).unwrap_or(Value::Null);
+                    let settings =
+                        serde_json::to_value(cluster.replicas().settings()).unwrap_or(Value::Null);
                     r = cluster
                         .put_record(META_GROUP, Namespace::Cluster, SETTINGS_KEY, settings, None)
                         .await
@@ -338,7 +339,7 @@ pub const STORE_STOPPED_CODE: i32 = 70;
 /// crosses a mark (so every node refuses growth of the groups it holds, placement avoids it,
 /// and `/health` and `basalt admin alarms` show it).
 async fn watch_disk(cluster: Cluster, disk: Arc<DiskWatch>) {
-    let mut shutdown = cluster.shutdown_signal();
+    let mut shutdown = cluster.replicas().shutdown_signal();
     let ballast = Arc::clone(&disk);
     if let Ok(Err(e)) = tokio::task::spawn_blocking(move || ballast.ensure_ballast()).await {
         tracing::warn!("cannot make the disk ballast: {e}");
@@ -377,7 +378,7 @@ async fn watch_disk(cluster: Cluster, disk: Arc<DiskWatch>) {
             stopped_since = None;
         }
         let nodes = cluster.local_nodes();
-        cluster.set_full_nodes(
+        cluster.replicas().set_full_nodes(
             nodes
                 .iter()
                 .filter(|n| n.id != me && n.disk_level() == DiskLevel::Critical)

@@ -23,7 +23,7 @@ impl Cluster {
     pub async fn admin(&self, req: AdminRequest) -> Result<AdminResponse> {
         match req {
             AdminRequest::ClusterInfo => Ok(AdminResponse::ClusterInfo {
-                settings: self.settings(),
+                settings: self.replicas().settings(),
                 nodes: self.local_nodes(),
             }),
             AdminRequest::Join(mut record) => {
@@ -48,20 +48,20 @@ impl Cluster {
             AdminRequest::SharedSecret => Ok(AdminResponse::SharedSecret(
                 self.inner.shared_secret.get().cloned(),
             )),
-            AdminRequest::Digest => Ok(AdminResponse::Digests(self.digests().await?)),
+            AdminRequest::Digest => Ok(AdminResponse::Digests(self.replicas().digests().await?)),
             AdminRequest::ReleaseBallast => {
-                let bytes = self.disk_watch().release_ballast()?;
+                let bytes = self.replicas().disk_watch().release_ballast()?;
                 Ok(AdminResponse::BallastReleased {
                     bytes,
                     disk: self.disk(),
                 })
             }
             AdminRequest::Compact => {
-                self.compact().await;
+                self.replicas().compact().await;
                 Ok(AdminResponse::Done)
             }
             AdminRequest::TransferLeader { group, to } => {
-                let raft = self.group(group)?;
+                let raft = self.replicas().group(group)?;
                 let m = raft.metrics().borrow_watched().clone();
                 if m.current_leader != Some(self.node_id()) {
                     return Err(Error::NotLeader {

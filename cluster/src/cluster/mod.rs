@@ -1,6 +1,6 @@
-//! `Cluster`: the one door the node crate uses. It is this node's [`Replicas`] (which it
-//! dereferences to: proposals, reads, records and objects through their owning group) plus the
-//! node's life: `bootstrap` opens the store and groups and starts the peer services, placement
+//! `Cluster`: the one door the node crate uses. Its methods are all the node may ask: of this
+//! node's [`Replicas`] (`door`: proposals, reads, records and objects through their owning
+//! group), and of the node's life: `bootstrap` opens the store and groups and starts the peer services, placement
 //! and the scheduler; `membership` answers admin requests (joins, removals, status); queries
 //! run through its [`Coordinator`], schema operations through a [`Catalog`], stored files
 //! through its [`crate::services::files::Files`].
@@ -12,9 +12,9 @@
 //! change log, files' records, raft, storage). Nothing below `cluster` holds a `Cluster`.
 
 mod bootstrap;
+mod door;
 mod membership;
 
-use std::ops::Deref;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -104,17 +104,9 @@ pub struct Cluster {
     inner: Arc<Inner>,
 }
 
-impl Deref for Cluster {
-    type Target = Replicas;
-
-    fn deref(&self) -> &Replicas {
-        &self.inner.replicas
-    }
-}
-
 impl Cluster {
     /// This node's replicas: the handle the layers below the cluster work with.
-    pub fn replicas(&self) -> &Replicas {
+    pub(crate) fn replicas(&self) -> &Replicas {
         &self.inner.replicas
     }
 
@@ -137,7 +129,7 @@ impl Cluster {
     pub fn health(&self) -> crate::health::Health {
         let election = Duration::from_millis(self.inner.options.tuning.election_max_ms);
         let members = self.active_members().len().max(1);
-        let wanted = (self.settings().replicas as usize).min(members);
+        let wanted = (self.replicas().settings().replicas as usize).min(members);
         self.inner
             .apply_watch
             .assess(&self.status(), std::time::Instant::now(), election, wanted)

@@ -106,7 +106,7 @@ impl AppState {
         let realtime = crate::realtime::connection::Services {
             cluster: cluster.clone(),
             roles: Arc::clone(&roles),
-            hub: crate::realtime::hub::Hub::new(cluster.replicas().clone()),
+            hub: crate::realtime::hub::Hub::new(cluster.clone()),
         };
         AppState(Arc::new(Shared {
             cluster,

@@ -2,7 +2,7 @@
 //! subscriptions of its app and class.
 //!
 //! Started by the first subscription: one task per group follows the group's log of changes
-//! (`Replicas::follow_changes`: this node's replica, or a peer's, resuming at the last position
+//! (`Cluster::follow_changes`: this node's replica, or a peer's, resuming at the last position
 //! after any failover), and one dispatcher passes the changes on in the order each group
 //! committed them. The hub keeps the position it has passed on for every group: a subscription
 //! registered under the same lock gets exactly the changes after those positions, so nothing
@@ -20,7 +20,7 @@ use std::time::Duration;
 use basalt_cluster::changes::Change;
 use basalt_cluster::ids::GroupId;
 use basalt_cluster::services::change_tail::TailEvent;
-use basalt_cluster::Replicas;
+use basalt_cluster::Cluster;
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
 
@@ -67,7 +67,7 @@ struct State {
 }
 
 struct Inner {
-    replicas: Replicas,
+    cluster: Cluster,
     groups: usize,
     state: Mutex<State>,
     started: AtomicBool,
@@ -88,12 +88,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Hub {
-    pub fn new(replicas: Replicas) -> Hub {
-        let groups = replicas.shards() as usize + 1;
+    pub fn new(cluster: Cluster) -> Hub {
+        let groups = cluster.shards() as usize + 1;
         let (ready, _) = watch::channel(false);
         Hub {
             inner: Arc::new(Inner {
-                replicas,
+                cluster,
                 groups,
                 state: Mutex::new(State {
                     positions: vec![0; groups],
@@ -121,10 +121,10 @@ impl Hub {
         }
         let (tx, rx) = mpsc::channel::<TailEvent>(256);
         for g in 0..self.inner.groups {
-            let replicas = self.inner.replicas.clone();
+            let cluster = self.inner.cluster.clone();
             let tx = tx.clone();
             tokio::spawn(async move {
-                replicas
+                cluster
                     .follow_changes(GroupId::new(g as u32), None, tx)
                     .await;
             });
@@ -401,9 +401,9 @@ impl Inner {
             }
             let group = GroupId::new(g as u32);
             let (tx, mut rx) = mpsc::channel(4);
-            let replicas = self.replicas.clone();
+            let cluster = self.cluster.clone();
             let follower = tokio::spawn(async move {
-                replicas
+                cluster
                     .follow_changes(group, Some(start.entries_before()), tx)
                     .await;
             });
