@@ -139,15 +139,12 @@ async fn a_node_that_crashes_installing_a_snapshot_ends_with_its_peers_state() {
         .contains("failpoint snapshot-install-batch panic: aborting"));
     cluster.restart(2).await;
     cluster.wait_healthy(2, Duration::from_secs(60)).await;
-    TestCluster::eventually(
-        Duration::from_secs(60),
-        "node 3 holds the same state as its peers",
-        || {
-            let d = [0, 1, 2].map(|i| cluster.digests(i));
-            d[0] == d[1] && d[1] == d[2]
-        },
-    )
-    .await;
+    cluster
+        .wait_same_state(
+            "node 3 holds the same state as its peers",
+            Duration::from_secs(60),
+        )
+        .await;
     let data = cluster.digests(2)[&1].clone();
     assert!(
         data.1 >= ids.len() as u64,

@@ -378,15 +378,9 @@ async fn a_disk_filled_behind_the_watchers_back_stops_no_group() {
             );
         }
     }
-    TestCluster::eventually(
-        Duration::from_secs(60),
-        "every node holds the same state",
-        || {
-            let d = [0, 1, 2].map(|i| cluster.digests(i));
-            d[0] == d[1] && d[1] == d[2]
-        },
-    )
-    .await;
+    cluster
+        .wait_same_state("every node holds the same state", Duration::from_secs(60))
+        .await;
 
     // Full again, and killed while writes wait: the restart loses nothing either.
     cluster
@@ -416,13 +410,10 @@ async fn a_disk_filled_behind_the_watchers_back_stops_no_group() {
             "node 1 after its restart: {id} was acknowledged"
         );
     }
-    TestCluster::eventually(
-        Duration::from_secs(60),
-        "every node holds the same state after the restart",
-        || {
-            let d = [0, 1, 2].map(|i| cluster.digests(i));
-            d[0] == d[1] && d[1] == d[2]
-        },
-    )
-    .await;
+    cluster
+        .wait_same_state(
+            "every node holds the same state after the restart",
+            Duration::from_secs(60),
+        )
+        .await;
 }

@@ -446,6 +446,17 @@ impl TestCluster {
         i
     }
 
+    /// Waits until every node holds the same state: equal digests of every group (`what` names
+    /// the wait in the failure).
+    pub async fn wait_same_state(&self, what: &str, timeout: Duration) {
+        let nodes: Vec<usize> = (0..self.nodes.len()).collect();
+        TestCluster::eventually(timeout, what, || {
+            let d: Vec<_> = nodes.iter().map(|&i| self.digests(i)).collect();
+            d.windows(2).all(|w| w[0] == w[1])
+        })
+        .await;
+    }
+
     /// The small filesystems the nodes' data lives on (`start_on_volumes`).
     pub fn volumes(&self) -> &Volumes {
         self.volumes.as_ref().expect("a cluster started on volumes")
