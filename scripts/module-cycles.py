@@ -17,9 +17,8 @@ import re
 import sys
 
 CRATES = ["cluster/src", "node/src", "client/src", "bench/src", "jepsen/src"]
-# Crates whose folders are checked too (node/src joins once its app settings are per feature:
-# issue 49).
-FOLDER_CHECKED = ["cluster/src"]
+# Crates whose folders are checked too.
+FOLDER_CHECKED = ["cluster/src", "node/src"]
 # Folders that group modules of one floor: each child counts as a folder of its own.
 GROUPING = {"services"}
 
@@ -63,7 +62,8 @@ def module_paths(src):
         for f in files:
             if not f.endswith(".rs"):
                 continue
-            if f in ("lib.rs", "main.rs"):
+            if f == "lib.rs" or (f == "main.rs" and () not in mods):
+                # A crate with both is a library and its binary: the library is the root.
                 mods[()] = os.path.join(d, f)
             elif f == "mod.rs":
                 mods[base] = os.path.join(d, f)
@@ -155,23 +155,30 @@ def fold(mod):
 
 
 def floors_of(lib_text):
-    """Folder name -> floor, from the `//! Floors` block of a crate root."""
-    floors, inside = {}, False
+    """Folder name -> floor, from the `//! Floors` block of a crate root (an item's indented
+    lines go on with its list)."""
+    floors, inside, last = {}, False, None
     for line in lib_text.splitlines():
         s = line.strip()
         if not s.startswith("//!"):
             inside = False
             continue
-        body = s[3:].strip()
+        raw = s[3:]
+        body = raw.strip()
         if body.startswith("Floors"):
             inside = True
             continue
         m = re.match(r"-\s*(\d+):\s*(.*)$", body)
         if inside and m:
-            for name in m.group(2).replace("`", "").split():
-                floors[name] = int(m.group(1))
-        elif inside and body and not body.startswith("-"):
-            inside = False
+            last = int(m.group(1))
+            names = m.group(2)
+        elif inside and last is not None and raw.startswith("   ") and body:
+            names = body
+        else:
+            inside = inside and not body
+            continue
+        for name in names.replace("`", "").replace(",", " ").split():
+            floors[name] = last
     return floors
 
 

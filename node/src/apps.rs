@@ -14,7 +14,7 @@ use basalt_cluster::namespace::Namespace;
 use basalt_cluster::{Cluster, Error as ClusterError};
 use serde::{Deserialize, Serialize};
 
-use crate::auth::password::PasswordError;
+use crate::password::PasswordError;
 
 /// Why an app or console account could not be read or stored.
 #[derive(Debug, thiserror::Error)]
@@ -117,12 +117,12 @@ pub struct AppRecord {
     /// Whether clients with the app's keys may send pushes (else the master key only).
     #[serde(default)]
     pub client_push: bool,
-    /// The providers the app pushes through (`push::settings`).
+    /// The providers the app pushes through (read by `push::settings`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub push: Option<crate::push::settings::PushSettings>,
-    /// Limits of the app's cloud functions (`functions::settings`).
+    pub push: Option<FeatureSettings>,
+    /// Limits of the app's cloud functions (read by `functions::settings`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub functions: Option<crate::functions::settings::FunctionSettings>,
+    pub functions: Option<FeatureSettings>,
     /// Realtime subscriptions need the app's keys (or a signature): a `client_sub` naming only
     /// the app (`appKey`, as the hosted service's SDKs send it) is refused.
     #[serde(default)]
@@ -136,6 +136,26 @@ pub struct AppRecord {
     /// The most its files may take, in MiB (`storage_quota`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub files_quota_mb: Option<u64>,
+}
+
+/// A feature's settings as an app record keeps them: JSON that apps stores and hands back
+/// without reading it. The feature that owns them reads them as its own type
+/// ([`AppRecord::settings`]), checked when they were set, so apps depends on no feature.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct FeatureSettings(serde_json::Value);
+
+impl FeatureSettings {
+    /// Settings as they are to be stored (checked by their feature).
+    pub fn new(v: serde_json::Value) -> FeatureSettings {
+        FeatureSettings(v)
+    }
+}
+
+/// A feature's own type of app settings, and the member of the app record that keeps them.
+pub trait AppSettings: serde::de::DeserializeOwned + Default {
+    /// The app's settings of this feature, as stored (none: the feature's defaults).
+    fn stored(app: &AppRecord) -> Option<&FeatureSettings>;
 }
 
 /// Who may delete an app's files (`fileDelete`).
@@ -176,6 +196,16 @@ pub fn random_key(len: usize) -> String {
 }
 
 impl AppRecord {
+    /// The app's settings of one feature (its defaults when the app has none).
+    pub fn settings<T: AppSettings>(&self) -> Result<T, AppsError> {
+        match T::stored(self) {
+            None => Ok(T::default()),
+            Some(FeatureSettings(v)) => {
+                T::deserialize(v).map_err(|e| AppsError::Corrupt(e.to_string()))
+            }
+        }
+    }
+
     /// Whether a browser at `origin` may use the app (`allowedOrigins`; absent: any).
     pub fn allows_origin(&self, origin: &str) -> bool {
         match &self.allowed_origins {
@@ -447,6 +477,17 @@ pub async fn seal_stored_apps(cluster: &Cluster) -> Result<usize, AppsError> {
     Ok(rewritten)
 }
 
+/// Waits until values are sealed (`secrets::sealing_started`), then rewrites what was stored
+/// in the clear (`seal_stored_apps`); what fails is tried again at the next start.
+pub async fn seal_stored_apps_once_sealing(cluster: Cluster) {
+    crate::secrets::sealing_started().await;
+    match seal_stored_apps(&cluster).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!("sealed the secrets of {n} stored records"),
+        Err(e) => tracing::warn!("sealing stored app secrets: {e} (tried again at the next start)"),
+    }
+}
+
 /// Checks console credentials; answers the account's email when they are right.
 pub async fn verify_account(
     cluster: &Cluster,
@@ -462,15 +503,15 @@ pub async fn verify_account(
         }
     };
     let Some(rec) = rec.and_then(|v| serde_json::from_value::<AccountRecord>(v).ok()) else {
-        return Ok(crate::auth::password::verify_absent(password.to_string()).await?);
+        return Ok(crate::password::verify_absent(password.to_string()).await?);
     };
-    Ok(crate::auth::password::verify(password.to_string(), rec.password_hash).await?)
+    Ok(crate::password::verify(password.to_string(), rec.password_hash).await?)
 }
 
 pub async fn put_account(cluster: &Cluster, email: &str, password: &str) -> Result<(), AppsError> {
     let rec = AccountRecord {
         email: email.to_string(),
-        password_hash: crate::auth::password::hash(password.to_string()).await?,
+        password_hash: crate::password::hash(password.to_string()).await?,
     };
     let v = serde_json::to_value(rec).map_err(|e| AppsError::Corrupt(e.to_string()))?;
     cluster

@@ -5,12 +5,18 @@
 //! bodies queues instead of exhausting memory. Each app may hold at most 1/`APP_SHARE` of the
 //! budget besides (`hold_for_app`), so one app's large writes in flight never leave the others
 //! without room. Used by `server`'s edge layer (the whole budget) and `api::context` (an
-//! app's share, once the request's app is known).
+//! app's share, once the request's app is known). `DRAIN_BYTES` bounds what is read of a
+//! refused body (`server`, `files::upload`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// Bytes a client may still send once its body has passed the limit: read and dropped, so that
+/// it gets its 413 instead of a connection reset while it writes. Past this the connection is
+/// closed.
+pub const DRAIN_BYTES: usize = 64 << 20;
 
 /// How many times its size a body may take once parsed (with the items a body may hold bounded
 /// by `json_text`, a value costs at most a few times its text).

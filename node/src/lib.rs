@@ -8,6 +8,15 @@
 //! shapes the JSON, and `api::error` turns any failure into the documented status and code.
 //! `serve` wires a node together, `dev` starts local clusters, `admin` talks to a running one
 //! (`certs`: the cluster's certificates; `https`: the API's own TLS).
+//!
+//! Floors (imports point down; checked by `scripts/module-cycles.py`):
+//! - 4: cli dev serve server admin
+//! - 3: api
+//! - 2: auth users sms captcha mail installations query realtime push functions files
+//!   bootstrap
+//! - 1: apps
+//! - 0: every other module — the leaves: configuration, paths, passwords, sealed secrets, outbound
+//!   limits, rates, budgets and quotas, connections, TLS, JSON text.
 
 pub mod admin;
 pub mod api;
@@ -25,11 +34,11 @@ pub mod dev;
 pub mod files;
 pub mod functions;
 pub mod https;
-pub mod images;
 pub mod installations;
 pub mod json_text;
 pub mod mail;
 pub mod outbound;
+pub mod password;
 pub mod paths;
 pub mod push;
 pub mod query;
@@ -41,4 +50,3 @@ pub mod sms;
 pub mod storage_quota;
 pub mod throttle;
 pub mod users;
-pub mod video;

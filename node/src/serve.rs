@@ -481,6 +481,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .secrets_key_file
         .clone()
         .unwrap_or_else(|| args.data_dir.join("secrets.key"));
+    tokio::spawn(crate::apps::seal_stored_apps_once_sealing(cluster.clone()));
     crate::secrets::node_key::install(
         &cluster,
         &secrets_key,
@@ -545,7 +546,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     tokio::spawn(crate::functions::cron::run(
         cluster.clone(),
-        crate::api::functions::scheduled(state.clone()),
+        state.functions.scheduled(),
     ));
     if args.init {
         let scheme = if args.service.tls_cert.is_some() {

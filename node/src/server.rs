@@ -17,8 +17,8 @@ use futures::future::Either;
 use tower::{Layer, ServiceExt};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
-use crate::api::error::{closing, ApiError, DRAIN_BYTES};
-use crate::body_budget::{BodyBudget, Held};
+use crate::api::error::{closing, ApiError};
+use crate::body_budget::{BodyBudget, Held, DRAIN_BYTES};
 use crate::connections::ConnectionLimits;
 use crate::paths::normalize_path;
 

@@ -62,14 +62,16 @@ impl GeoPoint {
             .then_some(p)
     }
 
-    /// Great-circle distance in radians (haversine on the unit sphere, `geo`).
+    /// Great-circle distance in radians: the haversine formula on the unit sphere, computed
+    /// step for step as the `geo` crate computed it before it was dropped (decisions/0035).
     pub fn radians_to(&self, other: &GeoPoint) -> f64 {
-        use geo::{Distance, HaversineMeasure, Point};
-        const UNIT_SPHERE: HaversineMeasure = HaversineMeasure::new(1.0);
-        UNIT_SPHERE.distance(
-            Point::new(self.longitude, self.latitude),
-            Point::new(other.longitude, other.latitude),
-        )
+        let theta1 = self.latitude.to_radians();
+        let theta2 = other.latitude.to_radians();
+        let delta_theta = (other.latitude - self.latitude).to_radians();
+        let delta_lambda = (other.longitude - self.longitude).to_radians();
+        let a = (delta_theta / 2.0).sin().powi(2)
+            + theta1.cos() * theta2.cos() * (delta_lambda / 2.0).sin().powi(2);
+        2.0 * a.sqrt().asin()
     }
 }
 
@@ -709,6 +711,34 @@ mod tests {
 
     fn geo(lat: f64, lng: f64) -> Value {
         json!({"__type": "GeoPoint", "latitude": lat, "longitude": lng})
+    }
+
+    #[test]
+    fn great_circle_distances_in_radians() {
+        let p = |latitude, longitude| GeoPoint {
+            latitude,
+            longitude,
+        };
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
+        assert_eq!(p(10.0, 20.0).radians_to(&p(10.0, 20.0)), 0.0);
+        assert!(close(
+            p(0.0, 0.0).radians_to(&p(0.0, 90.0)),
+            std::f64::consts::FRAC_PI_2
+        ));
+        assert!(close(
+            p(0.0, 0.0).radians_to(&p(90.0, 0.0)),
+            std::f64::consts::FRAC_PI_2
+        ));
+        assert!(close(
+            p(0.0, -90.0).radians_to(&p(0.0, 90.0)),
+            std::f64::consts::PI
+        ));
+        // Paris to London, 343.5 km on a sphere of 6,371 km.
+        let km = p(48.8566, 2.3522).radians_to(&p(51.5074, -0.1278)) * 6371.0;
+        assert!((km - 343.5).abs() < 0.5, "{km}");
+        // Symmetric.
+        let (a, b) = (p(-33.9, 151.2), p(40.7, -74.0));
+        assert!(close(a.radians_to(&b), b.radians_to(&a)));
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod filter;
 pub mod index;
 pub mod merge;
 pub mod order;
+pub mod plan;
 pub mod shard_exec;
 pub mod tally;
 

@@ -14,6 +14,7 @@ use super::*;
 use crate::ids::GroupId;
 use crate::object::StoredObject;
 use crate::storage::keys::{self, CF_RAFT_LOG, CF_SM};
+use crate::storage::tuning::StoreSettings;
 
 const GROUP: GroupId = GroupId::new(1);
 const LOG_ENTRIES: u64 = 100_000;

@@ -25,8 +25,8 @@ use tower::ServiceExt;
 use super::batch_slot::{slot, slot_error};
 use super::context::{ApiBody, AppState, RequestCtx};
 use super::error::ApiError;
-use super::functions::CallDepth;
 use super::object_writes::{self, ObjectWrite};
+use crate::functions::invoke::CallDepth;
 
 /// Operations per batch (spec 8).
 pub const MAX_OPERATIONS: usize = 50;

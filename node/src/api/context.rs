@@ -41,8 +41,9 @@ pub struct Shared {
     pub cluster: Cluster,
     pub headers: HeaderNames,
     pub max_body_bytes: usize,
-    /// The finished router, for `/1/batch` to run its operations through (set once at start).
-    pub router: OnceLock<Router>,
+    /// The finished router, for `/1/batch` and functions' data calls to run their requests
+    /// through (set once at start).
+    pub router: Arc<OnceLock<Router>>,
     /// Where emailed links go (SMTP relay or the dev outbox).
     pub mailer: Arc<dyn crate::mail::Mailer>,
     /// Where SMS go (webhook or the dev outbox).
@@ -64,9 +65,9 @@ pub struct Shared {
     /// Each app's role graph as this node's metadata replica holds it.
     pub roles: Arc<crate::users::roles::RoleGraphs>,
     /// Thumbnails and watermarks of stored images, with this node's cache of them.
-    pub images: crate::images::Images,
-    /// Where cloud functions run (this node's slots for them).
-    pub functions: crate::functions::runner::Runner,
+    pub images: crate::files::images::Images,
+    /// Runs cloud functions for callers (on this node's slots for them).
+    pub functions: crate::functions::invoke::Invoker,
     /// What realtime connections work with (this node's hub among them).
     pub realtime: crate::realtime::connection::Services,
     /// The bearer token operator routes (`/metrics`) ask of callers (`--metrics-token`);
@@ -108,11 +109,18 @@ impl AppState {
             roles: Arc::clone(&roles),
             hub: crate::realtime::hub::Hub::new(cluster.clone()),
         };
+        let router: Arc<OnceLock<Router>> = Default::default();
+        let functions = crate::functions::invoke::Invoker::new(
+            outside.functions,
+            cluster.clone(),
+            Arc::clone(&roles),
+            Arc::clone(&router),
+        );
         AppState(Arc::new(Shared {
             cluster,
             headers,
             max_body_bytes,
-            router: OnceLock::new(),
+            router,
             mailer: outside.mailer,
             sms: outside.sms,
             public_url,
@@ -124,7 +132,7 @@ impl AppState {
             identity: outside.identity,
             roles,
             images: Default::default(),
-            functions: outside.functions,
+            functions,
             realtime,
             metrics_token: guards.metrics_token,
         }))

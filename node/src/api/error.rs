@@ -11,13 +11,15 @@ use basalt_cluster::Error as ClusterError;
 use serde_json::json;
 
 use crate::apps::AppsError;
-use crate::auth::password::PasswordError;
 use crate::auth::AuthError;
 use crate::captcha::CaptchaError;
+use crate::files::images::ImageError;
+use crate::files::video::SnapshotError;
 use crate::files::FilesError;
+use crate::functions::engine::{RunError, Thrown};
 use crate::functions::FunctionsError;
-use crate::images::ImageError;
 use crate::installations::InstallationError;
+use crate::password::PasswordError;
 use crate::push::request::PushRequestError;
 use crate::push::PushError;
 use crate::query::QueryError;
@@ -26,7 +28,6 @@ use crate::throttle::ThrottleError;
 use crate::users::third_party::providers::VerifyError;
 use crate::users::third_party::AuthDataError;
 use crate::users::UsersError;
-use crate::video::SnapshotError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -296,11 +297,6 @@ impl ApiError {
     }
 }
 
-/// Bytes a client may still send once its body has passed the limit: read and dropped, so that
-/// it gets its 413 instead of a connection reset while it writes. Past this the connection is
-/// closed.
-pub const DRAIN_BYTES: usize = 64 << 20;
-
 /// `resp` with `Connection: close`: part of the request's body may still be unread.
 pub fn closing(mut resp: Response) -> Response {
     resp.headers_mut().insert(
@@ -544,11 +540,34 @@ impl From<FunctionsError> for ApiError {
         match e {
             e @ FunctionsError::NotFound(_) => ApiError::FunctionNotFound(e.to_string()),
             FunctionsError::Invalid(m) => ApiError::InvalidBody(m),
-            FunctionsError::Failed(m) => ApiError::FunctionFailed(m),
             e @ FunctionsError::Contended(_) => ApiError::Unavailable(e.to_string()),
             e @ FunctionsError::Corrupt(_) => ApiError::fault("functions", e),
+            FunctionsError::Run(RunError::Thrown(t)) if t.own => thrown(t),
+            FunctionsError::Refused(RunError::Thrown(t)) => thrown(t),
+            FunctionsError::Run(e) | FunctionsError::Refused(e) => ran(e),
+            FunctionsError::Users(e) => e.into(),
             FunctionsError::Cluster(e) => e.into(),
         }
+    }
+}
+
+/// What a function threw, as its answer: its `Basalt.Error` code when it gave one, else 310.
+fn thrown(t: Thrown) -> ApiError {
+    match t.code.and_then(|c| u32::try_from(c).ok()) {
+        Some(code) if code > 0 => ApiError::ThrownWithCode {
+            code,
+            message: t.message,
+        },
+        _ => ran(RunError::Thrown(t)),
+    }
+}
+
+/// A function that gave no result: no slot (503), the engine's own failure (500), else 310.
+fn ran(e: RunError) -> ApiError {
+    match e {
+        RunError::Busy => ApiError::Unavailable(e.to_string()),
+        e @ RunError::Engine(_) => ApiError::fault("running a function", e),
+        e => ApiError::FunctionFailed(e.to_string()),
     }
 }
 
@@ -617,6 +636,11 @@ impl From<FilesError> for ApiError {
             e @ FilesError::Private(_) => ApiError::FilePrivate(e.to_string()),
             FilesError::Cluster(e) => e.into(),
             FilesError::Quota(e) => e.into(),
+            FilesError::NoSuchUrl => ApiError::RouteNotFound,
+            FilesError::Image(e) => e.into(),
+            FilesError::Apps(e) => e.into(),
+            FilesError::Users(e) => e.into(),
+            e @ FilesError::Response(_) => ApiError::fault("building a response", e),
         }
     }
 }

@@ -27,7 +27,6 @@ pub mod roles;
 pub mod schemas;
 pub mod sms;
 pub mod timestamp;
-pub mod triggers;
 pub mod users;
 pub mod websocket;
 
@@ -55,25 +54,46 @@ pub enum Access {
     Operator,
 }
 
-/// One path of the table: its access, and each method with the name of its handler.
+/// One path of the table: the access its router checks (`gate`), and each method with the
+/// name of its handler and the access it needs.
 pub struct Route<S> {
     pub path: &'static str,
-    pub access: Access,
-    pub methods: Vec<(MethodFilter, &'static str)>,
+    pub gate: Access,
+    pub methods: Vec<MethodAccess>,
     pub router: MethodRouter<S>,
 }
 
-/// A `Route`: `route!(Access, "/path", GET => module::handler, POST => ...)`; the handlers'
-/// names are recorded as written.
+/// One method of a route: its handler's name, and who may call it — the route's gate, or a
+/// stricter access its handler checks itself (a function's deploy needs the master key where
+/// a call needs the app's keys).
+#[derive(Debug, Clone, Copy)]
+pub struct MethodAccess {
+    pub method: MethodFilter,
+    /// The method as written (`GET`, `POST`, ...).
+    pub verb: &'static str,
+    pub handler: &'static str,
+    pub access: Access,
+}
+
+/// A `Route`: `route!(Access, "/path", GET => module::handler, PUT(Master) => ...)`; a method
+/// names its own access when its handler asks more than the route's gate. The handlers' names
+/// are recorded as written.
 macro_rules! route {
-    ($access:ident, $path:literal, $($method:ident => $handler:path),+ $(,)?) => {
+    ($gate:ident, $path:literal, $($method:ident $(($access:ident))? => $handler:path),+ $(,)?) => {
         Route {
             path: $path,
-            access: Access::$access,
-            methods: vec![$((MethodFilter::$method, stringify!($handler))),+],
+            gate: Access::$gate,
+            methods: vec![$(MethodAccess {
+                method: MethodFilter::$method,
+                verb: stringify!($method),
+                handler: stringify!($handler),
+                access: route!(@access $gate $($access)?),
+            }),+],
             router: MethodRouter::new()$(.on(MethodFilter::$method, $handler))+,
         }
     };
+    (@access $gate:ident) => { Access::$gate };
+    (@access $gate:ident $access:ident) => { Access::$access };
 }
 
 /// Every route. `/1/classes/_User`, `_Role` and `_Installation` are rewritten to `/1/users`,
@@ -122,12 +142,12 @@ pub fn table() -> Vec<Route<AppState>> {
             DELETE => installations::delete_installation),
         route!(App, "/1/push", GET => push::query_push_statuses, POST => push::send_push),
         route!(Master, "/1/push/{id}", GET => push::get_push_status),
-        // Cloud functions (spec 4.11; deploy, list and delete need the master key, checked by
-        // the handlers: a call needs only the app's keys).
-        route!(App, "/1/functions", GET => functions::list_functions),
+        // Cloud functions (spec 4.11; deploy, list, show and delete need the master key, checked
+        // by the handlers: a call needs only the app's keys).
+        route!(App, "/1/functions", GET(Master) => functions::list_functions),
         route!(App, "/1/functions/{name}",
-            POST => functions::call_function, PUT => functions::deploy_function,
-            GET => functions::get_function, DELETE => functions::delete_function),
+            POST => functions::call_function, PUT(Master) => functions::deploy_function,
+            GET(Master) => functions::get_function, DELETE(Master) => functions::delete_function),
         // Realtime (decisions/0024): each transport authenticates itself (keys in the headers
         // or the query; socket.io clients may name their app in each subscription instead).
         route!(Open, "/1/realtime", GET => realtime::plain_websocket),
@@ -180,7 +200,7 @@ pub fn routes(state: AppState) -> Router {
     let mut operator = Router::new();
     for r in table() {
         let path = path_with_cdn(r.path, &state.files.cdn);
-        match r.access {
+        match r.gate {
             Access::App => app = app.route(&path, r.router),
             Access::Master => master = master.route(&path, r.router),
             Access::Operator => operator = operator.route(&path, r.router),
@@ -204,22 +224,22 @@ mod tests {
     use axum::http::{Request, StatusCode};
     use tower::ServiceExt;
 
-    /// The table's paths and methods, each answering with its handler's name and access.
+    /// The table's paths and methods, each answering with its handler's name, the access of
+    /// that method and (after `@`) the table path and method it was reached as.
     fn echo_router() -> Router {
         table().into_iter().fold(Router::new(), |router, r| {
-            let access = r.access;
-            let methods = r
-                .methods
-                .iter()
-                .fold(MethodRouter::new(), |m, &(filter, name)| {
-                    m.on(filter, move || async move { format!("{name} {access:?}") })
-                });
+            let path = r.path;
+            let methods = r.methods.iter().fold(MethodRouter::new(), |m, &a| {
+                let answer = format!("{} {:?} @{path} {}", a.handler, a.access, a.verb);
+                m.on(a.method, move || async move { answer })
+            });
             router.route(&path_with_cdn(r.path, "basalt"), methods)
         })
     }
 
-    /// What `method url` reaches, after the path rewrite every request gets (`paths`).
-    async fn reach(method: &str, url: &str) -> Result<String, StatusCode> {
+    /// What `method url` reaches, after the path rewrite every request gets (`paths`): the
+    /// handler and its access, and the table's path and method.
+    async fn reach(method: &str, url: &str) -> Result<(String, String), StatusCode> {
         let req = Request::builder()
             .method(method)
             .uri(crate::paths::routed_path(url))
@@ -232,7 +252,9 @@ mod tests {
         let bytes = axum::body::to_bytes(resp.into_body(), 1 << 16)
             .await
             .unwrap();
-        Ok(String::from_utf8(bytes.to_vec()).unwrap())
+        let text = String::from_utf8(bytes.to_vec()).unwrap();
+        let (handler, at) = text.split_once(" @").unwrap();
+        Ok((handler.to_string(), at.to_string()))
     }
 
     #[tokio::test]
@@ -380,16 +402,98 @@ mod tests {
             ("POST", "/1/push", "push::send_push App"),
             ("GET", "/1/push", "push::query_push_statuses App"),
             ("GET", "/1/push/p1", "push::get_push_status Master"),
+            ("GET", "/1/functions", "functions::list_functions Master"),
+            ("POST", "/1/functions/add", "functions::call_function App"),
+            (
+                "PUT",
+                "/1/functions/add",
+                "functions::deploy_function Master",
+            ),
+            ("GET", "/1/functions/add", "functions::get_function Master"),
+            (
+                "DELETE",
+                "/1/functions/add",
+                "functions::delete_function Master",
+            ),
+            ("GET", "/1/realtime", "realtime::plain_websocket Open"),
+            (
+                "GET",
+                "/1/realtime/events",
+                "realtime::server_sent_events Open",
+            ),
+            ("GET", "/socket.io/1", "realtime::socket_io_handshake Open"),
+            ("POST", "/socket.io/1", "realtime::socket_io_handshake Open"),
+            (
+                "GET",
+                "/socket.io/1/websocket/s1",
+                "realtime::socket_io_websocket Open",
+            ),
+            ("POST", "/1/apps", "apps::create_app Console"),
+            ("GET", "/1/apps/a1", "apps::get_app Console"),
+            (
+                "GET",
+                "/1/apps/a1/smsTemplates",
+                "sms::list_templates Console",
+            ),
+            ("GET", "/email/reset/tok", "email::show_reset_page Link"),
+            (
+                "GET",
+                "/1/installations/i1",
+                "installations::get_installation App",
+            ),
+            ("GET", "/1/roles/r1", "roles::get_role App"),
+            ("POST", "/1/schemas/Game", "schemas::create_schema Master"),
+            ("PUT", "/1/schemas/Game", "schemas::update_schema Master"),
+            (
+                "GET",
+                "/1/schemas/Game/indexes",
+                "schemas::list_indexes Master",
+            ),
+            ("GET", "/1/users/u1", "users::get_user App"),
+            ("POST", "/1/users", "users::sign_up App"),
+            (
+                "PUT",
+                "/1/updatePassword/u1",
+                "users::update_user_password App",
+            ),
+            (
+                "POST",
+                "/1/updateUserPassword/u1",
+                "users::update_user_password App",
+            ),
+            (
+                "POST",
+                "/1/resetPasswordBySmsCode/123456",
+                "sms::reset_password_by_sms_code App",
+            ),
+            ("PUT", "/1/roles/r1", "roles::update_role App"),
+            (
+                "GET",
+                "/1/installations",
+                "installations::query_installations App",
+            ),
+            (
+                "PUT",
+                "/1/installations/i1",
+                "installations::update_installation App",
+            ),
+            ("GET", "/1/schemas/Game", "schemas::get_schema Master"),
             ("GET", "/health", "ops::health Open"),
             ("GET", "/metrics", "ops::metrics Operator"),
         ];
+        let mut reached = std::collections::BTreeSet::new();
         for (method, url, expected) in rows {
-            assert_eq!(
-                reach(method, url).await.as_deref(),
-                Ok(expected),
-                "{method} {url}"
-            );
+            let (handler, at) = reach(method, url).await.unwrap_or_default();
+            assert_eq!(handler, expected, "{method} {url}");
+            reached.insert(at);
         }
+        // Every method of every path of the table is reached by a row, with its access.
+        let table: std::collections::BTreeSet<String> = table()
+            .iter()
+            .flat_map(|r| r.methods.iter().map(|a| format!("{} {}", r.path, a.verb)))
+            .collect();
+        let missed: Vec<&String> = table.difference(&reached).collect();
+        assert!(missed.is_empty(), "no row reaches {missed:?}");
         let refused = [
             ("GET", "/1/nothing", StatusCode::NOT_FOUND),
             ("GET", "/1/classes/Game/a1/extra", StatusCode::NOT_FOUND),
@@ -412,5 +516,19 @@ mod tests {
         paths.dedup();
         assert_eq!(paths.len(), table.len());
         assert!(table.iter().all(|r| !r.methods.is_empty()));
+        // A method's access is its route's gate or stricter: master-key methods behind the app
+        // gate check the master key in their handlers.
+        for r in &table {
+            for a in &r.methods {
+                assert!(
+                    a.access == r.gate || (r.gate == Access::App && a.access == Access::Master),
+                    "{} {}: {:?} behind {:?}",
+                    r.path,
+                    a.verb,
+                    a.access,
+                    r.gate
+                );
+            }
+        }
     }
 }

@@ -25,8 +25,8 @@ use super::batch_slot::slot;
 use super::context::{AppState, RequestCtx};
 use super::error::ApiError;
 use super::objects::{admit_bytes, admit_write, new_object_id, CREATE_OVERHEAD};
-use super::triggers;
 use crate::functions::record::TriggerEvent;
+use crate::functions::triggers;
 use crate::storage_quota::{bytes_added, Admitted};
 use crate::users::session::principals;
 
@@ -81,7 +81,7 @@ pub fn plain(
         .cluster
         .object_group(&ctx.app.application_id, &class, "")
         == META_GROUP
-        || !triggers::none_for(state, ctx, &class, events)
+        || !triggers::none_for(&state.functions, ctx, &class, events)
     {
         return None;
     }

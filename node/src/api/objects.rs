@@ -22,8 +22,8 @@ use serde_json::{json, Value};
 
 use super::context::{ApiBody, ApiQuery, AppState, ClassPath, ObjectPath, RequestCtx};
 use super::error::ApiError;
-use super::functions::CallDepth;
-use super::triggers;
+use crate::functions::invoke::CallDepth;
+use crate::functions::triggers;
 use crate::query;
 use crate::query::params::ListParams;
 use crate::query::projection::{expand, parse_include};
@@ -148,12 +148,14 @@ pub async fn create_object(
 ) -> Result<Response, ApiError> {
     let body = body.object()?;
     let mut updates = parse_updates(&body)?;
-    if let Some(body) = triggers::before_save(&state, &ctx, depth, &class, None, &body).await? {
+    if let Some(body) =
+        triggers::before_save(&state.functions, &ctx, depth, &class, None, &body).await?
+    {
         updates = parse_updates(&body)?;
     }
     let object_id = new_object_id(&state, &ctx.app.application_id, &class);
     let (created_ms, group, p) = create_in(&state, &ctx, &class, &object_id, updates).await?;
-    triggers::after_save(&state, &ctx, depth, &class, &object_id);
+    triggers::after_save(&state.functions, &ctx, depth, &class, &object_id);
     let path = format!("/1/classes/{class}/{object_id}");
     Ok(created_response(
         &state.public_url,
@@ -298,12 +300,14 @@ pub async fn update_object(
     let body = body.object()?;
     let mut updates = parse_updates(&body)?;
     let id = Some(&object_id);
-    if let Some(body) = triggers::before_save(&state, &ctx, depth, &class, id, &body).await? {
+    if let Some(body) =
+        triggers::before_save(&state.functions, &ctx, depth, &class, id, &body).await?
+    {
         updates = parse_updates(&body)?;
     }
     let who = principals(&state.cluster, &state.roles, &ctx).await?;
     let resp = update_in(&state, &ctx, &class, &object_id, updates, who.to_acl()).await?;
-    triggers::after_save(&state, &ctx, depth, &class, &object_id);
+    triggers::after_save(&state.functions, &ctx, depth, &class, &object_id);
     Ok(resp)
 }
 
@@ -342,10 +346,10 @@ pub async fn delete_object(
     ObjectPath(class, object_id): ObjectPath,
 ) -> Result<Response, ApiError> {
     let who = principals(&state.cluster, &state.roles, &ctx).await?;
-    let gone = triggers::before_delete(&state, &ctx, depth, &class, &object_id).await?;
+    let gone = triggers::before_delete(&state.functions, &ctx, depth, &class, &object_id).await?;
     let resp = delete_in(&state, &ctx, &class, &object_id, who.to_acl()).await?;
     if let Some(gone) = gone {
-        triggers::after_delete(&state, &ctx, depth, &class, &object_id, gone);
+        triggers::after_delete(&state.functions, &ctx, depth, &class, &object_id, gone);
     }
     Ok(resp)
 }

@@ -6,7 +6,6 @@
 //! request is claimed cluster-wide with an `InsertRecord` on the shard that owns it, so a
 //! replay is refused on every node for the whole freshness window.
 
-pub mod password;
 mod secret;
 pub mod signature;
 

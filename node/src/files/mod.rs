@@ -1,11 +1,19 @@
 //! Stored files as the REST API sees them (spec 4.7, decisions/0020): the names an upload may
 //! have (`UploadName`), the path and url a new file gets, the file a url or a delete path names
 //! (`FileRef`), its content type, and uploads streamed from a raw or multipart body into the
-//! cluster (`store`, `multipart_file`). The bytes and records are `basalt_cluster::files`'
-//! business; the handlers are `api::files`.
+//! cluster (`store`, `multipart_file`). Beside it: `access` (who may upload and delete what),
+//! `download` (a file's answer: `links` for private apps, `ranges`, `serving`'s guard, the
+//! `images` pipeline), `video` (snapshots of stored videos). The bytes and records are
+//! `basalt_cluster::files`' business; the handlers, which parse and answer, are `api::files`.
 
+pub mod access;
+pub mod download;
+pub mod images;
 pub mod links;
+pub mod ranges;
 pub mod serving;
+pub mod upload;
+pub mod video;
 
 use std::time::Duration;
 
@@ -91,6 +99,20 @@ pub enum FilesError {
     /// The file would pass the app's `filesQuotaMb`.
     #[error(transparent)]
     Quota(#[from] crate::storage_quota::QuotaError),
+    /// A download's url names no stored file (or one of an app that is gone).
+    #[error("no such file")]
+    NoSuchUrl,
+    /// A download's image operations, or what they met.
+    #[error(transparent)]
+    Image(#[from] crate::files::images::error::ImageError),
+    #[error(transparent)]
+    Apps(#[from] crate::apps::AppsError),
+    /// The uploader's session could not be read.
+    #[error(transparent)]
+    Users(#[from] crate::users::UsersError),
+    /// A download's answer could not be built.
+    #[error("building a response: {0}")]
+    Response(#[from] axum::http::Error),
 }
 
 impl FilesConfig {

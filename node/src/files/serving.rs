@@ -4,7 +4,7 @@
 //! (HTML, XHTML, SVG, XML, JavaScript, PDF) — is an attachment with
 //! `Content-Security-Policy: sandbox` unless the request came to the files' own origin
 //! (`--files-public-url` on another host), where the page can reach nothing of the API's.
-//! Caller: `api::files::download`.
+//! Caller: `download`.
 
 use axum::http::header::{
     CONTENT_DISPOSITION, CONTENT_SECURITY_POLICY, HOST, X_CONTENT_TYPE_OPTIONS,

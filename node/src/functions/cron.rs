@@ -29,6 +29,7 @@ use serde_json::{json, Value};
 
 use super::engine::RunError;
 use super::record::{self, FunctionRecord};
+use super::settings::FunctionSettings;
 use super::FunctionsError;
 
 const TICK: Duration = Duration::from_millis(250);
@@ -227,7 +228,7 @@ async fn claim(
         .await
         .ok()
         .flatten()
-        .and_then(|a| a.functions)
+        .and_then(|a| a.settings::<FunctionSettings>().ok())
         .unwrap_or_default()
         .limits()
         .wall;

@@ -4,20 +4,27 @@
 //! in a fresh QuickJS sandbox; `runner` gives each invocation its thread, within the node's
 //! bounds, and counts it; `host` is what a running function may ask of the node (the data API
 //! through the node's own router, timers, allow-listed `fetch`, the log), over the `prelude`
-//! script; `cron` runs the scheduled ones on the leader-elected scheduler's node. Callers:
-//! `api::functions` (deploy, list, call, and the invocations of the others),
-//! `api::triggers` (a class's hooks around its writes), `serve` (the runner and the cron loop).
+//! script; `invoke` runs a function for a caller (a direct call, a trigger, a schedule);
+//! `triggers` runs a class's hooks around its writes; `deploy` reads what a deploy asks for;
+//! `cron` runs the scheduled ones on the leader-elected scheduler's node. Callers:
+//! `api::functions` (deploy, list, call: it parses and answers), `api::objects` (the triggers
+//! of a write), `serve` (the runner and the cron loop).
 
 pub mod cron;
+pub mod deploy;
 pub mod engine;
 pub mod host;
+pub mod invoke;
 pub mod record;
 pub mod runner;
 pub mod settings;
+pub mod triggers;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use basalt_cluster::Error as ClusterError;
+
+use crate::users::UsersError;
 
 /// Whether function metrics carry their app and function (`--metrics-per-app`).
 static PER_APP_METRICS: AtomicBool = AtomicBool::new(false);
@@ -46,14 +53,20 @@ pub enum FunctionsError {
     /// A deploy the API refuses: bad name, source or options (107).
     #[error("{0}")]
     Invalid(String),
-    /// The function ran and failed: threw, timed out, ran out of memory (310).
-    #[error("{0}")]
-    Failed(String),
     /// Concurrent deploys of one function kept changing it.
     #[error("the function {0} is being changed by another request; try again")]
     Contended(String),
     #[error("function record: {0}")]
     Corrupt(String),
+    /// A directly called function gave no result: it threw (its own `Basalt.Error` code
+    /// counts), timed out, ran out of memory, or found no slot.
+    #[error("{0}")]
+    Run(engine::RunError),
+    /// A class's before-trigger refused the write (any code it threw counts; 310 without one).
+    #[error("{0}")]
+    Refused(engine::RunError),
+    #[error(transparent)]
+    Users(#[from] UsersError),
     #[error(transparent)]
     Cluster(#[from] ClusterError),
 }

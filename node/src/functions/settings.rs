@@ -37,6 +37,12 @@ pub struct FunctionSettings {
     pub fetch_allow: Vec<String>,
 }
 
+impl crate::apps::AppSettings for FunctionSettings {
+    fn stored(app: &crate::apps::AppRecord) -> Option<&crate::apps::FeatureSettings> {
+        app.functions.as_ref()
+    }
+}
+
 impl FunctionSettings {
     /// Parses and checks the `functions` member of an app-management body.
     pub fn parse(v: &Value) -> Result<FunctionSettings, String> {

@@ -21,6 +21,7 @@ use serde_json::{json, Value};
 use super::delivery::{message_id, Batch, Delivery, Message};
 use super::provider::{AppProviders, Providers};
 use super::record::{self, Page, PushRecord, PushState};
+use super::settings::PushSettings;
 use super::{status, PushError};
 use crate::apps::find_app;
 use crate::installations::INSTALLATION_CLASS;
@@ -57,7 +58,7 @@ pub async fn run(
         // The app is gone, and its objects with it.
         return record::replace(cluster, &rec, None).await;
     };
-    let providers = providers.for_app(&app.push.clone().unwrap_or_default());
+    let providers = providers.for_app(&app.settings::<PushSettings>()?);
     // The status the push was accepted with, unless its node died before writing it.
     status::create_missing(cluster, &rec).await?;
     status::update(cluster, &rec, rec.state).await?;

@@ -21,6 +21,12 @@ pub struct PushSettings {
     pub wns: Option<WnsSettings>,
 }
 
+impl crate::apps::AppSettings for PushSettings {
+    fn stored(app: &crate::apps::AppRecord) -> Option<&crate::apps::FeatureSettings> {
+        app.push.as_ref()
+    }
+}
+
 /// The operator's endpoint that receives each batch of messages as JSON, signed with `secret`
 /// (HMAC-SHA256 of the body) when one is set.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

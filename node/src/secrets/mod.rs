@@ -6,7 +6,8 @@
 //! data), so one cannot be moved to another app or field. The key is installed once per
 //! process ([`install`]); `apps` seals what it writes and opens what it reads, and indexes the
 //! app by a keyed digest of its secret key instead of the key. Values written before sealing
-//! existed are read as they are, and `apps::seal_stored_apps` rewrites them.
+//! existed are read as they are, and `apps::seal_stored_apps` rewrites them
+//! once sealing starts.
 
 pub mod node_key;
 
@@ -179,6 +180,7 @@ fn hex(bytes: &[u8]) -> String {
 
 static KEY: OnceLock<SecretsKey> = OnceLock::new();
 static SEALING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static SEALING_STARTED: tokio::sync::Notify = tokio::sync::Notify::const_new();
 
 /// The feature a member record names when its build opens sealed values: values are sealed
 /// only once every active member's does (an older node would take a sealed key for the key).
@@ -187,6 +189,7 @@ pub const SEALING_FEATURE: &str = "sealed-secrets";
 /// Makes `key` the process's secrets key (once; later calls keep the first).
 pub fn install(key: SecretsKey) {
     let _ = KEY.set(key);
+    SEALING_STARTED.notify_waiters();
 }
 
 /// The process's secrets key, once installed (a node installs it before serving): what
@@ -198,6 +201,18 @@ pub fn key() -> Option<&'static SecretsKey> {
 /// Seals what is written from now on (every member can open it).
 pub fn start_sealing() {
     SEALING.store(true, std::sync::atomic::Ordering::Relaxed);
+    SEALING_STARTED.notify_waiters();
+}
+
+/// Returns once values are sealed (`start_sealing`): what rewrites stored secrets waits for.
+pub async fn sealing_started() {
+    loop {
+        let started = SEALING_STARTED.notified();
+        if sealing_key().is_some() {
+            return;
+        }
+        started.await;
+    }
 }
 
 /// The key new values are sealed under: the process's, once every member can open them.

@@ -69,7 +69,7 @@ async fn obtain(cluster: &Cluster, join: Option<&str>) -> anyhow::Result<(Secret
 
 /// Installs the process's secrets key for this node (see the module documentation), hands it
 /// to peers that ask, and — once every member's build opens sealed values — seals what is
-/// written and rewrites what was stored in the clear.
+/// written (`apps::seal_stored_apps_once_sealing` then rewrites what was stored in the clear).
 ///
 /// A new key must be claimed as the cluster's before the node goes on (it waits as long as
 /// that takes). A known key (its file, a peer's) is compared with the cluster's check; when
@@ -210,8 +210,8 @@ fn confirmed(cluster: &Cluster, key: SecretsKey, path: &Path, write: bool) {
 }
 
 /// Waits until every active member's build opens sealed values (a rolling upgrade has
-/// finished), then seals what is written from then on and rewrites what was stored in the
-/// clear.
+/// finished), then seals what is written from then on (what was stored in the clear is
+/// rewritten by `apps::seal_stored_apps_once_sealing`).
 fn start_sealing_when_every_member_can(cluster: Cluster) {
     tokio::spawn(async move {
         let mut waited = 0u32;
@@ -226,12 +226,5 @@ fn start_sealing_when_every_member_can(cluster: Cluster) {
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
         super::start_sealing();
-        match crate::apps::seal_stored_apps(&cluster).await {
-            Ok(0) => {}
-            Ok(n) => tracing::info!("sealed the secrets of {n} stored records"),
-            Err(e) => {
-                tracing::warn!("sealing stored app secrets: {e} (tried again at the next start)")
-            }
-        }
     });
 }

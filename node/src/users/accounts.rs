@@ -66,7 +66,7 @@ pub fn check_login_field_types(body: &Map<String, Value>) -> Result<(), UsersErr
 
 /// The update storing a new password's hash.
 pub async fn password_update(password: String) -> Result<FieldUpdate, UsersError> {
-    let hash = crate::auth::password::hash(password).await?;
+    let hash = crate::password::hash(password).await?;
     Ok(set(PASSWORD_FIELD, json!(hash)))
 }
 
@@ -88,9 +88,9 @@ pub async fn reset_password(
 /// Whether `password` is the stored user's (a user without one takes as long to refuse).
 pub async fn password_matches(password: String, stored: &StoredObject) -> Result<bool, UsersError> {
     let Some(h) = stored.fields.get(PASSWORD_FIELD).and_then(Value::as_str) else {
-        return Ok(crate::auth::password::verify_absent(password).await?);
+        return Ok(crate::password::verify_absent(password).await?);
     };
-    Ok(crate::auth::password::verify(password, h.to_string()).await?)
+    Ok(crate::password::verify(password, h.to_string()).await?)
 }
 
 /// The stored user when the caller may change it: the master key, or that user's live session

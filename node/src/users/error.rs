@@ -4,7 +4,7 @@
 
 use basalt_cluster::Error as ClusterError;
 
-use crate::auth::password::PasswordError;
+use crate::password::PasswordError;
 use crate::sms::SmsError;
 use crate::throttle::ThrottleError;
 use crate::users::third_party::providers::VerifyError;

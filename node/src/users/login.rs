@@ -124,7 +124,7 @@ pub async fn log_in(
         None => None,
     };
     let (Some(user_id), Some(stored)) = (user_id, stored) else {
-        crate::auth::password::verify_absent(password).await?;
+        crate::password::verify_absent(password).await?;
         return Err(UsersError::LoginFailed);
     };
     if !password_matches(password, &stored).await? {

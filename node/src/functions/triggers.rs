@@ -11,54 +11,35 @@
 use basalt_cluster::names::ObjectId;
 use serde_json::{json, Map, Value};
 
-use super::context::{AppState, RequestCtx};
-use super::error::ApiError;
-use super::functions::{caller_user, failed, invoke};
-use crate::functions::engine::RunError;
-use crate::functions::record::{self, FunctionRecord, TriggerEvent};
+use super::engine::{RunError, Thrown};
+use super::invoke::Invoker;
+use super::record::{self, FunctionRecord, TriggerEvent};
+use super::FunctionsError;
+use crate::auth::RequestCtx;
 
 /// A class's triggers for `event`, from this node's replica.
 fn triggers_of(
-    state: &AppState,
+    inv: &Invoker,
     ctx: &RequestCtx,
     class: &str,
     event: TriggerEvent,
-) -> Result<Vec<FunctionRecord>, ApiError> {
-    Ok(record::local_triggers(
-        &state.cluster,
-        &ctx.app.application_id,
-        class,
-        event,
-    )?)
+) -> Result<Vec<FunctionRecord>, FunctionsError> {
+    record::local_triggers(&inv.cluster, &ctx.app.application_id, class, event)
 }
 
 /// Whether a class has triggers for any of `events` (a write without them pays nothing more).
-pub fn has_any(state: &AppState, ctx: &RequestCtx, class: &str, events: &[TriggerEvent]) -> bool {
+pub fn has_any(inv: &Invoker, ctx: &RequestCtx, class: &str, events: &[TriggerEvent]) -> bool {
     events
         .iter()
-        .any(|e| triggers_of(state, ctx, class, *e).is_ok_and(|t| !t.is_empty()))
+        .any(|e| triggers_of(inv, ctx, class, *e).is_ok_and(|t| !t.is_empty()))
 }
 
 /// Whether a class certainly has no triggers for any of `events` (a failure to read them
 /// counts as having some: the write then takes the path that reports it).
-pub fn none_for(state: &AppState, ctx: &RequestCtx, class: &str, events: &[TriggerEvent]) -> bool {
+pub fn none_for(inv: &Invoker, ctx: &RequestCtx, class: &str, events: &[TriggerEvent]) -> bool {
     events
         .iter()
-        .all(|e| triggers_of(state, ctx, class, *e).is_ok_and(|t| t.is_empty()))
-}
-
-/// A refusing trigger's error: its own code when it threw a `Basalt.Error`, 310 otherwise.
-fn refused(e: RunError) -> ApiError {
-    match e {
-        RunError::Thrown(t) => match t.code.and_then(|c| u32::try_from(c).ok()) {
-            Some(code) if code > 0 => ApiError::ThrownWithCode {
-                code,
-                message: t.message,
-            },
-            _ => failed(RunError::Thrown(t)),
-        },
-        e => failed(e),
-    }
+        .all(|e| triggers_of(inv, ctx, class, *e).is_ok_and(|t| t.is_empty()))
 }
 
 fn base_request(
@@ -82,37 +63,36 @@ fn base_request(
 
 /// The object as stored (for `request.original` and after-triggers), read as the service.
 async fn stored(
-    state: &AppState,
+    inv: &Invoker,
     ctx: &RequestCtx,
     class: &str,
     id: &ObjectId,
-) -> Result<Value, ApiError> {
-    Ok(state
+) -> Result<Value, FunctionsError> {
+    Ok(inv
         .cluster
         .get_object(&ctx.app.application_id, class, id)
-        .await
-        .map_err(|e| ApiError::from_cluster(e, id))?
+        .await?
         .unwrap_or(Value::Null))
 }
 
 /// Runs the class's `beforeSave` triggers over a create (`object_id` none) or update body;
 /// answers the body to write instead, when the class has any.
 pub async fn before_save(
-    state: &AppState,
+    inv: &Invoker,
     ctx: &RequestCtx,
     depth: u8,
     class: &str,
     object_id: Option<&ObjectId>,
     body: &Map<String, Value>,
-) -> Result<Option<Map<String, Value>>, ApiError> {
-    let triggers = triggers_of(state, ctx, class, TriggerEvent::BeforeSave)?;
+) -> Result<Option<Map<String, Value>>, FunctionsError> {
+    let triggers = triggers_of(inv, ctx, class, TriggerEvent::BeforeSave)?;
     if triggers.is_empty() {
         return Ok(None);
     }
     let mut body = body.clone();
-    let user = caller_user(state, ctx).await?;
+    let user = inv.caller_user(ctx).await?;
     let original = match object_id {
-        Some(id) => stored(state, ctx, class, id).await?,
+        Some(id) => stored(inv, ctx, class, id).await?,
         None => Value::Null,
     };
     for t in triggers {
@@ -126,20 +106,22 @@ pub async fn before_save(
              return {{ returned: __returned, object: request.object }};",
             t.source
         );
-        let out = invoke(state, ctx, depth, false, &wrapped, Value::Object(request))
+        let out = inv
+            .invoke(ctx, depth, false, &wrapped, Value::Object(request))
             .await
-            .map_err(refused)?;
+            .map_err(FunctionsError::Refused)?;
         body = match (&out["returned"], &out["object"]) {
             (Value::Object(o), _) => o.clone(),
             (_, Value::Object(o)) => o.clone(),
             _ => {
-                return Err(ApiError::ThrownWithCode {
-                    code: 310,
+                return Err(FunctionsError::Refused(RunError::Thrown(Thrown {
+                    code: Some(310),
                     message: format!(
                         "beforeSave {} left request.object without an object",
                         t.name
                     ),
-                })
+                    own: false,
+                })))
             }
         };
     }
@@ -149,20 +131,20 @@ pub async fn before_save(
 /// Runs the class's `beforeDelete` triggers (which may refuse the delete); answers the object
 /// as it was, for `afterDelete` (when the class has one).
 pub async fn before_delete(
-    state: &AppState,
+    inv: &Invoker,
     ctx: &RequestCtx,
     depth: u8,
     class: &str,
     object_id: &ObjectId,
-) -> Result<Option<Value>, ApiError> {
-    let before = triggers_of(state, ctx, class, TriggerEvent::BeforeDelete)?;
-    let after = has_any(state, ctx, class, &[TriggerEvent::AfterDelete]);
+) -> Result<Option<Value>, FunctionsError> {
+    let before = triggers_of(inv, ctx, class, TriggerEvent::BeforeDelete)?;
+    let after = has_any(inv, ctx, class, &[TriggerEvent::AfterDelete]);
     if before.is_empty() && !after {
         return Ok(None);
     }
-    let object = stored(state, ctx, class, object_id).await?;
+    let object = stored(inv, ctx, class, object_id).await?;
     if !before.is_empty() {
-        let user = caller_user(state, ctx).await?;
+        let user = inv.caller_user(ctx).await?;
         for t in before {
             let mut request = base_request(
                 TriggerEvent::BeforeDelete,
@@ -172,23 +154,23 @@ pub async fn before_delete(
                 ctx,
             );
             request.insert("object".into(), object.clone());
-            invoke(state, ctx, depth, false, &t, Value::Object(request))
+            inv.invoke(ctx, depth, false, &t, Value::Object(request))
                 .await
-                .map_err(refused)?;
+                .map_err(FunctionsError::Refused)?;
         }
     }
     Ok(Some(object))
 }
 
 /// Starts the class's `afterSave` triggers of a committed create or update.
-pub fn after_save(state: &AppState, ctx: &RequestCtx, depth: u8, class: &str, id: &ObjectId) {
-    after_write(state, ctx, depth, TriggerEvent::AfterSave, class, id, None);
+pub fn after_save(inv: &Invoker, ctx: &RequestCtx, depth: u8, class: &str, id: &ObjectId) {
+    after_write(inv, ctx, depth, TriggerEvent::AfterSave, class, id, None);
 }
 
 /// Starts the class's `afterDelete` triggers of a committed delete (`gone`: the object as it
 /// was).
 pub fn after_delete(
-    state: &AppState,
+    inv: &Invoker,
     ctx: &RequestCtx,
     depth: u8,
     class: &str,
@@ -196,7 +178,7 @@ pub fn after_delete(
     gone: Value,
 ) {
     after_write(
-        state,
+        inv,
         ctx,
         depth,
         TriggerEvent::AfterDelete,
@@ -209,7 +191,7 @@ pub fn after_delete(
 /// Starts the class's after-triggers of a committed write (`afterSave` with the object as
 /// stored now, `afterDelete` with the object as it was), without waiting for them.
 fn after_write(
-    state: &AppState,
+    inv: &Invoker,
     ctx: &RequestCtx,
     depth: u8,
     event: TriggerEvent,
@@ -217,7 +199,7 @@ fn after_write(
     object_id: &ObjectId,
     gone: Option<Value>,
 ) {
-    let triggers = match triggers_of(state, ctx, class, event) {
+    let triggers = match triggers_of(inv, ctx, class, event) {
         Ok(t) if !t.is_empty() => t,
         Ok(_) => return,
         Err(e) => {
@@ -225,8 +207,8 @@ fn after_write(
             return;
         }
     };
-    let (state, ctx, class, id) = (
-        state.clone(),
+    let (inv, ctx, class, id) = (
+        inv.clone(),
         ctx.clone(),
         class.to_string(),
         object_id.clone(),
@@ -234,7 +216,7 @@ fn after_write(
     let work = async move {
         let object = match gone {
             Some(o) => o,
-            None => match stored(&state, &ctx, &class, &id).await {
+            None => match stored(&inv, &ctx, &class, &id).await {
                 Ok(o) => o,
                 Err(e) => {
                     tracing::warn!(class, "afterSave object not read: {e}");
@@ -242,11 +224,14 @@ fn after_write(
                 }
             },
         };
-        let user = caller_user(&state, &ctx).await.unwrap_or(Value::Null);
+        let user = inv.caller_user(&ctx).await.unwrap_or(Value::Null);
         for t in triggers {
             let mut request = base_request(event, &class, Some(&id), &user, &ctx);
             request.insert("object".into(), object.clone());
-            if let Err(e) = invoke(&state, &ctx, depth, true, &t, Value::Object(request)).await {
+            if let Err(e) = inv
+                .invoke(&ctx, depth, true, &t, Value::Object(request))
+                .await
+            {
                 tracing::warn!(class, function = %t.name, "{} failed: {e}", event.name());
             }
         }

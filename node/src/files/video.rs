@@ -34,7 +34,7 @@ const FFMPEG_MEMORY: u64 = 1536 << 20;
 /// CPU time one ffmpeg process may take.
 const FFMPEG_CPU_SECS: u64 = 60;
 /// Largest frame, in pixels: an image's limit.
-const MAX_FRAME_PIXELS: u64 = crate::images::render::MAX_SOURCE_PIXELS;
+const MAX_FRAME_PIXELS: u64 = crate::files::images::render::MAX_SOURCE_PIXELS;
 
 /// Why a snapshot was refused or failed; `api::error` gives each its code.
 #[derive(Debug, thiserror::Error)]

@@ -4,7 +4,7 @@
 //! `text` draws text marks. `Images` (one per node, in `api::context::Shared`) reads the file
 //! (and a watermark's picture, only from the same app) from the cluster's `files`, runs the
 //! work on a bounded number of blocking threads, and keeps results in a bounded cache, so a
-//! popular thumbnail is computed once per node. The handler is `api::files::download`.
+//! popular thumbnail is computed once per node. The caller is `files::download`.
 
 pub mod error;
 pub mod ops;
