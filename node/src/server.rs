@@ -17,7 +17,7 @@ use futures::future::Either;
 use tower::{Layer, ServiceExt};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
-use crate::api::error::{closing, ApiError};
+use crate::api::error::{closing, CommonError};
 use crate::body_budget::{BodyBudget, Held, DRAIN_BYTES};
 use crate::connections::ConnectionLimits;
 use crate::paths::normalize_path;
@@ -145,7 +145,7 @@ async fn read_limited(
 
 /// A 413 after which the connection closes, since part of the body may still be unread.
 fn too_large_closing(max: usize) -> Response {
-    closing(ApiError::BodyTooLarge(max).into_response())
+    closing(CommonError::BodyTooLarge(max).into_response())
 }
 
 async fn read_body_then(rules: BodyRules, req: Request, next: Next) -> Response {
@@ -180,16 +180,16 @@ async fn read_body_then(rules: BodyRules, req: Request, next: Next) -> Response 
     let bytes = match tokio::time::timeout(rules.deadline, read).await {
         Ok(BodyRead::Whole(b)) => b,
         Ok(BodyRead::TooLarge { drained: true }) => {
-            return ApiError::BodyTooLarge(rules.max_bytes).into_response()
+            return CommonError::BodyTooLarge(rules.max_bytes).into_response()
         }
         Ok(BodyRead::TooLarge { drained: false }) => return too_large_closing(rules.max_bytes),
         Ok(BodyRead::Broken) => {
-            return ApiError::InvalidBody("the request body ended early.".into()).into_response()
+            return CommonError::InvalidBody("the request body ended early.".into()).into_response()
         }
         Ok(BodyRead::Spent) => return closing(spent()),
         // Already over the limit: that is the answer, whatever the rest would have been.
         Err(_) if seen > rules.max_bytes => return too_large_closing(rules.max_bytes),
-        Err(_) => return ApiError::BodyTimeout(rules.deadline.as_secs()).into_response(),
+        Err(_) => return CommonError::BodyTimeout(rules.deadline.as_secs()).into_response(),
     };
     let resp = next
         .run(Request::from_parts(parts, axum::body::Body::from(bytes)))
@@ -201,7 +201,7 @@ async fn read_body_then(rules: BodyRules, req: Request, next: Next) -> Response 
 /// The 503 of a request the node's body budget had no room for.
 fn spent() -> Response {
     metrics::counter!("basalt_requests_shed_total", "reason" => "body_memory").increment(1);
-    ApiError::Overloaded(
+    CommonError::Overloaded(
         "the node is reading as many request bodies as its memory allows; retry shortly.".into(),
     )
     .into_response()

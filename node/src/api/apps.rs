@@ -10,7 +10,7 @@ use axum::Json;
 use serde_json::{json, Map, Value};
 
 use super::context::{ApiBody, ApiPath, AppState, ConsoleAccount};
-use super::error::ApiError;
+use super::error::{ApiError, AppsApiError, CommonError};
 use std::collections::BTreeMap;
 
 use basalt_cluster::error::clip;
@@ -37,7 +37,7 @@ const READ_ONLY: [&str; 5] = [
 fn flag_01(name: &str, v: &Value) -> Result<Value, ApiError> {
     match v.as_i64() {
         Some(n @ (0 | 1)) => Ok(json!(n)),
-        _ => Err(ApiError::InvalidBody(format!("{name} must be 0 or 1."))),
+        _ => Err(CommonError::InvalidBody(format!("{name} must be 0 or 1.")).into()),
     }
 }
 
@@ -47,7 +47,7 @@ fn flag_bool(name: &str, v: &Value) -> Result<Value, ApiError> {
         Value::Number(n) if n.as_i64() == Some(0) || n.as_i64() == Some(1) => {
             Ok(json!(n.as_i64() == Some(1)))
         }
-        _ => Err(ApiError::InvalidBody(format!("{name} must be a boolean."))),
+        _ => Err(CommonError::InvalidBody(format!("{name} must be a boolean.")).into()),
     }
 }
 
@@ -58,9 +58,9 @@ fn string_list(
     valid: impl Fn(&str) -> bool,
 ) -> Result<Vec<String>, ApiError> {
     let bad = || {
-        ApiError::InvalidBody(format!(
+        ApiError::from(CommonError::InvalidBody(format!(
             "{name} must be an array of at most 100 valid strings."
-        ))
+        )))
     };
     let items = v.as_array().filter(|a| a.len() <= 100).ok_or_else(bad)?;
     items
@@ -77,7 +77,8 @@ fn string_list(
 /// Validates `authProviders`: verifiable platforms, each `{appId?, appSecret?}` of short
 /// strings.
 fn auth_providers(v: &Value) -> Result<Value, ApiError> {
-    let bad = |why: String| ApiError::InvalidBody(format!("authProviders: {why}"));
+    let bad =
+        |why: String| ApiError::from(CommonError::InvalidBody(format!("authProviders: {why}")));
     let m = v
         .as_object()
         .ok_or_else(|| bad("must be an object of platforms.".into()))?;
@@ -128,11 +129,9 @@ fn settings(body: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
                     .as_str()
                     .map(str::trim)
                     .filter(|s| !s.is_empty())
-                    .ok_or_else(|| {
-                        ApiError::InvalidBody("appName must be a non-empty string.".into())
-                    })?;
+                    .ok_or_else(|| CommonError::InvalidBody("appName must be a non-empty string.".into()))?;
                 if name.chars().count() >= MAX_APP_NAME_CHARS {
-                    return Err(ApiError::AppNameTooLong);
+                    return Err(AppsApiError::AppNameTooLong.into());
                 }
                 json!(name)
             }
@@ -148,9 +147,9 @@ fn settings(body: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
                     json!(t)
                 }
                 _ => {
-                    return Err(ApiError::InvalidBody(format!(
+                    return Err(CommonError::InvalidBody(format!(
                         "safeToken must be {SAFE_TOKEN_LEN} letters or digits."
-                    )))
+                    )).into())
                 }
             },
             "protectedUserFields" => json!(string_list(k, v, |f| {
@@ -165,23 +164,23 @@ fn settings(body: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
             "push" => match v {
                 Value::Null => Value::Null,
                 v => {
-                    let push = PushSettings::parse(v).map_err(ApiError::InvalidBody)?;
+                    let push = PushSettings::parse(v).map_err(CommonError::InvalidBody)?;
                     serde_json::to_value(push).map_err(|e| ApiError::fault("encoding apps", e))?
                 }
             },
             "functions" => match v {
                 Value::Null => Value::Null,
                 v => {
-                    let f = FunctionSettings::parse(v).map_err(ApiError::InvalidBody)?;
+                    let f = FunctionSettings::parse(v).map_err(CommonError::InvalidBody)?;
                     serde_json::to_value(f).map_err(|e| ApiError::fault("encoding apps", e))?
                 }
             },
             "fileDelete" => match v.as_str() {
                 Some(who @ ("any" | "master" | "uploader")) => json!(who),
                 _ => {
-                    return Err(ApiError::InvalidBody(
+                    return Err(CommonError::InvalidBody(
                         "fileDelete must be \"any\", \"master\" or \"uploader\".".into(),
-                    ))
+                    ).into())
                 }
             },
             "maxFileMb" => match v {
@@ -189,7 +188,7 @@ fn settings(body: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
                 v => json!(v
                     .as_u64()
                     .filter(|mb| (1..=MAX_FILE_MB_SETTING).contains(mb))
-                    .ok_or_else(|| ApiError::InvalidBody(format!(
+                    .ok_or_else(|| CommonError::InvalidBody(format!(
                         "maxFileMb must be an integer from 1 to {MAX_FILE_MB_SETTING}, or null."
                     )))?),
             },
@@ -198,7 +197,7 @@ fn settings(body: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
                 v => json!(v
                     .as_u64()
                     .filter(|n| (1..=MAX_REQUESTS_PER_SECOND).contains(n))
-                    .ok_or_else(|| ApiError::InvalidBody(format!(
+                    .ok_or_else(|| CommonError::InvalidBody(format!(
                         "requestsPerSecond must be an integer from 1 to {MAX_REQUESTS_PER_SECOND}, or null."
                     )))?),
             },
@@ -207,16 +206,16 @@ fn settings(body: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
                 v => json!(v
                     .as_u64()
                     .filter(|mb| (1..=MAX_QUOTA_MB).contains(mb))
-                    .ok_or_else(|| ApiError::InvalidBody(format!(
+                    .ok_or_else(|| CommonError::InvalidBody(format!(
                         "{k} must be an integer from 1 to {MAX_QUOTA_MB}, or null."
                     )))?),
             },
             "authProviders" => auth_providers(v)?,
             k if READ_ONLY.contains(&k) => continue,
             other => {
-                return Err(ApiError::InvalidBody(format!(
+                return Err(CommonError::InvalidBody(format!(
                     "unknown app member {other:?}."
-                )))
+                )).into())
             }
         };
         out.insert(k.clone(), value);
@@ -231,7 +230,7 @@ pub(crate) async fn owned_app(
 ) -> Result<AppRecord, ApiError> {
     match find_app(&state.cluster, id).await? {
         Some(app) if app.owner == account.email => Ok(app),
-        _ => Err(ApiError::ObjectNotFound(format!("app {id}"))),
+        _ => Err(CommonError::ObjectNotFound(format!("app {id}")).into()),
     }
 }
 
@@ -285,7 +284,7 @@ pub async fn create_app(
     let name = members
         .get("appName")
         .and_then(Value::as_str)
-        .ok_or_else(|| ApiError::InvalidBody("appName is required.".into()))?;
+        .ok_or_else(|| CommonError::InvalidBody("appName is required.".into()))?;
     let mut app = AppRecord::generate(name, &account.email);
     let mut v = serde_json::to_value(&app).map_err(|e| ApiError::fault("encoding an app", e))?;
     if let Some(m) = v.as_object_mut() {
@@ -321,20 +320,20 @@ mod tests {
     fn settings_are_validated() {
         assert!(matches!(
             check(json!({"appName": "a".repeat(30)})),
-            Err(ApiError::AppNameTooLong)
+            Err(ApiError::Apps(AppsApiError::AppNameTooLong))
         ));
         assert!(check(json!({"appName": "a".repeat(29)})).is_ok());
         assert!(matches!(
             check(json!({"status": 2})),
-            Err(ApiError::InvalidBody(_))
+            Err(ApiError::Common(CommonError::InvalidBody(_)))
         ));
         assert!(matches!(
             check(json!({"safeToken": "12345"})),
-            Err(ApiError::InvalidBody(_))
+            Err(ApiError::Common(CommonError::InvalidBody(_)))
         ));
         assert!(matches!(
             check(json!({"owner": "x@y"})),
-            Err(ApiError::InvalidBody(_))
+            Err(ApiError::Common(CommonError::InvalidBody(_)))
         ));
         let m =
             check(json!({"restKey": "ignored", "emailVerify": 1, "safeToken": "abc123"})).unwrap();

@@ -24,7 +24,7 @@ use tower::ServiceExt;
 
 use super::batch_slot::{slot, slot_error};
 use super::context::{ApiBody, AppState, RequestCtx};
-use super::error::ApiError;
+use super::error::{ApiError, ObjectsApiError};
 use super::object_writes::{self, ObjectWrite};
 use crate::functions::invoke::CallDepth;
 
@@ -44,7 +44,11 @@ pub struct Operation {
 }
 
 fn parse_operation(i: usize, v: &Value) -> Result<Operation, ApiError> {
-    let bad = |why: &str| ApiError::BatchInvalidRequest(format!("requests[{i}]: {why}"));
+    let bad = |why: &str| {
+        ApiError::from(ObjectsApiError::BatchInvalidRequest(format!(
+            "requests[{i}]: {why}"
+        )))
+    };
     let o = v.as_object().ok_or_else(|| bad("not an object"))?;
     let method = match o
         .get("method")
@@ -83,10 +87,10 @@ fn parse_operation(i: usize, v: &Value) -> Result<Operation, ApiError> {
 pub fn parse_envelope(body: &Map<String, Value>) -> Result<Vec<Operation>, ApiError> {
     let requests = match body.get("requests") {
         Some(Value::Array(r)) => r,
-        _ => return Err(ApiError::BatchNotArray),
+        _ => return Err(ObjectsApiError::BatchNotArray.into()),
     };
     if requests.len() > MAX_OPERATIONS {
-        return Err(ApiError::BatchTooLarge(MAX_OPERATIONS));
+        return Err(ObjectsApiError::BatchTooLarge(MAX_OPERATIONS).into());
     }
     requests
         .iter()

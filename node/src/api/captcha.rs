@@ -9,7 +9,7 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use super::context::{json_object, ApiBody, ApiPath, AppState, RequestCtx};
-use super::error::ApiError;
+use super::error::{ApiError, CommonError};
 use crate::captcha::{self, CaptchaParams};
 
 /// `POST /1/requestCaptcha {width?, height?, size?, ttl?}`. With the master key the answer also
@@ -50,7 +50,7 @@ pub async fn verify_captcha(
     let field = |k: &str| {
         body.get(k)
             .and_then(Value::as_str)
-            .ok_or_else(|| ApiError::InvalidBody(format!("{k} is required.")))
+            .ok_or_else(|| ApiError::from(CommonError::InvalidBody(format!("{k} is required."))))
     };
     let (code, token) = (field("captcha_code")?, field("captcha_token")?);
     let pass = captcha::verify(&state.cluster, &ctx.app.application_id, token, code).await?;
@@ -72,6 +72,6 @@ pub async fn captcha_picture(
             png,
         )
             .into_response()),
-        None => Err(ApiError::ObjectNotFound(format!("captcha {token}"))),
+        None => Err(CommonError::ObjectNotFound(format!("captcha {token}")).into()),
     }
 }

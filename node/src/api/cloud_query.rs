@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::context::{ApiQuery, AppState, RequestCtx};
-use super::error::ApiError;
+use super::error::{ApiError, ObjectsApiError};
 use crate::query::{self, bql};
 
 /// System classes BQL reads, with the same rules as their REST listings (`GET /1/users` never
@@ -33,15 +33,15 @@ pub async fn cloud_query(
         .as_deref()
         .map(str::trim)
         .filter(|s| !s.is_empty())
-        .ok_or_else(|| ApiError::Bql("bql is required".into()))?;
+        .ok_or_else(|| ObjectsApiError::Bql("bql is required".into()))?;
     let values: Vec<Value> = match params.values.as_deref().map(str::trim) {
         None | Some("") => Vec::new(),
         Some(text) => match serde_json::from_str(text) {
             Ok(Value::Array(v)) => v,
-            _ => return Err(ApiError::Bql("values must be a JSON array".into())),
+            _ => return Err(ObjectsApiError::Bql("values must be a JSON array".into()).into()),
         },
     };
-    let statement = bql::parse(src, &values).map_err(|e| ApiError::Bql(e.to_string()))?;
+    let statement = bql::parse(src, &values).map_err(|e| ObjectsApiError::Bql(e.to_string()))?;
     if !READABLE_SYSTEM_CLASSES.contains(&statement.query.class.as_str()) {
         validate_class_name(&statement.query.class).map_err(ApiError::from)?;
     }

@@ -21,7 +21,7 @@ use basalt_cluster::Cluster;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-use super::error::ApiError;
+use super::error::{ApiError, CommonError, ObjectsApiError};
 use crate::auth::{self, header, AuthError};
 pub use crate::auth::{HeaderNames, RequestCtx};
 
@@ -157,7 +157,7 @@ pub async fn require_operator(State(state): State<AppState>, req: Request, next:
     };
     match allowed {
         true => next.run(req).await,
-        false => ApiError::Unauthorized.into_response(),
+        false => CommonError::Unauthorized.into_response(),
     }
 }
 
@@ -175,7 +175,7 @@ async fn authenticated(state: AppState, req: Request, next: Next, need_master: b
     // A batch operation runs with its batch's already-authenticated context.
     if let Some(ctx) = req.extensions().get::<RequestCtx>() {
         if need_master && !ctx.master {
-            return ApiError::MasterKeyRequired.into_response();
+            return CommonError::MasterKeyRequired.into_response();
         }
         return next.run(req).await;
     }
@@ -189,7 +189,7 @@ async fn authenticated(state: AppState, req: Request, next: Next, need_master: b
     let (bytes, body) = if signed && auth::signs_body(&parts.method, path) {
         match axum::body::to_bytes(body, state.max_body_bytes).await {
             Ok(b) => (b, None),
-            Err(_) => return ApiError::BodyTooLarge(state.max_body_bytes).into_response(),
+            Err(_) => return CommonError::BodyTooLarge(state.max_body_bytes).into_response(),
         }
     } else {
         (Bytes::new(), Some(body))
@@ -204,7 +204,7 @@ async fn authenticated(state: AppState, req: Request, next: Next, need_master: b
         Ok(ctx) => ctx,
         Err(AuthError::Unauthorized(why)) => {
             tracing::debug!(reason = why, path = parts.uri.path(), "unauthorized");
-            return ApiError::Unauthorized.into_response();
+            return CommonError::Unauthorized.into_response();
         }
         Err(e) => return ApiError::from(e).into_response(),
     };
@@ -216,7 +216,7 @@ async fn authenticated(state: AppState, req: Request, next: Next, need_master: b
         let app = ctx.app.application_id.as_str();
         if let Err(retry_after_secs) = state.rates.take(app, per_second, members) {
             metrics::counter!("basalt_app_requests_limited_total").increment(1);
-            return ApiError::AppRateExceeded {
+            return CommonError::AppRateExceeded {
                 per_second,
                 retry_after_secs,
             }
@@ -238,7 +238,7 @@ async fn authenticated(state: AppState, req: Request, next: Next, need_master: b
             Err(_) => {
                 metrics::counter!("basalt_requests_shed_total", "reason" => "app_memory")
                     .increment(1);
-                return ApiError::Overloaded(
+                return CommonError::Overloaded(
                     "this app has as many request bodies in flight on this node as its share \
                      allows; retry shortly."
                         .into(),
@@ -257,12 +257,12 @@ async fn authenticated(state: AppState, req: Request, next: Next, need_master: b
 /// does not allow (403).
 pub fn admit(ctx: &RequestCtx, headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
     if ctx.app.status == 0 {
-        return Err(ApiError::AppDisabled);
+        return Err(CommonError::AppDisabled.into());
     }
     if let Some(origin) = headers.get(axum::http::header::ORIGIN) {
         let origin = origin.to_str().unwrap_or_default();
         if !ctx.app.allows_origin(origin) {
-            return Err(ApiError::OriginNotAllowed(origin.to_string()));
+            return Err(CommonError::OriginNotAllowed(origin.to_string()).into());
         }
     }
     Ok(())
@@ -292,13 +292,14 @@ impl FromRequestParts<AppState> for ConsoleAccount {
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         use crate::throttle::{self, ClientIp, IpKind};
         let Ok(ClientIp(ip)) = ClientIp::from_request_parts(parts, state).await;
-        let email = header(&parts.headers, &state.headers.email).ok_or(ApiError::Unauthorized)?;
+        let email =
+            header(&parts.headers, &state.headers.email).ok_or(CommonError::Unauthorized)?;
         let password =
-            header(&parts.headers, &state.headers.password).ok_or(ApiError::Unauthorized)?;
+            header(&parts.headers, &state.headers.password).ok_or(CommonError::Unauthorized)?;
         let console_throttled = |e: throttle::ThrottleError| match e {
             throttle::ThrottleError::Throttled {
                 retry_after_secs, ..
-            } => ApiError::ConsoleThrottled { retry_after_secs },
+            } => ApiError::from(CommonError::ConsoleThrottled { retry_after_secs }),
             other => other.into(),
         };
         state
@@ -312,9 +313,11 @@ impl FromRequestParts<AppState> for ConsoleAccount {
             .await
             .map_err(|refusal| match refusal {
                 throttle::LoginRefusal::Throttled(e) => console_throttled(e),
-                throttle::LoginRefusal::ProofNeeded => ApiError::ConsoleThrottled {
-                    retry_after_secs: 900,
-                },
+                throttle::LoginRefusal::ProofNeeded => {
+                    ApiError::from(CommonError::ConsoleThrottled {
+                        retry_after_secs: 900,
+                    })
+                }
             })?;
         if crate::apps::verify_account(&state.cluster, email, password).await? {
             state.limiter.refund(IpKind::Login, ip);
@@ -323,7 +326,7 @@ impl FromRequestParts<AppState> for ConsoleAccount {
                 email: email.to_string(),
             })
         } else {
-            Err(ApiError::Unauthorized)
+            Err(CommonError::Unauthorized.into())
         }
     }
 }
@@ -338,7 +341,12 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for ApiPath
         Path::<T>::from_request_parts(parts, state)
             .await
             .map(|Path(t)| ApiPath(t))
-            .map_err(|e| ApiError::InvalidBody(format!("invalid request path: {}", e.body_text())))
+            .map_err(|e| {
+                ApiError::from(CommonError::InvalidBody(format!(
+                    "invalid request path: {}",
+                    e.body_text()
+                )))
+            })
     }
 }
 
@@ -396,7 +404,8 @@ impl<S: Send + Sync> FromRequestParts<S> for IdPath {
 
 /// An objectId from a path: 101 when no object can have it.
 fn object_id(id: &str) -> Result<ObjectId, ApiError> {
-    ObjectId::parse(id).ok_or_else(|| ApiError::ObjectNotFound(id.chars().take(64).collect()))
+    ObjectId::parse(id)
+        .ok_or_else(|| ApiError::from(CommonError::ObjectNotFound(id.chars().take(64).collect())))
 }
 
 /// Query parameters; a query string that does not decode answers 102.
@@ -409,15 +418,22 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
         Query::<T>::from_request_parts(parts, state)
             .await
             .map(|Query(t)| ApiQuery(t))
-            .map_err(|e| ApiError::InvalidQuery(format!("invalid query string: {}", e.body_text())))
+            .map_err(|e| {
+                ApiError::from(ObjectsApiError::InvalidQuery(format!(
+                    "invalid query string: {}",
+                    e.body_text()
+                )))
+            })
     }
 }
 
 /// The body of a request, or the documented error for one over the limit.
 fn body_bytes(body: Result<Bytes, BytesRejection>, state: &AppState) -> Result<Bytes, ApiError> {
     body.map_err(|r| match r.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => ApiError::BodyTooLarge(state.max_body_bytes),
-        _ => ApiError::InvalidBody(r.body_text()),
+        StatusCode::PAYLOAD_TOO_LARGE => {
+            ApiError::from(CommonError::BodyTooLarge(state.max_body_bytes))
+        }
+        _ => ApiError::from(CommonError::InvalidBody(r.body_text())),
     })
 }
 
@@ -454,7 +470,7 @@ pub const MAX_BODY_ARRAY: usize = 100_000;
 /// Parses a request body that must be a JSON object (107 otherwise).
 pub fn json_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
-        return Err(ApiError::EmptyBody);
+        return Err(CommonError::EmptyBody.into());
     }
     let limits = crate::json_text::TextLimits {
         max_depth: MAX_BODY_DEPTH,
@@ -462,13 +478,11 @@ pub fn json_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
         max_array: MAX_BODY_ARRAY,
     };
     crate::json_text::check_sized(body, limits)
-        .map_err(|e| ApiError::InvalidBody(format!("{e}.")))?;
+        .map_err(|e| CommonError::InvalidBody(format!("{e}.")))?;
     match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(m)) => Ok(m),
-        Ok(_) => Err(ApiError::InvalidBody(
-            "the body must be a JSON object.".into(),
-        )),
-        Err(e) => Err(ApiError::InvalidBody(format!("invalid JSON: {e}"))),
+        Ok(_) => Err(CommonError::InvalidBody("the body must be a JSON object.".into()).into()),
+        Err(e) => Err(CommonError::InvalidBody(format!("invalid JSON: {e}")).into()),
     }
 }
 
@@ -478,13 +492,22 @@ mod tests {
 
     #[test]
     fn bodies_must_be_json_objects() {
-        assert!(matches!(json_object(b""), Err(ApiError::EmptyBody)));
-        assert!(matches!(json_object(b"  \n"), Err(ApiError::EmptyBody)));
+        assert!(matches!(
+            json_object(b""),
+            Err(ApiError::Common(CommonError::EmptyBody))
+        ));
+        assert!(matches!(
+            json_object(b"  \n"),
+            Err(ApiError::Common(CommonError::EmptyBody))
+        ));
         assert!(matches!(
             json_object(b"{bad"),
-            Err(ApiError::InvalidBody(_))
+            Err(ApiError::Common(CommonError::InvalidBody(_)))
         ));
-        assert!(matches!(json_object(b"[1]"), Err(ApiError::InvalidBody(_))));
+        assert!(matches!(
+            json_object(b"[1]"),
+            Err(ApiError::Common(CommonError::InvalidBody(_)))
+        ));
         assert!(json_object(br#"{"a":1}"#).is_ok());
     }
 }

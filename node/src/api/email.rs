@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::context::{ApiBody, ApiPath, AppState, RequestCtx};
-use super::error::ApiError;
+use super::error::{ApiError, CommonError, UsersApiError};
 use crate::users::accounts;
 use crate::users::email_links::{find_link, send_link, take_link, EmailLink, Purpose};
 use crate::users::unique::{self, Unique};
@@ -53,11 +53,11 @@ async fn user_by_email(
         .get("email")
         .and_then(Value::as_str)
         .filter(|e| !e.is_empty())
-        .ok_or_else(|| ApiError::InvalidBody("email is required.".into()))?;
+        .ok_or_else(|| CommonError::InvalidBody("email is required.".into()))?;
     let app = &ctx.app.application_id;
     match unique::owner(&state.cluster, app, Unique::Email, email).await? {
         Some(id) => Ok((id, email.to_string())),
-        None => Err(ApiError::EmailNotFound(email.to_string())),
+        None => Err(UsersApiError::EmailNotFound(email.to_string()).into()),
     }
 }
 
@@ -69,7 +69,7 @@ pub async fn request_email_verify(
     body: ApiBody,
 ) -> Result<Json<Value>, ApiError> {
     if !ctx.app.email_verify {
-        return Err(ApiError::EmailVerifyOff);
+        return Err(UsersApiError::EmailVerifyOff.into());
     }
     let (user_id, email) = mail_target(&state, &ctx, ip, body).await?;
     send_verification(&state, &ctx, &user_id, &email).await?;

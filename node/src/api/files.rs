@@ -13,7 +13,7 @@ use basalt_cluster::files::record::FileRecord;
 use serde_json::{json, Value};
 
 use super::context::{ApiBody, AppState, RequestCtx};
-use super::error::{closing, ApiError};
+use super::error::{closing, ApiError, CommonError, FilesApiError};
 use crate::files::access::{delete_many, delete_one, deleter, signed_url, uploader};
 use crate::files::download::{Asked, Downloads};
 use crate::files::links;
@@ -90,7 +90,7 @@ pub async fn video_snapshot(
     let body = body.object()?;
     let member = |key: &str| match body.get(key) {
         Some(Value::String(s)) if !s.is_empty() => Ok(s.as_str()),
-        _ => Err(ApiError::InvalidBody(format!(
+        _ => Err(CommonError::InvalidBody(format!(
             "{key} must be a non-empty string."
         ))),
     };
@@ -140,9 +140,10 @@ pub async fn signed_urls(
     let urls = match body.get("urls") {
         Some(Value::Array(urls)) if urls.len() <= MAX_SIGNED_URLS => urls,
         _ => {
-            return Err(ApiError::InvalidBody(format!(
+            return Err(CommonError::InvalidBody(format!(
                 "urls must be an array of at most {MAX_SIGNED_URLS} urls."
-            )))
+            ))
+            .into())
         }
     };
     let lifetime = match body.get("expires") {
@@ -151,7 +152,7 @@ pub async fn signed_urls(
             .as_i64()
             .filter(|s| (1..=links::MAX_LIFETIME_SECS).contains(s))
             .ok_or_else(|| {
-                ApiError::InvalidBody(format!(
+                CommonError::InvalidBody(format!(
                     "expires must be a number of seconds from 1 to {}.",
                     links::MAX_LIFETIME_SECS
                 ))
@@ -162,7 +163,7 @@ pub async fn signed_urls(
     let mut results = Vec::with_capacity(urls.len());
     for url in urls {
         let Value::String(url) = url else {
-            return Err(ApiError::InvalidBody("urls must be strings.".into()));
+            return Err(CommonError::InvalidBody("urls must be strings.".into()).into());
         };
         let signed = signed_url(&state.cluster, &ctx.app, url, deadline, base).await?;
         results.push(Value::String(signed));
@@ -193,29 +194,31 @@ pub async fn batch_delete(
     let mut asked = Vec::new();
     for (cdn, urls) in &body {
         let Value::Array(urls) = urls else {
-            return Err(ApiError::InvalidBody(format!(
+            return Err(CommonError::InvalidBody(format!(
                 "{:?} must name an array of urls.",
                 basalt_cluster::error::clip(cdn)
-            )));
+            ))
+            .into());
         };
         for url in urls {
             let Value::String(url) = url else {
-                return Err(ApiError::InvalidBody("urls must be strings.".into()));
+                return Err(CommonError::InvalidBody("urls must be strings.".into()).into());
             };
             asked.push((cdn.clone(), url.clone()));
         }
     }
     if asked.len() > MAX_BATCH_URLS {
-        return Err(ApiError::InvalidBody(format!(
+        return Err(CommonError::InvalidBody(format!(
             "one batch deletes at most {MAX_BATCH_URLS} files."
-        )));
+        ))
+        .into());
     }
     let deleter = deleter(&state.cluster, &ctx).await?;
     let fail = delete_many(&state.cluster, &ctx, &deleter, asked).await;
     if fail.is_empty() {
         return Ok(Json(json!({"msg": "ok"})).into_response());
     }
-    Err(ApiError::FilesNotDeleted(Value::Object(fail)))
+    Err(FilesApiError::FilesNotDeleted(Value::Object(fail)).into())
 }
 
 /// `GET /<cdn>/YYYY/MM/DD/<id>.<ext>`: the file's bytes, whole or the one range asked for;

@@ -10,7 +10,7 @@ use axum::Json;
 use serde_json::{json, Map, Value};
 
 use super::context::{ApiBody, ApiPath, ApiQuery, AppState, RequestCtx};
-use super::error::ApiError;
+use super::error::{ApiError, CommonError};
 use crate::functions::deploy::{deploy_request, DeployParams};
 use crate::functions::engine;
 use crate::functions::invoke::CallDepth;
@@ -20,7 +20,7 @@ use crate::functions::FunctionsError;
 fn require_master(ctx: &RequestCtx) -> Result<(), ApiError> {
     match ctx.master {
         true => Ok(()),
-        false => Err(ApiError::MasterKeyRequired),
+        false => Err(CommonError::MasterKeyRequired.into()),
     }
 }
 
@@ -39,10 +39,10 @@ pub async fn call_function(
     };
     let function = function
         .filter(FunctionRecord::callable)
-        .ok_or_else(|| ApiError::from(FunctionsError::NotFound(name.clone())))?;
+        .ok_or_else(|| FunctionsError::NotFound(name.clone()))?;
     // A scheduled function runs with the master key: only the master key may start it.
     if function.cron.is_some() && !ctx.master {
-        return Err(ApiError::MasterKeyRequired);
+        return Err(CommonError::MasterKeyRequired.into());
     }
     let request = json!({
         "functionName": name,
@@ -134,7 +134,7 @@ pub async fn get_function(
         Ok(()) => record::find(&state.cluster, app, &name).await?,
         Err(_) => None,
     }
-    .ok_or_else(|| ApiError::from(FunctionsError::NotFound(name.clone())))?;
+    .ok_or_else(|| FunctionsError::NotFound(name.clone()))?;
     let runs = match r.cron {
         Some(_) => crate::functions::cron::runs_of(&state.cluster, app, &r.name).await?,
         None => None,

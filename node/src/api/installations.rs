@@ -24,7 +24,7 @@ use basalt_cluster::update::{parse_updates, FieldUpdate, UpdateOp};
 use serde_json::{json, Map, Value};
 
 use super::context::{ApiBody, ApiQuery, AppState, IdPath, RequestCtx};
-use super::error::ApiError;
+use super::error::{ApiError, CommonError, ObjectsApiError, PushApiError};
 use super::objects::{
     apply_update, create_in, created_response, delete_in, get_in, list_in, update_in,
     updated_response, GetParams,
@@ -78,9 +78,10 @@ fn check_updates(updates: &[FieldUpdate]) -> Result<(), ApiError> {
                 _ => false,
             };
         if !ok {
-            return Err(ApiError::TypeMismatch(
+            return Err(ObjectsApiError::TypeMismatch(
                 "channels is an array of channel names (strings).".into(),
-            ));
+            )
+            .into());
         }
     }
     Ok(())
@@ -181,7 +182,7 @@ pub async fn create_installation(
                     .await
                 {
                     // Deleted meanwhile: register anew.
-                    Err(ApiError::ObjectNotFound(_))
+                    Err(ApiError::Common(CommonError::ObjectNotFound(_)))
                         if existing_gone(&state, &app, &holder).await =>
                     {
                         continue
@@ -193,9 +194,10 @@ pub async fn create_installation(
         // Claimed by a create still under way (or one that failed, whose claim is taken
         // over once abandoned): wait for it.
         if tokio::time::Instant::now() >= deadline {
-            return Err(ApiError::Unavailable(
+            return Err(CommonError::Unavailable(
                 "another request is registering this installation; try again.".into(),
-            ));
+            )
+            .into());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -238,7 +240,7 @@ async fn take_token(
     )
     .await
     {
-        Ok(_) | Err(ApiError::ObjectNotFound(_)) => {}
+        Ok(_) | Err(ApiError::Common(CommonError::ObjectNotFound(_))) => {}
         Err(e) => return Err(e),
     }
     let app = &ctx.app.application_id;
@@ -252,7 +254,9 @@ async fn take_token(
 fn certainly_failed(e: &ApiError) -> bool {
     !matches!(
         e,
-        ApiError::Unavailable(_) | ApiError::Timeout(_) | ApiError::Internal(_)
+        ApiError::Common(CommonError::Unavailable(_))
+            | ApiError::Common(CommonError::Timeout(_))
+            | ApiError::Common(CommonError::Internal(_))
     )
 }
 
@@ -390,9 +394,9 @@ async fn update_checked(
     )
     .await
     .map_err(|e| match e {
-        ApiError::Duplicate(m) if guarded => {
-            ApiError::ReadOnlyField(format!("{m}: it is read-only once set."))
-        }
+        ApiError::Objects(ObjectsApiError::Duplicate(m)) if guarded => ApiError::from(
+            PushApiError::ReadOnlyField(format!("{m}: it is read-only once set.")),
+        ),
         other => other,
     });
     if applied.as_ref().is_err_and(certainly_failed) {
@@ -452,7 +456,7 @@ pub async fn update_installation(
         .cluster
         .get_stored_object(&ctx.app.application_id, INSTALLATION_CLASS, &id)
         .await?
-        .ok_or_else(|| ApiError::ObjectNotFound(id.to_string()))?;
+        .ok_or_else(|| CommonError::ObjectNotFound(id.to_string()))?;
     let (updated_ms, group, p) =
         update_checked(&state, &ctx, &id, &current.fields, body, who.to_acl(), None).await?;
     Ok(updated_response(updated_ms, Vec::new(), group, &p))

@@ -21,7 +21,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::context::{ApiBody, ApiQuery, AppState, ClassPath, ObjectPath, RequestCtx};
-use super::error::ApiError;
+use super::error::{ApiError, CommonError};
 use crate::functions::invoke::CallDepth;
 use crate::functions::triggers;
 use crate::query;
@@ -189,7 +189,7 @@ pub async fn get_in(
         .get_object_as(app, class, object_id, who.to_acl())
         .await
         .map_err(|e| ApiError::from_cluster(e, object_id))?
-        .ok_or_else(|| ApiError::ObjectNotFound(object_id.to_string()))?;
+        .ok_or_else(|| CommonError::ObjectNotFound(object_id.to_string()))?;
     let mut objs = [obj];
     let view = UserView::new(&ctx.app, who.acl());
     view.hide_rows(class, &mut objs);

@@ -13,7 +13,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::json;
 
 use super::context::AppState;
-use super::error::ApiError;
+use super::error::{ApiError, CommonError};
 
 static PROMETHEUS: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -158,9 +158,9 @@ pub async fn metrics(State(state): State<AppState>) -> Result<String, ApiError> 
 }
 
 pub async fn not_found() -> ApiError {
-    ApiError::RouteNotFound
+    ApiError::from(CommonError::RouteNotFound)
 }
 
 pub async fn method_not_allowed() -> ApiError {
-    ApiError::MethodNotAllowed
+    ApiError::from(CommonError::MethodNotAllowed)
 }

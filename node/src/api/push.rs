@@ -16,7 +16,7 @@ use basalt_cluster::{now_ms, Error as ClusterError};
 use serde_json::{json, Value};
 
 use super::context::{ApiBody, ApiQuery, AppState, IdPath, RequestCtx};
-use super::error::ApiError;
+use super::error::{ApiError, CommonError, ObjectsApiError};
 use super::objects::{get_in, list_in};
 use crate::push::record::{self, Counts, PushRecord, PushState};
 use crate::push::request;
@@ -30,11 +30,12 @@ pub async fn send_push(
     body: ApiBody,
 ) -> Result<Response, ApiError> {
     if !ctx.master && !ctx.app.client_push {
-        return Err(ApiError::MasterKeyRequired);
+        return Err(CommonError::MasterKeyRequired.into());
     }
     let body = body.object()?;
     let asked = request::parse(&body, now_ms())?;
-    let filter = Filter::parse(&asked.query).map_err(|e| ApiError::InvalidQuery(e.to_string()))?;
+    let filter =
+        Filter::parse(&asked.query).map_err(|e| ObjectsApiError::InvalidQuery(e.to_string()))?;
     check_paths(&filter)?;
     // Sub-queries within their bounds now (they are resolved again when the push is sent).
     state
@@ -43,7 +44,7 @@ pub async fn send_push(
         .resolve(&ctx.app.application_id, filter, None)
         .await
         .map_err(|e| match e {
-            ClusterError::InvalidValue(m) => ApiError::InvalidQuery(m),
+            ClusterError::InvalidValue(m) => ApiError::from(ObjectsApiError::InvalidQuery(m)),
             other => other.into(),
         })?;
     let rec = PushRecord {
@@ -85,7 +86,7 @@ pub async fn query_push_statuses(
     ApiQuery(params): ApiQuery<ListParams>,
 ) -> Result<Json<Value>, ApiError> {
     if !ctx.master {
-        return Err(ApiError::MasterKeyRequired);
+        return Err(CommonError::MasterKeyRequired.into());
     }
     Ok(Json(list_in(&state, &ctx, STATUS_CLASS, params).await?))
 }

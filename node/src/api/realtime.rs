@@ -24,7 +24,7 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 
 use super::context::{admit, ApiPath, ApiQuery, AppState};
-use super::error::ApiError;
+use super::error::{ApiError, CommonError};
 use crate::auth::{self, AuthError, HeaderNames, RequestCtx};
 use crate::connections::ConnectionSlot;
 use crate::realtime::connection::{Connection, Refusal};
@@ -108,7 +108,7 @@ async fn authenticate(
         Ok(ctx) => ctx,
         Err(AuthError::Unauthorized(why)) => {
             tracing::debug!(reason = why, path, "realtime: unauthorized");
-            return Err(ApiError::Unauthorized);
+            return Err(CommonError::Unauthorized.into());
         }
         Err(e) => return Err(e.into()),
     };
@@ -126,7 +126,7 @@ pub async fn plain_websocket(
 ) -> Response {
     let ctx = match authenticate(&state, "/1/realtime", &headers, &query).await {
         Ok(Some(ctx)) => ctx,
-        Ok(None) => return ApiError::Unauthorized.into_response(),
+        Ok(None) => return CommonError::Unauthorized.into_response(),
         Err(e) => return e.into_response(),
     };
     let conn = Connection::new(state.realtime.clone(), Some(ctx), None);
@@ -185,8 +185,10 @@ fn upgrade(
     let ws = match ws.handshake() {
         Ok(ws) => ws,
         Err(why) => {
-            return ApiError::InvalidBody(format!("this address takes a WebSocket upgrade: {why}."))
-                .into_response()
+            return CommonError::InvalidBody(format!(
+                "this address takes a WebSocket upgrade: {why}."
+            ))
+            .into_response()
         }
     };
     // Messages are written eagerly, a piece at a time: a connection's write buffer holds at
@@ -446,7 +448,7 @@ pub async fn server_sent_events(
 ) -> Response {
     let ctx = match authenticate(&state, "/1/realtime/events", &headers, &query).await {
         Ok(Some(ctx)) => ctx,
-        Ok(None) => return ApiError::Unauthorized.into_response(),
+        Ok(None) => return CommonError::Unauthorized.into_response(),
         Err(e) => return e.into_response(),
     };
     let mut arg = serde_json::Map::new();
@@ -472,7 +474,7 @@ pub async fn server_sent_events(
     let req: SubRequest = match crate::realtime::wire::parse_client(&message) {
         Ok(crate::realtime::wire::ClientMessage::Subscribe(r)) => r,
         Ok(_) => {
-            return ApiError::InvalidBody(
+            return CommonError::InvalidBody(
                 "an event stream subscribes; it cannot unsubscribe.".into(),
             )
             .into_response()

@@ -15,7 +15,7 @@ use basalt_cluster::update::{parse_updates, FieldUpdate, UpdateOp};
 use serde_json::{Map, Value};
 
 use super::context::{ApiBody, ApiQuery, AppState, IdPath, RequestCtx};
-use super::error::ApiError;
+use super::error::{ApiError, CommonError, ObjectsApiError, UsersApiError};
 use super::objects::{
     create_in, created_response, delete_in, get_in, list_in, update_in, GetParams,
 };
@@ -54,9 +54,10 @@ fn check_relations(updates: &[FieldUpdate]) -> Result<(), ApiError> {
             _ => false,
         };
         if !ok {
-            return Err(ApiError::TypeMismatch(format!(
+            return Err(ObjectsApiError::TypeMismatch(format!(
                 "{field} is changed with AddRelation/RemoveRelation of Pointers to {target}."
-            )));
+            ))
+            .into());
         }
     }
     Ok(())
@@ -77,9 +78,10 @@ fn take_name(body: &mut Map<String, Value>) -> Result<Option<String>, ApiError> 
     match body.remove("name") {
         None => Ok(None),
         Some(Value::String(n)) if valid_role_name(n.trim()) => Ok(Some(n.trim().to_string())),
-        Some(other) => Err(ApiError::InvalidRole(format!(
+        Some(other) => Err(UsersApiError::InvalidRole(format!(
             "invalid role name {other}: use letters, digits, spaces, - and _."
-        ))),
+        ))
+        .into()),
     }
 }
 
@@ -107,7 +109,7 @@ pub async fn create_role(
 ) -> Result<Response, ApiError> {
     let mut body = body.object()?;
     let name = take_name(&mut body)?
-        .ok_or_else(|| ApiError::InvalidRole("a role needs a name.".into()))?;
+        .ok_or_else(|| UsersApiError::InvalidRole("a role needs a name.".into()))?;
     if body.get("ACL").is_none_or(Value::is_null) {
         body.insert("ACL".into(), default_role_acl(&state, &ctx).await?);
     }
@@ -176,9 +178,9 @@ pub async fn update_role(
             .cluster
             .get_stored_object(&ctx.app.application_id, ROLE_CLASS, &id)
             .await?
-            .ok_or_else(|| ApiError::ObjectNotFound(id.to_string()))?;
+            .ok_or_else(|| CommonError::ObjectNotFound(id.to_string()))?;
         if current.fields.get("name").and_then(Value::as_str) != Some(name.as_str()) {
-            return Err(ApiError::InvalidRole("a role's name cannot change.".into()));
+            return Err(UsersApiError::InvalidRole("a role's name cannot change.".into()).into());
         }
     }
     let updates = parse_updates(&body)?;
@@ -193,7 +195,7 @@ pub async fn delete_role(
     IdPath(id): IdPath,
 ) -> Result<Response, ApiError> {
     if !ctx.master && ctx.session_token.is_none() {
-        return Err(ApiError::SessionRequired);
+        return Err(UsersApiError::SessionRequired.into());
     }
     let app = ctx.app.application_id.clone();
     let stored = state

@@ -13,7 +13,7 @@ use basalt_cluster::schema::{Column, ColumnChange, ColumnType, SchemaError, SYST
 use serde_json::{json, Map, Value};
 
 use super::context::{ApiBody, ApiPath, AppState, RequestCtx, SchemaPath};
-use super::error::ApiError;
+use super::error::{ApiError, CommonError, ObjectsApiError};
 
 /// Parses `{className?, fields?}` into column changes; `deletes` allows `{__op: "Delete"}`.
 pub fn column_changes(
@@ -29,22 +29,22 @@ pub fn column_changes(
     let fields = match body.get("fields") {
         None | Some(Value::Null) => return Ok(Vec::new()),
         Some(Value::Object(f)) => f,
-        Some(_) => return Err(ApiError::InvalidBody("fields must be an object.".into())),
+        Some(_) => return Err(CommonError::InvalidBody("fields must be an object.".into()).into()),
     };
     let mut changes = Vec::with_capacity(fields.len());
     for (name, spec) in fields {
         validate_field_name(name)?;
         let spec = spec
             .as_object()
-            .ok_or_else(|| ApiError::InvalidBody(format!("field {name} must be an object.")))?;
+            .ok_or_else(|| CommonError::InvalidBody(format!("field {name} must be an object.")))?;
         if let Some(op) = spec.get("__op") {
             if deletes && op.as_str() == Some("Delete") {
                 changes.push(ColumnChange::Delete(name.clone()));
                 continue;
             }
-            return Err(ApiError::InvalidBody(format!(
-                "field {name}: unsupported __op {op}."
-            )));
+            return Err(
+                CommonError::InvalidBody(format!("field {name}: unsupported __op {op}.")).into(),
+            );
         }
         let type_name = spec.get("type").and_then(Value::as_str).unwrap_or_default();
         let kind = ColumnType::parse(type_name)
@@ -53,9 +53,10 @@ pub fn column_changes(
             None | Some(Value::Null) => None,
             Some(Value::String(t)) => Some(t.clone()),
             Some(_) => {
-                return Err(ApiError::InvalidBody(format!(
+                return Err(CommonError::InvalidBody(format!(
                     "field {name}: targetClass must be a class name."
-                )))
+                ))
+                .into())
             }
         };
         changes.push(ColumnChange::Add(
@@ -195,9 +196,9 @@ pub async fn drop_index(
 fn index_column(field: &str) -> Result<(), ApiError> {
     validate_field_name(field).map_err(ApiError::from)?;
     if RESERVED_FIELDS.contains(&field) || field == "ACL" {
-        return Err(ApiError::ReservedKey(format!(
+        return Err(ObjectsApiError::ReservedKey(format!(
             "{field} cannot be declared indexed or dropped from the indexes: createdAt and updatedAt always are, objectId and ACL are not columns."
-        )));
+        )).into());
     }
     Ok(())
 }
@@ -215,7 +216,7 @@ pub async fn create_index(
     let field = body
         .get("field")
         .and_then(Value::as_str)
-        .ok_or_else(|| ApiError::InvalidBody("field must be a column name.".into()))?;
+        .ok_or_else(|| CommonError::InvalidBody("field must be a column name.".into()))?;
     index_column(field)?;
     let indexed = state
         .cluster

@@ -9,7 +9,7 @@ use serde_json::{json, Map, Value};
 
 use super::apps::owned_app;
 use super::context::{ApiBody, ApiPath, AppState, ConsoleAccount, RequestCtx};
-use super::error::ApiError;
+use super::error::{ApiError, CommonError, SmsApiError};
 use crate::sms::{self, CodeRequest, Template};
 use crate::users::accounts::{reset_password, set};
 use crate::users::unique::{self, Unique};
@@ -19,13 +19,16 @@ fn string<'a>(body: &'a Map<String, Value>, key: &str) -> Result<Option<&'a str>
     match body.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.as_str()).filter(|s| !s.is_empty())),
-        Some(_) => Err(ApiError::InvalidBody(format!("{key} must be a string."))),
+        Some(_) => Err(CommonError::InvalidBody(format!("{key} must be a string.")).into()),
     }
 }
 
 fn number(body: &Map<String, Value>) -> Result<&str, ApiError> {
-    string(body, "mobilePhoneNumber")?
-        .ok_or_else(|| ApiError::InvalidBody("mobilePhoneNumber is required.".into()))
+    string(body, "mobilePhoneNumber")?.ok_or_else(|| {
+        ApiError::from(CommonError::InvalidBody(
+            "mobilePhoneNumber is required.".into(),
+        ))
+    })
 }
 
 fn ok() -> Json<Value> {
@@ -42,7 +45,7 @@ pub async fn request_sms_code(
     state
         .limiter
         .take(IpKind::Sms, ip)
-        .map_err(|e| ApiError::SmsLimit(e.to_string()))?;
+        .map_err(|e| SmsApiError::SmsLimit(e.to_string()))?;
     let body = body.object()?;
     let req = CodeRequest {
         number: number(&body)?,
@@ -79,7 +82,7 @@ pub async fn verify_sms_code_in_body(
 ) -> Result<Json<Value>, ApiError> {
     let body = body.object()?;
     let code = string(&body, "smsCode")?
-        .ok_or_else(|| ApiError::InvalidBody("smsCode is required.".into()))?;
+        .ok_or_else(|| CommonError::InvalidBody("smsCode is required.".into()))?;
     sms::take_code(
         &state.cluster,
         &ctx.app.application_id,
@@ -113,17 +116,19 @@ pub async fn reset_password_by_sms_code(
 ) -> Result<Json<Value>, ApiError> {
     let body = body.object()?;
     let password = string(&body, "password")?
-        .ok_or_else(|| ApiError::InvalidBody("password is required.".into()))?;
+        .ok_or_else(|| CommonError::InvalidBody("password is required.".into()))?;
     let app = &ctx.app.application_id;
     let number = match string(&body, "mobilePhoneNumber")? {
         Some(n) => n.to_string(),
         None => sms::number_of_code(&state.cluster, app, &code)
             .await?
-            .ok_or(ApiError::WrongSmsCode)?,
+            .ok_or(SmsApiError::WrongSmsCode)?,
     };
     let user_id = unique::owner(&state.cluster, app, Unique::Phone, &number)
         .await?
-        .ok_or_else(|| ApiError::ObjectNotFound(format!("user with mobilePhoneNumber {number}")))?;
+        .ok_or_else(|| {
+            CommonError::ObjectNotFound(format!("user with mobilePhoneNumber {number}"))
+        })?;
     sms::take_code(&state.cluster, app, &number, &code).await?;
     let verified = vec![set("mobilePhoneVerified", json!(true))];
     reset_password(
@@ -171,6 +176,6 @@ pub async fn delete_template(
     if sms::delete_template(&state.cluster, &app.application_id, &name).await? {
         Ok(ok())
     } else {
-        Err(ApiError::ObjectNotFound(format!("template {name}")))
+        Err(CommonError::ObjectNotFound(format!("template {name}")).into())
     }
 }

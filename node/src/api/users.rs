@@ -18,7 +18,7 @@ use basalt_cluster::update::{parse_updates, FieldUpdate, UpdateOp};
 use serde_json::{json, Map, Value};
 
 use super::context::{ApiBody, ApiPath, ApiQuery, AppState, IdPath, RequestCtx};
-use super::error::ApiError;
+use super::error::{ApiError, CommonError, UsersApiError};
 use super::objects::{
     create_in, created_response, delete_in, get_in, list_in, update_in, GetParams,
 };
@@ -86,9 +86,10 @@ pub async fn sign_up(
         .and_then(Value::as_str)
         .filter(|s| !s.is_empty());
     let (Some(_), Some(password)) = (username, password) else {
-        return Err(ApiError::MissingCredentials(
+        return Err(UsersApiError::MissingCredentials(
             "username and password are required.".into(),
-        ));
+        )
+        .into());
     };
     let mut updates = parse_updates(&body)?;
     let app = ctx.app.application_id.clone();
@@ -158,14 +159,14 @@ async fn phone_sign_up(
     mut body: Map<String, Value>,
 ) -> Result<Value, ApiError> {
     let code = take_string(&mut body, "smsCode")?
-        .ok_or_else(|| ApiError::MissingLoginData("smsCode is required.".into()))?;
+        .ok_or_else(|| UsersApiError::MissingLoginData("smsCode is required.".into()))?;
     check_service_fields(ctx.master, &body)?;
     check_login_field_types(&body)?;
     let number = body
         .get("mobilePhoneNumber")
         .and_then(Value::as_str)
         .filter(|n| !n.is_empty())
-        .ok_or_else(|| ApiError::MissingLoginData("mobilePhoneNumber is required.".into()))?
+        .ok_or_else(|| UsersApiError::MissingLoginData("mobilePhoneNumber is required.".into()))?
         .to_string();
     let app = ctx.app.application_id.clone();
     crate::sms::take_code(&state.cluster, &app, &number, &code).await?;
@@ -191,7 +192,7 @@ async fn phone_sign_up(
             }
         }
         match create_phone_user(state, ctx, &body, password.clone()).await {
-            Err(ApiError::PhoneTaken(_)) if attempt < 19 => {
+            Err(ApiError::Users(UsersApiError::PhoneTaken(_))) if attempt < 19 => {
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             }
             other => return other,
@@ -254,7 +255,7 @@ async fn third_party_sign_up(
         })
         .collect();
     if sets.is_empty() {
-        return Err(ApiError::InvalidBody("authData links no account.".into()));
+        return Err(CommonError::InvalidBody("authData links no account.".into()).into());
     }
     verify_links(state, ctx, &links).await?;
     for (platform, id, _) in &sets {
@@ -412,12 +413,12 @@ pub async fn update_user_password(
     let old = take_string(&mut body, "oldPassword")?;
     let new = take_string(&mut body, "newPassword")?;
     let (Some(old), Some(new)) = (old, new) else {
-        return Err(ApiError::InvalidBody(
-            "oldPassword and newPassword are required.".into(),
-        ));
+        return Err(
+            CommonError::InvalidBody("oldPassword and newPassword are required.".into()).into(),
+        );
     };
     if !password_matches(old, &stored).await? {
-        return Err(ApiError::WrongOldPassword);
+        return Err(UsersApiError::WrongOldPassword.into());
     }
     let updates = vec![
         password_update(new).await?,
