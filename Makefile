@@ -29,10 +29,12 @@ test-servers:
 build: deps
 	$(CARGO) build $(PROFILE_FLAGS) --workspace --all-targets
 
-## Build and start a one-node cluster: HTTP on 127.0.0.1:8080, data in ./data. It builds what
-## `make test` builds (the whole workspace): another package selection would unify features
-## differently and compile RocksDB a second time.
-run: build
+## Build the binaries (`basalt`, `basalt-cli`) and start a one-node cluster: HTTP on
+## 127.0.0.1:8080, data in ./data. Only what the binaries need is built, no test targets
+## (docs/decisions/0035): RocksDB's C++ build is shared with `make test`, which builds the
+## node's crates again with the tests' fail points.
+run: deps
+	$(CARGO) build $(PROFILE_FLAGS) -p basalt -p basalt-client --bins
 	$(BASALT) dev --nodes $(NODES) --data-dir ./data --http-port 8080
 
 ## The same with three nodes (HTTP on 8080-8082).

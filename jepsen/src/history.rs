@@ -139,7 +139,6 @@ impl Recorder {
         self.start
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub fn record(
         &self,
         process: u64,

@@ -47,8 +47,11 @@ pub fn apply_command(st: &mut Staged<'_>, cmd: Command) -> Result<CommandResult>
             &object_id,
             now_ms,
             &updates,
-            principals.as_deref(),
-            (&unset, &holds),
+            UpdateGuard {
+                principals: principals.as_deref(),
+                unset: &unset,
+                holds: &holds,
+            },
         ),
         Command::DeleteObject {
             app,
@@ -188,7 +191,14 @@ fn apply_create(
     })
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What an update must find before it writes: a caller who may write the object, fields that
+/// are unset, fields that hold given values (`Command::UpdateObject`).
+struct UpdateGuard<'a> {
+    principals: Option<&'a [String]>,
+    unset: &'a [String],
+    holds: &'a [(String, Value)],
+}
+
 fn apply_update(
     st: &mut Staged<'_>,
     app: &str,
@@ -196,9 +206,13 @@ fn apply_update(
     object_id: &str,
     now_ms: i64,
     updates: &[FieldUpdate],
-    principals: Option<&[String]>,
-    (unset, holds): (&[String], &[(String, Value)]),
+    guard: UpdateGuard<'_>,
 ) -> Result<CommandResult> {
+    let UpdateGuard {
+        principals,
+        unset,
+        holds,
+    } = guard;
     let key = keys::object_key(st.group, app, class, object_id);
     let Some(bytes) = st.get(&key)? else {
         return Ok(CommandResult::Rejected(Error::ObjectNotFound));

@@ -140,7 +140,8 @@ pub fn table() -> Vec<Route<AppState>> {
         route!(App, "/1/installations/{id}",
             GET => installations::get_installation, PUT => installations::update_installation,
             DELETE => installations::delete_installation),
-        route!(App, "/1/push", GET => push::query_push_statuses, POST => push::send_push),
+        // A push needs the master key unless the app allows client push (`clientPush`).
+        route!(App, "/1/push", GET(Master) => push::query_push_statuses, POST => push::send_push),
         route!(Master, "/1/push/{id}", GET => push::get_push_status),
         // Cloud functions (spec 4.11; deploy, list, show and delete need the master key, checked
         // by the handlers: a call needs only the app's keys).
@@ -400,7 +401,7 @@ mod tests {
                 "installations::delete_installation App",
             ),
             ("POST", "/1/push", "push::send_push App"),
-            ("GET", "/1/push", "push::query_push_statuses App"),
+            ("GET", "/1/push", "push::query_push_statuses Master"),
             ("GET", "/1/push/p1", "push::get_push_status Master"),
             ("GET", "/1/functions", "functions::list_functions Master"),
             ("POST", "/1/functions/add", "functions::call_function App"),

@@ -188,9 +188,14 @@ pub fn run(
     let outcome = context.with(|ctx| {
         let mut tasks = Tasks::new(runtime.clone());
         let settlers: Settlers = Rc::new(RefCell::new(HashMap::new()));
-        let r = drive(
-            &ctx, program, request, &host, &settlers, &mut tasks, deadline, &cancel,
-        );
+        let run = Run {
+            ctx: &ctx,
+            host: &host,
+            settlers: &settlers,
+            deadline,
+            cancel: &cancel,
+        };
+        let r = drive(run, program, request, &mut tasks);
         tasks.abort_all();
         // On every exit: the JavaScript functions Rust holds would otherwise outlive the
         // runtime (QuickJS aborts the process on objects left at its end).
@@ -257,17 +262,29 @@ type Settlers<'js> = Rc<RefCell<HashMap<u64, (Function<'js>, Function<'js>)>>>;
 /// Host calls the script made that the loop has yet to start: id, op, args.
 type Started = Rc<RefCell<Vec<(u64, String, Json)>>>;
 
-#[allow(clippy::too_many_arguments)]
-fn drive<'js>(
-    ctx: &Ctx<'js>,
+/// One invocation while it runs: its context, the node as its host, the promises of its host
+/// calls in flight, its deadline and its caller's cancel flag.
+#[derive(Clone, Copy)]
+struct Run<'a, 'js> {
+    ctx: &'a Ctx<'js>,
+    host: &'a Arc<dyn Host>,
+    settlers: &'a Settlers<'js>,
+    deadline: Instant,
+    cancel: &'a AtomicBool,
+}
+
+fn drive(
+    run: Run<'_, '_>,
     program: &Program<'_>,
     request: &Json,
-    host: &Arc<dyn Host>,
-    settlers: &Settlers<'js>,
     tasks: &mut Tasks,
-    deadline: Instant,
-    cancel: &AtomicBool,
 ) -> Result<Json, RunError> {
+    let Run {
+        ctx,
+        host,
+        settlers,
+        ..
+    } = run;
     let started: Started = Rc::new(RefCell::new(Vec::new()));
     install_globals(ctx, host, settlers, &started).map_err(|e| engine(ctx, e))?;
     let prelude: rquickjs::Result<Value> =
@@ -290,22 +307,22 @@ fn drive<'js>(
         Some(p) => p,
         None => return js_to_json(ctx, result),
     };
-    settle(
-        ctx, &promise, settlers, &started, host, tasks, deadline, cancel,
-    )
+    settle(run, &promise, &started, tasks)
 }
 
-#[allow(clippy::too_many_arguments)]
 fn settle<'js>(
-    ctx: &Ctx<'js>,
+    run: Run<'_, 'js>,
     promise: &Promise<'js>,
-    settlers: &Settlers<'js>,
     started: &Started,
-    host: &Arc<dyn Host>,
     tasks: &mut Tasks,
-    deadline: Instant,
-    cancel: &AtomicBool,
 ) -> Result<Json, RunError> {
+    let Run {
+        ctx,
+        host,
+        settlers,
+        deadline,
+        cancel,
+    } = run;
     loop {
         while ctx.execute_pending_job() {
             if Instant::now() >= deadline {

@@ -10,6 +10,7 @@ use basalt_client::{Client, Method};
 use md5::{Digest, Md5};
 use serde_json::{json, Value};
 
+use crate::common::scenario::{run_rows, As, Row};
 use crate::common::{assert_api_error, assert_unauthorized, TestCluster};
 
 pub(super) fn md5_hex(bytes: &[u8]) -> String {
@@ -77,6 +78,141 @@ pub(super) fn copies_on(cluster: &TestCluster, i: usize) -> Vec<String> {
 pub(super) fn file_id(url: &str) -> String {
     let name = url.rsplit('/').next().unwrap_or_default();
     name.split('.').next().unwrap_or_default().to_string()
+}
+
+/// The files endpoints as a table: uploads, deletes, batch deletes, signed urls, video
+/// snapshots and downloads, with each refusal's code; a refused delete deletes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_endpoints_answer_as_their_table_says() {
+    let cluster = TestCluster::start(1, &[], &["--max-file-mb", "1"]).await;
+    let c = cluster.client(0);
+    let kept = upload(&c, "kept.txt", b"kept").await;
+    let kept_path = format!("/{}", url_path(kept["url"].as_str().expect("url")));
+    let kept_id = file_id(&kept_path);
+    let unknown = kept_path.replace(&kept_id, &"0".repeat(32));
+    let rows = vec![
+        Row::new("upload", Method::POST, "/2/files/hello.txt")
+            .body("hello")
+            .succeeds(200),
+        Row::new("upload without keys", Method::POST, "/2/files/hello.txt")
+            .auth(As::Nobody)
+            .body("hello")
+            .unauthorized(),
+        Row::new(
+            "upload with a wrong key",
+            Method::POST,
+            "/2/files/hello.txt",
+        )
+        .auth(As::WrongKey)
+        .body("hello")
+        .unauthorized(),
+        Row::new(
+            "upload a name without an extension",
+            Method::POST,
+            "/2/files/noext",
+        )
+        .body("x")
+        .fails(400, 146),
+        Row::new("upload an empty file", Method::POST, "/2/files/empty.txt")
+            .body("")
+            .fails(400, 149),
+        Row::new(
+            "upload past --max-file-mb",
+            Method::POST,
+            "/2/files/big.bin",
+        )
+        .body("x".repeat((1 << 20) + 1))
+        .fails(400, 1500),
+        Row::new(
+            "delete without keys",
+            Method::DELETE,
+            format!("/2/files{kept_path}"),
+        )
+        .auth(As::Nobody)
+        .unauthorized(),
+        Row::new(
+            "delete a file the app does not have",
+            Method::DELETE,
+            format!("/2/files{unknown}"),
+        )
+        .fails(400, 151),
+        Row::new(
+            "batch delete with urls that are not a list",
+            Method::POST,
+            "/2/cdnBatchDelete",
+        )
+        .body(r#"{"basalt": "x"}"#)
+        .fails(400, 107),
+        Row::new(
+            "batch delete of unknown files",
+            Method::POST,
+            "/2/cdnBatchDelete",
+        )
+        .body(format!(r#"{{"basalt": ["{unknown}"]}}"#))
+        .fails(400, 154),
+        Row::new(
+            "signed urls without a list",
+            Method::POST,
+            "/2/cdnSignedUrls",
+        )
+        .body(r#"{"urls": 1}"#)
+        .fails(400, 107),
+        Row::new(
+            "signed urls with a lifetime out of bounds",
+            Method::POST,
+            "/2/cdnSignedUrls",
+        )
+        .body(r#"{"urls": [], "expires": 0}"#)
+        .fails(400, 107),
+        Row::new(
+            "a signed url of a file the app does not have",
+            Method::POST,
+            "/2/cdnSignedUrls",
+        )
+        .body(format!(r#"{{"urls": ["{unknown}"]}}"#))
+        .fails(400, 151),
+        Row::new("signed urls", Method::POST, "/2/cdnSignedUrls")
+            .body(format!(r#"{{"urls": ["{kept_path}"]}}"#))
+            .succeeds(200),
+        Row::new(
+            "a video snapshot without its members",
+            Method::POST,
+            "/2/cdnVedioSnapshot",
+        )
+        .body("{}")
+        .fails(400, 107),
+        Row::new("download", Method::GET, kept_path.clone())
+            .auth(As::Nobody)
+            .answers(200),
+        Row::new(
+            "download a url the cluster never gave",
+            Method::GET,
+            unknown.clone(),
+        )
+        .auth(As::Nobody)
+        .fails(404, 404),
+        Row::new(
+            "an image operation of an unknown mode",
+            Method::GET,
+            format!("{kept_path}?imageView2/9/w/10"),
+        )
+        .auth(As::Nobody)
+        .fails(400, 161),
+        Row::new(
+            "an image operation on a file that is no image",
+            Method::GET,
+            format!("{kept_path}?imageView2/2/w/10"),
+        )
+        .auth(As::Nobody)
+        .fails(400, 160),
+    ];
+    run_rows(&cluster, &rows).await;
+    // What must not happen: the refused deletes left the kept file where it was.
+    let r = reqwest::get(format!("http://{}{kept_path}", cluster.nodes[0].http))
+        .await
+        .expect("download");
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.bytes().await.expect("bytes").as_ref(), b"kept");
 }
 
 #[tokio::test]

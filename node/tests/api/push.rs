@@ -13,6 +13,7 @@ use chrono::{Duration as Span, Timelike, Utc};
 use serde_json::{json, Value};
 
 use crate::common::push::{FakeApns, FakeFcm, FakeWns, OAuthFake, PushWebhook};
+use crate::common::scenario::{run_rows, As, Row};
 use crate::common::{assert_api_error, register_user, TestCluster};
 
 async fn push(c: &Client, body: Value, master: bool) -> Result<String, basalt_client::Error> {
@@ -59,6 +60,79 @@ fn wire_time(t: chrono::DateTime<Utc>) -> String {
 
 fn ids(v: &[&str]) -> BTreeSet<String> {
     v.iter().map(|s| s.to_string()).collect()
+}
+
+/// Push and its statuses as a table: the master key (or `clientPush`), each body refusal's
+/// code (141-144, 102), the statuses for the master key only; a refused push leaves no status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn push_endpoints_answer_as_their_table_says() {
+    let cluster = TestCluster::start(1, &[], &[]).await;
+    let push = |name: &'static str, body: &str| {
+        Row::new(name, Method::POST, "/1/push")
+            .auth(As::Master)
+            .body(body.to_string())
+    };
+    let rows = vec![
+        push(
+            "push",
+            r#"{"data": {"alert": "hi"}, "where": {"deviceType": "none"}}"#,
+        )
+        .succeeds(200),
+        Row::new("push with the app's keys", Method::POST, "/1/push")
+            .body(r#"{"data": {"alert": "hi"}}"#)
+            .fails(400, 10061),
+        Row::new("push without keys", Method::POST, "/1/push")
+            .auth(As::Nobody)
+            .body(r#"{"data": {"alert": "hi"}}"#)
+            .unauthorized(),
+        push("push without data", r#"{"where": {}}"#).fails(400, 141),
+        push(
+            "push at a time not so written",
+            r#"{"data": {}, "push_time": "tomorrow"}"#,
+        )
+        .fails(400, 142),
+        push(
+            "push expiring after an interval that is no number",
+            r#"{"data": {}, "expiration_interval": "soon"}"#,
+        )
+        .fails(400, 143),
+        push(
+            "push at a time already past",
+            r#"{"data": {}, "push_time": "2001-01-01 00:00:00"}"#,
+        )
+        .fails(400, 144),
+        push(
+            "push to a where that is no query",
+            r#"{"data": {}, "where": {"$nope": 1}}"#,
+        )
+        .fails(400, 102),
+        push("push with a body that is not an object", "[1]").fails(400, 107),
+        Row::new("statuses with the app's keys", Method::GET, "/1/push").fails(400, 10061),
+        Row::new("statuses", Method::GET, "/1/push")
+            .auth(As::Master)
+            .succeeds(200),
+        Row::new(
+            "a status with the app's keys",
+            Method::GET,
+            "/1/push/abcdefghij",
+        )
+        .fails(400, 10061),
+        Row::new(
+            "the status of an unknown push",
+            Method::GET,
+            "/1/push/abcdefghij",
+        )
+        .auth(As::Master)
+        .fails(404, 101),
+    ];
+    run_rows(&cluster, &rows).await;
+    // What must not happen: a refused push left a status behind (only the accepted one is).
+    let statuses = cluster
+        .master_client(0)
+        .request(Method::GET, "/1/push?count=1&limit=0", None, true)
+        .await
+        .expect("statuses");
+    assert_eq!(statuses.body["count"], 1, "{}", statuses.body);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

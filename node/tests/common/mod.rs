@@ -284,7 +284,6 @@ impl TestCluster {
         .await
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn start_full_on(
         n: usize,
         init_args: &[&str],
