@@ -53,18 +53,24 @@ fn alarms(state: &AppState) -> Vec<serde_json::Value> {
         .collect()
 }
 
-pub async fn health(State(state): State<AppState>) -> impl IntoResponse {
-    let status = state.cluster.status();
-    let health = state.cluster.health();
-    // Not ready the first time until every hosted group has the voters the cluster wants
-    // (an object acknowledged before would be lost with node 1); later, a group short of
-    // voters (a member being replaced) is reported, and the node goes on serving.
+/// Whether this node is ready now: once it was, only problems make it not; the first time,
+/// also every hosted group with the voters the cluster wants (an object acknowledged before
+/// would be lost with node 1), later a group short of voters (a member being replaced) is
+/// reported and the node goes on serving. Answers (ready, was ready before).
+fn readiness(health: &basalt_cluster::health::Health) -> (bool, bool) {
     static WAS_READY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     let was_ready = WAS_READY.load(std::sync::atomic::Ordering::Relaxed);
     let ready = health.ok() && (was_ready || health.under_replicated.is_empty());
     if ready {
         WAS_READY.store(true, std::sync::atomic::Ordering::Relaxed);
     }
+    (ready, was_ready)
+}
+
+pub async fn health(State(state): State<AppState>) -> impl IntoResponse {
+    let status = state.cluster.status();
+    let health = state.cluster.health();
+    let (ready, was_ready) = readiness(&health);
     let code = if ready {
         StatusCode::OK
     } else {
@@ -80,7 +86,7 @@ pub async fn health(State(state): State<AppState>) -> impl IntoResponse {
     } else {
         "degraded"
     };
-    let body = json!({
+    let mut body = json!({
         "status": verdict,
         "node": me,
         "groups": status.groups.len(),
@@ -94,7 +100,6 @@ pub async fn health(State(state): State<AppState>) -> impl IntoResponse {
         "disk": state.cluster.disk(),
         "alarms": alarms(&state),
     });
-    let mut body = body;
     let plaintext = plaintext_members(&state);
     if !plaintext.is_empty() || state.cluster.peer_tls().is_none() {
         body["insecure"] = json!(true);
@@ -103,20 +108,27 @@ pub async fn health(State(state): State<AppState>) -> impl IntoResponse {
     (code, Json(body))
 }
 
-pub async fn metrics(State(state): State<AppState>) -> Result<String, ApiError> {
-    let status = state.cluster.status();
+/// 1 or 0, as a gauge shows a flag.
+fn flag(on: bool) -> f64 {
+    if on {
+        1.0
+    } else {
+        0.0
+    }
+}
+
+/// Each group's Raft state as gauges, labelled by group.
+fn record_group_gauges(
+    status: &basalt_cluster::admin::NodeStatus,
+    health: &basalt_cluster::health::Health,
+) {
     for g in &status.groups {
         let group = g.group.to_string();
         metrics::gauge!("basalt_raft_term", "group" => group.clone()).set(g.term as f64);
         metrics::gauge!("basalt_raft_leader", "group" => group.clone())
             .set(g.leader.map_or(-1.0, |l| l.get() as f64));
-        metrics::gauge!("basalt_raft_is_leader", "group" => group.clone()).set(
-            if g.leader == Some(status.node_id) {
-                1.0
-            } else {
-                0.0
-            },
-        );
+        metrics::gauge!("basalt_raft_is_leader", "group" => group.clone())
+            .set(flag(g.leader == Some(status.node_id)));
         metrics::gauge!("basalt_raft_last_log_index", "group" => group.clone())
             .set(g.last_log_index as f64);
         metrics::gauge!("basalt_raft_commit_index", "group" => group.clone())
@@ -126,28 +138,25 @@ pub async fn metrics(State(state): State<AppState>) -> Result<String, ApiError> 
         metrics::gauge!("basalt_raft_snapshot_index", "group" => group.clone())
             .set(g.snapshot as f64);
         metrics::gauge!("basalt_raft_voters", "group" => group.clone()).set(g.voters.len() as f64);
-        metrics::gauge!("basalt_raft_halted", "group" => group).set(if g.halted.is_some() {
-            1.0
-        } else {
-            0.0
-        });
+        metrics::gauge!("basalt_raft_halted", "group" => group).set(flag(g.halted.is_some()));
     }
-    let health = state.cluster.health();
     for g in &status.groups {
         let stuck = health
             .problems
             .iter()
             .any(|p| p.group == g.group && p.problem == "stuckApplying");
-        metrics::gauge!("basalt_raft_apply_stuck", "group" => g.group.to_string()).set(if stuck {
-            1.0
-        } else {
-            0.0
-        });
+        metrics::gauge!("basalt_raft_apply_stuck", "group" => g.group.to_string()).set(flag(stuck));
     }
+}
+
+pub async fn metrics(State(state): State<AppState>) -> Result<String, ApiError> {
+    let status = state.cluster.status();
+    let health = state.cluster.health();
+    record_group_gauges(&status, &health);
     metrics::gauge!("basalt_unhealthy_groups").set(health.problems.len() as f64);
     metrics::gauge!("basalt_under_replicated_groups").set(health.under_replicated.len() as f64);
     let insecure = state.cluster.peer_tls().is_none() || !plaintext_members(&state).is_empty();
-    metrics::gauge!("basalt_cluster_insecure").set(if insecure { 1.0 } else { 0.0 });
+    metrics::gauge!("basalt_cluster_insecure").set(flag(insecure));
     metrics::gauge!("basalt_storage_bytes").set(state.cluster.storage_bytes() as f64);
     metrics::gauge!("basalt_realtime_outbox_bytes")
         .set(crate::realtime::outbox::node_bytes() as f64);

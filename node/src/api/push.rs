@@ -10,7 +10,6 @@ use axum::extract::State;
 use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use basalt_cluster::names::ObjectId;
 use basalt_cluster::query::filter::Filter;
 use basalt_cluster::{now_ms, Error as ClusterError};
 use serde_json::{json, Value};
@@ -18,7 +17,7 @@ use serde_json::{json, Value};
 use super::context::{ApiBody, ApiQuery, AppState, IdPath, RequestCtx};
 use super::error::{ApiError, CommonError, ObjectsApiError};
 use super::objects::{get_in, list_in};
-use crate::push::record::{self, Counts, PushRecord, PushState};
+use crate::push::record::{self, PushRecord};
 use crate::push::request;
 use crate::push::status::{self, STATUS_CLASS};
 use crate::query::check_paths;
@@ -47,24 +46,7 @@ pub async fn send_push(
             ClusterError::InvalidValue(m) => ApiError::from(ObjectsApiError::InvalidQuery(m)),
             other => other.into(),
         })?;
-    let rec = PushRecord {
-        app: ctx.app.application_id.to_string(),
-        push_id: ObjectId::random().to_string(),
-        data: asked.data,
-        query: asked.query,
-        send_ms: asked.send_ms,
-        expires_ms: asked.expires_ms,
-        state: match asked.scheduled {
-            true => PushState::Scheduled,
-            false => PushState::Pending,
-        },
-        cursor: None,
-        page: None,
-        pages: 0,
-        counts: Counts::default(),
-        errors: Default::default(),
-        runner: None,
-    };
+    let rec = PushRecord::accepted(&ctx.app.application_id, asked);
     // The record first: once it is written the push is sent, whatever happens to this node
     // (its runner writes the status if this node could not).
     record::insert(&state.cluster, &rec).await?;

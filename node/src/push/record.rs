@@ -116,6 +116,29 @@ pub struct PushRecord {
 }
 
 impl PushRecord {
+    /// A push of `app` just accepted, as asked: scheduled for later, or pending now; no page
+    /// sent yet. Its id is new.
+    pub fn accepted(app: &str, asked: super::request::PushRequest) -> PushRecord {
+        PushRecord {
+            app: app.to_string(),
+            push_id: basalt_cluster::names::ObjectId::random().to_string(),
+            data: asked.data,
+            query: asked.query,
+            send_ms: asked.send_ms,
+            expires_ms: asked.expires_ms,
+            state: match asked.scheduled {
+                true => PushState::Scheduled,
+                false => PushState::Pending,
+            },
+            cursor: None,
+            page: None,
+            pages: 0,
+            counts: Counts::default(),
+            errors: Default::default(),
+            runner: None,
+        }
+    }
+
     pub fn key(&self) -> String {
         record_key(&self.app, &self.push_id)
     }
