@@ -145,13 +145,6 @@ pub struct AppRecord {
 #[serde(transparent)]
 pub struct FeatureSettings(serde_json::Value);
 
-impl FeatureSettings {
-    /// Settings as they are to be stored (checked by their feature).
-    pub fn new(v: serde_json::Value) -> FeatureSettings {
-        FeatureSettings(v)
-    }
-}
-
 /// A feature's own type of app settings, and the member of the app record that keeps them.
 pub trait AppSettings: serde::de::DeserializeOwned + Default {
     /// The app's settings of this feature, as stored (none: the feature's defaults).
