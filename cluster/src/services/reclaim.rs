@@ -4,7 +4,7 @@
 //! counts in entries, not bytes. Every `EVERY`, for each group this node holds:
 //! - when its applied entries deleted at least `FREED_TO_COMPACT` of its state since its range
 //!   was last compacted (`Store::note_freed`: objects deleted, changes cut) and the disk has
-//!   room for the whole range, the range is compacted;
+//!   room for the whole range and a preallocated output file, the range is compacted;
 //! - when its log holds at least `LOG_TO_SNAPSHOT` in the store's files, more than twice its
 //!   state (which a snapshot writes again) and the disk has room for four times that, the group is
 //!   snapshotted, its log purged up to the snapshot (the `--keep-logs` entries behind it too: a
@@ -36,6 +36,8 @@ const LOG_TO_SNAPSHOT: u64 = 256 << 20;
 const PRESSED_FREED: u64 = 16 << 20;
 const PRESSED_LOG: u64 = 8 << 20;
 const ROOM_TO_WORK: u64 = 32 << 20;
+/// What RocksDB preallocates for a file it writes (a little over its 64 MiB target).
+const OUTPUT_FILE: u64 = 72 << 20;
 /// How long a snapshot may take before the log is purged up to it.
 const SNAPSHOT_WAIT: Duration = Duration::from_secs(60);
 
@@ -74,10 +76,11 @@ pub async fn run(replicas: Replicas, disk: Arc<DiskWatch>) {
             last.insert(group, Instant::now());
             let started = Instant::now();
             // A compaction writes what the range keeps before it removes its old files: only
-            // with room for the whole range.
+            // with room for the whole range and a preallocated output file, measured now.
             let state = range_bytes(&store, CF_SM, group);
             let mut did = freed >= freed_mark
-                && state.saturating_add(ROOM_TO_WORK) <= disk.status().free_bytes;
+                && state.saturating_add(ROOM_TO_WORK + OUTPUT_FILE)
+                    <= disk.fresh_status().free_bytes;
             if did {
                 compact(&store, group, CF_SM, freed).await;
             }
@@ -85,7 +88,7 @@ pub async fn run(replicas: Replicas, disk: Arc<DiskWatch>) {
             // before the log it lets go is purged: worth it only for a log larger than twice
             // that state, with room for four times it.
             let state = range_bytes(&store, CF_SM, group);
-            let room = disk.status().free_bytes;
+            let room = disk.fresh_status().free_bytes;
             if log_bytes >= log_mark
                 && log_bytes > state.saturating_mul(2)
                 && state.saturating_mul(4).saturating_add(ROOM_TO_WORK) <= room
