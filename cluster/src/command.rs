@@ -10,6 +10,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::acl::Principals;
 use crate::error::Error;
 use crate::query::ScanRequest;
 use crate::schema::{ColumnChange, Need};
@@ -33,8 +34,11 @@ pub enum Command {
         object_id: String,
         now_ms: i64,
         updates: Vec<FieldUpdate>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        principals: Option<Vec<String>>,
+        #[serde(
+            default = "Principals::master",
+            skip_serializing_if = "Principals::is_master"
+        )]
+        principals: Principals,
         /// Fields the object must not hold (absent or null) for the update to apply, else it
         /// is refused with `Conflict`: a value set once, by whichever write comes first.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -50,8 +54,11 @@ pub enum Command {
         app: String,
         class: String,
         object_id: String,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        principals: Option<Vec<String>>,
+        #[serde(
+            default = "Principals::master",
+            skip_serializing_if = "Principals::is_master"
+        )]
+        principals: Principals,
     },
     /// Write a record (metadata, tokens, codes) in namespace `ns`, optionally expiring.
     PutRecord {
@@ -375,8 +382,11 @@ pub enum ReadRequest {
         app: String,
         class: String,
         object_id: String,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        principals: Option<Vec<String>>,
+        #[serde(
+            default = "Principals::master",
+            skip_serializing_if = "Principals::is_master"
+        )]
+        principals: Principals,
     },
     GetRecord {
         ns: String,

@@ -52,6 +52,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::acl::Principals;
     use crate::command::{Command, CommandResult, QuotaWindow};
     use crate::update::parse_updates;
 
@@ -78,7 +79,7 @@ mod tests {
                 object_id: "x".into(),
                 now_ms: -1,
                 updates,
-                principals: Some(vec!["*".into(), "role:admin".into()]),
+                principals: Principals::acting(vec!["*".into(), "role:admin".into()]),
                 unset: vec!["a".into()],
                 holds: vec![("t".into(), json!({"k": [1.25]}))],
             },
@@ -86,7 +87,7 @@ mod tests {
                 app: "app".into(),
                 class: "C".into(),
                 object_id: "x".into(),
-                principals: None,
+                principals: Principals::master(),
             },
             Command::PutRecord {
                 ns: "n".into(),

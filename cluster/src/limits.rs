@@ -104,6 +104,7 @@ const RECORD_ENVELOPE: usize = 2;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::acl::Principals;
     use crate::command::{Command, CommandResult, ReadResponse};
     use crate::object::StoredObject;
     use crate::raft::{Entry, LogId};
@@ -199,7 +200,7 @@ mod tests {
                 path: vec!["f".into(); MAX_NESTING + 1],
                 op: UpdateOp::Add(vec![deep.clone()]),
             }],
-            principals: Some(vec!["*".into()]),
+            principals: Principals::public(),
             unset: Vec::new(),
             holds: Vec::new(),
         };

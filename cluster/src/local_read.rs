@@ -40,7 +40,7 @@ pub fn serve_read(
                 )?
                 .map(|b| StoredObject::decode(&b))
                 .transpose()?
-                .filter(|o| allows(&o.fields, principals.as_deref(), Access::Read))
+                .filter(|o| allows(&o.fields, principals, Access::Read))
                 .map(|o| o.render(object_id));
             ReadResponse::Object(obj)
         }

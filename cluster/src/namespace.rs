@@ -4,7 +4,10 @@
 //! (record commands carry it), so a name never changes; a new kind of record is a new variant.
 //!
 //! The record operations of `replicas::records` take a `Namespace`; the state machine below them
-//! works on the names.
+//! works on the names. Where a namespace's records live is its `Placement`: `record_group`
+//! routes a record to its group (in place of routing words written at each caller).
+
+use crate::ids::{shard_for, GroupId, META_GROUP};
 
 /// A kind of record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -133,6 +136,74 @@ impl Namespace {
     }
 }
 
+/// How a namespace's records are placed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// In the metadata group, which every node holds.
+    Meta,
+    /// Spread over the data shards by `ids::shard_for(scope, word, key)`: `scope` is the app's
+    /// id, or `fixed` for records of no one app; `word` names the kind of record. Part of the
+    /// on-disk layout like `shard_for` itself: it decides where existing records are, so a
+    /// namespace's pair never changes.
+    Shard {
+        fixed: Option<&'static str>,
+        word: &'static str,
+    },
+    /// Kept by each group of what that group holds (asked of a group, never routed).
+    EachGroup,
+}
+
+impl Namespace {
+    /// Where this namespace's records live.
+    pub const fn placement(self) -> Placement {
+        const fn app(word: &'static str) -> Placement {
+            Placement::Shard { fixed: None, word }
+        }
+        const fn cluster(scope: &'static str, word: &'static str) -> Placement {
+            Placement::Shard {
+                fixed: Some(scope),
+                word,
+            }
+        }
+        match self {
+            Namespace::Schema
+            | Namespace::Node
+            | Namespace::Cluster
+            | Namespace::App
+            | Namespace::Account
+            | Namespace::AppSecret
+            | Namespace::SmsTemplate
+            | Namespace::Push
+            | Namespace::Function
+            | Namespace::FunctionTrigger
+            | Namespace::FunctionRun => Placement::Meta,
+            Namespace::Unique => app("_unique"),
+            Namespace::Nonce => app("_nonce"),
+            Namespace::Sms
+            | Namespace::SmsCode
+            | Namespace::SmsQuota
+            | Namespace::SmsTries
+            | Namespace::SmsCodeIndex => app("_sms"),
+            Namespace::EmailLink => cluster("_links", "_email"),
+            Namespace::Captcha | Namespace::CaptchaPass => cluster("_captcha", "_token"),
+            Namespace::Tries => cluster("_throttle", "tries"),
+            Namespace::File | Namespace::FileGone => cluster("", "_File"),
+            Namespace::IndexMeta | Namespace::Usage => Placement::EachGroup,
+        }
+    }
+}
+
+/// The group holding the record of `ns` that `key` routes (a record's routing key, which need
+/// not be its stored key: an SMS code's is the phone number) of `app` (hashed only by
+/// namespaces of one app). A namespace kept by each group answers the metadata group (which
+/// keeps its own).
+pub fn record_group(ns: Namespace, app: &str, key: &str, shards: u32) -> GroupId {
+    match ns.placement() {
+        Placement::Meta | Placement::EachGroup => META_GROUP,
+        Placement::Shard { fixed, word } => shard_for(fixed.unwrap_or(app), word, key, shards),
+    }
+}
+
 impl std::fmt::Display for Namespace {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
@@ -182,5 +253,38 @@ mod tests {
             assert_eq!(Namespace::from_name(ns.name()), Some(ns));
         }
         assert_eq!(Namespace::from_name("objects"), None);
+    }
+
+    /// Records stay where earlier versions put them: each routed namespace hashes the words
+    /// its records were first routed by.
+    #[test]
+    fn routed_records_stay_where_they_were_written() {
+        let shards = 16;
+        let old = |scope: &str, word: &str, key: &str| shard_for(scope, word, key, shards);
+        for key in ["a", "+8613800000000", "123456", "_lookups", "x/y"] {
+            let at = |ns| record_group(ns, "app1", key, shards);
+            assert_eq!(at(Namespace::Unique), old("app1", "_unique", key));
+            assert_eq!(at(Namespace::Nonce), old("app1", "_nonce", key));
+            for ns in [
+                Namespace::Sms,
+                Namespace::SmsCode,
+                Namespace::SmsQuota,
+                Namespace::SmsTries,
+                Namespace::SmsCodeIndex,
+            ] {
+                assert_eq!(at(ns), old("app1", "_sms", key));
+            }
+            assert_eq!(at(Namespace::EmailLink), old("_links", "_email", key));
+            assert_eq!(at(Namespace::Captcha), old("_captcha", "_token", key));
+            assert_eq!(at(Namespace::CaptchaPass), old("_captcha", "_token", key));
+            assert_eq!(at(Namespace::Tries), old("_throttle", "tries", key));
+            assert_eq!(at(Namespace::File), crate::ids::file_group(key, shards));
+            assert_eq!(at(Namespace::Schema), META_GROUP);
+        }
+        // An app's records of one key land apart from another app's.
+        let spread: std::collections::HashSet<GroupId> = (0..64)
+            .map(|i| record_group(Namespace::Unique, &format!("app{i}"), "k", shards))
+            .collect();
+        assert!(spread.len() > 4, "{spread:?}");
     }
 }

@@ -56,7 +56,7 @@ pub struct LoginAttempt {
 
 /// Whether a login to the account succeeded from the address lately (the record `known`).
 async fn is_known(cluster: &Cluster, known: &str) -> bool {
-    let group = cluster.shard_for("_throttle", Namespace::Tries.name(), known);
+    let group = cluster.record_group(Namespace::Tries, known);
     matches!(
         cluster.get_record(group, Namespace::Tries, known).await,
         Ok(Some(v)) if v["known"] == serde_json::Value::Bool(true)
@@ -74,7 +74,7 @@ impl LoginAttempt {
         if is_known(cluster, &self.known).await {
             return;
         }
-        let group = cluster.shard_for("_throttle", Namespace::Tries.name(), &self.known);
+        let group = cluster.record_group(Namespace::Tries, &self.known);
         let until = basalt_cluster::now_ms() + KNOWN_FOR_MS;
         let record = serde_json::json!({"known": true});
         if let Err(e) = cluster
@@ -312,7 +312,7 @@ pub async fn take(
     key: &str,
     windows: &[QuotaWindow],
 ) -> Result<Attempt, ThrottleError> {
-    let group = cluster.shard_for("_throttle", Namespace::Tries.name(), key);
+    let group = cluster.record_group(Namespace::Tries, key);
     match cluster
         .take_quota(group, Namespace::Tries, key, windows.to_vec())
         .await
@@ -337,7 +337,7 @@ pub async fn take(
 /// Uncounts an attempt that turned out well (a right password): only failures use up the
 /// allowance. Best effort: a failure here leaves one attempt counted until its window passes.
 pub async fn give_back(cluster: &Cluster, attempt: Attempt) {
-    let group = cluster.shard_for("_throttle", Namespace::Tries.name(), &attempt.key);
+    let group = cluster.record_group(Namespace::Tries, &attempt.key);
     if let Err(e) = cluster
         .return_quota(group, Namespace::Tries, &attempt.key, attempt.at_ms)
         .await

@@ -140,7 +140,7 @@ proptest! {
                     object_id: "0123456789".into(),
                     now_ms: 1,
                     updates: updates.clone(),
-                    principals: Some(vec!["*".into()]),
+                    principals: basalt_cluster::acl::Principals::public(),
                     unset: Vec::new(),
                     holds: Vec::new(),
                 };

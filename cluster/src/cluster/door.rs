@@ -8,6 +8,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::Cluster;
+use crate::acl::Principals;
 use crate::admin::{NodeRecord, NodeStatus};
 use crate::command::{Command, Proposed, QuotaWindow};
 use crate::disk::DiskStatus;
@@ -60,9 +61,16 @@ impl Cluster {
         self.inner.replicas.object_group(app, class, object_id)
     }
 
-    /// The data shard that owns an object (or an internal record keyed like one).
-    pub fn shard_for(&self, app: &str, class: &str, object_id: &str) -> GroupId {
-        self.inner.replicas.shard_for(app, class, object_id)
+    /// The group holding `app`'s record of `ns` that `key` routes (`namespace::record_group`:
+    /// claims, nonces, SMS).
+    pub fn app_record_group(&self, ns: Namespace, app: &str, key: &str) -> GroupId {
+        crate::namespace::record_group(ns, app, key, self.inner.replicas.shards())
+    }
+
+    /// The group holding the record of `ns` that `key` routes, for a namespace of no one app
+    /// (emailed links, captchas, throttles; `namespace::record_group`).
+    pub fn record_group(&self, ns: Namespace, key: &str) -> GroupId {
+        crate::namespace::record_group(ns, "", key, self.inner.replicas.shards())
     }
 
     /// Reads one object, linearizably (no access check: the service's own reads).
@@ -81,7 +89,7 @@ impl Cluster {
         app: &str,
         class: &str,
         object_id: &str,
-        principals: Option<Vec<String>>,
+        principals: Principals,
     ) -> Result<Option<Value>> {
         self.inner
             .replicas

@@ -19,6 +19,7 @@ use super::eval::{compare_values, lookup};
 use super::filter::Filter;
 use super::order::RowOrder;
 use super::SortKey;
+use crate::acl::Principals;
 use crate::error::{Error, Result};
 
 /// Most groups an aggregation may produce (per shard and merged).
@@ -83,8 +84,11 @@ pub struct AggregateRequest {
     #[serde(default)]
     pub filter: Filter,
     pub spec: AggregateSpec,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub principals: Option<Vec<String>>,
+    #[serde(
+        default = "Principals::master",
+        skip_serializing_if = "Principals::is_master"
+    )]
+    pub principals: Principals,
 }
 
 /// A column's partial aggregate on one shard.

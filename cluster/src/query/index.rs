@@ -38,7 +38,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::filter::{comparable, GeoPoint};
-use crate::acl::{allows, Access, PUBLIC_PRINCIPAL};
+use crate::acl::{allows, Access, Principals};
 use crate::ids::GroupId;
 use crate::object::StoredObject;
 use crate::storage::keys::{self, SM_INDEX};
@@ -619,7 +619,7 @@ fn entry_f64(bytes: &[u8]) -> Option<f64> {
 
 /// Whether anyone (the principal `*`) may read an object with these fields.
 pub fn public_read(fields: &serde_json::Map<String, Value>) -> bool {
-    allows(fields, Some(&[PUBLIC_PRINCIPAL.to_string()]), Access::Read)
+    allows(fields, &Principals::public(), Access::Read)
 }
 
 /// The principals an object's ACL lets read it.

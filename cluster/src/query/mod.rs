@@ -21,6 +21,8 @@ use std::collections::HashSet;
 
 use serde::{Deserialize, Serialize};
 
+use crate::acl::Principals;
+
 /// One sort key: a field name and its direction.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SortKey {
@@ -40,9 +42,12 @@ pub struct ScanRequest {
     pub skip: usize,
     pub limit: usize,
     /// The caller's principals: objects they may not read are skipped before counting and
-    /// paging. `None` (master key) sees everything.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub principals: Option<Vec<String>>,
+    /// paging. The master's see everything.
+    #[serde(
+        default = "Principals::master",
+        skip_serializing_if = "Principals::is_master"
+    )]
+    pub principals: Principals,
     /// Whether every match must be counted (`count=1`). Without it a shard stops once it has
     /// its rows, and the count it answers is meaningless. Absent (an older node): counted.
     #[serde(default = "counted")]
@@ -113,7 +118,7 @@ mod tests {
             order: ScanRequest::parse_order(order),
             skip: 0,
             limit: 10,
-            principals: None,
+            principals: Principals::master(),
             count: false,
             keys: keys.iter().map(|k| k.to_string()).collect(),
         }

@@ -302,6 +302,7 @@ fn lock(state: &Mutex<QueueState>) -> MutexGuard<'_, QueueState> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::acl::Principals;
 
     fn waiting() -> Waiting {
         let (answer, _) = oneshot::channel();
@@ -310,7 +311,7 @@ mod tests {
                 app: "a".into(),
                 class: "C".into(),
                 object_id: "o".into(),
-                principals: None,
+                principals: Principals::master(),
             },
             answer,
         }

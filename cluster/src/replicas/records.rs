@@ -6,6 +6,7 @@
 use serde_json::Value;
 
 use super::{now_ms, unexpected, Replicas};
+use crate::acl::Principals;
 use crate::command::{Command, CommandResult, Proposed, QuotaWindow, ReadRequest, ReadResponse};
 use crate::error::{Error, Result};
 use crate::ids::{GroupId, META_GROUP};
@@ -80,7 +81,8 @@ impl Replicas {
         class: &str,
         object_id: &str,
     ) -> Result<Option<Value>> {
-        self.get_object_as(app, class, object_id, None).await
+        self.get_object_as(app, class, object_id, Principals::master())
+            .await
     }
 
     /// Reads one object as `principals` would see it: absent when they may not read it.
@@ -89,7 +91,7 @@ impl Replicas {
         app: &str,
         class: &str,
         object_id: &str,
-        principals: Option<Vec<String>>,
+        principals: Principals,
     ) -> Result<Option<Value>> {
         let group = self.object_group(app, class, object_id);
         let req = ReadRequest::GetObject {

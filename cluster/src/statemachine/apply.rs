@@ -12,7 +12,7 @@ use super::ops::apply_updates;
 use super::record_writes::{delete_record, put_record};
 use super::staged::Staged;
 use super::usage_writes;
-use crate::acl::{allows, Access};
+use crate::acl::{allows, Access, Principals};
 use crate::changes::ChangeKind;
 use crate::command::{Command, CommandResult};
 use crate::error::{Error, Result};
@@ -48,7 +48,7 @@ pub fn apply_command(st: &mut Staged<'_>, cmd: Command) -> Result<CommandResult>
             now_ms,
             &updates,
             UpdateGuard {
-                principals: principals.as_deref(),
+                principals: &principals,
                 unset: &unset,
                 holds: &holds,
             },
@@ -58,7 +58,7 @@ pub fn apply_command(st: &mut Staged<'_>, cmd: Command) -> Result<CommandResult>
             class,
             object_id,
             principals,
-        } => apply_delete(st, &app, &class, &object_id, principals.as_deref()),
+        } => apply_delete(st, &app, &class, &object_id, &principals),
         Command::CasRecord {
             ns,
             key,
@@ -194,7 +194,7 @@ fn apply_create(
 /// What an update must find before it writes: a caller who may write the object, fields that
 /// are unset, fields that hold given values (`Command::UpdateObject`).
 struct UpdateGuard<'a> {
-    principals: Option<&'a [String]>,
+    principals: &'a Principals,
     unset: &'a [String],
     holds: &'a [(String, Value)],
 }
@@ -273,7 +273,7 @@ fn apply_delete(
     app: &str,
     class: &str,
     object_id: &str,
-    principals: Option<&[String]>,
+    principals: &Principals,
 ) -> Result<CommandResult> {
     let key = keys::object_key(st.group, app, class, object_id);
     let Some(bytes) = st.get(&key)? else {
@@ -551,7 +551,7 @@ mod tests {
             object_id: id.into(),
             now_ms: now,
             updates: parse_updates(body.as_object().unwrap()).unwrap(),
-            principals: None,
+            principals: Principals::master(),
             unset: Vec::new(),
             holds: Vec::new(),
         }
@@ -684,7 +684,7 @@ mod tests {
                 app: "a".into(),
                 class: "C".into(),
                 object_id: "o1".into(),
-                principals: None,
+                principals: Principals::master(),
             },
         )
         .unwrap();
@@ -923,7 +923,7 @@ mod tests {
                 app: "a".into(),
                 class: "C".into(),
                 object_id: "nope".into(),
-                principals: None,
+                principals: Principals::master(),
             },
         )
         .unwrap();

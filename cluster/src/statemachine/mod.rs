@@ -240,6 +240,7 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use crate::acl::Principals;
     use crate::command::Command;
     use crate::ids::GroupId;
     use crate::storage::keys::CF_SM;
@@ -256,7 +257,7 @@ mod tests {
                 path: vec!["f".into()],
                 op: UpdateOp::Set(v),
             }],
-            principals: None,
+            principals: Principals::master(),
             unset: Vec::new(),
             holds: Vec::new(),
         }
@@ -387,7 +388,7 @@ mod tests {
                 app: "a".into(),
                 class: "C".into(),
                 object_id: "a".into(),
-                principals: None,
+                principals: Principals::master(),
             },
         );
         let applied = |staged: &mut Staged<'_>, index: u64| {
@@ -536,7 +537,7 @@ mod tests {
                 app: "a".into(),
                 class: "C".into(),
                 object_id: "x".into(),
-                principals: None,
+                principals: Principals::master(),
             },
         ]);
         assert!(batch.check_limits().is_ok());

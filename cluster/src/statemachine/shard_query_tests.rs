@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 
 use super::apply::apply_command;
 use super::staged::Staged;
-use crate::acl::{allows, Access};
+use crate::acl::{allows, Access, Principals};
 use crate::cancel::Cancel;
 use crate::command::{Command, CommandResult};
 use crate::ids::GroupId;
@@ -62,7 +62,7 @@ fn update(id: &str, now: i64, body: &Value) -> Command {
         object_id: id.into(),
         now_ms: now,
         updates: parse_updates(body.as_object().unwrap()).unwrap(),
-        principals: None,
+        principals: Principals::master(),
         unset: Vec::new(),
         holds: Vec::new(),
     }
@@ -73,7 +73,7 @@ fn delete(id: &str) -> Command {
         app: "a".into(),
         class: "C".into(),
         object_id: id.into(),
-        principals: None,
+        principals: Principals::master(),
     }
 }
 
@@ -251,7 +251,7 @@ fn naive(store: &Store, groups: &[GroupId], req: &ScanRequest) -> (Vec<Value>, u
             .scan(CF_SM, &prefix, &end, |k, v| {
                 let id = String::from_utf8_lossy(&k[prefix.len()..]).into_owned();
                 let obj = StoredObject::decode(v)?;
-                if allows(&obj.fields, req.principals.as_deref(), Access::Read) {
+                if allows(&obj.fields, &req.principals, Access::Read) {
                     let row = obj.render_for_query(&id);
                     if prepared.matches(&row) {
                         rows.push(row);
@@ -548,7 +548,9 @@ fn check_queries_of(
             order: random_order(rng),
             skip,
             limit,
-            principals: principals[rng.random_range(0..principals.len())].clone(),
+            principals: principals[rng.random_range(0..principals.len())]
+                .clone()
+                .into(),
             count: true,
             keys: Vec::new(),
         };
@@ -953,7 +955,9 @@ fn walks_over_shards_stop_at_their_common_bound() {
                 order: ScanRequest::parse_order(order),
                 skip,
                 limit,
-                principals: principals[rng.random_range(0..principals.len())].clone(),
+                principals: principals[rng.random_range(0..principals.len())]
+                    .clone()
+                    .into(),
                 count: rng.random_bool(0.3),
                 keys: Vec::new(),
             };
@@ -984,7 +988,7 @@ fn an_abandoned_read_stops() {
         order: ScanRequest::parse_order(order),
         skip: 0,
         limit: 10,
-        principals: None,
+        principals: Principals::master(),
         count,
         keys: Vec::new(),
     };
@@ -1068,7 +1072,7 @@ fn class_counts_follow_creates_acl_changes_deletes_and_drops() {
                 order: vec![],
                 skip: 0,
                 limit: 0,
-                principals,
+                principals: principals.into(),
                 count: true,
                 keys: Vec::new(),
             },
@@ -1243,7 +1247,7 @@ fn counts_of(store: &Store, w: &Value, principals: Option<Vec<String>>) -> (u64,
         order: Vec::new(),
         skip: 0,
         limit: 0,
-        principals,
+        principals: principals.into(),
         count: true,
         keys: Vec::new(),
     };
@@ -1355,7 +1359,7 @@ fn whole_class(principals: Option<Vec<String>>) -> ScanRequest {
         order: Vec::new(),
         skip: 0,
         limit: 0,
-        principals,
+        principals: principals.into(),
         count: false,
         keys: Vec::new(),
     }

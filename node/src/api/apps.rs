@@ -123,104 +123,106 @@ const MAX_FILE_MB_SETTING: u64 = 1 << 20;
 fn settings(body: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
     let mut out = Map::new();
     for (k, v) in body {
-        let value = match k.as_str() {
-            "appName" => {
-                let name = v
-                    .as_str()
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .ok_or_else(|| CommonError::InvalidBody("appName must be a non-empty string.".into()))?;
-                if name.chars().count() >= MAX_APP_NAME_CHARS {
-                    return Err(AppsApiError::AppNameTooLong.into());
-                }
-                json!(name)
-            }
-            "status" | "notAllowedCreateTable" => flag_01(k, v)?,
-            "disableStandardMode" | "emailVerify" | "wrapAggregates" | "enterprise" => {
-                flag_bool(k, v)?
-            }
-            "safeToken" => match v.as_str() {
-                Some(t)
-                    if t.chars().count() == SAFE_TOKEN_LEN
-                        && t.chars().all(|c| c.is_ascii_alphanumeric()) =>
-                {
-                    json!(t)
-                }
-                _ => {
-                    return Err(CommonError::InvalidBody(format!(
-                        "safeToken must be {SAFE_TOKEN_LEN} letters or digits."
-                    )).into())
-                }
-            },
-            "protectedUserFields" => json!(string_list(k, v, |f| {
-                basalt_cluster::object::validate_field_name(f).is_ok()
-            })?),
-            "allowedOrigins" => json!(string_list(k, v, |o| {
-                o == "*" || o.starts_with("http://") || o.starts_with("https://")
-            })?),
-            "allowUnverifiedAuthData" | "privateFiles" | "clientPush" | "realtimeKeysRequired" => {
-                flag_bool(k, v)?
-            }
-            "push" => match v {
-                Value::Null => Value::Null,
-                v => {
-                    let push = PushSettings::parse(v).map_err(CommonError::InvalidBody)?;
-                    serde_json::to_value(push).map_err(|e| ApiError::fault("encoding apps", e))?
-                }
-            },
-            "functions" => match v {
-                Value::Null => Value::Null,
-                v => {
-                    let f = FunctionSettings::parse(v).map_err(CommonError::InvalidBody)?;
-                    serde_json::to_value(f).map_err(|e| ApiError::fault("encoding apps", e))?
-                }
-            },
-            "fileDelete" => match v.as_str() {
-                Some(who @ ("any" | "master" | "uploader")) => json!(who),
-                _ => {
-                    return Err(CommonError::InvalidBody(
-                        "fileDelete must be \"any\", \"master\" or \"uploader\".".into(),
-                    ).into())
-                }
-            },
-            "maxFileMb" => match v {
-                Value::Null => Value::Null,
-                v => json!(v
-                    .as_u64()
-                    .filter(|mb| (1..=MAX_FILE_MB_SETTING).contains(mb))
-                    .ok_or_else(|| CommonError::InvalidBody(format!(
-                        "maxFileMb must be an integer from 1 to {MAX_FILE_MB_SETTING}, or null."
-                    )))?),
-            },
-            "requestsPerSecond" => match v {
-                Value::Null => Value::Null,
-                v => json!(v
-                    .as_u64()
-                    .filter(|n| (1..=MAX_REQUESTS_PER_SECOND).contains(n))
-                    .ok_or_else(|| CommonError::InvalidBody(format!(
-                        "requestsPerSecond must be an integer from 1 to {MAX_REQUESTS_PER_SECOND}, or null."
-                    )))?),
-            },
-            "objectsQuotaMb" | "filesQuotaMb" => match v {
-                Value::Null => Value::Null,
-                v => json!(v
-                    .as_u64()
-                    .filter(|mb| (1..=MAX_QUOTA_MB).contains(mb))
-                    .ok_or_else(|| CommonError::InvalidBody(format!(
-                        "{k} must be an integer from 1 to {MAX_QUOTA_MB}, or null."
-                    )))?),
-            },
-            "authProviders" => auth_providers(v)?,
-            k if READ_ONLY.contains(&k) => continue,
-            other => {
-                return Err(CommonError::InvalidBody(format!(
-                    "unknown app member {other:?}."
-                )).into())
-            }
-        };
-        out.insert(k.clone(), value);
+        if READ_ONLY.contains(&k.as_str()) {
+            continue;
+        }
+        out.insert(k.clone(), setting(k, v)?);
     }
     Ok(out)
+}
+
+/// Validates one settable member `k` of an app into its record value.
+fn setting(k: &str, v: &Value) -> Result<Value, ApiError> {
+    let value = match k {
+        "appName" => app_name(v)?,
+        "status" | "notAllowedCreateTable" => flag_01(k, v)?,
+        "disableStandardMode" | "emailVerify" | "wrapAggregates" | "enterprise" => flag_bool(k, v)?,
+        "allowUnverifiedAuthData" | "privateFiles" | "clientPush" | "realtimeKeysRequired" => {
+            flag_bool(k, v)?
+        }
+        "safeToken" => safe_token(v)?,
+        "protectedUserFields" => json!(string_list(k, v, |f| {
+            basalt_cluster::object::validate_field_name(f).is_ok()
+        })?),
+        "allowedOrigins" => json!(string_list(k, v, |o| {
+            o == "*" || o.starts_with("http://") || o.starts_with("https://")
+        })?),
+        "push" => feature_settings(v, PushSettings::parse)?,
+        "functions" => feature_settings(v, FunctionSettings::parse)?,
+        "fileDelete" => match v.as_str() {
+            Some(who @ ("any" | "master" | "uploader")) => json!(who),
+            _ => {
+                return Err(CommonError::InvalidBody(
+                    "fileDelete must be \"any\", \"master\" or \"uploader\".".into(),
+                )
+                .into())
+            }
+        },
+        "maxFileMb" => optional_count(k, v, MAX_FILE_MB_SETTING)?,
+        "requestsPerSecond" => optional_count(k, v, MAX_REQUESTS_PER_SECOND)?,
+        "objectsQuotaMb" | "filesQuotaMb" => optional_count(k, v, MAX_QUOTA_MB)?,
+        "authProviders" => auth_providers(v)?,
+        other => {
+            return Err(CommonError::InvalidBody(format!("unknown app member {other:?}.")).into())
+        }
+    };
+    Ok(value)
+}
+
+/// `appName`: a non-empty string (trimmed) of fewer than `MAX_APP_NAME_CHARS` characters.
+fn app_name(v: &Value) -> Result<Value, ApiError> {
+    let name = v
+        .as_str()
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| CommonError::InvalidBody("appName must be a non-empty string.".into()))?;
+    if name.chars().count() >= MAX_APP_NAME_CHARS {
+        return Err(AppsApiError::AppNameTooLong.into());
+    }
+    Ok(json!(name))
+}
+
+/// `safeToken`: `SAFE_TOKEN_LEN` letters or digits.
+fn safe_token(v: &Value) -> Result<Value, ApiError> {
+    match v.as_str() {
+        Some(t)
+            if t.chars().count() == SAFE_TOKEN_LEN
+                && t.chars().all(|c| c.is_ascii_alphanumeric()) =>
+        {
+            Ok(json!(t))
+        }
+        _ => Err(CommonError::InvalidBody(format!(
+            "safeToken must be {SAFE_TOKEN_LEN} letters or digits."
+        ))
+        .into()),
+    }
+}
+
+/// A feature's settings (`push`, `functions`) as that feature reads them, or null.
+fn feature_settings<T: serde::Serialize>(
+    v: &Value,
+    parse: impl FnOnce(&Value) -> Result<T, String>,
+) -> Result<Value, ApiError> {
+    match v {
+        Value::Null => Ok(Value::Null),
+        v => {
+            let settings = parse(v).map_err(CommonError::InvalidBody)?;
+            serde_json::to_value(settings).map_err(|e| ApiError::fault("encoding apps", e))
+        }
+    }
+}
+
+/// An integer member `k` from 1 to `max`, or null.
+fn optional_count(k: &str, v: &Value, max: u64) -> Result<Value, ApiError> {
+    match v {
+        Value::Null => Ok(Value::Null),
+        v => Ok(json!(v
+            .as_u64()
+            .filter(|n| (1..=max).contains(n))
+            .ok_or_else(|| CommonError::InvalidBody(format!(
+                "{k} must be an integer from 1 to {max}, or null."
+            )))?)),
+    }
 }
 
 pub(crate) async fn owned_app(

@@ -180,6 +180,30 @@ async fn authenticated(state: AppState, req: Request, next: Next, need_master: b
         return next.run(req).await;
     }
     let (mut parts, body) = req.into_parts();
+    let (ctx, body) = match authenticate_parts(&state, &parts, body, need_master).await {
+        Ok(admitted) => admitted,
+        Err(refused) => return refused.into_response(),
+    };
+    // The app's share of the node's request memory, for as long as the request runs: one
+    // app's large bodies in flight cannot take the room of all.
+    let body_bytes = axum::body::HttpBody::size_hint(&body).exact().unwrap_or(0) as usize;
+    let _share = match hold_app_share(&state, &ctx, body_bytes).await {
+        Ok(share) => share,
+        Err(refused) => return refused.into_response(),
+    };
+    parts.extensions.insert(ctx);
+    next.run(Request::from_parts(parts, body)).await
+}
+
+/// Authenticates a request from its parts (and, when signed over its body, the body, read
+/// within the limit and handed back whole), then admits it: the app enabled, the browser's
+/// origin allowed, the app's request rate not exceeded.
+async fn authenticate_parts(
+    state: &AppState,
+    parts: &Parts,
+    body: Body,
+    need_master: bool,
+) -> Result<(RequestCtx, Body), ApiError> {
     let signed = auth::is_signed(&state.headers, &parts.headers);
     let sent = parts
         .extensions
@@ -189,14 +213,14 @@ async fn authenticated(state: AppState, req: Request, next: Next, need_master: b
     let (bytes, body) = if signed && auth::signs_body(&parts.method, path) {
         match axum::body::to_bytes(body, state.max_body_bytes).await {
             Ok(b) => (b, None),
-            Err(_) => return CommonError::BodyTooLarge(state.max_body_bytes).into_response(),
+            Err(_) => return Err(CommonError::BodyTooLarge(state.max_body_bytes).into()),
         }
     } else {
         (Bytes::new(), Some(body))
     };
     let creds = auth::Request {
         method: &parts.method,
-        path: sent.as_deref().unwrap_or(parts.uri.path()),
+        path,
         headers: &parts.headers,
         body: &bytes,
     };
@@ -204,51 +228,57 @@ async fn authenticated(state: AppState, req: Request, next: Next, need_master: b
         Ok(ctx) => ctx,
         Err(AuthError::Unauthorized(why)) => {
             tracing::debug!(reason = why, path = parts.uri.path(), "unauthorized");
-            return CommonError::Unauthorized.into_response();
+            return Err(CommonError::Unauthorized.into());
         }
-        Err(e) => return ApiError::from(e).into_response(),
+        Err(e) => return Err(e.into()),
     };
-    if let Err(e) = admit(&ctx, &parts.headers) {
-        return e.into_response();
+    admit(&ctx, &parts.headers)?;
+    take_app_rate(state, &ctx)?;
+    Ok((ctx, body.unwrap_or_else(|| Body::from(bytes))))
+}
+
+/// Counts a request against its app's `requestsPerSecond` (this node's share of it): 429 when
+/// the app is over.
+fn take_app_rate(state: &AppState, ctx: &RequestCtx) -> Result<(), ApiError> {
+    let Some(per_second) = ctx.app.requests_per_second else {
+        return Ok(());
+    };
+    let members = state.cluster.active_members().len();
+    let app = ctx.app.application_id.as_str();
+    if let Err(retry_after_secs) = state.rates.take(app, per_second, members) {
+        metrics::counter!("basalt_app_requests_limited_total").increment(1);
+        return Err(CommonError::AppRateExceeded {
+            per_second,
+            retry_after_secs,
+        }
+        .into());
     }
-    if let Some(per_second) = ctx.app.requests_per_second {
-        let members = state.cluster.active_members().len();
-        let app = ctx.app.application_id.as_str();
-        if let Err(retry_after_secs) = state.rates.take(app, per_second, members) {
-            metrics::counter!("basalt_app_requests_limited_total").increment(1);
-            return CommonError::AppRateExceeded {
-                per_second,
-                retry_after_secs,
-            }
-            .into_response();
+    Ok(())
+}
+
+/// Holds the app's share of the node's request memory for a body of `body_bytes` (none for a
+/// body of unknown size; 503 when the app's bodies in flight already take its share).
+async fn hold_app_share(
+    state: &AppState,
+    ctx: &RequestCtx,
+    body_bytes: usize,
+) -> Result<Option<crate::body_budget::Held>, ApiError> {
+    if body_bytes == 0 {
+        return Ok(None);
+    }
+    let app = ctx.app.application_id.as_str();
+    match state.body_budget.hold_for_app(app, body_bytes).await {
+        Ok(held) => Ok(Some(held)),
+        Err(_) => {
+            metrics::counter!("basalt_requests_shed_total", "reason" => "app_memory").increment(1);
+            Err(CommonError::Overloaded(
+                "this app has as many request bodies in flight on this node as its share \
+                 allows; retry shortly."
+                    .into(),
+            )
+            .into())
         }
     }
-    let body = body.unwrap_or_else(|| Body::from(bytes));
-    // The app's share of the node's request memory, for as long as the request runs: one
-    // app's large bodies in flight cannot take the room of all.
-    let body_bytes = axum::body::HttpBody::size_hint(&body).exact().unwrap_or(0) as usize;
-    let _share = match body_bytes {
-        0 => None,
-        n => match state
-            .body_budget
-            .hold_for_app(ctx.app.application_id.as_str(), n)
-            .await
-        {
-            Ok(held) => Some(held),
-            Err(_) => {
-                metrics::counter!("basalt_requests_shed_total", "reason" => "app_memory")
-                    .increment(1);
-                return CommonError::Overloaded(
-                    "this app has as many request bodies in flight on this node as its share \
-                     allows; retry shortly."
-                        .into(),
-                )
-                .into_response();
-            }
-        },
-    };
-    parts.extensions.insert(ctx);
-    next.run(Request::from_parts(parts, body)).await
 }
 
 /// True when a browser at `origin` may call the app (it lists no `allowedOrigins`, lists `*`,

@@ -10,7 +10,7 @@ use axum::http::{header, HeaderMap, Method};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use basalt_cluster::files::record::FileRecord;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use super::context::{ApiBody, AppState, RequestCtx};
 use super::error::{closing, ApiError, CommonError, FilesApiError};
@@ -88,12 +88,7 @@ pub async fn video_snapshot(
     body: ApiBody,
 ) -> Result<Json<Value>, ApiError> {
     let body = body.object()?;
-    let member = |key: &str| match body.get(key) {
-        Some(Value::String(s)) if !s.is_empty() => Ok(s.as_str()),
-        _ => Err(CommonError::InvalidBody(format!(
-            "{key} must be a non-empty string."
-        ))),
-    };
+    let member = |key: &str| non_empty_member(&body, key);
     let req = SnapshotRequest {
         source: member("source")?,
         save_as: member("save_as")?,
@@ -122,6 +117,16 @@ pub async fn video_snapshot(
         "url": url,
         "cdn": shot.record.cdn,
     })))
+}
+
+/// `body`'s member `key`, a non-empty string (107 otherwise).
+fn non_empty_member<'a>(body: &'a Map<String, Value>, key: &str) -> Result<&'a str, CommonError> {
+    match body.get(key) {
+        Some(Value::String(s)) if !s.is_empty() => Ok(s.as_str()),
+        _ => Err(CommonError::InvalidBody(format!(
+            "{key} must be a non-empty string."
+        ))),
+    }
 }
 
 /// Urls one `cdnSignedUrls` may sign.

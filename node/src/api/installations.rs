@@ -18,6 +18,7 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::response::Response;
 use axum::Json;
+use basalt_cluster::acl::Principals;
 use basalt_cluster::names::{AppId, ObjectId};
 use basalt_cluster::object::StoredObject;
 use basalt_cluster::update::{parse_updates, FieldUpdate, UpdateOp};
@@ -146,53 +147,25 @@ pub async fn create_installation(
 ) -> Result<Response, ApiError> {
     let mut body = body.object()?;
     let identity = check_new(&mut body)?;
-    let claims = claims_of(
-        identity.installation_id.clone(),
-        identity.device_token.clone(),
-    );
-    let app = ctx.app.application_id.clone();
+    let new_id = identity.installation_id.clone();
+    let claims = claims_of(identity.installation_id, identity.device_token);
+    let app = &ctx.app.application_id;
     let deadline = tokio::time::Instant::now() + CLAIM_WAIT;
     loop {
-        let id = super::objects::new_object_id(&state, &app, INSTALLATION_CLASS);
-        let held = claim_all(&state, &app, &claims, &id).await?;
-        let Some((kind, holder)) = held else {
+        let id = super::objects::new_object_id(&state, app, INSTALLATION_CLASS);
+        let Some((kind, holder)) = claim_all(&state, app, &claims, &id).await? else {
             return create_claimed(&state, &ctx, &id, &mut body, &claims).await;
         };
-        let existing = match ObjectId::parse(&holder) {
-            Some(holder) => state
-                .cluster
-                .get_stored_object(&app, INSTALLATION_CLASS, &holder)
-                .await?
-                .map(|stored| (holder, stored)),
-            None => None,
+        let sent = Sent {
+            installation_id: new_id.as_deref(),
+            claims: &claims,
+            body: &body,
         };
-        if let Some((holder, existing)) = existing {
-            let held_id = existing
-                .fields
-                .get("installationId")
-                .and_then(Value::as_str);
-            match (kind, &identity.installation_id, held_id) {
-                // The token of a device now known by another installationId (an app
-                // reinstalled): the token moves to the new installation.
-                (Unique::DeviceToken, Some(new_id), Some(old_id)) if new_id != old_id => {
-                    take_token(&state, &ctx, &holder, &claims).await?;
-                    continue;
-                }
-                _ => match update_existing(&state, &ctx, &holder, &existing, kind, body.clone())
-                    .await
-                {
-                    // Deleted meanwhile: register anew.
-                    Err(ApiError::Common(CommonError::ObjectNotFound(_)))
-                        if existing_gone(&state, &app, &holder).await =>
-                    {
-                        continue
-                    }
-                    other => return other,
-                },
-            }
+        match meet_holder(&state, &ctx, &sent, kind, &holder).await {
+            Met::Answer(answer) => return answer,
+            Met::Again => continue,
+            Met::NotYet => {}
         }
-        // Claimed by a create still under way (or one that failed, whose claim is taken
-        // over once abandoned): wait for it.
         if tokio::time::Instant::now() >= deadline {
             return Err(CommonError::Unavailable(
                 "another request is registering this installation; try again.".into(),
@@ -200,6 +173,69 @@ pub async fn create_installation(
             .into());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// An installation being created: its `installationId`, the values it claims, its body.
+struct Sent<'a> {
+    installation_id: Option<&'a str>,
+    claims: &'a [(Unique, String)],
+    body: &'a Map<String, Value>,
+}
+
+/// What a create does about the installation holding one of its values.
+enum Met {
+    /// The answer: the holder updated, or why not.
+    Answer(Result<Response, ApiError>),
+    /// Claim again at once: the token left the holder, or the holder was deleted meanwhile.
+    Again,
+    /// The holder is not there: a create still under way (or one that failed, whose claim is
+    /// taken over once abandoned) to wait for.
+    NotYet,
+}
+
+/// Meets `holder`, the installation holding `sent`'s `kind` value: a device token now known
+/// by another installationId (an app reinstalled) moves to the new installation; otherwise the
+/// holder is updated with the body.
+async fn meet_holder(
+    state: &AppState,
+    ctx: &RequestCtx,
+    sent: &Sent<'_>,
+    kind: Unique,
+    holder: &str,
+) -> Met {
+    let app = &ctx.app.application_id;
+    let Some(holder) = ObjectId::parse(holder) else {
+        return Met::NotYet;
+    };
+    let existing = match state
+        .cluster
+        .get_stored_object(app, INSTALLATION_CLASS, &holder)
+        .await
+    {
+        Ok(Some(existing)) => existing,
+        Ok(None) => return Met::NotYet,
+        Err(e) => return Met::Answer(Err(e.into())),
+    };
+    let held_id = existing
+        .fields
+        .get("installationId")
+        .and_then(Value::as_str);
+    match (kind, sent.installation_id, held_id) {
+        (Unique::DeviceToken, Some(new_id), Some(old_id)) if new_id != old_id => {
+            match take_token(state, ctx, &holder, sent.claims).await {
+                Ok(()) => Met::Again,
+                Err(e) => Met::Answer(Err(e)),
+            }
+        }
+        _ => match update_existing(state, ctx, &holder, &existing, kind, sent.body.clone()).await {
+            Err(ApiError::Common(CommonError::ObjectNotFound(_)))
+                if existing_gone(state, app, &holder).await =>
+            {
+                Met::Again
+            }
+            other => Met::Answer(other),
+        },
     }
 }
 
@@ -235,7 +271,7 @@ async fn take_token(
         INSTALLATION_CLASS,
         holder,
         unset,
-        None,
+        Principals::master(),
         Vec::new(),
     )
     .await
@@ -329,7 +365,7 @@ async fn update_existing(
     }
     let who = principals(&state.cluster, &state.roles, ctx).await?;
     let replacing = replaced.as_ref().map(|_| "deviceToken");
-    let updated = update_checked(state, ctx, id, &current, body, who.to_acl(), replacing).await;
+    let updated = update_checked(state, ctx, id, &current, body, who.clone(), replacing).await;
     match (&updated, replaced) {
         (Ok(_), Some((old, _))) => {
             unique::release(&state.cluster, app, Unique::DeviceToken, &old, id).await?;
@@ -357,7 +393,7 @@ async fn update_checked(
     id: &ObjectId,
     current: &Map<String, Value>,
     body: Map<String, Value>,
-    principals: Option<Vec<String>>,
+    principals: Principals,
     replacing: Option<&str>,
 ) -> Result<(i64, basalt_cluster::ids::GroupId, basalt_cluster::Proposed), ApiError> {
     let updates = parse_updates(&body)?;
@@ -450,7 +486,7 @@ pub async fn update_installation(
     if !identifying {
         let updates = parse_updates(&body)?;
         check_updates(&updates)?;
-        return update_in(&state, &ctx, INSTALLATION_CLASS, &id, updates, who.to_acl()).await;
+        return update_in(&state, &ctx, INSTALLATION_CLASS, &id, updates, who.clone()).await;
     }
     let current = state
         .cluster
@@ -458,7 +494,7 @@ pub async fn update_installation(
         .await?
         .ok_or_else(|| CommonError::ObjectNotFound(id.to_string()))?;
     let (updated_ms, group, p) =
-        update_checked(&state, &ctx, &id, &current.fields, body, who.to_acl(), None).await?;
+        update_checked(&state, &ctx, &id, &current.fields, body, who.clone(), None).await?;
     Ok(updated_response(updated_ms, Vec::new(), group, &p))
 }
 
@@ -473,7 +509,7 @@ pub async fn delete_installation(
         .get_stored_object(&app, INSTALLATION_CLASS, &id)
         .await?;
     let who = principals(&state.cluster, &state.roles, &ctx).await?;
-    let resp = delete_in(&state, &ctx, INSTALLATION_CLASS, &id, who.to_acl()).await?;
+    let resp = delete_in(&state, &ctx, INSTALLATION_CLASS, &id, who.clone()).await?;
     if let Some(stored) = stored {
         let held = |f: &str| {
             stored

@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use axum::http::Method;
 use axum::response::IntoResponse;
+use basalt_cluster::acl::Principals;
 use basalt_cluster::ids::{GroupId, META_GROUP};
 use basalt_cluster::names::{ClassName, ObjectId};
 use basalt_cluster::object::format_wire_time;
@@ -122,8 +123,8 @@ struct Ready {
 
 enum ReadyOp {
     Create(Vec<FieldUpdate>),
-    Update(Vec<FieldUpdate>, Option<Vec<String>>),
-    Delete(Option<Vec<String>>),
+    Update(Vec<FieldUpdate>, Principals),
+    Delete(Principals),
 }
 
 /// Which handler's answer a write gets.
@@ -246,7 +247,6 @@ async fn check(
     let acl = || async {
         principals(&state.cluster, &state.roles, ctx)
             .await
-            .map(|who| who.to_acl())
             .map_err(ApiError::from)
     };
     Ok(match w.kind {

@@ -11,6 +11,7 @@ use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use basalt_cluster::acl::Principals;
 use basalt_cluster::ids::GroupId;
 use basalt_cluster::names::ObjectId;
 use basalt_cluster::object::format_wire_time;
@@ -186,15 +187,15 @@ pub async fn get_in(
     let who = principals(&state.cluster, &state.roles, ctx).await?;
     let obj = state
         .cluster
-        .get_object_as(app, class, object_id, who.to_acl())
+        .get_object_as(app, class, object_id, who.clone())
         .await
         .map_err(|e| ApiError::from_cluster(e, object_id))?
         .ok_or_else(|| CommonError::ObjectNotFound(object_id.to_string()))?;
     let mut objs = [obj];
-    let view = UserView::new(&ctx.app, who.acl());
+    let view = UserView::new(&ctx.app, &who);
     view.hide_rows(class, &mut objs);
     let include = parse_include(include.unwrap_or(""))?;
-    expand(&state.cluster, app, &mut objs, &include, who.acl(), &view).await?;
+    expand(&state.cluster, app, &mut objs, &include, &who, &view).await?;
     let [obj] = objs;
     Ok(obj)
 }
@@ -217,7 +218,7 @@ pub async fn update_in(
     class: &str,
     object_id: &ObjectId,
     updates: Vec<FieldUpdate>,
-    principals: Option<Vec<String>>,
+    principals: Principals,
 ) -> Result<Response, ApiError> {
     let (updated_ms, group, p) = apply_update(
         state,
@@ -241,7 +242,7 @@ pub async fn apply_update(
     class: &str,
     object_id: &ObjectId,
     updates: Vec<FieldUpdate>,
-    principals: Option<Vec<String>>,
+    principals: Principals,
     unset: Vec<String>,
 ) -> Result<(i64, GroupId, Proposed), ApiError> {
     admit_write(state, ctx, class, &updates).await?;
@@ -306,7 +307,7 @@ pub async fn update_object(
         updates = parse_updates(&body)?;
     }
     let who = principals(&state.cluster, &state.roles, &ctx).await?;
-    let resp = update_in(&state, &ctx, &class, &object_id, updates, who.to_acl()).await?;
+    let resp = update_in(&state, &ctx, &class, &object_id, updates, who.clone()).await?;
     triggers::after_save(&state.functions, &ctx, depth, &class, &object_id);
     Ok(resp)
 }
@@ -317,7 +318,7 @@ pub async fn delete_in(
     ctx: &RequestCtx,
     class: &str,
     object_id: &ObjectId,
-    principals: Option<Vec<String>>,
+    principals: Principals,
 ) -> Result<Response, ApiError> {
     let app = ctx.app.application_id.clone();
     let group = state.cluster.object_group(&app, class, object_id);
@@ -347,7 +348,7 @@ pub async fn delete_object(
 ) -> Result<Response, ApiError> {
     let who = principals(&state.cluster, &state.roles, &ctx).await?;
     let gone = triggers::before_delete(&state.functions, &ctx, depth, &class, &object_id).await?;
-    let resp = delete_in(&state, &ctx, &class, &object_id, who.to_acl()).await?;
+    let resp = delete_in(&state, &ctx, &class, &object_id, who.clone()).await?;
     if let Some(gone) = gone {
         triggers::after_delete(&state.functions, &ctx, depth, &class, &object_id, gone);
     }

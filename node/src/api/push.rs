@@ -10,6 +10,7 @@ use axum::extract::State;
 use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use basalt_cluster::acl::Principals;
 use basalt_cluster::query::filter::Filter;
 use basalt_cluster::{now_ms, Error as ClusterError};
 use serde_json::{json, Value};
@@ -40,7 +41,7 @@ pub async fn send_push(
     state
         .cluster
         .queries()
-        .resolve(&ctx.app.application_id, filter, None)
+        .resolve(&ctx.app.application_id, filter, &Principals::master())
         .await
         .map_err(|e| match e {
             ClusterError::InvalidValue(m) => ApiError::from(ObjectsApiError::InvalidQuery(m)),

@@ -12,6 +12,7 @@
 //!   events' ids are their cursors, so a browser's `Last-Event-ID` resumes where it was.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
@@ -28,7 +29,7 @@ use super::error::{ApiError, CommonError};
 use crate::auth::{self, AuthError, HeaderNames, RequestCtx};
 use crate::connections::ConnectionSlot;
 use crate::realtime::connection::{Connection, Refusal};
-use crate::realtime::outbox::OutboxReceiver;
+use crate::realtime::outbox::{Outbox, OutboxReceiver};
 use crate::realtime::wire::{Action, Frame, Outbound, Pieces, SubRequest};
 
 use super::websocket::{Socket, Upgrade};
@@ -332,65 +333,58 @@ fn socket_io_frame(text: &str) -> SocketIoFrame<'_> {
 
 /// Serves one WebSocket: client messages to the connection, the outbox to the client, until
 /// either side ends or the client falls behind (one `server_resync`, then close).
-async fn serve_socket(
-    mut conn: Connection,
-    mut rx: OutboxReceiver,
-    socket: Socket,
+async fn serve_socket(conn: Connection, rx: OutboxReceiver, socket: Socket, framing: Framing) {
+    let (sink, stream) = socket.split();
+    let writer = Writer {
+        outbox: Arc::clone(conn.outbox()),
+        resync: conn.slow_resync(),
+        framing,
+    };
+    let writer = tokio::spawn(writer.run(sink, rx));
+    read_client(conn, stream, framing, writer).await;
+}
+
+/// The writing half of a WebSocket: the outbox's messages, heartbeats, and the farewell of a
+/// client that fell behind.
+struct Writer {
+    outbox: Arc<Outbox>,
+    resync: Outbound,
     framing: Framing,
-) {
-    let (mut sink, mut stream) = socket.split();
-    let outbox = std::sync::Arc::clone(conn.outbox());
-    let resync = conn.slow_resync();
-    let writer = tokio::spawn(async move {
-        if framing == Framing::SocketIo {
+}
+
+/// How a socket's writing stopped.
+enum Stopped {
+    /// The connection ended.
+    Ended,
+    /// The socket failed (or the client left amid a message): nothing more can be written.
+    Failed,
+    /// The client fell behind: it has `within` to take the rest of the message it was on
+    /// (`rest`) and the resync.
+    Behind {
+        within: Duration,
+        rest: Option<Writing>,
+    },
+}
+
+impl Writer {
+    async fn run<S>(self, mut sink: S, mut rx: OutboxReceiver)
+    where
+        S: futures::Sink<Message> + Unpin,
+    {
+        if self.framing == Framing::SocketIo {
             let hello = Outbound::new("client_send_data", &serde_json::json!({}));
             if sink.send(Message::Text("1::".into())).await.is_err()
-                || !send_whole(&mut sink, framing, &hello).await
+                || !send_whole(&mut sink, self.framing, &hello).await
             {
                 return;
             }
         }
-        let every = match framing {
-            Framing::Plain => PLAIN_PING,
-            Framing::SocketIo => SOCKET_IO_HEARTBEAT,
+        let (within, rest) = match self.write_until_stopped(&mut sink, &mut rx).await {
+            Stopped::Failed => return,
+            Stopped::Ended => (None, None),
+            Stopped::Behind { within, rest } => (Some(within), rest),
         };
-        let mut beat = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-        beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // A client that stops reading blocks the writing: its outbox then overflows, and it has
-        // `STUCK_FAREWELL` to take the rest of the message and the resync.
-        let farewell = loop {
-            let (sent, rest) = tokio::select! {
-                m = rx.recv() => match m {
-                    Some(m) => {
-                        let mut w = Writing::new(framing, &m);
-                        (send_message(&mut sink, &mut w, outbox.overflowed()).await, Some(w))
-                    }
-                    None if outbox.is_overflowed() => break Some((FAREWELL, None)),
-                    None => break None,
-                },
-                _ = beat.tick() => {
-                    let beat = match framing {
-                        Framing::Plain => Message::Ping(Default::default()),
-                        Framing::SocketIo => Message::Text("2:::".into()),
-                    };
-                    tokio::select! {
-                        sent = sink.send(beat) => match sent {
-                            Ok(()) => (Sent::Whole, None),
-                            Err(_) => (Sent::Failed, None),
-                        },
-                        () = outbox.overflowed() => (Sent::Stopped { open: false }, None),
-                    }
-                }
-            };
-            match sent {
-                Sent::Whole => continue,
-                Sent::Stopped { open } => {
-                    break Some((STUCK_FAREWELL, rest.filter(|_| open)));
-                }
-                Sent::Failed => return,
-            }
-        };
-        if let Some((within, rest)) = farewell {
+        if let Some(within) = within {
             let goodbye = async {
                 if let Some(mut rest) = rest {
                     let done = send_message(&mut sink, &mut rest, std::future::pending()).await;
@@ -398,7 +392,7 @@ async fn serve_socket(
                         return false;
                     }
                 }
-                send_whole(&mut sink, framing, &resync).await
+                send_whole(&mut sink, self.framing, &self.resync).await
             };
             if !matches!(tokio::time::timeout(within, goodbye).await, Ok(true)) {
                 // Amid a message the client does not take: the connection just ends.
@@ -406,12 +400,82 @@ async fn serve_socket(
             }
         }
         let _ = tokio::time::timeout(Duration::from_secs(5), sink.send(Message::Close(None))).await;
-    });
+    }
+
+    /// Writes the outbox's messages and the heartbeats until the connection ends, the socket
+    /// fails or the client falls behind. A client that stops reading blocks the writing: its
+    /// outbox then overflows, and it has `STUCK_FAREWELL` to take the rest and the resync.
+    async fn write_until_stopped<S>(&self, sink: &mut S, rx: &mut OutboxReceiver) -> Stopped
+    where
+        S: futures::Sink<Message> + Unpin,
+    {
+        let every = match self.framing {
+            Framing::Plain => PLAIN_PING,
+            Framing::SocketIo => SOCKET_IO_HEARTBEAT,
+        };
+        let mut beat = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let (sent, rest) = tokio::select! {
+                m = rx.recv() => match m {
+                    Some(m) => {
+                        let mut w = Writing::new(self.framing, &m);
+                        (send_message(sink, &mut w, self.outbox.overflowed()).await, Some(w))
+                    }
+                    None if self.outbox.is_overflowed() => {
+                        return Stopped::Behind { within: FAREWELL, rest: None };
+                    }
+                    None => return Stopped::Ended,
+                },
+                _ = beat.tick() => (self.heartbeat(sink).await, None),
+            };
+            match sent {
+                Sent::Whole => continue,
+                Sent::Stopped { open } => {
+                    let rest = rest.filter(|_| open);
+                    return Stopped::Behind {
+                        within: STUCK_FAREWELL,
+                        rest,
+                    };
+                }
+                Sent::Failed => return Stopped::Failed,
+            }
+        }
+    }
+
+    /// Sends one heartbeat (a ping, or socket.io's `2:::`), stopping if the outbox overflows.
+    async fn heartbeat<S>(&self, sink: &mut S) -> Sent
+    where
+        S: futures::Sink<Message> + Unpin,
+    {
+        let beat = match self.framing {
+            Framing::Plain => Message::Ping(Default::default()),
+            Framing::SocketIo => Message::Text("2:::".into()),
+        };
+        tokio::select! {
+            sent = sink.send(beat) => match sent {
+                Ok(()) => Sent::Whole,
+                Err(_) => Sent::Failed,
+            },
+            () = self.outbox.overflowed() => Sent::Stopped { open: false },
+        }
+    }
+}
+
+/// Reads the client's messages into `conn` (a refused one answered through its outbox) until
+/// the client leaves, is quiet too long, or `writer` ends; then ends the writing too.
+async fn read_client<R>(
+    mut conn: Connection,
+    mut stream: R,
+    framing: Framing,
+    mut writer: tokio::task::JoinHandle<()>,
+) where
+    R: futures::Stream<Item = Result<Message, tokio_tungstenite::tungstenite::Error>> + Unpin,
+{
     let quiet = match framing {
         Framing::Plain => PLAIN_TIMEOUT,
         Framing::SocketIo => SOCKET_IO_TIMEOUT,
     };
-    let mut writer = writer;
     loop {
         let next = tokio::select! {
             n = tokio::time::timeout(quiet, stream.next()) => n,
@@ -451,6 +515,31 @@ pub async fn server_sent_events(
         Ok(None) => return CommonError::Unauthorized.into_response(),
         Err(e) => return e.into_response(),
     };
+    let req = match event_subscription(&headers, &query) {
+        Ok(req) => req,
+        Err(e) => return e.into_response(),
+    };
+    let (mut conn, rx) = Connection::new(state.realtime.clone(), Some(ctx), None);
+    if let Err(e) = conn.subscribe(&req).await {
+        return ApiError::from(e).into_response();
+    }
+    let body = sse_body(conn, rx);
+    (
+        [
+            (axum::http::header::CONTENT_TYPE, "text/event-stream"),
+            (axum::http::header::CACHE_CONTROL, "no-cache"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// The `client_sub` an event stream's query and `Last-Event-ID` describe (an `update_table`
+/// when no `action` is given), read as the WebSocket's would be.
+fn event_subscription(
+    headers: &HeaderMap,
+    query: &HashMap<String, String>,
+) -> Result<SubRequest, ApiError> {
     let mut arg = serde_json::Map::new();
     for member in [
         "tableName",
@@ -471,29 +560,14 @@ pub async fn server_sent_events(
         arg.insert("cursor".into(), last.into());
     }
     let message = serde_json::json!({"name": "client_sub", "args": [arg]}).to_string();
-    let req: SubRequest = match crate::realtime::wire::parse_client(&message) {
-        Ok(crate::realtime::wire::ClientMessage::Subscribe(r)) => r,
-        Ok(_) => {
-            return CommonError::InvalidBody(
-                "an event stream subscribes; it cannot unsubscribe.".into(),
-            )
-            .into_response()
-        }
-        Err(e) => return ApiError::from(e).into_response(),
-    };
-    let (mut conn, rx) = Connection::new(state.realtime.clone(), Some(ctx), None);
-    if let Err(e) = conn.subscribe(&req).await {
-        return ApiError::from(e).into_response();
+    match crate::realtime::wire::parse_client(&message) {
+        Ok(crate::realtime::wire::ClientMessage::Subscribe(r)) => Ok(r),
+        Ok(_) => Err(CommonError::InvalidBody(
+            "an event stream subscribes; it cannot unsubscribe.".into(),
+        )
+        .into()),
+        Err(e) => Err(ApiError::from(e)),
     }
-    let body = sse_body(conn, rx);
-    (
-        [
-            (axum::http::header::CONTENT_TYPE, "text/event-stream"),
-            (axum::http::header::CACHE_CONTROL, "no-cache"),
-        ],
-        body,
-    )
-        .into_response()
 }
 
 /// The body of an event stream: a task writes the connection's messages in pieces through a
@@ -502,7 +576,7 @@ pub async fn server_sent_events(
 /// the message it was on.
 fn sse_body(conn: Connection, mut rx: OutboxReceiver) -> axum::body::Body {
     let (tx, chunks) = tokio::sync::mpsc::channel::<bytes::Bytes>(1);
-    let outbox = std::sync::Arc::clone(conn.outbox());
+    let outbox = Arc::clone(conn.outbox());
     let resync = conn.slow_resync();
     tokio::spawn(async move {
         let _conn = conn;

@@ -186,7 +186,7 @@ pub async fn update_role(
     let updates = parse_updates(&body)?;
     check_relations(&updates)?;
     let who = principals(&state.cluster, &state.roles, &ctx).await?;
-    update_in(&state, &ctx, ROLE_CLASS, &id, updates, who.to_acl()).await
+    update_in(&state, &ctx, ROLE_CLASS, &id, updates, who.clone()).await
 }
 
 pub async fn delete_role(
@@ -203,7 +203,7 @@ pub async fn delete_role(
         .get_stored_object(&app, ROLE_CLASS, &id)
         .await?;
     let who = principals(&state.cluster, &state.roles, &ctx).await?;
-    let resp = delete_in(&state, &ctx, ROLE_CLASS, &id, who.to_acl()).await?;
+    let resp = delete_in(&state, &ctx, ROLE_CLASS, &id, who.clone()).await?;
     if let Some(name) = stored
         .as_ref()
         .and_then(|r| r.fields.get("name"))

@@ -10,8 +10,9 @@
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use basalt_cluster::acl::Principals;
 use basalt_cluster::ids::GroupId;
-use basalt_cluster::names::ObjectId;
+use basalt_cluster::names::{AppId, ObjectId};
 use basalt_cluster::now_ms;
 use basalt_cluster::object::{random_alphanumeric, StoredObject};
 use basalt_cluster::update::{parse_updates, FieldUpdate, UpdateOp};
@@ -34,25 +35,103 @@ use crate::users::third_party::{parse_auth_data, Link, AUTH_DATA_FIELD};
 use crate::users::unique::{self, Unique};
 use crate::users::{login_fields, UsersError, USER_CLASS};
 
-/// The 201 answer of a new user: `Location: <public url>/1/users/<id>`, with `extra` members.
-fn user_created(
-    state: &AppState,
-    user_id: &str,
+/// A user just created: its id, its first session's token, and what its create answered.
+struct NewUser {
+    id: ObjectId,
+    token: String,
     created_ms: i64,
     group: GroupId,
-    p: &basalt_cluster::command::Proposed,
-    extra: Vec<(&str, Value)>,
-) -> Response {
-    let path = format!("/1/users/{user_id}");
-    created_response(
-        &state.public_url,
-        &path,
+    proposed: basalt_cluster::command::Proposed,
+}
+
+impl NewUser {
+    /// The 201 answer: `Location: <public url>/1/users/<id>`, the `sessionToken` and `extra`.
+    fn created(&self, state: &AppState, mut extra: Vec<(&str, Value)>) -> Response {
+        extra.insert(0, ("sessionToken", json!(self.token)));
+        let path = format!("/1/users/{}", self.id);
+        created_response(
+            &state.public_url,
+            &path,
+            self.created_ms,
+            &self.id,
+            extra,
+            self.group,
+            &self.proposed,
+        )
+    }
+}
+
+/// How a new user's email address is treated.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum NewAddress {
+    /// With verification on, `emailVerified: false` and a verification link mailed.
+    Verify,
+    /// Stored as given (a third-party sign-up).
+    Keep,
+}
+
+/// Creates a user of `updates` (the body's fields and what its kind of sign-up adds) with a
+/// first session, claiming the body's login names and `claims` so that no other user takes
+/// them (released when the create fails).
+async fn create_user(
+    state: &AppState,
+    ctx: &RequestCtx,
+    body: &Map<String, Value>,
+    mut updates: Vec<FieldUpdate>,
+    claims: &[(Unique, String)],
+    address: NewAddress,
+) -> Result<NewUser, ApiError> {
+    let app = &ctx.app.application_id;
+    let email = body.get("email").and_then(Value::as_str);
+    let verify = match (address, email) {
+        (NewAddress::Verify, Some(email)) if ctx.app.email_verify => Some(email),
+        _ => None,
+    };
+    if verify.is_some() {
+        updates.push(set("emailVerified", json!(false)));
+    }
+    let id = super::objects::new_object_id(state, app, USER_CLASS);
+    let token = new_token(&id);
+    let now = now_ms();
+    updates.extend(add_session(&StoredObject::new(now), &token, now));
+    let mut names = login_fields(body);
+    names.extend(claims.iter().cloned());
+    let create = create_in(state, ctx, USER_CLASS, &id, updates);
+    let (created_ms, group, proposed) = claiming(&state.cluster, app, &names, &id, create).await?;
+    if let Some(email) = verify {
+        send_verification(state, ctx, &id, email).await;
+    }
+    Ok(NewUser {
+        id,
+        token,
         created_ms,
-        user_id,
-        extra,
         group,
-        p,
-    )
+        proposed,
+    })
+}
+
+/// Logs in the user holding `value` as a `kind` name, when one does (`extra`: what the
+/// login sets on it).
+async fn log_in_holder(
+    state: &AppState,
+    app: &AppId,
+    kind: Unique,
+    value: &str,
+    extra: Vec<FieldUpdate>,
+) -> Result<Option<Value>, ApiError> {
+    let Some(uid) = unique::owner(&state.cluster, app, kind, value).await? else {
+        return Ok(None);
+    };
+    let Some(stored) = state
+        .cluster
+        .get_stored_object(app, USER_CLASS, &uid)
+        .await?
+    else {
+        return Ok(None);
+    };
+    Ok(Some(
+        start_session(&state.cluster, app, &uid, &stored, extra).await?,
+    ))
 }
 
 /// Mails a verification link to a new address; a failure is logged (the write stands).
@@ -92,24 +171,9 @@ pub async fn sign_up(
         .into());
     };
     let mut updates = parse_updates(&body)?;
-    let app = ctx.app.application_id.clone();
-    let user_id = super::objects::new_object_id(&state, &ctx.app.application_id, USER_CLASS);
-    let token = new_token(&user_id);
-    let now = now_ms();
-    let email = body.get("email").and_then(Value::as_str);
-    if ctx.app.email_verify && email.is_some() {
-        updates.push(set("emailVerified", json!(false)));
-    }
     updates.push(password_update(password).await?);
-    updates.extend(add_session(&StoredObject::new(now), &token, now));
-    let names = login_fields(&body);
-    let create = create_in(&state, &ctx, USER_CLASS, &user_id, updates);
-    let (created_ms, group, p) = claiming(&state.cluster, &app, &names, &user_id, create).await?;
-    if let (true, Some(email)) = (ctx.app.email_verify, email) {
-        send_verification(&state, &ctx, &user_id, email).await;
-    }
-    let extra = vec![("sessionToken", json!(token))];
-    Ok(user_created(&state, &user_id, created_ms, group, &p, extra))
+    let user = create_user(&state, &ctx, &body, updates, &[], NewAddress::Verify).await?;
+    Ok(user.created(&state, Vec::new()))
 }
 
 /// `GET /1/login?username=&password=`.
@@ -162,36 +226,44 @@ async fn phone_sign_up(
         .ok_or_else(|| UsersApiError::MissingLoginData("smsCode is required.".into()))?;
     check_service_fields(ctx.master, &body)?;
     check_login_field_types(&body)?;
-    let number = body
-        .get("mobilePhoneNumber")
-        .and_then(Value::as_str)
-        .filter(|n| !n.is_empty())
-        .ok_or_else(|| UsersApiError::MissingLoginData("mobilePhoneNumber is required.".into()))?
-        .to_string();
-    let app = ctx.app.application_id.clone();
-    crate::sms::take_code(&state.cluster, &app, &number, &code).await?;
-    let password = take_string(&mut body, "password")?;
-    if !body.get("username").is_some_and(Value::is_string) {
-        body.insert("username".into(), json!(number));
-    }
-    let password = match password {
+    let number = match body.get("mobilePhoneNumber").and_then(Value::as_str) {
+        Some(n) if !n.is_empty() => n.to_string(),
+        _ => {
+            return Err(
+                UsersApiError::MissingLoginData("mobilePhoneNumber is required.".into()).into(),
+            )
+        }
+    };
+    let app = &ctx.app.application_id;
+    crate::sms::take_code(&state.cluster, app, &number, &code).await?;
+    let password = match take_string(&mut body, "password")? {
         Some(p) => Some(password_update(p).await?),
         None => None,
     };
-    // A registration of the same number racing this one makes the claim fail: log in the user
-    // it created instead (it appears within the reservation's pending time).
+    if !body.get("username").is_some_and(Value::is_string) {
+        body.insert("username".into(), json!(number));
+    }
+    log_in_or_create_phone_user(state, ctx, &body, number, password).await
+}
+
+/// Logs in the user holding `number`, or creates one of `body`. A registration of the same
+/// number racing this one makes the claim fail: the user it created is logged in instead (it
+/// appears within the reservation's pending time).
+async fn log_in_or_create_phone_user(
+    state: &AppState,
+    ctx: &RequestCtx,
+    body: &Map<String, Value>,
+    number: String,
+    password: Option<FieldUpdate>,
+) -> Result<Value, ApiError> {
+    let app = &ctx.app.application_id;
     for attempt in 0..20 {
-        if let Some(uid) = unique::owner(&state.cluster, &app, Unique::Phone, &number).await? {
-            if let Some(stored) = state
-                .cluster
-                .get_stored_object(&app, USER_CLASS, &uid)
-                .await?
-            {
-                let extra = phone_verified();
-                return Ok(start_session(&state.cluster, &app, &uid, &stored, extra).await?);
-            }
+        if let Some(user) =
+            log_in_holder(state, app, Unique::Phone, &number, phone_verified()).await?
+        {
+            return Ok(user);
         }
-        match create_phone_user(state, ctx, &body, password.clone()).await {
+        match create_phone_user(state, ctx, body, password.clone()).await {
             Err(ApiError::Users(UsersApiError::PhoneTaken(_))) if attempt < 19 => {
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             }
@@ -208,32 +280,45 @@ async fn create_phone_user(
     body: &Map<String, Value>,
     password: Option<FieldUpdate>,
 ) -> Result<Value, ApiError> {
-    let app = ctx.app.application_id.clone();
     let mut updates = parse_updates(body)?;
     updates.extend(phone_verified());
     updates.extend(password);
-    let email = body.get("email").and_then(Value::as_str);
-    if ctx.app.email_verify && email.is_some() {
-        updates.push(set("emailVerified", json!(false)));
-    }
-    let user_id = super::objects::new_object_id(state, &ctx.app.application_id, USER_CLASS);
-    let token = new_token(&user_id);
-    let now = now_ms();
-    updates.extend(add_session(&StoredObject::new(now), &token, now));
-    let names = login_fields(body);
-    let create = create_in(state, ctx, USER_CLASS, &user_id, updates);
-    claiming(&state.cluster, &app, &names, &user_id, create).await?;
-    if let (true, Some(email)) = (ctx.app.email_verify, email) {
-        send_verification(state, ctx, &user_id, email).await;
-    }
+    let user = create_user(state, ctx, body, updates, &[], NewAddress::Verify).await?;
     let stored = state
         .cluster
-        .get_stored_object(&app, USER_CLASS, &user_id)
+        .get_stored_object(&ctx.app.application_id, USER_CLASS, &user.id)
         .await?
         .ok_or_else(|| ApiError::internal("a created user is missing"))?;
-    let mut user = stored.render(&user_id);
-    user["sessionToken"] = json!(token);
-    Ok(user)
+    let mut rendered = stored.render(&user.id);
+    rendered["sessionToken"] = json!(user.token);
+    Ok(rendered)
+}
+
+/// The platform accounts `links` link (platform, account id, authData), leaving out unlinks.
+fn linked_accounts(links: &[Link]) -> Vec<(&'static str, String, Value)> {
+    links
+        .iter()
+        .cloned()
+        .filter_map(|l| match l {
+            Link::Set { platform, id, data } => Some((platform, id, data)),
+            Link::Unset { .. } => None,
+        })
+        .collect()
+}
+
+/// Logs in the user one of `sets`' platform accounts is linked to, if any.
+async fn log_in_linked(
+    state: &AppState,
+    app: &AppId,
+    sets: &[(&'static str, String, Value)],
+) -> Result<Option<Value>, ApiError> {
+    for (platform, id, _) in sets {
+        let kind = Unique::AuthData(platform);
+        if let Some(user) = log_in_holder(state, app, kind, id, Vec::new()).await? {
+            return Ok(Some(user));
+        }
+    }
+    Ok(None)
 }
 
 /// Register or log in with a platform account (`POST /1/users {"authData": ...}`): a linked
@@ -245,31 +330,13 @@ async fn third_party_sign_up(
     mut body: Map<String, Value>,
     links: Vec<Link>,
 ) -> Result<Response, ApiError> {
-    let app = ctx.app.application_id.clone();
-    let sets: Vec<(&'static str, String, Value)> = links
-        .iter()
-        .cloned()
-        .filter_map(|l| match l {
-            Link::Set { platform, id, data } => Some((platform, id, data)),
-            Link::Unset { .. } => None,
-        })
-        .collect();
+    let sets = linked_accounts(&links);
     if sets.is_empty() {
         return Err(CommonError::InvalidBody("authData links no account.".into()).into());
     }
     verify_links(state, ctx, &links).await?;
-    for (platform, id, _) in &sets {
-        let kind = Unique::AuthData(platform);
-        if let Some(uid) = unique::owner(&state.cluster, &app, kind, id).await? {
-            if let Some(stored) = state
-                .cluster
-                .get_stored_object(&app, USER_CLASS, &uid)
-                .await?
-            {
-                let user = start_session(&state.cluster, &app, &uid, &stored, Vec::new()).await?;
-                return Ok(Json(user).into_response());
-            }
-        }
+    if let Some(user) = log_in_linked(state, &ctx.app.application_id, &sets).await? {
+        return Ok(Json(user).into_response());
     }
     check_service_fields(ctx.master, &body)?;
     check_login_field_types(&body)?;
@@ -283,28 +350,16 @@ async fn third_party_sign_up(
     if let Some(p) = password {
         updates.push(password_update(p).await?);
     }
-    for (platform, _, data) in &sets {
+    let mut claims = Vec::new();
+    for (platform, id, data) in sets {
         updates.push(FieldUpdate {
-            path: vec![AUTH_DATA_FIELD.into(), (*platform).into()],
-            op: UpdateOp::Set(data.clone()),
+            path: vec![AUTH_DATA_FIELD.into(), platform.into()],
+            op: UpdateOp::Set(data),
         });
+        claims.push((Unique::AuthData(platform), id));
     }
-    let user_id = super::objects::new_object_id(state, &ctx.app.application_id, USER_CLASS);
-    let token = new_token(&user_id);
-    let now = now_ms();
-    updates.extend(add_session(&StoredObject::new(now), &token, now));
-    let mut names = login_fields(&body);
-    names.extend(
-        sets.iter()
-            .map(|(p, id, _)| (Unique::AuthData(p), id.clone())),
-    );
-    let create = create_in(state, ctx, USER_CLASS, &user_id, updates);
-    let (created_ms, group, p) = claiming(&state.cluster, &app, &names, &user_id, create).await?;
-    let extra = vec![
-        ("sessionToken", json!(token)),
-        ("username", json!(username)),
-    ];
-    Ok(user_created(state, &user_id, created_ms, group, &p, extra))
+    let user = create_user(state, ctx, &body, updates, &claims, NewAddress::Keep).await?;
+    Ok(user.created(state, vec![("username", json!(username))]))
 }
 
 pub async fn get_user(
@@ -369,7 +424,7 @@ pub async fn update_user(
     .await?;
     updates.append(&mut change.updates);
     let app = ctx.app.application_id.clone();
-    let update = update_in(&state, &ctx, USER_CLASS, &id, updates, None);
+    let update = update_in(&state, &ctx, USER_CLASS, &id, updates, Principals::master());
     let resp = claiming(&state.cluster, &app, &change.claimed, &id, update).await?;
     release_all(&state.cluster, &app, &change.given_up, &id).await;
     if let (true, Some(email)) = (ctx.app.email_verify, change.new_email()) {
@@ -394,7 +449,7 @@ pub async fn delete_user(
     IdPath(id): IdPath,
 ) -> Result<Response, ApiError> {
     let stored = authorize_change(&state, &ctx, &id).await?;
-    let resp = delete_in(&state, &ctx, USER_CLASS, &id, None).await?;
+    let resp = delete_in(&state, &ctx, USER_CLASS, &id, Principals::master()).await?;
     let app = ctx.app.application_id.clone();
     release_all(&state.cluster, &app, &held_names(&stored), &id).await;
     Ok(resp)
@@ -424,7 +479,7 @@ pub async fn update_user_password(
         password_update(new).await?,
         only_session(ctx.session_token.as_deref(), now_ms()),
     ];
-    update_in(&state, &ctx, USER_CLASS, &id, updates, None).await?;
+    update_in(&state, &ctx, USER_CLASS, &id, updates, Principals::master()).await?;
     Ok(Json(json!({"msg": "ok"})).into_response())
 }
 

@@ -94,29 +94,9 @@ impl RequestCtx {
     }
 }
 
-/// Who a request acts as, for ACLs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Principals {
-    /// The master key: no ACL applies.
-    Master,
-    /// `*`, and with a live session the user's objectId and the roles it holds (`role:<name>`).
-    Acting(Vec<String>),
-}
-
-impl Principals {
-    /// As the cluster's ACL checks take them: `None` for the master key.
-    pub fn acl(&self) -> Option<&[String]> {
-        match self {
-            Principals::Master => None,
-            Principals::Acting(p) => Some(p),
-        }
-    }
-
-    /// As record commands carry them.
-    pub fn to_acl(&self) -> Option<Vec<String>> {
-        self.acl().map(<[String]>::to_vec)
-    }
-}
+/// Who a request acts as, for ACLs: the master key's (no ACL applies), or `*` and, with a live
+/// session, the user's objectId and the roles it holds (`role:<name>`).
+pub use basalt_cluster::acl::Principals;
 
 /// Why a request is not authenticated; `api::error` converts it into the API's codes.
 #[derive(Debug, thiserror::Error)]
@@ -285,7 +265,7 @@ async fn claim_nonce(
     nonce: &str,
     from_ms: i64,
 ) -> Result<(), AuthError> {
-    let group = cluster.shard_for(app, "_nonce", nonce);
+    let group = cluster.app_record_group(Namespace::Nonce, app, nonce);
     let expires = from_ms + FRESHNESS_MS + 1_000;
     match cluster
         .insert_record(

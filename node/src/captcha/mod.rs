@@ -91,7 +91,7 @@ pub struct Captcha {
 }
 
 fn group(cluster: &Cluster, token: &str) -> GroupId {
-    cluster.shard_for("_captcha", "_token", token)
+    cluster.record_group(Namespace::Captcha, token)
 }
 
 fn well_formed(token: &str) -> bool {

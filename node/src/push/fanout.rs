@@ -13,6 +13,7 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
+use basalt_cluster::acl::Principals;
 use basalt_cluster::query::filter::{Cond, Filter};
 use basalt_cluster::query::{ScanRequest, SortKey};
 use basalt_cluster::{now_ms, Cluster, Command, Error as ClusterError};
@@ -65,7 +66,12 @@ pub async fn run(
     // A query that cannot run (checked when accepted; a sub-query's result may have grown
     // past its bound since) fails the push rather than leaving it to be tried forever.
     let filter = match Filter::parse(&rec.query) {
-        Ok(f) => cluster.queries().resolve(&rec.app, f, None).await,
+        Ok(f) => {
+            cluster
+                .queries()
+                .resolve(&rec.app, f, &Principals::master())
+                .await
+        }
         Err(e) => Err(ClusterError::InvalidValue(e.to_string())),
     };
     let filter = match filter {
@@ -192,7 +198,7 @@ async fn page_rows(
         order,
         skip: 0,
         limit: PAGE,
-        principals: None,
+        principals: Principals::master(),
         count: false,
         keys: FIELDS.iter().map(|f| f.to_string()).collect(),
     };
@@ -328,7 +334,7 @@ async fn remove_token(cluster: &Cluster, app: &basalt_cluster::names::AppId, m: 
         object_id: m.installation.clone(),
         now_ms: now_ms(),
         updates,
-        principals: None,
+        principals: Principals::master(),
         unset: Vec::new(),
         holds: vec![(field.to_string(), json!(m.token))],
     };

@@ -5,6 +5,7 @@
 //! `fanout` after each page. Its objectId is the push's id; its ACL `{}` lets only the master
 //! key read it.
 
+use basalt_cluster::acl::Principals;
 use basalt_cluster::object::format_wire_time;
 use basalt_cluster::schema::infer::requirements;
 use basalt_cluster::update::parse_updates;
@@ -102,7 +103,7 @@ pub async fn update(
         object_id: rec.push_id.clone(),
         now_ms: now_ms(),
         updates,
-        principals: None,
+        principals: Principals::master(),
         unset: vec![FINISHED.into()],
         holds: Vec::new(),
     };

@@ -111,7 +111,7 @@ pub async fn run(
         .admit()
         .map_err(QueryError::from_cluster)?;
     let who = principals(cluster, roles, ctx).await?;
-    let view = UserView::new(&ctx.app, who.acl());
+    let view = UserView::new(&ctx.app, &who);
     let named = q.order.iter().map(|k| k.field.as_str()).chain(
         q.aggregation
             .iter()
@@ -126,7 +126,7 @@ pub async fn run(
     view.check_query(&q.class, &q.filter, named)?;
     let filter = cluster
         .queries()
-        .resolve(app, q.filter, who.acl())
+        .resolve(app, q.filter, &who)
         .await
         .map_err(QueryError::from_cluster)?;
     if let Some(agg) = q.aggregation {
@@ -137,7 +137,7 @@ pub async fn run(
                 class: q.class,
                 filter,
                 spec: agg.spec.clone(),
-                principals: who.to_acl(),
+                principals: who.clone(),
             })
             .await
             .map_err(QueryError::from_cluster)?;
@@ -158,7 +158,7 @@ pub async fn run(
         order: q.order,
         skip: q.skip,
         limit,
-        principals: who.to_acl(),
+        principals: who.clone(),
         count: q.count,
         keys: keys.clone(),
     };
@@ -169,7 +169,7 @@ pub async fn run(
         .map_err(QueryError::from_cluster)?;
     view.hide_rows(&req_class, &mut rows);
     project(&mut rows, &keys);
-    expand(cluster, app, &mut rows, &q.include, who.acl(), &view).await?;
+    expand(cluster, app, &mut rows, &q.include, &who, &view).await?;
     basalt_cluster::limits::check_answer(&rows, basalt_cluster::limits::MAX_ANSWER_BYTES)
         .map_err(QueryError::from_cluster)?;
     Ok(Outcome::Rows {

@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 
+use basalt_cluster::acl::Principals;
 use basalt_cluster::update::pointer_parts;
 use basalt_cluster::Cluster;
 use futures::future::BoxFuture;
@@ -109,7 +110,7 @@ pub async fn expand(
     app: &str,
     objects: &mut [Value],
     include: &[IncludeKey],
-    principals: Option<&[String]>,
+    principals: &Principals,
     view: &UserView<'_>,
 ) -> Result<(), QueryError> {
     let refs: Vec<&mut Value> = objects.iter_mut().collect();
@@ -121,7 +122,7 @@ fn expand_level<'a>(
     app: &'a str,
     objects: Vec<&'a mut Value>,
     include: &'a [IncludeKey],
-    principals: Option<&'a [String]>,
+    principals: &'a Principals,
     view: &'a UserView<'a>,
 ) -> BoxFuture<'a, Result<(), QueryError>> {
     Box::pin(async move {
@@ -145,7 +146,7 @@ fn expand_level<'a>(
         }
         let reads = wanted
             .iter()
-            .map(|(c, id)| cluster.get_object_as(app, c, id, principals.map(<[String]>::to_vec)));
+            .map(|(c, id)| cluster.get_object_as(app, c, id, principals.clone()));
         let mut targets: HashMap<(String, String), Value> = HashMap::new();
         for (t, r) in wanted.iter().zip(futures::future::join_all(reads).await) {
             if let Some(mut o) = r? {

@@ -85,7 +85,7 @@ impl Subscription {
                 }
                 crate::query::check_paths(&filter)
                     .map_err(|e| RealtimeError::InvalidWhere(e.to_string()))?;
-                UserView::new(&app, principals.acl()).check_query(
+                UserView::new(&app, &principals).check_query(
                     &request.table,
                     &filter,
                     std::iter::empty(),
@@ -119,7 +119,7 @@ impl Subscription {
 
     /// Whether the subscriber sees `object` (of id `id`): it may read it and it matches.
     fn qualifies(&self, id: &str, object: &StoredObject) -> bool {
-        allows(&object.fields, self.principals.acl(), Access::Read)
+        allows(&object.fields, &self.principals, Access::Read)
             && self
                 .matcher
                 .as_ref()
@@ -127,7 +127,7 @@ impl Subscription {
     }
 
     fn may_read(&self, object: &StoredObject) -> bool {
-        allows(&object.fields, self.principals.acl(), Access::Read)
+        allows(&object.fields, &self.principals, Access::Read)
     }
 
     /// What `c` is to this subscriber, and which side of it the event shows; `None`: nothing.
@@ -165,14 +165,14 @@ impl Subscription {
 
     /// Whether the rendering of an object depends on who looks (users' protected fields).
     pub fn renders_per_subscriber(&self) -> bool {
-        self.request.table == USER_CLASS && self.principals.acl().is_some()
+        self.request.table == USER_CLASS && !self.principals.is_master()
     }
 
     /// The object as this subscriber is shown it.
     pub fn render(&self, id: &str, object: &StoredObject) -> Value {
         let mut v = object.render(id);
         if self.request.table == USER_CLASS {
-            UserView::new(&self.app, self.principals.acl()).hide(&mut v);
+            UserView::new(&self.app, &self.principals).hide(&mut v);
         }
         v
     }
@@ -218,7 +218,7 @@ mod tests {
             session_token: None,
             cursor: None,
         };
-        let who = Principals::Acting(who.iter().map(|s| s.to_string()).collect());
+        let who = Principals::acting(who.iter().map(|s| s.to_string()).collect());
         Subscription::new(Arc::clone(app), request, who).unwrap()
     }
 
@@ -332,7 +332,7 @@ mod tests {
                 session_token: None,
                 cursor: None,
             };
-            let r = Subscription::new(Arc::clone(&a), request, Principals::Master);
+            let r = Subscription::new(Arc::clone(&a), request, Principals::master());
             assert!(matches!(r, Err(RealtimeError::InvalidWhere(_))), "{why}");
         }
     }

@@ -212,12 +212,14 @@ pub async fn delete_template(cluster: &Cluster, app: &AppId, name: &str) -> Resu
         .is_some())
 }
 
+/// The group of a number's codes, quotas and tries.
 fn number_group(cluster: &Cluster, app: &AppId, number: &str) -> GroupId {
-    cluster.shard_for(app, "_sms", number)
+    cluster.app_record_group(Namespace::SmsCode, app, number)
 }
 
+/// The group of a sent message.
 fn message_group(cluster: &Cluster, app: &AppId, sms_id: &str) -> GroupId {
-    cluster.shard_for(app, "_sms", sms_id)
+    cluster.app_record_group(Namespace::Sms, app, sms_id)
 }
 
 /// What a `requestSmsCode` asks for.
@@ -291,7 +293,7 @@ pub async fn request_code(
         .await?;
     match cluster
         .insert_record(
-            cluster.shard_for(appid, "_sms", &code),
+            cluster.app_record_group(Namespace::SmsCodeIndex, appid, &code),
             Namespace::SmsCodeIndex,
             &format!("{appid}/{code}"),
             json!({ "mobilePhoneNumber": req.number }),
@@ -421,7 +423,7 @@ pub async fn number_of_code(
     }
     match cluster
         .take_quota(
-            cluster.shard_for(app, "_sms", "_lookups"),
+            cluster.app_record_group(Namespace::SmsTries, app, "_lookups"),
             Namespace::SmsTries,
             &format!("{app}/_lookups"),
             RESET_LOOKUP_WINDOWS.to_vec(),
@@ -434,7 +436,7 @@ pub async fn number_of_code(
     }
     let rec = cluster
         .get_record(
-            cluster.shard_for(app, "_sms", code),
+            cluster.app_record_group(Namespace::SmsCodeIndex, app, code),
             Namespace::SmsCodeIndex,
             &format!("{app}/{code}"),
         )

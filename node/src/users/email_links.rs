@@ -44,7 +44,7 @@ pub struct EmailLink {
 }
 
 fn group(cluster: &Cluster, token: &str) -> GroupId {
-    cluster.shard_for("_links", "_email", token)
+    cluster.record_group(Namespace::EmailLink, token)
 }
 
 /// Stores a link and mails it.

@@ -6,6 +6,7 @@
 //! Applied where user objects leave the node: `query::run` (listings, counts, aggregates),
 //! `api::objects::get_in` and `query::projection::expand` (included users).
 
+use basalt_cluster::acl::Principals;
 use basalt_cluster::query::filter::{Cond, Filter};
 use serde_json::Value;
 
@@ -20,15 +21,15 @@ pub const DEFAULT_PROTECTED: [&str; 2] = ["email", "mobilePhoneNumber"];
 /// for every read, it allocates nothing).
 #[derive(Debug, Clone, Copy)]
 pub struct UserView<'a> {
-    /// `None` for the master key (sees everything); else the caller's principals, its own
-    /// user id among them when it has a session.
-    principals: Option<&'a [String]>,
+    /// The caller's principals: the master key's see everything; others hold the caller's
+    /// own user id when it has a session.
+    principals: &'a Principals,
     /// The app's own list, or `None` for [`DEFAULT_PROTECTED`].
     custom: Option<&'a [String]>,
 }
 
 impl<'a> UserView<'a> {
-    pub fn new(app: &'a AppRecord, principals: Option<&'a [String]>) -> Self {
+    pub fn new(app: &'a AppRecord, principals: &'a Principals) -> Self {
         UserView {
             principals,
             custom: app.protected_user_fields.as_deref(),
@@ -46,13 +47,13 @@ impl<'a> UserView<'a> {
 
     /// Removes the protected fields from a rendered `_User` object that is not the caller's.
     pub fn hide(&self, user: &mut Value) {
-        let Some(principals) = &self.principals else {
+        if self.principals.is_master() {
             return;
-        };
+        }
         let own = user
             .get("objectId")
             .and_then(Value::as_str)
-            .is_some_and(|id| principals.iter().any(|p| p == id));
+            .is_some_and(|id| self.principals.holds(id));
         if own {
             return;
         }
@@ -80,7 +81,7 @@ impl<'a> UserView<'a> {
         filter: &Filter,
         fields: impl IntoIterator<Item = &'f str>,
     ) -> Result<(), UsersError> {
-        if self.principals.is_none() {
+        if self.principals.is_master() {
             return Ok(());
         }
         let named = class == USER_CLASS
@@ -136,29 +137,29 @@ mod tests {
     fn others_do_not_see_private_fields() {
         let user =
             json!({"objectId": "u1", "username": "ada", "email": "a@x", "mobilePhoneNumber": "1"});
-        let who = vec!["*".to_string(), "u2".to_string()];
+        let who = Principals::acting(vec!["*".to_string(), "u2".to_string()]);
         let mut seen = user.clone();
-        UserView::new(&app(), Some(&who)).hide(&mut seen);
+        UserView::new(&app(), &who).hide(&mut seen);
         assert_eq!(seen, json!({"objectId": "u1", "username": "ada"}));
-        let me = vec!["*".to_string(), "u1".to_string()];
+        let me = Principals::acting(vec!["*".to_string(), "u1".to_string()]);
         let mut own = user.clone();
-        UserView::new(&app(), Some(&me)).hide(&mut own);
+        UserView::new(&app(), &me).hide(&mut own);
         assert_eq!(own, user);
         let mut master = user.clone();
-        UserView::new(&app(), None).hide(&mut master);
+        UserView::new(&app(), &Principals::master()).hide(&mut master);
         assert_eq!(master, user);
         let mut custom = app();
         custom.protected_user_fields = Some(vec!["nick".into()]);
         let mut v = json!({"objectId": "u1", "nick": "n", "email": "a@x"});
-        UserView::new(&custom, Some(&who)).hide(&mut v);
+        UserView::new(&custom, &who).hide(&mut v);
         assert_eq!(v, json!({"objectId": "u1", "email": "a@x"}));
     }
 
     #[test]
     fn protected_fields_cannot_be_queried_by_others() {
-        let who = vec!["*".to_string()];
+        let who = Principals::public();
         let app = app();
-        let view = UserView::new(&app, Some(&who));
+        let view = UserView::new(&app, &who);
         let by_email = Filter::parse(json!({"email": "a@x"}).as_object().unwrap()).unwrap();
         assert!(view.check_query(USER_CLASS, &by_email, []).is_err());
         assert!(view.check_query("Post", &by_email, []).is_ok());
@@ -168,7 +169,7 @@ mod tests {
         assert!(view
             .check_query(USER_CLASS, &Filter::All, ["username"])
             .is_ok());
-        assert!(UserView::new(&app, None)
+        assert!(UserView::new(&app, &Principals::master())
             .check_query(USER_CLASS, &by_email, [])
             .is_ok());
         // Through a sub-query of users from another class, and not for other classes' fields.

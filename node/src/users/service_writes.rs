@@ -2,6 +2,7 @@
 //! by email or SMS, verification flags. Callers: `users::login`, `api::email`, `api::sms`; a
 //! write that ends sessions settles on every member (`session::ends_sessions`).
 
+use basalt_cluster::acl::Principals;
 use basalt_cluster::names::AppId;
 use basalt_cluster::object::StoredObject;
 use basalt_cluster::update::FieldUpdate;
@@ -40,11 +41,11 @@ pub(super) async fn write_user(
         object_id: user_id.to_string(),
         now_ms: now,
         updates,
-        principals: None,
+        principals: Principals::master(),
         unset: Vec::new(),
         holds: Vec::new(),
     };
-    let group = cluster.shard_for(app, USER_CLASS, user_id);
+    let group = cluster.object_group(app, USER_CLASS, user_id);
     let proposed = if settle {
         cluster.propose_settled(group, cmd).await
     } else {

@@ -147,7 +147,7 @@ async fn find_principals(
     ctx: &RequestCtx,
 ) -> Result<Principals, UsersError> {
     if ctx.master {
-        return Ok(Principals::Master);
+        return Ok(Principals::master());
     }
     let mut out = vec![basalt_cluster::acl::PUBLIC_PRINCIPAL.to_string()];
     let app = &ctx.app.application_id;
@@ -157,7 +157,7 @@ async fn find_principals(
             out.push(user_id);
         }
     }
-    Ok(Principals::Acting(out))
+    Ok(Principals::acting(out))
 }
 
 #[cfg(test)]

@@ -120,7 +120,7 @@ fn key(app: &str, kind: Unique, value: &str) -> String {
 }
 
 fn group(cluster: &Cluster, app: &AppId, k: &str) -> GroupId {
-    cluster.shard_for(app, "_unique", k)
+    cluster.app_record_group(Namespace::Unique, app, k)
 }
 
 /// The user holding a value, if any.

@@ -467,3 +467,96 @@ async fn one_device_registering_through_every_node_at_once_is_one_installation()
         .unwrap();
     assert_eq!(other.status, 201, "a refused writer's token is free");
 }
+
+/// The installation endpoints as a table, on one node: registering with each refused body and
+/// its code, the same device twice being one installation, who may list, and unknown ones; a
+/// refused registration leaves nothing behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn installation_endpoints_answer_as_their_table_says() {
+    use crate::common::scenario::{run_rows, After, As, Row};
+    let cluster = TestCluster::start(1, &[], &[]).await;
+    let register = |name: &'static str, body: &str| {
+        Row::new(name, Method::POST, "/1/installations")
+            .body(body.to_string())
+            .after(After::Count("_Installation", 1))
+    };
+    let device = r#"{"deviceType": "android", "installationId": "dev-1"}"#;
+    let master = |name: &'static str, method: Method, path: &str| {
+        Row::new(name, method, path.to_string()).auth(As::Master)
+    };
+    let rows = vec![
+        register("a device registered", device).succeeds(201),
+        register("the same device again", device).succeeds(200),
+        register("no deviceType", r#"{"installationId": "dev-2"}"#).fails(400, 131),
+        register(
+            "an unknown deviceType",
+            r#"{"deviceType": "tv", "installationId": "dev-2"}"#,
+        )
+        .fails(400, 131),
+        register(
+            "an ios device without its token",
+            r#"{"deviceType": "ios"}"#,
+        )
+        .fails(400, 131),
+        register(
+            "an android device without its installationId",
+            r#"{"deviceType": "android"}"#,
+        )
+        .fails(400, 131),
+        register(
+            "an installationId with a space",
+            r#"{"deviceType": "android", "installationId": "a b"}"#,
+        )
+        .fails(400, 131),
+        register(
+            "channels that are not names",
+            r#"{"deviceType": "android", "installationId": "dev-3", "channels": [1]}"#,
+        )
+        .fails(400, 111),
+        register("a body that is no object", "[1]").fails(400, 107),
+        Row::new(
+            "a device registered without keys",
+            Method::POST,
+            "/1/installations",
+        )
+        .auth(As::Nobody)
+        .body(device)
+        .unauthorized(),
+        Row::new(
+            "the list with the app's keys",
+            Method::GET,
+            "/1/installations",
+        )
+        .succeeds(200),
+        master("the list", Method::GET, "/1/installations").succeeds(200),
+        master(
+            "an unknown installation read",
+            Method::GET,
+            "/1/installations/abcdefghij",
+        )
+        .fails(404, 101),
+        master(
+            "an unknown installation changed",
+            Method::PUT,
+            "/1/installations/abcdefghij",
+        )
+        .body(r#"{"badge": 1}"#)
+        .fails(404, 101),
+        master(
+            "an unknown installation deleted",
+            Method::DELETE,
+            "/1/installations/abcdefghij",
+        )
+        .fails(404, 101),
+    ];
+    run_rows(&cluster, &rows).await;
+    // What must not happen: the refused registration of dev-3 kept its claim (it registers).
+    let again = post(
+        &cluster.client(0),
+        "/1/installations",
+        json!({"deviceType": "android", "installationId": "dev-3"}),
+    )
+    .await
+    .expect("dev-3 registers once its refused body is mended");
+    assert_eq!(again.status, 201);
+}

@@ -12,6 +12,7 @@ use futures::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
 
+use crate::common::scenario::{run_rows, As, Row};
 use crate::common::{self, register_user, TestCluster};
 
 type Ws =
@@ -604,6 +605,93 @@ async fn subscribers_see_only_what_they_may_read_and_what_their_filter_selects()
     .await;
     assert_eq!(io.expect("server_error").await["error"], "unauthorized");
     assert!(cluster.metric(0, "basalt_realtime_subscriptions").await >= 1.0);
+}
+
+/// The realtime endpoints' answers before a socket or a stream opens: who may connect, and
+/// what a request that is no upgrade, or an event stream asking no valid subscription, gets.
+/// (What flows once connected is told by the stories above.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn realtime_endpoints_answer_as_their_table_says() {
+    use basalt_client::Method;
+    let cluster = TestCluster::start(1, &[], &[]).await;
+    let events = |name: &'static str, query: &str| {
+        Row::new(name, Method::GET, format!("/1/realtime/events?{query}"))
+    };
+    let rows = vec![
+        Row::new(
+            "the plain socket asked with no upgrade",
+            Method::GET,
+            "/1/realtime",
+        )
+        .fails(400, 107),
+        Row::new("the plain socket without keys", Method::GET, "/1/realtime")
+            .auth(As::Nobody)
+            .unauthorized(),
+        Row::new(
+            "the plain socket with a wrong key",
+            Method::GET,
+            "/1/realtime",
+        )
+        .auth(As::WrongKey)
+        .unauthorized(),
+        Row::new("the socket.io handshake", Method::GET, "/socket.io/1/").answers(200),
+        Row::new(
+            "the socket.io handshake posted",
+            Method::POST,
+            "/socket.io/1/",
+        )
+        .answers(200),
+        Row::new(
+            "the socket.io handshake without keys",
+            Method::GET,
+            "/socket.io/1/",
+        )
+        .auth(As::Nobody)
+        .answers(200),
+        Row::new(
+            "the socket.io handshake with a wrong key",
+            Method::GET,
+            "/socket.io/1/",
+        )
+        .auth(As::WrongKey)
+        .unauthorized(),
+        Row::new(
+            "the socket.io socket asked with no upgrade",
+            Method::GET,
+            "/socket.io/1/websocket/abc",
+        )
+        .fails(400, 107),
+        events("events without keys", "tableName=Score")
+            .auth(As::Nobody)
+            .unauthorized(),
+        events("events with a wrong key", "tableName=Score")
+            .auth(As::WrongKey)
+            .unauthorized(),
+        events("events of no class", "action=updateTable").fails(400, 107),
+        events("events of an unknown action", "tableName=Score&action=nope").fails(400, 107),
+        events(
+            "events that unsubscribe",
+            "tableName=Score&action=unsub_updateTable",
+        )
+        .fails(400, 107),
+        events(
+            "events of a row without its objectId",
+            "tableName=Score&action=updateRow",
+        )
+        .fails(400, 107),
+        events("events where no query is", "tableName=Score&where=%5B1%5D").fails(400, 102),
+        events(
+            "events of a row with a where",
+            "tableName=Score&action=updateRow&objectId=abc&where=%7B%7D",
+        )
+        .fails(400, 102),
+    ];
+    run_rows(&cluster, &rows).await;
+    // What must not happen: a refused request left a subscription behind.
+    assert_eq!(
+        cluster.metric(0, "basalt_realtime_subscriptions").await,
+        0.0
+    );
 }
 
 /// Creates `n` objects of `class` through `clients` in turn (4 at a time); answers the

@@ -335,3 +335,102 @@ async fn schemas_are_inferred_managed_and_enforced() {
         .await
         .expect("recreated with a new type");
 }
+
+/// The schema endpoints as a table, on one node: who may call them (the master key only), each
+/// refused declaration with its code, and what must not happen (a refused create leaves no
+/// class behind; a class created once is not created twice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schema_endpoints_answer_as_their_table_says() {
+    use crate::common::scenario::{run_rows, As, Row};
+    let cluster = TestCluster::start(1, &[], &[]).await;
+    let master = |name: &'static str, method: Method, path: &str| {
+        Row::new(name, method, path.to_string()).auth(As::Master)
+    };
+    let declare = |name: &'static str, body: &str| {
+        master(name, Method::POST, "/1/schemas/Fresh").body(body.to_string())
+    };
+    let rows = vec![
+        Row::new("the list with the app's keys", Method::GET, "/1/schemas").fails(400, 10061),
+        Row::new(
+            "a class with the app's keys",
+            Method::GET,
+            "/1/schemas/_User",
+        )
+        .fails(400, 10061),
+        Row::new("the list without keys", Method::GET, "/1/schemas")
+            .auth(As::Nobody)
+            .unauthorized(),
+        master("the list", Method::GET, "/1/schemas").succeeds(200),
+        master("a built-in class", Method::GET, "/1/schemas/_User").succeeds(200),
+        master("a class created", Method::POST, "/1/schemas/Item")
+            .body(r#"{"className": "Item", "fields": {"price": {"type": "Number"}}}"#)
+            .succeeds(200),
+        master("a class created twice", Method::POST, "/1/schemas/Item")
+            .body(r#"{"className": "Item"}"#)
+            .fails(400, 103),
+        declare(
+            "a class named otherwise in its body",
+            r#"{"className": "Other"}"#,
+        )
+        .fails(400, 10062),
+        declare(
+            "a reserved column",
+            r#"{"fields": {"objectId": {"type": "String"}}}"#,
+        )
+        .fails(400, 10063),
+        declare(
+            "a Pointer without its targetClass",
+            r#"{"fields": {"p": {"type": "Pointer"}}}"#,
+        )
+        .fails(400, 10065),
+        declare(
+            "a Relation to a class that does not exist",
+            r#"{"fields": {"p": {"type": "Relation", "targetClass": "Ghost"}}}"#,
+        )
+        .fails(400, 10066),
+        declare(
+            "a column of an unknown type",
+            r#"{"fields": {"p": {"type": "Blob"}}}"#,
+        )
+        .fails(400, 10069),
+        declare(
+            "two geo columns",
+            r#"{"fields": {"a": {"type": "Geo"}, "b": {"type": "Geo"}}}"#,
+        )
+        .fails(400, 111),
+        master(
+            "a class name that is no name",
+            Method::POST,
+            "/1/schemas/9bad",
+        )
+        .body("{}")
+        .fails(400, 103),
+        master("a column added again", Method::PUT, "/1/schemas/Item")
+            .body(r#"{"fields": {"price": {"type": "Number"}}}"#)
+            .fails(400, 10064),
+        master("an unknown column deleted", Method::PUT, "/1/schemas/Item")
+            .body(r#"{"fields": {"ghost": {"__op": "Delete"}}}"#)
+            .fails(400, 10071),
+        master(
+            "a built-in column of users deleted",
+            Method::PUT,
+            "/1/schemas/_User",
+        )
+        .body(r#"{"fields": {"username": {"__op": "Delete"}}}"#)
+        .fails(400, 10073),
+        master(
+            "an unknown class deleted",
+            Method::DELETE,
+            "/1/schemas/Nowhere",
+        )
+        .fails(400, 104),
+        // What must not happen: none of the refused declarations created the class.
+        master(
+            "the class no declaration made",
+            Method::GET,
+            "/1/schemas/Fresh",
+        )
+        .fails(400, 104),
+    ];
+    run_rows(&cluster, &rows).await;
+}

@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use serde_json::Value;
 
 use super::matcher::{Matcher, FETCH_BATCH};
-use crate::acl::PUBLIC_PRINCIPAL;
+use crate::acl::Principals;
 use crate::error::Result;
 use crate::ids::GroupId;
 use crate::query::aggregate::{too_many_groups, AggregateRequest, Folder, MAX_GROUPS};
@@ -63,10 +63,10 @@ pub(super) fn privately_readable(
     group: GroupId,
     app: &str,
     class: &str,
-    principals: &[String],
+    principals: &Principals,
 ) -> Result<HashSet<String>> {
     let mut ids = HashSet::new();
-    for p in principals.iter().filter(|p| p.as_str() != PUBLIC_PRINCIPAL) {
+    for p in principals.private() {
         let prefix = readers_prefix(group, app, class, p);
         store.scan(CF_SM, &prefix, &keys::separated_end(&prefix), |k, _| {
             if let Some(id) = entry_object_id(k) {
@@ -93,15 +93,12 @@ pub(super) fn exact_count(
         return Ok(None);
     }
     let (app, class) = (req.app.as_str(), req.class.as_str());
-    let private = || match matcher.principals {
-        Some(ps) => privately_readable(store, group, app, class, ps),
-        None => Ok(HashSet::new()),
-    };
+    let private = || privately_readable(store, group, app, class, matcher.principals);
     if matches!(req.filter, Filter::All) {
         metrics::counter!("basalt_query_counted_from_index_total").increment(1);
-        return Ok(Some(match matcher.principals {
-            None => meta.counts.objects,
-            Some(_) => meta.counts.public + private()?.len() as u64,
+        return Ok(Some(match matcher.principals.is_master() {
+            true => meta.counts.objects,
+            false => meta.counts.public + private()?.len() as u64,
         }));
     }
     let Some(Plan {
@@ -164,7 +161,7 @@ pub(super) fn exact_count(
             let selected = match flags.first() {
                 Some(&f) if precise => {
                     f & PUBLIC != 0
-                        || matcher.principals.is_none()
+                        || matcher.principals.is_master()
                         || match &readable {
                             Some(r) => r.contains(id),
                             None => readable.insert(private()?).contains(id),
@@ -220,9 +217,9 @@ pub(super) fn count_groups(
 ) -> Result<bool> {
     let meta = &matcher.meta;
     let most_read = meta.counts.objects / 4;
-    let private = match matcher.principals {
-        Some(_) => meta.counts.objects.saturating_sub(meta.counts.public),
-        None => 0,
+    let private = match matcher.principals.is_master() {
+        false => meta.counts.objects.saturating_sub(meta.counts.public),
+        true => 0,
     };
     let markers = meta
         .markers
@@ -254,7 +251,7 @@ pub(super) fn count_groups(
         }
         let counted = scalar
             && flag.is_some_and(|f| {
-                f & TYPED == 0 && (f & PUBLIC != 0 || matcher.principals.is_none())
+                f & TYPED == 0 && (f & PUBLIC != 0 || matcher.principals.is_master())
             });
         if counted {
             if runs.last().is_none_or(|(v, _, _)| v.as_slice() != value) {

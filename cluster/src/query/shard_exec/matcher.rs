@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
 
-use crate::acl::{allows, Access, PUBLIC_PRINCIPAL};
+use crate::acl::{allows, Access, Principals};
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 use crate::ids::GroupId;
@@ -25,7 +25,7 @@ pub(super) struct Matcher<'a> {
     pub(super) filter: Prepared<'a>,
     /// Trips when nobody waits for the answer any more: every check stops the read.
     pub(super) cancel: &'a Cancel,
-    pub(super) principals: Option<&'a [String]>,
+    pub(super) principals: &'a Principals,
     pub(super) meta: IndexMeta,
     /// The top-level fields the filter, the ACL check, the order or the aggregation read: the
     /// only ones decoded from each candidate (`StoredObject::decode_only`). A handful, so
@@ -69,7 +69,7 @@ impl<'a> Matcher<'a> {
     /// (`class_metas`) before that shard is read.
     pub(super) fn new(
         filter: &'a Filter,
-        principals: Option<&'a [String]>,
+        principals: &'a Principals,
         extra: &[&str],
         groups: &'a [GroupId],
         cancel: &'a Cancel,
@@ -82,7 +82,7 @@ impl<'a> Matcher<'a> {
         let prepared = filter
             .prepare()
             .map_err(|e| Error::InvalidValue(e.to_string()))?;
-        let fields = read_fields(filter, principals.is_some(), extra);
+        let fields = read_fields(filter, !principals.is_master(), extra);
         let times = fields.iter().any(|f| f == "createdAt" || f == "updatedAt");
         Ok(Matcher {
             filter: prepared,
@@ -99,8 +99,7 @@ impl<'a> Matcher<'a> {
     /// Whether the caller may read every object anyone may (it holds `*`, as every caller but
     /// the master key does, or it is the master key): public entries then count for it.
     pub(super) fn reads_public(&self) -> bool {
-        self.principals
-            .is_none_or(|ps| ps.iter().any(|p| p == PUBLIC_PRINCIPAL))
+        self.principals.reads_public()
     }
 
     /// Whether scans of the class on this node's shards keep their blocks cached (the same

@@ -150,13 +150,7 @@ pub fn scan_shards(
     let mut rows: Vec<(Value, GroupId)> = Vec::new();
     let mut count = 0u64;
     let order_fields: Vec<&str> = req.order.iter().map(|k| k.field.as_str()).collect();
-    let mut matcher = Matcher::new(
-        &req.filter,
-        req.principals.as_deref(),
-        &order_fields,
-        groups,
-        cancel,
-    )?;
+    let mut matcher = Matcher::new(&req.filter, &req.principals, &order_fields, groups, cancel)?;
     let metas = class_metas(&view, groups, &req.app, &req.class)?;
     let WalkBound { bound, peeks } = walk_bound(&view, groups, &metas, req, keep)?;
     for ((&group, meta), peeked) in groups.iter().zip(metas).zip(peeks) {
@@ -264,13 +258,7 @@ pub fn aggregate_shards(
         .chain(&columns)
         .map(String::as_str)
         .collect();
-    let mut matcher = Matcher::new(
-        &req.filter,
-        req.principals.as_deref(),
-        &read,
-        groups,
-        cancel,
-    )?;
+    let mut matcher = Matcher::new(&req.filter, &req.principals, &read, groups, cancel)?;
     let metas = class_metas(store, groups, &req.app, &req.class)?;
     for (&group, meta) in groups.iter().zip(metas) {
         matcher.meta = meta;

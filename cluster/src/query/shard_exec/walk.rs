@@ -368,11 +368,8 @@ pub(super) fn walk_bound(
     // whole).
     let all = matches!(req.filter, Filter::All);
     let on_key = covered_by_index(&req.filter, &key.field);
-    let master = req.principals.is_none();
-    let public = req
-        .principals
-        .as_ref()
-        .is_some_and(|ps| ps.iter().any(|p| p == PUBLIC_PRINCIPAL));
+    let master = req.principals.is_master();
+    let public = req.principals.holds(PUBLIC_PRINCIPAL);
     // Each shard's first entries, about twice its share of `keep`: the bound is then close to
     // the `keep`-th best row, and few walks need more entries than were read ahead. Reading
     // `keep` entries of every shard instead gained nothing (bench/results/

@@ -10,7 +10,7 @@ use futures::future::BoxFuture;
 use serde_json::{json, Value};
 
 use super::Coordinator;
-use crate::acl::{allows, Access};
+use crate::acl::{allows, Access, Principals};
 use crate::error::{Error, Result};
 use crate::query::eval::lookup;
 use crate::query::filter::{Cond, Filter, SubQuery};
@@ -32,7 +32,7 @@ impl Coordinator {
         &self,
         app: &str,
         filter: Filter,
-        principals: Option<&[String]>,
+        principals: &Principals,
     ) -> Result<Filter> {
         let n = filter.sub_query_count();
         if n > MAX_SUB_QUERIES {
@@ -49,7 +49,7 @@ impl Coordinator {
         &'a self,
         app: &'a str,
         filter: Filter,
-        principals: Option<&'a [String]>,
+        principals: &'a Principals,
     ) -> BoxFuture<'a, Result<Filter>> {
         Box::pin(async move {
             Ok(match filter {
@@ -76,7 +76,7 @@ impl Coordinator {
         &self,
         app: &str,
         fs: Vec<Filter>,
-        principals: Option<&[String]>,
+        principals: &Principals,
     ) -> Result<Vec<Filter>> {
         let mut out = Vec::with_capacity(fs.len());
         for f in fs {
@@ -85,12 +85,7 @@ impl Coordinator {
         Ok(out)
     }
 
-    async fn resolve_cond(
-        &self,
-        app: &str,
-        cond: Cond,
-        principals: Option<&[String]>,
-    ) -> Result<Cond> {
+    async fn resolve_cond(&self, app: &str, cond: Cond, principals: &Principals) -> Result<Cond> {
         let pointers = |rows: Vec<Value>, class: &str| -> Vec<Value> {
             rows.iter()
                 .filter_map(|r| r.get("objectId").and_then(Value::as_str))
@@ -131,7 +126,7 @@ impl Coordinator {
         &self,
         app: &str,
         q: SubQuery,
-        principals: Option<&[String]>,
+        principals: &Principals,
         key: &str,
     ) -> Result<Vec<Value>> {
         let filter = self.resolve_filter(app, *q.filter, principals).await?;
@@ -142,7 +137,7 @@ impl Coordinator {
             order: Vec::new(),
             skip: 0,
             limit: MAX_SUB_QUERY_ROWS + 1,
-            principals: principals.map(<[String]>::to_vec),
+            principals: principals.clone(),
             count: false,
             keys: vec![key.to_string()],
         };
@@ -164,7 +159,7 @@ impl Coordinator {
         class: &str,
         object_id: &str,
         key: &str,
-        principals: Option<&[String]>,
+        principals: &Principals,
     ) -> Result<Vec<String>> {
         let Some(parent) = self
             .replicas
