@@ -115,6 +115,75 @@ mod tests {
         ]
     }
 
+    /// The bytes this build writes for the messages whose identity fields are to become typed
+    /// (app, class, objectId, principals): pinned, so that a change of their Rust types that
+    /// changed a byte of the Raft log or the wire fails here.
+    #[test]
+    fn identity_fields_keep_the_bytes_earlier_builds_wrote() {
+        use crate::command::ReadRequest;
+        use crate::query::filter::Filter;
+        use crate::query::ScanRequest;
+        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+        let scan = ScanRequest {
+            app: "app".into(),
+            class: "C".into(),
+            filter: Filter::All,
+            order: ScanRequest::parse_order("-n"),
+            skip: 1,
+            limit: 2,
+            principals: Principals::public(),
+            count: true,
+            keys: vec!["n".into()],
+        };
+        let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+            (
+                "delete as a user",
+                encode(&Command::DeleteObject {
+                    app: "app".into(),
+                    class: "C".into(),
+                    object_id: "x1".into(),
+                    principals: Principals::acting(vec!["*".into(), "u1".into()]),
+                })
+                .unwrap(),
+                "0281ac44656c6574654f626a65637484a3617070a3617070a5636c617373a143a96f626a6563745f6964a27831aa7072696e636970616c7392a12aa27531",
+            ),
+            (
+                "delete as the master",
+                encode(&Command::DeleteObject {
+                    app: "app".into(),
+                    class: "C".into(),
+                    object_id: "x1".into(),
+                    principals: Principals::master(),
+                })
+                .unwrap(),
+                "0281ac44656c6574654f626a65637483a3617070a3617070a5636c617373a143a96f626a6563745f6964a27831",
+            ),
+            (
+                "read as anyone",
+                encode(&ReadRequest::GetObject {
+                    app: "app".into(),
+                    class: "C".into(),
+                    object_id: "x1".into(),
+                    principals: Principals::public(),
+                })
+                .unwrap(),
+                "0281a94765744f626a65637484a3617070a3617070a5636c617373a143a96f626a6563745f6964a27831aa7072696e636970616c7391a12a",
+            ),
+            (
+                "scan",
+                encode(&ReadRequest::ScanObjects(scan)).unwrap(),
+                "0281ab5363616e4f626a6563747389a3617070a3617070a5636c617373a143a666696c746572a3416c6ca56f726465729182a56669656c64a16eaa64657363656e64696e67c3a4736b697001a56c696d697402aa7072696e636970616c7391a12aa5636f756e74c3a46b65797391a16e",
+            ),
+        ];
+        let mut wrong = Vec::new();
+        for (what, bytes, want) in &cases {
+            if hex(bytes) != *want {
+                wrong.push(format!("{what}: {}", hex(bytes)));
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    }
+
     #[test]
     fn commands_round_trip_in_the_binary_format_and_are_smaller_than_json() {
         for cmd in commands() {
