@@ -70,14 +70,16 @@ enum NewAddress {
     Keep,
 }
 
-/// Creates a user of `updates` (the body's fields and what its kind of sign-up adds) with a
-/// first session, claiming the body's login names and `claims` so that no other user takes
-/// them (released when the create fails).
+/// Creates a user of `updates` (the body's fields and what its kind of sign-up adds; then, for
+/// a new address with verification on, `emailVerified: false`; then `after_flag`: the order
+/// each sign-up always wrote them in) with a first session, claiming the body's login names
+/// and `claims` so that no other user takes them (released when the create fails).
 async fn create_user(
     state: &AppState,
     ctx: &RequestCtx,
     body: &Map<String, Value>,
     mut updates: Vec<FieldUpdate>,
+    after_flag: Option<FieldUpdate>,
     claims: &[(Unique, String)],
     address: NewAddress,
 ) -> Result<NewUser, ApiError> {
@@ -90,6 +92,7 @@ async fn create_user(
     if verify.is_some() {
         updates.push(set("emailVerified", json!(false)));
     }
+    updates.extend(after_flag);
     let id = super::objects::new_object_id(state, app, USER_CLASS);
     let token = new_token(&id);
     let now = now_ms();
@@ -141,6 +144,23 @@ async fn send_verification(state: &AppState, ctx: &RequestCtx, user_id: &str, em
     }
 }
 
+/// A sign-up's password, taken out of its body, which must also name the user
+/// (`MissingCredentials` otherwise).
+fn credentials(body: &mut Map<String, Value>) -> Result<String, ApiError> {
+    let password = take_string(body, "password")?;
+    let username = body
+        .get("username")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty());
+    let (Some(_), Some(password)) = (username, password) else {
+        return Err(UsersApiError::MissingCredentials(
+            "username and password are required.".into(),
+        )
+        .into());
+    };
+    Ok(password)
+}
+
 /// `POST /1/users`: registers a user; 201 `{createdAt, objectId, sessionToken}`.
 pub async fn sign_up(
     State(state): State<AppState>,
@@ -159,20 +179,19 @@ pub async fn sign_up(
     }
     check_service_fields(ctx.master, &body)?;
     check_login_field_types(&body)?;
-    let password = take_string(&mut body, "password")?;
-    let username = body
-        .get("username")
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty());
-    let (Some(_), Some(password)) = (username, password) else {
-        return Err(UsersApiError::MissingCredentials(
-            "username and password are required.".into(),
-        )
-        .into());
-    };
-    let mut updates = parse_updates(&body)?;
-    updates.push(password_update(password).await?);
-    let user = create_user(&state, &ctx, &body, updates, &[], NewAddress::Verify).await?;
+    let password = credentials(&mut body)?;
+    let updates = parse_updates(&body)?;
+    let password = Some(password_update(password).await?);
+    let user = create_user(
+        &state,
+        &ctx,
+        &body,
+        updates,
+        password,
+        &[],
+        NewAddress::Verify,
+    )
+    .await?;
     Ok(user.created(&state, Vec::new()))
 }
 
@@ -283,7 +302,7 @@ async fn create_phone_user(
     let mut updates = parse_updates(body)?;
     updates.extend(phone_verified());
     updates.extend(password);
-    let user = create_user(state, ctx, body, updates, &[], NewAddress::Verify).await?;
+    let user = create_user(state, ctx, body, updates, None, &[], NewAddress::Verify).await?;
     let stored = state
         .cluster
         .get_stored_object(&ctx.app.application_id, USER_CLASS, &user.id)
@@ -358,7 +377,7 @@ async fn third_party_sign_up(
         });
         claims.push((Unique::AuthData(platform), id));
     }
-    let user = create_user(state, ctx, &body, updates, &claims, NewAddress::Keep).await?;
+    let user = create_user(state, ctx, &body, updates, None, &claims, NewAddress::Keep).await?;
     Ok(user.created(state, vec![("username", json!(username))]))
 }
 

@@ -382,3 +382,55 @@ async fn batches_through_every_node_lose_nothing_when_a_node_dies() {
         );
     }
 }
+
+/// `/1/batch` as a table, on one node: each envelope it refuses and its code, who may send one,
+/// and what must not happen (a refused envelope runs none of its operations).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_endpoint_answers_as_its_table_says() {
+    use common::scenario::{run_rows, After, As, Row};
+    let cluster = TestCluster::start(1, &[], &[]).await;
+    let op = json!({"method": "POST", "path": "/1/classes/Doc", "body": {"n": 0}});
+    let envelope = |name: &'static str, body: Value| {
+        Row::new(name, Method::POST, "/1/batch")
+            .body(body.to_string())
+            .after(After::Count("Doc", 0))
+    };
+    let fifty_one: Vec<Value> = (0..51).map(|_| op.clone()).collect();
+    let rows = vec![
+        envelope(
+            "requests that are no array",
+            json!({"requests": op.clone()}),
+        )
+        .fails(400, 112),
+        envelope("no requests", json!({})).fails(400, 112),
+        envelope("51 operations", json!({ "requests": fifty_one })).fails(400, 114),
+        envelope(
+            "an operation of a method a batch does not run",
+            json!({"requests": [op.clone(), {"method": "GET", "path": "/1/classes/Doc"}]}),
+        )
+        .fails(400, 113),
+        envelope(
+            "an operation on a path a batch does not run",
+            json!({"requests": [op.clone(), {"method": "POST", "path": "/1/apps"}]}),
+        )
+        .fails(400, 113),
+        envelope(
+            "an operation that is no object",
+            json!({"requests": [op.clone(), 7]}),
+        )
+        .fails(400, 113),
+        Row::new("no body", Method::POST, "/1/batch")
+            .fails(400, 107)
+            .after(After::Count("Doc", 0)),
+        Row::new("a batch without keys", Method::POST, "/1/batch")
+            .auth(As::Nobody)
+            .body(json!({ "requests": [op.clone()] }).to_string())
+            .unauthorized()
+            .after(After::Count("Doc", 0)),
+        Row::new("a batch", Method::POST, "/1/batch")
+            .body(json!({ "requests": [op.clone(), op.clone()] }).to_string())
+            .succeeds(200)
+            .after(After::Count("Doc", 2)),
+    ];
+    run_rows(&cluster, &rows).await;
+}

@@ -271,3 +271,39 @@ async fn bql_answers_like_the_rest_form() {
         "values not an array",
     );
 }
+
+/// `/1/cloudQuery` as a table, on one node: statements it refuses (601), who may ask, and a
+/// statement over a class that holds nothing yet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cloud_query_endpoint_answers_as_its_table_says() {
+    use crate::common::scenario::{run_rows, As, Row};
+    let cluster = TestCluster::start(1, &[], &[]).await;
+    let ask = |name: &'static str, statement: &str| {
+        Row::new(
+            name,
+            Method::GET,
+            format!("/1/cloudQuery?bql={}", urlencode(statement)),
+        )
+    };
+    let rows = vec![
+        ask("a select", "select * from Item").succeeds(200),
+        ask("a count", "select count(*) from Item").succeeds(200),
+        ask("a statement that does not parse", "select * form Item").fails(400, 601),
+        ask(
+            "a placeholder without values",
+            "select * from Item where n = ?",
+        )
+        .fails(400, 601),
+        Row::new(
+            "values that are no array",
+            Method::GET,
+            "/1/cloudQuery?bql=select%20*%20from%20Item&values=3",
+        )
+        .fails(400, 601),
+        Row::new("no statement", Method::GET, "/1/cloudQuery").fails(400, 601),
+        ask("a statement without keys", "select * from Item")
+            .auth(As::Nobody)
+            .unauthorized(),
+    ];
+    run_rows(&cluster, &rows).await;
+}

@@ -12,6 +12,7 @@ mod aggregates;
 mod apps;
 mod auth;
 mod batch;
+mod captcha;
 mod cloud_query;
 mod email;
 mod files;

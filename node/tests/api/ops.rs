@@ -197,3 +197,21 @@ async fn health_is_degraded_when_no_quorum_answers() {
         "{last}"
     );
 }
+
+/// `/1/timestamp` as a table: the time for the app's keys, 401 without them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timestamp_answers_as_its_table_says() {
+    use super::common::scenario::{run_rows, As, Row};
+    use basalt_client::Method;
+    let cluster = TestCluster::start(1, &[], &[]).await;
+    let rows = vec![
+        Row::new("the time", Method::GET, "/1/timestamp").succeeds(200),
+        Row::new("the time without keys", Method::GET, "/1/timestamp")
+            .auth(As::Nobody)
+            .unauthorized(),
+        Row::new("the time with a wrong key", Method::GET, "/1/timestamp")
+            .auth(As::WrongKey)
+            .unauthorized(),
+    ];
+    run_rows(&cluster, &rows).await;
+}
