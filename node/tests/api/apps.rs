@@ -285,3 +285,61 @@ async fn an_apps_request_rate_is_limited_and_others_are_not() {
         .set_app_settings(json!({"requestsPerSecond": null}))
         .await;
 }
+
+/// App management as a table, on one node: who may manage apps (the console account only), each
+/// refused app body and its code, and unknown apps; a refused create leaves no app behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn app_endpoints_answer_as_their_table_says() {
+    use super::common::scenario::{run_rows, As, Row};
+    let cluster = TestCluster::start(1, &[], &[]).await;
+    let console = |name: &'static str, method: Method, path: &str| {
+        Row::new(name, method, path.to_string()).auth(As::Console)
+    };
+    let create = |name: &'static str, body: Value| {
+        console(name, Method::POST, "/1/apps").body(body.to_string())
+    };
+    let rows = vec![
+        Row::new("the apps without an account", Method::GET, "/1/apps")
+            .auth(As::Nobody)
+            .unauthorized(),
+        Row::new("the apps with an app's keys", Method::GET, "/1/apps").unauthorized(),
+        console("the apps", Method::GET, "/1/apps").succeeds(200),
+        create("an app", json!({"appName": "Demo"})).succeeds(200),
+        create(
+            "an app of a name too long",
+            json!({"appName": "x".repeat(30)}),
+        )
+        .fails(400, 10032),
+        create("an app without a name", json!({"status": 1})).fails(400, 107),
+        create(
+            "an app of a status neither 0 nor 1",
+            json!({"appName": "A", "status": 7}),
+        )
+        .fails(400, 107),
+        create(
+            "an app with a member apps do not have",
+            json!({"appName": "A", "owner": "x"}),
+        )
+        .fails(400, 107),
+        create("an app body that is no object", json!([1])).fails(400, 107),
+        console("an unknown app", Method::GET, "/1/apps/nope").fails(404, 101),
+        console("an unknown app changed", Method::PUT, "/1/apps/nope")
+            .body(r#"{"appName": "B"}"#)
+            .fails(404, 101),
+        console(
+            "the usage of an unknown app",
+            Method::GET,
+            "/1/apps/nope/usage",
+        )
+        .fails(404, 101),
+    ];
+    run_rows(&cluster, &rows).await;
+    // What must not happen: a refused create made an app (the default one and Demo only).
+    let apps = cluster
+        .console_client(0)
+        .request(Method::GET, "/1/apps", None, false)
+        .await
+        .expect("the apps")
+        .body;
+    assert_eq!(apps["results"].as_array().map(Vec::len), Some(2), "{apps}");
+}

@@ -21,6 +21,8 @@ pub enum As {
     WrongKey,
     /// No keys at all.
     Nobody,
+    /// The console account's email and password (app management).
+    Console,
 }
 
 /// State read back after a row, with the master key.
@@ -130,6 +132,14 @@ pub async fn run_rows(cluster: &TestCluster, rows: &[Row]) {
             As::Session(t) => vec![app, rest, ("X-Service-Session-Token", t.clone())],
             As::WrongKey => vec![app, ("X-Service-REST-API-Key", "wrong".into())],
             As::Nobody => vec![],
+            As::Console => {
+                let doc = cluster.credentials();
+                let text = |k: &str| doc["console"][k].as_str().unwrap_or_default().to_string();
+                vec![
+                    ("X-Service-Email", text("email")),
+                    ("X-Service-Password", text("password")),
+                ]
+            }
         };
         for (k, v) in headers {
             req = req.header(k, v);
