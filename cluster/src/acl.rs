@@ -71,7 +71,7 @@ impl Principals {
     }
 
     /// The list acted as; `None` for the master.
-    pub fn list(&self) -> Option<&[String]> {
+    fn list(&self) -> Option<&[String]> {
         self.0.as_deref()
     }
 

@@ -36,9 +36,7 @@ use crate::admin::{ClusterSettings, GroupDigest, GroupStatus, NodeRecord, NodeSt
 use crate::cancel::Cancel;
 use crate::command::{Command, Proposed, ReadRequest, ReadResponse};
 use crate::error::{Error, Result};
-use crate::ids::{
-    class_groups, is_meta_class, object_group, shard_for, GroupId, NodeId, META_GROUP,
-};
+use crate::ids::{class_groups, is_meta_class, object_group, GroupId, NodeId, META_GROUP};
 use crate::namespace::Namespace;
 use crate::network::GroupNetwork;
 use crate::object::new_object_id;
@@ -197,11 +195,6 @@ impl Replicas {
 
     pub fn shards(&self) -> u32 {
         self.inner.settings.shards
-    }
-
-    /// The data shard that owns an object (or an internal record keyed like one).
-    pub fn shard_for(&self, app: &str, class: &str, object_id: &str) -> GroupId {
-        shard_for(app, class, object_id, self.shards())
     }
 
     /// The group that stores an object (`ids::object_group`).
