@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use crate::acl::Principals;
 use crate::error::Error;
+use crate::names::AppId;
 use crate::query::ScanRequest;
 use crate::schema::{ColumnChange, Need};
 use crate::update::FieldUpdate;
@@ -20,7 +21,7 @@ use crate::update::FieldUpdate;
 pub enum Command {
     /// Create an object with the given updates applied to an empty object.
     CreateObject {
-        app: String,
+        app: AppId,
         class: String,
         object_id: String,
         now_ms: i64,
@@ -29,7 +30,7 @@ pub enum Command {
     /// Apply updates to an existing object. With `principals`, the object's ACL must grant
     /// one of them write access (else the object is treated as absent); `None` checks nothing.
     UpdateObject {
-        app: String,
+        app: AppId,
         class: String,
         object_id: String,
         now_ms: i64,
@@ -51,7 +52,7 @@ pub enum Command {
     },
     /// Delete an object (`principals` as for `UpdateObject`).
     DeleteObject {
-        app: String,
+        app: AppId,
         class: String,
         object_id: String,
         #[serde(
@@ -124,29 +125,29 @@ pub enum Command {
     /// Metadata group: admit a write's column requirements into the class schema, adding new
     /// columns; creates the class when `may_create_class`, else rejects an unknown class.
     EnsureColumns {
-        app: String,
+        app: AppId,
         class: String,
         needs: Vec<(String, Need)>,
         may_create_class: bool,
     },
     /// Metadata group: create a class schema with the given columns (schema endpoints).
     CreateClass {
-        app: String,
+        app: AppId,
         class: String,
         changes: Vec<ColumnChange>,
     },
     /// Metadata group: add or delete columns of an existing class.
     AlterClass {
-        app: String,
+        app: AppId,
         class: String,
         changes: Vec<ColumnChange>,
     },
     /// Metadata group: delete a class schema.
-    DropClass { app: String, class: String },
+    DropClass { app: AppId, class: String },
     /// Data shard: delete up to `limit` objects of a class whose objectId sorts after `after`,
     /// or, with `field`, remove that field from them. Answers `Purged` with where to go on.
     PurgeClass {
-        app: String,
+        app: AppId,
         class: String,
         field: Option<String>,
         after: Option<String>,
@@ -156,7 +157,7 @@ pub enum Command {
     /// class's index entries, a page per command from after `after` (answers `Purged`, whose
     /// `next` says where to continue).
     DeclareIndex {
-        app: String,
+        app: AppId,
         class: String,
         field: Option<String>,
         after: Option<String>,
@@ -172,7 +173,7 @@ pub enum Command {
     /// first page, `started` false) and delete up to `limit` entries of the columns being
     /// dropped (answers `Purged`; `next` is set while more remain).
     DropIndex {
-        app: String,
+        app: AppId,
         class: String,
         field: String,
         started: bool,
@@ -203,7 +204,7 @@ impl Command {
     /// The app an object command (or a batch of them) writes to, and roughly the bytes of
     /// values it carries (`replicas::app_share`); none for records and the service's own
     /// commands.
-    pub fn app_bytes(&self) -> Option<(&str, usize)> {
+    pub fn app_bytes(&self) -> Option<(&AppId, usize)> {
         const OVERHEAD: usize = 64;
         let values = |updates: &[crate::update::FieldUpdate]| -> usize {
             use crate::update::UpdateOp;
@@ -227,10 +228,8 @@ impl Command {
         };
         match self {
             Command::CreateObject { app, updates, .. }
-            | Command::UpdateObject { app, updates, .. } => {
-                Some((app.as_str(), OVERHEAD + values(updates)))
-            }
-            Command::DeleteObject { app, .. } => Some((app.as_str(), OVERHEAD)),
+            | Command::UpdateObject { app, updates, .. } => Some((app, OVERHEAD + values(updates))),
+            Command::DeleteObject { app, .. } => Some((app, OVERHEAD)),
             Command::Batch(cmds) => {
                 let mut app = None;
                 let mut bytes = 0;
@@ -379,7 +378,7 @@ pub enum CommandResult {
 pub enum ReadRequest {
     /// An object; absent when `principals` may not read it.
     GetObject {
-        app: String,
+        app: AppId,
         class: String,
         object_id: String,
         #[serde(
@@ -398,12 +397,12 @@ pub enum ReadRequest {
     /// Every object of a class on the shard as stored, relation members included (for the
     /// service's own lookups over small system classes such as `_Role`).
     ScanStoredObjects {
-        app: String,
+        app: AppId,
         class: String,
     },
     /// An object as stored, internal fields included (for the service's own checks).
     GetStoredObject {
-        app: String,
+        app: AppId,
         class: String,
         object_id: String,
     },

@@ -52,6 +52,14 @@ impl AppId {
 
 reads_as_str!(AppId);
 
+/// Tests name their apps with literals.
+#[cfg(test)]
+impl From<&str> for AppId {
+    fn from(id: &str) -> AppId {
+        AppId(id.to_string())
+    }
+}
+
 /// A class name that passed its check.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ClassName(String);

@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use basalt_cluster::names::AppId;
 use basalt_cluster::update::{FieldUpdate, UpdateOp};
 use basalt_cluster::usage::AppUsage;
 use basalt_cluster::Cluster;
@@ -200,7 +201,7 @@ impl StorageQuotas {
     pub async fn admit(
         &self,
         cluster: &Cluster,
-        app: &str,
+        app: &AppId,
         stored: Stored,
         quota_mb: Option<u64>,
         (adds, arrived): (u64, Instant),
@@ -216,7 +217,7 @@ impl StorageQuotas {
     pub async fn fits(
         &self,
         cluster: &Cluster,
-        app: &str,
+        app: &AppId,
         stored: Stored,
         quota_mb: Option<u64>,
         adds: u64,
@@ -236,7 +237,7 @@ impl StorageQuotas {
     async fn settle(
         &self,
         cluster: &Cluster,
-        app: &str,
+        app: &AppId,
         stored: Stored,
         quota_mb: Option<u64>,
         (adds, arrived): (u64, Instant),
@@ -258,7 +259,7 @@ impl StorageQuotas {
                     // A shard that cannot be read now (no leader) does not stop the app's
                     // writes to the others: the last reading serves, and with none the write
                     // is judged by what this node admitted.
-                    Err(e) => tracing::debug!(app, "reading the app's usage: {e}"),
+                    Err(e) => tracing::debug!(app = %app, "reading the app's usage: {e}"),
                 }
             }
         }

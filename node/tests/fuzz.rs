@@ -135,7 +135,7 @@ proptest! {
                 // Accepted: survives the log encoding, and its schema checks and operators
                 // answer rather than panic.
                 let cmd = Command::UpdateObject {
-                    app: "a".into(),
+                    app: basalt_cluster::names::AppId::new_app("a".into()),
                     class: "C".into(),
                     object_id: "0123456789".into(),
                     now_ms: 1,

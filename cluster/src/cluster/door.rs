@@ -14,6 +14,7 @@ use crate::command::{Command, Proposed, QuotaWindow};
 use crate::disk::DiskStatus;
 use crate::error::Result;
 use crate::ids::{GroupId, NodeId};
+use crate::names::AppId;
 use crate::namespace::Namespace;
 use crate::object::StoredObject;
 use crate::services::change_tail::TailEvent;
@@ -52,18 +53,18 @@ impl Cluster {
     /// data shards, one that lands on the shard of its create lane (`create_lane`), so that
     /// creating it needs no forward to another node and creates arriving together share one
     /// Raft round; else any (decisions/0025, 0028).
-    pub fn new_object_id(&self, app: &str, class: &str) -> String {
+    pub fn new_object_id(&self, app: &AppId, class: &str) -> String {
         self.inner.replicas.new_object_id(app, class)
     }
 
     /// The group that stores an object (`ids::object_group`).
-    pub fn object_group(&self, app: &str, class: &str, object_id: &str) -> GroupId {
+    pub fn object_group(&self, app: &AppId, class: &str, object_id: &str) -> GroupId {
         self.inner.replicas.object_group(app, class, object_id)
     }
 
     /// The group holding `app`'s record of `ns` that `key` routes (`namespace::record_group`:
     /// claims, nonces, SMS).
-    pub fn app_record_group(&self, ns: Namespace, app: &str, key: &str) -> GroupId {
+    pub fn app_record_group(&self, ns: Namespace, app: &AppId, key: &str) -> GroupId {
         crate::namespace::record_group(ns, app, key, self.inner.replicas.shards())
     }
 
@@ -76,7 +77,7 @@ impl Cluster {
     /// Reads one object, linearizably (no access check: the service's own reads).
     pub async fn get_object(
         &self,
-        app: &str,
+        app: &AppId,
         class: &str,
         object_id: &str,
     ) -> Result<Option<Value>> {
@@ -86,7 +87,7 @@ impl Cluster {
     /// Reads one object as `principals` would see it: absent when they may not read it.
     pub async fn get_object_as(
         &self,
-        app: &str,
+        app: &AppId,
         class: &str,
         object_id: &str,
         principals: Principals,
@@ -100,7 +101,7 @@ impl Cluster {
     /// Reads one object as stored, internal fields included, linearizably.
     pub async fn get_stored_object(
         &self,
-        app: &str,
+        app: &AppId,
         class: &str,
         object_id: &str,
     ) -> Result<Option<StoredObject>> {
@@ -116,7 +117,7 @@ impl Cluster {
     /// proposed with `propose_settled`.
     pub fn current_stored_object(
         &self,
-        app: &str,
+        app: &AppId,
         class: &str,
         object_id: &str,
     ) -> Option<StoredObject> {
@@ -131,7 +132,7 @@ impl Cluster {
     /// (`settle`).
     pub fn local_meta_objects(
         &self,
-        app: &str,
+        app: &AppId,
         class: &str,
     ) -> Result<Vec<(String, StoredObject)>> {
         self.inner.replicas.local_meta_objects(app, class)
@@ -306,7 +307,7 @@ impl Cluster {
 
     /// What `app` stores in the cluster: the sum of its usage in every group (the metadata
     /// group keeps a few classes), each read linearizably (`usage::AppUsage`).
-    pub async fn app_usage(&self, app: &str) -> Result<crate::usage::AppUsage> {
+    pub async fn app_usage(&self, app: &AppId) -> Result<crate::usage::AppUsage> {
         self.inner.replicas.app_usage(app).await
     }
 

@@ -21,6 +21,7 @@ use super::order::RowOrder;
 use super::SortKey;
 use crate::acl::Principals;
 use crate::error::{Error, Result};
+use crate::names::AppId;
 
 /// Most groups an aggregation may produce (per shard and merged).
 pub const MAX_GROUPS: usize = 100_000;
@@ -79,7 +80,7 @@ impl AggregateSpec {
 /// The aggregation a shard runs over its objects of one class.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AggregateRequest {
-    pub app: String,
+    pub app: AppId,
     pub class: String,
     #[serde(default)]
     pub filter: Filter,

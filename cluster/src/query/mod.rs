@@ -22,6 +22,7 @@ use std::collections::HashSet;
 use serde::{Deserialize, Serialize};
 
 use crate::acl::Principals;
+use crate::names::AppId;
 
 /// One sort key: a field name and its direction.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -33,7 +34,7 @@ pub struct SortKey {
 /// A scan of one class on one shard.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ScanRequest {
-    pub app: String,
+    pub app: AppId,
     pub class: String,
     /// The `where` every returned object satisfies, its sub-queries already resolved.
     #[serde(default)]

@@ -15,6 +15,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::{Error, Result};
 use crate::ids::GroupId;
+use crate::names::AppId;
 
 /// Bytes of one app's writes one group may have in flight.
 pub const SHARE_BYTES: usize = 32 << 20;
@@ -29,7 +30,7 @@ const REMEMBERED: usize = 10_000;
 
 #[derive(Default)]
 pub(super) struct AppShares {
-    groups: Mutex<HashMap<GroupId, HashMap<String, Arc<Semaphore>>>>,
+    groups: Mutex<HashMap<GroupId, HashMap<AppId, Arc<Semaphore>>>>,
 }
 
 impl AppShares {
@@ -37,7 +38,7 @@ impl AppShares {
     pub(super) async fn hold(
         &self,
         group: GroupId,
-        app: &str,
+        app: &AppId,
         bytes: usize,
     ) -> Result<OwnedSemaphorePermit> {
         self.hold_within(group, app, bytes, WAIT).await
@@ -46,7 +47,7 @@ impl AppShares {
     async fn hold_within(
         &self,
         group: GroupId,
-        app: &str,
+        app: &AppId,
         bytes: usize,
         wait: Duration,
     ) -> Result<OwnedSemaphorePermit> {
@@ -67,7 +68,7 @@ impl AppShares {
         }
     }
 
-    fn share(&self, group: GroupId, app: &str) -> Arc<Semaphore> {
+    fn share(&self, group: GroupId, app: &AppId) -> Arc<Semaphore> {
         let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
         let apps = groups.entry(group).or_default();
         if let Some(s) = apps.get(app) {
@@ -77,7 +78,7 @@ impl AppShares {
             apps.retain(|_, s| Arc::strong_count(s) > 1);
         }
         let s = Arc::new(Semaphore::new(SHARE_BYTES / UNIT));
-        apps.insert(app.to_string(), Arc::clone(&s));
+        apps.insert(app.clone(), Arc::clone(&s));
         s
     }
 }
@@ -93,22 +94,28 @@ mod tests {
         let shares = AppShares::default();
         let g = GroupId::new(1);
         let short = Duration::from_millis(50);
-        let big = shares.hold_within(g, "a", 20 << 20, short).await.unwrap();
-        let more = shares.hold_within(g, "a", 12 << 20, short).await.unwrap();
-        let refused = shares.hold_within(g, "a", 1 << 20, short).await;
+        let big = shares
+            .hold_within(g, &"a".into(), 20 << 20, short)
+            .await
+            .unwrap();
+        let more = shares
+            .hold_within(g, &"a".into(), 12 << 20, short)
+            .await
+            .unwrap();
+        let refused = shares.hold_within(g, &"a".into(), 1 << 20, short).await;
         assert!(matches!(refused, Err(Error::Overloaded(_))), "{refused:?}");
-        let other_app = shares.hold_within(g, "b", 1 << 20, short).await;
+        let other_app = shares.hold_within(g, &"b".into(), 1 << 20, short).await;
         assert!(other_app.is_ok());
         let other_group = shares
-            .hold_within(GroupId::new(2), "a", 1 << 20, short)
+            .hold_within(GroupId::new(2), &"a".into(), 1 << 20, short)
             .await;
         assert!(other_group.is_ok());
         drop(big);
-        let again = shares.hold_within(g, "a", 1 << 20, short).await;
+        let again = shares.hold_within(g, &"a".into(), 1 << 20, short).await;
         assert!(again.is_ok());
         drop((more, again));
         // A write larger than the share goes alone.
-        let alone = shares.hold_within(g, "a", 100 << 20, short).await;
+        let alone = shares.hold_within(g, &"a".into(), 100 << 20, short).await;
         assert!(alone.is_ok());
     }
 }

@@ -8,6 +8,7 @@
 //! Used by `Replicas::new_object_id`; the ids themselves are `object::new_object_id`.
 
 use crate::ids::{shard_for, GroupId};
+use crate::names::AppId;
 use crate::object::new_object_id;
 
 /// Ids drawn per data shard, at most, looking for one on the lane's shard (an id lands on a
@@ -39,7 +40,7 @@ impl Lane<'_> {
 
     /// A new objectId for an object of `class` in `app` on the lane's shard at `now_ms`;
     /// failing that (after many draws, or without turns), one on any led shard, else any.
-    pub fn draw_id(&self, app: &str, class: &str, shards: u32, now_ms: i64) -> String {
+    pub fn draw_id(&self, app: &AppId, class: &str, shards: u32, now_ms: i64) -> String {
         if self.led.is_empty() {
             return new_object_id();
         }
@@ -102,7 +103,7 @@ mod tests {
     fn a_node_leading_no_shard_has_no_lane() {
         assert_eq!(lane(&[]).shard_at(12_345), None);
         // Its ids are still ids, on any shard.
-        let id = lane(&[]).draw_id("app", "Game", 16, 12_345);
+        let id = lane(&[]).draw_id(&"app".into(), "Game", 16, 12_345);
         assert_eq!(id.len(), 10);
     }
 
@@ -113,7 +114,7 @@ mod tests {
             let now = turn * TURN;
             let want = lane(&led).shard_at(now).unwrap();
             for _ in 0..20 {
-                let id = lane(&led).draw_id("app", "Game", 16, now);
+                let id = lane(&led).draw_id(&"app".into(), "Game", 16, now);
                 assert_eq!(shard_for("app", "Game", &id, 16), want, "{id} at {now}");
             }
         }
@@ -136,7 +137,7 @@ mod tests {
         assert_eq!(lane.shard_at(0), None);
         let mut seen = std::collections::BTreeMap::new();
         for _ in 0..600 {
-            let id = lane.draw_id("app", "Game", 16, 0);
+            let id = lane.draw_id(&"app".into(), "Game", 16, 0);
             *seen.entry(shard_for("app", "Game", &id, 16)).or_insert(0) += 1;
         }
         assert_eq!(seen.keys().copied().collect::<Vec<_>>(), led.to_vec());

@@ -37,6 +37,7 @@ use crate::cancel::Cancel;
 use crate::command::{Command, Proposed, ReadRequest, ReadResponse};
 use crate::error::{Error, Result};
 use crate::ids::{class_groups, is_meta_class, object_group, GroupId, NodeId, META_GROUP};
+use crate::names::AppId;
 use crate::namespace::Namespace;
 use crate::network::GroupNetwork;
 use crate::object::new_object_id;
@@ -198,7 +199,7 @@ impl Replicas {
     }
 
     /// The group that stores an object (`ids::object_group`).
-    pub fn object_group(&self, app: &str, class: &str, object_id: &str) -> GroupId {
+    pub fn object_group(&self, app: &AppId, class: &str, object_id: &str) -> GroupId {
         object_group(app, class, object_id, self.shards())
     }
 
@@ -206,7 +207,7 @@ impl Replicas {
     /// data shards, one that lands on the shard of its create lane (`create_lane`), so that
     /// creating it needs no forward to another node and creates arriving together share one
     /// Raft round; else any (decisions/0025, 0028).
-    pub fn new_object_id(&self, app: &str, class: &str) -> String {
+    pub fn new_object_id(&self, app: &AppId, class: &str) -> String {
         if is_meta_class(class) {
             return new_object_id();
         }

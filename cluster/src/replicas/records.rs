@@ -10,6 +10,7 @@ use crate::acl::Principals;
 use crate::command::{Command, CommandResult, Proposed, QuotaWindow, ReadRequest, ReadResponse};
 use crate::error::{Error, Result};
 use crate::ids::{GroupId, META_GROUP};
+use crate::names::AppId;
 use crate::namespace::Namespace;
 use crate::object::StoredObject;
 
@@ -41,7 +42,7 @@ impl Replicas {
     /// proposed with `propose_settled`.
     pub fn current_stored_object(
         &self,
-        app: &str,
+        app: &AppId,
         class: &str,
         object_id: &str,
     ) -> Option<StoredObject> {
@@ -61,11 +62,11 @@ impl Replicas {
     /// (`settle`).
     pub fn local_meta_objects(
         &self,
-        app: &str,
+        app: &AppId,
         class: &str,
     ) -> Result<Vec<(String, StoredObject)>> {
         let req = ReadRequest::ScanStoredObjects {
-            app: app.into(),
+            app: app.clone(),
             class: class.into(),
         };
         match self.stale_read(META_GROUP, &req)? {
@@ -77,7 +78,7 @@ impl Replicas {
     /// Reads one object, linearizably (no access check: the service's own reads).
     pub async fn get_object(
         &self,
-        app: &str,
+        app: &AppId,
         class: &str,
         object_id: &str,
     ) -> Result<Option<Value>> {
@@ -88,14 +89,14 @@ impl Replicas {
     /// Reads one object as `principals` would see it: absent when they may not read it.
     pub async fn get_object_as(
         &self,
-        app: &str,
+        app: &AppId,
         class: &str,
         object_id: &str,
         principals: Principals,
     ) -> Result<Option<Value>> {
         let group = self.object_group(app, class, object_id);
         let req = ReadRequest::GetObject {
-            app: app.into(),
+            app: app.clone(),
             class: class.into(),
             object_id: object_id.into(),
             principals,
@@ -109,7 +110,7 @@ impl Replicas {
     /// Reads one object as stored, internal fields included, linearizably.
     pub async fn get_stored_object(
         &self,
-        app: &str,
+        app: &AppId,
         class: &str,
         object_id: &str,
     ) -> Result<Option<StoredObject>> {
@@ -123,12 +124,12 @@ impl Replicas {
     /// The read of one object as stored, and the group that serves it.
     fn stored_object_read(
         &self,
-        app: &str,
+        app: &AppId,
         class: &str,
         object_id: &str,
     ) -> (GroupId, ReadRequest) {
         let req = ReadRequest::GetStoredObject {
-            app: app.into(),
+            app: app.clone(),
             class: class.into(),
             object_id: object_id.into(),
         };
@@ -138,11 +139,11 @@ impl Replicas {
     /// Every object of a class as stored, from every shard (for small system classes).
     pub async fn scan_stored_objects(
         &self,
-        app: &str,
+        app: &AppId,
         class: &str,
     ) -> Result<Vec<(String, StoredObject)>> {
         let req = ReadRequest::ScanStoredObjects {
-            app: app.into(),
+            app: app.clone(),
             class: class.into(),
         };
         let reads = self
@@ -227,7 +228,7 @@ impl Replicas {
 
     /// What `app` stores in the cluster: the sum of its usage in every group (the metadata
     /// group keeps a few classes), each read linearizably (`usage::AppUsage`).
-    pub async fn app_usage(&self, app: &str) -> Result<crate::usage::AppUsage> {
+    pub async fn app_usage(&self, app: &AppId) -> Result<crate::usage::AppUsage> {
         let reads =
             GroupId::all(self.shards()).map(|group| self.get_record(group, Namespace::Usage, app));
         let mut total = crate::usage::AppUsage::default();

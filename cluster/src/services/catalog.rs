@@ -13,6 +13,7 @@ use serde_json::Value;
 use crate::command::{Command, CommandResult};
 use crate::error::{Error, Result};
 use crate::ids::META_GROUP;
+use crate::names::AppId;
 use crate::namespace::Namespace;
 use crate::query::index::{meta_key, IndexMeta};
 use crate::replicas::Replicas;
@@ -58,7 +59,7 @@ impl<'a> Catalog<'a> {
     }
 
     /// The class schema as this node's metadata replica has it (may lag the leader).
-    pub fn local_class_schema(&self, app: &str, class: &str) -> Result<Option<ClassSchema>> {
+    pub fn local_class_schema(&self, app: &AppId, class: &str) -> Result<Option<ClassSchema>> {
         self.replicas
             .local_meta_record(Namespace::Schema, &schema_key(app, class))?
             .map(decode)
@@ -66,7 +67,7 @@ impl<'a> Catalog<'a> {
     }
 
     /// The class schema, linearizably. System classes always exist.
-    pub async fn class_schema(&self, app: &str, class: &str) -> Result<Option<ClassSchema>> {
+    pub async fn class_schema(&self, app: &AppId, class: &str) -> Result<Option<ClassSchema>> {
         match self
             .replicas
             .get_record(META_GROUP, Namespace::Schema, &schema_key(app, class))
@@ -79,7 +80,7 @@ impl<'a> Catalog<'a> {
     }
 
     /// Every class schema of an app, linearizably, in class-name order.
-    pub async fn class_schemas(&self, app: &str) -> Result<Vec<ClassSchema>> {
+    pub async fn class_schemas(&self, app: &AppId) -> Result<Vec<ClassSchema>> {
         self.replicas
             .list_records(META_GROUP, Namespace::Schema, &format!("{app}/"))
             .await?
@@ -92,7 +93,7 @@ impl<'a> Catalog<'a> {
     /// columns (and the class, when `may_create_class`). Refusals are `Error::Schema`.
     pub async fn ensure_columns(
         &self,
-        app: &str,
+        app: &AppId,
         class: &str,
         needs: &[(String, Need)],
         may_create_class: bool,
@@ -116,7 +117,7 @@ impl<'a> Catalog<'a> {
             }
         }
         let cmd = Command::EnsureColumns {
-            app: app.into(),
+            app: app.clone(),
             class: class.into(),
             needs: needs.to_vec(),
             may_create_class,
@@ -127,12 +128,12 @@ impl<'a> Catalog<'a> {
     /// Creates a class with the given columns; answers the rendered schema.
     pub async fn create_class(
         &self,
-        app: &str,
+        app: &AppId,
         class: &str,
         changes: Vec<ColumnChange>,
     ) -> Result<Value> {
         let cmd = Command::CreateClass {
-            app: app.into(),
+            app: app.clone(),
             class: class.into(),
             changes,
         };
@@ -143,7 +144,7 @@ impl<'a> Catalog<'a> {
     /// the class on every shard. Answers the rendered schema.
     pub async fn alter_class(
         &self,
-        app: &str,
+        app: &AppId,
         class: &str,
         changes: Vec<ColumnChange>,
     ) -> Result<Value> {
@@ -155,7 +156,7 @@ impl<'a> Catalog<'a> {
             })
             .collect();
         let cmd = Command::AlterClass {
-            app: app.into(),
+            app: app.clone(),
             class: class.into(),
             changes,
         };
@@ -167,14 +168,14 @@ impl<'a> Catalog<'a> {
     }
 
     /// Deletes a class: its schema, then its objects on every shard.
-    pub async fn drop_class(&self, app: &str, class: &str) -> Result<()> {
+    pub async fn drop_class(&self, app: &AppId, class: &str) -> Result<()> {
         if SYSTEM_CLASSES.contains(&class) {
             return Err(Error::Schema(SchemaError::Invalid(format!(
                 "the system class {class} cannot be deleted"
             ))));
         }
         let cmd = Command::DropClass {
-            app: app.into(),
+            app: app.clone(),
             class: class.into(),
         };
         self.replicas.propose(META_GROUP, cmd).await?;
@@ -193,9 +194,9 @@ impl<'a> Catalog<'a> {
 
     /// Deletes every object of a class (or, with `field`, that field of every object) on
     /// every shard, in bounded commands. Answers how many objects changed.
-    pub async fn purge_class(&self, app: &str, class: &str, field: Option<&str>) -> Result<u64> {
+    pub async fn purge_class(&self, app: &AppId, class: &str, field: Option<&str>) -> Result<u64> {
         self.paged_on_every_shard(class, |after| Command::PurgeClass {
-            app: app.into(),
+            app: app.clone(),
             class: class.into(),
             field: field.map(str::to_string),
             after,
@@ -207,10 +208,15 @@ impl<'a> Catalog<'a> {
     /// Declares `field` of a class indexed on every shard (none: rebuilds the class's indexes)
     /// and builds its entries; queries use the index once every page is done. Answers how many
     /// objects were indexed.
-    pub async fn declare_index(&self, app: &str, class: &str, field: Option<&str>) -> Result<u64> {
+    pub async fn declare_index(
+        &self,
+        app: &AppId,
+        class: &str,
+        field: Option<&str>,
+    ) -> Result<u64> {
         let rebuild = crate::object::random_alphanumeric(16);
         self.paged_on_every_shard(class, |after| Command::DeclareIndex {
-            app: app.into(),
+            app: app.clone(),
             class: class.into(),
             field: field.map(str::to_string),
             after,
@@ -222,9 +228,9 @@ impl<'a> Catalog<'a> {
 
     /// Opts `field` of a class out of its indexes on every shard (automatic or declared) and
     /// deletes its entries; `declare_index` opts it back in. Answers how many entries went.
-    pub async fn drop_index(&self, app: &str, class: &str, field: &str) -> Result<u64> {
+    pub async fn drop_index(&self, app: &AppId, class: &str, field: &str) -> Result<u64> {
         self.paged_on_every_shard(class, |after| Command::DropIndex {
-            app: app.into(),
+            app: app.clone(),
             class: class.into(),
             field: field.into(),
             started: after.is_some(),
@@ -235,7 +241,7 @@ impl<'a> Catalog<'a> {
 
     /// A class's indexed columns: declared (as the first shard holding the class knows
     /// them), automatic on some shard, and opted out.
-    pub async fn indexes(&self, app: &str, class: &str) -> Result<ClassIndexes> {
+    pub async fn indexes(&self, app: &AppId, class: &str) -> Result<ClassIndexes> {
         let groups = self.replicas.class_groups(class);
         let mut out = ClassIndexes::default();
         for (i, group) in groups.into_iter().enumerate() {

@@ -16,6 +16,7 @@ use crate::acl::{allows, Access, Principals};
 use crate::changes::ChangeKind;
 use crate::command::{Command, CommandResult};
 use crate::error::{Error, Result};
+use crate::names::AppId;
 use crate::object::StoredObject;
 use crate::storage::keys;
 use crate::storage::records::{live_record, StoredRecord};
@@ -149,7 +150,7 @@ pub fn apply_command(st: &mut Staged<'_>, cmd: Command) -> Result<CommandResult>
 
 fn apply_create(
     st: &mut Staged<'_>,
-    app: &str,
+    app: &AppId,
     class: &str,
     object_id: &str,
     now_ms: i64,
@@ -201,7 +202,7 @@ struct UpdateGuard<'a> {
 
 fn apply_update(
     st: &mut Staged<'_>,
-    app: &str,
+    app: &AppId,
     class: &str,
     object_id: &str,
     now_ms: i64,
@@ -259,7 +260,7 @@ fn apply_update(
         UsageDelta::object(Some(old_len), Some(bytes.len())),
     )?;
     if seen {
-        let ids = (app, class, object_id);
+        let ids = (app.as_str(), class, object_id);
         change_writes::stage(st, ChangeKind::Update, ids, &bytes, Some((&old, &obj)))?;
     }
     st.put(key, bytes);
@@ -270,7 +271,7 @@ fn apply_update(
 
 fn apply_delete(
     st: &mut Staged<'_>,
-    app: &str,
+    app: &AppId,
     class: &str,
     object_id: &str,
     principals: &Principals,
@@ -438,7 +439,7 @@ fn apply_merge_record(
 
 fn apply_purge_class(
     st: &mut Staged<'_>,
-    app: &str,
+    app: &AppId,
     class: &str,
     field: Option<&str>,
     after: Option<&str>,

@@ -6,18 +6,19 @@ use super::record_writes::{delete_record, put_record};
 use super::staged::Staged;
 use crate::command::CommandResult;
 use crate::error::{Error, Result};
+use crate::names::AppId;
 use crate::namespace::Namespace;
 use crate::schema::{schema_key, ClassSchema, ColumnChange, Need, SYSTEM_CLASSES};
 use crate::storage::records::live_record;
 
-fn load(st: &Staged<'_>, app: &str, class: &str) -> Result<Option<ClassSchema>> {
+fn load(st: &Staged<'_>, app: &AppId, class: &str) -> Result<Option<ClassSchema>> {
     match live_record(st, Namespace::Schema.name(), &schema_key(app, class), None)? {
         Some(rec) => Ok(Some(serde_json::from_value(rec.value)?)),
         None => Ok(None),
     }
 }
 
-fn store(st: &mut Staged<'_>, app: &str, schema: &ClassSchema) -> Result<()> {
+fn store(st: &mut Staged<'_>, app: &AppId, schema: &ClassSchema) -> Result<()> {
     let key = schema_key(app, &schema.class_name);
     put_record(
         st,
@@ -30,7 +31,7 @@ fn store(st: &mut Staged<'_>, app: &str, schema: &ClassSchema) -> Result<()> {
 }
 
 /// Whether `class` of `app` exists: a system class, or one with a schema record.
-fn class_exists(st: &Staged<'_>, app: &str, class: &str) -> bool {
+fn class_exists(st: &Staged<'_>, app: &AppId, class: &str) -> bool {
     SYSTEM_CLASSES.contains(&class)
         || matches!(
             live_record(st, Namespace::Schema.name(), &schema_key(app, class), None),
@@ -44,7 +45,7 @@ fn rejected(e: crate::schema::SchemaError) -> Result<CommandResult> {
 
 pub(super) fn apply_ensure_columns(
     st: &mut Staged<'_>,
-    app: &str,
+    app: &AppId,
     class: &str,
     needs: &[(String, Need)],
     may_create_class: bool,
@@ -71,7 +72,7 @@ pub(super) fn apply_ensure_columns(
 
 pub(super) fn apply_create_class(
     st: &mut Staged<'_>,
-    app: &str,
+    app: &AppId,
     class: &str,
     changes: &[ColumnChange],
 ) -> Result<CommandResult> {
@@ -89,7 +90,7 @@ pub(super) fn apply_create_class(
 
 pub(super) fn apply_alter_class(
     st: &mut Staged<'_>,
-    app: &str,
+    app: &AppId,
     class: &str,
     changes: &[ColumnChange],
 ) -> Result<CommandResult> {
@@ -109,7 +110,7 @@ pub(super) fn apply_alter_class(
 
 pub(super) fn apply_drop_class(
     st: &mut Staged<'_>,
-    app: &str,
+    app: &AppId,
     class: &str,
 ) -> Result<CommandResult> {
     if load(st, app, class)?.is_none() {

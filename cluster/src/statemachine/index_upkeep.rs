@@ -7,6 +7,7 @@
 use super::staged::Staged;
 use crate::command::CommandResult;
 use crate::error::Result;
+use crate::names::AppId;
 use crate::namespace::Namespace;
 use crate::object::StoredObject;
 use crate::query::index::{self, IndexMeta};
@@ -19,7 +20,7 @@ use crate::storage::records::StoredRecord;
 pub const DEFAULT_REBUILD_PAGE: usize = 10_000;
 
 /// The class's index metadata on the shard, decoded once per batch (`Staged::memo`).
-pub(super) fn meta(st: &mut Staged<'_>, app: &str, class: &str) -> Result<Option<IndexMeta>> {
+pub(super) fn meta(st: &mut Staged<'_>, app: &AppId, class: &str) -> Result<Option<IndexMeta>> {
     let rkey = keys::record_key(
         st.group,
         Namespace::IndexMeta.name(),
@@ -38,7 +39,7 @@ pub(super) fn meta(st: &mut Staged<'_>, app: &str, class: &str) -> Result<Option
 
 /// Stages the class's index metadata (a record that never expires, so no TTL entry to
 /// replace) and remembers it for the rest of the batch.
-fn put_meta(st: &mut Staged<'_>, app: &str, class: &str, meta: &IndexMeta) -> Result<()> {
+fn put_meta(st: &mut Staged<'_>, app: &AppId, class: &str, meta: &IndexMeta) -> Result<()> {
     let rkey = keys::record_key(
         st.group,
         Namespace::IndexMeta.name(),
@@ -60,7 +61,7 @@ fn put_meta(st: &mut Staged<'_>, app: &str, class: &str, meta: &IndexMeta) -> Re
 /// some remain (the caller's page is then repeated).
 pub(super) fn forget_class(
     st: &mut Staged<'_>,
-    app: &str,
+    app: &AppId,
     class: &str,
     budget: usize,
 ) -> Result<bool> {
@@ -87,7 +88,7 @@ pub(super) fn forget_class(
 /// whether some remain.
 fn delete_dropped(
     st: &mut Staged<'_>,
-    app: &str,
+    app: &AppId,
     class: &str,
     m: &mut IndexMeta,
     budget: usize,
@@ -117,13 +118,13 @@ fn delete_dropped(
     Ok((entries, false))
 }
 
-fn class_tallies(st: &Staged<'_>, app: &str, class: &str) -> (Vec<u8>, Vec<u8>) {
+fn class_tallies(st: &Staged<'_>, app: &AppId, class: &str) -> (Vec<u8>, Vec<u8>) {
     let prefix = tally::class_tally_prefix(st.group, app, class);
     let end = keys::separated_end(&prefix);
     (prefix, end)
 }
 
-fn class_range(st: &Staged<'_>, app: &str, class: &str) -> (Vec<u8>, Vec<u8>) {
+fn class_range(st: &Staged<'_>, app: &AppId, class: &str) -> (Vec<u8>, Vec<u8>) {
     let prefix = keys::class_prefix(st.group, app, class);
     let end = keys::separated_end(&prefix);
     (prefix, end)
@@ -132,7 +133,7 @@ fn class_range(st: &Staged<'_>, app: &str, class: &str) -> (Vec<u8>, Vec<u8>) {
 /// The class's index metadata, created on the first object write of a class on the shard: a
 /// class without objects starts with complete (empty) indexes; one with older objects stays
 /// incomplete until rebuilt.
-fn meta_for_write(st: &mut Staged<'_>, app: &str, class: &str) -> Result<IndexMeta> {
+fn meta_for_write(st: &mut Staged<'_>, app: &AppId, class: &str) -> Result<IndexMeta> {
     if let Some(m) = meta(st, app, class)? {
         return Ok(m);
     }
@@ -147,7 +148,7 @@ fn meta_for_write(st: &mut Staged<'_>, app: &str, class: &str) -> Result<IndexMe
 
 fn entries_of(
     st: &Staged<'_>,
-    app: &str,
+    app: &AppId,
     class: &str,
     object_id: &str,
     obj: Option<&StoredObject>,
@@ -162,7 +163,7 @@ fn entries_of(
 /// still empty.
 pub(super) fn reindex(
     st: &mut Staged<'_>,
-    app: &str,
+    app: &AppId,
     class: &str,
     object_id: &str,
     old: Option<&StoredObject>,
@@ -282,7 +283,7 @@ fn columns_differ(old: Option<&StoredObject>, new: Option<&StoredObject>) -> boo
 /// and the pages of the replaced one then do nothing.
 pub(super) fn apply_declare_index(
     st: &mut Staged<'_>,
-    app: &str,
+    app: &AppId,
     class: &str,
     field: Option<&str>,
     after: Option<&str>,
@@ -406,7 +407,7 @@ pub(super) fn apply_declare_index(
 /// GeoPoint column keeps its latitude entries (always indexed).
 pub(super) fn apply_drop_index(
     st: &mut Staged<'_>,
-    app: &str,
+    app: &AppId,
     class: &str,
     field: &str,
     started: bool,

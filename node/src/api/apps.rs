@@ -253,7 +253,7 @@ pub async fn app_usage(
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Value>, ApiError> {
     let app = owned_app(&state, &account, &id).await?;
-    let usage = state.cluster.app_usage(app.application_id.as_str()).await?;
+    let usage = state.cluster.app_usage(&app.application_id).await?;
     Ok(Json(json!({
         "objects": {
             "count": usage.objects,

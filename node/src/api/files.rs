@@ -28,11 +28,7 @@ pub async fn usage(
     super::context::ApiPath(id): super::context::ApiPath<String>,
 ) -> Result<Json<Value>, ApiError> {
     let app = super::apps::owned_app(&state, &account, &id).await?;
-    let (files, bytes) = state
-        .cluster
-        .files()
-        .usage(app.application_id.as_str())
-        .await?;
+    let (files, bytes) = state.cluster.files().usage(&app.application_id).await?;
     Ok(Json(json!({"files": files, "bytes": bytes})))
 }
 
@@ -95,7 +91,7 @@ pub async fn video_snapshot(
         point: member("point")?,
     };
     let who = Uploader {
-        app: ctx.app.application_id.as_str(),
+        app: &ctx.app.application_id,
         user: uploader(&state.cluster, &ctx).await?,
         signature: None,
         quota: (&state.storage_quotas, ctx.app.files_quota_mb),

@@ -15,6 +15,7 @@ use axum::http::Method;
 use axum::response::IntoResponse;
 use basalt_cluster::acl::Principals;
 use basalt_cluster::ids::{GroupId, META_GROUP};
+use basalt_cluster::names::AppId;
 use basalt_cluster::names::{ClassName, ObjectId};
 use basalt_cluster::object::format_wire_time;
 use basalt_cluster::schema::infer::requirements;
@@ -145,8 +146,8 @@ impl Ready {
         }
     }
 
-    fn command(self, app: &str, now: i64) -> (usize, ObjectId, Answer, Command) {
-        let (app, class, object_id) = (app.to_string(), self.class.to_string(), self.object_id);
+    fn command(self, app: &AppId, now: i64) -> (usize, ObjectId, Answer, Command) {
+        let (app, class, object_id) = (app.clone(), self.class.to_string(), self.object_id);
         let id = object_id.to_string();
         let (answer, cmd) = match self.op {
             ReadyOp::Create(updates) => (
@@ -345,7 +346,7 @@ async fn admit_quota(
 /// concurrently; answers each write's slot and body or error.
 async fn propose_by_shard(
     state: &AppState,
-    app: &str,
+    app: &AppId,
     ready: Vec<Ready>,
 ) -> Vec<(usize, Result<Value, ApiError>)> {
     let now = now_ms();

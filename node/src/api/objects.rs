@@ -13,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use basalt_cluster::acl::Principals;
 use basalt_cluster::ids::GroupId;
+use basalt_cluster::names::AppId;
 use basalt_cluster::names::ObjectId;
 use basalt_cluster::object::format_wire_time;
 use basalt_cluster::schema::infer::requirements;
@@ -72,7 +73,7 @@ pub async fn admit_bytes(
         .storage_quotas
         .admit(
             &state.cluster,
-            app.application_id.as_str(),
+            &app.application_id,
             Stored::Objects,
             app.objects_quota_mb,
             adds,
@@ -96,7 +97,7 @@ pub async fn create_in(
     let app = ctx.app.application_id.clone();
     let group = state.cluster.object_group(&app, class, object_id);
     let cmd = Command::CreateObject {
-        app: app.to_string(),
+        app: app.clone(),
         class: class.to_string(),
         object_id: object_id.to_string(),
         now_ms: now,
@@ -136,7 +137,7 @@ pub fn created_response(
 
 /// The objectId of a new object of `class`: one that lands on a shard this node leads when
 /// it leads any, so its create is proposed here without a forward (decisions/0025).
-pub fn new_object_id(state: &AppState, app: &str, class: &str) -> ObjectId {
+pub fn new_object_id(state: &AppState, app: &AppId, class: &str) -> ObjectId {
     ObjectId::parse(&state.cluster.new_object_id(app, class)).unwrap_or_else(ObjectId::random)
 }
 
@@ -253,7 +254,7 @@ pub async fn apply_update(
     let now = now_ms();
     let settle = class == USER_CLASS && ends_sessions(None, &updates, now);
     let cmd = Command::UpdateObject {
-        app: app.to_string(),
+        app: app.clone(),
         class: class.to_string(),
         object_id: object_id.to_string(),
         now_ms: now,
@@ -323,7 +324,7 @@ pub async fn delete_in(
     let app = ctx.app.application_id.clone();
     let group = state.cluster.object_group(&app, class, object_id);
     let cmd = Command::DeleteObject {
-        app: app.to_string(),
+        app: app.clone(),
         class: class.to_string(),
         object_id: object_id.to_string(),
         principals,

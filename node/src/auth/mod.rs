@@ -10,6 +10,7 @@ mod secret;
 pub mod signature;
 
 use axum::http::{HeaderMap, HeaderName, Method};
+use basalt_cluster::names::AppId;
 use basalt_cluster::namespace::Namespace;
 use basalt_cluster::{now_ms, Cluster, Error as ClusterError};
 use serde_json::json;
@@ -261,7 +262,7 @@ async fn signed_app(
 /// a nonce already recorded is a replay.
 async fn claim_nonce(
     cluster: &Cluster,
-    app: &str,
+    app: &AppId,
     nonce: &str,
     from_ms: i64,
 ) -> Result<(), AuthError> {

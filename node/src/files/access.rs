@@ -78,7 +78,7 @@ pub async fn delete_one(
     }
     cluster
         .files()
-        .delete(ctx.app.application_id.as_str(), &file.id, &file.path)
+        .delete(&ctx.app.application_id, &file.id, &file.path)
         .await?
         .ok_or_else(not_found)?;
     Ok(())

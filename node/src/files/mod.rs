@@ -20,6 +20,7 @@ use std::time::Duration;
 use crate::auth::BodyDigests;
 use crate::storage_quota::{StorageQuotas, Stored};
 use basalt_cluster::files::record::{FileId, FileRecord, NewFile};
+use basalt_cluster::names::AppId;
 use basalt_cluster::{Cluster, Error as ClusterError};
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
@@ -222,7 +223,7 @@ impl FileRef {
 /// Who uploads a file: its app, the user whose session the upload carried, and the signature
 /// of its body still to check (encrypted mode, `auth::PendingSignature`).
 pub struct Uploader<'a> {
-    pub app: &'a str,
+    pub app: &'a AppId,
     pub user: Option<String>,
     pub signature: Option<BodyDigests>,
     /// The app's `filesQuotaMb` and this node's view of its usage (`storage_quota`).

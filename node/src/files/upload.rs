@@ -63,7 +63,7 @@ impl Uploads<'_> {
             return Err(refused(FilesError::TooLarge(config.max_bytes), drained));
         }
         let user = access::uploader(self.cluster, ctx).await?;
-        let app = ctx.app.application_id.as_str();
+        let app = &ctx.app.application_id;
         let multipart = up
             .content_type
             .trim_start()

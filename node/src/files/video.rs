@@ -144,7 +144,7 @@ pub async fn snapshot(
         .record(&file.id)
         .await
         .map_err(FilesError::from)?
-        .filter(|r| r.path == file.path && r.app == who.app)
+        .filter(|r| r.path == file.path && r.app == who.app.as_str())
         .ok_or_else(not_found)?;
     let _slot = tokio::time::timeout(SLOT_WAIT, slots().acquire())
         .await

@@ -329,7 +329,7 @@ async fn remove_token(cluster: &Cluster, app: &basalt_cluster::names::AppId, m: 
     };
     let group = cluster.object_group(app, INSTALLATION_CLASS, &m.installation);
     let cmd = Command::UpdateObject {
-        app: app.to_string(),
+        app: app.clone(),
         class: INSTALLATION_CLASS.into(),
         object_id: m.installation.clone(),
         now_ms: now_ms(),

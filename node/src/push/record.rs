@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 
 use basalt_cluster::ids::META_GROUP;
+use basalt_cluster::names::AppId;
 use basalt_cluster::namespace::Namespace;
 use basalt_cluster::{Cluster, Error as ClusterError};
 use serde::{Deserialize, Serialize};
@@ -88,7 +89,7 @@ pub struct Counts {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PushRecord {
-    pub app: String,
+    pub app: AppId,
     pub push_id: String,
     pub data: Map<String, Value>,
     /// The `where` over `_Installation` (empty: every installation).
@@ -118,9 +119,9 @@ pub struct PushRecord {
 impl PushRecord {
     /// A push of `app` just accepted, as asked: scheduled for later, or pending now; no page
     /// sent yet. Its id is new.
-    pub fn accepted(app: &str, asked: super::request::PushRequest) -> PushRecord {
+    pub fn accepted(app: &AppId, asked: super::request::PushRequest) -> PushRecord {
         PushRecord {
-            app: app.to_string(),
+            app: app.clone(),
             push_id: basalt_cluster::names::ObjectId::random().to_string(),
             data: asked.data,
             query: asked.query,
@@ -245,7 +246,7 @@ mod tests {
     #[test]
     fn errors_keep_the_latest_few_without_repeats() {
         let mut rec = PushRecord {
-            app: "a".into(),
+            app: AppId::new_app("a".into()),
             push_id: "p".into(),
             data: Map::new(),
             query: Map::new(),

@@ -43,7 +43,7 @@ fn progress(rec: &PushRecord, state: PushState) -> Map<String, Value> {
 
 /// Creates the status of a push just accepted.
 pub async fn create(cluster: &Cluster, rec: &PushRecord) -> Result<(), PushError> {
-    let app = rec.app.as_str();
+    let app = &rec.app;
     let mut fields = progress(rec, rec.state);
     fields.insert("source".into(), json!("rest"));
     fields.insert("payload".into(), Value::Object(rec.data.clone()));
@@ -63,7 +63,7 @@ pub async fn create(cluster: &Cluster, rec: &PushRecord) -> Result<(), PushError
         .propose_object(
             group,
             Command::CreateObject {
-                app: app.to_string(),
+                app: app.clone(),
                 class: STATUS_CLASS.into(),
                 object_id: rec.push_id.clone(),
                 now_ms: now_ms(),

@@ -133,7 +133,7 @@ pub async fn run(
         let groups = cluster
             .queries()
             .aggregate(AggregateRequest {
-                app: app.to_string(),
+                app: app.clone(),
                 class: q.class,
                 filter,
                 spec: agg.spec.clone(),
@@ -152,7 +152,7 @@ pub async fn run(
         keys.extend(q.include.iter().map(|i| i.key.clone()));
     }
     let req = ScanRequest {
-        app: app.to_string(),
+        app: app.clone(),
         class: q.class,
         filter,
         order: q.order,

@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 
 use basalt_cluster::acl::Principals;
+use basalt_cluster::names::AppId;
 use basalt_cluster::update::pointer_parts;
 use basalt_cluster::Cluster;
 use futures::future::BoxFuture;
@@ -107,7 +108,7 @@ fn pointers_of<'a>(v: &'a Value, out: &mut Vec<(&'a str, &'a str)>) {
 /// Expands the included keys of every object in `objects`, as `principals` may read them.
 pub async fn expand(
     cluster: &Cluster,
-    app: &str,
+    app: &AppId,
     objects: &mut [Value],
     include: &[IncludeKey],
     principals: &Principals,
@@ -119,7 +120,7 @@ pub async fn expand(
 
 fn expand_level<'a>(
     cluster: &'a Cluster,
-    app: &'a str,
+    app: &'a AppId,
     objects: Vec<&'a mut Value>,
     include: &'a [IncludeKey],
     principals: &'a Principals,

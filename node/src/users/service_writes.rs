@@ -36,7 +36,7 @@ pub(super) async fn write_user(
 ) -> Result<(), UsersError> {
     let settle = ends_sessions(before, &updates, now);
     let cmd = Command::UpdateObject {
-        app: app.to_string(),
+        app: app.clone(),
         class: USER_CLASS.into(),
         object_id: user_id.to_string(),
         now_ms: now,

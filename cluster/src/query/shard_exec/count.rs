@@ -12,6 +12,7 @@ use super::matcher::{Matcher, FETCH_BATCH};
 use crate::acl::Principals;
 use crate::error::Result;
 use crate::ids::GroupId;
+use crate::names::AppId;
 use crate::query::aggregate::{too_many_groups, AggregateRequest, Folder, MAX_GROUPS};
 use crate::query::filter::{Cond, Filter};
 use crate::query::index::{
@@ -61,7 +62,7 @@ pub(super) fn covered_by_index(filter: &Filter, field: &str) -> bool {
 pub(super) fn privately_readable(
     store: &ReadView<'_>,
     group: GroupId,
-    app: &str,
+    app: &AppId,
     class: &str,
     principals: &Principals,
 ) -> Result<HashSet<String>> {
@@ -92,7 +93,7 @@ pub(super) fn exact_count(
     if !meta.current() || !matcher.reads_public() {
         return Ok(None);
     }
-    let (app, class) = (req.app.as_str(), req.class.as_str());
+    let (app, class) = (&req.app, req.class.as_str());
     let private = || privately_readable(store, group, app, class, matcher.principals);
     if matches!(req.filter, Filter::All) {
         metrics::counter!("basalt_query_counted_from_index_total").increment(1);

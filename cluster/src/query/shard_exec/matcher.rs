@@ -12,6 +12,7 @@ use crate::acl::{allows, Access, Principals};
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 use crate::ids::GroupId;
+use crate::names::AppId;
 use crate::object::StoredObject;
 use crate::query::filter::{Cond, Filter, Prepared};
 use crate::query::index::{entry_object_id, IndexMeta};
@@ -104,7 +105,7 @@ impl<'a> Matcher<'a> {
 
     /// Whether scans of the class on this node's shards keep their blocks cached (the same
     /// answer for every shard of the query).
-    fn cache_scans(&self, store: &ReadView<'_>, app: &str, class: &str) -> Result<bool> {
+    fn cache_scans(&self, store: &ReadView<'_>, app: &AppId, class: &str) -> Result<bool> {
         if let Some(&cache) = self.cache_scans.get() {
             return Ok(cache);
         }
@@ -126,7 +127,7 @@ impl<'a> Matcher<'a> {
         &self,
         store: &ReadView<'_>,
         group: GroupId,
-        app: &str,
+        app: &AppId,
         class: &str,
         id: &str,
     ) -> Result<Option<Value>> {
@@ -142,7 +143,7 @@ impl<'a> Matcher<'a> {
         &self,
         store: &ReadView<'_>,
         group: GroupId,
-        app: &str,
+        app: &AppId,
         class: &str,
         ids: &[&str],
     ) -> Result<Vec<Option<Value>>> {
@@ -176,7 +177,7 @@ impl<'a> Matcher<'a> {
 pub(super) fn read_objects(
     store: &ReadView<'_>,
     group: GroupId,
-    app: &str,
+    app: &AppId,
     class: &str,
     ids: &[&str],
 ) -> Result<Vec<Option<Vec<u8>>>> {
@@ -193,7 +194,7 @@ pub(super) fn read_objects(
 /// objects it checked.
 pub(super) fn answer_rows(
     store: &ReadView<'_>,
-    app: &str,
+    app: &AppId,
     class: &str,
     rows: Vec<(Value, GroupId)>,
     kept: Option<&HashSet<&str>>,
@@ -235,7 +236,7 @@ pub(super) fn answer_rows(
 pub(super) fn for_each_match(
     store: &ReadView<'_>,
     group: GroupId,
-    app: &str,
+    app: &AppId,
     class: &str,
     matcher: &Matcher<'_>,
     mut visit: impl FnMut(Value) -> Result<bool>,
@@ -291,7 +292,7 @@ pub(super) fn id_floor(filter: &Filter) -> Option<&str> {
 pub(super) fn visit_planned(
     store: &ReadView<'_>,
     group: GroupId,
-    app: &str,
+    app: &AppId,
     class: &str,
     plan: Plan,
     matcher: &Matcher<'_>,

@@ -40,6 +40,7 @@ use super::ScanRequest;
 use crate::cancel::Cancel;
 use crate::error::Result;
 use crate::ids::GroupId;
+use crate::names::AppId;
 use crate::namespace::Namespace;
 use crate::storage::keys;
 use crate::storage::keys::CF_SM;
@@ -111,7 +112,7 @@ fn collect_matches(
 fn class_metas(
     store: &ReadView<'_>,
     groups: &[GroupId],
-    app: &str,
+    app: &AppId,
     class: &str,
 ) -> Result<Vec<IndexMeta>> {
     let name = meta_key(app, class);

@@ -185,7 +185,7 @@ impl OrderedWalk<'_, '_, '_, '_> {
     fn flush(&mut self) -> Result<bool> {
         let pending = std::mem::take(&mut self.pending);
         let ids: Vec<&str> = pending.iter().map(|(id, _)| id.as_str()).collect();
-        let (app, class) = (self.req.app.as_str(), self.req.class.as_str());
+        let (app, class) = (&self.req.app, self.req.class.as_str());
         let objects = self
             .matcher
             .fetch_all(self.store, self.group, app, class, &ids)?;
@@ -446,7 +446,7 @@ pub(super) fn walk_in_order(
         resume,
     } = peeked;
     metrics::counter!("basalt_query_ordered_walks_total").increment(1);
-    let (app, class) = (req.app.as_str(), req.class.as_str());
+    let (app, class) = (&req.app, req.class.as_str());
     let prefix = plan.prefix.as_slice();
     // The walk stops at the tighter of the two.
     let worst = worst

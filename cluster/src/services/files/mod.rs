@@ -22,6 +22,7 @@ use crate::files::copies::CopyStore;
 use crate::files::record::{FileId, FileRecord};
 use crate::files::wire::{CopyRequest, HeldCopy};
 use crate::ids::{copy_score, file_group, GroupId, NodeId};
+use crate::names::AppId;
 use crate::namespace::Namespace;
 use crate::replicas::Replicas;
 pub use upload::Upload;
@@ -106,7 +107,7 @@ impl Files {
 
     /// How many files `app` stores and their bytes, as the shards count them
     /// (`Replicas::app_usage`).
-    pub async fn usage(&self, app: &str) -> Result<(u64, u64)> {
+    pub async fn usage(&self, app: &AppId) -> Result<(u64, u64)> {
         let usage = self.replicas.app_usage(app).await?;
         Ok((usage.files, usage.file_bytes))
     }
@@ -150,7 +151,7 @@ impl Files {
     /// Deletes the file `id` of `app` at `path`: takes its record away (compare-and-set on the
     /// record as read, so of two racing deletes one succeeds), then asks every member to drop
     /// its copy. `None` when `app` has no such file.
-    pub async fn delete(&self, app: &str, id: &FileId, path: &str) -> Result<Option<FileRecord>> {
+    pub async fn delete(&self, app: &AppId, id: &FileId, path: &str) -> Result<Option<FileRecord>> {
         let group = file_group(id.as_str(), self.shards());
         let Some(value) = self
             .replicas
@@ -160,7 +161,7 @@ impl Files {
             return Ok(None);
         };
         let record: FileRecord = serde_json::from_value(value.clone())?;
-        if record.app != app || record.path != path {
+        if record.app != app.as_str() || record.path != path {
             return Ok(None);
         }
         match self

@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use super::Coordinator;
 use crate::acl::{allows, Access, Principals};
 use crate::error::{Error, Result};
+use crate::names::AppId;
 use crate::query::eval::lookup;
 use crate::query::filter::{Cond, Filter, SubQuery};
 use crate::query::ScanRequest;
@@ -30,7 +31,7 @@ impl Coordinator {
     /// when it holds more than `MAX_SUB_QUERIES`.
     pub async fn resolve(
         &self,
-        app: &str,
+        app: &AppId,
         filter: Filter,
         principals: &Principals,
     ) -> Result<Filter> {
@@ -47,7 +48,7 @@ impl Coordinator {
     /// `filter` with every sub-query replaced by the set it stands for.
     fn resolve_filter<'a>(
         &'a self,
-        app: &'a str,
+        app: &'a AppId,
         filter: Filter,
         principals: &'a Principals,
     ) -> BoxFuture<'a, Result<Filter>> {
@@ -74,7 +75,7 @@ impl Coordinator {
 
     async fn resolve_all(
         &self,
-        app: &str,
+        app: &AppId,
         fs: Vec<Filter>,
         principals: &Principals,
     ) -> Result<Vec<Filter>> {
@@ -85,7 +86,7 @@ impl Coordinator {
         Ok(out)
     }
 
-    async fn resolve_cond(&self, app: &str, cond: Cond, principals: &Principals) -> Result<Cond> {
+    async fn resolve_cond(&self, app: &AppId, cond: Cond, principals: &Principals) -> Result<Cond> {
         let pointers = |rows: Vec<Value>, class: &str| -> Vec<Value> {
             rows.iter()
                 .filter_map(|r| r.get("objectId").and_then(Value::as_str))
@@ -124,14 +125,14 @@ impl Coordinator {
     /// its `key` only.
     async fn sub_query(
         &self,
-        app: &str,
+        app: &AppId,
         q: SubQuery,
         principals: &Principals,
         key: &str,
     ) -> Result<Vec<Value>> {
         let filter = self.resolve_filter(app, *q.filter, principals).await?;
         let req = ScanRequest {
-            app: app.to_string(),
+            app: app.clone(),
             class: q.class.clone(),
             filter,
             order: Vec::new(),
@@ -155,7 +156,7 @@ impl Coordinator {
     /// read that object or it does not exist).
     async fn related_ids(
         &self,
-        app: &str,
+        app: &AppId,
         class: &str,
         object_id: &str,
         key: &str,
