@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::acl::Principals;
 use crate::error::Error;
-use crate::names::AppId;
+use crate::names::{AppId, ClassName, ObjectId};
 use crate::query::ScanRequest;
 use crate::schema::{ColumnChange, Need};
 use crate::update::FieldUpdate;
@@ -22,8 +22,8 @@ pub enum Command {
     /// Create an object with the given updates applied to an empty object.
     CreateObject {
         app: AppId,
-        class: String,
-        object_id: String,
+        class: ClassName,
+        object_id: ObjectId,
         now_ms: i64,
         updates: Vec<FieldUpdate>,
     },
@@ -31,8 +31,8 @@ pub enum Command {
     /// one of them write access (else the object is treated as absent); `None` checks nothing.
     UpdateObject {
         app: AppId,
-        class: String,
-        object_id: String,
+        class: ClassName,
+        object_id: ObjectId,
         now_ms: i64,
         updates: Vec<FieldUpdate>,
         #[serde(
@@ -53,8 +53,8 @@ pub enum Command {
     /// Delete an object (`principals` as for `UpdateObject`).
     DeleteObject {
         app: AppId,
-        class: String,
-        object_id: String,
+        class: ClassName,
+        object_id: ObjectId,
         #[serde(
             default = "Principals::master",
             skip_serializing_if = "Principals::is_master"
@@ -126,29 +126,29 @@ pub enum Command {
     /// columns; creates the class when `may_create_class`, else rejects an unknown class.
     EnsureColumns {
         app: AppId,
-        class: String,
+        class: ClassName,
         needs: Vec<(String, Need)>,
         may_create_class: bool,
     },
     /// Metadata group: create a class schema with the given columns (schema endpoints).
     CreateClass {
         app: AppId,
-        class: String,
+        class: ClassName,
         changes: Vec<ColumnChange>,
     },
     /// Metadata group: add or delete columns of an existing class.
     AlterClass {
         app: AppId,
-        class: String,
+        class: ClassName,
         changes: Vec<ColumnChange>,
     },
     /// Metadata group: delete a class schema.
-    DropClass { app: AppId, class: String },
+    DropClass { app: AppId, class: ClassName },
     /// Data shard: delete up to `limit` objects of a class whose objectId sorts after `after`,
     /// or, with `field`, remove that field from them. Answers `Purged` with where to go on.
     PurgeClass {
         app: AppId,
-        class: String,
+        class: ClassName,
         field: Option<String>,
         after: Option<String>,
         limit: u32,
@@ -158,7 +158,7 @@ pub enum Command {
     /// `next` says where to continue).
     DeclareIndex {
         app: AppId,
-        class: String,
+        class: ClassName,
         field: Option<String>,
         after: Option<String>,
         /// Objects per page (absent in logs written before it existed: 10,000).
@@ -174,7 +174,7 @@ pub enum Command {
     /// dropped (answers `Purged`; `next` is set while more remain).
     DropIndex {
         app: AppId,
-        class: String,
+        class: ClassName,
         field: String,
         started: bool,
         limit: u32,
@@ -350,7 +350,7 @@ pub enum CommandResult {
     /// No payload: a blank or membership entry.
     None,
     Created {
-        object_id: String,
+        object_id: ObjectId,
         created_ms: i64,
     },
     Updated {
@@ -379,8 +379,8 @@ pub enum ReadRequest {
     /// An object; absent when `principals` may not read it.
     GetObject {
         app: AppId,
-        class: String,
-        object_id: String,
+        class: ClassName,
+        object_id: ObjectId,
         #[serde(
             default = "Principals::master",
             skip_serializing_if = "Principals::is_master"
@@ -398,13 +398,13 @@ pub enum ReadRequest {
     /// service's own lookups over small system classes such as `_Role`).
     ScanStoredObjects {
         app: AppId,
-        class: String,
+        class: ClassName,
     },
     /// An object as stored, internal fields included (for the service's own checks).
     GetStoredObject {
         app: AppId,
-        class: String,
-        object_id: String,
+        class: ClassName,
+        object_id: ObjectId,
     },
     /// Live records of a namespace whose key starts with `prefix`.
     ListRecords {

@@ -252,7 +252,7 @@ mod tests {
             Command::CreateObject {
                 app: "7f3c1a0e9b2d".into(),
                 class: "GameScore".into(),
-                object_id: format!("{i:010x}"),
+                object_id: format!("{i:010x}").as_str().into(),
                 now_ms: 1_795_000_000_000,
                 updates: parse_updates(body.as_object().unwrap()).unwrap(),
             }

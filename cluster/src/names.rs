@@ -7,6 +7,7 @@
 //! Neighbours: `object` (the rules: `validate_class_name`, `is_object_id`) and `schema` (the
 //! system classes).
 
+use std::borrow::Cow;
 use std::ops::Deref;
 
 use crate::error::Result;
@@ -18,20 +19,50 @@ macro_rules! reads_as_str {
     ($name:ident) => {
         impl $name {
             pub fn as_str(&self) -> &str {
-                &self.0
+                &*self.0
             }
         }
 
         impl Deref for $name {
             type Target = str;
             fn deref(&self) -> &str {
-                &self.0
+                &*self.0
             }
         }
 
         impl std::fmt::Display for $name {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(&self.0)
+                f.write_str(&*self.0)
+            }
+        }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                &*self.0 == other
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                &*self.0 == *other
+            }
+        }
+
+        impl PartialEq<$name> for str {
+            fn eq(&self, other: &$name) -> bool {
+                self == &*other.0
+            }
+        }
+
+        impl PartialEq<$name> for String {
+            fn eq(&self, other: &$name) -> bool {
+                self.as_str() == &*other.0
+            }
+        }
+
+        impl PartialEq<$name> for &str {
+            fn eq(&self, other: &$name) -> bool {
+                *self == &*other.0
             }
         }
     };
@@ -60,31 +91,64 @@ impl From<&str> for AppId {
     }
 }
 
-/// A class name that passed its check.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ClassName(String);
+/// A class name that passed its check, or a class the service names itself (`service`).
+/// Serialized as the bare string; decoding trusts what it reads (commands in logs written
+/// before names were checked at the edge hold them as the client sent them, and service
+/// classes such as `_PushStatus` are no user's to name).
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(transparent)]
+pub struct ClassName(Cow<'static, str>);
 
 impl ClassName {
+    /// A class the service itself keeps (`_User`, `_Role`, `_Installation`, `_PushStatus`):
+    /// named in the code, never taken from a request.
+    pub const fn service(name: &'static str) -> ClassName {
+        ClassName(Cow::Borrowed(name))
+    }
+
     /// A user class (a letter first, then letters, digits and `_`, at most 64); 103 otherwise.
     pub fn user(name: &str) -> Result<ClassName> {
         validate_class_name(name)?;
-        Ok(ClassName(name.to_string()))
+        Ok(ClassName(Cow::Owned(name.to_string())))
     }
 
     /// A user class or a system class (`_User`, `_Role`, `_Installation`): schema endpoints
     /// address both.
     pub fn user_or_system(name: &str) -> Result<ClassName> {
         if SYSTEM_CLASSES.contains(&name) {
-            return Ok(ClassName(name.to_string()));
+            return Ok(ClassName(Cow::Owned(name.to_string())));
         }
         ClassName::user(name)
+    }
+
+    /// The class a query's sub-query or `$relatedTo` names: any name a stored class can have
+    /// (a user class's, or `_` and one, as the service's own classes are). `None`: no class
+    /// has it, so nothing matches.
+    pub fn in_query(name: &str) -> Option<ClassName> {
+        let user = name.strip_prefix('_').unwrap_or(name);
+        validate_class_name(user)
+            .is_ok()
+            .then(|| ClassName(Cow::Owned(name.to_string())))
     }
 }
 
 reads_as_str!(ClassName);
 
-/// An objectId that can exist: 1 to 64 ASCII letters and digits.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// Tests name their classes with literals.
+#[cfg(test)]
+impl From<&str> for ClassName {
+    fn from(name: &str) -> ClassName {
+        ClassName(Cow::Owned(name.to_string()))
+    }
+}
+
+/// An objectId that can exist: 1 to 64 ASCII letters and digits. Serialized as the bare
+/// string; decoding trusts what it reads (commands in logs written before ids were checked at
+/// the edge hold ids as the client sent them, and must apply as they did).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
 pub struct ObjectId(String);
 
 impl ObjectId {
@@ -101,6 +165,14 @@ impl ObjectId {
 
 reads_as_str!(ObjectId);
 
+/// Tests name their objects with literals.
+#[cfg(test)]
+impl From<&str> for ObjectId {
+    fn from(id: &str) -> ObjectId {
+        ObjectId(id.to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,6 +184,11 @@ mod tests {
         assert!(ClassName::user("1Game").is_err());
         assert_eq!(&*ClassName::user_or_system("_User").unwrap(), "_User");
         assert!(ClassName::user_or_system("_Secret").is_err());
+        assert_eq!(ClassName::in_query("_PushStatus").unwrap(), "_PushStatus");
+        assert_eq!(ClassName::in_query("Game").unwrap(), "Game");
+        assert!(ClassName::in_query("__User").is_none());
+        assert!(ClassName::in_query("1Game").is_none());
+        assert!(ClassName::in_query("").is_none());
         assert!(ObjectId::parse("abc123XYZ").is_some());
         assert!(ObjectId::parse("").is_none());
         assert!(ObjectId::parse("../etc").is_none());

@@ -8,10 +8,11 @@
 //! The handlers are `api::installations`; push targets these objects (`where` over
 //! `_Installation`).
 
+use basalt_cluster::names::ClassName;
 use serde_json::{Map, Value};
 
 /// The class of installations.
-pub const INSTALLATION_CLASS: &str = "_Installation";
+pub static INSTALLATION_CLASS: ClassName = ClassName::service("_Installation");
 
 /// Fields a stored installation keeps: a later write may set one it lacks, never change it.
 pub const READ_ONLY: [&str; 3] = ["deviceType", "deviceToken", "installationId"];

@@ -136,8 +136,8 @@ proptest! {
                 // answer rather than panic.
                 let cmd = Command::UpdateObject {
                     app: basalt_cluster::names::AppId::new_app("a".into()),
-                    class: "C".into(),
-                    object_id: "0123456789".into(),
+                    class: basalt_cluster::names::ClassName::user("C").unwrap(),
+                    object_id: basalt_cluster::names::ObjectId::random(),
                     now_ms: 1,
                     updates: updates.clone(),
                     principals: basalt_cluster::acl::Principals::public(),

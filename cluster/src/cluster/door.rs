@@ -14,7 +14,7 @@ use crate::command::{Command, Proposed, QuotaWindow};
 use crate::disk::DiskStatus;
 use crate::error::Result;
 use crate::ids::{GroupId, NodeId};
-use crate::names::AppId;
+use crate::names::{AppId, ClassName, ObjectId};
 use crate::namespace::Namespace;
 use crate::object::StoredObject;
 use crate::services::change_tail::TailEvent;
@@ -78,8 +78,8 @@ impl Cluster {
     pub async fn get_object(
         &self,
         app: &AppId,
-        class: &str,
-        object_id: &str,
+        class: &ClassName,
+        object_id: &ObjectId,
     ) -> Result<Option<Value>> {
         self.inner.replicas.get_object(app, class, object_id).await
     }
@@ -88,8 +88,8 @@ impl Cluster {
     pub async fn get_object_as(
         &self,
         app: &AppId,
-        class: &str,
-        object_id: &str,
+        class: &ClassName,
+        object_id: &ObjectId,
         principals: Principals,
     ) -> Result<Option<Value>> {
         self.inner
@@ -102,8 +102,8 @@ impl Cluster {
     pub async fn get_stored_object(
         &self,
         app: &AppId,
-        class: &str,
-        object_id: &str,
+        class: &ClassName,
+        object_id: &ObjectId,
     ) -> Result<Option<StoredObject>> {
         self.inner
             .replicas
@@ -118,8 +118,8 @@ impl Cluster {
     pub fn current_stored_object(
         &self,
         app: &AppId,
-        class: &str,
-        object_id: &str,
+        class: &ClassName,
+        object_id: &ObjectId,
     ) -> Option<StoredObject> {
         self.inner
             .replicas
@@ -133,7 +133,7 @@ impl Cluster {
     pub fn local_meta_objects(
         &self,
         app: &AppId,
-        class: &str,
+        class: &ClassName,
     ) -> Result<Vec<(String, StoredObject)>> {
         self.inner.replicas.local_meta_objects(app, class)
     }

@@ -21,7 +21,7 @@ use super::order::RowOrder;
 use super::SortKey;
 use crate::acl::Principals;
 use crate::error::{Error, Result};
-use crate::names::AppId;
+use crate::names::{AppId, ClassName};
 
 /// Most groups an aggregation may produce (per shard and merged).
 pub const MAX_GROUPS: usize = 100_000;
@@ -81,7 +81,7 @@ impl AggregateSpec {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AggregateRequest {
     pub app: AppId,
-    pub class: String,
+    pub class: ClassName,
     #[serde(default)]
     pub filter: Filter,
     pub spec: AggregateSpec,

@@ -22,7 +22,7 @@ use std::collections::HashSet;
 use serde::{Deserialize, Serialize};
 
 use crate::acl::Principals;
-use crate::names::AppId;
+use crate::names::{AppId, ClassName};
 
 /// One sort key: a field name and its direction.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -35,7 +35,7 @@ pub struct SortKey {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ScanRequest {
     pub app: AppId,
-    pub class: String,
+    pub class: ClassName,
     /// The `where` every returned object satisfies, its sub-queries already resolved.
     #[serde(default)]
     pub filter: filter::Filter,

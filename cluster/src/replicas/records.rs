@@ -10,7 +10,7 @@ use crate::acl::Principals;
 use crate::command::{Command, CommandResult, Proposed, QuotaWindow, ReadRequest, ReadResponse};
 use crate::error::{Error, Result};
 use crate::ids::{GroupId, META_GROUP};
-use crate::names::AppId;
+use crate::names::{AppId, ClassName, ObjectId};
 use crate::namespace::Namespace;
 use crate::object::StoredObject;
 
@@ -43,8 +43,8 @@ impl Replicas {
     pub fn current_stored_object(
         &self,
         app: &AppId,
-        class: &str,
-        object_id: &str,
+        class: &ClassName,
+        object_id: &ObjectId,
     ) -> Option<StoredObject> {
         let (group, req) = self.stored_object_read(app, class, object_id);
         if !self.replica_is_current(group) {
@@ -63,11 +63,11 @@ impl Replicas {
     pub fn local_meta_objects(
         &self,
         app: &AppId,
-        class: &str,
+        class: &ClassName,
     ) -> Result<Vec<(String, StoredObject)>> {
         let req = ReadRequest::ScanStoredObjects {
             app: app.clone(),
-            class: class.into(),
+            class: class.clone(),
         };
         match self.stale_read(META_GROUP, &req)? {
             ReadResponse::StoredObjects(objs) => Ok(objs),
@@ -79,8 +79,8 @@ impl Replicas {
     pub async fn get_object(
         &self,
         app: &AppId,
-        class: &str,
-        object_id: &str,
+        class: &ClassName,
+        object_id: &ObjectId,
     ) -> Result<Option<Value>> {
         self.get_object_as(app, class, object_id, Principals::master())
             .await
@@ -90,15 +90,15 @@ impl Replicas {
     pub async fn get_object_as(
         &self,
         app: &AppId,
-        class: &str,
-        object_id: &str,
+        class: &ClassName,
+        object_id: &ObjectId,
         principals: Principals,
     ) -> Result<Option<Value>> {
         let group = self.object_group(app, class, object_id);
         let req = ReadRequest::GetObject {
             app: app.clone(),
-            class: class.into(),
-            object_id: object_id.into(),
+            class: class.clone(),
+            object_id: object_id.clone(),
             principals,
         };
         match self.read(group, req).await? {
@@ -111,8 +111,8 @@ impl Replicas {
     pub async fn get_stored_object(
         &self,
         app: &AppId,
-        class: &str,
-        object_id: &str,
+        class: &ClassName,
+        object_id: &ObjectId,
     ) -> Result<Option<StoredObject>> {
         let (group, req) = self.stored_object_read(app, class, object_id);
         match self.read(group, req).await? {
@@ -125,13 +125,13 @@ impl Replicas {
     fn stored_object_read(
         &self,
         app: &AppId,
-        class: &str,
-        object_id: &str,
+        class: &ClassName,
+        object_id: &ObjectId,
     ) -> (GroupId, ReadRequest) {
         let req = ReadRequest::GetStoredObject {
             app: app.clone(),
-            class: class.into(),
-            object_id: object_id.into(),
+            class: class.clone(),
+            object_id: object_id.clone(),
         };
         (self.object_group(app, class, object_id), req)
     }
@@ -140,11 +140,11 @@ impl Replicas {
     pub async fn scan_stored_objects(
         &self,
         app: &AppId,
-        class: &str,
+        class: &ClassName,
     ) -> Result<Vec<(String, StoredObject)>> {
         let req = ReadRequest::ScanStoredObjects {
             app: app.clone(),
-            class: class.into(),
+            class: class.clone(),
         };
         let reads = self
             .class_groups(class)

@@ -13,7 +13,7 @@ use serde_json::Value;
 use crate::command::{Command, CommandResult};
 use crate::error::{Error, Result};
 use crate::ids::META_GROUP;
-use crate::names::AppId;
+use crate::names::{AppId, ClassName};
 use crate::namespace::Namespace;
 use crate::query::index::{meta_key, IndexMeta};
 use crate::replicas::Replicas;
@@ -59,22 +59,36 @@ impl<'a> Catalog<'a> {
     }
 
     /// The class schema as this node's metadata replica has it (may lag the leader).
-    pub fn local_class_schema(&self, app: &AppId, class: &str) -> Result<Option<ClassSchema>> {
+    pub fn local_class_schema(
+        &self,
+        app: &AppId,
+        class: &ClassName,
+    ) -> Result<Option<ClassSchema>> {
+        self.local_schema_named(app, class)
+    }
+
+    /// The schema of the class named `name`, as this node's metadata replica has it: a
+    /// pointer's target class is named by the client's value.
+    fn local_schema_named(&self, app: &AppId, name: &str) -> Result<Option<ClassSchema>> {
         self.replicas
-            .local_meta_record(Namespace::Schema, &schema_key(app, class))?
+            .local_meta_record(Namespace::Schema, &schema_key(app, name))?
             .map(decode)
             .transpose()
     }
 
     /// The class schema, linearizably. System classes always exist.
-    pub async fn class_schema(&self, app: &AppId, class: &str) -> Result<Option<ClassSchema>> {
+    pub async fn class_schema(
+        &self,
+        app: &AppId,
+        class: &ClassName,
+    ) -> Result<Option<ClassSchema>> {
         match self
             .replicas
             .get_record(META_GROUP, Namespace::Schema, &schema_key(app, class))
             .await?
         {
             Some(v) => Ok(Some(decode(v)?)),
-            None if SYSTEM_CLASSES.contains(&class) => Ok(Some(ClassSchema::new(class))),
+            None if SYSTEM_CLASSES.contains(&class.as_str()) => Ok(Some(ClassSchema::new(class))),
             None => Ok(None),
         }
     }
@@ -94,7 +108,7 @@ impl<'a> Catalog<'a> {
     pub async fn ensure_columns(
         &self,
         app: &AppId,
-        class: &str,
+        class: &ClassName,
         needs: &[(String, Need)],
         may_create_class: bool,
     ) -> Result<()> {
@@ -108,7 +122,7 @@ impl<'a> Catalog<'a> {
         if let Some(local) = self.local_class_schema(app, class)? {
             let exists = |c: &str| {
                 SYSTEM_CLASSES.contains(&c)
-                    || matches!(self.local_class_schema(app, c), Ok(Some(_)))
+                    || matches!(self.local_schema_named(app, c), Ok(Some(_)))
             };
             match local.admit(needs, &exists) {
                 Ok(added) if added.is_empty() => return Ok(()),
@@ -118,7 +132,7 @@ impl<'a> Catalog<'a> {
         }
         let cmd = Command::EnsureColumns {
             app: app.clone(),
-            class: class.into(),
+            class: class.clone(),
             needs: needs.to_vec(),
             may_create_class,
         };
@@ -129,12 +143,12 @@ impl<'a> Catalog<'a> {
     pub async fn create_class(
         &self,
         app: &AppId,
-        class: &str,
+        class: &ClassName,
         changes: Vec<ColumnChange>,
     ) -> Result<Value> {
         let cmd = Command::CreateClass {
             app: app.clone(),
-            class: class.into(),
+            class: class.clone(),
             changes,
         };
         self.schema_command(cmd).await
@@ -145,7 +159,7 @@ impl<'a> Catalog<'a> {
     pub async fn alter_class(
         &self,
         app: &AppId,
-        class: &str,
+        class: &ClassName,
         changes: Vec<ColumnChange>,
     ) -> Result<Value> {
         let deleted: Vec<String> = changes
@@ -157,7 +171,7 @@ impl<'a> Catalog<'a> {
             .collect();
         let cmd = Command::AlterClass {
             app: app.clone(),
-            class: class.into(),
+            class: class.clone(),
             changes,
         };
         let rendered = self.schema_command(cmd).await?;
@@ -168,15 +182,15 @@ impl<'a> Catalog<'a> {
     }
 
     /// Deletes a class: its schema, then its objects on every shard.
-    pub async fn drop_class(&self, app: &AppId, class: &str) -> Result<()> {
-        if SYSTEM_CLASSES.contains(&class) {
+    pub async fn drop_class(&self, app: &AppId, class: &ClassName) -> Result<()> {
+        if SYSTEM_CLASSES.contains(&class.as_str()) {
             return Err(Error::Schema(SchemaError::Invalid(format!(
                 "the system class {class} cannot be deleted"
             ))));
         }
         let cmd = Command::DropClass {
             app: app.clone(),
-            class: class.into(),
+            class: class.clone(),
         };
         self.replicas.propose(META_GROUP, cmd).await?;
         self.purge_class(app, class, None).await?;
@@ -194,10 +208,15 @@ impl<'a> Catalog<'a> {
 
     /// Deletes every object of a class (or, with `field`, that field of every object) on
     /// every shard, in bounded commands. Answers how many objects changed.
-    pub async fn purge_class(&self, app: &AppId, class: &str, field: Option<&str>) -> Result<u64> {
+    pub async fn purge_class(
+        &self,
+        app: &AppId,
+        class: &ClassName,
+        field: Option<&str>,
+    ) -> Result<u64> {
         self.paged_on_every_shard(class, |after| Command::PurgeClass {
             app: app.clone(),
-            class: class.into(),
+            class: class.clone(),
             field: field.map(str::to_string),
             after,
             limit: PURGE_BATCH,
@@ -211,13 +230,13 @@ impl<'a> Catalog<'a> {
     pub async fn declare_index(
         &self,
         app: &AppId,
-        class: &str,
+        class: &ClassName,
         field: Option<&str>,
     ) -> Result<u64> {
         let rebuild = crate::object::random_alphanumeric(16);
         self.paged_on_every_shard(class, |after| Command::DeclareIndex {
             app: app.clone(),
-            class: class.into(),
+            class: class.clone(),
             field: field.map(str::to_string),
             after,
             limit: Some(REBUILD_BATCH),
@@ -228,10 +247,10 @@ impl<'a> Catalog<'a> {
 
     /// Opts `field` of a class out of its indexes on every shard (automatic or declared) and
     /// deletes its entries; `declare_index` opts it back in. Answers how many entries went.
-    pub async fn drop_index(&self, app: &AppId, class: &str, field: &str) -> Result<u64> {
+    pub async fn drop_index(&self, app: &AppId, class: &ClassName, field: &str) -> Result<u64> {
         self.paged_on_every_shard(class, |after| Command::DropIndex {
             app: app.clone(),
-            class: class.into(),
+            class: class.clone(),
             field: field.into(),
             started: after.is_some(),
             limit: REBUILD_BATCH,
@@ -241,7 +260,7 @@ impl<'a> Catalog<'a> {
 
     /// A class's indexed columns: declared (as the first shard holding the class knows
     /// them), automatic on some shard, and opted out.
-    pub async fn indexes(&self, app: &AppId, class: &str) -> Result<ClassIndexes> {
+    pub async fn indexes(&self, app: &AppId, class: &ClassName) -> Result<ClassIndexes> {
         let groups = self.replicas.class_groups(class);
         let mut out = ClassIndexes::default();
         for (i, group) in groups.into_iter().enumerate() {
@@ -268,7 +287,7 @@ impl<'a> Catalog<'a> {
     /// shards at a time, repeating a page whose outcome was lost to a leader change or timeout.
     async fn paged_on_every_shard(
         &self,
-        class: &str,
+        class: &ClassName,
         make: impl Fn(Option<String>) -> Command + Sync,
     ) -> Result<u64> {
         use futures::StreamExt;

@@ -16,7 +16,7 @@ use crate::acl::{allows, Access, Principals};
 use crate::changes::ChangeKind;
 use crate::command::{Command, CommandResult};
 use crate::error::{Error, Result};
-use crate::names::AppId;
+use crate::names::{AppId, ObjectId};
 use crate::object::StoredObject;
 use crate::storage::keys;
 use crate::storage::records::{live_record, StoredRecord};
@@ -152,7 +152,7 @@ fn apply_create(
     st: &mut Staged<'_>,
     app: &AppId,
     class: &str,
-    object_id: &str,
+    object_id: &ObjectId,
     now_ms: i64,
     updates: &[FieldUpdate],
 ) -> Result<CommandResult> {
@@ -163,7 +163,7 @@ fn apply_create(
         let existing = StoredObject::decode(&existing)?;
         if existing.created_ms == now_ms {
             return Ok(CommandResult::Created {
-                object_id: object_id.to_string(),
+                object_id: object_id.clone(),
                 created_ms: now_ms,
             });
         }
@@ -187,7 +187,7 @@ fn apply_create(
     )?;
     st.put(key, bytes);
     Ok(CommandResult::Created {
-        object_id: object_id.to_string(),
+        object_id: object_id.clone(),
         created_ms: now_ms,
     })
 }
@@ -204,7 +204,7 @@ fn apply_update(
     st: &mut Staged<'_>,
     app: &AppId,
     class: &str,
-    object_id: &str,
+    object_id: &ObjectId,
     now_ms: i64,
     updates: &[FieldUpdate],
     guard: UpdateGuard<'_>,
@@ -260,7 +260,7 @@ fn apply_update(
         UsageDelta::object(Some(old_len), Some(bytes.len())),
     )?;
     if seen {
-        let ids = (app.as_str(), class, object_id);
+        let ids = (app.as_str(), class, object_id.as_str());
         change_writes::stage(st, ChangeKind::Update, ids, &bytes, Some((&old, &obj)))?;
     }
     st.put(key, bytes);
@@ -273,7 +273,7 @@ fn apply_delete(
     st: &mut Staged<'_>,
     app: &AppId,
     class: &str,
-    object_id: &str,
+    object_id: &ObjectId,
     principals: &Principals,
 ) -> Result<CommandResult> {
     let key = keys::object_key(st.group, app, class, object_id);

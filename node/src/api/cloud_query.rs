@@ -5,6 +5,7 @@
 
 use axum::extract::State;
 use axum::Json;
+use basalt_cluster::names::ClassName;
 use basalt_cluster::object::validate_class_name;
 use serde::Deserialize;
 use serde_json::Value;
@@ -12,10 +13,12 @@ use serde_json::Value;
 use super::context::{ApiQuery, AppState, RequestCtx};
 use super::error::{ApiError, ObjectsApiError};
 use crate::query::{self, bql};
+use crate::users::roles::ROLE_CLASS;
+use crate::users::USER_CLASS;
 
 /// System classes BQL reads, with the same rules as their REST listings (`GET /1/users` never
 /// shows passwords or sessions, and hides other users' private fields).
-const READABLE_SYSTEM_CLASSES: [&str; 2] = [crate::users::USER_CLASS, "_Role"];
+static READABLE_SYSTEM_CLASSES: [&ClassName; 2] = [&USER_CLASS, &ROLE_CLASS];
 
 #[derive(Debug, Deserialize)]
 pub struct CloudQueryParams {
@@ -42,7 +45,10 @@ pub async fn cloud_query(
         },
     };
     let statement = bql::parse(src, &values).map_err(|e| ObjectsApiError::Bql(e.to_string()))?;
-    if !READABLE_SYSTEM_CLASSES.contains(&statement.query.class.as_str()) {
+    if !READABLE_SYSTEM_CLASSES
+        .iter()
+        .any(|c| statement.query.class == **c)
+    {
         validate_class_name(&statement.query.class).map_err(ApiError::from)?;
     }
     // `count` is asked for only by `count(*)` outside an aggregation; aggregated rows are

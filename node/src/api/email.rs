@@ -7,6 +7,7 @@ use axum::extract::{Form, State};
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 use axum::Json;
+use basalt_cluster::names::ObjectId;
 use basalt_cluster::update::{FieldUpdate, UpdateOp};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -22,12 +23,12 @@ use crate::users::{set_user_fields, USER_CLASS};
 pub async fn send_verification(
     state: &AppState,
     ctx: &RequestCtx,
-    user_id: &str,
+    user_id: &ObjectId,
     email: &str,
 ) -> Result<(), ApiError> {
     let link = EmailLink {
         app: ctx.app.application_id.clone(),
-        user_id: user_id.to_string(),
+        user_id: user_id.clone(),
         email: email.to_string(),
         purpose: Purpose::Verify,
     };
@@ -47,7 +48,7 @@ async fn user_by_email(
     state: &AppState,
     ctx: &RequestCtx,
     body: ApiBody,
-) -> Result<(String, String), ApiError> {
+) -> Result<(ObjectId, String), ApiError> {
     let body = body.object()?;
     let email = body
         .get("email")
@@ -108,7 +109,7 @@ async fn mail_target(
     ctx: &RequestCtx,
     ip: Option<std::net::IpAddr>,
     body: ApiBody,
-) -> Result<(String, String), ApiError> {
+) -> Result<(ObjectId, String), ApiError> {
     state.limiter.take(IpKind::Mail, ip)?;
     user_by_email(state, ctx, body).await
 }
@@ -140,7 +141,7 @@ pub async fn follow_verify_link(
     };
     let user = state
         .cluster
-        .get_stored_object(&link.app, USER_CLASS, &link.user_id)
+        .get_stored_object(&link.app, &USER_CLASS, &link.user_id)
         .await?;
     let current = user
         .as_ref()

@@ -104,7 +104,10 @@ async fn claim_all(
                 release_all(state, app, &claims[..n], id).await;
                 let owner = unique::owner(&state.cluster, app, *kind, value).await?;
                 // Released meanwhile: the caller claims again.
-                return Ok(Some((*kind, owner.unwrap_or_default())));
+                return Ok(Some((
+                    *kind,
+                    owner.map(|o| o.to_string()).unwrap_or_default(),
+                )));
             }
             Err(e) => {
                 release_all(state, app, &claims[..n], id).await;
@@ -152,7 +155,7 @@ pub async fn create_installation(
     let app = &ctx.app.application_id;
     let deadline = tokio::time::Instant::now() + CLAIM_WAIT;
     loop {
-        let id = super::objects::new_object_id(&state, app, INSTALLATION_CLASS);
+        let id = super::objects::new_object_id(&state, app, &INSTALLATION_CLASS);
         let Some((kind, holder)) = claim_all(&state, app, &claims, &id).await? else {
             return create_claimed(&state, &ctx, &id, &mut body, &claims).await;
         };
@@ -210,7 +213,7 @@ async fn meet_holder(
     };
     let existing = match state
         .cluster
-        .get_stored_object(app, INSTALLATION_CLASS, &holder)
+        .get_stored_object(app, &INSTALLATION_CLASS, &holder)
         .await
     {
         Ok(Some(existing)) => existing,
@@ -244,7 +247,7 @@ async fn existing_gone(state: &AppState, app: &AppId, id: &ObjectId) -> bool {
     matches!(
         state
             .cluster
-            .get_stored_object(app, INSTALLATION_CLASS, id)
+            .get_stored_object(app, &INSTALLATION_CLASS, id)
             .await,
         Ok(None)
     )
@@ -268,7 +271,7 @@ async fn take_token(
     match apply_update(
         state,
         ctx,
-        INSTALLATION_CLASS,
+        &INSTALLATION_CLASS,
         holder,
         unset,
         Principals::master(),
@@ -311,7 +314,7 @@ async fn create_claimed(
     let created = async {
         let updates = parse_updates(body)?;
         check_updates(&updates)?;
-        create_in(state, ctx, INSTALLATION_CLASS, id, updates).await
+        create_in(state, ctx, &INSTALLATION_CLASS, id, updates).await
     }
     .await;
     match created {
@@ -422,7 +425,7 @@ async fn update_checked(
     let applied = apply_update(
         state,
         ctx,
-        INSTALLATION_CLASS,
+        &INSTALLATION_CLASS,
         id,
         updates,
         principals,
@@ -450,7 +453,7 @@ pub async fn get_installation(
     let obj = get_in(
         &state,
         &ctx,
-        INSTALLATION_CLASS,
+        &INSTALLATION_CLASS,
         &id,
         params.include.as_deref(),
     )
@@ -464,7 +467,7 @@ pub async fn query_installations(
     ApiQuery(params): ApiQuery<ListParams>,
 ) -> Result<Json<Value>, ApiError> {
     Ok(Json(
-        list_in(&state, &ctx, INSTALLATION_CLASS, params).await?,
+        list_in(&state, &ctx, &INSTALLATION_CLASS, params).await?,
     ))
 }
 
@@ -486,11 +489,11 @@ pub async fn update_installation(
     if !identifying {
         let updates = parse_updates(&body)?;
         check_updates(&updates)?;
-        return update_in(&state, &ctx, INSTALLATION_CLASS, &id, updates, who.clone()).await;
+        return update_in(&state, &ctx, &INSTALLATION_CLASS, &id, updates, who.clone()).await;
     }
     let current = state
         .cluster
-        .get_stored_object(&ctx.app.application_id, INSTALLATION_CLASS, &id)
+        .get_stored_object(&ctx.app.application_id, &INSTALLATION_CLASS, &id)
         .await?
         .ok_or_else(|| CommonError::ObjectNotFound(id.to_string()))?;
     let (updated_ms, group, p) =
@@ -506,10 +509,10 @@ pub async fn delete_installation(
     let app = ctx.app.application_id.clone();
     let stored = state
         .cluster
-        .get_stored_object(&app, INSTALLATION_CLASS, &id)
+        .get_stored_object(&app, &INSTALLATION_CLASS, &id)
         .await?;
     let who = principals(&state.cluster, &state.roles, &ctx).await?;
-    let resp = delete_in(&state, &ctx, INSTALLATION_CLASS, &id, who.clone()).await?;
+    let resp = delete_in(&state, &ctx, &INSTALLATION_CLASS, &id, who.clone()).await?;
     if let Some(stored) = stored {
         let held = |f: &str| {
             stored

@@ -147,8 +147,8 @@ impl Ready {
     }
 
     fn command(self, app: &AppId, now: i64) -> (usize, ObjectId, Answer, Command) {
-        let (app, class, object_id) = (app.clone(), self.class.to_string(), self.object_id);
-        let id = object_id.to_string();
+        let (app, class, object_id) = (app.clone(), self.class, self.object_id);
+        let id = object_id.clone();
         let (answer, cmd) = match self.op {
             ReadyOp::Create(updates) => (
                 Answer::Created,
@@ -278,10 +278,10 @@ async fn admit_schemas(
     ctx: &RequestCtx,
     ready: &mut Vec<Ready>,
 ) -> Vec<(usize, ApiError)> {
-    let mut classes: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    let mut classes: BTreeMap<&ClassName, Vec<usize>> = BTreeMap::new();
     for (i, r) in ready.iter().enumerate() {
         if r.updates().is_some() {
-            classes.entry(r.class.as_str()).or_default().push(i);
+            classes.entry(&r.class).or_default().push(i);
         }
     }
     let mut refused: Vec<(usize, ApiError)> = Vec::new();

@@ -13,8 +13,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use basalt_cluster::acl::Principals;
 use basalt_cluster::ids::GroupId;
-use basalt_cluster::names::AppId;
 use basalt_cluster::names::ObjectId;
+use basalt_cluster::names::{AppId, ClassName};
 use basalt_cluster::object::format_wire_time;
 use basalt_cluster::schema::infer::requirements;
 use basalt_cluster::update::{parse_updates, FieldUpdate};
@@ -45,7 +45,7 @@ fn version_headers(resp: &mut Response, group: GroupId, p: &Proposed) {
 pub async fn admit_write(
     state: &AppState,
     ctx: &RequestCtx,
-    class: &str,
+    class: &ClassName,
     updates: &[FieldUpdate],
 ) -> Result<(), ApiError> {
     let needs = requirements(updates);
@@ -86,7 +86,7 @@ pub async fn admit_bytes(
 pub async fn create_in(
     state: &AppState,
     ctx: &RequestCtx,
-    class: &str,
+    class: &ClassName,
     object_id: &ObjectId,
     updates: Vec<FieldUpdate>,
 ) -> Result<(i64, GroupId, Proposed), ApiError> {
@@ -98,8 +98,8 @@ pub async fn create_in(
     let group = state.cluster.object_group(&app, class, object_id);
     let cmd = Command::CreateObject {
         app: app.clone(),
-        class: class.to_string(),
-        object_id: object_id.to_string(),
+        class: class.clone(),
+        object_id: object_id.clone(),
         now_ms: now,
         updates,
     };
@@ -180,7 +180,7 @@ pub struct GetParams {
 pub async fn get_in(
     state: &AppState,
     ctx: &RequestCtx,
-    class: &str,
+    class: &ClassName,
     object_id: &ObjectId,
     include: Option<&str>,
 ) -> Result<Value, ApiError> {
@@ -216,7 +216,7 @@ pub async fn get_object(
 pub async fn update_in(
     state: &AppState,
     ctx: &RequestCtx,
-    class: &str,
+    class: &ClassName,
     object_id: &ObjectId,
     updates: Vec<FieldUpdate>,
     principals: Principals,
@@ -240,7 +240,7 @@ pub async fn update_in(
 pub async fn apply_update(
     state: &AppState,
     ctx: &RequestCtx,
-    class: &str,
+    class: &ClassName,
     object_id: &ObjectId,
     updates: Vec<FieldUpdate>,
     principals: Principals,
@@ -252,11 +252,11 @@ pub async fn apply_update(
     let app = ctx.app.application_id.clone();
     let group = state.cluster.object_group(&app, class, object_id);
     let now = now_ms();
-    let settle = class == USER_CLASS && ends_sessions(None, &updates, now);
+    let settle = *class == USER_CLASS && ends_sessions(None, &updates, now);
     let cmd = Command::UpdateObject {
         app: app.clone(),
-        class: class.to_string(),
-        object_id: object_id.to_string(),
+        class: class.clone(),
+        object_id: object_id.clone(),
         now_ms: now,
         updates,
         principals,
@@ -317,7 +317,7 @@ pub async fn update_object(
 pub async fn delete_in(
     state: &AppState,
     ctx: &RequestCtx,
-    class: &str,
+    class: &ClassName,
     object_id: &ObjectId,
     principals: Principals,
 ) -> Result<Response, ApiError> {
@@ -325,12 +325,12 @@ pub async fn delete_in(
     let group = state.cluster.object_group(&app, class, object_id);
     let cmd = Command::DeleteObject {
         app: app.clone(),
-        class: class.to_string(),
-        object_id: object_id.to_string(),
+        class: class.clone(),
+        object_id: object_id.clone(),
         principals,
     };
     // Deleting a user ends its sessions on every node's replica before answering.
-    let p = if class == USER_CLASS {
+    let p = if *class == USER_CLASS {
         state.cluster.propose_settled(group, cmd).await
     } else {
         state.cluster.propose_object(group, cmd).await
@@ -361,7 +361,7 @@ pub async fn delete_object(
 pub async fn list_in(
     state: &AppState,
     ctx: &RequestCtx,
-    class: &str,
+    class: &ClassName,
     params: ListParams,
 ) -> Result<Value, ApiError> {
     let q = params.query(class)?;

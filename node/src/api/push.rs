@@ -71,7 +71,7 @@ pub async fn query_push_statuses(
     if !ctx.master {
         return Err(CommonError::MasterKeyRequired.into());
     }
-    Ok(Json(list_in(&state, &ctx, STATUS_CLASS, params).await?))
+    Ok(Json(list_in(&state, &ctx, &STATUS_CLASS, params).await?))
 }
 
 /// One push's status.
@@ -80,5 +80,5 @@ pub async fn get_push_status(
     ctx: RequestCtx,
     IdPath(id): IdPath,
 ) -> Result<Json<Value>, ApiError> {
-    Ok(Json(get_in(&state, &ctx, STATUS_CLASS, &id, None).await?))
+    Ok(Json(get_in(&state, &ctx, &STATUS_CLASS, &id, None).await?))
 }

@@ -10,7 +10,7 @@
 use axum::extract::State;
 use axum::response::Response;
 use axum::Json;
-use basalt_cluster::names::ObjectId;
+use basalt_cluster::names::{ClassName, ObjectId};
 use basalt_cluster::update::{parse_updates, FieldUpdate, UpdateOp};
 use serde_json::{Map, Value};
 
@@ -26,7 +26,7 @@ use crate::users::unique::{self, Unique};
 use crate::users::USER_CLASS;
 
 /// Relations of a role and the class their members belong to.
-const RELATIONS: [(&str, &str); 2] = [("users", USER_CLASS), ("roles", ROLE_CLASS)];
+static RELATIONS: [(&str, &ClassName); 2] = [("users", &USER_CLASS), ("roles", &ROLE_CLASS)];
 
 /// Letters, digits, spaces, hyphens and underscores (spec 2.4).
 fn valid_role_name(name: &str) -> bool {
@@ -49,7 +49,7 @@ fn check_relations(updates: &[FieldUpdate]) -> Result<(), ApiError> {
         let ok = match &u.op {
             UpdateOp::AddRelation { class_name, .. }
             | UpdateOp::RemoveRelation { class_name, .. } => {
-                u.path.len() == 1 && class_name == target
+                u.path.len() == 1 && *class_name == **target
             }
             _ => false,
         };
@@ -95,7 +95,7 @@ async fn default_role_acl(state: &AppState, ctx: &RequestCtx) -> Result<Value, A
         if let Some(token) = &ctx.session_token {
             let app = &ctx.app.application_id;
             if let Some((user_id, _)) = session_user(&state.cluster, app, token).await? {
-                acl[user_id] = serde_json::json!({"read": true, "write": true});
+                acl[user_id.as_str()] = serde_json::json!({"read": true, "write": true});
             }
         }
     }
@@ -122,7 +122,7 @@ pub async fn create_role(
     let app = ctx.app.application_id.clone();
     let id = ObjectId::random();
     unique::reserve(&state.cluster, &app, Unique::RoleName, &name, &id).await?;
-    match create_in(&state, &ctx, ROLE_CLASS, &id, updates).await {
+    match create_in(&state, &ctx, &ROLE_CLASS, &id, updates).await {
         Ok((created_ms, group, p)) => {
             let path = format!("/1/roles/{id}");
             Ok(created_response(
@@ -148,7 +148,7 @@ pub async fn get_role(
     ApiQuery(params): ApiQuery<GetParams>,
     IdPath(id): IdPath,
 ) -> Result<Json<Value>, ApiError> {
-    let role = get_in(&state, &ctx, ROLE_CLASS, &id, params.include.as_deref()).await?;
+    let role = get_in(&state, &ctx, &ROLE_CLASS, &id, params.include.as_deref()).await?;
     Ok(Json(shown(role)))
 }
 
@@ -157,7 +157,7 @@ pub async fn query_roles(
     ctx: RequestCtx,
     ApiQuery(params): ApiQuery<ListParams>,
 ) -> Result<Json<Value>, ApiError> {
-    let mut out = list_in(&state, &ctx, ROLE_CLASS, params).await?;
+    let mut out = list_in(&state, &ctx, &ROLE_CLASS, params).await?;
     if let Some(rows) = out["results"].as_array_mut() {
         for r in rows.iter_mut() {
             *r = shown(r.take());
@@ -176,7 +176,7 @@ pub async fn update_role(
     if let Some(name) = take_name(&mut body)? {
         let current = state
             .cluster
-            .get_stored_object(&ctx.app.application_id, ROLE_CLASS, &id)
+            .get_stored_object(&ctx.app.application_id, &ROLE_CLASS, &id)
             .await?
             .ok_or_else(|| CommonError::ObjectNotFound(id.to_string()))?;
         if current.fields.get("name").and_then(Value::as_str) != Some(name.as_str()) {
@@ -186,7 +186,7 @@ pub async fn update_role(
     let updates = parse_updates(&body)?;
     check_relations(&updates)?;
     let who = principals(&state.cluster, &state.roles, &ctx).await?;
-    update_in(&state, &ctx, ROLE_CLASS, &id, updates, who.clone()).await
+    update_in(&state, &ctx, &ROLE_CLASS, &id, updates, who.clone()).await
 }
 
 pub async fn delete_role(
@@ -200,10 +200,10 @@ pub async fn delete_role(
     let app = ctx.app.application_id.clone();
     let stored = state
         .cluster
-        .get_stored_object(&app, ROLE_CLASS, &id)
+        .get_stored_object(&app, &ROLE_CLASS, &id)
         .await?;
     let who = principals(&state.cluster, &state.roles, &ctx).await?;
-    let resp = delete_in(&state, &ctx, ROLE_CLASS, &id, who.clone()).await?;
+    let resp = delete_in(&state, &ctx, &ROLE_CLASS, &id, who.clone()).await?;
     if let Some(name) = stored
         .as_ref()
         .and_then(|r| r.fields.get("name"))

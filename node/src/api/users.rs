@@ -93,13 +93,13 @@ async fn create_user(
         updates.push(set("emailVerified", json!(false)));
     }
     updates.extend(after_flag);
-    let id = super::objects::new_object_id(state, app, USER_CLASS);
+    let id = super::objects::new_object_id(state, app, &USER_CLASS);
     let token = new_token(&id);
     let now = now_ms();
     updates.extend(add_session(&StoredObject::new(now), &token, now));
     let mut names = login_fields(body);
     names.extend(claims.iter().cloned());
-    let create = create_in(state, ctx, USER_CLASS, &id, updates);
+    let create = create_in(state, ctx, &USER_CLASS, &id, updates);
     let (created_ms, group, proposed) = claiming(&state.cluster, app, &names, &id, create).await?;
     if let Some(email) = verify {
         send_verification(state, ctx, &id, email).await;
@@ -127,7 +127,7 @@ async fn log_in_holder(
     };
     let Some(stored) = state
         .cluster
-        .get_stored_object(app, USER_CLASS, &uid)
+        .get_stored_object(app, &USER_CLASS, &uid)
         .await?
     else {
         return Ok(None);
@@ -138,7 +138,7 @@ async fn log_in_holder(
 }
 
 /// Mails a verification link to a new address; a failure is logged (the write stands).
-async fn send_verification(state: &AppState, ctx: &RequestCtx, user_id: &str, email: &str) {
+async fn send_verification(state: &AppState, ctx: &RequestCtx, user_id: &ObjectId, email: &str) {
     if let Err(e) = super::email::send_verification(state, ctx, user_id, email).await {
         tracing::warn!("verification mail to {email:?}: {e}");
     }
@@ -305,7 +305,7 @@ async fn create_phone_user(
     let user = create_user(state, ctx, body, updates, None, &[], NewAddress::Verify).await?;
     let stored = state
         .cluster
-        .get_stored_object(&ctx.app.application_id, USER_CLASS, &user.id)
+        .get_stored_object(&ctx.app.application_id, &USER_CLASS, &user.id)
         .await?
         .ok_or_else(|| ApiError::internal("a created user is missing"))?;
     let mut rendered = stored.render(&user.id);
@@ -388,7 +388,7 @@ pub async fn get_user(
     IdPath(id): IdPath,
 ) -> Result<Json<Value>, ApiError> {
     Ok(Json(
-        get_in(&state, &ctx, USER_CLASS, &id, params.include.as_deref()).await?,
+        get_in(&state, &ctx, &USER_CLASS, &id, params.include.as_deref()).await?,
     ))
 }
 
@@ -397,7 +397,7 @@ pub async fn query_users(
     ctx: RequestCtx,
     ApiQuery(params): ApiQuery<ListParams>,
 ) -> Result<Json<Value>, ApiError> {
-    Ok(Json(list_in(&state, &ctx, USER_CLASS, params).await?))
+    Ok(Json(list_in(&state, &ctx, &USER_CLASS, params).await?))
 }
 
 /// The stored user when the request may change it (`accounts::changeable_user`).
@@ -443,7 +443,14 @@ pub async fn update_user(
     .await?;
     updates.append(&mut change.updates);
     let app = ctx.app.application_id.clone();
-    let update = update_in(&state, &ctx, USER_CLASS, &id, updates, Principals::master());
+    let update = update_in(
+        &state,
+        &ctx,
+        &USER_CLASS,
+        &id,
+        updates,
+        Principals::master(),
+    );
     let resp = claiming(&state.cluster, &app, &change.claimed, &id, update).await?;
     release_all(&state.cluster, &app, &change.given_up, &id).await;
     if let (true, Some(email)) = (ctx.app.email_verify, change.new_email()) {
@@ -468,7 +475,7 @@ pub async fn delete_user(
     IdPath(id): IdPath,
 ) -> Result<Response, ApiError> {
     let stored = authorize_change(&state, &ctx, &id).await?;
-    let resp = delete_in(&state, &ctx, USER_CLASS, &id, Principals::master()).await?;
+    let resp = delete_in(&state, &ctx, &USER_CLASS, &id, Principals::master()).await?;
     let app = ctx.app.application_id.clone();
     release_all(&state.cluster, &app, &held_names(&stored), &id).await;
     Ok(resp)
@@ -498,7 +505,15 @@ pub async fn update_user_password(
         password_update(new).await?,
         only_session(ctx.session_token.as_deref(), now_ms()),
     ];
-    update_in(&state, &ctx, USER_CLASS, &id, updates, Principals::master()).await?;
+    update_in(
+        &state,
+        &ctx,
+        &USER_CLASS,
+        &id,
+        updates,
+        Principals::master(),
+    )
+    .await?;
     Ok(Json(json!({"msg": "ok"})).into_response())
 }
 
@@ -511,7 +526,7 @@ pub async fn check_session(
     let live = match ctx.session_token.as_deref() {
         Some(t) => matches!(
             session_user(&state.cluster, &ctx.app.application_id, t).await?,
-            Some((uid, _)) if uid == id
+            Some((uid, _)) if uid.as_str() == id
         ),
         None => false,
     };

@@ -22,7 +22,7 @@ pub async fn uploader(cluster: &Cluster, ctx: &RequestCtx) -> Result<Option<Stri
     Ok(match &ctx.session_token {
         Some(token) => session_user(cluster, &ctx.app.application_id, token)
             .await?
-            .map(|(id, _)| id),
+            .map(|(id, _)| id.to_string()),
         None => None,
     })
 }
@@ -52,7 +52,7 @@ pub async fn deleter(cluster: &Cluster, ctx: &RequestCtx) -> Result<Deleter, Fil
                     UsersError::Cluster(e) => FilesError::Cluster(e),
                     other => FilesError::Session(other.to_string()),
                 })?
-                .map(|(id, _)| id)
+                .map(|(id, _)| id.to_string())
                 .ok_or(FilesError::DeleteNeedsSession)?;
             Ok(Deleter::Uploader(user))
         }

@@ -147,12 +147,12 @@ impl Invoker {
         let who = principals(&self.cluster, &self.roles, ctx).await?;
         let user = self
             .cluster
-            .get_object_as(app, USER_CLASS, &id, who.clone())
+            .get_object_as(app, &USER_CLASS, &id, who.clone())
             .await?;
         Ok(match user {
             Some(user) => {
                 let mut rows = [user];
-                UserView::new(&ctx.app, &who).hide_rows(USER_CLASS, &mut rows);
+                UserView::new(&ctx.app, &who).hide_rows(&USER_CLASS, &mut rows);
                 let [user] = rows;
                 user
             }

@@ -8,7 +8,7 @@
 //! delete. `afterSave` and `afterDelete` run once the write is committed, without holding up
 //! the answer; their failures are logged and counted, never undo the write.
 
-use basalt_cluster::names::ObjectId;
+use basalt_cluster::names::{ClassName, ObjectId};
 use serde_json::{json, Map, Value};
 
 use super::engine::{RunError, Thrown};
@@ -21,14 +21,19 @@ use crate::auth::RequestCtx;
 fn triggers_of(
     inv: &Invoker,
     ctx: &RequestCtx,
-    class: &str,
+    class: &ClassName,
     event: TriggerEvent,
 ) -> Result<Vec<FunctionRecord>, FunctionsError> {
     record::local_triggers(&inv.cluster, &ctx.app.application_id, class, event)
 }
 
 /// Whether a class has triggers for any of `events` (a write without them pays nothing more).
-pub fn has_any(inv: &Invoker, ctx: &RequestCtx, class: &str, events: &[TriggerEvent]) -> bool {
+pub fn has_any(
+    inv: &Invoker,
+    ctx: &RequestCtx,
+    class: &ClassName,
+    events: &[TriggerEvent],
+) -> bool {
     events
         .iter()
         .any(|e| triggers_of(inv, ctx, class, *e).is_ok_and(|t| !t.is_empty()))
@@ -36,7 +41,12 @@ pub fn has_any(inv: &Invoker, ctx: &RequestCtx, class: &str, events: &[TriggerEv
 
 /// Whether a class certainly has no triggers for any of `events` (a failure to read them
 /// counts as having some: the write then takes the path that reports it).
-pub fn none_for(inv: &Invoker, ctx: &RequestCtx, class: &str, events: &[TriggerEvent]) -> bool {
+pub fn none_for(
+    inv: &Invoker,
+    ctx: &RequestCtx,
+    class: &ClassName,
+    events: &[TriggerEvent],
+) -> bool {
     events
         .iter()
         .all(|e| triggers_of(inv, ctx, class, *e).is_ok_and(|t| t.is_empty()))
@@ -44,7 +54,7 @@ pub fn none_for(inv: &Invoker, ctx: &RequestCtx, class: &str, events: &[TriggerE
 
 fn base_request(
     event: TriggerEvent,
-    class: &str,
+    class: &ClassName,
     object_id: Option<&ObjectId>,
     user: &Value,
     ctx: &RequestCtx,
@@ -65,7 +75,7 @@ fn base_request(
 async fn stored(
     inv: &Invoker,
     ctx: &RequestCtx,
-    class: &str,
+    class: &ClassName,
     id: &ObjectId,
 ) -> Result<Value, FunctionsError> {
     Ok(inv
@@ -81,7 +91,7 @@ pub async fn before_save(
     inv: &Invoker,
     ctx: &RequestCtx,
     depth: u8,
-    class: &str,
+    class: &ClassName,
     object_id: Option<&ObjectId>,
     body: &Map<String, Value>,
 ) -> Result<Option<Map<String, Value>>, FunctionsError> {
@@ -134,7 +144,7 @@ pub async fn before_delete(
     inv: &Invoker,
     ctx: &RequestCtx,
     depth: u8,
-    class: &str,
+    class: &ClassName,
     object_id: &ObjectId,
 ) -> Result<Option<Value>, FunctionsError> {
     let before = triggers_of(inv, ctx, class, TriggerEvent::BeforeDelete)?;
@@ -163,7 +173,7 @@ pub async fn before_delete(
 }
 
 /// Starts the class's `afterSave` triggers of a committed create or update.
-pub fn after_save(inv: &Invoker, ctx: &RequestCtx, depth: u8, class: &str, id: &ObjectId) {
+pub fn after_save(inv: &Invoker, ctx: &RequestCtx, depth: u8, class: &ClassName, id: &ObjectId) {
     after_write(inv, ctx, depth, TriggerEvent::AfterSave, class, id, None);
 }
 
@@ -173,7 +183,7 @@ pub fn after_delete(
     inv: &Invoker,
     ctx: &RequestCtx,
     depth: u8,
-    class: &str,
+    class: &ClassName,
     id: &ObjectId,
     gone: Value,
 ) {
@@ -195,7 +205,7 @@ fn after_write(
     ctx: &RequestCtx,
     depth: u8,
     event: TriggerEvent,
-    class: &str,
+    class: &ClassName,
     object_id: &ObjectId,
     gone: Option<Value>,
 ) {
@@ -203,23 +213,18 @@ fn after_write(
         Ok(t) if !t.is_empty() => t,
         Ok(_) => return,
         Err(e) => {
-            tracing::warn!(class, "{} triggers not read: {e}", event.name());
+            tracing::warn!(%class, "{} triggers not read: {e}", event.name());
             return;
         }
     };
-    let (inv, ctx, class, id) = (
-        inv.clone(),
-        ctx.clone(),
-        class.to_string(),
-        object_id.clone(),
-    );
+    let (inv, ctx, class, id) = (inv.clone(), ctx.clone(), class.clone(), object_id.clone());
     let work = async move {
         let object = match gone {
             Some(o) => o,
             None => match stored(&inv, &ctx, &class, &id).await {
                 Ok(o) => o,
                 Err(e) => {
-                    tracing::warn!(class, "afterSave object not read: {e}");
+                    tracing::warn!(%class, "afterSave object not read: {e}");
                     return;
                 }
             },
@@ -232,7 +237,7 @@ fn after_write(
                 .invoke(&ctx, depth, true, &t, Value::Object(request))
                 .await
             {
-                tracing::warn!(class, function = %t.name, "{} failed: {e}", event.name());
+                tracing::warn!(%class, function = %t.name, "{} failed: {e}", event.name());
             }
         }
     };

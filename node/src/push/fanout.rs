@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use basalt_cluster::acl::Principals;
+use basalt_cluster::names::{AppId, ObjectId};
 use basalt_cluster::query::filter::{Cond, Filter};
 use basalt_cluster::query::{ScanRequest, SortKey};
 use basalt_cluster::{now_ms, Cluster, Command, Error as ClusterError};
@@ -193,7 +194,7 @@ async fn page_rows(
     };
     let req = ScanRequest {
         app: rec.app.clone(),
-        class: INSTALLATION_CLASS.into(),
+        class: INSTALLATION_CLASS.clone(),
         filter: Filter::And(parts),
         order,
         skip: 0,
@@ -208,7 +209,7 @@ async fn page_rows(
 /// Hands a page to its providers and adds what became of it to `rec`'s counts.
 async fn send_page(
     cluster: &Cluster,
-    app: &basalt_cluster::names::AppId,
+    app: &AppId,
     providers: &AppProviders,
     rec: &mut PushRecord,
     page: u64,
@@ -313,7 +314,7 @@ fn count(rec: &mut PushRecord, provider: &str, device_type: &str, d: &Delivery) 
 /// Removes a token the provider called dead from its installation, if the installation still
 /// holds it (checked on the shard with the write: a device that sent a new token meanwhile
 /// keeps it), and frees it for another installation. Answers whether it was removed.
-async fn remove_token(cluster: &Cluster, app: &basalt_cluster::names::AppId, m: &Message) -> bool {
+async fn remove_token(cluster: &Cluster, app: &AppId, m: &Message) -> bool {
     let field = match m.device_type.as_str() {
         "windows phone" => "notificationUri",
         _ => "deviceToken",
@@ -327,11 +328,14 @@ async fn remove_token(cluster: &Cluster, app: &basalt_cluster::names::AppId, m: 
         Ok(u) => u,
         Err(_) => return false,
     };
-    let group = cluster.object_group(app, INSTALLATION_CLASS, &m.installation);
+    let Some(installation) = ObjectId::parse(&m.installation) else {
+        return false;
+    };
+    let group = cluster.object_group(app, &INSTALLATION_CLASS, &installation);
     let cmd = Command::UpdateObject {
         app: app.clone(),
-        class: INSTALLATION_CLASS.into(),
-        object_id: m.installation.clone(),
+        class: INSTALLATION_CLASS.clone(),
+        object_id: installation,
         now_ms: now_ms(),
         updates,
         principals: Principals::master(),

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use basalt_cluster::ids::META_GROUP;
-use basalt_cluster::names::AppId;
+use basalt_cluster::names::{AppId, ObjectId};
 use basalt_cluster::namespace::Namespace;
 use basalt_cluster::{Cluster, Error as ClusterError};
 use serde::{Deserialize, Serialize};
@@ -90,7 +90,7 @@ pub struct Counts {
 #[serde(rename_all = "camelCase")]
 pub struct PushRecord {
     pub app: AppId,
-    pub push_id: String,
+    pub push_id: ObjectId,
     pub data: Map<String, Value>,
     /// The `where` over `_Installation` (empty: every installation).
     pub query: Map<String, Value>,
@@ -122,7 +122,7 @@ impl PushRecord {
     pub fn accepted(app: &AppId, asked: super::request::PushRequest) -> PushRecord {
         PushRecord {
             app: app.clone(),
-            push_id: basalt_cluster::names::ObjectId::random().to_string(),
+            push_id: ObjectId::random(),
             data: asked.data,
             query: asked.query,
             send_ms: asked.send_ms,
@@ -247,7 +247,7 @@ mod tests {
     fn errors_keep_the_latest_few_without_repeats() {
         let mut rec = PushRecord {
             app: AppId::new_app("a".into()),
-            push_id: "p".into(),
+            push_id: ObjectId::parse("p").unwrap(),
             data: Map::new(),
             query: Map::new(),
             send_ms: 0,

@@ -6,6 +6,7 @@
 //! key read it.
 
 use basalt_cluster::acl::Principals;
+use basalt_cluster::names::ClassName;
 use basalt_cluster::object::format_wire_time;
 use basalt_cluster::schema::infer::requirements;
 use basalt_cluster::update::parse_updates;
@@ -16,7 +17,7 @@ use super::record::{PushRecord, PushState};
 use super::PushError;
 
 /// The class of push statuses.
-pub const STATUS_CLASS: &str = "_PushStatus";
+pub static STATUS_CLASS: ClassName = ClassName::service("_PushStatus");
 
 /// When the push finished: set with its final state, after which the status no longer
 /// changes.
@@ -56,15 +57,15 @@ pub async fn create(cluster: &Cluster, rec: &PushRecord) -> Result<(), PushError
     let updates = parse_updates(&fields)?;
     cluster
         .catalog()
-        .ensure_columns(app, STATUS_CLASS, &requirements(&updates), true)
+        .ensure_columns(app, &STATUS_CLASS, &requirements(&updates), true)
         .await?;
-    let group = cluster.object_group(app, STATUS_CLASS, &rec.push_id);
+    let group = cluster.object_group(app, &STATUS_CLASS, &rec.push_id);
     cluster
         .propose_object(
             group,
             Command::CreateObject {
                 app: app.clone(),
-                class: STATUS_CLASS.into(),
+                class: STATUS_CLASS.clone(),
                 object_id: rec.push_id.clone(),
                 now_ms: now_ms(),
                 updates,
@@ -96,10 +97,10 @@ pub async fn update(
         fields.insert(FINISHED.into(), date(now_ms()));
     }
     let updates = parse_updates(&fields)?;
-    let group = cluster.object_group(&rec.app, STATUS_CLASS, &rec.push_id);
+    let group = cluster.object_group(&rec.app, &STATUS_CLASS, &rec.push_id);
     let cmd = Command::UpdateObject {
         app: rec.app.clone(),
-        class: STATUS_CLASS.into(),
+        class: STATUS_CLASS.clone(),
         object_id: rec.push_id.clone(),
         now_ms: now_ms(),
         updates,

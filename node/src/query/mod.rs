@@ -12,9 +12,11 @@ mod error;
 pub mod params;
 pub mod projection;
 
+use basalt_cluster::names::ClassName;
 use basalt_cluster::query::aggregate::{finish, AggregateRequest, AggregateSpec, Metric};
 use basalt_cluster::query::filter::Filter;
 use basalt_cluster::query::{ScanRequest, SortKey};
+use basalt_cluster::Error as ClusterError;
 use serde_json::{json, Value};
 
 use basalt_cluster::Cluster;
@@ -124,6 +126,14 @@ pub async fn run(
             .map(String::as_str),
     );
     view.check_query(&q.class, &q.filter, named)?;
+    // Every caller checked the name its request gave (a user class, or a system class it may
+    // read); one no class can have is refused as such all the same.
+    let class = ClassName::in_query(&q.class).ok_or_else(|| {
+        QueryError::from_cluster(ClusterError::InvalidClassName(format!(
+            "invalid class name {:?}",
+            q.class
+        )))
+    })?;
     let filter = cluster
         .queries()
         .resolve(app, q.filter, &who)
@@ -134,7 +144,7 @@ pub async fn run(
             .queries()
             .aggregate(AggregateRequest {
                 app: app.clone(),
-                class: q.class,
+                class,
                 filter,
                 spec: agg.spec.clone(),
                 principals: who.clone(),
@@ -145,7 +155,7 @@ pub async fn run(
             .map_err(QueryError::from_cluster)?;
         return Ok(Outcome::Groups(rows));
     }
-    let req_class = q.class.clone();
+    let req_class = class.clone();
     // Included keys are returned even when `keys` leaves them out.
     let mut keys = q.keys;
     if !keys.is_empty() {
@@ -153,7 +163,7 @@ pub async fn run(
     }
     let req = ScanRequest {
         app: app.clone(),
-        class: q.class,
+        class,
         filter,
         order: q.order,
         skip: q.skip,

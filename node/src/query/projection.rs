@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 
 use basalt_cluster::acl::Principals;
-use basalt_cluster::names::AppId;
+use basalt_cluster::names::{AppId, ClassName, ObjectId};
 use basalt_cluster::update::pointer_parts;
 use basalt_cluster::Cluster;
 use futures::future::BoxFuture;
@@ -130,7 +130,7 @@ fn expand_level<'a>(
         if include.is_empty() || objects.is_empty() {
             return Ok(());
         }
-        let mut wanted: Vec<(String, String)> = Vec::new();
+        let mut wanted: Vec<(ClassName, ObjectId)> = Vec::new();
         for obj in objects.iter() {
             for inc in include {
                 let mut found = Vec::new();
@@ -138,7 +138,12 @@ fn expand_level<'a>(
                     pointers_of(v, &mut found);
                 }
                 for (c, id) in found {
-                    let t = (c.to_string(), id.to_string());
+                    // A class or an id that cannot exist names no object: its pointer stays
+                    // as it is.
+                    let (Some(c), Some(id)) = (ClassName::in_query(c), ObjectId::parse(id)) else {
+                        continue;
+                    };
+                    let t = (c, id);
                     if !wanted.contains(&t) {
                         wanted.push(t);
                     }
@@ -152,7 +157,7 @@ fn expand_level<'a>(
         for (t, r) in wanted.iter().zip(futures::future::join_all(reads).await) {
             if let Some(mut o) = r? {
                 view.hide_rows(&t.0, std::slice::from_mut(&mut o));
-                targets.insert(t.clone(), o);
+                targets.insert((t.0.to_string(), t.1.to_string()), o);
             }
         }
         // Replace this level's pointers, collecting the expanded objects per include key for

@@ -7,7 +7,7 @@
 
 use std::future::Future;
 
-use basalt_cluster::names::AppId;
+use basalt_cluster::names::{AppId, ObjectId};
 use basalt_cluster::object::StoredObject;
 use basalt_cluster::update::{FieldUpdate, UpdateOp};
 use basalt_cluster::{now_ms, Cluster};
@@ -75,7 +75,7 @@ pub async fn password_update(password: String) -> Result<FieldUpdate, UsersError
 pub async fn reset_password(
     cluster: &Cluster,
     app: &AppId,
-    user_id: &str,
+    user_id: &ObjectId,
     password: String,
     extra: Vec<FieldUpdate>,
 ) -> Result<(), UsersError> {
@@ -100,17 +100,17 @@ pub async fn changeable_user(
     app: &AppId,
     master: bool,
     session_token: Option<&str>,
-    user_id: &str,
+    user_id: &ObjectId,
 ) -> Result<StoredObject, UsersError> {
     if !master {
         let token = session_token.ok_or(UsersError::SessionRequired)?;
         match session_user(cluster, app, token).await? {
-            Some((id, _)) if id == user_id => {}
+            Some((id, _)) if &id == user_id => {}
             _ => return Err(UsersError::SessionRequired),
         }
     }
     cluster
-        .get_stored_object(app, USER_CLASS, user_id)
+        .get_stored_object(app, &USER_CLASS, user_id)
         .await?
         .ok_or_else(|| UsersError::UserNotFound(user_id.to_string()))
 }

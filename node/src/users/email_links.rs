@@ -5,7 +5,7 @@
 
 use crate::throttle::MAIL_WINDOWS;
 use basalt_cluster::ids::GroupId;
-use basalt_cluster::names::AppId;
+use basalt_cluster::names::{AppId, ObjectId};
 use basalt_cluster::namespace::Namespace;
 use basalt_cluster::object::random_alphanumeric;
 use basalt_cluster::{now_ms, Cluster};
@@ -38,7 +38,7 @@ impl Purpose {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EmailLink {
     pub app: AppId,
-    pub user_id: String,
+    pub user_id: ObjectId,
     pub email: String,
     pub purpose: Purpose,
 }

@@ -8,7 +8,7 @@
 //! addresses (`throttle::take_login`); the per-client-IP limit of the node is the endpoint's
 //! (`api::users`).
 
-use basalt_cluster::names::AppId;
+use basalt_cluster::names::{AppId, ObjectId};
 use basalt_cluster::object::StoredObject;
 use basalt_cluster::update::{FieldUpdate, UpdateOp};
 use basalt_cluster::{now_ms, Cluster};
@@ -76,7 +76,7 @@ pub async fn log_in(
             .ok_or(UsersError::LoginFailed)?;
         crate::sms::take_code(cluster, app, &number, &code).await?;
         let stored = cluster
-            .get_stored_object(app, USER_CLASS, &user_id)
+            .get_stored_object(app, &USER_CLASS, &user_id)
             .await?
             .ok_or(UsersError::LoginFailed)?;
         return start_session(cluster, app, &user_id, &stored, phone_verified()).await;
@@ -120,7 +120,7 @@ pub async fn log_in(
     };
     let attempt = take_attempt(cluster, app, &account, ip, p.validate_token.as_deref()).await?;
     let stored = match &user_id {
-        Some(id) => cluster.get_stored_object(app, USER_CLASS, id).await?,
+        Some(id) => cluster.get_stored_object(app, &USER_CLASS, id).await?,
         None => None,
     };
     let (Some(user_id), Some(stored)) = (user_id, stored) else {
@@ -171,7 +171,7 @@ async fn take_attempt(
 pub async fn start_session(
     cluster: &Cluster,
     app: &AppId,
-    user_id: &str,
+    user_id: &ObjectId,
     stored: &StoredObject,
     extra: Vec<FieldUpdate>,
 ) -> Result<Value, UsersError> {

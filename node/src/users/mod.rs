@@ -20,12 +20,13 @@ pub mod session;
 pub mod third_party;
 pub mod unique;
 
+use basalt_cluster::names::ClassName;
 pub use error::UsersError;
 pub use service_writes::set_user_fields;
 pub use unique::login_fields;
 
 /// The system class of users.
-pub const USER_CLASS: &str = "_User";
+pub static USER_CLASS: ClassName = ClassName::service("_User");
 
 /// Internal field holding the password hash.
 pub const PASSWORD_FIELD: &str = "_password";

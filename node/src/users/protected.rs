@@ -161,16 +161,16 @@ mod tests {
         let app = app();
         let view = UserView::new(&app, &who);
         let by_email = Filter::parse(json!({"email": "a@x"}).as_object().unwrap()).unwrap();
-        assert!(view.check_query(USER_CLASS, &by_email, []).is_err());
+        assert!(view.check_query(&USER_CLASS, &by_email, []).is_err());
         assert!(view.check_query("Post", &by_email, []).is_ok());
         assert!(view
-            .check_query(USER_CLASS, &Filter::All, ["-mobilePhoneNumber"])
+            .check_query(&USER_CLASS, &Filter::All, ["-mobilePhoneNumber"])
             .is_err());
         assert!(view
-            .check_query(USER_CLASS, &Filter::All, ["username"])
+            .check_query(&USER_CLASS, &Filter::All, ["username"])
             .is_ok());
         assert!(UserView::new(&app, &Principals::master())
-            .check_query(USER_CLASS, &by_email, [])
+            .check_query(&USER_CLASS, &by_email, [])
             .is_ok());
         // Through a sub-query of users from another class, and not for other classes' fields.
         let sub = |v: serde_json::Value| Filter::parse(v.as_object().unwrap()).unwrap();
@@ -183,6 +183,6 @@ mod tests {
         let contacts = sub(
             json!({"x": {"$select": {"query": {"className": "Contact", "where": {"email": "a"}}, "key": "email"}}}),
         );
-        assert!(view.check_query(USER_CLASS, &contacts, []).is_ok());
+        assert!(view.check_query(&USER_CLASS, &contacts, []).is_ok());
     }
 }

@@ -12,7 +12,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use basalt_cluster::names::AppId;
+use basalt_cluster::names::{AppId, ClassName};
 use basalt_cluster::object::StoredObject;
 use basalt_cluster::{Cluster, KeptReads};
 use serde_json::Value;
@@ -20,7 +20,7 @@ use serde_json::Value;
 use super::UsersError;
 
 /// The system class of roles.
-pub const ROLE_CLASS: &str = "_Role";
+pub static ROLE_CLASS: ClassName = ClassName::service("_Role");
 
 /// `role:<name>` for every role `user_id` holds, directly or through child roles.
 pub fn roles_in_graph(roles: &[(String, StoredObject)], user_id: &str) -> Vec<String> {
@@ -86,7 +86,7 @@ impl RoleGraphs {
     fn graph(&self, cluster: &Cluster, app: &AppId) -> Result<Graph, UsersError> {
         let applied = cluster.meta_applied();
         self.graphs.get_or_read(applied, app.as_str(), || {
-            Ok(Arc::new(cluster.local_meta_objects(app, ROLE_CLASS)?))
+            Ok(Arc::new(cluster.local_meta_objects(app, &ROLE_CLASS)?))
         })
     }
 }

@@ -3,7 +3,7 @@
 //! write that ends sessions settles on every member (`session::ends_sessions`).
 
 use basalt_cluster::acl::Principals;
-use basalt_cluster::names::AppId;
+use basalt_cluster::names::{AppId, ObjectId};
 use basalt_cluster::object::StoredObject;
 use basalt_cluster::update::FieldUpdate;
 use basalt_cluster::{now_ms, Cluster, Command, CommandResult};
@@ -17,7 +17,7 @@ use super::USER_CLASS;
 pub async fn set_user_fields(
     cluster: &Cluster,
     app: &AppId,
-    user_id: &str,
+    user_id: &ObjectId,
     updates: Vec<FieldUpdate>,
 ) -> Result<(), UsersError> {
     write_user(cluster, app, user_id, None, updates, now_ms()).await
@@ -29,7 +29,7 @@ pub async fn set_user_fields(
 pub(super) async fn write_user(
     cluster: &Cluster,
     app: &AppId,
-    user_id: &str,
+    user_id: &ObjectId,
     before: Option<&StoredObject>,
     updates: Vec<FieldUpdate>,
     now: i64,
@@ -37,15 +37,15 @@ pub(super) async fn write_user(
     let settle = ends_sessions(before, &updates, now);
     let cmd = Command::UpdateObject {
         app: app.clone(),
-        class: USER_CLASS.into(),
-        object_id: user_id.to_string(),
+        class: USER_CLASS.clone(),
+        object_id: user_id.clone(),
         now_ms: now,
         updates,
         principals: Principals::master(),
         unset: Vec::new(),
         holds: Vec::new(),
     };
-    let group = cluster.object_group(app, USER_CLASS, user_id);
+    let group = cluster.object_group(app, &USER_CLASS, user_id);
     let proposed = if settle {
         cluster.propose_settled(group, cmd).await
     } else {

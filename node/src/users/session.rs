@@ -6,8 +6,8 @@
 //! on its own replica of the user's shard when it can (decisions/0011); the writes that end
 //! sessions (`ends_sessions`, and deleting a user) settle on every member first.
 
-use basalt_cluster::names::AppId;
-use basalt_cluster::object::{is_object_id, random_alphanumeric, StoredObject};
+use basalt_cluster::names::{AppId, ObjectId};
+use basalt_cluster::object::{random_alphanumeric, StoredObject};
 use basalt_cluster::update::{FieldUpdate, UpdateOp};
 use basalt_cluster::{now_ms, Cluster};
 use serde_json::{json, Map, Value};
@@ -30,10 +30,11 @@ pub fn new_token(user_id: &str) -> String {
 }
 
 /// The user a token names (its shape only; whether it is live is `session_user`'s job).
-pub fn token_user(token: &str) -> Option<&str> {
+pub fn token_user(token: &str) -> Option<ObjectId> {
     token
         .get(RANDOM_LEN..)
-        .filter(|id| is_object_id(id) && token.is_char_boundary(RANDOM_LEN))
+        .filter(|_| token.is_char_boundary(RANDOM_LEN))
+        .and_then(ObjectId::parse)
 }
 
 /// Whether `token` is a live session of the stored user.
@@ -109,21 +110,24 @@ pub async fn session_user(
     cluster: &Cluster,
     app: &AppId,
     token: &str,
-) -> Result<Option<(String, StoredObject)>, UsersError> {
+) -> Result<Option<(ObjectId, StoredObject)>, UsersError> {
     let Some(user_id) = token_user(token) else {
         return Ok(None);
     };
-    if let Some(user) = cluster.current_stored_object(app, USER_CLASS, user_id) {
+    if let Some(user) = cluster.current_stored_object(app, &USER_CLASS, &user_id) {
         if has_session(&user, token, now_ms()) {
             metrics::counter!("basalt_session_checks_total", "source" => "replica").increment(1);
-            return Ok(Some((user_id.to_string(), user)));
+            return Ok(Some((user_id, user)));
         }
     }
     metrics::counter!("basalt_session_checks_total", "source" => "leader").increment(1);
-    let Some(user) = cluster.get_stored_object(app, USER_CLASS, user_id).await? else {
+    let Some(user) = cluster
+        .get_stored_object(app, &USER_CLASS, &user_id)
+        .await?
+    else {
         return Ok(None);
     };
-    Ok(has_session(&user, token, now_ms()).then(|| (user_id.to_string(), user)))
+    Ok(has_session(&user, token, now_ms()).then_some((user_id, user)))
 }
 
 /// Who a request acts as, for ACLs: the master key (no check), else `*`, plus the session's
@@ -154,7 +158,7 @@ async fn find_principals(
     if let Some(token) = &ctx.session_token {
         if let Some((user_id, _)) = session_user(cluster, app, token).await? {
             out.extend(roles.roles_of(cluster, app, &user_id)?);
-            out.push(user_id);
+            out.push(user_id.to_string());
         }
     }
     Ok(Principals::acting(out))
@@ -168,9 +172,12 @@ mod tests {
     fn tokens_name_their_user() {
         let t = new_token("abcDEF1234");
         assert_eq!(t.len(), 42);
-        assert_eq!(token_user(&t), Some("abcDEF1234"));
-        assert_eq!(token_user("short"), None);
-        assert_eq!(token_user(&format!("{}{}", "x".repeat(32), "bad-id")), None);
+        assert_eq!(token_user(&t).as_deref(), Some("abcDEF1234"));
+        assert_eq!(token_user("short").as_deref(), None);
+        assert_eq!(
+            token_user(&format!("{}{}", "x".repeat(32), "bad-id")).as_deref(),
+            None
+        );
     }
 
     #[test]

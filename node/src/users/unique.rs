@@ -12,7 +12,7 @@
 //! the value.
 
 use basalt_cluster::ids::GroupId;
-use basalt_cluster::names::AppId;
+use basalt_cluster::names::{AppId, ClassName, ObjectId};
 use basalt_cluster::namespace::Namespace;
 use basalt_cluster::{now_ms, Cluster, Error as ClusterError};
 use serde_json::{json, Map, Value};
@@ -80,11 +80,11 @@ impl Unique {
     }
 
     /// The class of the objects holding such values.
-    pub fn class(self) -> &'static str {
+    pub fn class(self) -> &'static ClassName {
         match self {
-            Unique::RoleName => crate::users::roles::ROLE_CLASS,
-            Unique::InstallationId | Unique::DeviceToken => INSTALLATION_CLASS,
-            _ => USER_CLASS,
+            Unique::RoleName => &crate::users::roles::ROLE_CLASS,
+            Unique::InstallationId | Unique::DeviceToken => &INSTALLATION_CLASS,
+            _ => &USER_CLASS,
         }
     }
 
@@ -129,12 +129,12 @@ pub async fn owner(
     app: &AppId,
     kind: Unique,
     value: &str,
-) -> Result<Option<String>, UsersError> {
+) -> Result<Option<ObjectId>, UsersError> {
     let k = key(app, kind, value);
     let rec = cluster
         .get_record(group(cluster, app, &k), Namespace::Unique, &k)
         .await?;
-    Ok(rec.and_then(|r| r["userId"].as_str().map(str::to_string)))
+    Ok(rec.and_then(|r| r["userId"].as_str().and_then(ObjectId::parse)))
 }
 
 /// Claims `value` for `user_id`; the documented code when another user holds it.
@@ -190,10 +190,12 @@ async fn abandoned(
     if now_ms() - rec["since"].as_i64().unwrap_or(0) < PENDING_MS {
         return Ok(false);
     }
-    let Some(holder) = rec["userId"].as_str() else {
+    let Some(holder) = rec["userId"].as_str().and_then(ObjectId::parse) else {
         return Ok(true);
     };
-    let user = cluster.get_stored_object(app, kind.class(), holder).await?;
+    let user = cluster
+        .get_stored_object(app, kind.class(), &holder)
+        .await?;
     Ok(!user.is_some_and(|u| kind.held_by(&u, value)))
 }
 

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use super::Coordinator;
 use crate::acl::{allows, Access, Principals};
 use crate::error::{Error, Result};
-use crate::names::AppId;
+use crate::names::{AppId, ClassName, ObjectId};
 use crate::query::eval::lookup;
 use crate::query::filter::{Cond, Filter, SubQuery};
 use crate::query::ScanRequest;
@@ -130,10 +130,14 @@ impl Coordinator {
         principals: &Principals,
         key: &str,
     ) -> Result<Vec<Value>> {
+        // A name no class can have holds no objects.
+        let Some(class) = ClassName::in_query(&q.class) else {
+            return Ok(Vec::new());
+        };
         let filter = self.resolve_filter(app, *q.filter, principals).await?;
         let req = ScanRequest {
             app: app.clone(),
-            class: q.class.clone(),
+            class,
             filter,
             order: Vec::new(),
             skip: 0,
@@ -162,9 +166,15 @@ impl Coordinator {
         key: &str,
         principals: &Principals,
     ) -> Result<Vec<String>> {
+        // A class or an id that cannot exist names no object, so the relation holds nothing.
+        let (Some(class), Some(object_id)) =
+            (ClassName::in_query(class), ObjectId::parse(object_id))
+        else {
+            return Ok(Vec::new());
+        };
         let Some(parent) = self
             .replicas
-            .get_stored_object(app, class, object_id)
+            .get_stored_object(app, &class, &object_id)
             .await?
         else {
             return Ok(Vec::new());
