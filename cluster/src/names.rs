@@ -14,7 +14,8 @@ use crate::error::Result;
 use crate::object::{is_object_id, new_object_id, validate_class_name};
 use crate::schema::SYSTEM_CLASSES;
 
-/// `as_str`, `Deref<Target = str>` and `Display` of a checked name.
+/// `as_str`, `Deref<Target = str>`, `Display` and `Debug` (both as the bare string, as the
+/// `String` it replaced printed) and comparisons with strings, of a checked name.
 macro_rules! reads_as_str {
     ($name:ident) => {
         impl $name {
@@ -33,6 +34,12 @@ macro_rules! reads_as_str {
         impl std::fmt::Display for $name {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str(&*self.0)
+            }
+        }
+
+        impl std::fmt::Debug for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                std::fmt::Debug::fmt(&*self.0, f)
             }
         }
 
@@ -70,7 +77,7 @@ macro_rules! reads_as_str {
 
 /// The id of an app. Made only when an app is created and read back from its stored record
 /// (serialized as the bare string), so a request holds one only once its app was found.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(transparent)]
 pub struct AppId(String);
 
@@ -95,9 +102,7 @@ impl From<&str> for AppId {
 /// Serialized as the bare string; decoding trusts what it reads (commands in logs written
 /// before names were checked at the edge hold them as the client sent them, and service
 /// classes such as `_PushStatus` are no user's to name).
-#[derive(
-    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
-)]
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(transparent)]
 pub struct ClassName(Cow<'static, str>);
 
@@ -147,7 +152,7 @@ impl From<&str> for ClassName {
 /// An objectId that can exist: 1 to 64 ASCII letters and digits. Serialized as the bare
 /// string; decoding trusts what it reads (commands in logs written before ids were checked at
 /// the edge hold ids as the client sent them, and must apply as they did).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(transparent)]
 pub struct ObjectId(String);
 

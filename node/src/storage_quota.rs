@@ -259,7 +259,7 @@ impl StorageQuotas {
                     // A shard that cannot be read now (no leader) does not stop the app's
                     // writes to the others: the last reading serves, and with none the write
                     // is judged by what this node admitted.
-                    Err(e) => tracing::debug!(app = %app, "reading the app's usage: {e}"),
+                    Err(e) => tracing::debug!(app = app.as_str(), "reading the app's usage: {e}"),
                 }
             }
         }

@@ -213,7 +213,11 @@ fn after_write(
         Ok(t) if !t.is_empty() => t,
         Ok(_) => return,
         Err(e) => {
-            tracing::warn!(%class, "{} triggers not read: {e}", event.name());
+            tracing::warn!(
+                class = class.as_str(),
+                "{} triggers not read: {e}",
+                event.name()
+            );
             return;
         }
     };
@@ -224,7 +228,7 @@ fn after_write(
             None => match stored(&inv, &ctx, &class, &id).await {
                 Ok(o) => o,
                 Err(e) => {
-                    tracing::warn!(%class, "afterSave object not read: {e}");
+                    tracing::warn!(class = class.as_str(), "afterSave object not read: {e}");
                     return;
                 }
             },
@@ -237,7 +241,7 @@ fn after_write(
                 .invoke(&ctx, depth, true, &t, Value::Object(request))
                 .await
             {
-                tracing::warn!(%class, function = %t.name, "{} failed: {e}", event.name());
+                tracing::warn!(class = class.as_str(), function = %t.name, "{} failed: {e}", event.name());
             }
         }
     };

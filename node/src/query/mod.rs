@@ -13,6 +13,7 @@ pub mod params;
 pub mod projection;
 
 use basalt_cluster::names::ClassName;
+use basalt_cluster::object::validate_class_name;
 use basalt_cluster::query::aggregate::{finish, AggregateRequest, AggregateSpec, Metric};
 use basalt_cluster::query::filter::Filter;
 use basalt_cluster::query::{ScanRequest, SortKey};
@@ -127,13 +128,13 @@ pub async fn run(
     );
     view.check_query(&q.class, &q.filter, named)?;
     // Every caller checked the name its request gave (a user class, or a system class it may
-    // read); one no class can have is refused as such all the same.
-    let class = ClassName::in_query(&q.class).ok_or_else(|| {
-        QueryError::from_cluster(ClusterError::InvalidClassName(format!(
-            "invalid class name {:?}",
-            q.class
-        )))
-    })?;
+    // read); one no class can have is refused all the same, with the check's own answer.
+    let Some(class) = ClassName::in_query(&q.class) else {
+        validate_class_name(&q.class).map_err(QueryError::from_cluster)?;
+        return Err(QueryError::from_cluster(ClusterError::InvalidClassName(
+            q.class,
+        )));
+    };
     let filter = cluster
         .queries()
         .resolve(app, q.filter, &who)

@@ -1,11 +1,48 @@
-//! Operational endpoints: /health, /metrics, unknown routes.
+//! Operational endpoints (`src/api/ops.rs`): /health, /metrics, unknown routes.
 
 use serde_json::{json, Value};
 
+use super::common::scenario::{run_rows, As, Row};
 use super::common::TestCluster;
 
+/// Who may call the operational endpoints, as a table: `/health` is open, `/metrics` answers
+/// a caller on the node's own machine when no token is set, an unknown route is 404.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn health_metrics_and_unknown_routes() {
+async fn ops_endpoints_answer_as_their_table_says() {
+    use basalt_client::Method;
+    let cluster = TestCluster::start(1, &[], &[]).await;
+    let rows = vec![
+        Row::new("health, without keys", Method::GET, "/health")
+            .auth(As::Nobody)
+            .answers(200),
+        Row::new("health, with the app keys", Method::GET, "/health").answers(200),
+        Row::new("health, with a wrong key", Method::GET, "/health")
+            .auth(As::WrongKey)
+            .answers(200),
+        Row::new(
+            "metrics, from the node's own machine",
+            Method::GET,
+            "/metrics",
+        )
+        .auth(As::Nobody)
+        .answers(200),
+        Row::new("metrics, with the app keys", Method::GET, "/metrics").answers(200),
+        Row::new("an unknown route", Method::GET, "/1/nothing")
+            .auth(As::Nobody)
+            .answers(404),
+        Row::new(
+            "an unknown route, with the app keys",
+            Method::GET,
+            "/1/nothing",
+        )
+        .answers(404),
+    ];
+    run_rows(&cluster, &rows).await;
+}
+
+/// `/health` counts the node's groups; `/metrics` names the Raft, HTTP and storage series.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_and_metrics_describe_the_node() {
     let cluster = TestCluster::start(1, &["--shards", "2"], &[]).await;
     let client = cluster.client(0);
     client
@@ -34,30 +71,6 @@ async fn health_metrics_and_unknown_routes() {
     ] {
         assert!(text.contains(name), "metrics lack {name}");
     }
-    let resp = reqwest::get(format!("http://{}/1/nothing", cluster.nodes[0].http))
-        .await
-        .expect("get");
-    assert_eq!(resp.status().as_u16(), 404);
-
-    // Server time: unix seconds and Beijing time (UTC+8); app keys required.
-    let before = chrono::Utc::now().timestamp();
-    let t = client
-        .request(reqwest::Method::GET, "/1/timestamp/", None, false)
-        .await
-        .expect("timestamp")
-        .body;
-    let ts = t["timestamp"].as_i64().expect("integer timestamp");
-    assert!((before - 2..=before + 2).contains(&ts), "{t}");
-    let beijing = chrono::DateTime::from_timestamp(ts, 0).unwrap() + chrono::Duration::hours(8);
-    assert_eq!(
-        t["datetime"],
-        beijing.format("%Y-%m-%d %H:%M:%S").to_string()
-    );
-    let anon = cluster
-        .anonymous_client(0)
-        .request(reqwest::Method::GET, "/1/timestamp", None, false)
-        .await;
-    assert_eq!(anon.err().and_then(|e| e.status()), Some(401));
 }
 
 /// `/metrics` is for the node's operator: with `--metrics-token` every caller needs it (401
@@ -196,22 +209,4 @@ async fn health_is_degraded_when_no_quorum_answers() {
             .all(|p| p["problem"] == "leaderUnreachable" || p["problem"] == "noLeader"),
         "{last}"
     );
-}
-
-/// `/1/timestamp` as a table: the time for the app's keys, 401 without them.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn timestamp_answers_as_its_table_says() {
-    use super::common::scenario::{run_rows, As, Row};
-    use basalt_client::Method;
-    let cluster = TestCluster::start(1, &[], &[]).await;
-    let rows = vec![
-        Row::new("the time", Method::GET, "/1/timestamp").succeeds(200),
-        Row::new("the time without keys", Method::GET, "/1/timestamp")
-            .auth(As::Nobody)
-            .unauthorized(),
-        Row::new("the time with a wrong key", Method::GET, "/1/timestamp")
-            .auth(As::WrongKey)
-            .unauthorized(),
-    ];
-    run_rows(&cluster, &rows).await;
 }

@@ -130,11 +130,12 @@ impl Coordinator {
         principals: &Principals,
         key: &str,
     ) -> Result<Vec<Value>> {
-        // A name no class can have holds no objects.
+        let filter = self.resolve_filter(app, *q.filter, principals).await?;
+        // A name no class can have holds no objects (its own `where` was resolved first, so
+        // its errors are answered as they always were).
         let Some(class) = ClassName::in_query(&q.class) else {
             return Ok(Vec::new());
         };
-        let filter = self.resolve_filter(app, *q.filter, principals).await?;
         let req = ScanRequest {
             app: app.clone(),
             class,
