@@ -49,6 +49,7 @@ test: deps sdks test-servers lint
 lint:
 	$(CARGO) fmt --all -- --check
 	python3 scripts/module-cycles.py
+	python3 scripts/test-shapes.py
 	$(CARGO) clippy $(PROFILE_FLAGS) --workspace --all-targets -- -D warnings
 
 ## Load benchmark against fresh 1-node and 3-node local clusters (see docs/performance.md).

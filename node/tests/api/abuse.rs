@@ -61,6 +61,7 @@ fn through(cluster: &TestCluster, i: usize, link: &str) -> String {
     format!("http://{}{path}", cluster.nodes[i].http)
 }
 
+/// Story — a race through every node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn links_and_quotas_hold_when_requests_race_through_every_node() {
     let (cluster, sink, receiver) = start_with_mail_and_sms().await;
@@ -254,6 +255,7 @@ async fn links_and_quotas_hold_when_requests_race_through_every_node() {
     }
 }
 
+/// Story — an attack: guessing, step by step.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codes_passwords_and_mails_cannot_be_tried_without_limit() {
     let (cluster, _sink, receiver) = start_with_mail_and_sms().await;
@@ -494,6 +496,8 @@ async fn console_as(
     (status, body["code"].as_i64())
 }
 
+/// Story — an attack from one address while the owner logs in from another.
+///
 /// Failed logins lock the address they come from out of the account, not the account for
 /// everybody: its username, email and phone share one count, the owner logs in from another
 /// address, and once the account failed too often from many addresses only an address it

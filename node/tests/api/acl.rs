@@ -218,6 +218,8 @@ async fn acls_govern_every_data_path() {
     assert!(!sees(&as_ann, &private).await);
 }
 
+/// Story — events in order: a grant inside a batch counts for the operations after it.
+///
 /// A request finds who it acts as once (one session check, however many objects, includes or
 /// shards it touches), and each operation of a batch finds it anew: a role granted by one
 /// operation counts for the next (a batch runs writes only).

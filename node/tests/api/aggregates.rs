@@ -32,6 +32,7 @@ struct Direct {
     min_day: Option<String>,
 }
 
+/// Story — a model check: every aggregation against the same sums computed here.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aggregates_equal_a_direct_computation() {
     let cluster = TestCluster::start(3, &["--shards", "4"], &super::common::SPREAD_CREATES).await;

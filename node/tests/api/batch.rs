@@ -137,6 +137,8 @@ async fn batches_run_in_order_with_per_operation_results() {
     assert_eq!(listed["count"], 50);
 }
 
+/// Story — events in order across shards.
+///
 /// Runs `requests` as one `/1/batch` through `c`; answers its slots.
 /// A batch of plain object writes goes to each shard as one command (at most one per shard),
 /// the shards concurrently, while each operation answers as it would alone, in request order:
@@ -267,6 +269,8 @@ async fn batches_go_to_each_shard_as_one_command_and_keep_each_objects_order() {
     assert_eq!(schema["fields"]["w"]["type"], "Bool", "{schema}");
 }
 
+/// Story — a fault: a node dies under batches.
+///
 /// Batches streaming through every node while one node is killed and comes back: every
 /// acknowledged create is there afterwards, and each object's array holds the values its
 /// writer added in the order it added them (nothing acknowledged lost, nothing reordered).

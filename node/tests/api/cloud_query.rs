@@ -24,6 +24,7 @@ fn ids(rows: &Value) -> Vec<String> {
         .collect()
 }
 
+/// Story — a model check: each statement against its REST form.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bql_answers_like_the_rest_form() {
     let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;

@@ -621,6 +621,7 @@ fn raw_upload(
     Some((status, serde_json::from_str(body).unwrap_or(Value::Null)))
 }
 
+/// Story — through every node, and with one of them down.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn files_are_stored_on_a_quorum_and_served_by_every_node() {
     let mut cluster = TestCluster::start(3, &[], &["--files-upkeep-secs", "1"]).await;

@@ -35,6 +35,7 @@ fn unfinished_upload(
     s
 }
 
+/// Story — through every node, with a real S3-compatible server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_s3_backend_keeps_files_in_the_bucket_and_serves_them_from_every_node() {
     let mut s3 = S3Server::start("basalt-files").await;

@@ -239,6 +239,7 @@ async fn function_endpoints_answer_as_their_table_says() {
     );
 }
 
+/// Story — through every node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn functions_deploy_call_list_and_delete_through_every_node() {
     let cluster = TestCluster::start(3, &[], &[]).await;
@@ -677,6 +678,7 @@ async fn functions_use_the_data_api_as_their_caller() {
     );
 }
 
+/// Story — a bound: runaway code under load.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runaway_functions_are_stopped_at_their_limits_while_the_node_serves_others() {
     let cluster = TestCluster::start(1, &[], &[]).await;
@@ -1162,6 +1164,7 @@ async fn ticks(m: &Client) -> Vec<i64> {
         .collect()
 }
 
+/// Story — a fault: the scheduler hands over mid-schedule.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scheduled_functions_run_each_tick_once_across_a_scheduler_handover() {
     let mut cluster = TestCluster::start(3, &[], &[]).await;

@@ -48,6 +48,7 @@ async fn tls_connect(
     (tls, alpn, leaf)
 }
 
+/// Story — real TLS end to end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_files_and_realtime_are_served_over_https() {
     let dir = tempfile::tempdir().expect("dir");

@@ -379,6 +379,7 @@ async fn installations_are_registered_once_per_device_and_keep_their_identity() 
     assert!(app.get("push").is_none_or(Value::is_null), "{app}");
 }
 
+/// Story — a race through every node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_device_registering_through_every_node_at_once_is_one_installation() {
     let cluster = TestCluster::start(3, &[], &[]).await;

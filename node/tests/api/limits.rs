@@ -43,6 +43,7 @@ async fn health(cluster: &TestCluster, node: usize) -> Value {
         .expect("json")
 }
 
+/// Story — an attack: writes made to halt groups.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn poison_writes_are_refused_and_every_group_keeps_serving() {
     let mut cluster = TestCluster::start(3, &["--shards", "2"], &[]).await;

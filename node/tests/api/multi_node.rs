@@ -8,6 +8,7 @@ use basalt_client::signing::{self, Formula, SignedKeys};
 
 use super::common::{self, assert_api_error, TestCluster};
 
+/// Story — through every node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_agree_on_apps_schemas_and_nonces() {
     let cluster = TestCluster::start(3, &["--shards", "4"], &common::SPREAD_CREATES).await;

@@ -73,6 +73,8 @@ async fn health_and_metrics_describe_the_node() {
     }
 }
 
+/// Story — an operator's configuration: a token, a listener of its own, per-app labels.
+///
 /// `/metrics` is for the node's operator: with `--metrics-token` every caller needs it (401
 /// without); its own listener (`--metrics-addr`) answers without one; functions' metrics name
 /// no app or function unless `--metrics-per-app`; `/health` says the cluster is insecure when

@@ -419,6 +419,7 @@ async fn scheduled_pushes_wait_and_expired_pushes_are_never_sent() {
     assert!(hook.messages_of(&expiring).is_empty());
 }
 
+/// Story — a fault: the scheduler killed mid-fan-out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fan_out_survives_its_scheduler_being_killed() {
     const DEVICES: usize = 5_000;

@@ -611,6 +611,7 @@ async fn a_page_held_by_one_node_is_complete() {
     );
 }
 
+/// Story — a model check: indexed answers against a scan's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn declared_and_automatic_indexes_answer_like_a_scan() {
     let cluster = TestCluster::start(3, &["--shards", "4"], &super::common::SPREAD_CREATES).await;
@@ -832,6 +833,8 @@ async fn declared_and_automatic_indexes_answer_like_a_scan() {
     assert_eq!((p5 - p4, s5 - s4), (4.0, 0.0));
 }
 
+/// Story — a fault: the client leaves mid-listing.
+///
 /// A listing whose client hung up stops where its shards are read, on every node that reads
 /// them: the nodes count the abandoned reads (`basalt_reads_cancelled_total`), and the same
 /// listing still answers in full afterwards.

@@ -132,6 +132,7 @@ async fn ask(c: &Client, master: bool, path: &str) -> Value {
         .body
 }
 
+/// Story — a model check: random queries against a naive evaluation.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_queries_answer_like_a_naive_evaluation() {
     let seed: u64 = std::env::var("BASALT_QUERY_SEED")

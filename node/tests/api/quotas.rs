@@ -30,6 +30,7 @@ fn blob(kib: usize, i: usize) -> Value {
     json!({"s": "x".repeat(kib * 1024), "i": i})
 }
 
+/// Story — a bound: an app fills its quotas.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_apps_objects_and_files_stay_within_its_quotas_and_deletes_make_room() {
     let cluster = TestCluster::start(1, &[], &[]).await;

@@ -167,6 +167,7 @@ fn position(e: &Value) -> (u64, u64) {
     (g.parse().unwrap(), i.parse().unwrap())
 }
 
+/// Story — events in order through every node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_of_writes_through_every_node_arrive_in_commit_order() {
     let cluster = TestCluster::start(3, &[], &[]).await;
@@ -719,6 +720,7 @@ async fn create_many(
         .await
 }
 
+/// Story — a fault: a failover under subscribers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failover_loses_and_repeats_nothing_and_a_cursor_replays_the_gap() {
     let mut cluster = TestCluster::start_spread(4, &["--change-log-entries", "1024"], &[], 4).await;

@@ -299,6 +299,8 @@ async fn roles_endpoints_answer_every_case() {
     run_rows(&cluster, &rows).await;
 }
 
+/// Story — through every node.
+///
 /// A role change takes effect for the very next request through any node: members added and
 /// removed through one node are seen at once through the others (the role graph is read from
 /// each node's own replica of the metadata group).

@@ -92,6 +92,7 @@ fn router_answer(status: u16, body: &Value) -> bool {
     matches!(status, 404 | 405) && matches!(body["code"].as_i64(), Some(404 | 405))
 }
 
+/// Table — every route of `api::table`, by method.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_route_asks_for_its_authentication_and_reaches_its_handler() {
     let cluster = TestCluster::start(1, &["--shards", "2"], &[]).await;

@@ -293,6 +293,8 @@ return { add, asText, failed };
     assert_eq!(js["failed"]["code"], 310, "{js}");
 }
 
+/// Story — a real SDK's session.
+///
 /// The JS SDK's realtime client (`Bmob.Socket`, socket.io 0.9, written for mini-programs) run in
 /// Node: `wx`'s request and socket functions are given over `fetch` and Node's WebSocket, with
 /// the SDK's fixed host (`wss.bmobcloud.com`) pointed at node 1. It handshakes, subscribes on

@@ -891,6 +891,8 @@ async fn change_password(client: Client, token: &str, user: &str, old: &str, new
         .expect("change the password");
 }
 
+/// Story — through every node.
+///
 /// A session works through every node the moment it is made, and ends through every node the
 /// moment the password changes or the user is deleted: each node checks sessions on its own
 /// replica of the user's shard when it is current, and the writes that end sessions settle on

@@ -165,6 +165,8 @@ async fn a_node_that_crashes_installing_a_snapshot_ends_with_its_peers_state() {
     }
 }
 
+/// Story — a fault: one part of a read fails.
+///
 /// An aggregation whose part on one node fails answers the error without waiting for the
 /// other parts, and the nodes reading those stop (they count the abandoned read in
 /// `basalt_reads_cancelled_total`) instead of reading on for an answer nobody waits for.

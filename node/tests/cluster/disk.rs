@@ -84,6 +84,7 @@ async fn fill_until_refused(c: &basalt_client::Client, refusals: usize) -> Vec<S
     );
 }
 
+/// Story — a fault: a full disk.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_refuses_growth_and_keeps_every_group_serving() {
     // 3 nodes on 512 MiB each: low under 60 % free, critical under 50 % (256 MiB: room for the
@@ -314,6 +315,8 @@ async fn deletes_give_their_space_back() {
     assert!(!cluster.log_text(0).contains("No space left"));
 }
 
+/// Story — a fault: a disk filled behind the watcher's back.
+///
 /// A disk filled to its last byte behind the watcher's back (another program filled it, and
 /// the marks are off, so nothing refuses writes before RocksDB meets the full disk): the
 /// writes that meet it in RocksDB and the Raft log wait instead of stopping their groups for

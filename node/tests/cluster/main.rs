@@ -225,6 +225,8 @@ async fn killing_a_leader_loses_no_acknowledged_create() {
         .is_some());
 }
 
+/// Story — a fault: a node paused mid-stream.
+///
 /// A node frozen (SIGSTOP) for longer than a stall, a lease and an election while writes
 /// stream through the others: its peers' replication streams to it give up and reopen, the
 /// groups it led elect new leaders, writes go on, and afterwards every acknowledged write is
@@ -365,6 +367,8 @@ fn hosts(group: &Value, node: u64) -> bool {
     has("voters") || has("learners")
 }
 
+/// Story — membership changes.
+///
 /// A 4th node joins and ends up holding replicas; a removed node's groups keep 3 replicas.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_joining_node_gets_replicas_and_a_removed_node_gives_them_up() {
@@ -477,6 +481,8 @@ async fn a_joining_node_gets_replicas_and_a_removed_node_gives_them_up() {
     cluster.stop(0);
 }
 
+/// Story — a fault: the metadata leader moves.
+///
 /// The scheduler runs on the metadata group's leader only, and another node takes over when
 /// that leader is killed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -572,6 +578,7 @@ async fn the_scheduler_moves_to_the_new_metadata_leader() {
 /// second time its nodes take cluster-wide options from a config file and the environment
 /// (the environment winning over the file).
 // The lock only keeps other tests' clusters from running at the same time.
+/// Story — a restart.
 #[allow(clippy::await_holding_lock)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dev_resumes_the_same_cluster_on_restart() {
@@ -697,6 +704,8 @@ async fn assert_unauthorized_with_service_headers(url: &str, keys: &basalt_clien
     );
 }
 
+/// Story — a fault: a shard stops answering.
+///
 /// With one replica per group, a frozen node makes some shards unanswerable: a listing, a count
 /// and an aggregation through another node fail with 503 after the query deadline instead of
 /// answering from the shards that remain; gets of objects on live shards keep working; once the
@@ -803,6 +812,8 @@ async fn a_query_with_an_unanswering_shard_fails_instead_of_answering_partially(
     assert_eq!(seen["results"].as_array().map(Vec::len), Some(60));
 }
 
+/// Story — a fault: leaders move under load.
+///
 /// Leaders move between nodes (`basalt admin shuffle-leaders`, and placement moving them back)
 /// while clients keep reading, listing and incrementing through every node: no request fails,
 /// every read sees every object, and the counter ends at the number of acknowledged increments.

@@ -86,6 +86,7 @@ fn depth(rng: &mut StdRng) -> usize {
     }
 }
 
+/// Story — a fault: restarts after log, snapshot and compaction.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn accepted_bodies_survive_log_snapshot_and_restart() {
     let seed: u64 = std::env::var("BASALT_SURVIVAL_SEED")

@@ -133,6 +133,7 @@ fn channel(addr: &str, tls: Option<&Arc<PeerTls>>) -> Channel {
     channel_for_addr(addr, Some(NodeId::new(1)), None, tls).expect("channel")
 }
 
+/// Story — an attack on the peer port.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_peer_port_answers_only_the_cluster_s_certificates() {
     let cluster = TestCluster::start_secure(3, &[], &[]).await;
@@ -358,6 +359,7 @@ async fn the_peer_port_answers_only_the_cluster_s_certificates() {
     assert!(health.body.get("insecure").is_none(), "{}", health.body);
 }
 
+/// Story — a rotation under load.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn certificates_rotate_under_load_with_no_failed_request() {
     let mut cluster = TestCluster::start_secure(3, &[], &[]).await;
@@ -523,6 +525,8 @@ async fn certificates_rotate_under_load_with_no_failed_request() {
     );
 }
 
+/// Story — an upgrade: apps stored by an earlier build.
+///
 /// An app stored in the clear (as before sealing existed) is sealed when a node starts and
 /// keeps working with its keys, standard and signed; a node that lost its secrets key fetches
 /// it from a peer; a node whose key file holds another key does not start.

@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Checks the shape of the HTTP and cluster tests (issue 49, item 5), as `make lint` runs it:
+
+- every API family in `node/src/api/` has its test file of the same name in `node/tests/api/`
+  (the helpers listed in HELPERS are not families);
+- a test over 80 lines is a table (it sends `scenario::Row`s through `run_rows`, or its doc
+  comment starts `/// Table`), or a story (its doc comment starts `/// Story`, saying what
+  the sequence is: a fault, a race, a hand-over through every node, an attack, a bound, a
+  model check, a real SDK's session) — or one of the narratives still to be turned into rows,
+  listed in TO_ROWS. That list only shrinks: a name in it that is gone or no longer over 80
+  lines fails the check too, so it stays the list of what is left.
+"""
+import pathlib
+import re
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+LONG = 80
+HELPERS = {"mod", "context", "batch_slot", "object_writes", "websocket"}
+
+# Endpoint narratives over 80 lines whose cases are still to become `scenario::Row`s (or
+# shorter stories). Remove a name once its test is a table or a story.
+TO_ROWS = {
+    "installations_are_registered_once_per_device_and_keep_their_identity",
+    "sms_codes_templates_and_captchas",
+    "schemas_are_inferred_managed_and_enforced",
+    "users_register_log_in_and_change_with_their_session",
+    "where_operators_select_exactly_the_matching_objects",
+    "triggers_change_refuse_and_observe_writes",
+    "phone_sign_up_login_and_reset_by_code",
+    "functions_use_the_data_api_as_their_caller",
+    "files_upload_download_and_delete_with_their_errors",
+    "browsers_users_roles_and_headers",
+    "object_lifecycle_and_errors",
+    "subscribers_see_only_what_they_may_read_and_what_their_filter_selects",
+    "app_settings_govern_who_deletes_how_large_and_who_reads",
+    "pushes_reach_the_installations_their_query_selects",
+    "apps_are_managed_by_the_console_account_and_isolated",
+    "acls_govern_every_data_path",
+    "typed_values_dot_paths_and_include",
+    "standard_master_and_encrypted_modes",
+    "third_party_accounts_are_verified_with_their_platform",
+    "roles_grant_their_members_and_child_roles_access",
+    "paging_order_keys_and_nested_include",
+    "watermarks_of_text_and_of_the_apps_own_images",
+    "batches_run_in_order_with_per_operation_results",
+    "video_snapshots_store_the_frame_at_a_point",
+    "third_party_accounts_register_log_in_link_and_unlink",
+    "verification_and_reset_links_arrive_and_work",
+    "android_and_windows_devices_go_through_fcm_and_wns",
+    "ios_devices_are_pushed_through_apns_over_http2",
+    "errors_say_what_is_wrong_and_no_more",
+    "thumbnails_have_the_size_and_format_asked_for",
+}
+
+TEST_ATTR = re.compile(r"^\s*#\[(tokio::)?test\b")
+FN = re.compile(r"\bfn (\w+)")
+
+
+def tests_of(path):
+    """(name, lines, doc's first line, body) of each test in the file."""
+    lines = path.read_text().split("\n")
+    out = []
+    i = 0
+    while i < len(lines):
+        if not TEST_ATTR.match(lines[i]):
+            i += 1
+            continue
+        d = i
+        while d > 0 and lines[d - 1].lstrip().startswith(("///", "#[")):
+            d -= 1
+        doc = next((l.strip() for l in lines[d:i] if l.strip().startswith("///")), "")
+        j = i
+        while not FN.search(lines[j]):
+            j += 1
+        name = FN.search(lines[j]).group(1)
+        indent = len(lines[j]) - len(lines[j].lstrip())
+        k = j + 1
+        while k < len(lines) and lines[k].rstrip() != " " * indent + "}":
+            k += 1
+        out.append((name, k - i + 1, doc, "\n".join(lines[j:k + 1])))
+        i = k + 1
+    return out
+
+
+def main():
+    problems = []
+    api_src = ROOT / "node/src/api"
+    api_tests = ROOT / "node/tests/api"
+    for f in sorted(api_src.glob("*.rs")):
+        if f.stem not in HELPERS and not (api_tests / f.name).exists():
+            problems.append(f"node/src/api/{f.name} has no node/tests/api/{f.name}")
+    files = sorted(api_tests.glob("*.rs")) + sorted((ROOT / "node/tests/cluster").glob("*.rs"))
+    seen_long = set()
+    for f in files:
+        for name, n, doc, body in tests_of(f):
+            if n <= LONG:
+                continue
+            seen_long.add(name)
+            table = "run_rows(" in body or doc.startswith("/// Table")
+            story = doc.startswith("/// Story")
+            if not (table or story or name in TO_ROWS):
+                rel = f.relative_to(ROOT)
+                problems.append(
+                    f"{rel}: {name} has {n} lines: make it a table of scenario rows, or a "
+                    f"story (a doc comment starting `/// Story`)"
+                )
+    for name in sorted(TO_ROWS - seen_long):
+        problems.append(f"TO_ROWS names {name}, which is gone or at most {LONG} lines: remove it")
+    for p in problems:
+        print(p)
+    if problems:
+        sys.exit(1)
+    print(f"test shapes hold ({len(TO_ROWS)} narratives still to become rows)")
+
+
+if __name__ == "__main__":
+    main()
