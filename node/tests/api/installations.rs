@@ -35,22 +35,24 @@ async fn put(
     c.request(Method::PUT, path, Some(&body), false).await
 }
 
+/// The master's view of an installation (`GET /1/installations/<id>`).
+async fn stored(m: &Client, id: &str) -> Value {
+    m.request(Method::GET, &format!("/1/installations/{id}"), None, true)
+        .await
+        .unwrap()
+        .body
+}
+
+/// Story — one device through every node: an iOS device sent again through another node is
+/// the same installation, updated; an Android device is found by its installationId when it
+/// gets or replaces its FCM token; an APNs token in capitals is the same device; the app
+/// reinstalled (a new installationId, the old token) is a new installation that takes the
+/// token over; a deleted installation frees its token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn installations_are_registered_once_per_device_and_keep_their_identity() {
+async fn a_device_sent_again_through_any_node_is_the_same_installation() {
     let cluster = TestCluster::start(3, &[], &[]).await;
     let c = cluster.client(0);
     let m = cluster.master_client(2);
-    let get = |id: String| {
-        let m = m.clone();
-        async move {
-            m.request(Method::GET, &format!("/1/installations/{id}"), None, true)
-                .await
-                .unwrap()
-                .body
-        }
-    };
-
-    // An iOS device: 201 with its objectId and location.
     let r = post(&c, "/1/installations", json!({"deviceType": "ios", "deviceToken": TOKEN, "channels": ["news"], "badge": 0, "timeZone": "Asia/Shanghai"}))
         .await
         .unwrap();
@@ -61,7 +63,6 @@ async fn installations_are_registered_once_per_device_and_keep_their_identity() 
         .location
         .unwrap()
         .ends_with(&format!("/1/installations/{ios}")));
-    // Sent again through another node (as the SDKs do at every start): the same one, updated.
     let again = post(
         &cluster.client(1),
         "/1/classes/_Installation",
@@ -69,155 +70,49 @@ async fn installations_are_registered_once_per_device_and_keep_their_identity() 
     )
     .await
     .unwrap();
-    assert_eq!(again.status, 200);
-    assert_eq!(again.body["objectId"], ios.as_str());
-    assert!(again.body["updatedAt"].is_string());
-    let stored = get(ios.clone()).await;
-    assert_eq!(
-        (stored["badge"].clone(), stored["channels"].clone()),
-        (json!(3), json!(["news"]))
-    );
-    assert_eq!(stored["timeZone"], "Asia/Shanghai");
-
-    // An Android device by its installationId, then again with its first FCM token.
-    let android = post(
-        &c,
-        "/1/classes/_Installation",
-        json!({"deviceType": "android", "installationId": "a-1"}),
-    )
-    .await
-    .unwrap();
-    assert_eq!(android.status, 201);
-    let android = android.body["objectId"].as_str().unwrap().to_string();
-    let again = post(
-        &cluster.client(2),
-        "/1/installations",
-        json!({"deviceType": "android", "installationId": "a-1", "deviceToken": "fcm:token_1"}),
-    )
-    .await
-    .unwrap();
     assert_eq!(
         (again.status, again.body["objectId"].clone()),
-        (200, json!(android))
+        (200, json!(ios))
     );
-    assert_eq!(get(android.clone()).await["deviceToken"], "fcm:token_1");
-    let wp = post(&c, "/1/installations", json!({"deviceType": "windows phone", "notificationUri": "https://db3.notify.live.net/throttledthirdparty/01.00/abc"}))
-        .await
-        .unwrap();
-    assert_eq!(wp.status, 201);
-
-    // 131: a missing or unknown device type, each platform's identifier missing or invalid.
-    for bad in [
-        json!({"installationId": "x-1"}),
-        json!({"deviceType": "blackberry", "installationId": "x-1"}),
-        json!({"deviceType": "ios"}),
-        json!({"deviceType": "ios", "deviceToken": "not-a-token"}),
-        json!({"deviceType": "android"}),
-        json!({"deviceType": "android", "installationId": "two words"}),
-        json!({"deviceType": "windows phone"}),
-        json!({"deviceType": "windows phone", "notificationUri": "nope"}),
-    ] {
-        assert_api_error(
-            post(&c, "/1/installations", bad.clone()).await,
-            400,
-            131,
-            &bad.to_string(),
-        );
-    }
-
-    // Channels: a plain array overwrites, AddUnique subscribes, Remove unsubscribes; only strings.
-    let path = format!("/1/installations/{ios}");
-    let r = put(&c, &path, json!({"channels": ["a", "b"]}))
-        .await
-        .unwrap();
-    assert!(r.body["updatedAt"].is_string());
-    put(
-        &c,
-        &path,
-        json!({"channels": {"__op": "AddUnique", "objects": ["b", "c"]}}),
-    )
-    .await
-    .unwrap();
-    put(
-        &c,
-        &path,
-        json!({"channels": {"__op": "Remove", "objects": ["a"]}}),
-    )
-    .await
-    .unwrap();
-    assert_eq!(get(ios.clone()).await["channels"], json!(["b", "c"]));
-    assert_api_error(
-        put(&c, &path, json!({"channels": [1]})).await,
-        400,
-        111,
-        "a channel that is a number",
+    assert!(again.body["updatedAt"].is_string());
+    let s = stored(&m, &ios).await;
+    assert_eq!(
+        (&s["badge"], &s["channels"], &s["timeZone"]),
+        (&json!(3), &json!(["news"]), &json!("Asia/Shanghai"))
     );
 
-    // 136: the identifying fields never change; the same value or a first value is fine.
-    for change in [
-        json!({"deviceType": "android"}),
-        json!({"deviceToken": TOKEN2}),
-        json!({"installationId": "i-9", "deviceToken": TOKEN2}),
-        json!({"deviceType": {"__op": "Delete"}}),
-    ] {
-        assert_api_error(
-            put(&c, &path, change.clone()).await,
-            400,
-            136,
-            &change.to_string(),
-        );
-    }
-    put(
+    let android = created(
         &c,
-        &path,
-        json!({"deviceType": "ios", "deviceToken": TOKEN, "badge": 1}),
+        json!({"deviceType": "android", "installationId": "a-1"}),
     )
-    .await
-    .unwrap();
-    put(&c, &path, json!({"installationId": "i-9"}))
+    .await;
+    for (node, token) in [(2, "fcm:token_1"), (1, "fcm:token_2")] {
+        let r = post(
+            &cluster.client(node),
+            "/1/installations",
+            json!({"deviceType": "android", "installationId": "a-1", "deviceToken": token}),
+        )
         .await
         .unwrap();
-    assert_eq!(get(ios.clone()).await["installationId"], "i-9");
-    // ...and is then the device's: another installation cannot take it (137).
+        assert_eq!(
+            (r.status, r.body["objectId"].clone()),
+            (200, json!(android))
+        );
+        assert_eq!(stored(&m, &android).await["deviceToken"], token);
+    }
     let other = created(
         &c,
         json!({"deviceType": "android", "installationId": "a-2"}),
     )
     .await;
-    assert_api_error(
-        put(
-            &c,
-            &format!("/1/installations/{other}"),
-            json!({"deviceToken": "fcm:token_1"}),
-        )
-        .await,
-        400,
-        137,
-        "a token another installation holds",
-    );
-
-    // An FCM token replaced: the device, found by its installationId, gets the new one, and
-    // the old one is free.
-    let refreshed = post(
-        &c,
-        "/1/installations",
-        json!({"deviceType": "android", "installationId": "a-1", "deviceToken": "fcm:token_2"}),
-    )
-    .await
-    .unwrap();
-    assert_eq!(
-        (refreshed.status, refreshed.body["objectId"].clone()),
-        (200, json!(android))
-    );
-    assert_eq!(get(android.clone()).await["deviceToken"], "fcm:token_2");
     put(
         &c,
         &format!("/1/installations/{other}"),
         json!({"deviceToken": "fcm:token_1"}),
     )
     .await
-    .unwrap();
-    // An APNs token in capitals is the same device.
+    .expect("a replaced token is free");
+
     let upper = post(
         &c,
         "/1/installations",
@@ -229,39 +124,13 @@ async fn installations_are_registered_once_per_device_and_keep_their_identity() 
         (upper.status, upper.body["objectId"].clone()),
         (200, json!(ios))
     );
-    // Registering again is a write under the installation's ACL, and never changes the ACL.
-    put(&m, &format!("/1/installations/{other}"), json!({"ACL": {}}))
-        .await
-        .unwrap();
-    assert_api_error(
-        post(
-            &c,
-            "/1/installations",
-            json!({"deviceType": "android", "installationId": "a-2", "badge": 9}),
-        )
-        .await,
-        404,
-        101,
-        "registering again an installation the client may not write",
-    );
-    let r = post(&c, "/1/installations", json!({"deviceType": "android", "installationId": "a-1", "ACL.*": {"read": true}, "ACL": {"*": {"read": true}}}))
-        .await
-        .unwrap();
-    assert_eq!(r.status, 200);
-    assert_api_error(
-        c.request(
-            Method::GET,
-            &format!("/1/installations/{android}"),
-            None,
-            false,
-        )
-        .await,
-        404,
-        101,
-        "the ACL of a registration sent again is ignored",
-    );
-    // The app reinstalled on an iPhone: a new installationId with the old token makes a new
-    // installation, which takes the token over.
+    put(
+        &c,
+        &format!("/1/installations/{ios}"),
+        json!({"installationId": "i-9"}),
+    )
+    .await
+    .expect("the iPhone's first installationId");
     let reinstalled = post(
         &cluster.client(1),
         "/1/installations",
@@ -271,50 +140,9 @@ async fn installations_are_registered_once_per_device_and_keep_their_identity() 
     .unwrap();
     assert_eq!(reinstalled.status, 201);
     let reinstalled = reinstalled.body["objectId"].as_str().unwrap().to_string();
-    assert!(get(ios.clone()).await.get("deviceToken").is_none());
-    assert_eq!(get(reinstalled.clone()).await["deviceToken"], TOKEN);
+    assert!(stored(&m, &ios).await.get("deviceToken").is_none());
+    assert_eq!(stored(&m, &reinstalled).await["deviceToken"], TOKEN);
 
-    // Clients write the installations they know the id of, but cannot read or list any.
-    assert_api_error(
-        c.request(Method::GET, &path, None, false).await,
-        404,
-        101,
-        "a client's get",
-    );
-    let listed = c
-        .request(Method::GET, "/1/installations", None, false)
-        .await
-        .unwrap();
-    assert_eq!(listed.body["results"], json!([]));
-    // The master key lists and queries them (by channel, device type).
-    let q = m
-        .request(
-            Method::GET,
-            "/1/installations?where=%7B%22channels%22%3A%22c%22%7D",
-            None,
-            true,
-        )
-        .await
-        .unwrap();
-    let ids: Vec<&str> = q.body["results"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|r| r["objectId"].as_str())
-        .collect();
-    assert_eq!(ids, [ios.as_str()]);
-    let q = m
-        .request(
-            Method::GET,
-            "/1/classes/_Installation?where=%7B%22deviceType%22%3A%22android%22%7D&count=1&limit=0",
-            None,
-            true,
-        )
-        .await
-        .unwrap();
-    assert_eq!(q.body["count"], 2);
-
-    // Deleted by the device: gone, and its token free for a new registration.
     let path = format!("/1/installations/{reinstalled}");
     c.request(Method::DELETE, &path, None, false).await.unwrap();
     assert_api_error(
@@ -323,17 +151,125 @@ async fn installations_are_registered_once_per_device_and_keep_their_identity() 
         101,
         "deleted",
     );
-    let fresh = post(
+    let fresh = created(&c, json!({"deviceType": "ios", "deviceToken": TOKEN})).await;
+    assert_ne!(fresh, reinstalled);
+}
+
+/// Channels: a plain array overwrites, `AddUnique` subscribes, `Remove` unsubscribes; an
+/// identifying field takes a first value once (then it is the device's: 137 for another
+/// installation), and the same value again is no change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn channels_change_and_identifying_fields_are_set_once() {
+    let cluster = TestCluster::start(1, &[], &[]).await;
+    let (c, m) = (cluster.client(0), cluster.master_client(0));
+    let ios = created(&c, json!({"deviceType": "ios", "deviceToken": TOKEN})).await;
+    let path = format!("/1/installations/{ios}");
+    for change in [
+        json!({"channels": ["a", "b"]}),
+        json!({"channels": {"__op": "AddUnique", "objects": ["b", "c"]}}),
+        json!({"channels": {"__op": "Remove", "objects": ["a"]}}),
+        json!({"deviceType": "ios", "deviceToken": TOKEN, "badge": 1}),
+        json!({"installationId": "i-9"}),
+    ] {
+        let r = put(&c, &path, change.clone()).await.expect("changed");
+        assert!(r.body["updatedAt"].is_string(), "{change}");
+    }
+    let s = stored(&m, &ios).await;
+    assert_eq!(
+        (&s["channels"], &s["installationId"]),
+        (&json!(["b", "c"]), &json!("i-9"))
+    );
+    let other = created(&c, json!({"deviceType": "ios", "deviceToken": TOKEN2})).await;
+    assert_api_error(
+        put(
+            &c,
+            &format!("/1/installations/{other}"),
+            json!({"installationId": "i-9"}),
+        )
+        .await,
+        400,
+        137,
+        "an installationId another installation holds",
+    );
+}
+
+/// Who may see installations: registering again is a write under the installation's ACL
+/// (and never changes it); clients write the ones they know the id of but cannot read or list
+/// any; the master key lists and queries them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_register_installations_and_only_the_master_reads_them() {
+    let cluster = TestCluster::start(1, &[], &[]).await;
+    let (c, m) = (cluster.client(0), cluster.master_client(0));
+    let ios = created(
         &c,
-        "/1/installations",
-        json!({"deviceType": "ios", "deviceToken": TOKEN}),
+        json!({"deviceType": "ios", "deviceToken": TOKEN, "channels": ["c"]}),
+    )
+    .await;
+    let android = created(
+        &c,
+        json!({"deviceType": "android", "installationId": "a-1"}),
+    )
+    .await;
+    let locked = created(
+        &c,
+        json!({"deviceType": "android", "installationId": "a-2"}),
+    )
+    .await;
+    put(
+        &m,
+        &format!("/1/installations/{locked}"),
+        json!({"ACL": {}}),
     )
     .await
     .unwrap();
-    assert_eq!(fresh.status, 201);
-    assert_ne!(fresh.body["objectId"], reinstalled.as_str());
+    let again = post(
+        &c,
+        "/1/installations",
+        json!({"deviceType": "android", "installationId": "a-2", "badge": 9}),
+    )
+    .await;
+    assert_api_error(
+        again,
+        404,
+        101,
+        "registering again one the client may not write",
+    );
+    let r = post(&c, "/1/installations", json!({"deviceType": "android", "installationId": "a-1", "ACL.*": {"read": true}, "ACL": {"*": {"read": true}}}))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    for id in [&android, &ios] {
+        let read = c
+            .request(Method::GET, &format!("/1/installations/{id}"), None, false)
+            .await;
+        assert_api_error(read, 404, 101, "a client's get");
+    }
+    let listed = c
+        .request(Method::GET, "/1/installations", None, false)
+        .await
+        .unwrap();
+    assert_eq!(listed.body["results"], json!([]));
+    let by_channel = "/1/installations?where=%7B%22channels%22%3A%22c%22%7D";
+    let q = m
+        .request(Method::GET, by_channel, None, true)
+        .await
+        .unwrap();
+    assert_eq!(q.body["results"].as_array().map(Vec::len), Some(1));
+    assert_eq!(q.body["results"][0]["objectId"], ios.as_str());
+    let android_count =
+        "/1/classes/_Installation?where=%7B%22deviceType%22%3A%22android%22%7D&count=1&limit=0";
+    let q = m
+        .request(Method::GET, android_count, None, true)
+        .await
+        .unwrap();
+    assert_eq!(q.body["count"], 2);
+}
 
-    // The app's push credentials are set through app management, and checked when set.
+/// The app's push credentials are set through app management (seen through every node), and
+/// checked when set (107); `null` removes them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn push_credentials_are_checked_when_set() {
+    let cluster = TestCluster::start(3, &[], &[]).await;
     let apns_key = include_str!("../fixtures/apns-test-key.p8");
     let fcm_key = include_str!("../fixtures/fcm-test-key.pem");
     cluster
@@ -343,7 +279,6 @@ async fn installations_are_registered_once_per_device_and_keep_their_identity() 
             "fcm": {"serviceAccount": {"type": "service_account", "project_id": "p", "client_email": "a@p.iam.gserviceaccount.com", "private_key": fcm_key, "token_uri": "http://127.0.0.1:9/token"}}
         }}))
         .await;
-    // The app as the console sees it, through node `i`.
     let app_of = |i: usize| {
         let console = cluster.console_client(i);
         let path = format!("/1/apps/{}", cluster.keys.application_id);
@@ -549,6 +484,69 @@ async fn installation_endpoints_answer_as_their_table_says() {
             "/1/installations/abcdefghij",
         )
         .fails(404, 101),
+    ];
+    run_rows(&cluster, &rows).await;
+    let more = [
+        (
+            "an ios token that is not hex",
+            r#"{"deviceType": "ios", "deviceToken": "not-a-token"}"#,
+        ),
+        (
+            "a windows phone without its uri",
+            r#"{"deviceType": "windows phone"}"#,
+        ),
+        (
+            "a windows phone uri that is no url",
+            r#"{"deviceType": "windows phone", "notificationUri": "nope"}"#,
+        ),
+    ];
+    let rows: Vec<Row> = more
+        .into_iter()
+        .map(|(name, body)| register(name, body).fails(400, 131))
+        .collect();
+    run_rows(&cluster, &rows).await;
+    // The identifying fields of a registered device never change (136), nor its channels to
+    // what is not a name (111): each refused, the device as it was.
+    let ios = created(
+        &cluster.client(0),
+        json!({"deviceType": "ios", "deviceToken": TOKEN}),
+    )
+    .await;
+    let path = format!("/1/installations/{ios}");
+    let unchanged = || After::Field {
+        class: "_Installation",
+        id: ios.clone(),
+        field: "deviceToken",
+        value: json!(TOKEN),
+    };
+    let change = |name: &'static str, body: &str, code: i64| {
+        Row::new(name, Method::PUT, path.clone())
+            .body(body.to_string())
+            .fails(400, code)
+            .after(unchanged())
+    };
+    let rows = vec![
+        change(
+            "its deviceType changed",
+            r#"{"deviceType": "android"}"#,
+            136,
+        ),
+        change(
+            "its deviceToken changed",
+            &format!(r#"{{"deviceToken": "{TOKEN2}"}}"#),
+            136,
+        ),
+        change(
+            "a token with a first installationId",
+            &format!(r#"{{"installationId": "i-9", "deviceToken": "{TOKEN2}"}}"#),
+            136,
+        ),
+        change(
+            "its deviceType deleted",
+            r#"{"deviceType": {"__op": "Delete"}}"#,
+            136,
+        ),
+        change("a channel that is a number", r#"{"channels": [1]}"#, 111),
     ];
     run_rows(&cluster, &rows).await;
     // What must not happen: the refused registration of dev-3 kept its claim (it registers).
