@@ -5,37 +5,42 @@
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use super::common::{assert_api_error, assert_unauthorized, TestCluster};
+use super::common::{assert_api_error, TestCluster};
 
+/// The master key's request of a schema endpoint.
+async fn schema_call(
+    c: &basalt_client::Client,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> Result<basalt_client::Response, basalt_client::Error> {
+    c.request(method, path, body.as_ref(), true).await
+}
+
+/// The first write of a column fixes its type, each type of value its own; a Pointer and a
+/// Relation keep their target class. Only the master key reads schemas (a wrong one: 10061).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn schemas_are_inferred_managed_and_enforced() {
+async fn the_first_write_fixes_each_columns_type() {
     let cluster = TestCluster::start(1, &["--shards", "4"], &[]).await;
     let client = cluster.client(0);
-    let master = cluster.master_client(0);
-    let m = |method: Method, path: &str, body: Option<Value>| {
-        let (c, path) = (master.clone(), path.to_string());
-        async move { c.request(method, &path, body.as_ref(), true).await }
-    };
-
-    // The first write fixes each column's type.
-    let game = client
+    let user = json!({"__type": "Pointer", "className": "_User", "objectId": "u1"});
+    client
         .create_object(
             "Game",
             &json!({
                 "score": 1, "name": "x", "done": true, "tags": ["a"], "meta": {"k": 1},
                 "when": {"__type": "Date", "iso": "2024-05-06T07:08:09.000Z"},
                 "loc": {"__type": "GeoPoint", "latitude": 10, "longitude": 20},
-                "owner": {"__type": "Pointer", "className": "_User", "objectId": "u1"},
+                "owner": user,
                 "pic": {"__type": "File", "filename": "a.png", "url": "http://f/a.png", "group": "g"},
-                "likes": {"__op": "AddRelation", "objects": [{"__type": "Pointer", "className": "_User", "objectId": "u1"}]},
+                "likes": {"__op": "AddRelation", "objects": [user]},
             }),
         )
         .await
         .expect("create");
-    let schema = m(Method::GET, "/1/schemas/Game", None)
-        .await
-        .expect("schema")
-        .body;
+    let master = cluster.master_client(0);
+    let schema = schema_call(&master, Method::GET, "/1/schemas/Game", None).await;
+    let schema = schema.expect("schema").body;
     assert_eq!(schema["className"], "Game");
     let f = &schema["fields"];
     for (col, ty) in [
@@ -58,213 +63,95 @@ async fn schemas_are_inferred_managed_and_enforced() {
     }
     assert_eq!(f["owner"]["targetClass"], "_User");
     assert_eq!(f["likes"]["targetClass"], "_User");
-
-    // Later writes of another type are refused with 111, and change nothing.
-    let id = &game.object_id;
-    for (body, what) in [
-        (json!({"score": "high"}), "string into Number"),
-        (
-            json!({"name": {"__op": "Increment", "amount": 1}}),
-            "Increment on String",
-        ),
-        (
-            json!({"score": {"__op": "Add", "objects": [1]}}),
-            "Add on Number",
-        ),
-        (
-            json!({"owner": {"__type": "Pointer", "className": "Game", "objectId": "x"}}),
-            "Pointer to another class",
-        ),
-        (
-            json!({"spot": {"__type": "GeoPoint", "latitude": 1, "longitude": 1}}),
-            "a second geo column",
-        ),
-        (json!({"score.sub": 1}), "dot path into a Number"),
-        (json!({"ok": 1, "done": "yes"}), "one bad key of several"),
-    ] {
-        assert_api_error(
-            client.update_object("Game", id, &body).await,
-            400,
-            111,
-            what,
-        );
-    }
-    let after = client.get_object("Game", id).await.unwrap().unwrap();
-    assert_eq!(after["score"], 1);
-    assert!(after.get("ok").is_none(), "no partial write");
-    assert_api_error(
-        client
-            .create_object("Game", &json!({"rel": {"__op": "AddRelation", "objects": [{"__type": "Pointer", "className": "Nowhere", "objectId": "x"}]}}))
-            .await,
-        400,
-        104,
-        "relation to a class that does not exist",
-    );
-    // Null fixes no type; deleting a field needs none.
-    client
-        .update_object(
-            "Game",
-            id,
-            &json!({"later": null, "name": {"__op": "Delete"}}),
-        )
-        .await
-        .unwrap();
-    client
-        .update_object("Game", id, &json!({"later": "text"}))
-        .await
-        .unwrap();
-
-    // Master key required: 10061 for a missing or wrong master key, 401 for unknown apps.
-    assert_api_error(
-        client.request(Method::GET, "/1/schemas", None, false).await,
-        400,
-        10061,
-        "REST key only",
-    );
     let mut wrong = cluster.keys.clone();
     wrong.master_key = Some("wrong".into());
-    let wrong =
-        basalt_client::Client::new(&format!("http://{}", cluster.nodes[0].http), Some(wrong))
-            .unwrap();
-    assert_api_error(
-        wrong
-            .request(Method::GET, "/1/schemas/Game", None, true)
-            .await,
-        400,
-        10061,
-        "wrong master key",
-    );
-    assert_unauthorized(
-        cluster
-            .anonymous_client(0)
-            .request(Method::GET, "/1/schemas", None, false)
-            .await,
-        "no app",
-    );
+    let url = format!("http://{}", cluster.nodes[0].http);
+    let wrong = basalt_client::Client::new(&url, Some(wrong)).unwrap();
+    let refused = schema_call(&wrong, Method::GET, "/1/schemas/Game", None).await;
+    assert_api_error(refused, 400, 10061, "wrong master key");
+}
 
-    // Create a class explicitly, with every rule checked.
+/// Writes against a column's type, as a table: each refused with 111 (104 for a relation to
+/// no class) and changing nothing; null fixes no type, and deleting a field needs none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_of_another_type_are_refused_and_change_nothing() {
+    use crate::common::scenario::{run_rows, After, Row};
+    let cluster = TestCluster::start(1, &["--shards", "4"], &[]).await;
+    let client = cluster.client(0);
+    let game = client
+        .create_object("Game", &json!({"score": 1, "name": "x", "done": true, "owner": {"__type": "Pointer", "className": "_User", "objectId": "u1"}, "loc": {"__type": "GeoPoint", "latitude": 10, "longitude": 20}}))
+        .await
+        .expect("create");
+    let path = format!("/1/classes/Game/{}", game.object_id);
+    let score_is = |v: Value| After::Field {
+        class: "Game",
+        id: game.object_id.clone(),
+        field: "score",
+        value: v,
+    };
+    let update = |name: &'static str, body: &str| {
+        Row::new(name, Method::PUT, path.clone()).body(body.to_string())
+    };
+    let refused = |name: &'static str, body: &str| {
+        update(name, body).fails(400, 111).after(score_is(json!(1)))
+    };
+    let rows = vec![
+        refused("a string into a Number", r#"{"score": "high"}"#),
+        refused("Increment on a String", r#"{"name": {"__op": "Increment", "amount": 1}}"#),
+        refused("Add on a Number", r#"{"score": {"__op": "Add", "objects": [1]}}"#),
+        refused(
+            "a Pointer to another class",
+            r#"{"owner": {"__type": "Pointer", "className": "Game", "objectId": "x"}}"#,
+        ),
+        refused(
+            "a second geo column",
+            r#"{"spot": {"__type": "GeoPoint", "latitude": 1, "longitude": 1}}"#,
+        ),
+        refused("a dot path into a Number", r#"{"score.sub": 1}"#),
+        refused("one bad key of several", r#"{"score": 2, "done": "yes"}"#),
+        Row::new("a relation to no class", Method::POST, "/1/classes/Game")
+            .body(r#"{"rel": {"__op": "AddRelation", "objects": [{"__type": "Pointer", "className": "Nowhere", "objectId": "x"}]}}"#)
+            .fails(400, 104)
+            .after(After::Count("Game", 1)),
+        update("null fixes no type", r#"{"later": null, "name": {"__op": "Delete"}}"#)
+            .succeeds(200),
+        update("a first type after null", r#"{"later": "text"}"#).succeeds(200),
+    ];
+    run_rows(&cluster, &rows).await;
+}
+
+/// A declared class: its fields as declared (targets and built-ins), typed objects held to
+/// them; a column added or deleted with PUT, a deleted column's values gone from the objects
+/// and the column free for a new type; the list holds inferred and declared classes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn declared_columns_govern_writes_and_a_deleted_column_takes_its_values() {
+    let cluster = TestCluster::start(1, &["--shards", "4"], &[]).await;
+    let (client, master) = (cluster.client(0), cluster.master_client(0));
+    client
+        .create_object("Game", &json!({"n": 1}))
+        .await
+        .unwrap();
     let item = json!({"className": "Item", "fields": {
         "price": {"type": "Number"},
         "game": {"type": "Pointer", "targetClass": "Game"},
         "fans": {"type": "Relation", "targetClass": "_User"},
         "where": {"type": "Geo"},
     }});
-    let created = m(Method::POST, "/1/schemas/Item", Some(item.clone()))
-        .await
-        .expect("create class")
-        .body;
+    let created = schema_call(&master, Method::POST, "/1/schemas/Item", Some(item)).await;
+    let created = created.expect("create class").body;
     assert_eq!(created["fields"]["game"]["targetClass"], "Game");
     assert_eq!(created["fields"]["objectId"]["type"], "String");
-    assert_api_error(
-        m(Method::POST, "/1/schemas/Item", Some(item)).await,
-        400,
-        103,
-        "class exists",
-    );
-    for (body, code, what) in [
-        (json!({"className": "Other"}), 10062, "class name mismatch"),
-        (
-            json!({"fields": {"objectId": {"type": "String"}}}),
-            10063,
-            "reserved field",
-        ),
-        (
-            json!({"fields": {"p": {"type": "Pointer"}}}),
-            10065,
-            "no targetClass",
-        ),
-        (
-            json!({"fields": {"p": {"type": "Relation", "targetClass": "Ghost"}}}),
-            10066,
-            "missing target",
-        ),
-        (
-            json!({"fields": {"p": {"type": "Blob"}}}),
-            10069,
-            "unknown type",
-        ),
-        (
-            json!({"fields": {"a": {"type": "Geo"}, "b": {"type": "Geo"}}}),
-            111,
-            "two geo columns",
-        ),
-    ] {
-        assert_api_error(
-            m(Method::POST, "/1/schemas/Fresh", Some(body)).await,
-            400,
-            code,
-            what,
-        );
-    }
-    assert_api_error(
-        m(Method::GET, "/1/schemas/Fresh", None).await,
-        400,
-        104,
-        "nothing was created",
-    );
-    assert_api_error(
-        m(Method::POST, "/1/schemas/9bad", Some(json!({}))).await,
-        400,
-        103,
-        "bad class name",
-    );
-
-    // Typed objects must match the declared columns.
-    assert_api_error(
-        client
-            .create_object("Item", &json!({"price": "free"}))
-            .await,
-        400,
-        111,
-        "declared type",
-    );
+    let free = client
+        .create_object("Item", &json!({"price": "free"}))
+        .await;
+    assert_api_error(free, 400, 111, "declared type");
     let i1 = client
         .create_object("Item", &json!({"price": 5, "note": "keep"}))
         .await
         .unwrap();
-
-    // PUT: add and delete columns; a deleted column's values are removed from the objects.
-    assert_api_error(
-        m(
-            Method::PUT,
-            "/1/schemas/Item",
-            Some(json!({"fields": {"price": {"type": "Number"}}})),
-        )
-        .await,
-        400,
-        10064,
-        "field exists",
-    );
-    assert_api_error(
-        m(
-            Method::PUT,
-            "/1/schemas/Item",
-            Some(json!({"fields": {"ghost": {"__op": "Delete"}}})),
-        )
-        .await,
-        400,
-        10071,
-        "unknown field",
-    );
-    assert_api_error(
-        m(
-            Method::PUT,
-            "/1/schemas/_User",
-            Some(json!({"fields": {"username": {"__op": "Delete"}}})),
-        )
-        .await,
-        400,
-        10073,
-        "_User built-in column",
-    );
-    let altered = m(
-        Method::PUT,
-        "/1/schemas/Item",
-        Some(json!({"className": "Item", "fields": {"price": {"type": "Number", "__op": "Delete"}, "size": {"type": "String"}}})),
-    )
-    .await
-    .expect("alter")
-    .body;
+    let change = json!({"className": "Item", "fields": {"price": {"type": "Number", "__op": "Delete"}, "size": {"type": "String"}}});
+    let altered = schema_call(&master, Method::PUT, "/1/schemas/Item", Some(change)).await;
+    let altered = altered.expect("alter").body;
     assert!(altered["fields"].get("price").is_none());
     assert_eq!(altered["fields"]["size"]["type"], "String");
     let i1v = client
@@ -281,9 +168,10 @@ async fn schemas_are_inferred_managed_and_enforced() {
         .update_object("Item", &i1.object_id, &json!({"price": "now a string"}))
         .await
         .expect("new type after delete");
-
-    // List.
-    let all = m(Method::GET, "/1/schemas", None).await.unwrap().body;
+    let all = schema_call(&master, Method::GET, "/1/schemas", None)
+        .await
+        .unwrap()
+        .body;
     let names: Vec<&str> = all["results"]
         .as_array()
         .unwrap()
@@ -294,42 +182,32 @@ async fn schemas_are_inferred_managed_and_enforced() {
         names.contains(&"Game") && names.contains(&"Item"),
         "{names:?}"
     );
-    let user = m(Method::GET, "/1/schemas/_User", None).await.unwrap().body;
-    assert_eq!(user["fields"]["username"]["type"], "String");
+    let user = schema_call(&master, Method::GET, "/1/schemas/_User", None).await;
+    assert_eq!(user.unwrap().body["fields"]["username"]["type"], "String");
+}
 
-    // DELETE a class: its objects go on every shard; the class may come back with new types.
+/// A deleted class takes its objects on every shard (104 for it after, and for a second
+/// delete), and may come back with new types.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_class_takes_its_objects_from_every_shard() {
+    let cluster = TestCluster::start(1, &["--shards", "4"], &[]).await;
+    let (client, master) = (cluster.client(0), cluster.master_client(0));
     for n in 0..20 {
         client
             .create_object("Temp", &json!({"n": n}))
             .await
             .unwrap();
     }
-    assert_eq!(
-        m(Method::DELETE, "/1/schemas/Temp", None)
-            .await
-            .unwrap()
-            .body,
-        json!({"msg": "ok"})
-    );
-    assert_eq!(
-        client
-            .query("Temp", &[("count", "1"), ("limit", "0")])
-            .await
-            .unwrap()["count"],
-        0
-    );
-    assert_api_error(
-        m(Method::GET, "/1/schemas/Temp", None).await,
-        400,
-        104,
-        "deleted class",
-    );
-    assert_api_error(
-        m(Method::DELETE, "/1/schemas/Temp", None).await,
-        400,
-        104,
-        "deleted twice",
-    );
+    let deleted = schema_call(&master, Method::DELETE, "/1/schemas/Temp", None).await;
+    assert_eq!(deleted.unwrap().body, json!({"msg": "ok"}));
+    let count = client
+        .query("Temp", &[("count", "1"), ("limit", "0")])
+        .await;
+    assert_eq!(count.unwrap()["count"], 0);
+    let read = schema_call(&master, Method::GET, "/1/schemas/Temp", None).await;
+    assert_api_error(read, 400, 104, "deleted class");
+    let again = schema_call(&master, Method::DELETE, "/1/schemas/Temp", None).await;
+    assert_api_error(again, 400, 104, "deleted twice");
     client
         .create_object("Temp", &json!({"n": "text now"}))
         .await
