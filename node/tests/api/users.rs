@@ -14,276 +14,258 @@ use super::common::platforms::{FakePlatforms, MINI_APP_ID, MINI_APP_SECRET, OAUT
 use super::common::scenario::{run_rows, After, As, Row};
 use super::common::{assert_api_error, register_user, TestCluster};
 
+/// A client's POST of `body` to `path`.
+async fn post_as(
+    c: &Client,
+    path: &str,
+    body: Value,
+) -> Result<basalt_client::Response, basalt_client::Error> {
+    c.request(Method::POST, path, Some(&body), false).await
+}
+
+/// A user registers (201, Location, objectId, createdAt, sessionToken); reading and listing
+/// never show the password or sessions, and `/1/classes/_User` is `/1/users`; it logs in by GET
+/// and POST, by username or email (case aside), each login a new session changing nothing
+/// visible. Requests rotate over three nodes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn users_register_log_in_and_change_with_their_session() {
+async fn a_user_registers_reads_without_secrets_and_logs_in() {
     let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
     let client = cluster.spread_client();
-    let post = |path: &str, body: Value| {
-        let (c, path) = (client.clone(), path.to_string());
-        async move { c.request(Method::POST, &path, Some(&body), false).await }
-    };
-
-    // Register: 201, Location, objectId, createdAt, sessionToken.
-    let r = post(
-        "/1/users",
-        json!({"username": "ann", "password": "pw1", "email": "Ann@Example.org", "age": 30}),
-    )
-    .await
-    .expect("register");
+    let body = json!({"username": "ann", "password": "pw1", "email": "Ann@Example.org", "age": 30});
+    let r = post_as(&client, "/1/users", body).await.expect("register");
     assert_eq!(r.status, 201);
     let ann = r.body["objectId"].as_str().unwrap().to_string();
-    let ann_token = r.body["sessionToken"].as_str().unwrap().to_string();
+    let token = r.body["sessionToken"].as_str().unwrap().to_string();
     assert!(r.body["createdAt"].is_string());
-    assert!(r
-        .location
-        .as_deref()
-        .is_some_and(|l| l.ends_with(&format!("/1/users/{ann}"))));
-
-    // A second user (refused sign-ups are rows in `users_endpoints_answer_every_case`).
-    post("/1/users", json!({"username": "ann2", "password": "p"}))
-        .await
-        .expect("ann2 is free");
-
-    // Reading never shows password or sessionToken.
-    let got = client
-        .request(Method::GET, &format!("/1/users/{ann}"), None, false)
-        .await
-        .unwrap()
-        .body;
-    assert_eq!(got["username"], "ann");
-    assert_eq!(got["age"], 30);
-    for secret in ["password", "sessionToken", "_password", "_sessions"] {
-        assert!(got.get(secret).is_none(), "{secret} shown: {got}");
-    }
-    let alias = client
-        .request(Method::GET, &format!("/1/classes/_User/{ann}"), None, false)
-        .await
-        .unwrap()
-        .body;
-    assert_eq!(alias, got, "/1/classes/_User is /1/users");
-    let list = client
-        .request(Method::GET, "/1/users?count=1", None, false)
-        .await
-        .unwrap()
-        .body;
-    assert_eq!(list["count"], 2);
-    assert!(list["results"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .all(|u| u.get("password").is_none()));
-
-    // Log in by GET and POST, by username or email (refusals: the rows below).
-    let login = client
-        .request(
-            Method::GET,
-            "/1/login?username=ann&password=pw1",
-            None,
-            false,
-        )
-        .await
-        .expect("login");
-    assert_eq!(login.body["objectId"], ann.as_str());
-    assert_eq!(login.body["age"], 30);
-    assert!(login.body.get("password").is_none());
-    let t2 = login.body["sessionToken"].as_str().unwrap().to_string();
-    assert_ne!(t2, ann_token);
-    assert_eq!(
-        login.body["updatedAt"], got["updatedAt"],
-        "logging in changes nothing visible"
-    );
-    let by_email = post(
-        "/1/login",
-        json!({"username": "ann@example.org", "password": "pw1"}),
-    )
-    .await
-    .expect("email login");
-    let t3 = by_email.body["sessionToken"].as_str().unwrap().to_string();
-    // Changes need that user's session or the master key (206).
-    let as_ann = |token: &str| client.clone().with_session(Some(token));
-    let path = format!("/1/users/{ann}");
-    assert_api_error(
-        client
-            .request(Method::PUT, &path, Some(&json!({"age": 31})), false)
-            .await,
-        400,
-        206,
-        "no session",
-    );
-    let ann2_login = post("/1/login", json!({"username": "ann2", "password": "p"}))
-        .await
-        .unwrap();
-    let other = ann2_login.body["sessionToken"].as_str().unwrap();
-    assert_api_error(
-        as_ann(other)
-            .request(Method::PUT, &path, Some(&json!({"age": 31})), false)
-            .await,
-        400,
-        206,
-        "another user's session",
-    );
-    assert_api_error(
-        as_ann("bmob")
-            .request(Method::PUT, &path, Some(&json!({"age": 31})), false)
-            .await,
-        400,
-        206,
-        "the no-session placeholder",
-    );
-    let up = as_ann(&ann_token)
-        .request(Method::PUT, &path, Some(&json!({"age": 31})), false)
-        .await
-        .expect("own session");
-    assert!(up.body["updatedAt"].is_string());
-    client
-        .request(Method::PUT, &path, Some(&json!({"nick": "a"})), true)
-        .await
-        .expect("master key");
-
-    // checkSession.
-    let check = |token: &str| {
-        let c = as_ann(token);
-        let path = format!("/1/checkSession/{ann}");
+    let location = r.location.as_deref().unwrap_or_default();
+    assert!(location.ends_with(&format!("/1/users/{ann}")), "{location}");
+    register_user(&client, "ann2").await;
+    let read = |path: String| {
+        let c = client.clone();
         async move {
             c.request(Method::GET, &path, None, false)
                 .await
                 .unwrap()
-                .body["msg"]
-                .clone()
+                .body
         }
     };
-    assert_eq!(check(&t2).await, "ok");
-    assert_eq!(check(other).await, "fail");
+    let got = read(format!("/1/users/{ann}")).await;
+    assert_eq!((&got["username"], &got["age"]), (&json!("ann"), &json!(30)));
+    for secret in ["password", "sessionToken", "_password", "_sessions"] {
+        assert!(got.get(secret).is_none(), "{secret} shown: {got}");
+    }
+    let alias = read(format!("/1/classes/_User/{ann}")).await;
+    assert_eq!(alias, got, "/1/classes/_User is /1/users");
+    let list = read("/1/users?count=1".into()).await;
+    assert_eq!(list["count"], 2);
+    let users = list["results"].as_array().unwrap();
+    assert!(users.iter().all(|u| u.get("password").is_none()));
 
-    // Password change: 210 for a wrong old one; other sessions end, this one stays.
-    let pw_path = format!("/1/updateUserPassword/{ann}");
-    assert_api_error(
-        as_ann(&t2)
-            .request(
-                Method::POST,
-                &pw_path,
-                Some(&json!({"oldPassword": "bad", "newPassword": "pw2"})),
-                false,
-            )
-            .await,
-        400,
-        210,
-        "wrong old password",
+    let login = read("/1/login?username=ann&password=pw1".into()).await;
+    assert_eq!(
+        (&login["objectId"], &login["age"]),
+        (&json!(ann), &json!(30))
     );
-    assert_api_error(
-        client
-            .request(
-                Method::POST,
-                &pw_path,
-                Some(&json!({"oldPassword": "pw1", "newPassword": "pw2"})),
-                false,
-            )
-            .await,
-        400,
-        206,
-        "no session",
+    assert!(login.get("password").is_none());
+    assert_ne!(login["sessionToken"], token.as_str());
+    assert_eq!(
+        login["updatedAt"], got["updatedAt"],
+        "logging in changes nothing visible"
     );
-    let ok = as_ann(&t2)
-        .request(
-            Method::PUT,
-            &pw_path,
-            Some(&json!({"oldPassword": "pw1", "newPassword": "pw2"})),
-            false,
+    let by_email = json!({"username": "ann@example.org", "password": "pw1"});
+    let by_email = post_as(&client, "/1/login", by_email)
+        .await
+        .expect("email login");
+    assert_eq!(by_email.body["objectId"], ann.as_str());
+}
+
+/// Who may change a user, as a table: its own session or the master key; no session, another
+/// user's or the SDKs' no-session placeholder is 206 and changes nothing. `checkSession` says
+/// whose session a token is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_changes_only_with_its_own_session_or_the_master_key() {
+    let cluster = TestCluster::start(1, &["--shards", "4"], &[]).await;
+    let client = cluster.client(0);
+    let (ann, token) = register_user(&client, "ann").await;
+    let (_, other) = register_user(&client, "ann2").await;
+    let path = format!("/1/users/{ann}");
+    let age = |v: Value| After::Field {
+        class: "_User",
+        id: ann.clone(),
+        field: "age",
+        value: v,
+    };
+    let change = |name: &'static str, auth: As, to: u32| {
+        Row::new(name, Method::PUT, path.clone())
+            .auth(auth)
+            .body(format!(r#"{{"age": {to}}}"#))
+    };
+    let rows = vec![
+        change("without a session", As::App, 30)
+            .fails(400, 206)
+            .after(age(Value::Null)),
+        change(
+            "with another user's session",
+            As::Session(other.clone()),
+            30,
         )
+        .fails(400, 206)
+        .after(age(Value::Null)),
+        change(
+            "with the no-session placeholder",
+            As::Session("bmob".into()),
+            30,
+        )
+        .fails(400, 206)
+        .after(age(Value::Null)),
+        change("with its own session", As::Session(token.clone()), 31)
+            .succeeds(200)
+            .after(age(json!(31))),
+        change("with the master key", As::Master, 32)
+            .succeeds(200)
+            .after(age(json!(32))),
+    ];
+    run_rows(&cluster, &rows).await;
+    for (t, msg) in [(&token, "ok"), (&other, "fail")] {
+        let c = client.clone().with_session(Some(t));
+        let path = format!("/1/checkSession/{ann}");
+        let r = c.request(Method::GET, &path, None, false).await.unwrap();
+        assert_eq!(r.body["msg"], msg);
+    }
+}
+
+/// A password change needs the old password (210) and the user's session (206); it ends
+/// every other session of the user and keeps the one it was made with; the old password
+/// no longer logs in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_change_ends_every_other_session() {
+    let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
+    let client = cluster.spread_client();
+    let (ann, first) = register_user(&client, "ann").await;
+    let login = || {
+        let c = client.clone();
+        async move {
+            let r = post_as(&c, "/1/login", json!({"username": "ann", "password": "p"})).await;
+            r.expect("login").body["sessionToken"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        }
+    };
+    let (kept, other) = (login().await, login().await);
+    let pw_path = format!("/1/updateUserPassword/{ann}");
+    let rows = vec![
+        Row::new("a wrong old password", Method::PUT, pw_path.clone())
+            .auth(As::Session(kept.clone()))
+            .body(r#"{"oldPassword": "bad", "newPassword": "pw2"}"#)
+            .fails(400, 210),
+        Row::new("without a session", Method::POST, pw_path.clone())
+            .body(r#"{"oldPassword": "p", "newPassword": "pw2"}"#)
+            .fails(400, 206),
+    ];
+    run_rows(&cluster, &rows).await;
+    let change = json!({"oldPassword": "p", "newPassword": "pw2"});
+    let ok = client
+        .clone()
+        .with_session(Some(&kept))
+        .request(Method::PUT, &pw_path, Some(&change), false)
         .await
         .expect("change password");
     assert_eq!(ok.body, json!({"msg": "ok"}));
-    assert_eq!(check(&t2).await, "ok");
-    assert_eq!(check(&t3).await, "fail");
-    assert_eq!(check(&ann_token).await, "fail");
-    assert_api_error(
-        post("/1/login", json!({"username": "ann", "password": "pw1"})).await,
-        404,
-        101,
-        "old password",
-    );
-    post("/1/login", json!({"username": "ann", "password": "pw2"}))
-        .await
-        .expect("new password");
-
-    // Renaming claims the new name and frees the old one.
-    as_ann(&t2)
-        .request(
-            Method::PUT,
-            &path,
-            Some(&json!({"username": "anna"})),
-            false,
-        )
-        .await
-        .expect("rename");
-    assert_api_error(
-        as_ann(&t2)
-            .request(
-                Method::PUT,
-                &path,
-                Some(&json!({"username": "ann2"})),
-                false,
-            )
-            .await,
-        400,
-        202,
-        "rename to a taken name",
-    );
-    post("/1/login", json!({"username": "anna", "password": "pw2"}))
-        .await
-        .expect("login under the new name");
-    post("/1/users", json!({"username": "ann", "password": "p"}))
-        .await
-        .expect("the old name is free");
-
-    // Delete: 206 without the session, then {"msg":"ok"} and the names are free again.
-    assert_api_error(
-        client.request(Method::DELETE, &path, None, false).await,
-        400,
-        206,
-        "delete without session",
-    );
-    let del = as_ann(&t2)
-        .request(Method::DELETE, &path, None, false)
-        .await
-        .expect("delete");
-    assert_eq!(del.body, json!({"msg": "ok"}));
-    assert_api_error(
-        client.request(Method::GET, &path, None, false).await,
-        404,
-        101,
-        "deleted",
-    );
-    post(
-        "/1/users",
-        json!({"username": "anna", "password": "p", "email": "ann@example.org"}),
+    for (t, msg) in [(&kept, "ok"), (&other, "fail"), (&first, "fail")] {
+        let c = client.clone().with_session(Some(t));
+        let path = format!("/1/checkSession/{ann}");
+        let r = c.request(Method::GET, &path, None, false).await.unwrap();
+        assert_eq!(r.body["msg"], msg, "{t}");
+    }
+    let old = post_as(
+        &client,
+        "/1/login",
+        json!({"username": "ann", "password": "p"}),
+    )
+    .await;
+    assert_api_error(old, 404, 101, "old password");
+    post_as(
+        &client,
+        "/1/login",
+        json!({"username": "ann", "password": "pw2"}),
     )
     .await
-    .expect("names freed");
+    .expect("new password");
+}
 
-    // A batch updates a user with the element's token.
-    let bob = post("/1/users", json!({"username": "bob", "password": "b"}))
+/// Renaming claims the new name (202 when taken) and frees the old one; a delete needs the
+/// session (206), and frees every name the user held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renaming_and_deleting_a_user_free_its_names() {
+    let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
+    let client = cluster.spread_client();
+    let body = json!({"username": "ann", "password": "p", "email": "ann@example.org"});
+    let r = post_as(&client, "/1/users", body)
         .await
-        .unwrap()
+        .expect("register")
         .body;
-    let bob_id = bob["objectId"].as_str().unwrap();
-    let r = post("/1/batch", json!({"requests": [
-        {"method": "PUT", "path": format!("/1/users/{bob_id}"), "body": {"age": 5}},
-        {"method": "PUT", "path": format!("/1/classes/_User/{bob_id}"), "body": {"age": 6}, "token": bob["sessionToken"]},
+    let (ann, token) = (
+        r["objectId"].as_str().unwrap(),
+        r["sessionToken"].as_str().unwrap(),
+    );
+    register_user(&client, "ann2").await;
+    let path = format!("/1/users/{ann}");
+    let as_ann = client.clone().with_session(Some(token));
+    let rename = |to: &str| {
+        let (c, path, body) = (as_ann.clone(), path.clone(), json!({"username": to}));
+        async move { c.request(Method::PUT, &path, Some(&body), false).await }
+    };
+    rename("anna").await.expect("rename");
+    assert_api_error(rename("ann2").await, 400, 202, "rename to a taken name");
+    post_as(
+        &client,
+        "/1/login",
+        json!({"username": "anna", "password": "p"}),
+    )
+    .await
+    .expect("login under the new name");
+    register_user(&client, "ann").await;
+    let unsigned = client.request(Method::DELETE, &path, None, false).await;
+    assert_api_error(unsigned, 400, 206, "delete without session");
+    let del = as_ann.request(Method::DELETE, &path, None, false).await;
+    assert_eq!(del.expect("delete").body, json!({"msg": "ok"}));
+    let gone = client.request(Method::GET, &path, None, false).await;
+    assert_api_error(gone, 404, 101, "deleted");
+    let again = json!({"username": "anna", "password": "p", "email": "ann@example.org"});
+    post_as(&client, "/1/users", again)
+        .await
+        .expect("names freed");
+}
+
+/// A batch updates a user with its element's token (206 without one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_updates_a_user_with_its_elements_token() {
+    let cluster = TestCluster::start(1, &["--shards", "4"], &[]).await;
+    let client = cluster.client(0);
+    let (bob, token) = register_user(&client, "bob").await;
+    let r = post_as(&client, "/1/batch", json!({"requests": [
+        {"method": "PUT", "path": format!("/1/users/{bob}"), "body": {"age": 5}},
+        {"method": "PUT", "path": format!("/1/classes/_User/{bob}"), "body": {"age": 6}, "token": token},
     ]}))
     .await
     .unwrap();
     assert_eq!(r.body[0]["error"]["code"], 206);
     assert!(r.body[1]["success"]["updatedAt"].is_string(), "{}", r.body);
+    let path = format!("/1/users/{bob}");
     let b = client
-        .request(Method::GET, &format!("/1/users/{bob_id}"), None, false)
+        .request(Method::GET, &path, None, false)
         .await
-        .unwrap()
-        .body;
-    assert_eq!(b["age"], 6);
+        .unwrap();
+    assert_eq!(b.body["age"], 6);
+}
 
-    // 200 concurrent registrations of 20 names, spread over the 3 nodes: exactly one user per
-    // name, every other attempt 202.
+/// Story — a race through every node: 200 registrations of 20 names at once, spread over three
+/// nodes, make exactly one user per name; every other attempt is 202.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registrations_racing_for_a_name_make_one_user() {
+    let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
+    let client = cluster.spread_client();
     let attempts = (0..200).map(|i| {
         let c = client.clone();
         async move {
