@@ -52,6 +52,9 @@ fn set(items: impl IntoIterator<Item = String>) -> BTreeSet<String> {
     items.into_iter().collect()
 }
 
+/// Table — each `where` operator (comparisons, sets, existence, arrays, dates, dot paths,
+/// pointers, sub-queries, `$or`/`$and`, regex) with the items it must select, over 40 items
+/// on four shards of three nodes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn where_operators_select_exactly_the_matching_objects() {
     let cluster = TestCluster::start(3, &["--shards", "4"], &super::common::SPREAD_CREATES).await;
