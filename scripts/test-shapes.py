@@ -21,7 +21,6 @@ HELPERS = {"mod", "context", "batch_slot", "object_writes", "websocket"}
 # Endpoint narratives over 80 lines whose cases are still to become `scenario::Row`s (or
 # shorter stories). Remove a name once its test is a table or a story.
 TO_ROWS = {
-    "phone_sign_up_login_and_reset_by_code",
     "functions_use_the_data_api_as_their_caller",
     "files_upload_download_and_delete_with_their_errors",
     "browsers_users_roles_and_headers",

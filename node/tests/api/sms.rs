@@ -367,122 +367,100 @@ async fn captchas_guard_a_template_once_through_every_node() {
     assert_api_error(reused, 400, 10024, "a validate_token works once");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn phone_sign_up_login_and_reset_by_code() {
-    let receiver = SmsReceiver::start().await;
-    let hook = receiver.url();
-    // Every test request comes from 127.0.0.1: lift the per-IP limit (tested in abuse.rs).
-    let cluster = TestCluster::start(
-        3,
-        &["--shards", "4"],
-        &["--sms-webhook-url", &hook, "--sms-requests-per-ip", "0"],
-    )
-    .await;
-    let c: Vec<Client> = (0..3).map(|i| cluster.client(i)).collect();
+/// A user of `c` with a password and a number; its objectId.
+async fn phone_user(c: &Client, username: &str, password: &str, number: &str) -> String {
+    let body = json!({"username": username, "password": password, "mobilePhoneNumber": number});
+    let r = post(c, "/1/users", body).await.expect("sign up");
+    r["objectId"].as_str().unwrap().to_string()
+}
 
-    // One-step register at /1/usersv1: 200 with the whole user, verified, with a session.
-    let n1 = "13900000001";
-    let id = send_code(&c[0], n1).await;
-    let code = receiver.code(id).await;
-    assert_api_error(
-        post(
-            &c[1],
-            "/1/usersv1",
-            json!({"mobilePhoneNumber": n1, "smsCode": "000000"}),
-        )
+/// What `checkSession` says of `token` for `user`, through `c`.
+async fn session_of(c: &Client, user: &str, token: &str) -> Value {
+    let path = format!("/1/checkSession/{user}");
+    let c = c.clone().with_session(Some(token));
+    c.request(Method::GET, &path, None, false)
         .await
-        .map(|_| ()),
-        400,
-        207,
-        "wrong code",
-    );
+        .unwrap()
+        .body
+}
+
+/// One-step sign-up by code (`/1/usersv1`): 207 for a wrong code; else 200 with the whole
+/// user, its number as username and verified, with a live session. `POST /1/users` with a
+/// number that has a user and its code logs that user in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_code_signs_up_a_new_number_and_logs_in_a_known_one() {
+    let receiver = SmsReceiver::start().await;
+    let cluster = sms_cluster(&receiver, 3).await;
+    let c: Vec<Client> = (0..3).map(|i| cluster.client(i)).collect();
+    let n1 = "13900000001";
+    let code = receiver.code(send_code(&c[0], n1).await).await;
+    let wrong = json!({"mobilePhoneNumber": n1, "smsCode": "000000"});
+    let refused = post(&c[1], "/1/usersv1", wrong).await.map(|_| ());
+    assert_api_error(refused, 400, 207, "wrong code");
+    let body = json!({"mobilePhoneNumber": n1, "smsCode": code, "nickname": "Ann"});
     let r = c[1]
-        .request(
-            Method::POST,
-            "/1/usersv1",
-            Some(&json!({"mobilePhoneNumber": n1, "smsCode": code, "nickname": "Ann"})),
-            false,
-        )
+        .request(Method::POST, "/1/usersv1", Some(&body), false)
         .await
         .unwrap();
     assert_eq!(r.status, 200);
     let user = r.body;
-    assert_eq!(user["username"], n1);
-    assert_eq!(user["mobilePhoneNumber"], n1);
-    assert_eq!(user["mobilePhoneVerified"], true);
-    assert_eq!(user["nickname"], "Ann");
+    assert_eq!(
+        (&user["username"], &user["mobilePhoneNumber"]),
+        (&json!(n1), &json!(n1))
+    );
+    assert_eq!(
+        (&user["mobilePhoneVerified"], &user["nickname"]),
+        (&json!(true), &json!("Ann"))
+    );
     assert!(user.get("password").is_none());
-    let token = user["sessionToken"].as_str().unwrap();
-    let uid = user["objectId"].as_str().unwrap();
-    let check = c[2]
-        .clone()
-        .with_session(Some(token))
-        .request(Method::GET, &format!("/1/checkSession/{uid}"), None, false)
-        .await
-        .unwrap()
-        .body;
-    assert_eq!(check, json!({"msg": "ok"}));
+    let (uid, token) = (
+        user["objectId"].as_str().unwrap(),
+        user["sessionToken"].as_str().unwrap(),
+    );
+    assert_eq!(session_of(&c[2], uid, token).await, json!({"msg": "ok"}));
 
-    // One-step with a number that has a user logs that user in (POST /1/users).
     let n2 = "13900000002";
-    let signed_up = post(
-        &c[0],
-        "/1/users",
-        json!({"username": "bob", "password": "pw1", "mobilePhoneNumber": n2}),
-    )
-    .await
-    .unwrap();
-    let bob = signed_up["objectId"].as_str().unwrap().to_string();
-    let id = send_code(&c[2], n2).await;
-    let code = receiver.code(id).await;
+    let bob = phone_user(&c[0], "bob", "pw1", n2).await;
+    let code = receiver.code(send_code(&c[2], n2).await).await;
+    let body = json!({"mobilePhoneNumber": n2, "smsCode": code});
     let r = c[0]
-        .request(
-            Method::POST,
-            "/1/users",
-            Some(&json!({"mobilePhoneNumber": n2, "smsCode": code})),
-            false,
-        )
+        .request(Method::POST, "/1/users", Some(&body), false)
         .await
         .unwrap();
     assert_eq!(r.status, 200);
-    assert_eq!(r.body["objectId"], bob.as_str());
-    assert_eq!(r.body["username"], "bob");
+    assert_eq!(
+        (&r.body["objectId"], &r.body["username"]),
+        (&json!(bob), &json!("bob"))
+    );
     assert_eq!(r.body["mobilePhoneVerified"], true);
+}
 
-    // Login with a code: 101 for a number without a user, 207 for a wrong code.
+/// Login with a code: 101 for a number without a user, 207 for a wrong code, else the user,
+/// verified; the number also logs in with the password; changing the number makes it
+/// unverified.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_code_logs_a_user_in_and_a_new_number_is_unverified() {
+    let receiver = SmsReceiver::start().await;
+    let cluster = sms_cluster(&receiver, 3).await;
+    let c: Vec<Client> = (0..3).map(|i| cluster.client(i)).collect();
     let n3 = "13900000003";
-    post(
-        &c[0],
-        "/1/users",
-        json!({"username": "cat", "password": "old", "mobilePhoneNumber": n3}),
-    )
-    .await
-    .unwrap();
+    let cat = phone_user(&c[0], "cat", "old", n3).await;
+    let nobody = json!({"mobilePhoneNumber": "13900000999", "smsCode": "123456"});
     assert_api_error(
-        post(
-            &c[1],
-            "/1/login",
-            json!({"mobilePhoneNumber": "13900000999", "smsCode": "123456"}),
-        )
-        .await,
+        post(&c[1], "/1/login", nobody).await,
         404,
         101,
         "no such user",
     );
-    let id = send_code(&c[1], n3).await;
-    let code = receiver.code(id).await;
+    let code = receiver.code(send_code(&c[1], n3).await).await;
     let wrong = if code == "999999" { "888888" } else { "999999" };
-    assert_api_error(
-        post(
-            &c[1],
-            "/1/login",
-            json!({"mobilePhoneNumber": n3, "smsCode": wrong}),
-        )
-        .await,
-        400,
-        207,
-        "wrong login code",
-    );
+    let refused = post(
+        &c[1],
+        "/1/login",
+        json!({"mobilePhoneNumber": n3, "smsCode": wrong}),
+    )
+    .await;
+    assert_api_error(refused, 400, 207, "wrong login code");
     let logged = post(
         &c[2],
         "/1/login",
@@ -490,30 +468,45 @@ async fn phone_sign_up_login_and_reset_by_code() {
     )
     .await
     .unwrap();
-    assert_eq!(logged["username"], "cat");
+    assert_eq!(
+        (&logged["username"], &logged["objectId"]),
+        (&json!("cat"), &json!(cat))
+    );
     assert_eq!(logged["mobilePhoneVerified"], true);
-    let cat_token = logged["sessionToken"].as_str().unwrap().to_string();
-    let cat = logged["objectId"].as_str().unwrap().to_string();
-    // The number also logs in with the password.
+    let token = logged["sessionToken"].as_str().unwrap().to_string();
     let by_number = post(
         &c[0],
         "/1/login",
         json!({"username": n3, "password": "old"}),
     )
-    .await
-    .unwrap();
-    assert_eq!(by_number["objectId"], cat.as_str());
+    .await;
+    assert_eq!(by_number.unwrap()["objectId"], cat.as_str());
+    let number = json!({"mobilePhoneNumber": "13900000033"});
+    let me = c[0].clone().with_session(Some(&token));
+    let changed = me
+        .request(
+            Method::PUT,
+            &format!("/1/users/{cat}"),
+            Some(&number),
+            false,
+        )
+        .await;
+    assert!(changed.is_ok(), "{changed:?}");
+    let now = c[1]
+        .request(Method::GET, &format!("/1/users/{cat}"), None, false)
+        .await;
+    assert_eq!(now.unwrap().body["mobilePhoneVerified"], false);
+}
 
-    // Reset by code (number taken from the code): new password works, old one and the
-    // sessions end.
+/// A reset by code (the number taken from the code): 207 for a wrong code; the new password
+/// logs in, the old one no longer, every session ends, and the code is used up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_by_code_changes_the_password_and_ends_every_session() {
+    let receiver = SmsReceiver::start().await;
+    let cluster = sms_cluster(&receiver, 3).await;
+    let c: Vec<Client> = (0..3).map(|i| cluster.client(i)).collect();
     let n4 = "13900000004";
-    post(
-        &c[0],
-        "/1/users",
-        json!({"username": "dan", "password": "old", "mobilePhoneNumber": n4}),
-    )
-    .await
-    .unwrap();
+    phone_user(&c[0], "dan", "old", n4).await;
     let dan = post(
         &c[0],
         "/1/login",
@@ -521,95 +514,39 @@ async fn phone_sign_up_login_and_reset_by_code() {
     )
     .await
     .unwrap();
-    let dan_token = dan["sessionToken"].as_str().unwrap().to_string();
-    let dan_id = dan["objectId"].as_str().unwrap().to_string();
-    let id = send_code(&c[2], n4).await;
-    let code = receiver.code(id).await;
-    assert_api_error(
-        c[1].request(
-            Method::PUT,
-            "/1/resetPasswordBySmsCode/000001",
-            Some(&json!({"password": "new", "mobilePhoneNumber": n4})),
-            false,
-        )
-        .await,
-        400,
-        207,
-        "wrong reset code",
+    let (dan_id, token) = (
+        dan["objectId"].as_str().unwrap(),
+        dan["sessionToken"].as_str().unwrap(),
     );
-    let ok = c[1]
-        .request(
-            Method::PUT,
-            &format!("/1/resetPasswordBySmsCode/{code}"),
-            Some(&json!({"password": "new"})),
-            false,
-        )
-        .await
-        .unwrap()
-        .body;
-    assert_eq!(ok, json!({"msg": "ok"}));
-    assert_api_error(
-        post(
-            &c[0],
-            "/1/login",
-            json!({"username": "dan", "password": "old"}),
-        )
-        .await,
-        404,
-        101,
-        "old password",
-    );
+    let code = receiver.code(send_code(&c[2], n4).await).await;
+    let reset = |code: &str, body: Value| {
+        let (node, path) = (c[1].clone(), format!("/1/resetPasswordBySmsCode/{code}"));
+        async move { node.request(Method::PUT, &path, Some(&body), false).await }
+    };
+    let wrong = reset(
+        "000001",
+        json!({"password": "new", "mobilePhoneNumber": n4}),
+    )
+    .await;
+    assert_api_error(wrong, 400, 207, "wrong reset code");
+    let ok = reset(&code, json!({"password": "new"})).await.unwrap();
+    assert_eq!(ok.body, json!({"msg": "ok"}));
+    let old = post(
+        &c[0],
+        "/1/login",
+        json!({"username": "dan", "password": "old"}),
+    )
+    .await;
+    assert_api_error(old, 404, 101, "old password");
     let again = post(
         &c[2],
         "/1/login",
         json!({"username": "dan", "password": "new"}),
     )
-    .await
-    .unwrap();
-    assert_eq!(again["mobilePhoneVerified"], true);
-    let check = c[0]
-        .clone()
-        .with_session(Some(&dan_token))
-        .request(
-            Method::GET,
-            &format!("/1/checkSession/{dan_id}"),
-            None,
-            false,
-        )
-        .await
-        .unwrap()
-        .body;
-    assert_eq!(check, json!({"msg": "fail"}), "reset ends the sessions");
-    // The code was used up by the reset.
-    assert_api_error(
-        c[1].request(
-            Method::PUT,
-            &format!("/1/resetPasswordBySmsCode/{code}"),
-            Some(&json!({"password": "x", "mobilePhoneNumber": n4})),
-            false,
-        )
-        .await,
-        400,
-        207,
-        "reset code reused",
-    );
-
-    // Changing the number makes it unverified.
-    let changed = c[0]
-        .clone()
-        .with_session(Some(&cat_token))
-        .request(
-            Method::PUT,
-            &format!("/1/users/{cat}"),
-            Some(&json!({"mobilePhoneNumber": "13900000033"})),
-            false,
-        )
-        .await;
-    assert!(changed.is_ok(), "{changed:?}");
-    let now = c[1]
-        .request(Method::GET, &format!("/1/users/{cat}"), None, false)
-        .await
-        .unwrap()
-        .body;
-    assert_eq!(now["mobilePhoneVerified"], false);
+    .await;
+    assert_eq!(again.unwrap()["mobilePhoneVerified"], true);
+    let ended = session_of(&c[0], dan_id, token).await;
+    assert_eq!(ended, json!({"msg": "fail"}), "reset ends the sessions");
+    let reused = reset(&code, json!({"password": "x", "mobilePhoneNumber": n4})).await;
+    assert_api_error(reused, 400, 207, "reset code reused");
 }
