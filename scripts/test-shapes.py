@@ -24,7 +24,6 @@ TO_ROWS = {
     "functions_use_the_data_api_as_their_caller",
     "files_upload_download_and_delete_with_their_errors",
     "browsers_users_roles_and_headers",
-    "object_lifecycle_and_errors",
     "subscribers_see_only_what_they_may_read_and_what_their_filter_selects",
     "app_settings_govern_who_deletes_how_large_and_who_reads",
     "pushes_reach_the_installations_their_query_selects",
