@@ -215,54 +215,66 @@ async fn file_endpoints_answer_as_their_table_says() {
     assert_eq!(r.bytes().await.expect("bytes").as_ref(), b"kept");
 }
 
-#[tokio::test]
-async fn files_upload_download_and_delete_with_their_errors() {
+/// A one-node cluster with files up to 1 MiB, its app's client and its base url.
+async fn files_cluster() -> (TestCluster, Client, String) {
     let cluster = TestCluster::start(1, &[], &["--max-file-mb", "1"]).await;
     let c = cluster.client(0);
     let base = format!("http://{}", cluster.nodes[0].http);
+    (cluster, c, base)
+}
 
-    // A raw upload answers its name, an absolute url under the cdn name and today's date.
+/// A raw upload answers its name, an absolute url under the cdn name and today's date; the
+/// download is whole with type, length, ETag and cache headers, in ranges (206, 416), and
+/// revalidated (304); a url the cluster never gave is 404 whatever part is wrong.
+#[tokio::test]
+async fn an_upload_is_served_whole_in_ranges_and_revalidated() {
+    let (_cluster, c, base) = files_cluster().await;
     let body = upload(&c, "hello.txt", b"hello, files").await;
-    assert_eq!(body["filename"], "hello.txt");
-    assert_eq!(body["cdn"], "basalt");
+    assert_eq!(
+        (&body["filename"], &body["cdn"]),
+        (&json!("hello.txt"), &json!("basalt"))
+    );
     let url = body["url"].as_str().unwrap().to_string();
     let today = chrono::Utc::now().format("%Y/%m/%d").to_string();
     assert!(url.starts_with(&format!("{base}/basalt/{today}/")), "{url}");
     assert!(url.ends_with(".txt"), "{url}");
     assert_eq!(file_id(&url).len(), 32);
-
-    // Downloads: whole, with type, length, ETag and cache headers; ranges; revalidation.
     let r = reqwest::get(&url).await.unwrap();
     assert_eq!(r.status(), 200);
     let h = r.headers().clone();
-    assert_eq!(h["content-type"], "text/plain");
-    assert_eq!(h["content-length"], "12");
+    assert_eq!(
+        (&h["content-type"], &h["content-length"]),
+        (&"text/plain".parse().unwrap(), &"12".parse().unwrap())
+    );
     let etag = format!("\"{}\"", md5_hex(b"hello, files"));
     assert_eq!(h["etag"], etag.as_str());
     assert!(h["cache-control"].to_str().unwrap().contains("max-age"));
     assert_eq!(r.bytes().await.unwrap().as_ref(), b"hello, files");
-    let r = get_at(&base, &url, &[("range", "bytes=1-4")]).await;
-    assert_eq!(r.status(), 206);
-    assert_eq!(r.headers()["content-range"], "bytes 1-4/12");
-    assert_eq!(r.bytes().await.unwrap().as_ref(), b"ello");
-    let r = get_at(&base, &url, &[("range", "bytes=-5")]).await;
-    assert_eq!(r.status(), 206);
-    assert_eq!(r.headers()["content-range"], "bytes 7-11/12");
-    assert_eq!(r.bytes().await.unwrap().as_ref(), b"files");
+    for (range, content_range, bytes) in [
+        ("bytes=1-4", "bytes 1-4/12", &b"ello"[..]),
+        ("bytes=-5", "bytes 7-11/12", &b"files"[..]),
+    ] {
+        let r = get_at(&base, &url, &[("range", range)]).await;
+        assert_eq!(
+            (r.status().as_u16(), &r.headers()["content-range"]),
+            (206, &content_range.parse().unwrap())
+        );
+        assert_eq!(r.bytes().await.unwrap().as_ref(), bytes);
+    }
     let r = get_at(&base, &url, &[("range", "bytes=12-")]).await;
-    assert_eq!(r.status(), 416);
-    assert_eq!(r.headers()["content-range"], "bytes */12");
-    let r = get_at(&base, &url, &[("if-none-match", &etag)]).await;
-    assert_eq!(r.status(), 304);
-    let r = reqwest::Client::new().head(&url).send().await.unwrap();
     assert_eq!(
-        (
-            r.status().as_u16(),
-            r.headers()["content-length"].to_str().unwrap()
-        ),
-        (200, "12")
+        (r.status().as_u16(), &r.headers()["content-range"]),
+        (416, &"bytes */12".parse().unwrap())
     );
-    // A url the cluster never gave: 404, whatever part is wrong.
+    assert_eq!(
+        get_at(&base, &url, &[("if-none-match", &etag)])
+            .await
+            .status(),
+        304
+    );
+    let r = reqwest::Client::new().head(&url).send().await.unwrap();
+    let length = r.headers()["content-length"].to_str().unwrap().to_string();
+    assert_eq!((r.status().as_u16(), length.as_str()), (200, "12"));
     let wrong_date = url.replace(&today, "2001/01/01");
     let wrong_ext = url.replace(".txt", ".png");
     let other_cdn = url.replace("/basalt/", "/other/");
@@ -270,18 +282,20 @@ async fn files_upload_download_and_delete_with_their_errors() {
     for bad in [wrong_date, wrong_ext, other_cdn, unknown] {
         assert_eq!(get_at(&base, &bad, &[]).await.status(), 404, "{bad}");
     }
+}
 
-    // A multipart upload stores its `file` part, whatever comes before it.
+/// A multipart upload stores its `file` part, whatever comes before it (107 without one);
+/// refused uploads: no extension or a bad one 146, empty 149, over `--max-file-mb` 1500 (also
+/// past the limit in the middle of a chunked body), no keys 401.
+#[tokio::test]
+async fn uploads_keep_their_file_part_or_are_refused_with_their_codes() {
+    let (cluster, c, _base) = files_cluster().await;
     let picture = bytes_of(300_000, 1);
-    let r = multipart_upload(
-        &cluster,
-        "p.png",
-        &[
-            ("note", None, b"skipped"),
-            ("file", Some("p.png"), &picture),
-        ],
-    )
-    .await;
+    let parts: [(&str, Option<&str>, &[u8]); 2] = [
+        ("note", None, b"skipped"),
+        ("file", Some("p.png"), &picture),
+    ];
+    let r = multipart_upload(&cluster, "p.png", &parts).await;
     assert_eq!(r.status(), 200);
     let multipart: Value = r.json().await.unwrap();
     let got = reqwest::get(multipart["url"].as_str().unwrap())
@@ -289,84 +303,67 @@ async fn files_upload_download_and_delete_with_their_errors() {
         .unwrap();
     assert_eq!(got.headers()["content-type"], "image/png");
     assert_eq!(md5_hex(&got.bytes().await.unwrap()), md5_hex(&picture));
-
-    // Errors: no extension 146, a bad name 146, empty 149, too large 1500, no keys 401, a
-    // multipart body without a `file` part 107.
-    let raw = |name: &str, bytes: Vec<u8>| {
-        let c = c.clone();
-        let name = name.to_string();
-        async move { c.upload_file(&name, "text/plain", bytes).await }
-    };
-    assert_api_error(raw("noext", b"x".to_vec()).await, 400, 146, "no extension");
-    assert_api_error(raw("a.t-t", b"x".to_vec()).await, 400, 146, "bad extension");
-    assert_api_error(raw("empty.txt", Vec::new()).await, 400, 149, "empty");
-    assert_api_error(
-        raw("big.bin", vec![7u8; (1 << 20) + 1]).await,
-        400,
-        1500,
-        "over --max-file-mb",
-    );
-    // Past the limit in the middle of a body of unknown length (chunked): 1500 as well.
-    let answer = chunked_upload(&cluster.nodes[0].http, &cluster.keys, "big.bin", 3 << 19);
-    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
-    assert!(answer.contains("\"code\":1500"), "{answer}");
-    assert_unauthorized(
-        cluster
-            .anonymous_client(0)
-            .upload_file("a.txt", "text/plain", b"x".to_vec())
-            .await,
-        "no keys",
-    );
     let r = multipart_upload(&cluster, "q.png", &[("other", None, b"x")]).await;
     assert_eq!(r.status(), 400);
     assert_eq!(r.json::<Value>().await.unwrap()["code"], 107);
 
-    // A File value saved into an object reads back unchanged.
+    for (name, bytes, code) in [
+        ("noext", b"x".to_vec(), 146),
+        ("a.t-t", b"x".to_vec(), 146),
+        ("empty.txt", Vec::new(), 149),
+        ("big.bin", vec![7u8; (1 << 20) + 1], 1500),
+    ] {
+        let r = c.upload_file(name, "text/plain", bytes).await;
+        assert_api_error(r, 400, code, name);
+    }
+    let answer = chunked_upload(&cluster.nodes[0].http, &cluster.keys, "big.bin", 3 << 19);
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(answer.contains("\"code\":1500"), "{answer}");
+    let anonymous = cluster.anonymous_client(0);
+    let r = anonymous
+        .upload_file("a.txt", "text/plain", b"x".to_vec())
+        .await;
+    assert_unauthorized(r, "no keys");
+}
+
+/// A File value saved into an object reads back unchanged, also once its file is deleted;
+/// another app cannot delete the file (151), its own app can, once (151 after), by every path
+/// form the SDKs send.
+#[tokio::test]
+async fn a_file_is_deleted_once_by_its_own_app_and_objects_keep_their_value() {
+    let (cluster, c, base) = files_cluster().await;
+    let url = upload(&c, "hello.txt", b"hello, files").await["url"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let file_value =
         json!({"__type": "File", "filename": "hello.txt", "url": url, "cdn": "basalt"});
     let created = c
         .create_object("Doc", &json!({"attachment": file_value}))
         .await
         .unwrap();
-    let doc = c
-        .get_object("Doc", &created.object_id)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(doc["attachment"], file_value);
-
-    // Another app cannot delete this app's file (151); the SDKs' path forms can.
+    let attachment = || async {
+        let doc = c
+            .get_object("Doc", &created.object_id)
+            .await
+            .unwrap()
+            .unwrap();
+        doc["attachment"].clone()
+    };
+    assert_eq!(attachment().await, file_value);
     let other = cluster.create_app(0, "other").await;
-    let other_client = cluster.app_client(0, &other);
-    let path = url_path(&url);
-    assert_api_error(
-        other_client
-            .request(Method::DELETE, &format!("/2/files/{path}"), None, false)
-            .await,
-        400,
-        151,
-        "another app's file",
-    );
-    let deleted = c
-        .request(Method::DELETE, &format!("/2/files/{path}"), None, false)
-        .await
-        .unwrap();
+    let path = format!("/2/files/{}", url_path(&url));
+    let theirs = cluster
+        .app_client(0, &other)
+        .request(Method::DELETE, &path, None, false)
+        .await;
+    assert_api_error(theirs, 400, 151, "another app's file");
+    let deleted = c.request(Method::DELETE, &path, None, false).await.unwrap();
     assert_eq!(deleted.body, json!({"msg": "ok"}));
     assert_eq!(get_at(&base, &url, &[]).await.status(), 404);
-    assert_api_error(
-        c.request(Method::DELETE, &format!("/2/files/{path}"), None, false)
-            .await,
-        400,
-        151,
-        "deleted twice",
-    );
-    // Deleting a file leaves objects pointing at it alone.
-    let doc = c
-        .get_object("Doc", &created.object_id)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(doc["attachment"], file_value);
+    let twice = c.request(Method::DELETE, &path, None, false).await;
+    assert_api_error(twice, 400, 151, "deleted twice");
+    assert_eq!(attachment().await, file_value);
     for form in ["upyun/{path}", "upyun//{path}"] {
         let u = upload(&c, "f.txt", b"sdk form").await["url"]
             .as_str()
@@ -380,23 +377,27 @@ async fn files_upload_download_and_delete_with_their_errors() {
         assert_eq!(r.body, json!({"msg": "ok"}), "{p}");
         assert_eq!(get_at(&base, &u, &[]).await.status(), 404, "{p}");
     }
+}
 
-    // Batch deletes: all named go; the ones that could not are listed under `fail`.
+/// Batch deletes: every file named goes; those that could not are listed under `fail` (154);
+/// a batch that is no list is 107.
+#[tokio::test]
+async fn batch_deletes_name_the_files_they_could_not_delete() {
+    let (_cluster, c, base) = files_cluster().await;
     let a = upload(&c, "a.txt", b"a").await["url"].clone();
     let b = upload(&c, "b.txt", b"b").await["url"].clone();
     let bogus = format!("{base}/basalt/2020/01/01/{}.txt", "f".repeat(32));
-    match c
-        .request(
-            Method::POST,
-            "/2/cdnBatchDelete",
-            Some(&json!({"basalt": [a, b, bogus]})),
-            false,
-        )
-        .await
-    {
+    let batch = |list: Value| {
+        let c = c.clone();
+        async move {
+            let body = json!({"basalt": list});
+            c.request(Method::POST, "/2/cdnBatchDelete", Some(&body), false)
+                .await
+        }
+    };
+    match batch(json!([a, b, bogus])).await {
         Err(basalt_client::Error::Api { body, status, .. }) => {
-            assert_eq!(status, 400);
-            assert_eq!(body["code"], 154);
+            assert_eq!((status, &body["code"]), (400, &json!(154)));
             assert_eq!(body["fail"], json!({"basalt": [bogus]}));
         }
         other => panic!("batch with an unknown url: {other:?}"),
@@ -405,51 +406,46 @@ async fn files_upload_download_and_delete_with_their_errors() {
         assert_eq!(get_at(&base, u.as_str().unwrap(), &[]).await.status(), 404);
     }
     let d = upload(&c, "d.txt", b"d").await["url"].clone();
-    let r = c
-        .request(
-            Method::POST,
-            "/2/cdnBatchDelete",
-            Some(&json!({"basalt": [d]})),
-            false,
-        )
-        .await
-        .unwrap();
-    assert_eq!(r.body, json!({"msg": "ok"}));
+    assert_eq!(batch(json!([d])).await.unwrap().body, json!({"msg": "ok"}));
     assert_api_error(
-        c.request(
-            Method::POST,
-            "/2/cdnBatchDelete",
-            Some(&json!({"basalt": "not a list"})),
-            false,
-        )
-        .await,
+        batch(json!("not a list")).await,
         400,
         107,
         "batch of a non-array",
     );
+}
 
-    // The console sees what the app stores: the multipart picture only; another app nothing.
+/// The console sees what an app stores (another app nothing), and a deleted file's copy
+/// leaves the disk.
+#[tokio::test]
+async fn the_console_counts_an_apps_files_and_deleted_copies_leave_the_disk() {
+    let (cluster, c, _base) = files_cluster().await;
+    let picture = bytes_of(300_000, 1);
+    let r = multipart_upload(&cluster, "p.png", &[("file", Some("p.png"), &picture)]).await;
+    let kept: Value = r.json().await.unwrap();
+    let gone = upload(&c, "gone.txt", b"gone").await["url"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let path = format!("/2/files/{}", url_path(&gone));
+    c.request(Method::DELETE, &path, None, false).await.unwrap();
+    let other = cluster.create_app(0, "other").await;
     let usage = |app: String| {
         let console = cluster.console_client(0);
         async move {
+            let path = format!("/1/apps/{app}/files");
             console
-                .request(Method::GET, &format!("/1/apps/{app}/files"), None, false)
+                .request(Method::GET, &path, None, false)
                 .await
                 .unwrap()
                 .body
         }
     };
-    assert_eq!(
-        usage(cluster.keys.application_id.clone()).await,
-        json!({"files": 1, "bytes": 300_000})
-    );
-    assert_eq!(
-        usage(other["applicationId"].as_str().unwrap().to_string()).await,
-        json!({"files": 0, "bytes": 0})
-    );
-
-    // What is left on disk: the multipart picture only (deleted files' copies are gone).
-    let pic_id = file_id(multipart["url"].as_str().unwrap());
+    let ours = usage(cluster.keys.application_id.clone()).await;
+    assert_eq!(ours, json!({"files": 1, "bytes": 300_000}));
+    let theirs = usage(other["applicationId"].as_str().unwrap().to_string()).await;
+    assert_eq!(theirs, json!({"files": 0, "bytes": 0}));
+    let pic_id = file_id(kept["url"].as_str().unwrap());
     TestCluster::eventually(Duration::from_secs(10), "deleted copies gone", || {
         copies_on(&cluster, 0) == vec![pic_id.clone()]
     })
