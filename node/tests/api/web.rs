@@ -11,14 +11,15 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::common::{assert_api_error, register_user, TestCluster};
 
+/// CORS for browsers: the app-key API answers a preflight from any origin with the brand's
+/// headers, and carries the origin back on a real request; the console API answers no
+/// origin; an app that lists its origins refuses others (403).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn browsers_users_roles_and_headers() {
+async fn browsers_reach_the_app_api_from_the_origins_it_allows() {
     let cluster = TestCluster::start(1, &["--shards", "2"], &[]).await;
     let base = format!("http://{}", cluster.nodes[0].http);
     let http = reqwest::Client::new();
     let keys = cluster.keys.clone();
-
-    // CORS preflight of the app-key API: answered for any origin, with the brand's headers.
     let pre = http
         .request(Method::OPTIONS, format!("{base}/1/classes/Post"))
         .header("Origin", "https://shop.example")
@@ -38,7 +39,6 @@ async fn browsers_users_roles_and_headers() {
         .unwrap()
         .to_lowercase();
     assert!(allowed.contains("x-service-rest-api-key"), "{allowed}");
-    // The console API answers no origin.
     let pre = http
         .request(Method::OPTIONS, format!("{base}/1/apps"))
         .header("Origin", "https://shop.example")
@@ -47,8 +47,6 @@ async fn browsers_users_roles_and_headers() {
         .await
         .unwrap();
     assert!(pre.headers().get("access-control-allow-origin").is_none());
-    // A real request from a browser carries the header back; an app that lists its origins
-    // refuses others (403).
     let get = |origin: &'static str| {
         let (http, base, keys) = (http.clone(), base.clone(), keys.clone());
         async move {
@@ -74,94 +72,78 @@ async fn browsers_users_roles_and_headers() {
     let r = get("https://evil.example").await;
     assert_eq!(r.status().as_u16(), 403);
     assert_eq!(r.json::<Value>().await.unwrap()["code"], 403);
-    cluster
-        .set_app_settings(json!({"allowedOrigins": ["*"]}))
-        .await;
+}
 
-    // Other users' email and phone number are hidden, in listings, gets and includes, and
-    // cannot be queried; the user itself and the master key see them.
+/// Other users' email and phone number are hidden in listings, gets and includes, and cannot
+/// be queried (102); the user itself and the master key see them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_users_private_fields_are_hidden_everywhere() {
+    let cluster = TestCluster::start(1, &["--shards", "2"], &[]).await;
     let c = cluster.client(0);
+    let body = json!({"username": "ann", "password": "p", "email": "ann@x.org", "mobilePhoneNumber": "+8613800000011"});
     let ann = c
-        .request(
-            Method::POST,
-            "/1/users",
-            Some(&json!({"username": "ann", "password": "p", "email": "ann@x.org", "mobilePhoneNumber": "+8613800000011"})),
-            false,
-        )
+        .request(Method::POST, "/1/users", Some(&body), false)
         .await
         .unwrap()
         .body;
-    let ann_id = ann["objectId"].as_str().unwrap().to_string();
+    let (ann_id, ann_token) = (
+        ann["objectId"].as_str().unwrap(),
+        ann["sessionToken"].as_str().unwrap(),
+    );
     let (_, bob_token) = register_user(&c, "bob").await;
     let bob = c.clone().with_session(Some(&bob_token));
+    let read = |who: basalt_client::Client, path: String, master: bool| async move {
+        who.request(Method::GET, &path, None, master)
+            .await
+            .unwrap()
+            .body
+    };
     let listed = bob.query("_User", &[]).await.unwrap();
-    let seen_ann = listed["results"]
-        .as_array()
-        .unwrap()
+    let users = listed["results"].as_array().unwrap();
+    let seen_ann = users
         .iter()
         .find(|u| u["username"] == "ann")
         .cloned()
         .unwrap();
-    assert!(seen_ann.get("email").is_none(), "{seen_ann}");
-    assert!(seen_ann.get("mobilePhoneNumber").is_none(), "{seen_ann}");
-    let got = bob
-        .request(Method::GET, &format!("/1/users/{ann_id}"), None, false)
-        .await
-        .unwrap()
-        .body;
-    assert!(got.get("email").is_none(), "{got}");
-    let post = c
-        .create_object(
-            "Post",
-            &json!({"owner": {"__type": "Pointer", "className": "_User", "objectId": ann_id}}),
-        )
-        .await
-        .unwrap();
-    let with_owner = bob
-        .request(
-            Method::GET,
-            &format!("/1/classes/Post/{}?include=owner", post.object_id),
-            None,
-            false,
-        )
-        .await
-        .unwrap()
-        .body;
+    let user_path = format!("/1/users/{ann_id}");
+    let got = read(bob.clone(), user_path.clone(), false).await;
+    let owner = json!({"owner": {"__type": "Pointer", "className": "_User", "objectId": ann_id}});
+    let post = c.create_object("Post", &owner).await.unwrap();
+    let include = format!("/1/classes/Post/{}?include=owner", post.object_id);
+    let with_owner = read(bob.clone(), include, false).await;
     assert_eq!(with_owner["owner"]["username"], "ann");
-    assert!(with_owner["owner"].get("email").is_none(), "{with_owner}");
-    assert_api_error(
-        bob.query("_User", &[("where", r#"{"email":"ann@x.org"}"#)])
-            .await,
-        400,
-        102,
-        "querying by another's email",
-    );
-    let ann_token = c
-        .request(Method::GET, "/1/login?username=ann&password=p", None, false)
-        .await
-        .unwrap()
-        .body["sessionToken"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let own = c
-        .clone()
-        .with_session(Some(&ann_token))
-        .request(Method::GET, &format!("/1/users/{ann_id}"), None, false)
-        .await
-        .unwrap()
-        .body;
+    for (seen, key) in [
+        (&seen_ann, "email"),
+        (&seen_ann, "mobilePhoneNumber"),
+        (&got, "email"),
+        (&with_owner["owner"], "email"),
+    ] {
+        assert!(seen.get(key).is_none(), "{key} shown: {seen}");
+    }
+    let by_email = bob
+        .query("_User", &[("where", r#"{"email":"ann@x.org"}"#)])
+        .await;
+    assert_api_error(by_email, 400, 102, "querying by another's email");
+    let own = read(
+        c.clone().with_session(Some(ann_token)),
+        user_path.clone(),
+        false,
+    )
+    .await;
     assert_eq!(own["email"], "ann@x.org");
-    let master = cluster
-        .master_client(0)
-        .request(Method::GET, &format!("/1/users/{ann_id}"), None, true)
-        .await
-        .unwrap()
-        .body;
+    let master = read(cluster.master_client(0), user_path, true).await;
     assert_eq!(master["mobilePhoneNumber"], "+8613800000011");
+}
 
-    // A role created without an ACL: readable by all, writable only by its creator; names
-    // are trimmed.
+/// A role created without an ACL is readable by all and writable by its creator only (a role
+/// made without a session by no one); its name is trimmed, and a blank one is 139.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_made_without_an_acl_is_its_creators() {
+    let cluster = TestCluster::start(1, &["--shards", "2"], &[]).await;
+    let c = cluster.client(0);
+    let (ann_id, _) = register_user(&c, "ann").await;
+    let (_, bob_token) = register_user(&c, "bob").await;
+    let bob = c.clone().with_session(Some(&bob_token));
     let role = bob
         .request(
             Method::POST,
@@ -230,8 +212,16 @@ async fn browsers_users_roles_and_headers() {
         139,
         "blank role name",
     );
+}
 
-    // Location comes from the public URL, never from the Host header; request ids come back.
+/// `Location` comes from the public URL, never from the Host header; a request's id comes
+/// back, and one is made when none was sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locations_come_from_the_public_url_and_request_ids_come_back() {
+    let cluster = TestCluster::start(1, &["--shards", "2"], &[]).await;
+    let base = format!("http://{}", cluster.nodes[0].http);
+    let http = reqwest::Client::new();
+    let keys = cluster.keys.clone();
     let r = http
         .post(format!("{base}/1/classes/Post"))
         .header("Host", "evil.example/phish?")
