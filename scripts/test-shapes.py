@@ -26,7 +26,6 @@ TO_ROWS = {
     "pushes_reach_the_installations_their_query_selects",
     "apps_are_managed_by_the_console_account_and_isolated",
     "acls_govern_every_data_path",
-    "typed_values_dot_paths_and_include",
     "standard_master_and_encrypted_modes",
     "third_party_accounts_are_verified_with_their_platform",
     "roles_grant_their_members_and_child_roles_access",
