@@ -8,48 +8,68 @@ use serde_json::{json, Value};
 use super::common::scenario::{run_rows, After, As, Row};
 use super::common::{register_user, TestCluster};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn acls_govern_every_data_path() {
-    let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
-    let client = cluster.spread_client();
-    let register = |name: &'static str| register_user(&client, name);
-    let (ann, ann_t) = register("ann").await;
-    let (bob, bob_t) = register("bob").await;
-    let as_ann = client.clone().with_session(Some(&ann_t));
-    let as_bob = client.clone().with_session(Some(&bob_t));
-    let anon = client.clone();
+/// Two users and four documents of ann's: one without ACL, one private, one public-read,
+/// one shared with bob for reading.
+struct Docs {
+    client: basalt_client::Client,
+    ann_t: String,
+    bob_t: String,
+    public: String,
+    private: String,
+    readable: String,
+    shared: String,
+}
 
-    let make = |acl: Value, label: &str| {
+async fn ann_docs(cluster: &TestCluster) -> Docs {
+    let client = cluster.spread_client();
+    let (ann, ann_t) = register_user(&client, "ann").await;
+    let (bob, bob_t) = register_user(&client, "bob").await;
+    let as_ann = client.clone().with_session(Some(&ann_t));
+    let make = |acl: Option<Value>, label: &str| {
         let c = as_ann.clone();
-        let body = json!({"label": label, "ACL": acl});
+        let mut body = json!({"label": label});
+        if let Some(acl) = acl {
+            body["ACL"] = acl;
+        }
         async move { c.create_object("Doc", &body).await.unwrap().object_id }
     };
-    let public = as_ann
-        .create_object("Doc", &json!({"label": "public"}))
-        .await
-        .unwrap()
-        .object_id;
-    let private = make(
-        json!({ann.clone(): {"read": true, "write": true}}),
-        "private",
-    )
-    .await;
-    let readable = make(
-        json!({"*": {"read": true}, ann.clone(): {"write": true}}),
-        "readable",
-    )
-    .await;
-    let shared = make(
-        json!({ann.clone(): {"read": true, "write": true}, bob.clone(): {"read": true}}),
-        "shared",
-    )
-    .await;
+    Docs {
+        public: make(None, "public").await,
+        private: make(
+            Some(json!({ann.clone(): {"read": true, "write": true}})),
+            "private",
+        )
+        .await,
+        readable: make(
+            Some(json!({"*": {"read": true}, ann.clone(): {"write": true}})),
+            "readable",
+        )
+        .await,
+        shared: make(
+            Some(json!({ann.clone(): {"read": true, "write": true}, bob.clone(): {"read": true}})),
+            "shared",
+        )
+        .await,
+        client,
+        ann_t,
+        bob_t,
+    }
+}
 
-    // get: a denied read is absent (101); the master key reads everything.
-    let sees = |c: &basalt_client::Client, id: &str| {
-        let (c, id) = (c.clone(), id.to_string());
-        async move { c.get_object("Doc", &id).await.unwrap().is_some() }
-    };
+/// Who may get an object, as a table: a denied read is absent (101); the master key reads
+/// everything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acl_decides_who_reads_an_object() {
+    let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
+    let Docs {
+        ann_t,
+        bob_t,
+        public,
+        private,
+        readable,
+        shared,
+        ..
+    } = ann_docs(&cluster).await;
     let doc = |id: &str| format!("/1/classes/Doc/{id}");
     let anon_as = As::App;
     let ann_as = As::Session(ann_t.clone());
@@ -78,39 +98,28 @@ async fn acls_govern_every_data_path() {
         ],
     )
     .await;
+}
 
-    // list and count: filtered before paging, so pages are full.
-    let labels = |c: &basalt_client::Client, params: Vec<(&'static str, &'static str)>| {
-        let c = c.clone();
-        async move {
-            let r = c.query("Doc", &params).await.unwrap();
-            let mut l: Vec<String> = r["results"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|o| o["label"].as_str().unwrap().to_string())
-                .collect();
-            l.sort();
-            (l, r["count"].clone())
-        }
-    };
-    assert_eq!(
-        labels(&anon, vec![("count", "1")]).await,
-        (vec!["public".into(), "readable".into()], json!(2))
+/// Who may change or delete an object, as a table: a denied write is 101 and changes
+/// nothing; an ACL that is not an object is 107.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acl_decides_who_writes_an_object() {
+    let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
+    let Docs {
+        ann_t,
+        bob_t,
+        public,
+        private,
+        readable,
+        shared,
+        ..
+    } = ann_docs(&cluster).await;
+    let doc = |id: &str| format!("/1/classes/Doc/{id}");
+    let (anon_as, ann_as, bob_as) = (
+        As::App,
+        As::Session(ann_t.clone()),
+        As::Session(bob_t.clone()),
     );
-    assert_eq!(labels(&as_bob, vec![("count", "1")]).await.1, json!(3));
-    assert_eq!(labels(&as_ann, vec![("count", "1")]).await.1, json!(4));
-    assert_eq!(
-        labels(
-            &anon,
-            vec![("limit", "1"), ("skip", "1"), ("order", "label")]
-        )
-        .await
-        .0,
-        vec!["readable".to_string()]
-    );
-
-    // update and delete need write access; a denied write is 101 and changes nothing.
     let x_of = |id: &str, value: Value| After::Field {
         class: "Doc",
         id: id.to_string(),
@@ -165,8 +174,54 @@ async fn acls_govern_every_data_path() {
         ],
     )
     .await;
+}
 
-    // include: a pointer the caller may not read stays a Pointer.
+/// Listings and counts are filtered before paging, so pages are full; an include the caller
+/// may not read stays a Pointer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acls_hold_in_listings_and_includes() {
+    let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
+    let Docs {
+        client,
+        ann_t,
+        bob_t,
+        public,
+        private,
+        ..
+    } = ann_docs(&cluster).await;
+    let as_ann = client.clone().with_session(Some(&ann_t));
+    let as_bob = client.clone().with_session(Some(&bob_t));
+    let anon = client.clone();
+    let labels = |c: &basalt_client::Client, params: Vec<(&'static str, &'static str)>| {
+        let c = c.clone();
+        async move {
+            let r = c.query("Doc", &params).await.unwrap();
+            let mut l: Vec<String> = r["results"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|o| o["label"].as_str().unwrap().to_string())
+                .collect();
+            l.sort();
+            (l, r["count"].clone())
+        }
+    };
+    assert_eq!(
+        labels(&anon, vec![("count", "1")]).await,
+        (vec!["public".into(), "readable".into()], json!(2))
+    );
+    assert_eq!(labels(&as_bob, vec![("count", "1")]).await.1, json!(3));
+    assert_eq!(labels(&as_ann, vec![("count", "1")]).await.1, json!(4));
+    assert_eq!(
+        labels(
+            &anon,
+            vec![("limit", "1"), ("skip", "1"), ("order", "label")]
+        )
+        .await
+        .0,
+        vec!["readable".to_string()]
+    );
+
     let ptr = |id: &str| json!({"__type": "Pointer", "className": "Doc", "objectId": id});
     let holder = anon
         .create_object("Holder", &json!({"a": ptr(&private), "b": ptr(&public)}))
@@ -187,8 +242,23 @@ async fn acls_govern_every_data_path() {
         .unwrap()
         .body;
     assert_eq!(h["a"]["label"], "private");
+}
 
-    // batch: each element acts with its token.
+/// Each element of a batch acts with its own token; an unknown session acts as anonymous;
+/// the owner may delete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_element_acts_with_its_token_and_an_unknown_session_as_nobody() {
+    let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
+    let Docs {
+        client,
+        ann_t,
+        bob_t,
+        private,
+        shared,
+        ..
+    } = ann_docs(&cluster).await;
+    let as_ann = client.clone().with_session(Some(&ann_t));
+    let anon = client.clone();
     let r = anon
         .request(Method::POST, "/1/batch", Some(&json!({"requests": [
             {"method": "PUT", "path": format!("/1/classes/Doc/{private}"), "body": {"y": 1}},
@@ -206,7 +276,10 @@ async fn acls_govern_every_data_path() {
     );
     assert!(as_ann.get_object("Doc", &shared).await.unwrap().is_some());
 
-    // An expired or unknown session acts as anonymous; the owner may delete.
+    let sees = |c: &basalt_client::Client, id: &str| {
+        let (c, id) = (c.clone(), id.to_string());
+        async move { c.get_object("Doc", &id).await.unwrap().is_some() }
+    };
     let forged = client
         .clone()
         .with_session(Some("0123456789abcdef0123456789abcdefXXXXXXXXXX"));
