@@ -21,7 +21,6 @@ HELPERS = {"mod", "context", "batch_slot", "object_writes", "websocket"}
 # Endpoint narratives over 80 lines whose cases are still to become `scenario::Row`s (or
 # shorter stories). Remove a name once its test is a table or a story.
 TO_ROWS = {
-    "subscribers_see_only_what_they_may_read_and_what_their_filter_selects",
     "app_settings_govern_who_deletes_how_large_and_who_reads",
     "pushes_reach_the_installations_their_query_selects",
     "apps_are_managed_by_the_console_account_and_isolated",

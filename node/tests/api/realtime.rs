@@ -377,15 +377,17 @@ async fn events_of_writes_through_every_node_arrive_in_commit_order() {
     assert!(cluster.metric(0, "basalt_realtime_events_total").await >= 35.0);
 }
 
+/// Story — through every node: a subscriber sees only what its session may read (a private
+/// note reaches its owner only, a public one everyone), and an object made private leaves the
+/// others' view, shown as they last could read it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn subscribers_see_only_what_they_may_read_and_what_their_filter_selects() {
+async fn subscribers_see_only_what_their_session_may_read() {
     let cluster = TestCluster::start(3, &[], &[]).await;
     let app = cluster.keys.application_id.clone();
     let c = cluster.client(1);
     let (alice, alice_token) = register_user(&c, "alice").await;
     let (_bob, bob_token) = register_user(&c, "bob").await;
     let as_alice = cluster.client(2).with_session(Some(&alice_token));
-
     let mut a = Rt::plain(&cluster, 0).await;
     let mut b = Rt::plain(&cluster, 1).await;
     let mut anyone = Rt::plain(&cluster, 2).await;
@@ -400,7 +402,6 @@ async fn subscribers_see_only_what_they_may_read_and_what_their_filter_selects()
         }
         rt.sub(arg).await;
     }
-    // A private note reaches its owner only; the public one after it reaches everyone.
     let private = as_alice
         .create_object(
             "Note",
@@ -426,7 +427,6 @@ async fn subscribers_see_only_what_they_may_read_and_what_their_filter_selects()
         assert_eq!(e["data"]["objectId"].as_str(), Some(public.as_str()));
         assert!(rt.quiet(Duration::from_millis(300)).await.is_empty());
     }
-    // Made private: the others see it leave, shown as they last could read it.
     as_alice
         .update_object(
             "Note",
@@ -450,8 +450,15 @@ async fn subscribers_see_only_what_they_may_read_and_what_their_filter_selects()
         (upd["event"].as_str(), upd["data"]["t"].as_str()),
         (Some("update"), Some("hidden"))
     );
+}
 
-    // A filter: events as objects enter, stay in and leave it.
+/// A filtered subscription sees objects enter, change inside and leave its filter, and new
+/// ones created inside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filtered_subscription_sees_objects_enter_and_leave() {
+    let cluster = TestCluster::start(3, &[], &[]).await;
+    let app = cluster.keys.application_id.clone();
+    let mut a = Rt::plain(&cluster, 0).await;
     let master = cluster.master_client(0);
     a.sub(
         json!({"appKey": app, "tableName": "Score", "action": "updateTable",
@@ -502,8 +509,19 @@ async fn subscribers_see_only_what_they_may_read_and_what_their_filter_selects()
     assert!(got
         .iter()
         .any(|g| g.2 == big && g.0 == "create" && g.1 == 12));
+}
 
-    // Users' protected fields reach only the user itself.
+/// Users' protected fields reach only the user itself: another user's subscription sees the
+/// change without the email, the sessions or the password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_users_protected_fields_reach_only_itself() {
+    let cluster = TestCluster::start(3, &[], &[]).await;
+    let app = cluster.keys.application_id.clone();
+    let c = cluster.client(1);
+    let (alice, alice_token) = register_user(&c, "alice").await;
+    let (_bob, bob_token) = register_user(&c, "bob").await;
+    let as_alice = cluster.client(2).with_session(Some(&alice_token));
+    let mut b = Rt::plain(&cluster, 1).await;
     b.sub(json!({"appKey": app, "tableName": "_User", "action": "updateTable", "sessionToken": bob_token}))
         .await;
     as_alice
@@ -519,8 +537,17 @@ async fn subscribers_see_only_what_they_may_read_and_what_their_filter_selects()
     assert_eq!(e["data"]["nick"], "al");
     assert!(e["data"].get("email").is_none(), "{e}");
     assert!(e["data"].get("_sessions").is_none() && e["data"].get("password").is_none());
+}
 
-    // Refusals, in-band with their codes.
+/// Table — subscriptions refused in band, each with its code: a `where` on a hidden or
+/// protected field or with a sub-query (102), an invalid table (103), an unknown action or a
+/// malformed cursor (107), a message that is no JSON (107), another app's key (unauthorized),
+/// a 101st subscription on one connection (107).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscriptions_are_refused_in_band_with_their_codes() {
+    let cluster = TestCluster::start(1, &[], &[]).await;
+    let app = cluster.keys.application_id.clone();
+    let mut anyone = Rt::plain(&cluster, 0).await;
     for (arg, code) in [
         (
             json!({"appKey": app, "tableName": "Score", "action": "updateTable", "where": {"_password": 1}}),
@@ -561,7 +588,6 @@ async fn subscribers_see_only_what_they_may_read_and_what_their_filter_selects()
         .await
         .unwrap();
     assert_eq!(anyone.expect("server_error").await["code"], 107);
-    // Another app's key on this app's connection.
     anyone
         .send(
             "client_sub",
@@ -570,8 +596,8 @@ async fn subscribers_see_only_what_they_may_read_and_what_their_filter_selects()
         .await;
     assert_eq!(anyone.expect("server_error").await["error"], "unauthorized");
 
-    // At most 100 subscriptions per connection (it holds one already).
-    for i in 0..99 {
+    // At most 100 subscriptions per connection.
+    for i in 0..100 {
         anyone
             .sub(json!({"appKey": app, "tableName": format!("C{i}"), "action": "deleteTable"}))
             .await;
@@ -583,7 +609,15 @@ async fn subscribers_see_only_what_they_may_read_and_what_their_filter_selects()
         )
         .await;
     assert_eq!(anyone.expect("server_error").await["code"], 107);
-    // Without keys, or with wrong ones, the plain WebSocket and SSE are refused before upgrading.
+    assert!(cluster.metric(0, "basalt_realtime_subscriptions").await >= 100.0);
+}
+
+/// Without keys, or with wrong ones, the plain WebSocket and SSE are refused before upgrading
+/// (401); an app that requires its keys refuses socket.io subscriptions naming only the app.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn realtime_without_keys_is_refused_before_upgrading() {
+    let cluster = TestCluster::start(1, &[], &[]).await;
+    let app = cluster.keys.application_id.clone();
     for path in [
         "/1/realtime".to_string(),
         format!("/1/realtime?applicationId={app}&restKey=wrong"),
@@ -605,7 +639,6 @@ async fn subscribers_see_only_what_they_may_read_and_what_their_filter_selects()
     )
     .await;
     assert_eq!(io.expect("server_error").await["error"], "unauthorized");
-    assert!(cluster.metric(0, "basalt_realtime_subscriptions").await >= 1.0);
 }
 
 /// The realtime endpoints' answers before a socket or a stream opens: who may connect, and
