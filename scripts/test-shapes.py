@@ -23,7 +23,6 @@ HELPERS = {"mod", "context", "batch_slot", "object_writes", "websocket"}
 TO_ROWS = {
     "app_settings_govern_who_deletes_how_large_and_who_reads",
     "pushes_reach_the_installations_their_query_selects",
-    "standard_master_and_encrypted_modes",
     "third_party_accounts_are_verified_with_their_platform",
     "roles_grant_their_members_and_child_roles_access",
     "paging_order_keys_and_nested_include",

@@ -40,29 +40,40 @@ async fn signed_post(
     (status, resp.json().await.unwrap_or(Value::Null))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn standard_master_and_encrypted_modes() {
+/// A Bmob-branded one-node cluster and a new app on it: its base url, the console, the app
+/// and its keys.
+async fn signed_app() -> (TestCluster, String, Client, Value, AppKeys) {
     let cluster = TestCluster::start(1, &["--shards", "4"], &["--header-brand", "Bmob"]).await;
     let base = format!("http://{}", cluster.nodes[0].http);
     let console = cluster.console_client(0).with_brand("Bmob");
-    let app = console
-        .request(
-            Method::POST,
-            "/1/apps",
-            Some(&json!({"appName": "Signed"})),
-            false,
-        )
-        .await
-        .expect("create app")
-        .body;
-    let id = app["applicationId"].as_str().unwrap();
+    let body = json!({"appName": "Signed"});
+    let made = console
+        .request(Method::POST, "/1/apps", Some(&body), false)
+        .await;
+    let app = made.expect("create app").body;
     let keys = AppKeys {
-        application_id: id.into(),
+        application_id: app["applicationId"].as_str().unwrap().into(),
         rest_key: app["restKey"].as_str().unwrap().into(),
         master_key: app["masterKey"].as_str().map(str::to_string),
     };
+    (cluster, base, console, app, keys)
+}
 
-    // Standard mode under the configured brand; header names in any case.
+/// A client of `base` signing with `keys`, under the Bmob brand.
+fn signing_client(base: &str, keys: SignedKeys) -> Client {
+    Client::new(base, None)
+        .unwrap()
+        .with_brand("Bmob")
+        .with_signing(keys)
+}
+
+/// Standard mode answers the configured brand's headers, in any case of their names, and
+/// not the default brand's; a wrong REST key is 401; with the right master key the REST key is
+/// not needed, with a wrong one nothing passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standard_mode_takes_the_brands_headers_and_the_master_key() {
+    let (_cluster, base, _console, app, keys) = signed_app().await;
+    let id = app["applicationId"].as_str().unwrap();
     let std_client = Client::new(&base, Some(keys.clone()))
         .unwrap()
         .with_brand("Bmob");
@@ -104,15 +115,17 @@ async fn standard_master_and_encrypted_modes() {
         .request(Method::GET, "/1/classes/Note", None, true)
         .await;
     assert_eq!(master.expect("master key").status, 200);
+}
 
-    // Encrypted mode, both formulas, the app found by its secret key alone.
+/// Encrypted mode, with both signature formulas, finds the app by its secret key alone and
+/// serves every object request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn encrypted_mode_signs_with_either_formula() {
+    let (_cluster, base, _console, app, _keys) = signed_app().await;
     for formula in [Formula::Spec, Formula::JsSdk] {
         let mut k = keys_of(&app);
         k.formula = formula;
-        let signed = Client::new(&base, None)
-            .unwrap()
-            .with_brand("Bmob")
-            .with_signing(k);
+        let signed = signing_client(&base, k);
         let c = signed
             .create_object("Note", &json!({"t": format!("{formula:?}")}))
             .await
@@ -129,8 +142,14 @@ async fn standard_master_and_encrypted_modes() {
             .unwrap();
         signed.delete_object("Note", &c.object_id).await.unwrap();
     }
+}
 
-    // Timestamps in seconds or milliseconds, within 10 s; the body is covered by the JS formula.
+/// A signature holds only while fresh (a timestamp in seconds or milliseconds within 10 s;
+/// stale, future or no number: 401), over the body it was made for (the JS formula covers the
+/// body), and once per nonce.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signature_holds_fresh_unaltered_and_once() {
+    let (_cluster, base, _console, app, _keys) = signed_app().await;
     let k = keys_of(&app);
     let now_s = signing::timestamp_now(Formula::JsSdk);
     let now_ms = signing::timestamp_now(Formula::Spec);
@@ -166,36 +185,40 @@ async fn standard_master_and_encrypted_modes() {
     .await;
     assert_eq!(status, 401, "a body other than the signed one");
 
-    // A nonce is accepted once in its window.
     let nonce = signing::new_nonce();
     assert_eq!(post(now_s.clone(), nonce.clone(), None).await.0, 201);
     let (status, _) = post(now_s.clone(), nonce, None).await;
     assert_eq!(status, 401, "replayed nonce");
+}
 
-    // A signature with another safe token, a wrong secret key, an unknown SDK type.
+/// A signature made with another safe token, a secret key no app has, or an SDK type no SDK
+/// is, is 401.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signature_with_a_wrong_token_secret_or_sdk_is_refused() {
+    let (_cluster, base, _console, app, _keys) = signed_app().await;
     let mut wrong = keys_of(&app);
     wrong.safe_token = "zzzzzz".into();
-    let c = Client::new(&base, None)
-        .unwrap()
-        .with_brand("Bmob")
-        .with_signing(wrong);
+    let c = signing_client(&base, wrong);
     assert_unauthorized(c.query("Note", &[]).await, "wrong safe token");
     let mut wrong = keys_of(&app);
     wrong.secret_key = "0000000000000000".into();
-    let c = Client::new(&base, None)
-        .unwrap()
-        .with_brand("Bmob")
-        .with_signing(wrong);
+    let c = signing_client(&base, wrong);
     assert_unauthorized(c.query("Note", &[]).await, "unknown secret key");
     let mut wrong = keys_of(&app);
     wrong.sdk_type = "cobol".into();
-    let c = Client::new(&base, None)
-        .unwrap()
-        .with_brand("Bmob")
-        .with_signing(wrong);
+    let c = signing_client(&base, wrong);
     assert_unauthorized(c.query("Note", &[]).await, "unknown SDK type");
+}
 
-    // The safe token is per app and changeable; standard mode can be switched off.
+/// The safe token is the app's and changes (the old one then fails); standard mode can be
+/// switched off, the master key still working; a disabled app answers signed requests 10008.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_safe_token_changes_and_standard_mode_switches_off() {
+    let (_cluster, base, console, app, keys) = signed_app().await;
+    let id = app["applicationId"].as_str().unwrap();
+    let std_client = Client::new(&base, Some(keys.clone()))
+        .unwrap()
+        .with_brand("Bmob");
     let app_path = format!("/1/apps/{id}");
     console
         .request(
@@ -206,17 +229,11 @@ async fn standard_master_and_encrypted_modes() {
         )
         .await
         .expect("change settings");
-    let old = Client::new(&base, None)
-        .unwrap()
-        .with_brand("Bmob")
-        .with_signing(keys_of(&app));
+    let old = signing_client(&base, keys_of(&app));
     assert_unauthorized(old.query("Note", &[]).await, "old safe token");
     let mut new_keys = keys_of(&app);
     new_keys.safe_token = "n3wTok".into();
-    let signed = Client::new(&base, None)
-        .unwrap()
-        .with_brand("Bmob")
-        .with_signing(new_keys);
+    let signed = signing_client(&base, new_keys);
     assert!(signed.query("Note", &[]).await.is_ok(), "new safe token");
     assert_unauthorized(std_client.query("Note", &[]).await, "standard mode off");
     assert!(
