@@ -33,8 +33,6 @@ TO_ROWS = {
     "verification_and_reset_links_arrive_and_work",
     "android_and_windows_devices_go_through_fcm_and_wns",
     "ios_devices_are_pushed_through_apns_over_http2",
-    "errors_say_what_is_wrong_and_no_more",
-    "thumbnails_have_the_size_and_format_asked_for",
 }
 
 TEST_ATTR = re.compile(r"^\s*#\[(tokio::)?test\b")

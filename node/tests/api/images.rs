@@ -88,6 +88,8 @@ async fn counter(cluster: &TestCluster, i: usize, name: &str) -> u64 {
         .map_or(0, |v| v as u64)
 }
 
+/// Table — each `imageView2` mode, format, bound and pipeline with the size and type it
+/// must give; then a portrait's modes, transparency in a JPEG, and the download left whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn thumbnails_have_the_size_and_format_asked_for() {
     let cluster = TestCluster::start(1, &[], &[]).await;
