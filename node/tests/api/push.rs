@@ -553,6 +553,8 @@ async fn a_fan_out_survives_its_scheduler_being_killed() {
         .all(|copies| copies.len() == 1));
 }
 
+/// Story — a provider's protocol end to end: APNs over HTTP/2 with a provider token signed
+/// by the app's key; a dead token removed from its installation; then a silent push.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ios_devices_are_pushed_through_apns_over_http2() {
     let apns = FakeApns::start().await;
@@ -653,6 +655,9 @@ async fn ios_devices_are_pushed_through_apns_over_http2() {
     let _ = phone;
 }
 
+/// Story — two providers' protocols end to end: FCM and WNS with their OAuth tokens (taken
+/// once, WNS's renewed when it expires), dead tokens and channels removed, a uri that is no
+/// WNS channel never given the app's token, then a raw WNS push.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn android_and_windows_devices_go_through_fcm_and_wns() {
     let fcm = FakeFcm::start().await;
