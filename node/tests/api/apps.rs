@@ -70,6 +70,11 @@ async fn a_new_app_has_generated_keys_and_its_defaults() {
         .unwrap()
         .body;
     assert_eq!(one, app);
+    let longest = json!({"appName": "x".repeat(29), "status": 0});
+    let made = console
+        .request(Method::POST, "/1/apps", Some(&longest), false)
+        .await;
+    assert_eq!(made.expect("a 29-character name").body["status"], 0);
 }
 
 /// An app's keys work at once, and apps see none of each other's data: gets, listings (each
@@ -131,6 +136,13 @@ async fn a_changed_app_keeps_its_keys_and_a_disabled_one_serves_no_data() {
     let id = app["applicationId"].as_str().unwrap().to_string();
     let demo = cluster.app_client(0, &app);
     let default = cluster.client(0);
+    demo.create_object("Shared", &json!({"v": "demo"}))
+        .await
+        .unwrap();
+    default
+        .create_object("Shared", &json!({"v": 1}))
+        .await
+        .unwrap();
     let put = |body: Value| {
         let (c, path) = (console.clone(), format!("/1/apps/{id}"));
         async move { c.request(Method::PUT, &path, Some(&body), false).await }

@@ -415,8 +415,8 @@ async fn batch_deletes_name_the_files_they_could_not_delete() {
     );
 }
 
-/// The console sees what an app stores (another app nothing), and a deleted file's copy
-/// leaves the disk.
+/// The console sees what an app stores (another app nothing); a deleted file's copy leaves
+/// the disk, and refused, cut-off or batch-deleted uploads are neither counted nor kept.
 #[tokio::test]
 async fn the_console_counts_an_apps_files_and_deleted_copies_leave_the_disk() {
     let (cluster, c, _base) = files_cluster().await;
@@ -429,6 +429,25 @@ async fn the_console_counts_an_apps_files_and_deleted_copies_leave_the_disk() {
         .to_string();
     let path = format!("/2/files/{}", url_path(&gone));
     c.request(Method::DELETE, &path, None, false).await.unwrap();
+    // Refused and cut-off uploads keep nothing; a batch delete takes its files' copies too.
+    for (name, bytes) in [
+        ("noext", b"x".to_vec()),
+        ("empty.txt", Vec::new()),
+        ("big.bin", vec![7u8; (1 << 20) + 1]),
+    ] {
+        assert!(
+            c.upload_file(name, "text/plain", bytes).await.is_err(),
+            "{name}"
+        );
+    }
+    chunked_upload(&cluster.nodes[0].http, &cluster.keys, "big.bin", 3 << 19);
+    let r = multipart_upload(&cluster, "q.png", &[("other", None, b"x")]).await;
+    assert_eq!(r.status(), 400);
+    let batched = upload(&c, "batched.txt", b"b").await["url"].clone();
+    let batch = json!({"basalt": [batched]});
+    c.request(Method::POST, "/2/cdnBatchDelete", Some(&batch), false)
+        .await
+        .unwrap();
     let other = cluster.create_app(0, "other").await;
     let usage = |app: String| {
         let console = cluster.console_client(0);

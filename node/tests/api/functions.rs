@@ -539,9 +539,9 @@ async fn a_function_reads_and_writes_as_its_caller() {
 /// limit, 310.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn functions_query_write_and_call_each_other() {
-    let cluster = TestCluster::start(1, &[], &[]).await;
+    let cluster = TestCluster::start(3, &[], &[]).await;
     let m = cluster.master_client(0);
-    let anon = cluster.client(0);
+    let anon = cluster.client(1);
     register_user(&cluster.client(0), "bob").await;
     deploy(
         &m,
@@ -563,7 +563,7 @@ async fn functions_query_write_and_call_each_other() {
     )
     .await;
     deploy(&m, "double", "return request.params.n * 2;", json!({})).await;
-    let out = result(&anon, "scores", json!({})).await;
+    let out = result(&cluster.client(2), "scores", json!({})).await;
     assert_eq!(out["made"], 6);
     assert_eq!(out["top"], json!([6, 5]));
     assert_eq!(out["count"], 3);
@@ -928,8 +928,8 @@ async fn deploy_before_triggers(m: &Client) {
 /// not callable (311).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn triggers_recurse_only_so_deep_and_are_not_callable() {
-    let cluster = TestCluster::start(1, &[], &[]).await;
-    let (m, c) = (cluster.master_client(0), cluster.client(0));
+    let cluster = TestCluster::start(3, &[], &[]).await;
+    let (m, c) = (cluster.master_client(0), cluster.client(2));
     deploy(
         &m,
         "loop",
@@ -1017,6 +1017,8 @@ async fn before_triggers_change_or_refuse_writes() {
         .after(After::Count("Post", 2)),
     ];
     run_rows(&cluster, &rows).await;
+    let kept = c.get_object("Post", &id).await.unwrap().unwrap();
+    assert_eq!(kept["title"], "AGAIN", "as node 3 reads it");
     let batch = json!({"requests": [
         {"method": "POST", "path": "/1/classes/Post", "body": {"title": "b1"}},
         {"method": "POST", "path": "/1/classes/Post", "body": {"title": "forbidden"}},

@@ -81,12 +81,27 @@ async fn a_device_sent_again_through_any_node_is_the_same_installation() {
         (&json!(3), &json!(["news"]), &json!("Asia/Shanghai"))
     );
 
-    let android = created(
+    let android = post(
         &c,
+        "/1/classes/_Installation",
         json!({"deviceType": "android", "installationId": "a-1"}),
     )
+    .await
+    .unwrap();
+    assert_eq!(android.status, 201);
+    let android = android.body["objectId"].as_str().unwrap().to_string();
+    let other = created(
+        &c,
+        json!({"deviceType": "android", "installationId": "a-2"}),
+    )
     .await;
+    let other_path = format!("/1/installations/{other}");
+    let take_token_1 = || put(&c, &other_path, json!({"deviceToken": "fcm:token_1"}));
     for (node, token) in [(2, "fcm:token_1"), (1, "fcm:token_2")] {
+        if token == "fcm:token_2" {
+            let taken = take_token_1().await;
+            assert_api_error(taken, 400, 137, "a token another installation holds");
+        }
         let r = post(
             &cluster.client(node),
             "/1/installations",
@@ -100,18 +115,13 @@ async fn a_device_sent_again_through_any_node_is_the_same_installation() {
         );
         assert_eq!(stored(&m, &android).await["deviceToken"], token);
     }
-    let other = created(
+    take_token_1().await.expect("a replaced token is free");
+    let uri = "https://db3.notify.live.net/throttledthirdparty/01.00/abc";
+    created(
         &c,
-        json!({"deviceType": "android", "installationId": "a-2"}),
+        json!({"deviceType": "windows phone", "notificationUri": uri}),
     )
     .await;
-    put(
-        &c,
-        &format!("/1/installations/{other}"),
-        json!({"deviceToken": "fcm:token_1"}),
-    )
-    .await
-    .expect("a replaced token is free");
 
     let upper = post(
         &c,
@@ -160,8 +170,8 @@ async fn a_device_sent_again_through_any_node_is_the_same_installation() {
 /// installation), and the same value again is no change.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn channels_change_and_identifying_fields_are_set_once() {
-    let cluster = TestCluster::start(1, &[], &[]).await;
-    let (c, m) = (cluster.client(0), cluster.master_client(0));
+    let cluster = TestCluster::start(3, &[], &[]).await;
+    let (c, m) = (cluster.client(0), cluster.master_client(2));
     let ios = created(&c, json!({"deviceType": "ios", "deviceToken": TOKEN})).await;
     let path = format!("/1/installations/{ios}");
     for change in [
@@ -198,8 +208,8 @@ async fn channels_change_and_identifying_fields_are_set_once() {
 /// any; the master key lists and queries them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_register_installations_and_only_the_master_reads_them() {
-    let cluster = TestCluster::start(1, &[], &[]).await;
-    let (c, m) = (cluster.client(0), cluster.master_client(0));
+    let cluster = TestCluster::start(3, &[], &[]).await;
+    let (c, m) = (cluster.client(0), cluster.master_client(2));
     let ios = created(
         &c,
         json!({"deviceType": "ios", "deviceToken": TOKEN, "channels": ["c"]}),
@@ -509,44 +519,56 @@ async fn installation_endpoints_answer_as_their_table_says() {
     // what is not a name (111): each refused, the device as it was.
     let ios = created(
         &cluster.client(0),
-        json!({"deviceType": "ios", "deviceToken": TOKEN}),
+        json!({"deviceType": "ios", "deviceToken": TOKEN, "channels": ["a"]}),
     )
     .await;
     let path = format!("/1/installations/{ios}");
-    let unchanged = || After::Field {
+    let holds = |field: &'static str, value: Value| After::Field {
         class: "_Installation",
         id: ios.clone(),
-        field: "deviceToken",
-        value: json!(TOKEN),
+        field,
+        value,
     };
-    let change = |name: &'static str, body: &str, code: i64| {
+    let change = |name: &'static str, body: &str, code: i64, kept: After| {
         Row::new(name, Method::PUT, path.clone())
             .body(body.to_string())
             .fails(400, code)
-            .after(unchanged())
+            .after(kept)
     };
+    let (ios_type, token, channels) = (json!("ios"), json!(TOKEN), json!(["a"]));
+    let token2 = format!(r#"{{"deviceToken": "{TOKEN2}"}}"#);
+    let first_id = format!(r#"{{"installationId": "i-9", "deviceToken": "{TOKEN2}"}}"#);
     let rows = vec![
         change(
             "its deviceType changed",
             r#"{"deviceType": "android"}"#,
             136,
+            holds("deviceType", ios_type.clone()),
         ),
         change(
             "its deviceToken changed",
-            &format!(r#"{{"deviceToken": "{TOKEN2}"}}"#),
+            &token2,
             136,
+            holds("deviceToken", token.clone()),
         ),
         change(
             "a token with a first installationId",
-            &format!(r#"{{"installationId": "i-9", "deviceToken": "{TOKEN2}"}}"#),
+            &first_id,
             136,
+            holds("installationId", Value::Null),
         ),
         change(
             "its deviceType deleted",
             r#"{"deviceType": {"__op": "Delete"}}"#,
             136,
+            holds("deviceType", ios_type),
         ),
-        change("a channel that is a number", r#"{"channels": [1]}"#, 111),
+        change(
+            "a channel that is a number",
+            r#"{"channels": [1]}"#,
+            111,
+            holds("channels", channels),
+        ),
     ];
     run_rows(&cluster, &rows).await;
     // What must not happen: the refused registration of dev-3 kept its claim (it registers).

@@ -254,7 +254,8 @@ async fn refused_object_requests_change_nothing() {
             "/1/classes/GameScore/nope123456",
         )
         .body(r#"{"a":1}"#)
-        .fails(404, 101),
+        .fails(404, 101)
+        .after(After::Count("GameScore", 1)),
         Row::new(
             "delete missing",
             Method::DELETE,
@@ -265,6 +266,14 @@ async fn refused_object_requests_change_nothing() {
         Row::new("bad limit", Method::GET, "/1/classes/GameScore?limit=ten").fails(400, 102),
     ];
     run_rows(&cluster, &rows).await;
+    let count = client
+        .query("GameScore", &[("count", "1"), ("limit", "0")])
+        .await;
+    assert_eq!(
+        count.expect("count")["count"],
+        1,
+        "no refused request created an object"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

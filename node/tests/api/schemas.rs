@@ -83,32 +83,36 @@ async fn writes_of_another_type_are_refused_and_change_nothing() {
         .await
         .expect("create");
     let path = format!("/1/classes/Game/{}", game.object_id);
-    let score_is = |v: Value| After::Field {
+    let holds = |field: &'static str, v: Value| After::Field {
         class: "Game",
         id: game.object_id.clone(),
-        field: "score",
+        field,
         value: v,
     };
     let update = |name: &'static str, body: &str| {
         Row::new(name, Method::PUT, path.clone()).body(body.to_string())
     };
-    let refused = |name: &'static str, body: &str| {
-        update(name, body).fails(400, 111).after(score_is(json!(1)))
+    let refused = |name: &'static str, body: &str, kept: After| {
+        update(name, body).fails(400, 111).after(kept)
     };
+    let score_is = |v: Value| holds("score", v);
+    let owner = json!({"__type": "Pointer", "className": "_User", "objectId": "u1"});
     let rows = vec![
-        refused("a string into a Number", r#"{"score": "high"}"#),
-        refused("Increment on a String", r#"{"name": {"__op": "Increment", "amount": 1}}"#),
-        refused("Add on a Number", r#"{"score": {"__op": "Add", "objects": [1]}}"#),
+        refused("a string into a Number", r#"{"score": "high"}"#, score_is(json!(1))),
+        refused("Increment on a String", r#"{"name": {"__op": "Increment", "amount": 1}}"#, holds("name", json!("x"))),
+        refused("Add on a Number", r#"{"score": {"__op": "Add", "objects": [1]}}"#, score_is(json!(1))),
         refused(
             "a Pointer to another class",
             r#"{"owner": {"__type": "Pointer", "className": "Game", "objectId": "x"}}"#,
+            holds("owner", owner),
         ),
         refused(
             "a second geo column",
-            r#"{"spot": {"__type": "GeoPoint", "latitude": 1, "longitude": 1}}"#,
+            r#"{"spot": {"__type": "GeoPoint", "latitude": 1, "longitude": 1}, "score": 3}"#,
+            score_is(json!(1)),
         ),
-        refused("a dot path into a Number", r#"{"score.sub": 1}"#),
-        refused("one bad key of several", r#"{"score": 2, "done": "yes"}"#),
+        refused("a dot path into a Number", r#"{"score.sub": 1}"#, score_is(json!(1))),
+        refused("one bad key of several", r#"{"score": 2, "done": "yes"}"#, score_is(json!(1))),
         Row::new("a relation to no class", Method::POST, "/1/classes/Game")
             .body(r#"{"rel": {"__op": "AddRelation", "objects": [{"__type": "Pointer", "className": "Nowhere", "objectId": "x"}]}}"#)
             .fails(400, 104)

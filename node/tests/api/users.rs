@@ -84,7 +84,7 @@ async fn a_user_registers_reads_without_secrets_and_logs_in() {
 /// whose session a token is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_changes_only_with_its_own_session_or_the_master_key() {
-    let cluster = TestCluster::start(1, &["--shards", "4"], &[]).await;
+    let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
     let client = cluster.client(0);
     let (ann, token) = register_user(&client, "ann").await;
     let (_, other) = register_user(&client, "ann2").await;
@@ -126,8 +126,13 @@ async fn a_user_changes_only_with_its_own_session_or_the_master_key() {
             .after(age(json!(32))),
     ];
     run_rows(&cluster, &rows).await;
+    // Through the other nodes too: the user's own session changes it (a newer updatedAt), and
+    // checkSession knows whose a token is.
+    let own = cluster.client(2).with_session(Some(&token));
+    let up = own.update_object("_User", &ann, &json!({"age": 33})).await;
+    assert!(up.expect("own session, node 3").body["updatedAt"].is_string());
     for (t, msg) in [(&token, "ok"), (&other, "fail")] {
-        let c = client.clone().with_session(Some(t));
+        let c = cluster.client(1).with_session(Some(t));
         let path = format!("/1/checkSession/{ann}");
         let r = c.request(Method::GET, &path, None, false).await.unwrap();
         assert_eq!(r.body["msg"], msg);
@@ -155,7 +160,7 @@ async fn a_password_change_ends_every_other_session() {
     let (kept, other) = (login().await, login().await);
     let pw_path = format!("/1/updateUserPassword/{ann}");
     let rows = vec![
-        Row::new("a wrong old password", Method::PUT, pw_path.clone())
+        Row::new("a wrong old password", Method::POST, pw_path.clone())
             .auth(As::Session(kept.clone()))
             .body(r#"{"oldPassword": "bad", "newPassword": "pw2"}"#)
             .fails(400, 210),
@@ -200,7 +205,7 @@ async fn a_password_change_ends_every_other_session() {
 async fn renaming_and_deleting_a_user_free_its_names() {
     let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
     let client = cluster.spread_client();
-    let body = json!({"username": "ann", "password": "p", "email": "ann@example.org"});
+    let body = json!({"username": "ann", "password": "p", "email": "Ann@Example.org"});
     let r = post_as(&client, "/1/users", body)
         .await
         .expect("register")
@@ -241,8 +246,8 @@ async fn renaming_and_deleting_a_user_free_its_names() {
 /// A batch updates a user with its element's token (206 without one).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_updates_a_user_with_its_elements_token() {
-    let cluster = TestCluster::start(1, &["--shards", "4"], &[]).await;
-    let client = cluster.client(0);
+    let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
+    let client = cluster.spread_client();
     let (bob, token) = register_user(&client, "bob").await;
     let r = post_as(&client, "/1/batch", json!({"requests": [
         {"method": "PUT", "path": format!("/1/users/{bob}"), "body": {"age": 5}},
