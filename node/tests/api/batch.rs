@@ -4,10 +4,13 @@
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use super::common::{self, assert_api_error, TestCluster};
+use super::common::{self, TestCluster};
 
+/// A batch runs its operations in order, each on its own shard with its own result: creates,
+/// updates and deletes succeed or fail alone (101, 111, 105, 107), and their effects land in
+/// order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn batches_run_in_order_with_per_operation_results() {
+async fn a_batch_runs_each_operation_in_order_with_its_own_result() {
     let cluster = TestCluster::start(1, &["--shards", "4"], &[]).await;
     let client = cluster.client(0);
     let batch = |body: Value| {
@@ -68,73 +71,63 @@ async fn batches_run_in_order_with_per_operation_results() {
         client.get_object("Doc", new_id).await.unwrap().unwrap()["n"],
         10
     );
+}
 
-    // Envelope errors run nothing.
-    let count = || async {
-        client
-            .query("Doc", &[("count", "1"), ("limit", "0")])
-            .await
-            .unwrap()["count"]
-            .clone()
-    };
-    let before = count().await;
+/// Table — the batch envelope: a `requests` that is no array or absent (112), more than 50
+/// operations (114), an operation of a method, path or shape a batch cannot hold (113), no
+/// body (107) — each refused whole, running nothing; fifty operations all land.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_batch_envelope_runs_nothing() {
+    use common::scenario::{run_rows, After, Row};
+    let cluster = TestCluster::start(1, &["--shards", "4"], &[]).await;
+    cluster
+        .client(0)
+        .create_object("Doc", &json!({"n": 1}))
+        .await
+        .unwrap();
     let op = json!({"method": "POST", "path": "/1/classes/Doc", "body": {"n": 0}});
-    assert_api_error(
-        batch(json!({"requests": op.clone()})).await,
-        400,
-        112,
-        "not an array",
-    );
-    assert_api_error(batch(json!({})).await, 400, 112, "no requests");
+    let envelope = |name: &'static str, body: Value, code: i64| {
+        Row::new(name, Method::POST, "/1/batch")
+            .body(body.to_string())
+            .fails(400, code)
+            .after(After::Count("Doc", 1))
+    };
     let many: Vec<Value> = (0..51).map(|_| op.clone()).collect();
-    assert_api_error(
-        batch(json!({ "requests": many })).await,
-        400,
-        114,
-        "51 operations",
-    );
-    assert_api_error(
-        batch(json!({"requests": [op.clone(), {"method": "GET", "path": "/1/classes/Doc"}]})).await,
-        400,
-        113,
-        "bad method",
-    );
-    assert_api_error(
-        batch(json!({"requests": [op.clone(), {"method": "POST", "path": "/1/apps"}]})).await,
-        400,
-        113,
-        "bad path",
-    );
-    assert_api_error(
-        batch(json!({"requests": [op.clone(), 7]})).await,
-        400,
-        113,
-        "not an object",
-    );
-    assert_api_error(
-        client.request(Method::POST, "/1/batch", None, false).await,
-        400,
-        107,
-        "empty body",
-    );
-    assert_eq!(count().await, before, "nothing ran");
-
-    // Fifty operations are allowed and all land.
     let fifty: Vec<Value> = (0..50)
         .map(|i| json!({"method": "POST", "path": "/1/classes/Fifty", "body": {"i": i}}))
         .collect();
-    let r = batch(json!({ "requests": fifty })).await.expect("50");
-    assert!(r
-        .body
-        .as_array()
-        .unwrap()
-        .iter()
-        .all(|s| s["success"]["objectId"].is_string()));
-    let listed = client
-        .query("Fifty", &[("count", "1"), ("limit", "0")])
-        .await
-        .unwrap();
-    assert_eq!(listed["count"], 50);
+    let rows = vec![
+        envelope(
+            "requests that is no array",
+            json!({"requests": op.clone()}),
+            112,
+        ),
+        envelope("no requests", json!({}), 112),
+        envelope("51 operations", json!({ "requests": many }), 114),
+        envelope(
+            "a GET inside",
+            json!({"requests": [op.clone(), {"method": "GET", "path": "/1/classes/Doc"}]}),
+            113,
+        ),
+        envelope(
+            "a path no batch holds",
+            json!({"requests": [op.clone(), {"method": "POST", "path": "/1/apps"}]}),
+            113,
+        ),
+        envelope(
+            "an operation that is no object",
+            json!({"requests": [op.clone(), 7]}),
+            113,
+        ),
+        Row::new("no body", Method::POST, "/1/batch")
+            .fails(400, 107)
+            .after(After::Count("Doc", 1)),
+        Row::new("fifty operations", Method::POST, "/1/batch")
+            .body(json!({ "requests": fifty }).to_string())
+            .succeeds(200)
+            .after(After::Count("Fifty", 50)),
+    ];
+    run_rows(&cluster, &rows).await;
 }
 
 /// Story — events in order across shards.

@@ -10,8 +10,12 @@ use super::common::scenario::{run_rows, As, Row};
 use super::common::smtp::SmtpSink;
 use super::common::{assert_api_error, link_in, TestCluster};
 
+/// Verification through a real SMTP sink, requests rotating over three nodes: off, a user has
+/// no `emailVerified`; on, registering mails a link that verifies once (404 after); a known
+/// email asks for a new link; changing the email resets `emailVerified` and mails the new
+/// address.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn verification_and_reset_links_arrive_and_work() {
+async fn a_verification_link_arrives_and_verifies_once() {
     let sink = SmtpSink::start().await;
     let smtp = sink.url();
     let cluster = TestCluster::start(3, &["--shards", "4"], &["--smtp-url", &smtp]).await;
@@ -20,8 +24,6 @@ async fn verification_and_reset_links_arrive_and_work() {
         let (c, path) = (client.clone(), path.to_string());
         async move { c.request(Method::POST, &path, Some(&body), false).await }
     };
-
-    // Verification off: no emailVerified.
     let u0 = post(
         "/1/users",
         json!({"username": "off", "password": "p", "email": "off@x.org"}),
@@ -36,7 +38,6 @@ async fn verification_and_reset_links_arrive_and_work() {
         .body;
     assert!(got.get("emailVerified").is_none(), "{got}");
 
-    // Turn verification on for the app.
     cluster.set_app_settings(json!({"emailVerify": true})).await;
 
     // Registering with an email: emailVerified false and a link mailed; following it verifies.
@@ -89,9 +90,24 @@ async fn verification_and_reset_links_arrive_and_work() {
         .unwrap();
     assert_eq!(user(id.clone()).await["emailVerified"], false);
     sink.wait_for("ann2@x.org").await;
+}
 
-    // Password reset: the link opens a form whose POST sets the password and ends every
-    // session.
+/// A password reset through a real SMTP sink: the mailed link opens a form whose POST sets
+/// the password (the old one no longer logs in) and ends every session; the link works once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_link_opens_a_form_that_sets_the_password_once() {
+    let sink = SmtpSink::start().await;
+    let smtp = sink.url();
+    let cluster = TestCluster::start(3, &["--shards", "4"], &["--smtp-url", &smtp]).await;
+    let client = cluster.spread_client();
+    let post = |path: &str, body: Value| {
+        let (c, path) = (client.clone(), path.to_string());
+        async move { c.request(Method::POST, &path, Some(&body), false).await }
+    };
+    let body = json!({"username": "ann", "password": "p", "email": "ann2@x.org"});
+    let u = post("/1/users", body).await.unwrap();
+    let id = u.body["objectId"].as_str().unwrap().to_string();
+    let token = u.body["sessionToken"].as_str().unwrap();
     let before = sink.messages().len();
     post("/1/requestPasswordReset", json!({"email": "ann2@x.org"}))
         .await

@@ -790,13 +790,14 @@ async fn a_node_added_later_receives_its_copies_and_the_others_keep_three() {
     .await;
 }
 
+/// The app's file settings are checked when set (107); with `fileDelete` "master" only the
+/// master key deletes a file (10061 for the REST key, a session, or a batch without it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn app_settings_govern_who_deletes_how_large_and_who_reads() {
+async fn file_settings_are_checked_and_master_deletes_need_the_master_key() {
     let cluster = TestCluster::start(3, &[], &[]).await;
     let c = cluster.client(0);
     let master = cluster.master_client(0);
     let (_, alice) = crate::common::register_user(&c, "alice").await;
-    let (_, bob) = crate::common::register_user(&c, "bob").await;
     let delete = |client: Client, url: String| async move {
         let path = url_path(&url);
         client
@@ -846,6 +847,34 @@ async fn app_settings_govern_who_deletes_how_large_and_who_reads() {
         .await;
     assert_api_error(r, 400, 10061, "batch without the master key");
     master_delete(url.clone()).await.expect("master deletes");
+}
+
+/// Story — a race through every node: with `fileDelete` "uploader", the uploading user's
+/// session deletes (no session 206, another user's 151 as if the file were not there, a batch
+/// leaves such files, 154), and two deletes of one file through two nodes at once: one wins,
+/// the other finds nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn uploader_deletes_need_the_uploaders_session_and_race_to_one_winner() {
+    let cluster = TestCluster::start(3, &[], &[]).await;
+    let c = cluster.client(0);
+    let master = cluster.master_client(0);
+    let (_, alice) = crate::common::register_user(&c, "alice").await;
+    let (_, bob) = crate::common::register_user(&c, "bob").await;
+    let delete = |client: Client, url: String| async move {
+        let path = url_path(&url);
+        client
+            .request(Method::DELETE, &format!("/2/files/{path}"), None, false)
+            .await
+    };
+    let master_delete = |url: String| {
+        let master = master.clone();
+        async move {
+            let path = url_path(&url);
+            master
+                .request(Method::DELETE, &format!("/2/files/{path}"), None, true)
+                .await
+        }
+    };
 
     // fileDelete "uploader": the uploading user's session (or the master key); no session is
     // 206, another user's is 151 (as if the file were not there), and a batch leaves such files.
@@ -904,11 +933,16 @@ async fn app_settings_govern_who_deletes_how_large_and_who_reads() {
     master_delete(anonymous_upload)
         .await
         .expect("master deletes");
+}
 
+/// `maxFileMb` caps an app's uploads below the node's cap (1500 above it); removed, the
+/// node's cap holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_apps_max_file_mb_caps_its_uploads() {
+    let cluster = TestCluster::start(3, &[], &[]).await;
+    let c = cluster.client(0);
     // maxFileMb: the app's own cap, below the node's (1500 above it).
-    cluster
-        .set_app_settings(json!({"fileDelete": "any", "maxFileMb": 1}))
-        .await;
+    cluster.set_app_settings(json!({"maxFileMb": 1})).await;
     let r = c
         .upload_file(
             "big.bin",
@@ -920,17 +954,18 @@ async fn app_settings_govern_who_deletes_how_large_and_who_reads() {
     upload(&c, "fits.bin", &bytes_of(1_000_000, 8)).await;
     cluster.set_app_settings(json!({"maxFileMb": null})).await;
     upload(&c, "big.bin", &bytes_of(1_100_000, 7)).await;
+}
 
-    // privateFiles: a url alone is refused (403); a signed one is served by any node until it
-    // expires; its token is for its file only and cannot be stretched.
-    let photo = upload(&c, "p.txt", b"private bytes").await["url"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let other = upload(&c, "q.txt", b"other bytes").await["url"]
-        .as_str()
-        .unwrap()
-        .to_string();
+/// `privateFiles`: a url alone is refused (403); a signed one is served by any node, kept by
+/// the client only until it expires; its token opens its file only and cannot be stretched;
+/// public again, the url alone is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn private_files_are_served_by_their_signed_urls_only() {
+    let cluster = TestCluster::start(3, &[], &[]).await;
+    let c = cluster.client(0);
+    let url_of = |b: Value| b["url"].as_str().unwrap().to_string();
+    let photo = url_of(upload(&c, "p.txt", b"private bytes").await);
+    let other = url_of(upload(&c, "q.txt", b"other bytes").await);
     cluster
         .set_app_settings(json!({"privateFiles": true}))
         .await;
@@ -992,7 +1027,33 @@ async fn app_settings_govern_who_deletes_how_large_and_who_reads() {
     assert_eq!(status(expiring.clone()).await, 200);
     tokio::time::sleep(Duration::from_millis(2100)).await;
     assert_eq!(status(expiring).await, 403);
-    // Signing needs the app's own files and a sane lifetime.
+    // Public again: the url alone is served.
+    cluster
+        .set_app_settings(json!({"privateFiles": false}))
+        .await;
+    assert_eq!(status(photo).await, 200);
+}
+
+/// Signing needs the app's own files (151) and a lifetime from 1 s to 7 days (107).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn signing_needs_the_apps_own_files_and_a_sane_lifetime() {
+    let cluster = TestCluster::start(1, &[], &[]).await;
+    let c = cluster.client(0);
+    let photo = upload(&c, "p.txt", b"private bytes").await["url"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let sign = |urls: Vec<String>, expires: Option<i64>| {
+        let c = c.clone();
+        async move {
+            let mut body = json!({"urls": urls});
+            if let Some(e) = expires {
+                body["expires"] = json!(e);
+            }
+            c.request(Method::POST, "/2/cdnSignedUrls", Some(&body), false)
+                .await
+        }
+    };
     assert_api_error(
         sign(vec!["https://elsewhere/x.jpg".into()], None).await,
         400,
@@ -1011,11 +1072,6 @@ async fn app_settings_govern_who_deletes_how_large_and_who_reads() {
         107,
         "8 days",
     );
-    // Public again: the url alone is served.
-    cluster
-        .set_app_settings(json!({"privateFiles": false}))
-        .await;
-    assert_eq!(status(photo).await, 200);
 }
 
 /// Uploaded files cannot attack the app's users from the API's origin: every answer says

@@ -174,17 +174,27 @@ async fn thumbnails_have_the_size_and_format_asked_for() {
     assert_eq!(image::load_from_memory(&bytes).unwrap().width(), 400);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn watermarks_of_text_and_of_the_apps_own_images() {
+/// A one-node cluster with a white 300×200 picture and a red 20×20 mark stored by its app;
+/// their urls, the app's client, and the red picture.
+async fn marked() -> (TestCluster, Client, String, String, DynamicImage) {
     let cluster = TestCluster::start(1, &[], &[]).await;
     let c = cluster.client(0);
     let white = DynamicImage::ImageRgb8(RgbImage::from_pixel(300, 200, Rgb([255, 255, 255])));
     let base = upload(&c, "white.png", encoded(white, ImageFormat::Png)).await;
     let red = DynamicImage::ImageRgb8(RgbImage::from_pixel(20, 20, Rgb([255, 0, 0])));
     let mark = upload(&c, "mark.png", encoded(red.clone(), ImageFormat::Png)).await;
-    let is_red = |p: &Rgb<u8>| p.0[0] > 200 && p.0[1] < 60 && p.0[2] < 60;
+    (cluster, c, base, mark, red)
+}
 
-    // Text (Chinese and Latin) in red, 40 px, in the bottom right corner with 10 px margins.
+fn is_red(p: &Rgb<u8>) -> bool {
+    p.0[0] > 200 && p.0[1] < 60 && p.0[2] < 60
+}
+
+/// Text watermarks: Chinese and Latin text in red, 40 px, in the bottom right corner with
+/// 10 px margins and nowhere else; half-transparent text is pink, not red.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn text_watermarks_are_drawn_where_and_how_they_are_asked() {
+    let (_cluster, _c, base, _mark, _red) = marked().await;
     let q = format!(
         "watermark/2/text/{}/fill/{}/fontsize/800/gravity/SouthEast",
         b64("水印 Basalt"),
@@ -210,7 +220,6 @@ async fn watermarks_of_text_and_of_the_apps_own_images() {
         "text in the margins"
     );
 
-    // Half-transparent text at the top: pink, not red.
     let q = format!(
         "watermark/2/text/{}/fill/{}/fontsize/800/gravity/North/dissolve/50",
         b64("Basalt"),
@@ -224,9 +233,14 @@ async fn watermarks_of_text_and_of_the_apps_own_images() {
         "no pink ink"
     );
     assert!(!img.pixels().any(is_red), "opaque ink");
+}
 
-    // An image of the same app, at the top left without margins, then scaled to a quarter of
-    // the short edge (50 px) at the centre.
+/// Image watermarks are the app's own stored images: placed without margins, scaled to a
+/// share of the short edge, drawn on a thumbnail in a pipeline; another app's file, a url
+/// elsewhere or a file no app stores is no watermark (160).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn image_watermarks_are_the_apps_own_stored_images() {
+    let (cluster, _c, base, mark, red) = marked().await;
     let q = format!(
         "watermark/1/image/{}/gravity/NorthWest/dx/0/dy/0",
         b64(&mark)
@@ -269,8 +283,13 @@ async fn watermarks_of_text_and_of_the_apps_own_images() {
     .await;
     let gone = mark.replace(&mark[mark.len() - 36..mark.len() - 4], &"0".repeat(32));
     refused(&base, &format!("watermark/1/image/{}", b64(&gone)), 160).await;
+}
 
-    // A private app: the signature of the image does not open the mark; the mark's own does.
+/// A private app: the signature of the picture does not open the mark (403); the mark's own
+/// signature does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_private_apps_mark_needs_its_own_signature() {
+    let (cluster, c, base, mark, _red) = marked().await;
     cluster
         .set_app_settings(serde_json::json!({"privateFiles": true}))
         .await;
@@ -462,13 +481,14 @@ async fn snapshot(c: &Client, body: Value) -> Result<Value, basalt_client::Error
         .map(|r| r.body)
 }
 
+/// A snapshot stores the frame at a point as a new file of the app, named after `save_as`
+/// (JPEG, or PNG on asking); another point is another frame; the frame is a file like any
+/// other (thumbnails of it work).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn video_snapshots_store_the_frame_at_a_point() {
+async fn a_video_snapshot_stores_the_frame_at_a_point() {
     let cluster = TestCluster::start(1, &[], &[]).await;
     let c = cluster.client(0);
     let video = upload(&c, "clip.mp4", test_video()).await;
-
-    // The frame at 1 s, stored as a new file of the app named after save_as.
     let answer = snapshot(
         &c,
         serde_json::json!({"source": video, "save_as": "https://old.cdn/snaps/cover.jpg", "point": "00:00:01"}),
@@ -487,7 +507,6 @@ async fn video_snapshots_store_the_frame_at_a_point() {
     assert_eq!(answer["content_length"].as_u64(), Some(one.len() as u64));
     let one = image::load_from_memory(&one).unwrap().to_rgb8();
     assert_eq!(one.dimensions(), (160, 120));
-    // Another point is another frame (the counter moved); PNG on asking.
     let answer = snapshot(
         &c,
         serde_json::json!({"source": video, "save_as": "two.png", "point": "00:00:02.5"}),
@@ -512,84 +531,73 @@ async fn video_snapshots_store_the_frame_at_a_point() {
         differing.count() > 100,
         "the two frames are the same picture"
     );
-    // The frame is a file like any other: thumbnails of it work.
     let (thumb, _) = processed(&url, "imageView2/2/w/80").await;
     assert_eq!((thumb.width(), thumb.height()), (80, 60));
+}
 
-    // Past the end, or a file that is not a video: 155, and nothing stored.
-    let files_before = stored_files(&cluster).await;
-    for (source, point) in [(video.clone(), "00:00:09"), (video.clone(), "01:00:00")] {
-        let e = snapshot(
-            &c,
-            serde_json::json!({"source": source, "save_as": "x.jpg", "point": point}),
-        )
-        .await;
-        crate::common::assert_api_error(e, 400, 155, point);
-    }
-    assert_eq!(stored_files(&cluster).await, files_before);
-    // A playlist dressed as a video is not followed (no urls fetched, no other files read).
+/// Table — refused snapshots, storing nothing: a point past the end, a file that is no video
+/// or a playlist dressed as one (not followed) are 155; a source that is no stored file of
+/// this app 151; an incomplete body or a point that is no time 107; a name that is no
+/// picture's 146; no app keys 401.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn refused_video_snapshots_store_nothing() {
+    use crate::common::scenario::{run_rows, As, Row};
+    let cluster = TestCluster::start(1, &[], &[]).await;
+    let c = cluster.client(0);
+    let video = upload(&c, "clip.mp4", test_video()).await;
     let playlist = format!("#EXTM3U\n#EXTINF:3,\n{video}\n#EXTINF:3,\nfile:///etc/hostname\n");
     let playlist = upload(&c, "list.mp4", playlist.into_bytes()).await;
-    let e = snapshot(
-        &c,
-        serde_json::json!({"source": playlist, "save_as": "x.jpg", "point": "00:00:01"}),
-    )
-    .await;
-    crate::common::assert_api_error(e, 400, 155, "a playlist");
     let text = upload(&c, "notes.mp4", b"not a video".to_vec()).await;
-    let e = snapshot(
-        &c,
-        serde_json::json!({"source": text, "save_as": "x.jpg", "point": "00:00:00"}),
-    )
-    .await;
-    crate::common::assert_api_error(e, 400, 155, "not a video");
-
-    // The source must be a stored file of this app (151); the body must be whole (107); the
-    // name must be a picture's (146).
     let other = cluster.create_app(0, "other").await;
     let theirs = upload(&cluster.app_client(0, &other), "theirs.mp4", test_video()).await;
     let unknown = video.replace(&video[video.len() - 36..video.len() - 4], &"0".repeat(32));
-    for source in [
-        theirs.as_str(),
-        unknown.as_str(),
-        "https://example.com/v.mp4",
-    ] {
-        let e = snapshot(
-            &c,
-            serde_json::json!({"source": source, "save_as": "x.jpg", "point": "00:00:01"}),
+    let files_before = stored_files(&cluster).await;
+    let ask = |name: &'static str, body: Value| {
+        Row::new(name, Method::POST, "/2/cdnVedioSnapshot").body(body.to_string())
+    };
+    let at = |source: &str, save_as: &str, point: &str| serde_json::json!({"source": source, "save_as": save_as, "point": point});
+    let rows = vec![
+        ask("a point past the end", at(&video, "x.jpg", "00:00:09")).fails(400, 155),
+        ask("an hour in", at(&video, "x.jpg", "01:00:00")).fails(400, 155),
+        ask(
+            "a playlist dressed as a video",
+            at(&playlist, "x.jpg", "00:00:01"),
         )
-        .await;
-        crate::common::assert_api_error(e, 400, 151, source);
-    }
-    for body in [
-        serde_json::json!({"source": video, "save_as": "x.jpg"}),
-        serde_json::json!({"source": video, "save_as": "x.jpg", "point": 5}),
-        serde_json::json!({"source": video, "save_as": "x.jpg", "point": "5s"}),
-        serde_json::json!({"source": video, "save_as": "x.jpg", "point": "00:61:00"}),
-        serde_json::json!({"save_as": "x.jpg", "point": "00:00:01"}),
-    ] {
-        crate::common::assert_api_error(
-            snapshot(&c, body.clone()).await,
-            400,
-            107,
-            &body.to_string(),
-        );
-    }
-    for save_as in ["x.gif", "noext", "dir/"] {
-        let e = snapshot(
-            &c,
-            serde_json::json!({"source": video, "save_as": save_as, "point": "00:00:01"}),
+        .fails(400, 155),
+        ask("a file that is no video", at(&text, "x.jpg", "00:00:00")).fails(400, 155),
+        ask("another app's file", at(&theirs, "x.jpg", "00:00:01")).fails(400, 151),
+        ask("a file no app stores", at(&unknown, "x.jpg", "00:00:01")).fails(400, 151),
+        ask(
+            "a url elsewhere",
+            at("https://example.com/v.mp4", "x.jpg", "00:00:01"),
         )
-        .await;
-        crate::common::assert_api_error(e, 400, 146, save_as);
-    }
-    // Without app keys: 401.
-    let e = snapshot(
-        &cluster.anonymous_client(0),
-        serde_json::json!({"source": video, "save_as": "x.jpg", "point": "00:00:01"}),
-    )
-    .await;
-    crate::common::assert_unauthorized(e, "no keys");
+        .fails(400, 151),
+        ask(
+            "no point",
+            serde_json::json!({"source": video, "save_as": "x.jpg"}),
+        )
+        .fails(400, 107),
+        ask(
+            "a point that is a number",
+            serde_json::json!({"source": video, "save_as": "x.jpg", "point": 5}),
+        )
+        .fails(400, 107),
+        ask("a point in seconds", at(&video, "x.jpg", "5s")).fails(400, 107),
+        ask("61 minutes", at(&video, "x.jpg", "00:61:00")).fails(400, 107),
+        ask(
+            "no source",
+            serde_json::json!({"save_as": "x.jpg", "point": "00:00:01"}),
+        )
+        .fails(400, 107),
+        ask("a gif", at(&video, "x.gif", "00:00:01")).fails(400, 146),
+        ask("no extension", at(&video, "noext", "00:00:01")).fails(400, 146),
+        ask("a directory", at(&video, "dir/", "00:00:01")).fails(400, 146),
+        ask("no app keys", at(&video, "x.jpg", "00:00:01"))
+            .auth(As::Nobody)
+            .unauthorized(),
+    ];
+    run_rows(&cluster, &rows).await;
+    assert_eq!(stored_files(&cluster).await, files_before, "nothing stored");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

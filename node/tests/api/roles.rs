@@ -8,62 +8,74 @@ use serde_json::{json, Value};
 use super::common::scenario::{run_rows, After, As, Row};
 use super::common::{assert_api_error, register_user, TestCluster};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn roles_grant_their_members_and_child_roles_access() {
-    let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
-    let client = cluster.spread_client();
-    let register = |name: &'static str| register_user(&client, name);
-    let (boss, boss_t) = register("boss").await;
-    let (helper, helper_t) = register("helper").await;
-    let (_, stranger_t) = register("stranger").await;
-    let as_boss = client.clone().with_session(Some(&boss_t));
-    let as_helper = client.clone().with_session(Some(&helper_t));
-    let as_stranger = client.clone().with_session(Some(&stranger_t));
-    let user_ptr = |id: &str| json!({"__type": "Pointer", "className": "_User", "objectId": id});
-    let role_ptr = |id: &str| json!({"__type": "Pointer", "className": "_Role", "objectId": id});
+/// Three users and two roles of the boss's (readable by all): `helpers` holding the helper,
+/// and `admins` (made through the `_Role` alias) holding `helpers` as its child role.
+struct Crew {
+    client: basalt_client::Client,
+    boss_t: String,
+    helper: String,
+    helper_t: String,
+    stranger_t: String,
+    helpers: basalt_client::Response,
+    admins_id: String,
+}
 
-    // Roles: 201 + Location; relations hidden (refusals: `roles_endpoints_answer_every_case`).
+fn user_ptr(id: &str) -> Value {
+    json!({"__type": "Pointer", "className": "_User", "objectId": id})
+}
+
+async fn crew(cluster: &TestCluster) -> Crew {
+    let client = cluster.spread_client();
+    let (boss, boss_t) = register_user(&client, "boss").await;
+    let (helper, helper_t) = register_user(&client, "helper").await;
+    let (_, stranger_t) = register_user(&client, "stranger").await;
+    let as_boss = client.clone().with_session(Some(&boss_t));
     let owner_acl = json!({boss.clone(): {"read": true, "write": true}, "*": {"read": true}});
+    let body = json!({"name": "helpers", "ACL": owner_acl, "users": {"__op": "AddRelation", "objects": [user_ptr(&helper)]}});
     let helpers = as_boss
-        .request(
-            Method::POST,
-            "/1/roles",
-            Some(&json!({
-                "name": "helpers", "ACL": owner_acl,
-                "users": {"__op": "AddRelation", "objects": [user_ptr(&helper)]},
-            })),
-            false,
-        )
-        .await
-        .expect("create role");
-    assert_eq!(helpers.status, 201);
-    assert!(helpers
-        .location
-        .as_deref()
-        .is_some_and(|l| l.contains("/1/roles/")));
-    let helpers_id = helpers.body["objectId"].as_str().unwrap().to_string();
+        .request(Method::POST, "/1/roles", Some(&body), false)
+        .await;
+    let helpers = helpers.expect("create role");
+    let child =
+        json!({"__type": "Pointer", "className": "_Role", "objectId": helpers.body["objectId"]});
+    let body = json!({"name": "admins", "ACL": owner_acl, "roles": {"__op": "AddRelation", "objects": [child]}});
     let admins = as_boss
-        .request(
-            Method::POST,
-            "/1/classes/_Role",
-            Some(&json!({
-                "name": "admins", "ACL": owner_acl,
-                "roles": {"__op": "AddRelation", "objects": [role_ptr(&helpers_id)]},
-            })),
-            false,
-        )
-        .await
-        .expect("create parent role through the alias");
-    let admins_id = admins.body["objectId"].as_str().unwrap().to_string();
-    let post_role = |body: Value| {
-        let c = as_boss.clone();
-        async move {
-            c.request(Method::POST, "/1/roles", Some(&body), false)
-                .await
-        }
-    };
+        .request(Method::POST, "/1/classes/_Role", Some(&body), false)
+        .await;
+    let admins_id = admins.expect("create parent role through the alias").body["objectId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    Crew {
+        client,
+        boss_t,
+        helper,
+        helper_t,
+        stranger_t,
+        helpers,
+        admins_id,
+    }
+}
+
+/// A role is made with 201 and its Location, and shows its name but not its relations
+/// (refusals: `roles_endpoints_answer_every_case`); deleting a role frees its name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_shows_its_name_not_its_relations_and_its_delete_frees_the_name() {
+    let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
+    let Crew {
+        client,
+        boss_t,
+        helpers,
+        admins_id,
+        ..
+    } = crew(&cluster).await;
+    assert_eq!(helpers.status, 201);
+    let location = helpers.location.as_deref().unwrap_or_default();
+    assert!(location.contains("/1/roles/"), "{location}");
+    let helpers_id = helpers.body["objectId"].as_str().unwrap();
+    let path = format!("/1/roles/{helpers_id}");
     let shown = client
-        .request(Method::GET, &format!("/1/roles/{helpers_id}"), None, false)
+        .request(Method::GET, &path, None, false)
         .await
         .unwrap()
         .body;
@@ -72,79 +84,102 @@ async fn roles_grant_their_members_and_child_roles_access() {
         shown.get("users").is_none() && shown.get("roles").is_none(),
         "{shown}"
     );
-
-    // An object readable by admins: helpers inherit it (child role of admins).
-    let secret = as_boss
-        .create_object(
-            "Vault",
-            &json!({"v": 1, "ACL": {"role:admins": {"read": true, "write": true}}}),
+    let as_boss = client.clone().with_session(Some(&boss_t));
+    let path = format!("/1/roles/{admins_id}");
+    as_boss
+        .request(Method::DELETE, &path, None, false)
+        .await
+        .expect("delete role");
+    let again = as_boss
+        .request(
+            Method::POST,
+            "/1/roles",
+            Some(&json!({"name": "admins"})),
+            false,
         )
+        .await;
+    again.expect("the name is free again");
+}
+
+/// What a role grants, as a table: an object readable and writable by `admins` is the
+/// helper's through its child role `helpers`, not the stranger's, nor the boss's (who owns
+/// the roles without being in them); listings count the same; a member removed loses it at
+/// once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_grants_its_members_and_its_child_roles_members() {
+    let cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
+    let Crew {
+        client,
+        boss_t,
+        helper,
+        helper_t,
+        stranger_t,
+        helpers,
+        ..
+    } = crew(&cluster).await;
+    let as_boss = client.clone().with_session(Some(&boss_t));
+    let vault = json!({"v": 1, "ACL": {"role:admins": {"read": true, "write": true}}});
+    let secret = as_boss
+        .create_object("Vault", &vault)
         .await
         .unwrap()
         .object_id;
-    assert!(
-        as_helper
-            .get_object("Vault", &secret)
-            .await
-            .unwrap()
-            .is_some(),
-        "inherited role"
+    let path = format!("/1/classes/Vault/{secret}");
+    let v_is = |v: i64| After::Field {
+        class: "Vault",
+        id: secret.clone(),
+        field: "v",
+        value: json!(v),
+    };
+    let (helper_as, stranger_as) = (
+        As::Session(helper_t.clone()),
+        As::Session(stranger_t.clone()),
     );
-    assert!(as_stranger
-        .get_object("Vault", &secret)
-        .await
-        .unwrap()
-        .is_none());
-    assert!(
-        as_boss
-            .get_object("Vault", &secret)
-            .await
-            .unwrap()
-            .is_none(),
-        "boss owns the role, is not in it"
-    );
-    as_helper
-        .update_object("Vault", &secret, &json!({"v": 2}))
-        .await
-        .expect("role write");
-    assert_eq!(
-        as_helper.query("Vault", &[("count", "1")]).await.unwrap()["count"],
-        1
-    );
-    assert_eq!(
-        as_stranger.query("Vault", &[("count", "1")]).await.unwrap()["count"],
-        0
-    );
-
-    // Membership changes take effect at once.
-    let helpers_path = format!("/1/roles/{helpers_id}");
-    as_boss
-        .request(
-            Method::PUT,
-            &helpers_path,
-            Some(&json!({"users": {"__op": "RemoveRelation", "objects": [user_ptr(&helper)]}})),
-            false,
+    let read =
+        |name: &'static str, who: &As| Row::new(name, Method::GET, path.clone()).auth(who.clone());
+    let rows = vec![
+        read("the helper reads through its child role", &helper_as).succeeds(200),
+        read("a stranger", &stranger_as).fails(404, 101),
+        read(
+            "the boss, who owns the role without being in it",
+            &As::Session(boss_t.clone()),
         )
+        .fails(404, 101),
+        Row::new(
+            "the helper writes through its child role",
+            Method::PUT,
+            path.clone(),
+        )
+        .auth(helper_as.clone())
+        .body(r#"{"v": 2}"#)
+        .succeeds(200)
+        .after(v_is(2)),
+        Row::new("a stranger writes", Method::PUT, path.clone())
+            .auth(stranger_as)
+            .body(r#"{"v": 3}"#)
+            .fails(404, 101)
+            .after(v_is(2)),
+    ];
+    run_rows(&cluster, &rows).await;
+    let count = |t: &str| {
+        let c = client.clone().with_session(Some(t));
+        async move { c.query("Vault", &[("count", "1")]).await.unwrap()["count"].clone() }
+    };
+    assert_eq!(
+        (count(&helper_t).await, count(&stranger_t).await),
+        (json!(1), json!(0))
+    );
+    let helpers_path = format!("/1/roles/{}", helpers.body["objectId"].as_str().unwrap());
+    let remove = json!({"users": {"__op": "RemoveRelation", "objects": [user_ptr(&helper)]}});
+    as_boss
+        .request(Method::PUT, &helpers_path, Some(&remove), false)
         .await
         .expect("remove member");
-    assert!(
-        as_helper
-            .get_object("Vault", &secret)
-            .await
-            .unwrap()
-            .is_none(),
-        "membership removed"
-    );
-
-    // Deleting a role frees its name.
-    let admins_path = format!("/1/roles/{admins_id}");
-    as_boss
-        .request(Method::DELETE, &admins_path, None, false)
-        .await
-        .expect("delete role");
-    post_role(json!({"name": "admins"}))
-        .await
-        .expect("the name is free again");
+    run_rows(
+        &cluster,
+        &[read("the helper, removed", &helper_as).fails(404, 101)],
+    )
+    .await;
 }
 
 /// The role endpoints, case by case: what each answers with the right and wrong keys, a bad

@@ -538,8 +538,11 @@ async fn users_endpoints_answer_every_case() {
     run_rows(&cluster, &rows).await;
 }
 
+/// A third-party account registers a user once (201, Location, a random username, a
+/// session) and then logs that user in (200, a new session, no authData shown); bad authData
+/// (107) and missing keys (401) register nobody.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn third_party_accounts_register_log_in_link_and_unlink() {
+async fn a_third_party_account_registers_once_and_then_logs_in() {
     let platforms = FakePlatforms::start().await;
     let cluster = platforms.cluster(3, "4").await;
     let client = cluster.spread_client();
@@ -563,7 +566,7 @@ async fn third_party_accounts_register_log_in_link_and_unlink() {
     let uid = first.body["objectId"].as_str().unwrap().to_string();
     let username = first.body["username"].as_str().unwrap().to_string();
     assert_eq!(username.len(), 10);
-    let token = first.body["sessionToken"].as_str().unwrap().to_string();
+    assert!(first.body["sessionToken"].is_string());
 
     // The same account again logs that user in: 200 with the user and a new session.
     let again = post(json!({ "authData": weixin }))
@@ -604,9 +607,32 @@ async fn third_party_accounts_register_log_in_link_and_unlink() {
         ],
     )
     .await;
+}
 
-    // Link a second platform to a password user; the same account cannot go to another user
-    // (208); unlinking frees it.
+/// Story — an account's life across users: a second platform linked to a password user logs
+/// that user in; the same account cannot go to another user (208); unlinked, it is free and
+/// links to another user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_third_party_account_links_to_one_user_at_a_time() {
+    let platforms = FakePlatforms::start().await;
+    let cluster = platforms.cluster(3, "4").await;
+    let client = cluster.spread_client();
+    let post = |body: Value| {
+        let c = client.clone();
+        async move {
+            c.request(Method::POST, "/1/users", Some(&body), false)
+                .await
+        }
+    };
+    let weixin =
+        json!({"weixin": {"openid": "wx-1", "access_token": platforms.grant_token("wx-1")}});
+    let weibo = json!({"weibo": {"uid": "9", "access_token": platforms.grant_token("9")}});
+
+    let first = post(json!({ "authData": weixin }))
+        .await
+        .expect("register by authData");
+    let uid = first.body["objectId"].as_str().unwrap().to_string();
+    let token = first.body["sessionToken"].as_str().unwrap().to_string();
     let ann = post(json!({"username": "ann", "password": "p"}))
         .await
         .unwrap()
@@ -664,8 +690,11 @@ async fn third_party_accounts_register_log_in_link_and_unlink() {
     assert_eq!(now_ann.body["objectId"], ann_id.as_str());
 }
 
+/// Story — an attack: knowing a victim's openid is not enough to log in as the victim (no
+/// token, a made-up one or the attacker's own: 251), unless the app opts into unverified
+/// authData (the old, risky behaviour).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn third_party_accounts_are_verified_with_their_platform() {
+async fn knowing_an_openid_is_not_enough_to_log_in() {
     let fake = FakePlatforms::start().await;
     let cluster = fake.cluster(1, "2").await;
     let client = cluster.client(0);
@@ -682,7 +711,6 @@ async fn third_party_accounts_are_verified_with_their_platform() {
         }
     };
 
-    // The attack: knowing the victim's openid is no longer enough.
     let victim =
         post(json!({"weixin": {"openid": "victim", "access_token": fake.grant_token("victim")}}))
             .await
@@ -701,6 +729,37 @@ async fn third_party_accounts_are_verified_with_their_platform() {
     ] {
         assert_api_error(post(json!({ "weixin": data })).await, 400, 251, why);
     }
+
+    cluster
+        .set_app_settings(json!({"allowUnverifiedAuthData": true}))
+        .await;
+    let r = post(json!({"weixin": {"openid": "victim"}}))
+        .await
+        .expect("unverified login allowed");
+    assert_eq!(r.body["objectId"], victim.body["objectId"]);
+}
+
+/// Table — each platform proves its accounts: mini-programs and Apple need the app's
+/// credentials first (252); then, per platform, data that proves the account registers (201)
+/// and data that does not (a code used up, another account's token, a bad signature or claim)
+/// is 251.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_platform_proves_its_accounts() {
+    let fake = FakePlatforms::start().await;
+    let cluster = fake.cluster(1, "2").await;
+    let client = cluster.client(0);
+    let post = |body: Value| {
+        let c = client.clone();
+        async move {
+            c.request(
+                Method::POST,
+                "/1/users",
+                Some(&json!({ "authData": body })),
+                false,
+            )
+            .await
+        }
+    };
 
     // Mini-programs and Apple need the app's credentials first (252), then a real code/token.
     let code = fake.grant_code("mini-1");
@@ -771,8 +830,28 @@ async fn third_party_accounts_are_verified_with_their_platform() {
         // The second is a code used up, another account's token, or a bad signature/claim.
         assert_api_error(post(json!({ platform: bad })).await, 400, 251, platform);
     }
+}
 
-    // A platform that fails answers 503 and lets nobody in.
+/// A platform that fails answers 503 and lets nobody in; a link is checked the same way, and
+/// a refused link reserves nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_platform_lets_nobody_in_and_links_are_checked_alike() {
+    let fake = FakePlatforms::start().await;
+    let cluster = fake.cluster(1, "2").await;
+    let client = cluster.client(0);
+    let post = |body: Value| {
+        let c = client.clone();
+        async move {
+            c.request(
+                Method::POST,
+                "/1/users",
+                Some(&json!({ "authData": body })),
+                false,
+            )
+            .await
+        }
+    };
+
     assert_api_error(
         post(json!({"weixin": {"openid": "victim", "access_token": "down"}})).await,
         503,
@@ -780,7 +859,6 @@ async fn third_party_accounts_are_verified_with_their_platform() {
         "platform down",
     );
 
-    // Linking is checked the same way, and a refused link reserves nothing.
     let (ann_id, ann_token) = super::common::register_user(&client, "ann").await;
     let as_ann = client.clone().with_session(Some(&ann_token));
     assert_api_error(
@@ -801,8 +879,28 @@ async fn third_party_accounts_are_verified_with_their_platform() {
             .await
             .expect("the refused link reserved nothing");
     assert_eq!(free.status, 201);
+}
 
-    // Anonymous ids are never sent anywhere; the master key (the app's own server) is trusted.
+/// Anonymous ids are never sent anywhere; the master key (the app's own server) is trusted;
+/// the providers' settings are checked when set (107).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anonymous_ids_and_the_master_key_are_trusted_and_settings_checked() {
+    let fake = FakePlatforms::start().await;
+    let cluster = fake.cluster(1, "2").await;
+    let client = cluster.client(0);
+    let post = |body: Value| {
+        let c = client.clone();
+        async move {
+            c.request(
+                Method::POST,
+                "/1/users",
+                Some(&json!({ "authData": body })),
+                false,
+            )
+            .await
+        }
+    };
+
     assert_eq!(
         post(json!({"anonymous": {"id": "device-1"}}))
             .await
@@ -822,16 +920,6 @@ async fn third_party_accounts_are_verified_with_their_platform() {
         .expect("the master key links without a check");
     assert_eq!(by_master.status, 201);
 
-    // An app that allows unverified authData takes the id alone (the old, risky behaviour).
-    cluster
-        .set_app_settings(json!({"allowUnverifiedAuthData": true}))
-        .await;
-    let r = post(json!({"weixin": {"openid": "victim"}}))
-        .await
-        .expect("unverified login allowed");
-    assert_eq!(r.body["objectId"], victim.body["objectId"]);
-
-    // Settings are validated.
     for bad in [
         json!({"authProviders": {"anonymous": {}}}),
         json!({"authProviders": {"weapp": {"appId": "a", "key": "b"}}}),
