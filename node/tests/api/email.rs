@@ -10,15 +10,21 @@ use super::common::scenario::{run_rows, As, Row};
 use super::common::smtp::SmtpSink;
 use super::common::{assert_api_error, link_in, TestCluster};
 
+/// A 3-node cluster that mails through a local SMTP sink, and the sink.
+async fn mailing_cluster() -> (SmtpSink, TestCluster) {
+    let sink = SmtpSink::start().await;
+    let smtp = sink.url();
+    let cluster = TestCluster::start(3, &["--shards", "4"], &["--smtp-url", &smtp]).await;
+    (sink, cluster)
+}
+
 /// Verification through a real SMTP sink, requests rotating over three nodes: off, a user has
 /// no `emailVerified`; on, registering mails a link that verifies once (404 after); a known
 /// email asks for a new link; changing the email resets `emailVerified` and mails the new
 /// address.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_verification_link_arrives_and_verifies_once() {
-    let sink = SmtpSink::start().await;
-    let smtp = sink.url();
-    let cluster = TestCluster::start(3, &["--shards", "4"], &["--smtp-url", &smtp]).await;
+    let (sink, cluster) = mailing_cluster().await;
     let client = cluster.spread_client();
     let post = |path: &str, body: Value| {
         let (c, path) = (client.clone(), path.to_string());
@@ -96,9 +102,7 @@ async fn a_verification_link_arrives_and_verifies_once() {
 /// the password (the old one no longer logs in) and ends every session; the link works once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reset_link_opens_a_form_that_sets_the_password_once() {
-    let sink = SmtpSink::start().await;
-    let smtp = sink.url();
-    let cluster = TestCluster::start(3, &["--shards", "4"], &["--smtp-url", &smtp]).await;
+    let (sink, cluster) = mailing_cluster().await;
     let client = cluster.spread_client();
     let post = |path: &str, body: Value| {
         let (c, path) = (client.clone(), path.to_string());

@@ -790,6 +790,17 @@ async fn a_node_added_later_receives_its_copies_and_the_others_keep_three() {
     .await;
 }
 
+/// `DELETE /2/files/<path>` of the file at `url`, by `client` (with its master key when
+/// `master`).
+async fn delete_file(
+    client: &Client,
+    url: &str,
+    master: bool,
+) -> Result<basalt_client::Response, basalt_client::Error> {
+    let path = format!("/2/files/{}", url_path(url));
+    client.request(Method::DELETE, &path, None, master).await
+}
+
 /// The app's file settings are checked when set (107); with `fileDelete` "master" only the
 /// master key deletes a file (10061 for the REST key, a session, or a batch without it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -798,21 +809,6 @@ async fn file_settings_are_checked_and_master_deletes_need_the_master_key() {
     let c = cluster.client(0);
     let master = cluster.master_client(0);
     let (_, alice) = crate::common::register_user(&c, "alice").await;
-    let delete = |client: Client, url: String| async move {
-        let path = url_path(&url);
-        client
-            .request(Method::DELETE, &format!("/2/files/{path}"), None, false)
-            .await
-    };
-    let master_delete = |url: String| {
-        let master = master.clone();
-        async move {
-            let path = url_path(&url);
-            master
-                .request(Method::DELETE, &format!("/2/files/{path}"), None, true)
-                .await
-        }
-    };
 
     // Settings are checked.
     for bad in [
@@ -833,9 +829,9 @@ async fn file_settings_are_checked_and_master_deletes_need_the_master_key() {
         .as_str()
         .unwrap()
         .to_string();
-    assert_api_error(delete(c.clone(), url.clone()).await, 400, 10061, "rest key");
+    assert_api_error(delete_file(&c, &url, false).await, 400, 10061, "rest key");
     assert_api_error(
-        delete(c.clone().with_session(Some(&alice)), url.clone()).await,
+        delete_file(&c.clone().with_session(Some(&alice)), &url, false).await,
         400,
         10061,
         "a session",
@@ -846,7 +842,9 @@ async fn file_settings_are_checked_and_master_deletes_need_the_master_key() {
         .request(Method::POST, "/2/cdnBatchDelete", Some(&batch), false)
         .await;
     assert_api_error(r, 400, 10061, "batch without the master key");
-    master_delete(url.clone()).await.expect("master deletes");
+    delete_file(&master, &url, true)
+        .await
+        .expect("master deletes");
 }
 
 /// Story — a race through every node: with `fileDelete` "uploader", the uploading user's
@@ -860,21 +858,6 @@ async fn uploader_deletes_need_the_uploaders_session_and_race_to_one_winner() {
     let master = cluster.master_client(0);
     let (_, alice) = crate::common::register_user(&c, "alice").await;
     let (_, bob) = crate::common::register_user(&c, "bob").await;
-    let delete = |client: Client, url: String| async move {
-        let path = url_path(&url);
-        client
-            .request(Method::DELETE, &format!("/2/files/{path}"), None, false)
-            .await
-    };
-    let master_delete = |url: String| {
-        let master = master.clone();
-        async move {
-            let path = url_path(&url);
-            master
-                .request(Method::DELETE, &format!("/2/files/{path}"), None, true)
-                .await
-        }
-    };
 
     // fileDelete "uploader": the uploading user's session (or the master key); no session is
     // 206, another user's is 151 (as if the file were not there), and a batch leaves such files.
@@ -894,21 +877,16 @@ async fn uploader_deletes_need_the_uploaders_session_and_race_to_one_winner() {
         .as_str()
         .unwrap()
         .to_string();
-    assert_api_error(
-        delete(c.clone(), hers.clone()).await,
-        400,
-        206,
-        "no session",
-    );
+    assert_api_error(delete_file(&c, &hers, false).await, 400, 206, "no session");
     let batch = json!({"basalt": [hers.clone()]});
     let r = c
         .request(Method::POST, "/2/cdnBatchDelete", Some(&batch), false)
         .await;
     assert_api_error(r, 400, 206, "batch without a session");
     let as_bob = c.clone().with_session(Some(&bob));
-    assert_api_error(delete(as_bob.clone(), hers.clone()).await, 400, 151, "bob");
+    assert_api_error(delete_file(&as_bob, &hers, false).await, 400, 151, "bob");
     assert_api_error(
-        delete(as_alice.clone(), anonymous_upload.clone()).await,
+        delete_file(&as_alice, &anonymous_upload, false).await,
         400,
         151,
         "no uploader",
@@ -921,7 +899,11 @@ async fn uploader_deletes_need_the_uploaders_session_and_race_to_one_winner() {
     assert_eq!(reqwest::get(&hers).await.unwrap().status(), 200);
     // Alice deletes it through two nodes at once: one delete wins, the other finds nothing.
     let via = |i: usize| cluster.client(i).with_session(Some(&alice));
-    let (one, two) = tokio::join!(delete(via(1), hers.clone()), delete(via(2), hers.clone()));
+    let (one, two) = (via(1), via(2));
+    let (one, two) = tokio::join!(
+        delete_file(&one, &hers, false),
+        delete_file(&two, &hers, false)
+    );
     let outcomes = [
         one.map(|_| 200).unwrap_or_else(|e| e.code().unwrap_or(0)),
         two.map(|_| 200).unwrap_or_else(|e| e.code().unwrap_or(0)),
@@ -930,7 +912,7 @@ async fn uploader_deletes_need_the_uploaders_session_and_race_to_one_winner() {
     sorted.sort();
     assert_eq!(sorted, [151, 200], "{outcomes:?}");
     assert_eq!(reqwest::get(&hers).await.unwrap().status(), 404);
-    master_delete(anonymous_upload)
+    delete_file(&master, &anonymous_upload, true)
         .await
         .expect("master deletes");
 }

@@ -546,13 +546,7 @@ async fn a_third_party_account_registers_once_and_then_logs_in() {
     let platforms = FakePlatforms::start().await;
     let cluster = platforms.cluster(3, "4").await;
     let client = cluster.spread_client();
-    let post = |body: Value| {
-        let c = client.clone();
-        async move {
-            c.request(Method::POST, "/1/users", Some(&body), false)
-                .await
-        }
-    };
+    let post = |body: Value| post_as(&client, "/1/users", body);
     let weixin =
         json!({"weixin": {"openid": "wx-1", "access_token": platforms.grant_token("wx-1")}});
     let weibo = json!({"weibo": {"uid": "9", "access_token": platforms.grant_token("9")}});
@@ -617,13 +611,7 @@ async fn a_third_party_account_links_to_one_user_at_a_time() {
     let platforms = FakePlatforms::start().await;
     let cluster = platforms.cluster(3, "4").await;
     let client = cluster.spread_client();
-    let post = |body: Value| {
-        let c = client.clone();
-        async move {
-            c.request(Method::POST, "/1/users", Some(&body), false)
-                .await
-        }
-    };
+    let post = |body: Value| post_as(&client, "/1/users", body);
     let weixin =
         json!({"weixin": {"openid": "wx-1", "access_token": platforms.grant_token("wx-1")}});
     let weibo = json!({"weibo": {"uid": "9", "access_token": platforms.grant_token("9")}});
@@ -698,18 +686,7 @@ async fn knowing_an_openid_is_not_enough_to_log_in() {
     let fake = FakePlatforms::start().await;
     let cluster = fake.cluster(1, "2").await;
     let client = cluster.client(0);
-    let post = |body: Value| {
-        let c = client.clone();
-        async move {
-            c.request(
-                Method::POST,
-                "/1/users",
-                Some(&json!({ "authData": body })),
-                false,
-            )
-            .await
-        }
-    };
+    let post = |auth_data: Value| post_as(&client, "/1/users", json!({ "authData": auth_data }));
 
     let victim =
         post(json!({"weixin": {"openid": "victim", "access_token": fake.grant_token("victim")}}))
@@ -748,18 +725,7 @@ async fn each_platform_proves_its_accounts() {
     let fake = FakePlatforms::start().await;
     let cluster = fake.cluster(1, "2").await;
     let client = cluster.client(0);
-    let post = |body: Value| {
-        let c = client.clone();
-        async move {
-            c.request(
-                Method::POST,
-                "/1/users",
-                Some(&json!({ "authData": body })),
-                false,
-            )
-            .await
-        }
-    };
+    let post = |auth_data: Value| post_as(&client, "/1/users", json!({ "authData": auth_data }));
 
     // Mini-programs and Apple need the app's credentials first (252), then a real code/token.
     let code = fake.grant_code("mini-1");
@@ -839,18 +805,7 @@ async fn a_failing_platform_lets_nobody_in_and_links_are_checked_alike() {
     let fake = FakePlatforms::start().await;
     let cluster = fake.cluster(1, "2").await;
     let client = cluster.client(0);
-    let post = |body: Value| {
-        let c = client.clone();
-        async move {
-            c.request(
-                Method::POST,
-                "/1/users",
-                Some(&json!({ "authData": body })),
-                false,
-            )
-            .await
-        }
-    };
+    let post = |auth_data: Value| post_as(&client, "/1/users", json!({ "authData": auth_data }));
 
     assert_api_error(
         post(json!({"weixin": {"openid": "victim", "access_token": "down"}})).await,
@@ -888,18 +843,7 @@ async fn anonymous_ids_and_the_master_key_are_trusted_and_settings_checked() {
     let fake = FakePlatforms::start().await;
     let cluster = fake.cluster(1, "2").await;
     let client = cluster.client(0);
-    let post = |body: Value| {
-        let c = client.clone();
-        async move {
-            c.request(
-                Method::POST,
-                "/1/users",
-                Some(&json!({ "authData": body })),
-                false,
-            )
-            .await
-        }
-    };
+    let post = |auth_data: Value| post_as(&client, "/1/users", json!({ "authData": auth_data }));
 
     assert_eq!(
         post(json!({"anonymous": {"id": "device-1"}}))
