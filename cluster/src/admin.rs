@@ -50,17 +50,7 @@ impl NodeRecord {
     }
 }
 
-/// Fixed when the cluster is initialised.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ClusterSettings {
-    /// Number of data shards (groups `1..=shards`).
-    pub shards: u32,
-    /// Replicas per group (capped by the number of active nodes).
-    pub replicas: u32,
-    /// Log indexes of object changes each group keeps for realtime subscribers (`changes`).
-    #[serde(default = "crate::changes::default_kept")]
-    pub changes_kept: u64,
-}
+pub use crate::settings::ClusterSettings;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum AdminRequest {
@@ -83,6 +73,48 @@ pub enum AdminRequest {
     /// Remove this node's disk ballast (`disk`), giving its room back: an administrator's
     /// way out of a full disk.
     ReleaseBallast,
+    /// Take a backup of the whole cluster, this node coordinating (`services::backup`).
+    Backup(BackupRequest),
+    /// A backup's steps, from the node coordinating it: raise and lower this node's write
+    /// fence, pin and write one group's state here, wait for that write to end.
+    Fence {
+        backup: String,
+        ttl_ms: u64,
+    },
+    Unfence {
+        backup: String,
+    },
+    BackupGroup(GroupJob),
+    BackupWait {
+        backup: String,
+        group: GroupId,
+    },
+    /// The backup failed: stop this node's writers of it and drop their uploads.
+    BackupAbort {
+        backup: String,
+    },
+}
+
+/// What `basalt admin backup` asks for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BackupRequest {
+    /// A directory (absolute, the same on every node's machine) or `s3://bucket/prefix`.
+    pub dest: String,
+    /// Bytes per second each node may write (None: no limit).
+    pub rate: Option<u64>,
+}
+
+/// What a backup's coordinator asks of the node writing one group's state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupJob {
+    pub backup: String,
+    pub group: GroupId,
+    /// The destination as given, without the backup's id.
+    pub dest: String,
+    /// The log index of the group's barrier.
+    pub barrier: u64,
+    /// Bytes per second for all of this node's groups of the backup (None: no limit).
+    pub rate: Option<u64>,
 }
 
 impl AdminRequest {
@@ -98,24 +130,36 @@ impl AdminRequest {
             AdminRequest::Digest => "Digest",
             AdminRequest::SharedSecret => "SharedSecret",
             AdminRequest::ReleaseBallast => "ReleaseBallast",
+            AdminRequest::Backup(_) => "Backup",
+            AdminRequest::Fence { .. } => "Fence",
+            AdminRequest::Unfence { .. } => "Unfence",
+            AdminRequest::BackupGroup(_) => "BackupGroup",
+            AdminRequest::BackupWait { .. } => "BackupWait",
+            AdminRequest::BackupAbort { .. } => "BackupAbort",
         }
     }
 
     /// Whether node `sender` may send this request with its own certificate: the requests
     /// nodes send one another (joining as itself, a compaction round, settling writes, the
-    /// shared secret). Removing nodes, moving leaders and reading digests take an admin's
-    /// certificate.
+    /// shared secret, a backup's steps). Removing nodes, moving leaders, reading digests and
+    /// starting a backup take an admin's certificate.
     pub fn node_may_send(&self, sender: NodeId) -> bool {
         match self {
             AdminRequest::ClusterInfo
             | AdminRequest::Status
             | AdminRequest::Compact
-            | AdminRequest::SharedSecret => true,
+            | AdminRequest::SharedSecret
+            | AdminRequest::Fence { .. }
+            | AdminRequest::Unfence { .. }
+            | AdminRequest::BackupGroup(_)
+            | AdminRequest::BackupWait { .. }
+            | AdminRequest::BackupAbort { .. } => true,
             AdminRequest::Join(record) => record.id == sender,
             AdminRequest::RemoveNode(_)
             | AdminRequest::TransferLeader { .. }
             | AdminRequest::Digest
-            | AdminRequest::ReleaseBallast => false,
+            | AdminRequest::ReleaseBallast
+            | AdminRequest::Backup(_) => false,
         }
     }
 
@@ -137,6 +181,10 @@ pub enum AdminResponse {
     Digests(Vec<GroupDigest>),
     /// The shared secret, when this node has it.
     SharedSecret(Option<Vec<u8>>),
+    /// A backup was written: its manifest.
+    BackedUp(crate::backup_manifest::Manifest),
+    /// One group's state of a backup was written here.
+    GroupBackedUp(crate::backup_manifest::GroupBackup),
     /// The ballast is gone: the bytes it held (0 when there was none), and the disk now.
     BallastReleased {
         bytes: u64,

@@ -184,6 +184,9 @@ pub enum Command {
     /// and the others still apply; answers `CommandResult::Batch`, one result per command, in
     /// order (`POST /1/batch` groups its operations per shard this way).
     Batch(Vec<Command>),
+    /// Any group: the cut of backup `backup` (`services::backup`), proposed to every group
+    /// while the backup's write fence holds; changes nothing, answers `Done`.
+    BackupBarrier { backup: String },
 }
 
 /// Most commands one `Command::Batch` carries.
@@ -333,6 +336,7 @@ impl fmt::Display for Command {
                 write!(f, "DropIndex({app}/{class}/{field})")
             }
             Command::Batch(cmds) => write!(f, "Batch({} commands)", cmds.len()),
+            Command::BackupBarrier { backup } => write!(f, "BackupBarrier({backup})"),
         }
     }
 }

@@ -23,6 +23,7 @@
 
 pub mod acl;
 pub mod admin;
+pub mod backup_manifest;
 pub mod cancel;
 pub mod changes;
 pub mod cluster;
@@ -49,6 +50,7 @@ pub mod request_id;
 pub mod rpc;
 pub mod schema;
 pub mod services;
+pub mod settings;
 pub mod statemachine;
 mod storage;
 pub mod tls;

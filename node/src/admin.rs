@@ -41,6 +41,43 @@ pub enum AdminCommand {
     /// Remove the disk ballast of the node `--rpc` names, giving its room back so that a full
     /// disk can be cleaned up (it is made again at a start with room for it).
     ReleaseBallast,
+    /// Back the whole cluster up (`--to DIR | s3://bucket/prefix`): writes wait a moment at a
+    /// fence while every group commits a barrier, then each group's leader writes its state as
+    /// it was at the barrier into `<DEST>/<backup id>/`, with `manifest.json` last. A directory
+    /// must be the same on every node's machine (a shared mount, or one machine).
+    /// `backup verify SRC` checks a backup's every object against its manifest.
+    #[command(args_conflicts_with_subcommands = true)]
+    Backup {
+        #[command(subcommand)]
+        command: Option<BackupCommand>,
+        /// Where to: an absolute directory (a relative one is taken from here) or
+        /// s3://bucket/prefix (the nodes reach it with their --s3-* options and AWS_* variables).
+        #[arg(long)]
+        to: Option<String>,
+        /// MB per second each node may write (default: no limit).
+        #[arg(long)]
+        rate: Option<f64>,
+        /// Seconds to wait for the backup to be written.
+        #[arg(long, default_value_t = 6 * 3600)]
+        wait_secs: u64,
+    },
+    /// Make the first node of a new cluster from a backup, offline: checks the backup, then
+    /// installs every group's state in the new data dir. Start it with `basalt serve
+    /// --node-id N --data-dir DIR --rpc-addr ADDR` (no --init), and join more nodes to it.
+    Restore {
+        /// The backup: `<DEST>/<backup id>` (a directory or s3://bucket/prefix/id).
+        #[arg(long)]
+        from: String,
+        /// A new data dir for the node (it must not hold one).
+        #[arg(long)]
+        data_dir: std::path::PathBuf,
+        /// The node's id in the new cluster.
+        #[arg(long, default_value_t = 1)]
+        node_id: u64,
+        /// The gRPC address its peers will reach it at (the --rpc-addr it will start with).
+        #[arg(long, default_value = "127.0.0.1:9080")]
+        rpc_addr: String,
+    },
     /// Make the cluster's certificates: a CA, nodes', administrators'.
     Certs {
         #[command(subcommand)]
@@ -48,7 +85,111 @@ pub enum AdminCommand {
     },
 }
 
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum BackupCommand {
+    /// Check the backup in SRC (`<DEST>/<backup id>`, a directory or s3://bucket/prefix/id)
+    /// without a cluster: every object is there, has its manifest's size and SHA-256, and holds
+    /// a whole state. Exits 1, naming each bad object, when not.
+    Verify { src: String },
+}
+
 const TIMEOUT: Duration = Duration::from_secs(15);
+
+/// `spec` as the nodes and the checks take it: an s3:// address as it is, a directory made
+/// absolute from where the command runs.
+fn destination_spec(spec: &str) -> anyhow::Result<String> {
+    if spec.starts_with("s3://") || Path::new(spec).is_absolute() {
+        return Ok(spec.to_string());
+    }
+    Ok(std::env::current_dir()?.join(spec).display().to_string())
+}
+
+async fn restore(
+    from: &str,
+    data_dir: std::path::PathBuf,
+    node_id: u64,
+    rpc_addr: String,
+) -> anyhow::Result<()> {
+    use basalt_cluster::cluster::RestoreTarget;
+    use basalt_cluster::services::backup::Destination;
+    let src = Destination::open(&destination_spec(from)?, None)?;
+    let target = RestoreTarget {
+        data_dir: data_dir.clone(),
+        node_id: NodeId::new(node_id),
+        rpc_addr,
+    };
+    let manifest = basalt_cluster::Cluster::restore(&src, &target).await?;
+    println!(
+        "restored backup {} ({} groups, {} bytes of state) into {}; start it with: basalt serve \
+         --node-id {node_id} --data-dir {} --rpc-addr {}",
+        manifest.backup,
+        manifest.groups.len(),
+        manifest.state_bytes(),
+        data_dir.display(),
+        data_dir.display(),
+        target.rpc_addr
+    );
+    Ok(())
+}
+
+async fn backup(
+    rpc: &str,
+    tls: Option<&Arc<PeerTls>>,
+    command: Option<BackupCommand>,
+    to: Option<String>,
+    rate: Option<f64>,
+    wait_secs: u64,
+) -> anyhow::Result<()> {
+    use basalt_cluster::services::backup::{verify::verify, Destination};
+    if let Some(BackupCommand::Verify { src }) = command {
+        let src = Destination::open(&destination_spec(&src)?, None)?;
+        let report = verify(&src).await?;
+        match &report.manifest {
+            Some(m) => println!(
+                "backup {} of {} groups, {} bytes of state, taken {}",
+                m.backup,
+                m.groups.len(),
+                m.state_bytes(),
+                chrono::DateTime::from_timestamp_millis(m.started_ms).unwrap_or_default()
+            ),
+            None => println!("{}: no readable manifest", src.shown()),
+        }
+        if report.problems.is_empty() {
+            println!("every object is whole");
+            return Ok(());
+        }
+        for p in &report.problems {
+            println!("{p}");
+        }
+        anyhow::bail!("{} problem(s) in {}", report.problems.len(), src.shown());
+    }
+    let Some(to) = to else {
+        anyhow::bail!("say where to: backup --to DIR | s3://bucket/prefix (or backup verify SRC)");
+    };
+    let rate = match rate {
+        Some(mb) if !(mb > 0.0 && mb.is_finite()) => {
+            anyhow::bail!("--rate is MB per second, above 0")
+        }
+        Some(mb) => Some((mb * 1_000_000.0) as u64),
+        None => None,
+    };
+    let req = basalt_cluster::admin::BackupRequest {
+        dest: destination_spec(&to)?,
+        rate,
+    };
+    let resp = admin_at(
+        rpc,
+        AdminRequest::Backup(req),
+        Duration::from_secs(wait_secs.max(1)),
+        tls,
+    )
+    .await?;
+    let AdminResponse::BackedUp(manifest) = resp else {
+        anyhow::bail!("unexpected answer to Backup: {resp:?}");
+    };
+    println!("{}", serde_json::to_string_pretty(&manifest)?);
+    Ok(())
+}
 
 type Tls = Option<Arc<PeerTls>>;
 
@@ -88,10 +229,25 @@ pub async fn run(rpc: &str, certs_dir: Option<&Path>, cmd: AdminCommand) -> anyh
     if let AdminCommand::Certs { command } = cmd {
         return crate::certs::run(command);
     }
+    if let AdminCommand::Restore {
+        from,
+        data_dir,
+        node_id,
+        rpc_addr,
+    } = cmd
+    {
+        return restore(&from, data_dir, node_id, rpc_addr).await;
+    }
     let tls = crate::certs::admin_tls(certs_dir)?;
     let tls_ref = tls.as_ref();
     match cmd {
-        AdminCommand::Certs { .. } => {}
+        AdminCommand::Certs { .. } | AdminCommand::Restore { .. } => {}
+        AdminCommand::Backup {
+            command,
+            to,
+            rate,
+            wait_secs,
+        } => backup(rpc, tls_ref, command, to, rate, wait_secs).await?,
         AdminCommand::Status => {
             let resp = admin_at(rpc, AdminRequest::Status, TIMEOUT, tls_ref).await?;
             println!("{}", serde_json::to_string_pretty(&resp)?);

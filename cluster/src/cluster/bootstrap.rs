@@ -29,13 +29,13 @@ use crate::tls::PeerTls;
 
 /// What a node keeps about itself, in the default column family.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct NodeIdentity {
-    node_id: crate::ids::NodeId,
-    settings: ClusterSettings,
+pub(super) struct NodeIdentity {
+    pub(super) node_id: crate::ids::NodeId,
+    pub(super) settings: ClusterSettings,
     /// Set while `--init` has not yet made this node the first member of every group: a
     /// start interrupted there (a crash, a port already taken) finishes it on the next one.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    init_pending: bool,
+    pub(super) init_pending: bool,
 }
 
 impl Cluster {
@@ -170,6 +170,7 @@ impl Cluster {
                 apply_watch: Default::default(),
                 shared_secret: Default::default(),
                 created: fresh_init,
+                backups: Default::default(),
             }),
         };
         cluster.spawn(crate::peer_service::serve(

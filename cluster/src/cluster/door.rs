@@ -326,6 +326,21 @@ impl Cluster {
         self.inner.replicas.active_members()
     }
 
+    /// Takes a backup of the whole cluster to `req.dest`, this node coordinating
+    /// (`services::backup`): its manifest.
+    pub async fn backup(
+        &self,
+        req: &crate::admin::BackupRequest,
+    ) -> Result<crate::backup_manifest::Manifest> {
+        crate::services::backup::take(
+            &self.inner.replicas,
+            &self.inner.backups,
+            self.inner.options.files_bucket.as_ref(),
+            req,
+        )
+        .await
+    }
+
     /// The state of every group on this node.
     pub fn status(&self) -> NodeStatus {
         self.inner.replicas.status()

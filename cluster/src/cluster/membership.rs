@@ -56,6 +56,20 @@ impl Cluster {
                     disk: self.disk(),
                 })
             }
+            AdminRequest::Backup(req) => Ok(AdminResponse::BackedUp(self.backup(&req).await?)),
+            step @ (AdminRequest::Fence { .. }
+            | AdminRequest::Unfence { .. }
+            | AdminRequest::BackupGroup(_)
+            | AdminRequest::BackupWait { .. }
+            | AdminRequest::BackupAbort { .. }) => {
+                crate::services::backup::answer(
+                    self.replicas(),
+                    &self.inner.backups,
+                    self.inner.options.files_bucket.as_ref(),
+                    step,
+                )
+                .await
+            }
             AdminRequest::Compact => {
                 self.replicas().compact().await;
                 Ok(AdminResponse::Done)

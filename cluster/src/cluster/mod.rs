@@ -14,6 +14,7 @@
 mod bootstrap;
 mod door;
 mod membership;
+mod restore;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -28,6 +29,7 @@ use crate::services::catalog::Catalog;
 use crate::services::queries::Coordinator;
 
 pub use bootstrap::admin_at;
+pub use restore::RestoreTarget;
 
 /// How a node starts.
 #[derive(Debug, Clone)]
@@ -96,6 +98,8 @@ struct Inner {
     shared_secret: std::sync::OnceLock<Vec<u8>>,
     /// This start created the cluster (`--init` on an empty data dir).
     created: bool,
+    /// The groups' parts of backups this node writes (`services::backup`).
+    backups: crate::services::backup::GroupJobs,
 }
 
 /// A running node of the cluster (cheap to clone).

@@ -118,7 +118,7 @@ fn virtual_host(endpoint: &str, bucket: &str) -> String {
 
 /// A client of `options`' bucket whose requests are bounded by `client`: AWS_* variables first
 /// (as `AmazonS3Builder::from_env` reads them, on top of `client`), then what `options` give.
-fn s3_store(
+pub(crate) fn s3_store(
     options: &BucketOptions,
     bucket: &str,
     client: ClientOptions,

@@ -11,6 +11,7 @@
 
 mod app_share;
 mod create_lane;
+pub(crate) mod fence;
 mod freshness;
 mod leader_contact;
 mod meta_reads;
@@ -97,6 +98,8 @@ struct Inner {
     /// This node's disk, and the members whose disks are critical (`room`).
     disk: Arc<crate::disk::DiskWatch>,
     full_nodes: std::sync::RwLock<Vec<NodeId>>,
+    /// A backup's write fence (`fence`).
+    fence: fence::WriteFence,
 }
 
 /// What serves a read from a replica's state (`local_read::serve_read`): given to `open`, so
@@ -182,6 +185,7 @@ impl Replicas {
                 meta_reads: meta_reads::meta_reads(),
                 disk,
                 full_nodes: Default::default(),
+                fence: fence::WriteFence::new(),
             }),
         })
     }
@@ -269,6 +273,11 @@ impl Replicas {
         }
     }
 
+    /// This node's backup write fence.
+    pub(crate) fn fence(&self) -> &fence::WriteFence {
+        &self.inner.fence
+    }
+
     /// Proposes through the local replica only; `NotLeader` when it is not the leader.
     pub(crate) async fn local_propose(&self, group: GroupId, cmd: &Command) -> Result<Proposed> {
         // Every proposal passes here, forwarded ones included: nothing reaches a log that a
@@ -277,6 +286,11 @@ impl Replicas {
         if cmd.adds_data() {
             self.check_room(group)?;
         }
+        // A backup's barriers pass its fence; everything else waits while it is raised.
+        let _passed = match cmd {
+            Command::BackupBarrier { .. } => None,
+            _ => Some(self.inner.fence.pass().await),
+        };
         let raft = self.group(group)?;
         let _share = match cmd.app_bytes() {
             Some((app, bytes)) => Some(self.inner.app_shares.hold(group, app, bytes).await?),

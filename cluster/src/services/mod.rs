@@ -1,11 +1,12 @@
 //! The cluster's services (floor 3): what runs on top of this node's replicas across the groups
-//! — the query coordinator (`queries`), the schema catalog (`catalog`), the follower of each
+//! — backups (`backup`), the query coordinator (`queries`), the schema catalog (`catalog`), the follower of each
 //! group's change log (`change_tail`), stored files (`files`), the placement of replicas
 //! (`placement`), giving back the space deletes free (`reclaim`) and the timed jobs of the
 //! metadata leader (`scheduler`). Each takes a `Replicas`, never the `Cluster`. Neighbours:
 //! below, `replicas` and the leaves (query engine, schema rules, change log, files' records);
 //! beside, `peer_service`; above, `cluster` (the one door).
 
+pub mod backup;
 pub mod catalog;
 pub mod change_tail;
 pub mod files;

@@ -67,7 +67,7 @@ impl RaftSnapshotBuilder<TypeConfig> for ShardSnapshotBuilder {
     }
 }
 
-fn write_u32(w: &mut impl Write, n: usize) -> Result<()> {
+fn write_u32(w: &mut (impl Write + ?Sized), n: usize) -> Result<()> {
     let n = u32::try_from(n).map_err(|_| Error::Storage("snapshot record too large".into()))?;
     w.write_all(&n.to_le_bytes())?;
     Ok(())
@@ -154,7 +154,7 @@ fn build_when_room(
 
 /// Writes the group's current state to a new snapshot file and makes it `current`; a file
 /// left half written is removed.
-pub(super) fn build(
+pub fn build(
     group: GroupId,
     store: &Store,
     dir: &Path,
@@ -178,10 +178,34 @@ fn build_into(
         "No space left on device (fail point)".into()
     )));
     let mut w = BufWriter::new(File::create(tmp)?);
+    let (meta, _) = write_state(group, store, &mut w, || {})?;
+    let file = w.into_inner().map_err(|e| Error::Storage(e.to_string()))?;
+    file.sync_all()?;
+    let index = meta.last_log_id.as_ref().map(|l| l.index).unwrap_or(0);
+    let path = dir.join(unique_name(index));
+    fs::rename(tmp, &path)?;
+    set_current(dir, &path)?;
+    Ok(SnapshotOf::<TypeConfig, SnapshotFile> {
+        meta,
+        snapshot: SnapshotFile { path },
+    })
+}
+
+/// Writes `group`'s replicated state to `w` in the snapshot file format, from one
+/// point-in-time view (`pinned` is called once the view is taken, before anything is read):
+/// answers the view's meta and how many records it holds. Snapshots and backups
+/// (`services::backup`) are written this way.
+pub fn write_state(
+    group: GroupId,
+    store: &Store,
+    w: &mut impl Write,
+    pinned: impl FnOnce(),
+) -> Result<(SnapshotMeta, u64)> {
     w.write_all(MAGIC)?;
     let applied_key = keys::meta_key(group, keys::SM_APPLIED);
     let mut meta: Option<SnapshotMeta> = None;
-    let write_header = |w: &mut BufWriter<File>, applied: Option<&[u8]>| -> Result<SnapshotMeta> {
+    let mut records = 0u64;
+    let write_header = |w: &mut dyn Write, applied: Option<&[u8]>| -> Result<SnapshotMeta> {
         let state: AppliedState = match applied {
             Some(b) => serde_json::from_slice(b)?,
             None => AppliedState::default(),
@@ -197,36 +221,68 @@ fn build_into(
     };
     // The applied state sorts first in the group's range, so the header is known before any
     // record is written, and both come from the same point-in-time view.
-    scan_state(group, store, |k, v| {
+    scan_state(group, store, pinned, |k, v| {
         if k == applied_key {
-            meta = Some(write_header(&mut w, Some(v))?);
+            meta = Some(write_header(w, Some(v))?);
             return Ok(true);
         }
         if meta.is_none() {
-            meta = Some(write_header(&mut w, None)?);
+            meta = Some(write_header(w, None)?);
         }
         let k = &k[4..];
-        write_u32(&mut w, k.len())?;
+        write_u32(w, k.len())?;
         w.write_all(k)?;
-        write_u32(&mut w, v.len())?;
+        write_u32(w, v.len())?;
         w.write_all(v)?;
+        records += 1;
         Ok(true)
     })?;
     let meta = match meta {
         Some(m) => m,
-        None => write_header(&mut w, None)?,
+        None => write_header(w, None)?,
     };
-    write_u32(&mut w, 0)?;
-    let file = w.into_inner().map_err(|e| Error::Storage(e.to_string()))?;
-    file.sync_all()?;
-    let index = meta.last_log_id.as_ref().map(|l| l.index).unwrap_or(0);
-    let path = dir.join(unique_name(index));
-    fs::rename(tmp, &path)?;
-    set_current(dir, &path)?;
-    Ok(SnapshotOf::<TypeConfig, SnapshotFile> {
-        meta,
-        snapshot: SnapshotFile { path },
-    })
+    write_u32(w, 0)?;
+    Ok((meta, records))
+}
+
+/// Copies a state written by `write_state` from `r` to `w`, its meta replaced by what
+/// `rewrite` makes of it (a restore gives it the new cluster's membership): the meta written.
+pub fn copy_state(
+    r: &mut impl Read,
+    w: &mut impl Write,
+    rewrite: impl FnOnce(SnapshotMeta) -> Result<SnapshotMeta>,
+) -> Result<SnapshotMeta> {
+    let meta = rewrite(read_header(r)?)?;
+    w.write_all(MAGIC)?;
+    let bytes = serde_json::to_vec(&meta)?;
+    write_u32(w, bytes.len())?;
+    w.write_all(&bytes)?;
+    std::io::copy(r, w)?;
+    Ok(meta)
+}
+
+/// Reads a whole state written by `write_state` from `r`, checking its format to the end
+/// marker and that nothing follows it: answers its meta and how many records it holds.
+pub fn read_state(r: &mut impl Read) -> Result<(SnapshotMeta, u64)> {
+    let meta = read_header(r)?;
+    let mut records = 0u64;
+    loop {
+        let klen = read_u32(r)?;
+        if klen == 0 {
+            break;
+        }
+        std::io::copy(&mut r.by_ref().take(klen as u64), &mut std::io::sink())?;
+        let vlen = read_u32(r)?;
+        let copied = std::io::copy(&mut r.by_ref().take(vlen as u64), &mut std::io::sink())?;
+        if copied != vlen as u64 {
+            return Err(Error::Storage("the state ends inside a record".into()));
+        }
+        records += 1;
+    }
+    if r.read(&mut [0u8; 1])? != 0 {
+        return Err(Error::Storage("bytes follow the state's end".into()));
+    }
+    Ok((meta, records))
 }
 
 /// Points `current` at `path` and removes older snapshot files.
@@ -343,12 +399,14 @@ pub fn install(
 fn scan_state(
     group: GroupId,
     store: &Store,
+    pinned: impl FnOnce(),
     visit: impl FnMut(&[u8], &[u8]) -> Result<bool>,
 ) -> Result<()> {
-    store.scan_snapshot(
+    store.scan_snapshot_pinned(
         CF_SM,
         &keys::group_prefix(group),
         &keys::group_end(group),
+        pinned,
         visit,
     )
 }
@@ -360,18 +418,23 @@ pub fn digest(group: GroupId, store: &Store) -> Result<GroupDigest> {
     let applied_key = keys::meta_key(group, keys::SM_APPLIED);
     let mut hasher = std::hash::DefaultHasher::new();
     let (mut records, mut applied) = (0u64, 0u64);
-    scan_state(group, store, |k, v| {
-        if k == applied_key {
-            let state: AppliedState = serde_json::from_slice(v)?;
-            applied = state.last_applied.map(|l| l.index).unwrap_or(0);
-        }
-        hasher.write_usize(k.len());
-        hasher.write(k);
-        hasher.write_usize(v.len());
-        hasher.write(v);
-        records += 1;
-        Ok(true)
-    })?;
+    scan_state(
+        group,
+        store,
+        || {},
+        |k, v| {
+            if k == applied_key {
+                let state: AppliedState = serde_json::from_slice(v)?;
+                applied = state.last_applied.map(|l| l.index).unwrap_or(0);
+            }
+            hasher.write_usize(k.len());
+            hasher.write(k);
+            hasher.write_usize(v.len());
+            hasher.write(v);
+            records += 1;
+            Ok(true)
+        },
+    )?;
     Ok(GroupDigest {
         group,
         applied,

@@ -635,9 +635,23 @@ impl Store {
         cf: &str,
         start: &[u8],
         end: &[u8],
+        visit: impl FnMut(&[u8], &[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        self.scan_snapshot_pinned(cf, start, end, || {}, visit)
+    }
+
+    /// Like [`Store::scan_snapshot`], calling `pinned` once the view is taken, before the
+    /// first record is read: what is written after that is not seen.
+    pub fn scan_snapshot_pinned(
+        &self,
+        cf: &str,
+        start: &[u8],
+        end: &[u8],
+        pinned: impl FnOnce(),
         mut visit: impl FnMut(&[u8], &[u8]) -> Result<bool>,
     ) -> Result<()> {
         let snap = self.db.snapshot();
+        pinned();
         let mut ro = ReadOptions::default();
         ro.set_iterate_upper_bound(end.to_vec());
         let it = snap.iterator_cf_opt(

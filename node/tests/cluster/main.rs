@@ -6,6 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod backup;
 mod crash;
 mod disk;
 mod startup;

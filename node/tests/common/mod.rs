@@ -387,10 +387,76 @@ impl TestCluster {
     }
 
     async fn add_node_with(&mut self, extra: Vec<String>) -> usize {
+        self.add_node_prepared(extra, |_, _| {}).await
+    }
+
+    /// Starts `n` nodes of a new cluster made from the backup in `backup` (`basalt admin
+    /// restore` into node 1's data dir, with the source's secrets key copied beside it; the
+    /// others join it) whose default app has `keys`; returns once placement settled.
+    pub async fn start_restored(
+        n: usize,
+        backup: &std::path::Path,
+        secrets_key: &std::path::Path,
+        keys: AppKeys,
+    ) -> TestCluster {
+        let guard = ONE_CLUSTER_AT_A_TIME
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let mut cluster = TestCluster {
+            dir: tempfile::tempdir().expect("temp dir"),
+            nodes: Vec::new(),
+            keys,
+            replicas: 3,
+            common_args: Vec::new(),
+            log_filter: node_log_filter(),
+            ca_dir: None,
+            https_ca: None,
+            volumes: None,
+            _guard: guard,
+        };
+        cluster
+            .add_node_prepared(Vec::new(), |data_dir, rpc| {
+                let out = Command::new(env!("CARGO_BIN_EXE_basalt"))
+                    .args(["admin", "restore", "--from"])
+                    .arg(backup)
+                    .arg("--data-dir")
+                    .arg(data_dir)
+                    .args(["--node-id", "1", "--rpc-addr", rpc])
+                    .output()
+                    .expect("run basalt admin restore");
+                assert!(
+                    out.status.success(),
+                    "restore: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                std::fs::copy(secrets_key, data_dir.join("secrets.key")).expect("secrets key");
+            })
+            .await;
+        for _ in 1..n {
+            cluster.add_node().await;
+        }
+        cluster
+            .wait_placement_settled(Duration::from_secs(90))
+            .await;
+        cluster
+    }
+
+    /// Node `i`'s data dir.
+    pub fn data_dir(&self, i: usize) -> &std::path::Path {
+        &self.nodes[i].data_dir
+    }
+
+    /// Adds a node, calling `prepare` with its data dir and gRPC address before it starts.
+    async fn add_node_prepared(
+        &mut self,
+        extra: Vec<String>,
+        prepare: impl FnOnce(&std::path::Path, &str),
+    ) -> usize {
         let id = self.nodes.len() as u64 + 1;
         let http = format!("127.0.0.1:{}", free_port());
         let rpc = format!("127.0.0.1:{}", free_port());
         let data_dir = self.dir.path().join(format!("node{id}"));
+        prepare(&data_dir, &rpc);
         let mut args: Vec<String> = vec![
             "serve".into(),
             "--node-id".into(),

@@ -1,0 +1,229 @@
+//! Where backups go and are read from: a directory (`/var/backups/basalt`: every node writes
+//! its groups' objects there itself, so on several machines it is a shared mount) or an
+//! S3-compatible bucket (`s3://bucket/prefix`, reached with the node's `--s3-*` options and
+//! the `AWS_*` variables, as the files bucket is). Both through `object_store`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use object_store::local::LocalFileSystem;
+use object_store::path::Path;
+use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, PutPayload};
+
+use crate::error::{Error, Result};
+use crate::files::bucket::{parse_url, s3_store, BucketOptions};
+
+/// How long one request to a bucket may take (a part of an upload, a read's start).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// A folder of a directory or bucket (cheap to clone).
+#[derive(Clone)]
+pub struct Destination {
+    store: Arc<dyn ObjectStore>,
+    prefix: Path,
+    /// The folder as given, for messages.
+    shown: String,
+}
+
+impl std::fmt::Debug for Destination {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.shown)
+    }
+}
+
+impl Destination {
+    /// Opens `spec`: `s3://bucket[/prefix]` (with the endpoint, region and keys of `s3`, when
+    /// given) or an absolute directory, created when missing.
+    pub fn open(spec: &str, s3: Option<&BucketOptions>) -> Result<Destination> {
+        let shown = spec.trim_end_matches('/').to_string();
+        if spec.starts_with("s3://") {
+            let (bucket, prefix) = parse_url(spec)?;
+            let options = BucketOptions {
+                url: spec.to_string(),
+                ..s3.cloned().unwrap_or_default()
+            };
+            let client = ClientOptions::new()
+                .with_timeout(REQUEST_TIMEOUT)
+                .with_connect_timeout(Duration::from_secs(5));
+            let store = s3_store(&options, &bucket, client)?;
+            return Ok(Destination {
+                store,
+                prefix: Path::from(prefix),
+                shown,
+            });
+        }
+        let dir = std::path::Path::new(spec);
+        if !dir.is_absolute() {
+            return Err(Error::InvalidValue(format!(
+                "backup destination {spec:?}: give an absolute directory or s3://bucket/prefix"
+            )));
+        }
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::InvalidValue(format!("backup destination {spec:?}: {e}")))?;
+        let local = LocalFileSystem::new_with_prefix(dir)
+            .map_err(|e| Error::InvalidValue(format!("backup destination {spec:?}: {e}")))?;
+        Ok(Destination {
+            store: Arc::new(local),
+            prefix: Path::default(),
+            shown,
+        })
+    }
+
+    /// The folder `name` inside this one.
+    pub fn folder(&self, name: &str) -> Destination {
+        Destination {
+            store: Arc::clone(&self.store),
+            prefix: self.prefix.clone().join(name),
+            shown: format!("{}/{name}", self.shown),
+        }
+    }
+
+    /// The folder as given (`/backups/20261129T060102Z-1a2b`, `s3://bucket/prefix/…`).
+    pub fn shown(&self) -> &str {
+        &self.shown
+    }
+
+    pub(crate) fn store(&self) -> &Arc<dyn ObjectStore> {
+        &self.store
+    }
+
+    /// The path of object `name` in this folder.
+    pub(crate) fn path(&self, name: &str) -> Path {
+        self.prefix.clone().join(name)
+    }
+
+    /// Writes object `name` whole.
+    pub async fn put(&self, name: &str, bytes: Vec<u8>) -> Result<()> {
+        self.store
+            .put(&self.path(name), PutPayload::from(Bytes::from(bytes)))
+            .await
+            .map(|_| ())
+            .map_err(|e| self.error(name, e))
+    }
+
+    /// Reads object `name` whole (a manifest; group states are streamed by `verify`).
+    pub async fn get(&self, name: &str) -> Result<Bytes> {
+        let got = self
+            .store
+            .get(&self.path(name))
+            .await
+            .map_err(|e| self.error(name, e))?;
+        got.bytes().await.map_err(|e| self.error(name, e))
+    }
+
+    /// The names of the folders right inside this one.
+    pub async fn folders(&self) -> Result<Vec<String>> {
+        let prefix = (!self.prefix.as_ref().is_empty()).then_some(&self.prefix);
+        let listed = self
+            .store
+            .list_with_delimiter(prefix)
+            .await
+            .map_err(|e| self.error("", e))?;
+        Ok(listed
+            .common_prefixes
+            .iter()
+            .filter_map(|p| p.filename().map(str::to_string))
+            .collect())
+    }
+
+    /// Removes every object under this folder.
+    pub async fn remove_all(&self) -> Result<()> {
+        use futures::TryStreamExt;
+        let prefix = (!self.prefix.as_ref().is_empty()).then_some(&self.prefix);
+        let objects: Vec<Path> = self
+            .store
+            .list(prefix)
+            .map_ok(|m| m.location)
+            .try_collect()
+            .await
+            .map_err(|e| self.error("", e))?;
+        for path in objects {
+            match self.store.delete(&path).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(self.error(path.as_ref(), e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads object `name` through `consume`, which runs on a blocking thread fed chunk by
+    /// chunk as they arrive, hashing it on the way: what `consume` answered, the object's size
+    /// and its SHA-256 in hex. What `consume` leaves unread is still read and hashed.
+    pub(crate) async fn read_through<T: Send + 'static>(
+        &self,
+        name: &str,
+        consume: impl FnOnce(&mut ChunkReader) -> T + Send + 'static,
+    ) -> Result<(T, u64, String)> {
+        use futures::StreamExt;
+        use sha2::{Digest, Sha256};
+        let got = self
+            .store
+            .get(&self.path(name))
+            .await
+            .map_err(|e| self.error(name, e))?;
+        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
+        let consuming = tokio::task::spawn_blocking(move || {
+            let mut reader = ChunkReader {
+                rx,
+                chunk: Bytes::new(),
+            };
+            let out = consume(&mut reader);
+            let _ = std::io::copy(&mut reader, &mut std::io::sink());
+            out
+        });
+        let (mut hash, mut size) = (Sha256::new(), 0u64);
+        let mut stream = got.into_stream();
+        let mut failed = None;
+        while let Some(chunk) = stream.next().await {
+            match chunk {
+                Ok(chunk) => {
+                    hash.update(&chunk);
+                    size += chunk.len() as u64;
+                    let _ = tx.send(chunk).await;
+                }
+                Err(e) => {
+                    failed = Some(self.error(name, e));
+                    break;
+                }
+            }
+        }
+        drop(tx);
+        let out = consuming
+            .await
+            .map_err(|e| Error::Internal(format!("reading {name}: {e}")))?;
+        match failed {
+            Some(e) => Err(e),
+            None => Ok((out, size, format!("{:x}", hash.finalize()))),
+        }
+    }
+
+    pub(crate) fn error(&self, name: &str, e: object_store::Error) -> Error {
+        match e {
+            object_store::Error::NotFound { .. } => {
+                Error::Storage(format!("{}/{name} is missing", self.shown))
+            }
+            e => Error::Unavailable(format!("{}/{name}: {e}", self.shown)),
+        }
+    }
+}
+
+/// The chunks of an object being read, as one byte stream (`Destination::read_through`).
+pub(crate) struct ChunkReader {
+    rx: tokio::sync::mpsc::Receiver<Bytes>,
+    chunk: Bytes,
+}
+
+impl std::io::Read for ChunkReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.chunk.is_empty() {
+            match self.rx.blocking_recv() {
+                Some(c) => self.chunk = c,
+                None => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.chunk.len());
+        buf[..n].copy_from_slice(&self.chunk.split_to(n));
+        Ok(n)
+    }
+}

@@ -1,0 +1,302 @@
+//! Backups of the whole cluster, to a directory or an S3-compatible bucket (`destination`).
+//!
+//! The node asked for one coordinates it (`take`): it raises the write fence on every member
+//! (`replicas::fence`: new proposals wait, none fail, the ones in flight finish), proposes a
+//! `BackupBarrier` to every group, asks the leader of each to pin a point-in-time view of its
+//! state there (`writer`), lowers the fence — writes waited only that long — and waits while the
+//! leaders stream their states to the destination. The manifest (`backup_manifest`) is written
+//! last. `verify` checks a backup without a cluster.
+//!
+//! Neighbours: below, `replicas` (fence, proposals, the peer router for the other members) and
+//! `statemachine::snapshot` (the state's format); above, `cluster`, which answers the admin
+//! requests this sends.
+
+pub mod destination;
+pub mod verify;
+pub mod writer;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use futures::future::join_all;
+use tokio::time::Instant;
+
+use crate::admin::{AdminRequest, AdminResponse, BackupRequest, GroupJob};
+use crate::backup_manifest::{GroupBackup, Manifest, FORMAT, MANIFEST};
+use crate::command::Command;
+use crate::error::{Error, Result};
+use crate::ids::{GroupId, NodeId};
+use crate::replicas::{now_ms, Replicas};
+pub use destination::Destination;
+pub use writer::GroupJobs;
+
+/// How long the fence may hold writes at most (it lowers itself then).
+const FENCE_TTL: Duration = Duration::from_secs(3);
+/// Deadline of the fence's and pinning's requests to a member.
+const STEP_TIMEOUT: Duration = Duration::from_secs(15);
+/// Deadline of waiting for one group's state to be written.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+
+/// A new backup id: its time (UTC) and a random suffix, sorting in time order.
+pub fn new_backup_id() -> String {
+    use rand::Rng;
+    format!(
+        "{}-{:06x}",
+        chrono::Utc::now().format("%Y%m%dT%H%M%SZ"),
+        rand::rng().random::<u32>() & 0xff_ffff
+    )
+}
+
+/// Takes a backup of every group to `req.dest`, this node coordinating; `jobs` are this node's
+/// own group jobs. Answers the manifest written.
+pub(crate) async fn take(
+    replicas: &Replicas,
+    jobs: &GroupJobs,
+    s3: Option<&crate::files::bucket::BucketOptions>,
+    req: &BackupRequest,
+) -> Result<Manifest> {
+    // The destination is checked (and a directory made) before any write waits.
+    let id = new_backup_id();
+    let folder = Destination::open(&req.dest, s3)?.folder(&id);
+    let members: Vec<NodeId> = replicas.active_members().iter().map(|n| n.id).collect();
+    let written = match write_groups(replicas, jobs, s3, &members, &id, req).await {
+        Ok(written) => written,
+        Err(e) => {
+            // The writers still streaming stop, and their uploads are dropped.
+            let abort = members.iter().map(|&node| {
+                let req = AdminRequest::BackupAbort { backup: id.clone() };
+                at(replicas, jobs, s3, node, req, STEP_TIMEOUT)
+            });
+            join_all(abort).await;
+            tracing::warn!(backup = %id, "backup failed: {e}");
+            return Err(e);
+        }
+    };
+    jobs.forget(&id);
+    folder
+        .put(MANIFEST, serde_json::to_vec_pretty(&written)?)
+        .await?;
+    metrics::gauge!("basalt_backup_last_success_timestamp_seconds")
+        .set(written.finished_ms as f64 / 1000.0);
+    tracing::info!(backup = %id, dest = %folder.shown(), fence_ms = written.fence_ms, groups = written.groups.len(), "backup written");
+    Ok(written)
+}
+
+/// The fence, the barriers, the pinned views, then every group's state written: the manifest
+/// to write.
+async fn write_groups(
+    replicas: &Replicas,
+    jobs: &GroupJobs,
+    s3: Option<&crate::files::bucket::BucketOptions>,
+    members: &[NodeId],
+    id: &str,
+    req: &BackupRequest,
+) -> Result<Manifest> {
+    let leaders = leaders(replicas, jobs, s3, members).await;
+    let started_ms = now_ms();
+    let fence_start = Instant::now();
+    let pinned = fenced(replicas, jobs, s3, members, &leaders, id, req).await;
+    let fence_ms = fence_start.elapsed().as_millis() as u64;
+    metrics::histogram!("basalt_backup_fence_seconds").record(fence_ms as f64 / 1000.0);
+    let pinned = pinned?;
+    // Every member's fence went up after `fence_start`: while this one had not lowered itself,
+    // none had, and no write could slip between a barrier and its group's view.
+    if fence_start.elapsed() >= FENCE_TTL {
+        return Err(Error::Timeout(format!(
+            "backup {id}: pinning every group took {fence_ms} ms, longer than the fence holds"
+        )));
+    }
+    let waits = pinned.iter().map(|&(group, node)| async move {
+        let req = AdminRequest::BackupWait {
+            backup: id.to_string(),
+            group,
+        };
+        match at(replicas, jobs, s3, node, req, WRITE_TIMEOUT).await? {
+            AdminResponse::GroupBackedUp(g) => Ok(g),
+            other => Err(unexpected(&other)),
+        }
+    });
+    let groups: Vec<GroupBackup> = join_all(waits).await.into_iter().collect::<Result<_>>()?;
+    Ok(Manifest {
+        format: FORMAT,
+        backup: id.to_string(),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        started_ms,
+        finished_ms: now_ms(),
+        fence_ms,
+        settings: replicas.settings(),
+        groups,
+    })
+}
+
+/// The leader of each group, as the members that lead them report (a node outside a group
+/// does not know it): who writes each group's state.
+async fn leaders(
+    replicas: &Replicas,
+    jobs: &GroupJobs,
+    s3: Option<&crate::files::bucket::BucketOptions>,
+    members: &[NodeId],
+) -> HashMap<GroupId, NodeId> {
+    let asks = members
+        .iter()
+        .map(|&node| at(replicas, jobs, s3, node, AdminRequest::Status, STEP_TIMEOUT));
+    let mut leaders = HashMap::new();
+    for answer in join_all(asks).await {
+        if let Ok(AdminResponse::Status(status)) = answer {
+            for g in status.groups {
+                if g.leader == Some(status.node_id) {
+                    leaders.insert(g.group, status.node_id);
+                }
+            }
+        }
+    }
+    leaders
+}
+
+/// Raises the fence everywhere, commits the barriers and pins every group's view, then lowers
+/// the fence whatever happened: the groups pinned and the node pinning each.
+async fn fenced(
+    replicas: &Replicas,
+    jobs: &GroupJobs,
+    s3: Option<&crate::files::bucket::BucketOptions>,
+    members: &[NodeId],
+    leaders: &HashMap<GroupId, NodeId>,
+    id: &str,
+    req: &BackupRequest,
+) -> Result<Vec<(GroupId, NodeId)>> {
+    let raise = members.iter().map(|&node| {
+        let req = AdminRequest::Fence {
+            backup: id.to_string(),
+            ttl_ms: FENCE_TTL.as_millis() as u64,
+        };
+        at(replicas, jobs, s3, node, req, STEP_TIMEOUT)
+    });
+    let raised = join_all(raise)
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>>>();
+    let pinned = match raised {
+        Ok(_) => barriers_and_pins(replicas, jobs, s3, leaders, id, req).await,
+        Err(e) => Err(e),
+    };
+    let lower = members.iter().map(|&node| {
+        let req = AdminRequest::Unfence {
+            backup: id.to_string(),
+        };
+        at(replicas, jobs, s3, node, req, STEP_TIMEOUT)
+    });
+    for (node, lowered) in members.iter().zip(join_all(lower).await) {
+        if let Err(e) = lowered {
+            tracing::warn!(backup = %id, %node, "lowering the fence: {e} (it lowers itself)");
+        }
+    }
+    pinned
+}
+
+async fn barriers_and_pins(
+    replicas: &Replicas,
+    jobs: &GroupJobs,
+    s3: Option<&crate::files::bucket::BucketOptions>,
+    leaders: &HashMap<GroupId, NodeId>,
+    id: &str,
+    req: &BackupRequest,
+) -> Result<Vec<(GroupId, NodeId)>> {
+    let groups: Vec<GroupId> = GroupId::all(replicas.shards()).collect();
+    let barrier = |group: GroupId| async move {
+        let cmd = Command::BackupBarrier {
+            backup: id.to_string(),
+        };
+        let proposed = replicas.propose(group, cmd).await?;
+        // The leader the members reported writes the group; any replica that applied the
+        // barrier holds the same state while the fence is up.
+        let node = leaders
+            .get(&group)
+            .copied()
+            .or(replicas.leader_of(group))
+            .unwrap_or(replicas.node_id());
+        let job = GroupJob {
+            backup: id.to_string(),
+            group,
+            dest: req.dest.clone(),
+            barrier: proposed.log_index,
+            rate: req.rate,
+        };
+        match at(
+            replicas,
+            jobs,
+            s3,
+            node,
+            AdminRequest::BackupGroup(job),
+            STEP_TIMEOUT,
+        )
+        .await?
+        {
+            AdminResponse::Done => Ok((group, node)),
+            other => Err(unexpected(&other)),
+        }
+    };
+    join_all(groups.into_iter().map(barrier))
+        .await
+        .into_iter()
+        .collect()
+}
+
+/// Sends `req` to `node`, answering it here when that is this node.
+async fn at(
+    replicas: &Replicas,
+    jobs: &GroupJobs,
+    s3: Option<&crate::files::bucket::BucketOptions>,
+    node: NodeId,
+    req: AdminRequest,
+    timeout: Duration,
+) -> Result<AdminResponse> {
+    if node == replicas.node_id() {
+        return tokio::time::timeout(timeout, answer(replicas, jobs, s3, req))
+            .await
+            .map_err(|_| Error::Timeout("backup step".into()))?;
+    }
+    replicas.router().admin(node, &req, timeout).await
+}
+
+/// Answers a backup step's admin request on this node (`cluster` hands them here).
+pub(crate) async fn answer(
+    replicas: &Replicas,
+    jobs: &GroupJobs,
+    s3: Option<&crate::files::bucket::BucketOptions>,
+    req: AdminRequest,
+) -> Result<AdminResponse> {
+    match req {
+        AdminRequest::Fence { backup, ttl_ms } => {
+            replicas
+                .fence()
+                .raise(&backup, Duration::from_millis(ttl_ms))
+                .await?;
+            Ok(AdminResponse::Done)
+        }
+        AdminRequest::Unfence { backup } => {
+            replicas.fence().lower(&backup);
+            Ok(AdminResponse::Done)
+        }
+        AdminRequest::BackupGroup(job) => {
+            jobs.start(replicas, s3, job).await?;
+            Ok(AdminResponse::Done)
+        }
+        AdminRequest::BackupWait { backup, group } => Ok(AdminResponse::GroupBackedUp(
+            jobs.wait(&backup, group).await?,
+        )),
+        AdminRequest::BackupAbort { backup } => {
+            replicas.fence().lower(&backup);
+            jobs.abort(&backup);
+            Ok(AdminResponse::Done)
+        }
+        AdminRequest::Status => Ok(AdminResponse::Status(replicas.status())),
+        other => Err(Error::InvalidOperation(format!(
+            "{} is not a backup step",
+            other.name()
+        ))),
+    }
+}
+
+fn unexpected(r: &AdminResponse) -> Error {
+    Error::Internal(format!("unexpected answer to a backup step: {r:?}"))
+}
