@@ -165,7 +165,8 @@ async fn a_backup_restores_into_one_and_three_node_clusters() {
     };
     for nodes in [1, 3] {
         let secrets = kept.path().join("secrets.key");
-        let restored = TestCluster::start_restored(nodes, &folder, &secrets, keys.clone()).await;
+        let restored =
+            TestCluster::start_restored(nodes, &folder, &[], &secrets, keys.clone()).await;
         for (n, id) in ids.iter().enumerate() {
             let got = restored
                 .client(n % nodes)
@@ -213,4 +214,75 @@ async fn a_backup_restores_into_one_and_three_node_clusters() {
                 .await;
         }
     }
+}
+
+/// Story — a backup into an S3 bucket (moto's server): a group's state larger than one part
+/// goes up as a multipart upload, the bucket holds the backup's objects and no unfinished
+/// upload, and `verify` and `restore` read it from the bucket with the AWS_* variables.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_goes_to_a_bucket_and_restores_from_it() {
+    use rand::Rng;
+    let s3 = crate::common::s3::S3Server::start("backups").await;
+    let kept = tempfile::tempdir().unwrap();
+    let (manifest, keys) = {
+        let args = s3.args("files");
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let cluster = TestCluster::start(1, &["--shards", "1"], &args).await;
+        for n in 0..96 {
+            // Random text compresses little: the shard's state is over one 8 MiB part.
+            let noise: String = (0..120_000)
+                .map(|_| rand::rng().sample(rand::distr::Alphanumeric) as char)
+                .collect();
+            cluster
+                .client(0)
+                .create_object("Blob", &json!({"n": n, "noise": noise}))
+                .await
+                .unwrap();
+        }
+        let to = format!("s3://{}/nightly", s3.bucket);
+        let out = tokio::task::block_in_place(|| cluster.admin(0, &["backup", "--to", &to]));
+        let manifest: Value = serde_json::from_str(&out).unwrap();
+        let secrets = cluster.data_dir(0).join("secrets.key");
+        std::fs::copy(secrets, kept.path().join("secrets.key")).unwrap();
+        (manifest, cluster.keys.clone())
+    };
+    let id = manifest["backup"].as_str().unwrap();
+    let shard = &manifest["groups"][1];
+    assert!(shard["size"].as_u64().unwrap() > 8 << 20, "{shard}");
+    let stored = s3.objects(&format!("nightly/{id}"));
+    let names: Vec<&str> = stored.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(names.len(), 3, "the manifest and two states: {names:?}");
+    assert_eq!(s3.multipart_uploads(), 0, "no upload left unfinished");
+    let src = format!("s3://{}/nightly/{id}", s3.bucket);
+    let env = [
+        ("AWS_ENDPOINT_URL", s3.endpoint.as_str()),
+        ("AWS_ALLOW_HTTP", "true"),
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_ACCESS_KEY_ID", "basalt-test"),
+        ("AWS_SECRET_ACCESS_KEY", "basalt-test-secret"),
+    ];
+    let out = Command::new(env!("CARGO_BIN_EXE_basalt"))
+        .args(["admin", "backup", "verify", &src])
+        .envs(env)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("every object is whole"),
+        "{text}"
+    );
+    let restored = TestCluster::start_restored(
+        1,
+        std::path::Path::new(&src),
+        &env,
+        &kept.path().join("secrets.key"),
+        keys,
+    )
+    .await;
+    let count = restored
+        .client(0)
+        .query("Blob", &[("count", "1"), ("limit", "0")])
+        .await
+        .unwrap();
+    assert_eq!(count["count"], json!(96));
 }

@@ -391,11 +391,13 @@ impl TestCluster {
     }
 
     /// Starts `n` nodes of a new cluster made from the backup in `backup` (`basalt admin
-    /// restore` into node 1's data dir, with the source's secrets key copied beside it; the
-    /// others join it) whose default app has `keys`; returns once placement settled.
+    /// restore` into node 1's data dir, with `env` — a bucket's AWS_* variables — and the
+    /// source's secrets key copied beside it; the others join it) whose default app has `keys`;
+    /// returns once placement settled.
     pub async fn start_restored(
         n: usize,
         backup: &std::path::Path,
+        env: &[(&str, &str)],
         secrets_key: &std::path::Path,
         keys: AppKeys,
     ) -> TestCluster {
@@ -422,6 +424,7 @@ impl TestCluster {
                     .arg("--data-dir")
                     .arg(data_dir)
                     .args(["--node-id", "1", "--rpc-addr", rpc])
+                    .envs(env.iter().copied())
                     .output()
                     .expect("run basalt admin restore");
                 assert!(
