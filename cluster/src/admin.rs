@@ -8,6 +8,10 @@ use crate::ids::{GroupId, NodeId};
 /// Key of the [`ClusterSettings`] record.
 pub const SETTINGS_KEY: &str = "settings";
 
+/// Key of the record (namespace `Cluster`) of the last consistency check that found replicas
+/// differing (a `ConsistencyAlarm`); absent when the last check found none.
+pub const CONSISTENCY_KEY: &str = "consistency";
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum NodeState {
     Active,
@@ -93,6 +97,61 @@ pub enum AdminRequest {
     BackupAbort {
         backup: String,
     },
+    /// Check that every group's replicas hold the same state (`services::check`), this node
+    /// coordinating.
+    Check,
+    /// This node's digest of `group` at consistency check `check` (waits for it a while).
+    StateDigest {
+        check: String,
+        group: GroupId,
+    },
+    /// The alarm the last consistency check left, if any.
+    ConsistencyAlarm,
+}
+
+/// What a consistency check found, group by group.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckReport {
+    pub check: String,
+    pub groups: Vec<GroupCheck>,
+}
+
+impl CheckReport {
+    /// The groups whose replicas differ.
+    pub fn mismatched(&self) -> Vec<&GroupCheck> {
+        self.groups
+            .iter()
+            .filter(|g| !g.differing.is_empty())
+            .collect()
+    }
+}
+
+/// One group's replicas at one log index.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupCheck {
+    pub group: GroupId,
+    /// The log index of the check's entry: every digest is of the state as it left it.
+    pub index: u64,
+    /// Each voter's digest (none: it did not answer, `unanswered`).
+    pub digests: Vec<(NodeId, Option<GroupDigest>)>,
+    /// The voters whose state differs from the most of them (all of them when no digest is
+    /// shared by more than half).
+    pub differing: Vec<NodeId>,
+    /// The voters that did not answer in time.
+    pub unanswered: Vec<NodeId>,
+}
+
+/// The record a check that found differing replicas leaves in the metadata group: `/health`
+/// and `basalt admin alarms` show it on every node until a check finds none.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConsistencyAlarm {
+    pub check: String,
+    pub at_ms: i64,
+    /// The groups that differ and the replicas that differ in each.
+    pub groups: Vec<(GroupId, Vec<NodeId>)>,
 }
 
 /// What `basalt admin backup` asks for.
@@ -136,6 +195,9 @@ impl AdminRequest {
             AdminRequest::BackupGroup(_) => "BackupGroup",
             AdminRequest::BackupWait { .. } => "BackupWait",
             AdminRequest::BackupAbort { .. } => "BackupAbort",
+            AdminRequest::Check => "Check",
+            AdminRequest::StateDigest { .. } => "StateDigest",
+            AdminRequest::ConsistencyAlarm => "ConsistencyAlarm",
         }
     }
 
@@ -153,13 +215,16 @@ impl AdminRequest {
             | AdminRequest::Unfence { .. }
             | AdminRequest::BackupGroup(_)
             | AdminRequest::BackupWait { .. }
-            | AdminRequest::BackupAbort { .. } => true,
+            | AdminRequest::BackupAbort { .. }
+            | AdminRequest::StateDigest { .. }
+            | AdminRequest::ConsistencyAlarm => true,
             AdminRequest::Join(record) => record.id == sender,
             AdminRequest::RemoveNode(_)
             | AdminRequest::TransferLeader { .. }
             | AdminRequest::Digest
             | AdminRequest::ReleaseBallast
-            | AdminRequest::Backup(_) => false,
+            | AdminRequest::Backup(_)
+            | AdminRequest::Check => false,
         }
     }
 
@@ -183,6 +248,10 @@ pub enum AdminResponse {
     SharedSecret(Option<Vec<u8>>),
     /// A backup was written: its manifest.
     BackedUp(crate::backup_manifest::Manifest),
+    /// A consistency check's findings.
+    Checked(CheckReport),
+    /// The alarm the last consistency check left.
+    Consistency(Option<ConsistencyAlarm>),
     /// One group's state of a backup was written here.
     GroupBackedUp(crate::backup_manifest::GroupBackup),
     /// The ballast is gone: the bytes it held (0 when there was none), and the disk now.

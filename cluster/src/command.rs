@@ -187,6 +187,9 @@ pub enum Command {
     /// Any group: the cut of backup `backup` (`services::backup`), proposed to every group
     /// while the backup's write fence holds; changes nothing, answers `Done`.
     BackupBarrier { backup: String },
+    /// Any group: consistency check `check` (`services::check`): every replica hashes its state
+    /// as this entry leaves it (`statemachine::check`); changes nothing, answers `Done`.
+    CheckState { check: String },
 }
 
 /// Most commands one `Command::Batch` carries.
@@ -337,6 +340,7 @@ impl fmt::Display for Command {
             }
             Command::Batch(cmds) => write!(f, "Batch({} commands)", cmds.len()),
             Command::BackupBarrier { backup } => write!(f, "BackupBarrier({backup})"),
+            Command::CheckState { check } => write!(f, "CheckState({check})"),
         }
     }
 }

@@ -12,14 +12,15 @@
 //! store write fails as on a full disk), `snapshot-build-nospace` (`return`: writing a
 //! snapshot's file fails as on a full disk); and on the read path
 //! `aggregate-read` (a node is about to read its shards for an aggregation: `return` fails
-//! that read, `sleep(ms)` delays it). Neighbours: `raft::log_store`, `statemachine`,
+//! that read, `sleep(ms)` delays it); and `apply-skip-create` (`return`: this replica skips an
+//! object create the others apply, a state a consistency check must find). Neighbours: `raft::log_store`, `statemachine`,
 //! `statemachine::snapshot`, `local_read`.
 
 /// The environment variable that arms fail points at start.
 pub const FAILPOINTS_ENV: &str = "BASALT_FAILPOINTS";
 
 /// The fail points this build has.
-pub const FAIL_POINTS: [&str; 7] = [
+pub const FAIL_POINTS: [&str; 8] = [
     "log-append",
     "store-write-nospace",
     "snapshot-build-nospace",
@@ -27,6 +28,7 @@ pub const FAIL_POINTS: [&str; 7] = [
     "apply-written",
     "snapshot-install-batch",
     "aggregate-read",
+    "apply-skip-create",
 ];
 
 /// Arms the fail points `BASALT_FAILPOINTS` names (nothing when it is unset). An unknown point,

@@ -36,8 +36,17 @@ pub enum AdminCommand {
         #[arg(long, default_value_t = 120)]
         wait_secs: u64,
     },
-    /// Print the members whose disks are low or critical (their level, free and total bytes).
+    /// Print the members whose disks are low or critical (their level, free and total bytes)
+    /// and the groups whose replicas the last consistency check found differing.
     Alarms,
+    /// Check that every group's replicas hold the same state: each replica hashes its state at
+    /// one committed index; prints each group's digests and the replicas that differ, and
+    /// exits 1 when any do (the finding stays an alarm until a check finds none).
+    Check {
+        /// Seconds to wait for the check.
+        #[arg(long, default_value_t = 600)]
+        wait_secs: u64,
+    },
     /// Remove the disk ballast of the node `--rpc` names, giving its room back so that a full
     /// disk can be cleaned up (it is made again at a start with room for it).
     ReleaseBallast,
@@ -242,6 +251,26 @@ pub async fn run(rpc: &str, certs_dir: Option<&Path>, cmd: AdminCommand) -> anyh
     let tls_ref = tls.as_ref();
     match cmd {
         AdminCommand::Certs { .. } | AdminCommand::Restore { .. } => {}
+        AdminCommand::Check { wait_secs } => {
+            let resp = admin_at(
+                rpc,
+                AdminRequest::Check,
+                Duration::from_secs(wait_secs.max(1)),
+                tls_ref,
+            )
+            .await?;
+            let AdminResponse::Checked(report) = resp else {
+                anyhow::bail!("unexpected answer to Check: {resp:?}");
+            };
+            println!("{}", serde_json::to_string_pretty(&report)?);
+            let mismatched = report.mismatched();
+            if !mismatched.is_empty() {
+                for g in &mismatched {
+                    eprintln!("group {}: replicas {:?} differ", g.group, g.differing);
+                }
+                anyhow::bail!("{} group(s) with differing replicas", mismatched.len());
+            }
+        }
         AdminCommand::Backup {
             command,
             to,
@@ -262,11 +291,21 @@ pub async fn run(rpc: &str, certs_dir: Option<&Path>, cmd: AdminCommand) -> anyh
             else {
                 anyhow::bail!("unexpected answer to ClusterInfo");
             };
-            let alarms: Vec<_> = nodes
+            let mut alarms: Vec<_> = nodes
                 .iter()
                 .filter(|n| n.state == NodeState::Active)
                 .filter_map(|n| n.disk_alarm())
                 .collect();
+            if let AdminResponse::Consistency(Some(c)) =
+                admin_at(rpc, AdminRequest::ConsistencyAlarm, TIMEOUT, tls_ref).await?
+            {
+                for (group, nodes) in &c.groups {
+                    alarms.push(
+                        json!({"alarm": "consistency", "group": group, "nodes": nodes,
+                        "check": c.check, "atMs": c.at_ms}),
+                    );
+                }
+            }
             println!("{}", serde_json::to_string_pretty(&alarms)?);
         }
         AdminCommand::ReleaseBallast => {

@@ -166,6 +166,10 @@ pub struct ServiceArgs {
     /// Seconds between snapshot/compaction rounds.
     #[arg(long, default_value_t = 600, env = "BASALT_COMPACT_SECS")]
     pub compact_secs: u64,
+    /// Seconds between consistency checks of every group's replicas, run by the scheduler
+    /// (each hashes every replica's state once: a read of the whole store); 0: never.
+    #[arg(long, default_value_t = 21_600, env = "BASALT_CHECK_SECS")]
+    pub check_secs: u64,
     /// Seconds a client has to send a request's head before its connection is closed.
     #[arg(long, default_value_t = 10, env = "BASALT_HTTP_HEADER_TIMEOUT_SECS")]
     pub http_header_timeout_secs: u64,
@@ -437,6 +441,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         },
         ttl_sweep_every: Duration::from_secs(args.service.ttl_sweep_secs.max(1)),
         compact_every: Duration::from_secs(args.service.compact_secs.max(1)),
+        check_every: (args.service.check_secs > 0)
+            .then(|| Duration::from_secs(args.service.check_secs)),
         query_timeout: Duration::from_secs(args.service.query_timeout_secs.max(1)),
         max_queries_in_flight: args.service.max_queries_in_flight,
         bulk_read_threads: args.service.bulk_read_threads,

@@ -205,6 +205,7 @@ impl Cluster {
         let jobs = crate::services::scheduler::Intervals {
             ttl_sweep: cluster.inner.options.ttl_sweep_every,
             compaction: cluster.inner.options.compact_every,
+            consistency_check: cluster.inner.options.check_every,
         };
         cluster.spawn(crate::services::scheduler::run(replicas, jobs));
         Ok(cluster)

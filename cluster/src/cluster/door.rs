@@ -341,6 +341,25 @@ impl Cluster {
         .await
     }
 
+    /// Checks that every group's replicas hold the same state (`services::check`), this node
+    /// coordinating.
+    pub async fn check(&self) -> Result<crate::admin::CheckReport> {
+        crate::services::check::run(&self.inner.replicas).await
+    }
+
+    /// The consistency alarm the last check left, if any (`services::check`).
+    pub fn consistency_alarm(&self) -> Option<crate::admin::ConsistencyAlarm> {
+        self.inner
+            .replicas
+            .local_meta_record(
+                crate::namespace::Namespace::Cluster,
+                crate::admin::CONSISTENCY_KEY,
+            )
+            .ok()
+            .flatten()
+            .and_then(|v| serde_json::from_value(v).ok())
+    }
+
     /// The state of every group on this node.
     pub fn status(&self) -> NodeStatus {
         self.inner.replicas.status()

@@ -57,6 +57,16 @@ impl Cluster {
                 })
             }
             AdminRequest::Backup(req) => Ok(AdminResponse::BackedUp(self.backup(&req).await?)),
+            AdminRequest::Check => Ok(AdminResponse::Checked(self.check().await?)),
+            AdminRequest::ConsistencyAlarm => {
+                Ok(AdminResponse::Consistency(self.consistency_alarm()))
+            }
+            AdminRequest::StateDigest { check, group } => Ok(AdminResponse::Digests(vec![
+                self.replicas()
+                    .checks()
+                    .digest(&check, group, std::time::Duration::from_secs(120))
+                    .await?,
+            ])),
             step @ (AdminRequest::Fence { .. }
             | AdminRequest::Unfence { .. }
             | AdminRequest::BackupGroup(_)

@@ -64,6 +64,8 @@ pub struct ClusterOptions {
     pub tuning: RaftTuning,
     pub ttl_sweep_every: Duration,
     pub compact_every: Duration,
+    /// How often the scheduler checks that every group's replicas agree (None: never).
+    pub check_every: Option<Duration>,
     /// Deadline of each shard's part of a query or aggregation (scans of large unindexed
     /// classes take seconds); point reads and writes keep the shorter forward deadline.
     pub query_timeout: Duration,

@@ -100,6 +100,8 @@ struct Inner {
     full_nodes: std::sync::RwLock<Vec<NodeId>>,
     /// A backup's write fence (`fence`).
     fence: fence::WriteFence,
+    /// The digests this node's replicas made for consistency checks.
+    checks: crate::statemachine::check::StateChecks,
 }
 
 /// What serves a read from a replica's state (`local_read::serve_read`): given to `open`, so
@@ -147,12 +149,14 @@ impl Replicas {
         };
         let incoming_dir = data_dir.join("snapshots").join("incoming");
         std::fs::create_dir_all(&incoming_dir)?;
+        let checks = crate::statemachine::check::StateChecks::default();
         let mut groups = Vec::with_capacity(settings.shards as usize + 1);
         for group in GroupId::all(settings.shards) {
             let log = RocksLogStore::new(group, Arc::clone(&store));
             let sm =
                 ShardStateMachine::open(group, Arc::clone(&store), data_dir.join("snapshots"))?
-                    .keeping_changes(settings.changes_kept);
+                    .keeping_changes(settings.changes_kept)
+                    .with_checks(checks.clone());
             let net = GroupNetwork::new(router.clone(), group);
             let raft = GroupRaft::new(node_id, tuning.config(group)?, net, log, sm)
                 .await
@@ -186,6 +190,7 @@ impl Replicas {
                 disk,
                 full_nodes: Default::default(),
                 fence: fence::WriteFence::new(),
+                checks,
             }),
         })
     }
@@ -271,6 +276,11 @@ impl Replicas {
         for raft in &self.inner.groups {
             let _ = raft.shutdown().await;
         }
+    }
+
+    /// The digests this node's replicas made for consistency checks.
+    pub(crate) fn checks(&self) -> &crate::statemachine::check::StateChecks {
+        &self.inner.checks
     }
 
     /// This node's backup write fence.

@@ -1,5 +1,5 @@
 //! The cluster's services (floor 3): what runs on top of this node's replicas across the groups
-//! — backups (`backup`), the query coordinator (`queries`), the schema catalog (`catalog`), the follower of each
+//! — backups (`backup`), consistency checks of replicas (`check`), the query coordinator (`queries`), the schema catalog (`catalog`), the follower of each
 //! group's change log (`change_tail`), stored files (`files`), the placement of replicas
 //! (`placement`), giving back the space deletes free (`reclaim`) and the timed jobs of the
 //! metadata leader (`scheduler`). Each takes a `Replicas`, never the `Cluster`. Neighbours:
@@ -9,6 +9,7 @@
 pub mod backup;
 pub mod catalog;
 pub mod change_tail;
+pub mod check;
 pub mod files;
 pub(crate) mod placement;
 pub mod queries;

@@ -140,7 +140,7 @@ pub fn apply_command(st: &mut Staged<'_>, cmd: Command) -> Result<CommandResult>
         } => {
             index_upkeep::apply_drop_index(st, &app, &class, &field, started, limit.max(1) as usize)
         }
-        Command::BackupBarrier { .. } => Ok(CommandResult::Done),
+        Command::BackupBarrier { .. } | Command::CheckState { .. } => Ok(CommandResult::Done),
         // A batch's commands are applied one by one by `apply_entry`; one nested in another
         // is never proposed (`Command::check_limits`).
         Command::Batch(_) => Ok(CommandResult::Rejected(Error::NotApplied(

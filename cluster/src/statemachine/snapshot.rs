@@ -414,32 +414,33 @@ fn scan_state(
 /// The digest of `group`'s state in `store` (`admin::GroupDigest`): the same records a snapshot
 /// carries, from one point-in-time view.
 pub fn digest(group: GroupId, store: &Store) -> Result<GroupDigest> {
-    use std::hash::Hasher;
+    digest_pinned(group, store, || {})
+}
+
+/// `digest`, calling `pinned` once the view is taken: SHA-256 of every key's and value's length
+/// and bytes, in key order (the same in every build).
+pub fn digest_pinned(group: GroupId, store: &Store, pinned: impl FnOnce()) -> Result<GroupDigest> {
+    use sha2::{Digest, Sha256};
     let applied_key = keys::meta_key(group, keys::SM_APPLIED);
-    let mut hasher = std::hash::DefaultHasher::new();
+    let mut hasher = Sha256::new();
     let (mut records, mut applied) = (0u64, 0u64);
-    scan_state(
-        group,
-        store,
-        || {},
-        |k, v| {
-            if k == applied_key {
-                let state: AppliedState = serde_json::from_slice(v)?;
-                applied = state.last_applied.map(|l| l.index).unwrap_or(0);
-            }
-            hasher.write_usize(k.len());
-            hasher.write(k);
-            hasher.write_usize(v.len());
-            hasher.write(v);
-            records += 1;
-            Ok(true)
-        },
-    )?;
+    scan_state(group, store, pinned, |k, v| {
+        if k == applied_key {
+            let state: AppliedState = serde_json::from_slice(v)?;
+            applied = state.last_applied.map(|l| l.index).unwrap_or(0);
+        }
+        hasher.update((k.len() as u64).to_le_bytes());
+        hasher.update(k);
+        hasher.update((v.len() as u64).to_le_bytes());
+        hasher.update(v);
+        records += 1;
+        Ok(true)
+    })?;
     Ok(GroupDigest {
         group,
         applied,
         records,
-        digest: format!("{:016x}", hasher.finish()),
+        digest: format!("{:x}", hasher.finalize()),
     })
 }
 

@@ -43,14 +43,24 @@ fn plaintext_members(state: &AppState) -> Vec<u64> {
         .collect()
 }
 
-/// The members' disk alarms, as the metadata group's records say (`disk`).
+/// The members' disk alarms and the last consistency check's finding, as the metadata
+/// group's records say (`disk`, `services::check`).
 fn alarms(state: &AppState) -> Vec<serde_json::Value> {
-    state
+    let mut alarms: Vec<serde_json::Value> = state
         .cluster
         .active_members()
         .iter()
         .filter_map(|n| n.disk_alarm())
-        .collect()
+        .collect();
+    if let Some(c) = state.cluster.consistency_alarm() {
+        for (group, nodes) in &c.groups {
+            alarms.push(
+                json!({"alarm": "consistency", "group": group, "nodes": nodes,
+                "check": c.check, "atMs": c.at_ms}),
+            );
+        }
+    }
+    alarms
 }
 
 /// Whether this node is ready now: once it was, only problems make it not; the first time,

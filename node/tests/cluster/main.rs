@@ -7,6 +7,7 @@
 mod common;
 
 mod backup;
+mod check;
 mod crash;
 mod disk;
 mod startup;

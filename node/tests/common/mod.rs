@@ -444,6 +444,11 @@ impl TestCluster {
         cluster
     }
 
+    /// Node `i`'s gRPC address.
+    pub fn rpc(&self, i: usize) -> String {
+        self.nodes[i].rpc.clone()
+    }
+
     /// Node `i`'s data dir.
     pub fn data_dir(&self, i: usize) -> &std::path::Path {
         &self.nodes[i].data_dir

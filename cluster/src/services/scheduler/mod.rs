@@ -3,6 +3,7 @@
 //! election timeout; jobs are idempotent, so a run repeated around a hand-over does no harm.
 
 mod compaction;
+mod consistency;
 mod job;
 mod ttl_sweep;
 
@@ -19,17 +20,23 @@ const TICK: Duration = Duration::from_millis(200);
 pub struct Intervals {
     pub ttl_sweep: Duration,
     pub compaction: Duration,
+    /// Consistency checks of every group's replicas (None: never).
+    pub consistency_check: Option<Duration>,
 }
 
 fn jobs(every: Intervals) -> Vec<Box<dyn Job>> {
-    vec![
+    let mut jobs: Vec<Box<dyn Job>> = vec![
         Box::new(ttl_sweep::TtlSweep {
             every: every.ttl_sweep,
         }),
         Box::new(compaction::Compaction {
             every: every.compaction,
         }),
-    ]
+    ];
+    if let Some(every) = every.consistency_check {
+        jobs.push(Box::new(consistency::ConsistencyCheck { every }));
+    }
+    jobs
 }
 
 /// Runs the jobs while this node leads the metadata group, until shutdown.
