@@ -13,7 +13,7 @@
 //! - 4: cli dev serve server admin
 //! - 3: api
 //! - 2: auth users sms captcha mail installations query realtime push functions files
-//!   bootstrap
+//!   bootstrap backups
 //! - 1: apps
 //! - 0: every other module — the leaves: configuration, paths, passwords, sealed secrets, outbound
 //!   limits, rates, budgets and quotas, connections, TLS, JSON text.
@@ -23,6 +23,7 @@ pub mod api;
 pub mod app_rate;
 pub mod apps;
 pub mod auth;
+pub mod backups;
 pub mod body_budget;
 pub mod bootstrap;
 pub mod captcha;

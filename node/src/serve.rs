@@ -170,6 +170,19 @@ pub struct ServiceArgs {
     /// (each hashes every replica's state once: a read of the whole store); 0: never.
     #[arg(long, default_value_t = 21_600, env = "BASALT_CHECK_SECS")]
     pub check_secs: u64,
+    /// Where scheduled backups go: an absolute directory, the same on every node's machine, or
+    /// s3://bucket/prefix (docs/ops/backup.md); none: no scheduled backups.
+    #[arg(long, env = "BASALT_BACKUP_TO")]
+    pub backup_to: Option<String>,
+    /// When scheduled backups run: cron, UTC (5 fields, or 6 with seconds first; `@daily`).
+    #[arg(long, default_value = "0 3 * * *", env = "BASALT_BACKUP_SCHEDULE")]
+    pub backup_schedule: String,
+    /// Scheduled backups kept in --backup-to (older ones are removed after each new one).
+    #[arg(long, default_value_t = 7, env = "BASALT_BACKUP_KEEP")]
+    pub backup_keep: usize,
+    /// MB per second each node may write during a scheduled backup (default: no limit).
+    #[arg(long, env = "BASALT_BACKUP_RATE")]
+    pub backup_rate: Option<f64>,
     /// Seconds a client has to send a request's head before its connection is closed.
     #[arg(long, default_value_t = 10, env = "BASALT_HTTP_HEADER_TIMEOUT_SECS")]
     pub http_header_timeout_secs: u64,
@@ -401,8 +414,35 @@ pub async fn shutdown_signal() {
     let _ = ctrl_c.await;
 }
 
+/// The backup schedule the options ask for, checked before the node starts.
+fn backup_schedule(args: &ServeArgs) -> anyhow::Result<Option<crate::backups::BackupSchedule>> {
+    let Some(dest) = &args.service.backup_to else {
+        return Ok(None);
+    };
+    let relative = !dest.starts_with("s3://") && !std::path::Path::new(dest).is_absolute();
+    if relative {
+        anyhow::bail!("--backup-to {dest:?}: give an absolute directory or s3://bucket/prefix");
+    }
+    let cron = crate::functions::cron::parse(&args.service.backup_schedule)
+        .map_err(|e| anyhow::anyhow!("--backup-schedule: {e}"))?;
+    let rate = match args.service.backup_rate {
+        Some(mb) if !(mb > 0.0 && mb.is_finite()) => {
+            anyhow::bail!("--backup-rate is MB per second, above 0")
+        }
+        Some(mb) => Some((mb * 1_000_000.0) as u64),
+        None => None,
+    };
+    Ok(Some(crate::backups::BackupSchedule {
+        dest: dest.clone(),
+        cron,
+        keep: args.service.backup_keep.max(1),
+        rate,
+    }))
+}
+
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     install_metrics_recorder()?;
+    let backup_schedule = backup_schedule(&args)?;
     // From the start, so that a SIGHUP sent while the node is still joining does not end it.
     #[cfg(unix)]
     let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
@@ -554,6 +594,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         cluster.clone(),
         state.functions.scheduled(),
     ));
+    if let Some(schedule) = backup_schedule {
+        tokio::spawn(crate::backups::run(cluster.clone(), schedule));
+    }
     if args.init {
         let scheme = if args.service.tls_cert.is_some() {
             "https"

@@ -341,6 +341,30 @@ impl Cluster {
         .await
     }
 
+    /// The cluster's last backup that finished, as this node's replica of the metadata group
+    /// holds it.
+    pub fn last_backup(&self) -> Option<crate::services::backup::LastBackup> {
+        self.inner
+            .replicas
+            .local_meta_record(
+                crate::namespace::Namespace::Cluster,
+                crate::services::backup::LAST_BACKUP_KEY,
+            )
+            .ok()
+            .flatten()
+            .and_then(|v| serde_json::from_value(v).ok())
+    }
+
+    /// Removes the backups in `dest` but the newest `keep` (`services::backup::prune`): the
+    /// ones removed.
+    pub async fn prune_backups(&self, dest: &str, keep: usize) -> Result<Vec<String>> {
+        let dest = crate::services::backup::Destination::open(
+            dest,
+            self.inner.options.files_bucket.as_ref(),
+        )?;
+        crate::services::backup::prune(&dest, keep).await
+    }
+
     /// Checks that every group's replicas hold the same state (`services::check`), this node
     /// coordinating.
     pub async fn check(&self) -> Result<crate::admin::CheckReport> {

@@ -170,6 +170,17 @@ pub async fn metrics(State(state): State<AppState>) -> Result<String, ApiError> 
     metrics::gauge!("basalt_storage_bytes").set(state.cluster.storage_bytes() as f64);
     metrics::gauge!("basalt_realtime_outbox_bytes")
         .set(crate::realtime::outbox::node_bytes() as f64);
+    // On every node, from the metadata group: an alert on it holds whichever node took it.
+    if let Some(last) = state.cluster.last_backup() {
+        metrics::gauge!("basalt_backup_last_success_timestamp_seconds")
+            .set(last.finished_ms as f64 / 1000.0);
+    }
+    metrics::gauge!("basalt_consistency_alarm_groups").set(
+        state
+            .cluster
+            .consistency_alarm()
+            .map_or(0.0, |c| c.groups.len() as f64),
+    );
     PROMETHEUS
         .get()
         .map(PrometheusHandle::render)

@@ -286,3 +286,56 @@ async fn a_backup_goes_to_a_bucket_and_restores_from_it() {
         .unwrap();
     assert_eq!(count["count"], json!(96));
 }
+
+/// Scheduled backups (`--backup-to`, `--backup-schedule` every 2 seconds, `--backup-keep 2`):
+/// they are taken on their own, the newest two whole ones are kept, the last one verifies,
+/// and `/metrics` tells when the last one finished.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scheduled_backups_are_taken_and_pruned() {
+    let dir = tempfile::tempdir().unwrap();
+    let to = dir.path().to_str().unwrap().to_string();
+    let schedule = [
+        "--backup-to",
+        &to,
+        "--backup-schedule",
+        "*/2 * * * * *",
+        "--backup-keep",
+        "2",
+    ];
+    let cluster = TestCluster::start(1, &["--shards", "2"], &schedule).await;
+    cluster
+        .client(0)
+        .create_object("Thing", &json!({"n": 1}))
+        .await
+        .unwrap();
+    cluster
+        .wait_metric_sum(
+            &[0],
+            "basalt_backups_scheduled_total{outcome=\"ok\"}",
+            4.0,
+            Duration::from_secs(60),
+            "four scheduled backups",
+        )
+        .await;
+    let mut whole: Vec<PathBuf> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("manifest.json").exists())
+        .collect();
+    whole.sort();
+    assert_eq!(whole.len(), 2, "the newest two are kept: {whole:?}");
+    let (ok, out) = verify(whole.last().unwrap());
+    assert!(ok, "{out}");
+    let last = cluster
+        .metric(0, "basalt_backup_last_success_timestamp_seconds")
+        .await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(
+        now - last < 30.0,
+        "the last backup finished {} s ago",
+        now - last
+    );
+}

@@ -22,6 +22,8 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
 pub struct Destination {
     store: Arc<dyn ObjectStore>,
     prefix: Path,
+    /// The directory of a directory destination (its folders are removed with their objects).
+    dir: Option<std::path::PathBuf>,
     /// The folder as given, for messages.
     shown: String,
 }
@@ -50,6 +52,7 @@ impl Destination {
             return Ok(Destination {
                 store,
                 prefix: Path::from(prefix),
+                dir: None,
                 shown,
             });
         }
@@ -66,6 +69,7 @@ impl Destination {
         Ok(Destination {
             store: Arc::new(local),
             prefix: Path::default(),
+            dir: Some(dir.to_path_buf()),
             shown,
         })
     }
@@ -75,6 +79,7 @@ impl Destination {
         Destination {
             store: Arc::clone(&self.store),
             prefix: self.prefix.clone().join(name),
+            dir: self.dir.as_ref().map(|d| d.join(name)),
             shown: format!("{}/{name}", self.shown),
         }
     }
@@ -142,6 +147,15 @@ impl Destination {
             match self.store.delete(&path).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
                 Err(e) => return Err(self.error(path.as_ref(), e)),
+            }
+        }
+        // A directory's emptied folders go too (a bucket has none once its objects are gone).
+        if let Some(dir) = &self.dir {
+            match std::fs::remove_dir_all(dir) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(Error::Storage(format!("{}: {e}", self.shown)))
+                }
+                _ => {}
             }
         }
         Ok(())

@@ -37,6 +37,64 @@ const STEP_TIMEOUT: Duration = Duration::from_secs(15);
 /// Deadline of waiting for one group's state to be written.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 
+/// Key of the record (namespace `Cluster`) of the cluster's last backup (`LastBackup`).
+pub const LAST_BACKUP_KEY: &str = "last-backup";
+
+/// The cluster's last backup that finished, as the metadata group records it: what schedules
+/// and the `basalt_backup_last_success_timestamp_seconds` of every node go by.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LastBackup {
+    pub backup: String,
+    pub dest: String,
+    pub started_ms: i64,
+    pub finished_ms: i64,
+}
+
+/// Whether `name` is a backup's id (`new_backup_id`).
+pub fn is_backup_id(name: &str) -> bool {
+    let b = name.as_bytes();
+    b.len() == 23
+        && b[..8].iter().all(u8::is_ascii_digit)
+        && b[8] == b'T'
+        && b[9..15].iter().all(u8::is_ascii_digit)
+        && b[15] == b'Z'
+        && b[16] == b'-'
+        && b[17..]
+            .iter()
+            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c))
+}
+
+/// Removes the backups in `dest` but the newest `keep` whole ones (with a manifest), and the
+/// unfinished ones older than the oldest kept; folders not named as backups are left alone.
+/// The backups removed.
+pub async fn prune(dest: &Destination, keep: usize) -> Result<Vec<String>> {
+    let mut ids: Vec<String> = dest
+        .folders()
+        .await?
+        .into_iter()
+        .filter(|n| is_backup_id(n))
+        .collect();
+    ids.sort_unstable_by(|a, b| b.cmp(a));
+    let mut whole = 0;
+    let mut removed = Vec::new();
+    for id in ids {
+        let folder = dest.folder(&id);
+        let complete = folder.get(MANIFEST).await.is_ok();
+        if complete && whole < keep {
+            whole += 1;
+            continue;
+        }
+        // An unfinished backup newer than the oldest one kept may still be being written.
+        if !complete && whole < keep {
+            continue;
+        }
+        folder.remove_all().await?;
+        removed.push(id);
+    }
+    Ok(removed)
+}
+
 /// A new backup id: its time (UTC) and a random suffix, sorting in time order.
 pub fn new_backup_id() -> String {
     use rand::Rng;
@@ -78,6 +136,24 @@ pub(crate) async fn take(
         .await?;
     metrics::gauge!("basalt_backup_last_success_timestamp_seconds")
         .set(written.finished_ms as f64 / 1000.0);
+    let last = LastBackup {
+        backup: id.clone(),
+        dest: req.dest.clone(),
+        started_ms: written.started_ms,
+        finished_ms: written.finished_ms,
+    };
+    let recorded = replicas
+        .put_record(
+            crate::ids::META_GROUP,
+            crate::namespace::Namespace::Cluster,
+            LAST_BACKUP_KEY,
+            serde_json::to_value(&last)?,
+            None,
+        )
+        .await;
+    if let Err(e) = recorded {
+        tracing::warn!(backup = %id, "recording the last backup: {e}");
+    }
     tracing::info!(backup = %id, dest = %folder.shown(), fence_ms = written.fence_ms, groups = written.groups.len(), "backup written");
     Ok(written)
 }
@@ -299,4 +375,57 @@ pub(crate) async fn answer(
 
 fn unexpected(r: &AdminResponse) -> Error {
     Error::Internal(format!("unexpected answer to a backup step: {r:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn new_ids_are_backup_ids_and_others_are_not() {
+        assert!(is_backup_id(&new_backup_id()));
+        for other in [
+            "",
+            "photos",
+            "20261129T061502Z-3fa9cX",
+            "20261129T061502Z3fa9c21",
+        ] {
+            assert!(!is_backup_id(other), "{other}");
+        }
+    }
+
+    #[tokio::test]
+    async fn pruning_keeps_the_newest_whole_backups_and_what_is_not_a_backup() {
+        let dir = tempfile::tempdir().unwrap();
+        let dest = Destination::open(dir.path().to_str().unwrap(), None).unwrap();
+        let ids = [
+            "20261101T030000Z-000001",
+            "20261102T030000Z-000002",
+            "20261103T030000Z-000003",
+            "20261104T030000Z-000004",
+        ];
+        for id in ids {
+            dest.folder(id).put(MANIFEST, b"{}".to_vec()).await.unwrap();
+            dest.folder(id)
+                .put("g00000.state.zst", vec![1])
+                .await
+                .unwrap();
+        }
+        // Unfinished: one older than the kept ones, one newer (maybe being written).
+        let old = "20261101T000000Z-0000aa";
+        let new = "20261105T030000Z-0000bb";
+        for id in [old, new] {
+            dest.folder(id)
+                .put("g00000.state.zst", vec![1])
+                .await
+                .unwrap();
+        }
+        dest.folder("photos").put("cat.jpg", vec![1]).await.unwrap();
+        let mut removed = prune(&dest, 2).await.unwrap();
+        removed.sort();
+        assert_eq!(removed, vec![old, ids[0], ids[1]]);
+        let mut left = dest.folders().await.unwrap();
+        left.sort();
+        assert_eq!(left, vec![ids[2], ids[3], new, "photos"]);
+    }
 }
