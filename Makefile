@@ -22,7 +22,7 @@ sdks:
 	@./scripts/install-sdks.sh
 
 ## The servers the suite runs beside Basalt (moto's S3 server from PyPI, for the S3 files
-## backend), into ~/.cache/basalt/test-servers.
+## backend, into ~/.cache/basalt/test-servers; Debian's prometheus for promtool).
 test-servers:
 	@./scripts/install-test-servers.sh
 
@@ -44,6 +44,7 @@ dev: run
 ## The whole suite: lints, unit tests, HTTP scenarios, multi-process cluster tests and the
 ## jepsen smoke run (about 40 s of load per workload under kill and partition nemeses).
 test: deps sdks test-servers lint
+	./scripts/check-alerts.sh
 	$(CARGO) test $(PROFILE_FLAGS) --workspace --all-targets
 
 lint:

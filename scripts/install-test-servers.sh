@@ -2,10 +2,23 @@
 # Installs the servers `make test` runs beside Basalt when they are missing: moto 5.2.5's S3
 # server (`moto[s3]` with flask, from PyPI), the S3-compatible service the S3 files backend is
 # tested against (node/tests/api/files_s3.rs), into $BASALT_TEST_SERVERS_DIR/moto (default base
-# ~/.cache/basalt/test-servers). No-op when present.
+# ~/.cache/basalt/test-servers); and Debian's prometheus package, whose promtool checks and
+# unit-tests the alert rules (scripts/check-alerts.sh). No-op when present.
 set -euo pipefail
 . "$(dirname "$0")/pip-into.sh"
 base="${BASALT_TEST_SERVERS_DIR:-$HOME/.cache/basalt/test-servers}"
+
+if ! command -v promtool >/dev/null 2>&1; then
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "install-test-servers: please install Prometheus's promtool (no apt-get here)" >&2
+    exit 1
+  fi
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  echo "install-test-servers: installing prometheus (for promtool)"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends prometheus
+fi
 
 dir="$base/moto"
 # Installed when its own copy imports (a moto elsewhere on the system does not count).

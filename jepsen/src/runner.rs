@@ -142,6 +142,13 @@ pub async fn run(cfg: &RunConfig) -> anyhow::Result<RunReport> {
         }
     }
     let finals = finals.unwrap_or_default();
+    // Every group's replicas, compared at one committed index (`basalt admin check`).
+    let consistency = match db.admin(0, &["check", "--wait-secs", "120"]) {
+        Ok(_) => "agree".to_string(),
+        Err(e) if e.to_string().contains("differing replicas") => format!("differ: {e}"),
+        Err(e) => format!("unchecked: {e}"),
+    };
+    eprintln!("[jepsen] {}: replicas {consistency}", cfg.name());
     eprintln!("[jepsen] {}: checking {} operations", cfg.name(), ops.len());
     let verdict = workload::check(cfg.workload, &ops, &finals, cfg.check_budget);
     db.stop_all();
@@ -158,6 +165,7 @@ pub async fn run(cfg: &RunConfig) -> anyhow::Result<RunReport> {
         "ops": {"total": ops.len(), "ok": count(Kind::Ok), "fail": count(Kind::Fail), "info": count(Kind::Info)},
         "faults": intervals,
         "final_values": finals.values,
+        "consistency": consistency,
         "result": verdict,
         "valid": verdict.name(),
     });

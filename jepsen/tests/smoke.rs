@@ -1,6 +1,8 @@
 //! The jepsen smoke run of `make test`: every workload for a short time (`JEPSEN_SMOKE_SECONDS`,
 //! default 40) under the kill and partition nemeses against a real 3-node cluster. Fails on an
-//! `invalid` verdict (or a run that cannot complete); `unknown` is reported, not failed.
+//! `invalid` verdict, on replicas a consistency check (`basalt admin check`, once healed) finds
+//! differing or cannot compare, or on a run that cannot complete; `unknown` is reported, not
+//! failed.
 //! Run directories are kept under the target dir's `tmp/jepsen-smoke/`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -51,6 +53,10 @@ async fn every_workload_under_kill_and_partition() {
                     report.verdict.name(),
                     report.summary["ops"]
                 );
+                let consistency = report.summary["consistency"].as_str().unwrap_or_default();
+                if !consistency.starts_with("agree") {
+                    failures.push(format!("{}: replicas {consistency}", cfg.name()));
+                }
                 if report.verdict.name() == "invalid" {
                     failures.push(format!(
                         "{}: {}",
