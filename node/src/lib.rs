@@ -44,6 +44,7 @@ pub mod paths;
 pub mod push;
 pub mod query;
 pub mod realtime;
+pub mod request_log;
 pub mod secrets;
 pub mod serve;
 pub mod server;

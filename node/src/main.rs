@@ -20,11 +20,19 @@ fn main() -> std::process::ExitCode {
     if let Ok(quiet) = "yup_oauth2=warn".parse() {
         filter = filter.add_directive(quiet);
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        // Colours only on a terminal: log files get plain text, and no request pays for styling.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                // Colours only on a terminal: log files get plain text, and no request pays
+                // for styling.
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())),
+        )
+        // Warn and error lines also go to the node's ring (`GET /admin/logs`).
+        .with(basalt::request_log::LinesLayer)
         .init();
     if let Err(e) = basalt_cluster::failpoints::arm_from_env() {
         eprintln!("basalt: {e}");

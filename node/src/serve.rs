@@ -183,6 +183,13 @@ pub struct ServiceArgs {
     /// MB per second each node may write during a scheduled backup (default: no limit).
     #[arg(long, env = "BASALT_BACKUP_RATE")]
     pub backup_rate: Option<f64>,
+    /// Requests this node keeps for `GET /admin/logs` (warn and error lines: a tenth as many,
+    /// at least 100); 0: none.
+    #[arg(long, default_value_t = 10_000, env = "BASALT_REQUEST_LOG_ENTRIES")]
+    pub request_log_entries: usize,
+    /// Also write every request to stdout as one JSON line (for log shippers).
+    #[arg(long, env = "BASALT_REQUEST_LOG_JSON")]
+    pub request_log_json: bool,
     /// Seconds a client has to send a request's head before its connection is closed.
     #[arg(long, default_value_t = 10, env = "BASALT_HTTP_HEADER_TIMEOUT_SECS")]
     pub http_header_timeout_secs: u64,
@@ -414,6 +421,9 @@ pub async fn shutdown_signal() {
     let _ = ctrl_c.await;
 }
 
+/// Most requests `--request-log-entries` may keep (about 50 MiB at most).
+const MAX_REQUEST_LOG_ENTRIES: usize = 200_000;
+
 /// The backup schedule the options ask for, checked before the node starts.
 fn backup_schedule(args: &ServeArgs) -> anyhow::Result<Option<crate::backups::BackupSchedule>> {
     let Some(dest) = &args.service.backup_to else {
@@ -442,6 +452,12 @@ fn backup_schedule(args: &ServeArgs) -> anyhow::Result<Option<crate::backups::Ba
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     install_metrics_recorder()?;
+    crate::request_log::install(
+        args.service
+            .request_log_entries
+            .min(MAX_REQUEST_LOG_ENTRIES),
+        args.service.request_log_json,
+    );
     let backup_schedule = backup_schedule(&args)?;
     // From the start, so that a SIGHUP sent while the node is still joining does not end it.
     #[cfg(unix)]

@@ -27,21 +27,45 @@ use crate::api::{self, context::AppState};
 /// Requests slower than this are logged (they are also in the latency histogram).
 const SLOW_REQUEST: std::time::Duration = std::time::Duration::from_secs(5);
 
-async fn observe(req: Request, next: Next) -> Response {
+async fn observe(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    req: Request,
+    next: Next,
+) -> Response {
     let started = Instant::now();
+    let at_ms = chrono::Utc::now().timestamp_millis();
     let method = req.method().to_string();
     let route = req
         .extensions()
         .get::<MatchedPath>()
         .map(|p| p.as_str().to_string())
         .unwrap_or_else(|| "unmatched".into());
+    let app = req
+        .headers()
+        .get(&state.headers.application_id)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let client = req
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0.ip().to_string());
     let resp = next.run(req).await;
-    let status = resp.status().as_u16().to_string();
+    let status = resp.status().as_u16();
     let took = started.elapsed();
     if took >= SLOW_REQUEST {
         tracing::warn!(%method, %route, %status, "slow request: {:.1} s", took.as_secs_f64());
     }
-    metrics::histogram!("basalt_http_request_seconds", "method" => method, "route" => route, "status" => status)
+    crate::request_log::record(crate::request_log::RequestEntry {
+        at_ms,
+        app,
+        method: method.clone(),
+        route: route.clone(),
+        status,
+        latency_ms: took.as_secs_f64() * 1000.0,
+        client,
+        request_id: basalt_cluster::request_id::current().unwrap_or_default(),
+    });
+    metrics::histogram!("basalt_http_request_seconds", "method" => method, "route" => route, "status" => status.to_string())
         .record(took.as_secs_f64());
     resp
 }
@@ -62,7 +86,7 @@ fn request_id_of(req: &Request) -> String {
 pub fn app(state: AppState) -> Router {
     let limit = state.max_body_bytes;
     let router = api::routes(state.clone())
-        .route_layer(middleware::from_fn(observe))
+        .route_layer(middleware::from_fn_with_state(state.clone(), observe))
         .layer(DefaultBodyLimit::max(limit));
     let _ = state.router.set(router.clone());
     router

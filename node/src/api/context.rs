@@ -166,6 +166,27 @@ pub async fn require_app(State(state): State<AppState>, req: Request, next: Next
     authenticated(state, req, next, false).await
 }
 
+/// Middleware of routes the console account or an app's master key may read (`/admin/logs`):
+/// with the console account's email and password headers, the account (`ConsoleAccount` in the
+/// extensions: every app); otherwise as `require_master` (the app of its `RequestCtx` only).
+pub async fn require_master_or_console(
+    State(state): State<AppState>,
+    req: Request,
+    next: Next,
+) -> Response {
+    if !req.headers().contains_key(&state.headers.email) {
+        return authenticated(state, req, next, true).await;
+    }
+    let (mut parts, body) = req.into_parts();
+    match ConsoleAccount::from_request_parts(&mut parts, &state).await {
+        Ok(account) => {
+            parts.extensions.insert(account);
+            next.run(Request::from_parts(parts, body)).await
+        }
+        Err(refused) => refused.into_response(),
+    }
+}
+
 /// Middleware of master-key routes (schemas): as `require_app`, plus the master key (10061).
 pub async fn require_master(State(state): State<AppState>, req: Request, next: Next) -> Response {
     authenticated(state, req, next, true).await

@@ -34,7 +34,7 @@ use axum::middleware::from_fn_with_state;
 use axum::routing::{MethodFilter, MethodRouter};
 use axum::Router;
 
-use context::{require_app, require_master, require_operator, AppState};
+use context::{require_app, require_master, require_master_or_console, require_operator, AppState};
 
 /// Who may call a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +52,9 @@ pub enum Access {
     /// The node's operator: `--metrics-token` as a bearer token, or without one a caller on
     /// the node's own machine (`require_operator`).
     Operator,
+    /// The console account (every app), or an app's master key (that app):
+    /// `require_master_or_console`.
+    MasterOrConsole,
 }
 
 /// One path of the table: the access its router checks (`gate`), and each method with the
@@ -186,6 +189,7 @@ pub fn table() -> Vec<Route<AppState>> {
         // Operations (not part of the spec).
         route!(Open, "/health", GET => ops::health),
         route!(Operator, "/metrics", GET => ops::metrics),
+        route!(MasterOrConsole, "/admin/logs", GET => ops::logs),
     ]
 }
 
@@ -198,13 +202,14 @@ pub fn path_with_cdn(path: &str, cdn: &str) -> String {
 /// answered by `ops`.
 pub fn routes(state: AppState) -> Router {
     let (mut app, mut master, mut other) = (Router::new(), Router::new(), Router::new());
-    let mut operator = Router::new();
+    let (mut operator, mut admin) = (Router::new(), Router::new());
     for r in table() {
         let path = path_with_cdn(r.path, &state.files.cdn);
         match r.gate {
             Access::App => app = app.route(&path, r.router),
             Access::Master => master = master.route(&path, r.router),
             Access::Operator => operator = operator.route(&path, r.router),
+            Access::MasterOrConsole => admin = admin.route(&path, r.router),
             Access::Console | Access::Link | Access::Open => other = other.route(&path, r.router),
         }
     }
@@ -212,6 +217,7 @@ pub fn routes(state: AppState) -> Router {
         .merge(app.route_layer(from_fn_with_state(state.clone(), require_app)))
         .merge(master.route_layer(from_fn_with_state(state.clone(), require_master)))
         .merge(operator.route_layer(from_fn_with_state(state.clone(), require_operator)))
+        .merge(admin.route_layer(from_fn_with_state(state.clone(), require_master_or_console)))
         .merge(other)
         .fallback(ops::not_found)
         .method_not_allowed_fallback(ops::method_not_allowed)
@@ -480,6 +486,7 @@ mod tests {
             ),
             ("GET", "/1/schemas/Game", "schemas::get_schema Master"),
             ("GET", "/health", "ops::health Open"),
+            ("GET", "/admin/logs", "ops::logs MasterOrConsole"),
             ("GET", "/metrics", "ops::metrics Operator"),
         ];
         let mut reached = std::collections::BTreeSet::new();

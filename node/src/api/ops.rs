@@ -194,3 +194,45 @@ pub async fn not_found() -> ApiError {
 pub async fn method_not_allowed() -> ApiError {
     ApiError::from(CommonError::MethodNotAllowed)
 }
+
+/// The query of `GET /admin/logs`.
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct LogsQuery {
+    /// Only this app's requests (the console account; a master key sees its own app only).
+    app: Option<String>,
+    /// Only entries at or after this time: ms since the epoch.
+    since: Option<i64>,
+    /// Only this status (`500`), or this class (`5` for every 5xx).
+    status: Option<u16>,
+    /// At most this many, the newest (default 100, at most 1,000).
+    limit: Option<usize>,
+}
+
+/// `GET /admin/logs`: this node's recent requests (and, for the console account, its warn and
+/// error lines), newest last (`request_log`).
+pub async fn logs(
+    account: Option<axum::Extension<super::context::ConsoleAccount>>,
+    ctx: Option<axum::Extension<crate::auth::RequestCtx>>,
+    axum::extract::Query(q): axum::extract::Query<LogsQuery>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let limit = q
+        .limit
+        .unwrap_or(100)
+        .clamp(1, crate::request_log::MAX_ANSWER);
+    let (app, console) = match (&account, &ctx) {
+        (Some(_), _) => (q.app.clone(), true),
+        (None, Some(ctx)) => (Some(ctx.app.application_id.to_string()), false),
+        (None, None) => return Err(CommonError::Unauthorized.into()),
+    };
+    let filter = crate::request_log::Filter {
+        app,
+        since_ms: q.since,
+        status: q.status,
+        limit,
+    };
+    let mut body = json!({"requests": crate::request_log::requests(&filter)});
+    if console {
+        body["lines"] = json!(crate::request_log::lines(q.since, limit));
+    }
+    Ok(Json(body))
+}

@@ -1,4 +1,4 @@
-//! Operational endpoints (`src/api/ops.rs`): /health, /metrics, unknown routes.
+//! Operational endpoints (`src/api/ops.rs`): /health, /metrics, /admin/logs, unknown routes.
 
 use serde_json::{json, Value};
 
@@ -6,7 +6,8 @@ use super::common::scenario::{run_rows, As, Row};
 use super::common::TestCluster;
 
 /// Who may call the operational endpoints, as a table: `/health` is open, `/metrics` answers
-/// a caller on the node's own machine when no token is set, an unknown route is 404.
+/// a caller on the node's own machine when no token is set, `/admin/logs` an app's master key
+/// or the console account, an unknown route is 404.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ops_endpoints_answer_as_their_table_says() {
     use basalt_client::Method;
@@ -36,6 +37,19 @@ async fn ops_endpoints_answer_as_their_table_says() {
             "/1/nothing",
         )
         .answers(404),
+        Row::new("logs, without keys", Method::GET, "/admin/logs")
+            .auth(As::Nobody)
+            .answers(401),
+        Row::new("logs, with the REST key", Method::GET, "/admin/logs").fails(400, 10061),
+        Row::new("logs, with a wrong key", Method::GET, "/admin/logs")
+            .auth(As::WrongKey)
+            .fails(400, 10061),
+        Row::new("logs, with the master key", Method::GET, "/admin/logs")
+            .auth(As::Master)
+            .answers(200),
+        Row::new("logs, with the console account", Method::GET, "/admin/logs")
+            .auth(As::Console)
+            .answers(200),
     ];
     run_rows(&cluster, &rows).await;
 }
@@ -211,4 +225,71 @@ async fn health_is_degraded_when_no_quorum_answers() {
             .all(|p| p["problem"] == "leaderUnreachable" || p["problem"] == "noLeader"),
         "{last}"
     );
+}
+
+/// `/admin/logs`: an app's master key reads that app's requests only (route templates, never
+/// paths), filtered by status class; the console account reads every app's and the node's
+/// warn and error lines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_show_each_caller_what_it_may_see() {
+    let cluster = TestCluster::start(1, &[], &[]).await;
+    let other = cluster.create_app(0, "other").await;
+    let other = cluster.app_client(0, &other);
+    let created = cluster
+        .client(0)
+        .create_object("Log", &json!({"a": 1}))
+        .await
+        .unwrap();
+    let _ = cluster.client(0).get_object("Log", "nosuchobject").await;
+    other.create_object("Log", &json!({"a": 2})).await.unwrap();
+    let get = |c: basalt_client::Client, query: &'static str| async move {
+        let path = format!("/admin/logs{query}");
+        c.request(basalt_client::Method::GET, &path, None, true)
+            .await
+            .unwrap()
+            .body
+    };
+    let own = get(cluster.master_client(0), "").await;
+    let requests = own["requests"].as_array().unwrap();
+    let app = cluster.keys.application_id.clone();
+    assert!(requests.iter().all(|r| r["app"] == json!(app)), "{own}");
+    assert!(requests
+        .iter()
+        .any(|r| r["route"] == "/1/classes/{class}" && r["status"] == 201));
+    assert!(
+        !own.to_string().contains(&created.object_id),
+        "a path leaked: {own}"
+    );
+    assert!(
+        own.get("lines").is_none(),
+        "a master key reads no node lines"
+    );
+    let failed = get(cluster.master_client(0), "?status=4").await;
+    let failed = failed["requests"].as_array().unwrap();
+    assert!(
+        !failed.is_empty() && failed.iter().all(|r| r["status"] == 404),
+        "{failed:?}"
+    );
+    let console = cluster.console_client(0);
+    let all = console
+        .request(
+            basalt_client::Method::GET,
+            "/admin/logs?limit=1000",
+            None,
+            false,
+        )
+        .await
+        .unwrap()
+        .body;
+    let apps: std::collections::BTreeSet<String> = all["requests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["app"].as_str().map(str::to_string))
+        .collect();
+    assert!(
+        apps.len() >= 2,
+        "the console reads every app's requests: {apps:?}"
+    );
+    assert!(all["lines"].is_array(), "{all}");
 }
