@@ -125,6 +125,20 @@ impl CheckReport {
             .filter(|g| !g.differing.is_empty())
             .collect()
     }
+
+    /// The groups not compared in full: a voter did not answer, or the group's voters were
+    /// not known (its leader did not answer).
+    pub fn incomplete(&self) -> Vec<&GroupCheck> {
+        self.groups
+            .iter()
+            .filter(|g| g.digests.is_empty() || !g.unanswered.is_empty())
+            .collect()
+    }
+
+    /// Whether every group was compared in full.
+    pub fn complete(&self) -> bool {
+        self.incomplete().is_empty()
+    }
 }
 
 /// One group's replicas at one log index.
@@ -161,6 +175,9 @@ pub struct BackupRequest {
     pub dest: String,
     /// Bytes per second each node may write (None: no limit).
     pub rate: Option<u64>,
+    /// Taken by a schedule (`--backup-schedule`): only such backups are pruned.
+    #[serde(default)]
+    pub scheduled: bool,
 }
 
 /// What a backup's coordinator asks of the node writing one group's state.

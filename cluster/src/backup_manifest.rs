@@ -32,6 +32,9 @@ pub struct Manifest {
     /// How long new writes waited at the fence.
     pub fence_ms: u64,
     pub settings: ClusterSettings,
+    /// Taken by a schedule: pruning removes only these (`--backup-keep`).
+    #[serde(default)]
+    pub scheduled: bool,
     /// One per group, the metadata group first.
     pub groups: Vec<GroupBackup>,
 }

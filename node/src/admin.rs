@@ -185,6 +185,7 @@ async fn backup(
     let req = basalt_cluster::admin::BackupRequest {
         dest: destination_spec(&to)?,
         rate,
+        scheduled: false,
     };
     let resp = admin_at(
         rpc,
@@ -269,6 +270,16 @@ pub async fn run(rpc: &str, certs_dir: Option<&Path>, cmd: AdminCommand) -> anyh
                     eprintln!("group {}: replicas {:?} differ", g.group, g.differing);
                 }
                 anyhow::bail!("{} group(s) with differing replicas", mismatched.len());
+            }
+            let incomplete = report.incomplete();
+            if !incomplete.is_empty() {
+                for g in &incomplete {
+                    eprintln!(
+                        "group {}: not compared (unanswered {:?})",
+                        g.group, g.unanswered
+                    );
+                }
+                anyhow::bail!("{} group(s) not compared in full", incomplete.len());
             }
         }
         AdminCommand::Backup {

@@ -1,9 +1,11 @@
 //! Scheduled backups (`--backup-to`, `--backup-schedule`, `--backup-keep`): on the node that
 //! runs the cluster's timed work (`Cluster::runs_scheduler`), a backup of the whole cluster at
 //! each tick of the schedule (cron, UTC, as scheduled functions take it), then the backups in
-//! the destination but the newest `keep` removed. Whether a tick is done goes by the cluster's
-//! last backup as the metadata group records it, so a scheduler handed to another node neither
-//! repeats nor forgets one; a tick missed while no node could run it is run once, late. A
+//! the destination but the newest `keep` scheduled ones removed (`services::backup::prune`:
+//! backups taken by hand stay). Whether a tick is done goes by the cluster's last backup to
+//! this destination as the metadata group records it (and by what this node took), so a
+//! scheduler handed to another node neither repeats nor forgets one; a tick missed while no
+//! node could run it is run once, late. A
 //! backup that fails is tried again after `RETRY`. Neighbours: the cluster's backups
 //! (`services::backup`), `functions::cron` (the cron syntax).
 
@@ -50,6 +52,8 @@ fn until_next(cron: &croner::Cron, now_ms: i64) -> Duration {
 /// Runs `schedule` for as long as the process lives.
 pub async fn run(cluster: Cluster, schedule: BackupSchedule) {
     let mut failed_at: Option<tokio::time::Instant> = None;
+    // The tick this node last backed up: a tick is done even when recording it failed.
+    let mut done_here: Option<i64> = None;
     loop {
         let wait = until_next(&schedule.cron, Utc::now().timestamp_millis());
         tokio::time::sleep(wait.max(Duration::from_millis(200))).await;
@@ -60,17 +64,22 @@ pub async fn run(cluster: Cluster, schedule: BackupSchedule) {
         let Some(tick) = latest_tick(&schedule.cron, now) else {
             continue;
         };
-        let done = cluster.last_backup().is_some_and(|b| b.started_ms >= tick);
+        let recorded = cluster
+            .last_backup()
+            .is_some_and(|b| b.dest == schedule.dest && b.started_ms >= tick);
+        let done = recorded || done_here.is_some_and(|t| t >= tick);
         if done {
             continue;
         }
         let req = BackupRequest {
             dest: schedule.dest.clone(),
             rate: schedule.rate,
+            scheduled: true,
         };
         match cluster.backup(&req).await {
             Ok(manifest) => {
                 failed_at = None;
+                done_here = Some(tick);
                 metrics::counter!("basalt_backups_scheduled_total", "outcome" => "ok").increment(1);
                 match cluster
                     .prune_backups(&schedule.dest, schedule.keep.max(1))

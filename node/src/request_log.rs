@@ -1,7 +1,8 @@
 //! This node's recent requests and its warn and error log lines, each kind in a bounded ring
 //! (`--request-log-entries`; lines: a tenth of it) that `GET /admin/logs` reads
 //! (`api::ops::logs`); with `--request-log-json` every request is also written to stdout as one
-//! JSON line, for log shippers. `server::observe` records requests; `LinesLayer`, a tracing
+//! JSON line, for log shippers, by a thread of its own (a reader that stalls makes lines drop,
+//! counted by `basalt_request_log_json_dropped_total`, never requests wait). `server::observe` records requests; `LinesLayer`, a tracing
 //! layer, records the lines. Memory: an entry's strings are cut to `MAX_FIELD` bytes and a
 //! line's message to `MAX_MESSAGE`, so the rings hold at most a few MiB.
 
@@ -56,7 +57,30 @@ struct Rings {
     lines: Mutex<VecDeque<LogLine>>,
     max_requests: usize,
     max_lines: usize,
-    json_stdout: bool,
+    /// JSON lines for stdout, written by a thread of their own (`--request-log-json`).
+    json_stdout: Option<std::sync::mpsc::SyncSender<Vec<u8>>>,
+}
+
+/// JSON lines queued for stdout; past it (a stalled reader) lines are dropped and counted.
+const JSON_QUEUE: usize = 4096;
+
+/// Writes queued JSON lines to stdout until the process ends.
+fn json_writer() -> std::sync::mpsc::SyncSender<Vec<u8>> {
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(JSON_QUEUE);
+    let spawned = std::thread::Builder::new()
+        .name("request-log-json".into())
+        .spawn(move || {
+            let mut out = std::io::stdout();
+            while let Ok(line) = rx.recv() {
+                if out.write_all(&line).is_err() {
+                    return;
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("no thread for --request-log-json: {e}");
+    }
+    tx
 }
 
 static RINGS: OnceLock<Rings> = OnceLock::new();
@@ -69,7 +93,7 @@ pub fn install(entries: usize, json_stdout: bool) {
         lines: Mutex::new(VecDeque::new()),
         max_requests: entries,
         max_lines: (entries / 10).max(100),
-        json_stdout,
+        json_stdout: json_stdout.then(json_writer),
     });
 }
 
@@ -102,10 +126,12 @@ pub fn record(mut entry: RequestEntry) {
     entry.route = cut(entry.route, MAX_FIELD);
     entry.client = entry.client.map(|c| cut(c, MAX_FIELD));
     entry.request_id = cut(entry.request_id, MAX_FIELD);
-    if rings.json_stdout {
+    if let Some(tx) = &rings.json_stdout {
         if let Ok(mut line) = serde_json::to_vec(&entry) {
             line.push(b'\n');
-            let _ = std::io::stdout().lock().write_all(&line);
+            if tx.try_send(line).is_err() {
+                metrics::counter!("basalt_request_log_json_dropped_total").increment(1);
+            }
         }
     }
     push(&rings.requests, rings.max_requests, entry);

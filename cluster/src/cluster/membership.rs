@@ -64,7 +64,7 @@ impl Cluster {
             AdminRequest::StateDigest { check, group } => Ok(AdminResponse::Digests(vec![
                 self.replicas()
                     .checks()
-                    .digest(&check, group, std::time::Duration::from_secs(120))
+                    .digest(&check, group, std::time::Duration::from_secs(3600))
                     .await?,
             ])),
             step @ (AdminRequest::Fence { .. }

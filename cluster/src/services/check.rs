@@ -24,8 +24,9 @@ use crate::ids::{GroupId, NodeId, META_GROUP};
 use crate::namespace::Namespace;
 use crate::replicas::{now_ms, Replicas};
 
-/// How long a voter may take to apply the check's entry and hash its state.
-const DIGEST_WAIT: Duration = Duration::from_secs(120);
+/// How long a voter may take to apply the check's entry and hash its state (a replica hashes
+/// at the speed of a snapshot build: minutes for tens of GiB).
+const DIGEST_WAIT: Duration = Duration::from_secs(3600);
 /// Deadline of asking a member for its status.
 const STATUS_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -157,12 +158,17 @@ async fn voters(replicas: &Replicas) -> HashMap<GroupId, Vec<NodeId>> {
     voters
 }
 
-/// Sets the alarm record when groups differ, removes it when none do.
+/// Sets the alarm record when groups differ, removes it when every group was compared in full
+/// and none differs (a check that could not compare some replicas leaves it as it was).
 async fn record(replicas: &Replicas, report: &CheckReport) -> Result<()> {
     let mismatched = report.mismatched();
     metrics::gauge!("basalt_consistency_mismatched_groups").set(mismatched.len() as f64);
     metrics::gauge!("basalt_consistency_last_check_timestamp_seconds")
         .set(now_ms() as f64 / 1000.0);
+    if mismatched.is_empty() && !report.complete() {
+        tracing::warn!(check = %report.check, "some replicas were not compared: the alarm stays as it was");
+        return Ok(());
+    }
     if mismatched.is_empty() {
         let clear = Command::DeleteRecord {
             ns: Namespace::Cluster.name().into(),

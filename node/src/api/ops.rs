@@ -159,7 +159,17 @@ fn record_group_gauges(
     }
 }
 
+/// The process's own series (CPU seconds, resident memory, open files, threads, start time).
+static PROCESS: OnceLock<metrics_process::Collector> = OnceLock::new();
+
 pub async fn metrics(State(state): State<AppState>) -> Result<String, ApiError> {
+    PROCESS
+        .get_or_init(|| {
+            let c = metrics_process::Collector::default();
+            c.describe();
+            c
+        })
+        .collect();
     let status = state.cluster.status();
     let health = state.cluster.health();
     record_group_gauges(&status, &health);

@@ -57,12 +57,24 @@ async fn a_check_names_the_replica_that_differs() {
         "node 3 skipped the create"
     );
     for i in 0..3 {
-        let health: Value = reqwest::get(format!("{}/health", cluster.url(i)))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        // Each node shows it once its replica of the metadata group applied the record.
+        let mut health = Value::Null;
+        for _ in 0..50 {
+            health = reqwest::get(format!("{}/health", cluster.url(i)))
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            let alarms = health["alarms"].as_array().unwrap();
+            if alarms
+                .iter()
+                .any(|a| a["alarm"] == "consistency" && a["nodes"] == json!([3]))
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
         let alarms = health["alarms"].as_array().unwrap();
         assert!(
             alarms

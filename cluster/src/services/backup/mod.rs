@@ -65,10 +65,18 @@ pub fn is_backup_id(name: &str) -> bool {
             .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c))
 }
 
-/// Removes the backups in `dest` but the newest `keep` whole ones (with a manifest), and the
-/// unfinished ones older than the oldest kept; folders not named as backups are left alone.
-/// The backups removed.
+/// Unfinished backups younger than this are left alone (they may still be being written).
+const UNFINISHED_KEPT_MS: i64 = 24 * 3600 * 1000;
+
+/// Removes the scheduled backups in `dest` but the newest `keep`, and the unfinished ones older
+/// than the oldest kept and a day; backups taken by hand and folders not named as backups are
+/// left alone. The backups removed.
 pub async fn prune(dest: &Destination, keep: usize) -> Result<Vec<String>> {
+    #[derive(serde::Deserialize)]
+    struct Tag {
+        #[serde(default)]
+        scheduled: bool,
+    }
     let mut ids: Vec<String> = dest
         .folders()
         .await?
@@ -76,23 +84,33 @@ pub async fn prune(dest: &Destination, keep: usize) -> Result<Vec<String>> {
         .filter(|n| is_backup_id(n))
         .collect();
     ids.sort_unstable_by(|a, b| b.cmp(a));
-    let mut whole = 0;
+    let day_ago = now_ms() - UNFINISHED_KEPT_MS;
+    let mut kept = 0;
     let mut removed = Vec::new();
     for id in ids {
         let folder = dest.folder(&id);
-        let complete = folder.get(MANIFEST).await.is_ok();
-        if complete && whole < keep {
-            whole += 1;
-            continue;
+        let remove = match folder.get(MANIFEST).await {
+            Ok(bytes) => match serde_json::from_slice::<Tag>(&bytes) {
+                Ok(tag) if tag.scheduled => {
+                    kept += 1;
+                    kept > keep
+                }
+                _ => false,
+            },
+            Err(_) => kept >= keep && id_time_ms(&id).is_some_and(|t| t < day_ago),
+        };
+        if remove {
+            folder.remove_all().await?;
+            removed.push(id);
         }
-        // An unfinished backup newer than the oldest one kept may still be being written.
-        if !complete && whole < keep {
-            continue;
-        }
-        folder.remove_all().await?;
-        removed.push(id);
     }
     Ok(removed)
+}
+
+/// When backup `id` was taken (ms since the epoch).
+fn id_time_ms(id: &str) -> Option<i64> {
+    let at = chrono::NaiveDateTime::parse_from_str(id.get(..15)?, "%Y%m%dT%H%M%S").ok()?;
+    Some(at.and_utc().timestamp_millis())
 }
 
 /// A new backup id: its time (UTC) and a random suffix, sorting in time order.
@@ -201,6 +219,7 @@ async fn write_groups(
         finished_ms: now_ms(),
         fence_ms,
         settings: replicas.settings(),
+        scheduled: req.scheduled,
         groups,
     })
 }
@@ -395,26 +414,33 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn pruning_keeps_the_newest_whole_backups_and_what_is_not_a_backup() {
+    async fn pruning_keeps_the_newest_scheduled_backups_and_what_was_not_scheduled() {
         let dir = tempfile::tempdir().unwrap();
         let dest = Destination::open(dir.path().to_str().unwrap(), None).unwrap();
-        let ids = [
+        let scheduled = [
             "20261101T030000Z-000001",
             "20261102T030000Z-000002",
             "20261103T030000Z-000003",
             "20261104T030000Z-000004",
         ];
-        for id in ids {
-            dest.folder(id).put(MANIFEST, b"{}".to_vec()).await.unwrap();
+        let tag = br#"{"scheduled": true}"#.to_vec();
+        for id in scheduled {
+            dest.folder(id).put(MANIFEST, tag.clone()).await.unwrap();
             dest.folder(id)
                 .put("g00000.state.zst", vec![1])
                 .await
                 .unwrap();
         }
-        // Unfinished: one older than the kept ones, one newer (maybe being written).
+        // By hand, older than every scheduled one: kept.
+        let manual = "20261001T120000Z-0000cc";
+        dest.folder(manual)
+            .put(MANIFEST, b"{}".to_vec())
+            .await
+            .unwrap();
+        // Unfinished: one older than the kept ones (and a day), one newer (maybe being written).
         let old = "20261101T000000Z-0000aa";
-        let new = "20261105T030000Z-0000bb";
-        for id in [old, new] {
+        let new = new_backup_id();
+        for id in [old, new.as_str()] {
             dest.folder(id)
                 .put("g00000.state.zst", vec![1])
                 .await
@@ -423,9 +449,11 @@ mod tests {
         dest.folder("photos").put("cat.jpg", vec![1]).await.unwrap();
         let mut removed = prune(&dest, 2).await.unwrap();
         removed.sort();
-        assert_eq!(removed, vec![old, ids[0], ids[1]]);
+        assert_eq!(removed, vec![old, scheduled[0], scheduled[1]]);
         let mut left = dest.folders().await.unwrap();
         left.sort();
-        assert_eq!(left, vec![ids[2], ids[3], new, "photos"]);
+        let mut expected = vec![manual, scheduled[2], scheduled[3], new.as_str(), "photos"];
+        expected.sort();
+        assert_eq!(left, expected);
     }
 }

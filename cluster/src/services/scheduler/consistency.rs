@@ -11,6 +11,8 @@ use crate::replicas::Replicas;
 
 pub struct ConsistencyCheck {
     pub every: Duration,
+    /// A check is running (it runs on its own task: the other jobs do not wait for it).
+    pub running: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Job for ConsistencyCheck {
@@ -23,8 +25,18 @@ impl Job for ConsistencyCheck {
     }
 
     fn run<'a>(&'a self, replicas: &'a Replicas) -> BoxFuture<'a, Result<()>> {
+        use std::sync::atomic::Ordering;
         Box::pin(async move {
-            crate::services::check::run(replicas).await?;
+            if self.running.swap(true, Ordering::SeqCst) {
+                return Ok(());
+            }
+            let (replicas, running) = (replicas.clone(), std::sync::Arc::clone(&self.running));
+            tokio::spawn(async move {
+                if let Err(e) = crate::services::check::run(&replicas).await {
+                    tracing::warn!("consistency check: {e}");
+                }
+                running.store(false, Ordering::SeqCst);
+            });
             Ok(())
         })
     }

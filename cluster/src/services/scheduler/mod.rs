@@ -34,7 +34,10 @@ fn jobs(every: Intervals) -> Vec<Box<dyn Job>> {
         }),
     ];
     if let Some(every) = every.consistency_check {
-        jobs.push(Box::new(consistency::ConsistencyCheck { every }));
+        jobs.push(Box::new(consistency::ConsistencyCheck {
+            every,
+            running: Default::default(),
+        }));
     }
     jobs
 }
