@@ -334,3 +334,47 @@ impl GroupStatus {
         self.voters.contains(&node) || self.learners.contains(&node)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Starting a backup or a check takes an administrator's certificate; a node's may send
+    /// only the steps a coordinating node sends its peers.
+    #[test]
+    fn backups_and_checks_are_started_by_administrators_only() {
+        let node = NodeId::new(2);
+        let started = [
+            AdminRequest::Backup(BackupRequest {
+                dest: "/backups".into(),
+                rate: None,
+                scheduled: false,
+            }),
+            AdminRequest::Check,
+        ];
+        for req in &started {
+            assert!(!req.node_may_send(node), "{}", req.name());
+            assert!(req.admin_may_send(), "{}", req.name());
+        }
+        let steps = [
+            AdminRequest::Fence {
+                backup: "b".into(),
+                ttl_ms: 1000,
+            },
+            AdminRequest::Unfence { backup: "b".into() },
+            AdminRequest::BackupAbort { backup: "b".into() },
+            AdminRequest::BackupWait {
+                backup: "b".into(),
+                group: GroupId::new(1),
+            },
+            AdminRequest::StateDigest {
+                check: "c".into(),
+                group: GroupId::new(1),
+            },
+            AdminRequest::ConsistencyAlarm,
+        ];
+        for req in &steps {
+            assert!(req.node_may_send(node), "{}", req.name());
+        }
+    }
+}

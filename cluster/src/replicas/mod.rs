@@ -547,6 +547,42 @@ impl Replicas {
             .unwrap_or(0)
     }
 
+    /// Each group's status as the member leading it reports it, asking every active member
+    /// (this one without a round trip); members that do not answer within `timeout` are left
+    /// out. What backups and consistency checks go by: a node outside a group does not know
+    /// its leader or voters.
+    pub(crate) async fn led_group_statuses(
+        &self,
+        timeout: Duration,
+    ) -> HashMap<GroupId, GroupStatus> {
+        use crate::admin::{AdminRequest, AdminResponse};
+        let members: Vec<NodeId> = self.active_members().iter().map(|n| n.id).collect();
+        let asks = members.iter().map(|&node| async move {
+            if node == self.node_id() {
+                return Ok(self.status());
+            }
+            match self
+                .router()
+                .admin(node, &AdminRequest::Status, timeout)
+                .await?
+            {
+                AdminResponse::Status(status) => Ok(status),
+                other => Err(Error::Internal(format!(
+                    "unexpected answer to Status: {other:?}"
+                ))),
+            }
+        });
+        let mut led = HashMap::new();
+        for status in futures::future::join_all(asks).await.into_iter().flatten() {
+            for g in status.groups {
+                if g.leader == Some(status.node_id) {
+                    led.insert(g.group, g);
+                }
+            }
+        }
+        led
+    }
+
     /// The state of every group on this node.
     pub fn status(&self) -> NodeStatus {
         NodeStatus {

@@ -33,12 +33,13 @@ const STATUS_TIMEOUT: Duration = Duration::from_secs(10);
 /// Checks every group, this node coordinating: the report, after the alarm record is set or
 /// cleared.
 pub(crate) async fn run(replicas: &Replicas) -> Result<CheckReport> {
-    let check = format!(
-        "{}-{:06x}",
-        chrono::Utc::now().format("%Y%m%dT%H%M%SZ"),
-        rand::random::<u32>() & 0xff_ffff
-    );
-    let voters = voters(replicas).await;
+    let check = super::backup::new_backup_id();
+    let voters: HashMap<GroupId, Vec<NodeId>> = replicas
+        .led_group_statuses(STATUS_TIMEOUT)
+        .await
+        .into_iter()
+        .map(|(group, g)| (group, g.voters))
+        .collect();
     let groups = GroupId::all(replicas.shards()).map(|group| {
         let check = check.clone();
         let voters = voters.get(&group).cloned().unwrap_or_default();
@@ -131,31 +132,6 @@ async fn digest_at(
             "unexpected answer to StateDigest: {other:?}"
         ))),
     }
-}
-
-/// Each group's voters, as the member that leads it reports them.
-async fn voters(replicas: &Replicas) -> HashMap<GroupId, Vec<NodeId>> {
-    let members: Vec<NodeId> = replicas.active_members().iter().map(|n| n.id).collect();
-    let asks = members.iter().map(|&node| async move {
-        if node == replicas.node_id() {
-            return Ok(AdminResponse::Status(replicas.status()));
-        }
-        replicas
-            .router()
-            .admin(node, &AdminRequest::Status, STATUS_TIMEOUT)
-            .await
-    });
-    let mut voters = HashMap::new();
-    for answer in join_all(asks).await {
-        if let Ok(AdminResponse::Status(status)) = answer {
-            for g in status.groups {
-                if g.leader == Some(status.node_id) {
-                    voters.insert(g.group, g.voters.clone());
-                }
-            }
-        }
-    }
-    voters
 }
 
 /// Sets the alarm record when groups differ, removes it when every group was compared in full

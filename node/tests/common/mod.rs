@@ -293,30 +293,21 @@ impl TestCluster {
         https_ca: Option<Vec<u8>>,
         volume_mb: Option<u64>,
     ) -> TestCluster {
-        let guard = ONE_CLUSTER_AT_A_TIME
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let dir = tempfile::tempdir().expect("temp dir");
-        let mut cluster = TestCluster {
-            dir,
-            nodes: Vec::new(),
-            keys: AppKeys {
+        let mut cluster = TestCluster::empty(
+            AppKeys {
                 application_id: String::new(),
                 rest_key: String::new(),
                 master_key: None,
             },
-            replicas: init_args
-                .iter()
-                .position(|a| *a == "--replicas")
-                .and_then(|i| init_args.get(i + 1)?.parse().ok())
-                .unwrap_or(3),
-            common_args: common_args.iter().map(|s| s.to_string()).collect(),
-            log_filter: log_filter.to_string(),
-            ca_dir: None,
-            https_ca,
-            volumes: None,
-            _guard: guard,
-        };
+            log_filter.to_string(),
+        );
+        cluster.replicas = init_args
+            .iter()
+            .position(|a| *a == "--replicas")
+            .and_then(|i| init_args.get(i + 1)?.parse().ok())
+            .unwrap_or(3);
+        cluster.common_args = common_args.iter().map(|s| s.to_string()).collect();
+        cluster.https_ca = https_ca;
         if let Some(mb) = volume_mb {
             cluster.volumes =
                 Some(Volumes::make(cluster.dir.path(), n, mb).expect("the nodes' small disks"));
@@ -401,21 +392,7 @@ impl TestCluster {
         secrets_key: &std::path::Path,
         keys: AppKeys,
     ) -> TestCluster {
-        let guard = ONE_CLUSTER_AT_A_TIME
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let mut cluster = TestCluster {
-            dir: tempfile::tempdir().expect("temp dir"),
-            nodes: Vec::new(),
-            keys,
-            replicas: 3,
-            common_args: Vec::new(),
-            log_filter: node_log_filter(),
-            ca_dir: None,
-            https_ca: None,
-            volumes: None,
-            _guard: guard,
-        };
+        let mut cluster = TestCluster::empty(keys, node_log_filter());
         cluster
             .add_node_prepared(Vec::new(), |data_dir, rpc| {
                 let out = Command::new(env!("CARGO_BIN_EXE_basalt"))
@@ -442,6 +419,25 @@ impl TestCluster {
             .wait_placement_settled(Duration::from_secs(90))
             .await;
         cluster
+    }
+
+    /// A cluster of no nodes yet, in a new temp dir, holding the one-cluster-at-a-time lock.
+    fn empty(keys: AppKeys, log_filter: String) -> TestCluster {
+        let guard = ONE_CLUSTER_AT_A_TIME
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        TestCluster {
+            dir: tempfile::tempdir().expect("temp dir"),
+            nodes: Vec::new(),
+            keys,
+            replicas: 3,
+            common_args: Vec::new(),
+            log_filter,
+            ca_dir: None,
+            https_ca: None,
+            volumes: None,
+            _guard: guard,
+        }
     }
 
     /// Node `i`'s gRPC address.

@@ -113,7 +113,7 @@ fn id_time_ms(id: &str) -> Option<i64> {
     Some(at.and_utc().timestamp_millis())
 }
 
-/// A new backup id: its time (UTC) and a random suffix, sorting in time order.
+/// A new backup (or check) id: its time (UTC) and a random suffix, sorting in time order.
 pub fn new_backup_id() -> String {
     use rand::Rng;
     format!(
@@ -186,7 +186,13 @@ async fn write_groups(
     id: &str,
     req: &BackupRequest,
 ) -> Result<Manifest> {
-    let leaders = leaders(replicas, jobs, s3, members).await;
+    // The leader of each group writes it (a node outside a group does not know its leader).
+    let leaders: HashMap<GroupId, NodeId> = replicas
+        .led_group_statuses(STEP_TIMEOUT)
+        .await
+        .into_iter()
+        .filter_map(|(group, g)| Some((group, g.leader?)))
+        .collect();
     let started_ms = now_ms();
     let fence_start = Instant::now();
     let pinned = fenced(replicas, jobs, s3, members, &leaders, id, req).await;
@@ -222,30 +228,6 @@ async fn write_groups(
         scheduled: req.scheduled,
         groups,
     })
-}
-
-/// The leader of each group, as the members that lead them report (a node outside a group
-/// does not know it): who writes each group's state.
-async fn leaders(
-    replicas: &Replicas,
-    jobs: &GroupJobs,
-    s3: Option<&crate::files::bucket::BucketOptions>,
-    members: &[NodeId],
-) -> HashMap<GroupId, NodeId> {
-    let asks = members
-        .iter()
-        .map(|&node| at(replicas, jobs, s3, node, AdminRequest::Status, STEP_TIMEOUT));
-    let mut leaders = HashMap::new();
-    for answer in join_all(asks).await {
-        if let Ok(AdminResponse::Status(status)) = answer {
-            for g in status.groups {
-                if g.leader == Some(status.node_id) {
-                    leaders.insert(g.group, status.node_id);
-                }
-            }
-        }
-    }
-    leaders
 }
 
 /// Raises the fence everywhere, commits the barriers and pins every group's view, then lowers
