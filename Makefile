@@ -10,7 +10,7 @@ NODES ?= 1
 JEPSEN_SECONDS ?= 120
 JEPSEN_NODES ?= 3
 
-.PHONY: run dev test lint deps sdks test-servers build bench bench-files bench-functions bench-push bench-realtime bench-queries bench-peers bench-store bench-encoding jepsen fuzz clean-data
+.PHONY: run dev test lint deps sdks test-servers build bench bench-backup bench-files bench-functions bench-push bench-realtime bench-queries bench-peers bench-store bench-encoding jepsen fuzz clean-data
 
 ## Install the system packages the build needs (libclang for rust-rocksdb's bindgen).
 deps:
@@ -57,6 +57,13 @@ lint:
 bench: deps
 	$(CARGO) build $(PROFILE_FLAGS) -p basalt -p basalt-bench
 	./scripts/bench.sh
+
+## Backup and restore: 1,000,000 objects on 3 nodes, creates alone and during a backup, the
+## backup's MB/s and fence, a restore into 3 new nodes (OBJECTS, SECONDS_PER, CONCURRENCY
+## override; see docs/performance.md).
+bench-backup: deps
+	$(CARGO) build $(PROFILE_FLAGS) -p basalt -p basalt-bench
+	./scripts/bench-backup.sh
 
 ## File uploads and downloads (1 KiB, 1 MiB, 20 MiB) on 1 and 3 nodes, with copies on disk and
 ## in an S3 bucket (moto's server), beside the raw disk's speed; writes

@@ -97,6 +97,10 @@ pub enum AdminRequest {
     BackupAbort {
         backup: String,
     },
+    /// The backup is written: this node's copies of stored files need no longer be held.
+    BackupEnd {
+        backup: String,
+    },
     /// Check that every group's replicas hold the same state (`services::check`), this node
     /// coordinating.
     Check,
@@ -212,6 +216,7 @@ impl AdminRequest {
             AdminRequest::BackupGroup(_) => "BackupGroup",
             AdminRequest::BackupWait { .. } => "BackupWait",
             AdminRequest::BackupAbort { .. } => "BackupAbort",
+            AdminRequest::BackupEnd { .. } => "BackupEnd",
             AdminRequest::Check => "Check",
             AdminRequest::StateDigest { .. } => "StateDigest",
             AdminRequest::ConsistencyAlarm => "ConsistencyAlarm",
@@ -233,6 +238,7 @@ impl AdminRequest {
             | AdminRequest::BackupGroup(_)
             | AdminRequest::BackupWait { .. }
             | AdminRequest::BackupAbort { .. }
+            | AdminRequest::BackupEnd { .. }
             | AdminRequest::StateDigest { .. }
             | AdminRequest::ConsistencyAlarm => true,
             AdminRequest::Join(record) => record.id == sender,
@@ -363,6 +369,7 @@ mod tests {
             },
             AdminRequest::Unfence { backup: "b".into() },
             AdminRequest::BackupAbort { backup: "b".into() },
+            AdminRequest::BackupEnd { backup: "b".into() },
             AdminRequest::BackupWait {
                 backup: "b".into(),
                 group: GroupId::new(1),

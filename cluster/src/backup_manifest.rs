@@ -1,6 +1,9 @@
 //! What a backup holds, as its `manifest.json` tells: the cluster's settings, and for every
 //! group the object holding its state at the backup's barrier (zstd-compressed, in the
-//! snapshot file format of `statemachine::snapshot`) with its size and SHA-256.
+//! snapshot file format of `statemachine::snapshot`) with its size and SHA-256, and the
+//! listing of the stored files whose records that state holds (`GroupFiles`: one JSON line per
+//! file, `BackedUpFile`) — each file's bytes copied into the backup (`files/<id>`) when the
+//! cluster keeps copies on its nodes, or only listed when they are in the files bucket.
 //!
 //! `services::backup` writes backups; verifying and restoring read them. A backup is the
 //! folder `<destination>/<backup id>/`: `manifest.json` is written last, so a backup without
@@ -8,6 +11,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::files::record::FileId;
 use crate::ids::{GroupId, NodeId};
 use crate::settings::ClusterSettings;
 
@@ -61,12 +65,71 @@ pub struct GroupBackup {
     pub sha256: String,
     /// The node whose replica wrote it.
     pub node: NodeId,
+    /// The stored files whose records the state holds (none in a backup of a build before
+    /// files were backed up).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<GroupFiles>,
 }
 
 impl GroupBackup {
     /// The name of `group`'s object in a backup's folder.
     pub fn object_name(group: GroupId) -> String {
         format!("g{:05}.state.zst", group.get())
+    }
+}
+
+/// The stored files of one group's state in a backup: its listing object and what it counts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupFiles {
+    /// The listing's object: one `BackedUpFile` as JSON per line.
+    pub object: String,
+    /// Bytes of the listing object.
+    pub size: u64,
+    /// SHA-256 of the listing object, in hex.
+    pub sha256: String,
+    /// Files listed, and their bytes.
+    pub files: u64,
+    pub bytes: u64,
+    /// Files whose bytes the backup holds (`files/<id>`).
+    pub copied: u64,
+    /// Files in the cluster's files bucket: listed, their bytes left there.
+    pub in_bucket: u64,
+    /// Files no copy of could be read when the backup was taken (listed with the reason).
+    pub missing: u64,
+}
+
+impl GroupFiles {
+    /// The name of `group`'s listing in a backup's folder.
+    pub fn object_name(group: GroupId) -> String {
+        format!("g{:05}.files.jsonl", group.get())
+    }
+}
+
+/// One stored file in a backup's listing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BackedUpFile {
+    pub id: FileId,
+    pub size: u64,
+    /// MD5 of its bytes, in hex (as its record has it).
+    pub md5: String,
+    /// SHA-256 of its copy in the backup (`object_name`), when the backup holds its bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    /// The bucket holding its bytes (`s3://bucket/prefix`), when the cluster keeps files in
+    /// one: the backup does not copy them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bucket: Option<String>,
+    /// Why no copy of it could be read, when none could.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub missing: Option<String>,
+}
+
+impl BackedUpFile {
+    /// The name of the copy of file `id` in a backup's folder.
+    pub fn object_name(id: &FileId) -> String {
+        format!("files/{id}")
     }
 }
 

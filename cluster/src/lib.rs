@@ -19,7 +19,8 @@
 //! - 1: statemachine rpc network local_read
 //! - 0: every other module — the leaves: ids, names, encodings, command, object, update, acl,
 //!   the query engine, schema rules, the change log, files' records, raft, storage (the only
-//!   one naming RocksDB), errors.
+//!   one naming RocksDB), errors; `damage` (tests' damage to a stopped node's store, with the
+//!   `failpoints` feature).
 
 pub mod acl;
 pub mod admin;
@@ -28,6 +29,8 @@ pub mod cancel;
 pub mod changes;
 pub mod cluster;
 pub mod command;
+#[cfg(feature = "failpoints")]
+pub mod damage;
 pub mod disk;
 mod encoding;
 pub mod error;

@@ -170,8 +170,9 @@ pub struct ServiceArgs {
     /// (each hashes every replica's state once: a read of the whole store); 0: never.
     #[arg(long, default_value_t = 21_600, env = "BASALT_CHECK_SECS")]
     pub check_secs: u64,
-    /// Where scheduled backups go: an absolute directory, the same on every node's machine, or
-    /// s3://bucket/prefix (docs/ops/backup.md); none: no scheduled backups.
+    /// Where scheduled backups and the console's (`POST /admin/backups`) go: an absolute
+    /// directory, the same on every node's machine, or s3://bucket/prefix (docs/ops/backup.md);
+    /// none: no scheduled backups.
     #[arg(long, env = "BASALT_BACKUP_TO")]
     pub backup_to: Option<String>,
     /// When scheduled backups run: cron, UTC (5 fields, or 6 with seconds first; `@daily`).
@@ -572,6 +573,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             functions: crate::functions::runner::Runner::new(function_threads(
                 args.service.function_threads,
             ))?,
+            backups: backup_schedule.clone(),
         },
         args.service.public_url.clone().unwrap_or_else(|| {
             let scheme = if https.is_some() { "https" } else { "http" };

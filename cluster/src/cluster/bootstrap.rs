@@ -156,6 +156,7 @@ impl Cluster {
                 }
             });
         }
+        let files_bucket = opts.files_bucket.clone();
         let cluster = Cluster {
             inner: Arc::new(Inner {
                 files: files.clone(),
@@ -170,7 +171,7 @@ impl Cluster {
                 apply_watch: Default::default(),
                 shared_secret: Default::default(),
                 created: fresh_init,
-                backups: Default::default(),
+                backups: crate::services::backup::GroupJobs::new(files.clone(), files_bucket),
             }),
         };
         cluster.spawn(crate::peer_service::serve(
@@ -265,7 +266,16 @@ async fn register_self(cluster: Cluster, join_addr: Option<String>) {
         http_addr: opts.http_addr.clone(),
         state: NodeState::Active,
         plaintext: opts.peer_tls.is_none(),
-        features: opts.features.clone(),
+        features: opts
+            .features
+            .iter()
+            .cloned()
+            .chain(
+                crate::services::backup::FEATURES
+                    .iter()
+                    .map(|f| f.to_string()),
+            )
+            .collect(),
         disk: None,
     };
     let mut attempt = 0u32;

@@ -332,13 +332,17 @@ impl Cluster {
         &self,
         req: &crate::admin::BackupRequest,
     ) -> Result<crate::backup_manifest::Manifest> {
-        crate::services::backup::take(
-            &self.inner.replicas,
-            &self.inner.backups,
+        crate::services::backup::take(&self.inner.replicas, &self.inner.backups, req).await
+    }
+
+    /// The newest backups in `dest` (a directory or `s3://bucket/prefix`, reached as backups
+    /// to it are), newest first.
+    pub async fn list_backups(&self, dest: &str) -> Result<Vec<crate::services::backup::Listed>> {
+        let dest = crate::services::backup::Destination::open(
+            dest,
             self.inner.options.files_bucket.as_ref(),
-            req,
-        )
-        .await
+        )?;
+        crate::services::backup::list(&dest).await
     }
 
     /// The cluster's last backup that finished, as this node's replica of the metadata group

@@ -71,14 +71,9 @@ impl Cluster {
             | AdminRequest::Unfence { .. }
             | AdminRequest::BackupGroup(_)
             | AdminRequest::BackupWait { .. }
-            | AdminRequest::BackupAbort { .. }) => {
-                crate::services::backup::answer(
-                    self.replicas(),
-                    &self.inner.backups,
-                    self.inner.options.files_bucket.as_ref(),
-                    step,
-                )
-                .await
+            | AdminRequest::BackupAbort { .. }
+            | AdminRequest::BackupEnd { .. }) => {
+                crate::services::backup::answer(self.replicas(), &self.inner.backups, step).await
             }
             AdminRequest::Compact => {
                 self.replicas().compact().await;

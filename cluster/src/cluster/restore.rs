@@ -4,9 +4,12 @@
 //! node alone, and the group's log starts after it (vote and purge point at that index). The
 //! old cluster's member records are dropped: the node records itself when it starts.
 //!
+//! The stored files the backup copied are put in the node's `files/` (each checked against its
+//! size, MD5 and SHA-256); files the backup only listed stay in their bucket.
+//!
 //! The node then starts with `basalt serve` on that data dir and elects itself leader of every
 //! group; more nodes join it (`--join`) and receive the groups' states as snapshots, as they do
-//! in any cluster. Neighbours: `bootstrap` (the node's identity), `statemachine::snapshot`
+//! in any cluster, and the copies of files they are ranked for (the files' upkeep). Neighbours: `bootstrap` (the node's identity), `statemachine::snapshot`
 //! (install), `raft::log_store`, the backup's `verify` and `destination`.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -18,8 +21,9 @@ use openraft::{BasicNode, Membership};
 
 use super::bootstrap::NodeIdentity;
 use super::Cluster;
-use crate::backup_manifest::{GroupBackup, Manifest};
+use crate::backup_manifest::{BackedUpFile, GroupBackup, Manifest};
 use crate::error::{Error, Result};
+use crate::files::copies::CopyStore;
 use crate::ids::{NodeId, META_GROUP};
 use crate::namespace::Namespace;
 use crate::raft::{RocksLogStore, SnapshotMeta, StoredMembership, Vote};
@@ -103,6 +107,7 @@ impl Cluster {
                 log.save_committed(Some(last)).await.map_err(io)?;
             }
         }
+        restore_files(src, &manifest, &target.data_dir.join("files")).await?;
         // The metadata group without the old members, and a snapshot of it that agrees: the
         // one nodes joining later receive.
         drop_old_members(&store)?;
@@ -119,6 +124,72 @@ impl Cluster {
         let _ = std::fs::remove_dir_all(&incoming);
         Ok(manifest)
     }
+}
+
+/// Files restored at a time.
+const RESTORING: usize = 4;
+
+/// Puts a copy of every stored file the backup holds into `dir` (the new node's copies).
+async fn restore_files(src: &Destination, manifest: &Manifest, dir: &Path) -> Result<()> {
+    use futures::{StreamExt, TryStreamExt};
+    let copies = CopyStore::open(dir)?;
+    let (mut copied, mut elsewhere) = (0u64, 0u64);
+    for files in manifest.groups.iter().filter_map(|g| g.files.as_ref()) {
+        let (listed, _, _) = src
+            .read_through(&files.object, |r| -> Result<Vec<BackedUpFile>> {
+                use std::io::BufRead;
+                let mut listed = Vec::new();
+                for line in std::io::BufReader::new(r).lines() {
+                    let entry: BackedUpFile = serde_json::from_str(&line?)?;
+                    if entry.sha256.is_some() {
+                        listed.push(entry);
+                    }
+                }
+                Ok(listed)
+            })
+            .await?;
+        let listed = listed?;
+        copied += listed.len() as u64;
+        elsewhere += files.in_bucket + files.missing;
+        futures::stream::iter(listed)
+            .map(|entry| restore_file(src, &copies, entry))
+            .buffer_unordered(RESTORING)
+            .try_collect::<Vec<()>>()
+            .await?;
+    }
+    tracing::info!(
+        copied,
+        elsewhere,
+        "stored files restored (those in a bucket stay there)"
+    );
+    Ok(())
+}
+
+/// Copies one file of the backup into `copies`, checked against the listing.
+async fn restore_file(src: &Destination, copies: &CopyStore, entry: BackedUpFile) -> Result<()> {
+    use futures::StreamExt;
+    use sha2::{Digest, Sha256};
+    if copies.get(&entry.id).is_some_and(|c| c.size == entry.size) {
+        return Ok(());
+    }
+    let name = BackedUpFile::object_name(&entry.id);
+    let mut stream = src.stream(&name).await?;
+    let mut w = copies.writer(&entry.id).await?;
+    let mut sha = Sha256::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk?;
+        sha.update(&chunk);
+        w.write(&chunk).await?;
+    }
+    let got = format!("{:x}", sha.finalize());
+    if entry.sha256.as_deref() != Some(got.as_str()) {
+        return Err(Error::Storage(format!(
+            "{}/{name} changed while it was restored",
+            src.shown()
+        )));
+    }
+    w.finish(entry.size, &entry.md5).await?;
+    Ok(())
 }
 
 /// Writes group `g`'s object to `part`, decompressed, with the new node as the only member:

@@ -4,13 +4,18 @@
 //! fsync'd (`CopyWriter::finish`), so a copy in place is always whole. An in-memory index of
 //! the copies in place (size, time stored) answers `has`/`list` without touching the disk.
 //!
+//! While a backup copies the cluster's files (`services::backup`), it holds the copies here
+//! (`hold`): a copy asked to go (its file deleted, or upkeep moving it) stays until the last
+//! hold is released or lapses, so a file deleted after the backup's barrier is still there to
+//! be copied; at most `DEFERRED_MAX` such drops wait.
+//!
 //! Used by `files::upload` and `files::read` (the node's own copies) and by
 //! `peer_service::file_service` (copies written, read, listed and dropped for peers).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 use md5::{Digest, Md5};
 use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
@@ -35,6 +40,32 @@ pub struct CopyStore {
 struct Inner {
     dir: PathBuf,
     index: Mutex<HashMap<FileId, CopyInfo>>,
+    holds: Mutex<Holds>,
+}
+
+/// Drops that wait for the holds to end, at most (past it, copies go at once).
+pub const DEFERRED_MAX: usize = 100_000;
+
+/// The holds on this node's copies, by name (a backup's id), each until its deadline, and the
+/// drops waiting for them.
+#[derive(Default)]
+struct Holds {
+    until: HashMap<String, Instant>,
+    deferred: HashSet<FileId>,
+}
+
+impl Holds {
+    /// Whether a hold is on; when none is (they ended or lapsed), the drops that waited are
+    /// handed out in `due`.
+    fn any(&mut self, due: &mut Vec<FileId>) -> bool {
+        let now = Instant::now();
+        self.until.retain(|_, t| *t > now);
+        if self.until.is_empty() {
+            due.extend(self.deferred.drain());
+            return false;
+        }
+        true
+    }
 }
 
 fn ms_of(t: SystemTime) -> i64 {
@@ -102,6 +133,7 @@ impl CopyStore {
             inner: Arc::new(Inner {
                 dir: dir.to_path_buf(),
                 index: Mutex::new(index),
+                holds: Mutex::default(),
             }),
         };
         store.report();
@@ -185,8 +217,60 @@ impl CopyStore {
         Ok(Some(file.take(len)))
     }
 
-    /// Deletes the copy of `id`; false when there was none.
+    /// Holds every copy here (drops wait) until `release(name)` or for `ttl`.
+    pub fn hold(&self, name: &str, ttl: Duration) {
+        let mut due = Vec::new();
+        {
+            let mut holds = self.inner.holds.lock().unwrap_or_else(|p| p.into_inner());
+            holds.any(&mut due);
+            holds.until.insert(name.to_string(), Instant::now() + ttl);
+        }
+        self.drop_later(due);
+    }
+
+    /// Ends the hold `name`; once none is left, the copies whose drops waited go (in the
+    /// background: there may be many).
+    pub fn release(&self, name: &str) {
+        let mut due = Vec::new();
+        {
+            let mut holds = self.inner.holds.lock().unwrap_or_else(|p| p.into_inner());
+            holds.until.remove(name);
+            holds.any(&mut due);
+        }
+        self.drop_later(due);
+    }
+
+    /// Drops the copies of `ids` in the background (their drops waited for a hold).
+    fn drop_later(&self, ids: Vec<FileId>) {
+        if ids.is_empty() {
+            return;
+        }
+        let store = self.clone();
+        tokio::spawn(async move {
+            for id in ids {
+                if let Err(e) = store.drop_copy(&id).await {
+                    tracing::warn!(%id, "dropping a copy held for a backup: {e}");
+                }
+            }
+        });
+    }
+
+    /// Deletes the copy of `id` — or, while a hold is on, marks it to go when the holds end;
+    /// false when there was none.
     pub async fn drop_copy(&self, id: &FileId) -> Result<bool> {
+        let mut due = Vec::new();
+        {
+            let mut holds = self.inner.holds.lock().unwrap_or_else(|p| p.into_inner());
+            if holds.any(&mut due) && self.get(id).is_some() {
+                if holds.deferred.len() < DEFERRED_MAX || holds.deferred.contains(id) {
+                    holds.deferred.insert(id.clone());
+                    return Ok(true);
+                }
+                tracing::warn!(%id, "more than {DEFERRED_MAX} drops wait for a backup: this copy goes now");
+            }
+        }
+        // Holds that lapsed leave their waiting drops to the next drop.
+        self.drop_later(due);
         let had = self.index()?.remove(id).is_some();
         match tokio::fs::remove_file(self.path_of(id)).await {
             Ok(()) => {}
@@ -317,5 +401,59 @@ mod tests {
         assert!(!again.drop_copy(&id).await.unwrap());
         assert!(again.reader(&id, 0, 5).await.unwrap().is_none());
         assert_eq!(CopyStore::open(dir.path()).unwrap().get(&id), None);
+    }
+
+    async fn stored(store: &CopyStore, bytes: &[u8]) -> FileId {
+        let id = FileId::random();
+        let mut w = store.writer(&id).await.unwrap();
+        w.write(bytes).await.unwrap();
+        w.finish(bytes.len() as u64, &md5_of(bytes)).await.unwrap();
+        id
+    }
+
+    #[tokio::test]
+    async fn held_copies_stay_until_the_last_hold_ends_or_lapses() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CopyStore::open(dir.path()).unwrap();
+        let (a, b) = (stored(&store, b"a").await, stored(&store, b"b").await);
+        store.hold("backup-1", Duration::from_secs(60));
+        store.hold("backup-2", Duration::from_secs(60));
+        assert!(
+            store.drop_copy(&a).await.unwrap(),
+            "a drop while held is taken"
+        );
+        assert!(
+            store.reader(&a, 0, 1).await.unwrap().is_some(),
+            "still readable"
+        );
+        store.release("backup-1");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(store.get(&a).is_some(), "backup-2 still holds it");
+        store.release("backup-2");
+        let path = dir.path().join(&a.as_str()[..2]).join(a.as_str());
+        for _ in 0..100 {
+            if !path.exists() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(store.get(&a), None, "gone with the last hold");
+        assert!(!path.exists());
+
+        // A hold that lapses holds nothing, and the drops that waited for it go with the next.
+        let c = stored(&store, b"c").await;
+        store.hold("backup-3", Duration::from_millis(20));
+        assert!(store.drop_copy(&c).await.unwrap());
+        assert!(store.get(&c).is_some(), "held");
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        assert!(store.drop_copy(&b).await.unwrap());
+        assert_eq!(store.get(&b), None);
+        for _ in 0..100 {
+            if store.get(&c).is_none() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(store.get(&c), None, "the lapsed hold's waiting drop went");
     }
 }

@@ -201,6 +201,18 @@ pub fn write_state(
     w: &mut impl Write,
     pinned: impl FnOnce(),
 ) -> Result<(SnapshotMeta, u64)> {
+    write_state_seeing(group, store, w, pinned, |_, _| Ok(()))
+}
+
+/// `write_state`, showing `seen` every record written (its key without the group's prefix,
+/// and its value) once it is written: a backup lists the stored files the state names.
+pub fn write_state_seeing(
+    group: GroupId,
+    store: &Store,
+    w: &mut impl Write,
+    pinned: impl FnOnce(),
+    mut seen: impl FnMut(&[u8], &[u8]) -> Result<()>,
+) -> Result<(SnapshotMeta, u64)> {
     w.write_all(MAGIC)?;
     let applied_key = keys::meta_key(group, keys::SM_APPLIED);
     let mut meta: Option<SnapshotMeta> = None;
@@ -235,6 +247,7 @@ pub fn write_state(
         write_u32(w, v.len())?;
         w.write_all(v)?;
         records += 1;
+        seen(k, v)?;
         Ok(true)
     })?;
     let meta = match meta {

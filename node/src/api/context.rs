@@ -73,6 +73,8 @@ pub struct Shared {
     /// The bearer token operator routes (`/metrics`) ask of callers (`--metrics-token`);
     /// without one they answer only callers on the node's own machine.
     pub metrics_token: Option<String>,
+    /// Where backups go (`--backup-to`), also those the console asks for.
+    pub backups: Option<crate::backups::BackupSchedule>,
 }
 
 /// What the API hands work to besides the cluster: the services outside the node it talks to,
@@ -82,6 +84,8 @@ pub struct Outside {
     pub sms: Arc<dyn crate::sms::provider::SmsProvider>,
     pub identity: crate::users::third_party::providers::IdentityProviders,
     pub functions: crate::functions::runner::Runner,
+    /// Where backups go (`--backup-to`), also those the console asks for.
+    pub backups: Option<crate::backups::BackupSchedule>,
 }
 
 /// What bounds clients of the node: per-IP limits, and the token of operator routes.
@@ -135,6 +139,7 @@ impl AppState {
             functions,
             realtime,
             metrics_token: guards.metrics_token,
+            backups: outside.backups,
         }))
     }
 }

@@ -8,6 +8,7 @@
 //! routes (`/health`, `/metrics`). Each family's handlers live in the file of the same name.
 
 pub mod apps;
+pub mod backups;
 pub mod batch;
 pub mod batch_slot;
 pub mod captcha;
@@ -190,6 +191,8 @@ pub fn table() -> Vec<Route<AppState>> {
         route!(Open, "/health", GET => ops::health),
         route!(Operator, "/metrics", GET => ops::metrics),
         route!(MasterOrConsole, "/admin/logs", GET => ops::logs),
+        route!(Console, "/admin/backups",
+            GET => backups::list_backups, POST => backups::take_backup),
     ]
 }
 
@@ -487,6 +490,8 @@ mod tests {
             ("GET", "/1/schemas/Game", "schemas::get_schema Master"),
             ("GET", "/health", "ops::health Open"),
             ("GET", "/admin/logs", "ops::logs MasterOrConsole"),
+            ("GET", "/admin/backups", "backups::list_backups Console"),
+            ("POST", "/admin/backups", "backups::take_backup Console"),
             ("GET", "/metrics", "ops::metrics Operator"),
         ];
         let mut reached = std::collections::BTreeSet::new();

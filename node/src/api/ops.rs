@@ -28,6 +28,11 @@ pub fn install_metrics_recorder() -> anyhow::Result<()> {
         ])?
         .install_recorder()?;
     let _ = PROMETHEUS.set(handle);
+    // Series without labels that may stay untouched for long are shown at 0 from the start,
+    // so that a dashboard shows 0 rather than no data (a counter appears when first counted).
+    metrics::counter!("basalt_raft_snapshots_sent_total").increment(0);
+    metrics::counter!("basalt_raft_snapshots_received_total").increment(0);
+    metrics::gauge!("basalt_realtime_connections").increment(0.0);
     Ok(())
 }
 

@@ -11,6 +11,7 @@ mod acl;
 mod aggregates;
 mod apps;
 mod auth;
+mod backups;
 mod batch;
 mod captcha;
 mod cloud_query;

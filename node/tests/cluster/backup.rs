@@ -1,6 +1,7 @@
 //! Backups (`basalt admin backup`): taken while clients write, checked with `backup verify`,
 //! and every kind of damage to one named.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,36 +32,84 @@ fn backup(cluster: &TestCluster, i: usize, dir: &Path) -> (Value, PathBuf) {
     (manifest, folder)
 }
 
-/// Story — a backup while four clients write through every node: no write fails or waits
-/// long at the fence, every group's state is written at its barrier or after it, and the
-/// backup verifies whole.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_backup_taken_under_writes_verifies_whole() {
-    let cluster = TestCluster::start(3, &["--shards", "6"], &[]).await;
-    let dir = tempfile::tempdir().unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let writers: Vec<_> = (0..4)
-        .map(|w| {
-            let (client, stop) = (cluster.client(w % 3), Arc::clone(&stop));
-            tokio::spawn(async move {
-                let mut n = 0;
-                while !stop.load(Ordering::SeqCst) {
-                    client
-                        .create_object("Score", &json!({"writer": w, "n": n}))
-                        .await
-                        .unwrap_or_else(|e| panic!("writer {w}'s create #{n}: {e}"));
-                    n += 1;
-                }
-                n
-            })
-        })
-        .collect();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let (manifest, folder) = tokio::task::block_in_place(|| backup(&cluster, 1, dir.path()));
-    stop.store(true, Ordering::SeqCst);
-    for w in writers {
-        assert!(w.await.unwrap() > 0, "a writer wrote nothing");
+/// Milliseconds since the epoch, as the nodes on this machine count them.
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// Every object id of `class`, through `client` (in pages, by id).
+async fn all_ids(client: &basalt_client::Client, class: &str) -> BTreeSet<String> {
+    let mut ids = BTreeSet::new();
+    let mut after = String::new();
+    loop {
+        let filter = json!({"objectId": {"$gt": after}}).to_string();
+        let page = client
+            .query(
+                class,
+                &[
+                    ("where", &filter),
+                    ("order", "objectId"),
+                    ("limit", "1000"),
+                    ("keys", "objectId"),
+                ],
+            )
+            .await
+            .unwrap();
+        let results = page["results"].as_array().unwrap();
+        let Some(last) = results.last() else {
+            return ids;
+        };
+        after = last["objectId"].as_str().unwrap().to_string();
+        ids.extend(
+            results
+                .iter()
+                .map(|o| o["objectId"].as_str().unwrap().to_string()),
+        );
     }
+}
+
+/// Story — a backup while four clients write through every node: no write fails or waits
+/// long at the fence, every group's state is written at its barrier or after it, the backup
+/// verifies whole, and a cluster restored from it holds every write acknowledged before the
+/// fence went up and none sent after it came down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_taken_under_writes_holds_exactly_the_writes_before_its_barrier() {
+    let kept = tempfile::tempdir().unwrap();
+    let (manifest, folder, writes, keys) = {
+        let cluster = TestCluster::start(3, &["--shards", "6"], &[]).await;
+        let stop = Arc::new(AtomicBool::new(false));
+        let writers: Vec<_> = (0..4)
+            .map(|w| {
+                let (client, stop) = (cluster.client(w % 3), Arc::clone(&stop));
+                tokio::spawn(async move {
+                    // (id, sent, acknowledged), in ms since the epoch.
+                    let mut done = Vec::new();
+                    while !stop.load(Ordering::SeqCst) {
+                        let sent = now_ms();
+                        let created = client
+                            .create_object("Score", &json!({"writer": w, "n": done.len()}))
+                            .await
+                            .unwrap_or_else(|e| panic!("writer {w}'s create #{}: {e}", done.len()));
+                        done.push((created.object_id, sent, now_ms()));
+                    }
+                    done
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let (manifest, folder) = tokio::task::block_in_place(|| backup(&cluster, 1, kept.path()));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        stop.store(true, Ordering::SeqCst);
+        let mut writes = Vec::new();
+        for w in writers {
+            let done = w.await.unwrap();
+            assert!(!done.is_empty(), "a writer wrote nothing");
+            writes.extend(done);
+        }
+        let secrets = cluster.data_dir(0).join("secrets.key");
+        std::fs::copy(secrets, kept.path().join("secrets.key")).unwrap();
+        (manifest, folder, writes, cluster.keys.clone())
+    };
     let groups = manifest["groups"].as_array().unwrap();
     assert_eq!(groups.len(), 7, "the metadata group and 6 shards");
     for g in groups {
@@ -72,6 +121,42 @@ async fn a_backup_taken_under_writes_verifies_whole() {
     let (ok, out) = verify(&folder);
     assert!(ok, "{out}");
     assert!(out.contains("every object is whole"), "{out}");
+
+    // The fence went up at startedMs and came down fenceMs later: the barriers are in between.
+    let raised = manifest["startedMs"].as_i64().unwrap();
+    let lowered = raised + manifest["fenceMs"].as_i64().unwrap();
+    let restored =
+        TestCluster::start_restored(1, &folder, &[], &kept.path().join("secrets.key"), keys).await;
+    let held = all_ids(&restored.client(0), "Score").await;
+    let before: Vec<&String> = writes
+        .iter()
+        .filter(|w| w.2 < raised)
+        .map(|w| &w.0)
+        .collect();
+    let after: Vec<&String> = writes
+        .iter()
+        .filter(|w| w.1 > lowered)
+        .map(|w| &w.0)
+        .collect();
+    assert!(
+        !before.is_empty() && !after.is_empty(),
+        "writes on both sides of the barrier"
+    );
+    let lost: Vec<&&String> = before.iter().filter(|id| !held.contains(**id)).collect();
+    assert!(
+        lost.is_empty(),
+        "acknowledged before the fence, not in the backup: {lost:?}"
+    );
+    let late: Vec<&&String> = after.iter().filter(|id| held.contains(**id)).collect();
+    assert!(
+        late.is_empty(),
+        "sent after the fence, in the backup: {late:?}"
+    );
+    let ids: BTreeSet<&String> = writes.iter().map(|w| &w.0).collect();
+    assert!(
+        held.iter().all(|id| ids.contains(id)),
+        "only what the writers wrote"
+    );
 }
 
 /// What is done to a copy of a backup, and what verify must say of it.
@@ -216,9 +301,10 @@ async fn a_backup_restores_into_one_and_three_node_clusters() {
     }
 }
 
-/// Story — a backup into an S3 bucket (moto's server): a group's state larger than one part
-/// goes up as a multipart upload, the bucket holds the backup's objects and no unfinished
-/// upload, and `verify` and `restore` read it from the bucket with the AWS_* variables.
+/// Story — a backup into an S3 bucket (moto's server) of a cluster whose files are in a
+/// bucket: a group's state larger than one part goes up as a multipart upload, the stored file
+/// is listed (not copied), the bucket holds the backup's objects and no unfinished upload, and
+/// `verify` and `restore` read it from the bucket with the AWS_* variables.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backup_goes_to_a_bucket_and_restores_from_it() {
     use rand::Rng;
@@ -239,6 +325,16 @@ async fn a_backup_goes_to_a_bucket_and_restores_from_it() {
                 .await
                 .unwrap();
         }
+        let up = cluster
+            .client(0)
+            .upload_file(
+                "in-bucket.txt",
+                "text/plain",
+                b"kept in the bucket".to_vec(),
+            )
+            .await
+            .unwrap();
+        assert!(up.status < 300, "{:?}", up.body);
         let to = format!("s3://{}/nightly", s3.bucket);
         let out = tokio::task::block_in_place(|| cluster.admin(0, &["backup", "--to", &to]));
         let manifest: Value = serde_json::from_str(&out).unwrap();
@@ -249,9 +345,29 @@ async fn a_backup_goes_to_a_bucket_and_restores_from_it() {
     let id = manifest["backup"].as_str().unwrap();
     let shard = &manifest["groups"][1];
     assert!(shard["size"].as_u64().unwrap() > 8 << 20, "{shard}");
+    assert_eq!(shard["files"]["files"], json!(1), "{shard}");
+    assert_eq!(
+        shard["files"]["inBucket"],
+        json!(1),
+        "listed, not copied: {shard}"
+    );
     let stored = s3.objects(&format!("nightly/{id}"));
-    let names: Vec<&str> = stored.iter().map(|(k, _)| k.as_str()).collect();
-    assert_eq!(names.len(), 3, "the manifest and two states: {names:?}");
+    let mut names: Vec<&str> = stored
+        .iter()
+        .map(|(k, _)| k.rsplit('/').next().unwrap())
+        .collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "g00000.files.jsonl",
+            "g00000.state.zst",
+            "g00001.files.jsonl",
+            "g00001.state.zst",
+            "manifest.json"
+        ],
+        "the manifest, two states and two listings: {stored:?}"
+    );
     assert_eq!(s3.multipart_uploads(), 0, "no upload left unfinished");
     let src = format!("s3://{}/nightly/{id}", s3.bucket);
     let env = [
@@ -338,4 +454,119 @@ async fn scheduled_backups_are_taken_and_pruned() {
         "the last backup finished {} s ago",
         now - last
     );
+}
+
+/// The path of a stored file's url (`/<cdn>/YYYY/MM/DD/<id>.<ext>`).
+fn url_path(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    rest.find('/')
+        .map_or_else(String::new, |i| rest[i..].to_string())
+}
+
+/// Copies of stored files in place under node `i`'s data dir.
+fn copies_on(cluster: &TestCluster, i: usize) -> usize {
+    let dir = cluster.data_dir(i).join("files");
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|shelf| shelf.file_name() != "tmp")
+        .map(|shelf| {
+            std::fs::read_dir(shelf.path())
+                .into_iter()
+                .flatten()
+                .count()
+        })
+        .sum()
+}
+
+/// Story — stored files in a backup: six files deleted while a slow backup (`--rate`) copies
+/// them are in it whole (every node holds its copies until the backup ends, then drops the
+/// deleted ones), verify reads each, and a cluster restored from it serves every file with its
+/// bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_deleted_during_a_backup_are_in_it_and_restored() {
+    let kept = tempfile::tempdir().unwrap();
+    let cluster = TestCluster::start(1, &["--shards", "1"], &[]).await;
+    let c = cluster.client(0);
+    let mut files = Vec::new();
+    for n in 0..6u8 {
+        let bytes: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8 ^ n).collect();
+        let up = c
+            .upload_file(
+                &format!("f{n}.bin"),
+                "application/octet-stream",
+                bytes.clone(),
+            )
+            .await
+            .unwrap();
+        assert!(up.status < 300, "{:?}", up.body);
+        files.push((url_path(up.body["url"].as_str().unwrap()), bytes));
+    }
+    assert_eq!(copies_on(&cluster, 0), 6);
+    // 600 kB of files at 0.2 MB/s: about 3 s, four files at a time.
+    let (rpc, dest) = (cluster.rpc(0), kept.path().to_str().unwrap().to_string());
+    let backing_up = std::thread::spawn(move || {
+        Command::new(env!("CARGO_BIN_EXE_basalt"))
+            .args([
+                "admin", "--rpc", &rpc, "backup", "--to", &dest, "--rate", "0.2",
+            ])
+            .output()
+            .expect("run basalt admin backup")
+    });
+    // The backup's folder appears with its first object, once every group is pinned.
+    let kept_dir = kept.path().to_path_buf();
+    TestCluster::eventually(Duration::from_secs(30), "the backup's first object", || {
+        std::fs::read_dir(&kept_dir).is_ok_and(|mut d| d.next().is_some())
+    })
+    .await;
+    let m = cluster.master_client(0);
+    for (path, _) in &files {
+        let r = m
+            .request(
+                reqwest::Method::DELETE,
+                &format!("/2/files{path}"),
+                None,
+                true,
+            )
+            .await
+            .unwrap();
+        assert_eq!(r.status, 200, "{path}: {:?}", r.body);
+    }
+    let out = tokio::task::block_in_place(|| backing_up.join().unwrap());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let manifest: Value = serde_json::from_slice(&out.stdout).expect("the manifest");
+    let listed = &manifest["groups"][1]["files"];
+    assert_eq!(listed["files"], json!(6), "{manifest}");
+    assert_eq!(listed["copied"], json!(6), "{manifest}");
+    assert_eq!(listed["missing"], json!(0), "{manifest}");
+    TestCluster::eventually(
+        Duration::from_secs(10),
+        "the deleted files' copies go",
+        || copies_on(&cluster, 0) == 0,
+    )
+    .await;
+    let folder = kept.path().join(manifest["backup"].as_str().unwrap());
+    let copied = std::fs::read_dir(folder.join("files")).unwrap().count();
+    assert_eq!(copied, 6, "each file's bytes in the backup's files/");
+    let (ok, text) = verify(&folder);
+    assert!(ok, "{text}");
+    let secrets = kept.path().join("secrets.key");
+    std::fs::copy(cluster.data_dir(0).join("secrets.key"), &secrets).unwrap();
+    let keys = cluster.keys.clone();
+    drop(cluster);
+    let restored = TestCluster::start_restored(1, &folder, &[], &secrets, keys).await;
+    for (path, bytes) in &files {
+        let mut got = Vec::new();
+        restored
+            .client(0)
+            .download_file(path, |piece| got.extend_from_slice(piece))
+            .await
+            .unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert!(got == *bytes, "{path}: the restored file's bytes differ");
+    }
 }

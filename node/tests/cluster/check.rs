@@ -85,3 +85,37 @@ async fn a_check_names_the_replica_that_differs() {
         );
     }
 }
+
+/// Story — one object's stored bytes changed on a stopped node's disk (as a faulty disk or a
+/// tool writing into the data dir would): once the node is back, a check names that group and
+/// that node, and the other groups agree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_finds_a_replica_corrupted_on_disk() {
+    let mut cluster = TestCluster::start(3, &["--shards", "3"], &[]).await;
+    let mut ids = Vec::new();
+    for n in 0..12 {
+        let c = cluster.client(n % 3);
+        ids.push(
+            c.create_object("Item", &json!({"n": n}))
+                .await
+                .unwrap()
+                .object_id,
+        );
+    }
+    let (ok, report) = tokio::task::block_in_place(|| check(&cluster, 0));
+    assert!(ok, "a healthy cluster: {report}");
+    cluster.stop(2);
+    let group = basalt_cluster::damage::corrupt_stored_object(cluster.data_dir(2), &ids[5])
+        .expect("the object is stored on node 3");
+    cluster.restart(2).await;
+    cluster.wait_healthy(2, Duration::from_secs(60)).await;
+    let (ok, report) = tokio::task::block_in_place(|| check(&cluster, 1));
+    assert!(!ok, "a corrupted replica passed: {report}");
+    for g in report["groups"].as_array().unwrap() {
+        if g["group"] == json!(group.get()) {
+            assert_eq!(g["differing"], json!([3]), "node 3's copy was changed: {g}");
+        } else {
+            assert_eq!(g["differing"], json!([]), "{g}");
+        }
+    }
+}

@@ -10,6 +10,7 @@ mod backup;
 mod check;
 mod crash;
 mod disk;
+mod prometheus;
 mod startup;
 mod survival;
 mod trust;

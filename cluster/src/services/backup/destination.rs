@@ -93,9 +93,11 @@ impl Destination {
         &self.store
     }
 
-    /// The path of object `name` in this folder.
+    /// The path of object `name` in this folder (`files/<id>`: `<id>` in its folder `files`).
     pub(crate) fn path(&self, name: &str) -> Path {
-        self.prefix.clone().join(name)
+        name.split('/')
+            .filter(|part| !part.is_empty())
+            .fold(self.prefix.clone(), |path, part| path.join(part))
     }
 
     /// Writes object `name` whole.
@@ -115,6 +117,24 @@ impl Destination {
             .await
             .map_err(|e| self.error(name, e))?;
         got.bytes().await.map_err(|e| self.error(name, e))
+    }
+
+    /// The bytes of object `name` as they arrive.
+    pub(crate) async fn stream(
+        &self,
+        name: &str,
+    ) -> Result<futures::stream::BoxStream<'static, Result<Bytes>>> {
+        use futures::StreamExt;
+        let got = self
+            .store
+            .get(&self.path(name))
+            .await
+            .map_err(|e| self.error(name, e))?;
+        let (this, name) = (self.clone(), name.to_string());
+        Ok(got
+            .into_stream()
+            .map(move |chunk| chunk.map_err(|e| this.error(&name, e)))
+            .boxed())
     }
 
     /// The names of the folders right inside this one.

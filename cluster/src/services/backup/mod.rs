@@ -1,17 +1,21 @@
 //! Backups of the whole cluster, to a directory or an S3-compatible bucket (`destination`).
 //!
 //! The node asked for one coordinates it (`take`): it raises the write fence on every member
-//! (`replicas::fence`: new proposals wait, none fail, the ones in flight finish), proposes a
-//! `BackupBarrier` to every group, asks the leader of each to pin a point-in-time view of its
-//! state there (`writer`), lowers the fence — writes waited only that long — and waits while the
-//! leaders stream their states to the destination. The manifest (`backup_manifest`) is written
-//! last. `verify` checks a backup without a cluster.
+//! (`replicas::fence`: new proposals wait, none fail, the ones in flight finish; each member
+//! also holds its copies of stored files until the backup ends), proposes a `BackupBarrier` to
+//! every group, asks the leader of each to pin a point-in-time view of its state there
+//! (`writer`), lowers the fence — writes waited only that long — and waits while the leaders
+//! stream their states, and copy the stored files those states name (`stored_files`), to the
+//! destination. The manifest (`backup_manifest`) is written last. `verify` checks a backup
+//! without a cluster.
 //!
 //! Neighbours: below, `replicas` (fence, proposals, the peer router for the other members) and
 //! `statemachine::snapshot` (the state's format); above, `cluster`, which answers the admin
 //! requests this sends.
 
 pub mod destination;
+mod stored_files;
+mod upload;
 pub mod verify;
 pub mod writer;
 
@@ -36,6 +40,10 @@ const FENCE_TTL: Duration = Duration::from_secs(3);
 const STEP_TIMEOUT: Duration = Duration::from_secs(15);
 /// Deadline of waiting for one group's state to be written.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+
+/// What this build's backups need of every member (`NodeRecord::features`): a member of an
+/// older build would leave its groups' stored files out.
+pub const FEATURES: [&str; 1] = ["backup-files"];
 
 /// Key of the record (namespace `Cluster`) of the cluster's last backup (`LastBackup`).
 pub const LAST_BACKUP_KEY: &str = "last-backup";
@@ -107,6 +115,50 @@ pub async fn prune(dest: &Destination, keep: usize) -> Result<Vec<String>> {
     Ok(removed)
 }
 
+/// Backups `list` answers at most (the newest).
+pub const LISTED: usize = 100;
+
+/// One backup in a destination, as `list` finds it: its manifest, or none when it is
+/// unfinished (still being written, or failed) or its manifest is damaged.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Listed {
+    pub backup: String,
+    pub manifest: Option<Manifest>,
+}
+
+/// The newest `LISTED` backups in `dest`, newest first (by when they started; folders not
+/// named as backups are left out).
+pub async fn list(dest: &Destination) -> Result<Vec<Listed>> {
+    let mut ids: Vec<String> = dest
+        .folders()
+        .await?
+        .into_iter()
+        .filter(|n| is_backup_id(n))
+        .collect();
+    ids.sort_unstable_by(|a, b| b.cmp(a));
+    ids.truncate(LISTED);
+    let mut listed = Vec::with_capacity(ids.len());
+    for backup in ids {
+        let manifest = match dest.folder(&backup).get(MANIFEST).await {
+            Ok(bytes) => serde_json::from_slice::<Manifest>(&bytes).ok(),
+            Err(_) => None,
+        };
+        listed.push(Listed { backup, manifest });
+    }
+    // Ids tell the second a backup started; manifests tell the millisecond.
+    listed.sort_by_key(|l| {
+        std::cmp::Reverse(
+            l.manifest
+                .as_ref()
+                .map(|m| m.started_ms)
+                .or_else(|| id_time_ms(&l.backup))
+                .unwrap_or(0),
+        )
+    });
+    Ok(listed)
+}
+
 /// When backup `id` was taken (ms since the epoch).
 fn id_time_ms(id: &str) -> Option<i64> {
     let at = chrono::NaiveDateTime::parse_from_str(id.get(..15)?, "%Y%m%dT%H%M%S").ok()?;
@@ -128,20 +180,29 @@ pub fn new_backup_id() -> String {
 pub(crate) async fn take(
     replicas: &Replicas,
     jobs: &GroupJobs,
-    s3: Option<&crate::files::bucket::BucketOptions>,
     req: &BackupRequest,
 ) -> Result<Manifest> {
+    let active = replicas.active_members();
+    if let Some(old) = active
+        .iter()
+        .find(|n| !FEATURES.iter().all(|f| n.features.iter().any(|h| h == f)))
+    {
+        return Err(Error::InvalidOperation(format!(
+            "node {} runs a build that cannot take part in this backup: upgrade every member first",
+            old.id
+        )));
+    }
     // The destination is checked (and a directory made) before any write waits.
     let id = new_backup_id();
-    let folder = Destination::open(&req.dest, s3)?.folder(&id);
-    let members: Vec<NodeId> = replicas.active_members().iter().map(|n| n.id).collect();
-    let written = match write_groups(replicas, jobs, s3, &members, &id, req).await {
+    let folder = Destination::open(&req.dest, jobs.s3())?.folder(&id);
+    let members: Vec<NodeId> = active.iter().map(|n| n.id).collect();
+    let written = match write_groups(replicas, jobs, &members, &id, req).await {
         Ok(written) => written,
         Err(e) => {
             // The writers still streaming stop, and their uploads are dropped.
             let abort = members.iter().map(|&node| {
                 let req = AdminRequest::BackupAbort { backup: id.clone() };
-                at(replicas, jobs, s3, node, req, STEP_TIMEOUT)
+                at(replicas, jobs, node, req, STEP_TIMEOUT)
             });
             join_all(abort).await;
             tracing::warn!(backup = %id, "backup failed: {e}");
@@ -149,6 +210,16 @@ pub(crate) async fn take(
         }
     };
     jobs.forget(&id);
+    // Every member's copies of stored files were held for the backup: they may go now.
+    let end = members.iter().map(|&node| {
+        let req = AdminRequest::BackupEnd { backup: id.clone() };
+        at(replicas, jobs, node, req, STEP_TIMEOUT)
+    });
+    for (node, ended) in members.iter().zip(join_all(end).await) {
+        if let Err(e) = ended {
+            tracing::warn!(backup = %id, %node, "ending the backup's hold on copies: {e} (it lapses after a day)");
+        }
+    }
     folder
         .put(MANIFEST, serde_json::to_vec_pretty(&written)?)
         .await?;
@@ -181,7 +252,6 @@ pub(crate) async fn take(
 async fn write_groups(
     replicas: &Replicas,
     jobs: &GroupJobs,
-    s3: Option<&crate::files::bucket::BucketOptions>,
     members: &[NodeId],
     id: &str,
     req: &BackupRequest,
@@ -195,7 +265,7 @@ async fn write_groups(
         .collect();
     let started_ms = now_ms();
     let fence_start = Instant::now();
-    let pinned = fenced(replicas, jobs, s3, members, &leaders, id, req).await;
+    let pinned = fenced(replicas, jobs, members, &leaders, id, req).await;
     let fence_ms = fence_start.elapsed().as_millis() as u64;
     metrics::histogram!("basalt_backup_fence_seconds").record(fence_ms as f64 / 1000.0);
     let pinned = pinned?;
@@ -211,7 +281,7 @@ async fn write_groups(
             backup: id.to_string(),
             group,
         };
-        match at(replicas, jobs, s3, node, req, WRITE_TIMEOUT).await? {
+        match at(replicas, jobs, node, req, WRITE_TIMEOUT).await? {
             AdminResponse::GroupBackedUp(g) => Ok(g),
             other => Err(unexpected(&other)),
         }
@@ -235,7 +305,6 @@ async fn write_groups(
 async fn fenced(
     replicas: &Replicas,
     jobs: &GroupJobs,
-    s3: Option<&crate::files::bucket::BucketOptions>,
     members: &[NodeId],
     leaders: &HashMap<GroupId, NodeId>,
     id: &str,
@@ -246,21 +315,21 @@ async fn fenced(
             backup: id.to_string(),
             ttl_ms: FENCE_TTL.as_millis() as u64,
         };
-        at(replicas, jobs, s3, node, req, STEP_TIMEOUT)
+        at(replicas, jobs, node, req, STEP_TIMEOUT)
     });
     let raised = join_all(raise)
         .await
         .into_iter()
         .collect::<Result<Vec<_>>>();
     let pinned = match raised {
-        Ok(_) => barriers_and_pins(replicas, jobs, s3, leaders, id, req).await,
+        Ok(_) => barriers_and_pins(replicas, jobs, leaders, id, req).await,
         Err(e) => Err(e),
     };
     let lower = members.iter().map(|&node| {
         let req = AdminRequest::Unfence {
             backup: id.to_string(),
         };
-        at(replicas, jobs, s3, node, req, STEP_TIMEOUT)
+        at(replicas, jobs, node, req, STEP_TIMEOUT)
     });
     for (node, lowered) in members.iter().zip(join_all(lower).await) {
         if let Err(e) = lowered {
@@ -273,7 +342,6 @@ async fn fenced(
 async fn barriers_and_pins(
     replicas: &Replicas,
     jobs: &GroupJobs,
-    s3: Option<&crate::files::bucket::BucketOptions>,
     leaders: &HashMap<GroupId, NodeId>,
     id: &str,
     req: &BackupRequest,
@@ -301,7 +369,6 @@ async fn barriers_and_pins(
         match at(
             replicas,
             jobs,
-            s3,
             node,
             AdminRequest::BackupGroup(job),
             STEP_TIMEOUT,
@@ -322,13 +389,12 @@ async fn barriers_and_pins(
 async fn at(
     replicas: &Replicas,
     jobs: &GroupJobs,
-    s3: Option<&crate::files::bucket::BucketOptions>,
     node: NodeId,
     req: AdminRequest,
     timeout: Duration,
 ) -> Result<AdminResponse> {
     if node == replicas.node_id() {
-        return tokio::time::timeout(timeout, answer(replicas, jobs, s3, req))
+        return tokio::time::timeout(timeout, answer(replicas, jobs, req))
             .await
             .map_err(|_| Error::Timeout("backup step".into()))?;
     }
@@ -339,7 +405,6 @@ async fn at(
 pub(crate) async fn answer(
     replicas: &Replicas,
     jobs: &GroupJobs,
-    s3: Option<&crate::files::bucket::BucketOptions>,
     req: AdminRequest,
 ) -> Result<AdminResponse> {
     match req {
@@ -348,6 +413,8 @@ pub(crate) async fn answer(
                 .fence()
                 .raise(&backup, Duration::from_millis(ttl_ms))
                 .await?;
+            // From before the barrier until the backup ends, no copy of a stored file goes.
+            jobs.files().copies().hold(&backup, WRITE_TIMEOUT);
             Ok(AdminResponse::Done)
         }
         AdminRequest::Unfence { backup } => {
@@ -355,7 +422,7 @@ pub(crate) async fn answer(
             Ok(AdminResponse::Done)
         }
         AdminRequest::BackupGroup(job) => {
-            jobs.start(replicas, s3, job).await?;
+            jobs.start(replicas, job).await?;
             Ok(AdminResponse::Done)
         }
         AdminRequest::BackupWait { backup, group } => Ok(AdminResponse::GroupBackedUp(
@@ -364,6 +431,11 @@ pub(crate) async fn answer(
         AdminRequest::BackupAbort { backup } => {
             replicas.fence().lower(&backup);
             jobs.abort(&backup);
+            jobs.files().copies().release(&backup);
+            Ok(AdminResponse::Done)
+        }
+        AdminRequest::BackupEnd { backup } => {
+            jobs.files().copies().release(&backup);
             Ok(AdminResponse::Done)
         }
         AdminRequest::Status => Ok(AdminResponse::Status(replicas.status())),

@@ -1,10 +1,14 @@
 //! Checks a backup without a cluster (`basalt admin backup verify`): the manifest reads and
 //! names every group of its cluster once, and every group's object is there, has the size and
 //! SHA-256 the manifest gives, decompresses, and holds a whole state (to its end marker) of
-//! the records and index the manifest gives. Each problem names the object.
+//! the records and index the manifest gives; every group's listing of stored files is whole and
+//! counts what the manifest says, and every file copied into the backup is there with its
+//! SHA-256. Each problem names the object. Memory: about 100 bytes per copied file of a group.
+
+use futures::StreamExt;
 
 use super::destination::Destination;
-use crate::backup_manifest::{GroupBackup, Manifest, FORMAT, MANIFEST};
+use crate::backup_manifest::{BackedUpFile, GroupBackup, GroupFiles, Manifest, FORMAT, MANIFEST};
 use crate::error::{Error, Result};
 use crate::ids::GroupId;
 use crate::statemachine::snapshot;
@@ -65,6 +69,9 @@ pub async fn verify(src: &Destination) -> Result<Report> {
         if let Err(problem) = check_group(src, g).await {
             problems.push(format!("{}: {problem}", g.object));
         }
+        if let Some(files) = &g.files {
+            problems.extend(check_files(src, g.group, files).await);
+        }
     }
     Ok(Report {
         manifest: Some(manifest),
@@ -106,4 +113,85 @@ async fn check_group(src: &Destination, g: &GroupBackup) -> std::result::Result<
         ));
     }
     Ok(())
+}
+
+/// Files of a backup checked at a time.
+const CHECKING: usize = 8;
+
+/// Reads a group's listing of stored files through, then every file it says the backup holds:
+/// the problems found, each naming its object.
+async fn check_files(src: &Destination, group: GroupId, files: &GroupFiles) -> Vec<String> {
+    let name = &files.object;
+    if *name != GroupFiles::object_name(group) {
+        return vec![format!("{name}: not the listing of group {group}")];
+    }
+    let read = src
+        .read_through(name, |r| {
+            use std::io::BufRead;
+            let mut copied = Vec::new();
+            let (mut n, mut bytes, mut in_bucket, mut missing) = (0u64, 0u64, 0u64, 0u64);
+            for line in std::io::BufReader::new(r).lines() {
+                let entry: BackedUpFile = serde_json::from_str(&line?)?;
+                n += 1;
+                bytes += entry.size;
+                match (entry.sha256, entry.bucket, entry.missing) {
+                    (Some(sha256), _, _) => copied.push((entry.id, entry.size, sha256)),
+                    (_, Some(_), _) => in_bucket += 1,
+                    _ => missing += 1,
+                }
+            }
+            Ok::<_, Error>((n, bytes, in_bucket, missing, copied))
+        })
+        .await;
+    let (parsed, size, sha256) = match read {
+        Ok(read) => read,
+        Err(Error::Storage(e)) if e.ends_with("is missing") => {
+            return vec![format!("{name}: missing")]
+        }
+        Err(e) => return vec![format!("{name}: unreadable: {e}")],
+    };
+    if size != files.size || sha256 != files.sha256 {
+        return vec![format!(
+            "{name}: {size} bytes with SHA-256 {sha256}, the manifest says {} with {} (the object changed)",
+            files.size, files.sha256
+        )];
+    }
+    let (n, bytes, in_bucket, missing, copied) = match parsed {
+        Ok(parsed) => parsed,
+        Err(e) => return vec![format!("{name}: not a whole listing: {e}")],
+    };
+    let counted = (n, bytes, copied.len() as u64, in_bucket, missing);
+    let said = (
+        files.files,
+        files.bytes,
+        files.copied,
+        files.in_bucket,
+        files.missing,
+    );
+    if counted != said {
+        return vec![format!(
+            "{name}: lists (files, bytes, copied, in a bucket, missing) {counted:?}, the manifest says {said:?}"
+        )];
+    }
+    futures::stream::iter(copied)
+        .map(|(id, size, sha256)| async move {
+            let object = BackedUpFile::object_name(&id);
+            match src.read_through(&object, |_| ()).await {
+                Ok((_, got, _)) if got != size => {
+                    Some(format!("{object}: {got} bytes, the listing says {size}"))
+                }
+                Ok((_, _, got)) if got != sha256 => Some(format!(
+                    "{object}: SHA-256 {got}, the listing says {sha256} (the object changed)"
+                )),
+                Ok(_) => None,
+                Err(Error::Storage(e)) if e.ends_with("is missing") => {
+                    Some(format!("{object}: missing"))
+                }
+                Err(e) => Some(format!("{object}: unreadable: {e}")),
+            }
+        })
+        .buffer_unordered(CHECKING)
+        .filter_map(|p| async move { p })
+        .collect()
+        .await
 }

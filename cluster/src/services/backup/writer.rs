@@ -1,38 +1,43 @@
 //! One group's part of a backup, on the node whose replica writes it: once the replica applied
 //! the group's barrier, it pins a point-in-time view of the group's state (answering the
 //! coordinator, which may then lower the fence) and streams it — in the snapshot file format,
-//! zstd-compressed, hashed with SHA-256 — to the destination as one object, at most `--rate`
-//! bytes per second for all of this node's groups. At most `STREAMS` groups stream at once on
+//! zstd-compressed, hashed with SHA-256 — to the destination as one object, while the stored
+//! files whose records it holds are noted in a spool file on the node and copied beside it
+//! once it is written (`stored_files`), at most `--rate` bytes per second for all of this
+//! node's groups. At most `STREAMS` groups stream at once on
 //! a node (the others' views wait, pinned, on a blocking thread each); each holds a few chunks
 //! in memory (`CHUNK_BYTES`, parts of `PART_BYTES`). An upload that fails or is aborted
 //! (`abort`: the backup failed elsewhere) leaves no object under its name.
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use object_store::{ObjectStoreExt, WriteMultipart};
 use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::destination::Destination;
+use super::upload::{upload, Pace, CHUNK_BYTES};
 use crate::admin::GroupJob;
 use crate::backup_manifest::GroupBackup;
 use crate::error::{Error, Result};
+use crate::files::bucket::BucketOptions;
+use crate::files::record::{FileId, FileRecord};
 use crate::ids::GroupId;
+use crate::namespace::Namespace;
 use crate::replicas::Replicas;
+use crate::services::files::Files;
 use crate::statemachine::snapshot;
+use crate::storage::keys;
+use crate::storage::records::StoredRecord;
 
-/// Bytes handed from the compressing thread to the upload at a time.
-const CHUNK_BYTES: usize = 4 << 20;
-/// Chunks queued between them.
+/// Chunks queued between the compressing thread and the upload.
 const CHUNKS_QUEUED: usize = 2;
-/// Parts of a multipart upload (S3 wants at least 5 MiB but for the last).
-const PART_BYTES: usize = 8 << 20;
+
 /// Groups a node streams at once.
 const STREAMS: usize = 2;
 /// zstd's level: fast, about a third of the state's size for JSON objects.
@@ -42,21 +47,14 @@ const APPLY_WAIT: Duration = Duration::from_secs(10);
 /// Jobs nobody waited for are forgotten after this long.
 const FORGET_AFTER: Duration = Duration::from_secs(6 * 3600);
 
-/// This node's group jobs, by backup and group.
+/// This node's group jobs, by backup and group, and what they reach: the stored files, and
+/// the options of S3 destinations.
 pub struct GroupJobs {
     jobs: Mutex<HashMap<(String, GroupId), Running>>,
     runs: Mutex<HashMap<String, Arc<Run>>>,
     streams: Arc<tokio::sync::Semaphore>,
-}
-
-impl Default for GroupJobs {
-    fn default() -> Self {
-        GroupJobs {
-            jobs: Mutex::default(),
-            runs: Mutex::default(),
-            streams: Arc::new(tokio::sync::Semaphore::new(STREAMS)),
-        }
-    }
+    files: Files,
+    s3: Option<BucketOptions>,
 }
 
 /// What this node's groups of one backup share: the pace, and whether it was aborted.
@@ -71,13 +69,28 @@ struct Running {
 }
 
 impl GroupJobs {
+    pub fn new(files: Files, s3: Option<BucketOptions>) -> GroupJobs {
+        GroupJobs {
+            jobs: Mutex::default(),
+            runs: Mutex::default(),
+            streams: Arc::new(tokio::sync::Semaphore::new(STREAMS)),
+            files,
+            s3,
+        }
+    }
+
+    /// The options of S3 destinations (the files bucket's endpoint, region and keys).
+    pub(crate) fn s3(&self) -> Option<&BucketOptions> {
+        self.s3.as_ref()
+    }
+
+    /// The stored files of this node.
+    pub(crate) fn files(&self) -> &Files {
+        &self.files
+    }
+
     /// Starts `job` on this node's replica, answering once its view is pinned.
-    pub(crate) async fn start(
-        &self,
-        replicas: &Replicas,
-        s3: Option<&crate::files::bucket::BucketOptions>,
-        job: GroupJob,
-    ) -> Result<()> {
+    pub(crate) async fn start(&self, replicas: &Replicas, job: GroupJob) -> Result<()> {
         let raft = replicas.group(job.group)?;
         raft.wait(Some(APPLY_WAIT))
             .applied_index_at_least(Some(job.barrier), "backup barrier")
@@ -88,27 +101,59 @@ impl GroupJobs {
                     job.group, job.backup
                 ))
             })?;
-        let dest = Destination::open(&job.dest, s3)?.folder(&job.backup);
+        let dest = Destination::open(&job.dest, self.s3())?.folder(&job.backup);
+        let files = self.files.clone();
+        let store = replicas.store();
+        if self
+            .runs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
+        {
+            // No backup runs here: what a crash left in the spool goes.
+            let _ = tokio::fs::remove_dir_all(spool_dir(&store)).await;
+        }
         let run = self.run(&job);
         let streams = Arc::clone(&self.streams);
         let (pinned_tx, pinned_rx) = oneshot::channel();
         let (done_tx, done_rx) = oneshot::channel();
         let node = replicas.node_id();
-        let store = replicas.store();
         let (group, barrier) = (job.group, job.barrier);
+        let spool = spool_dir(&store).join(format!("{}.g{:05}.files", job.backup, group.get()));
         tokio::spawn(async move {
             let object = GroupBackup::object_name(group);
             let (chunks_tx, chunks_rx) = mpsc::channel(CHUNKS_QUEUED);
             let aborted = Arc::clone(&run.aborted);
+            let spooled = spool.clone();
             let writing = tokio::task::spawn_blocking(move || {
                 let sink = ChunkSink::new(chunks_tx, aborted);
                 let mut w = Counting::new(zstd::stream::write::Encoder::new(sink, ZSTD_LEVEL)?);
                 let mut turn = None;
-                let (meta, records) = snapshot::write_state(group, &store, &mut w, || {
+                if let Some(dir) = spooled.parent() {
+                    std::fs::create_dir_all(dir)?;
+                }
+                let mut spool = std::io::BufWriter::new(std::fs::File::create(&spooled)?);
+                let file_prefix = keys::record_ns_prefix(group, Namespace::File.name());
+                // The stored files the state names, kept aside to be copied once the state is
+                // written (the view is not held open while files are copied).
+                let seen = |k: &[u8], v: &[u8]| {
+                    if let Some(file) = file_record(&file_prefix[4..], k, v) {
+                        serde_json::to_writer(&mut spool, &file)?;
+                        spool.write_all(b"\n")?;
+                    }
+                    Ok(())
+                };
+                let pinned = || {
                     let _ = pinned_tx.send(());
                     // The view is taken: it waits here, pinned, for its turn to stream.
                     turn = futures::executor::block_on(streams.acquire_owned()).ok();
-                })?;
+                };
+                let (meta, records) =
+                    snapshot::write_state_seeing(group, &store, &mut w, pinned, seen)?;
+                spool
+                    .into_inner()
+                    .map_err(|e| Error::Storage(e.to_string()))?
+                    .sync_all()?;
                 let bytes = w.count;
                 let mut sink = w.inner.finish()?;
                 sink.end()?;
@@ -117,8 +162,23 @@ impl GroupJobs {
             });
             let uploading = upload(&dest, &object, chunks_rx, &run.pace);
             let (written, uploaded) = tokio::join!(writing, uploading);
-            let result = match (written, uploaded) {
-                (Ok(Ok((meta, records, bytes, size, sha256))), Ok(())) => Ok(GroupBackup {
+            let written = match (written, uploaded) {
+                (Ok(Ok(written)), Ok(())) => Ok(written),
+                (Ok(Err(e)), _) => Err(e),
+                (Err(e), _) => Err(Error::Internal(format!("backup writer: {e}"))),
+                (_, Err(e)) => Err(e),
+            };
+            let result = match written {
+                Ok((meta, records, bytes, size, sha256)) => super::stored_files::copy_files(
+                    &files,
+                    &dest,
+                    group,
+                    &spool,
+                    &run.pace,
+                    &run.aborted,
+                )
+                .await
+                .map(|files| GroupBackup {
                     group,
                     barrier,
                     applied: meta.last_log_id.map(|l| l.index).unwrap_or(0),
@@ -128,11 +188,11 @@ impl GroupJobs {
                     size,
                     sha256,
                     node,
+                    files: Some(files),
                 }),
-                (Ok(Err(e)), _) => Err(e),
-                (Err(e), _) => Err(Error::Internal(format!("backup writer: {e}"))),
-                (_, Err(e)) => Err(e),
+                Err(e) => Err(e),
             };
+            let _ = tokio::fs::remove_file(&spool).await;
             let _ = done_tx.send(result);
         });
         {
@@ -210,70 +270,29 @@ impl GroupJobs {
     }
 }
 
-/// Uploads the chunks `chunks` brings as object `name` of `dest`; the object is made only when
-/// the writer's last chunk (an empty one) arrives, and the upload aborted otherwise.
-async fn upload(
-    dest: &Destination,
-    name: &str,
-    mut chunks: mpsc::Receiver<Bytes>,
-    pace: &Pace,
-) -> Result<()> {
-    let path = dest.path(name);
-    let upload = dest
-        .store()
-        .put_multipart(&path)
-        .await
-        .map_err(|e| dest.error(name, e))?;
-    let mut w = WriteMultipart::new_with_chunk_size(upload, PART_BYTES);
-    let mut ended = false;
-    while let Some(chunk) = chunks.recv().await {
-        if chunk.is_empty() {
-            ended = true;
-            break;
-        }
-        pace.take(chunk.len() as u64).await;
-        if let Err(e) = w.wait_for_capacity(2).await {
-            let _ = w.abort().await;
-            return Err(dest.error(name, e));
-        }
-        w.write(&chunk);
-    }
-    if !ended {
-        let _ = w.abort().await;
-        return Err(Error::Internal(format!(
-            "{}/{name}: the writer stopped",
-            dest.shown()
-        )));
-    }
-    w.finish()
-        .await
-        .map(|_| ())
-        .map_err(|e| dest.error(name, e))
+/// Where a node's group jobs keep the stored files each state names until they are copied
+/// (`<data dir>/backup-spool/`, one JSON line per file: about 300 bytes each).
+fn spool_dir(store: &crate::storage::Store) -> std::path::PathBuf {
+    store.path().with_file_name("backup-spool")
 }
 
-/// Spreads a backup's bytes on this node over time: at most `rate` per second in all.
-struct Pace {
-    rate: Option<u64>,
-    start: Instant,
-    sent: AtomicU64,
-}
-
-impl Pace {
-    fn new(rate: Option<u64>) -> Pace {
-        Pace {
-            rate: rate.filter(|r| *r > 0),
-            start: Instant::now(),
-            sent: AtomicU64::new(0),
-        }
+/// The stored file a state record is, when `k` (a key without its group's prefix) is one of
+/// namespace `file` (`file_prefix`, also without it): its id and record. A record that does
+/// not read as one is logged and left out.
+fn file_record(file_prefix: &[u8], k: &[u8], v: &[u8]) -> Option<(FileId, FileRecord)> {
+    let id = k.strip_prefix(file_prefix)?;
+    let parsed = std::str::from_utf8(id)
+        .ok()
+        .and_then(FileId::parse)
+        .zip(StoredRecord::decode(v).ok())
+        .and_then(|(id, stored)| {
+            let record = serde_json::from_value::<FileRecord>(stored.value).ok()?;
+            Some((id, record))
+        });
+    if parsed.is_none() {
+        tracing::warn!(key = %String::from_utf8_lossy(k), "a file record that does not read as one is left out of the backup");
     }
-
-    async fn take(&self, bytes: u64) {
-        if let Some(rate) = self.rate {
-            let sent = self.sent.fetch_add(bytes, Ordering::SeqCst) + bytes;
-            let due = self.start + Duration::from_secs_f64(sent as f64 / rate as f64);
-            tokio::time::sleep_until(due).await;
-        }
-    }
+    parsed
 }
 
 /// Counts the bytes written through it.

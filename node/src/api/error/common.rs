@@ -104,6 +104,12 @@ pub enum CommonError {
     /// The node runs as many queries as it may (503 with `Retry-After`); the cause is logged.
     #[error("the node is busy with other queries; try again in 1 s.")]
     Overloaded(String),
+    /// `POST`/`GET /admin/backups` on a node started without `--backup-to`.
+    #[error("this node has no backup destination: start it with --backup-to.")]
+    NoBackupDestination,
+    /// `POST /admin/backups` while another backup holds its write fence.
+    #[error("another backup holds its write fence; try again: {0}")]
+    BackupRunning(String),
     #[error("internal: {0}")]
     Internal(Fault),
 }
@@ -132,6 +138,8 @@ impl CommonError {
             CommonError::Unavailable(_) => 503,
             CommonError::Timeout(_) => 503,
             CommonError::Overloaded(_) => 503,
+            CommonError::NoBackupDestination => 10301,
+            CommonError::BackupRunning(_) => 10302,
             CommonError::Internal(_) => 500,
         }
     }
@@ -159,6 +167,8 @@ impl CommonError {
             CommonError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             CommonError::Timeout(_) => StatusCode::SERVICE_UNAVAILABLE,
             CommonError::Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
+            CommonError::NoBackupDestination => StatusCode::BAD_REQUEST,
+            CommonError::BackupRunning(_) => StatusCode::CONFLICT,
             CommonError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

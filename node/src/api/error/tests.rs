@@ -107,10 +107,12 @@ fn variant_index(e: &ApiError) -> usize {
         ApiError::Common(CommonError::RouteNotFound) => 86,
         ApiError::Common(CommonError::MethodNotAllowed) => 87,
         ApiError::Common(CommonError::Internal(_)) => 88,
+        ApiError::Common(CommonError::NoBackupDestination) => 89,
+        ApiError::Common(CommonError::BackupRunning(_)) => 90,
     }
 }
 
-const VARIANTS: usize = 89;
+const VARIANTS: usize = 91;
 
 /// Every variant with its documented status and code (docs/api.md, "Errors").
 #[test]
@@ -345,6 +347,12 @@ fn error_table() {
             }),
             429,
             10210,
+        ),
+        (ApiError::from(CommonError::NoBackupDestination), 400, 10301),
+        (
+            ApiError::from(CommonError::BackupRunning("x".into())),
+            409,
+            10302,
         ),
         (
             ApiError::from(CommonError::OriginNotAllowed("x".into())),
