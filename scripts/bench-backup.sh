@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Backup and restore benchmark (docs/performance.md, "Backups"): a fresh 3-node cluster on
 # loopback, OBJECTS (default 1,000,000) objects loaded through /1/batch; the create workload
-# for SECONDS_PER seconds (default 20) with CONCURRENCY clients (default 16) alone, then again
-# while a backup to a directory runs (started 3 s in); the backup's state bytes, time, MB/s and
-# fence; then a restore into a new cluster of RESTORE_NODES nodes (default 3) — the first node
+# for SECONDS_PER seconds (default 8) with CONCURRENCY clients (default 16) alone, then again
+# while a backup to a directory runs (started 1 s in: make SECONDS_PER about the backup's time
+# plus 2, so that the backup covers most of the window); the backup's state bytes, time, MB/s
+# and fence; then a restore into a new cluster of RESTORE_NODES nodes (default 3) — the first node
 # made from the backup with `basalt admin restore`, the others joining it — timed until every
 # node answers /health 200.
 # Prints the figures; the clusters and their data are removed afterwards (KEEP=1 keeps them).
@@ -11,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TARGET="${CARGO_TARGET_DIR:-target}/release"
-SECS="${SECONDS_PER:-20}"
+SECS="${SECONDS_PER:-8}"
 CONC="${CONCURRENCY:-16}"
 OBJECTS="${OBJECTS:-1000000}"
 RESTORE_NODES="${RESTORE_NODES:-3}"
@@ -52,7 +53,7 @@ bench --concurrency "$CONC" --seconds "$SECS" --workload create --label "steady"
 bench --concurrency "$CONC" --seconds "$SECS" --workload create --label "during the backup" \
   >"$dir/during.txt" &
 load=$!
-sleep 3
+sleep 1
 t0=$(now)
 "$TARGET/basalt" admin --rpc "127.0.0.1:$rpc" --certs-dir "$dir/source/certs/admin" \
   backup --to "$dir/backups" >"$dir/manifest.json"

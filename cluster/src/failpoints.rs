@@ -7,8 +7,8 @@
 //!
 //! The points: `log-append` (a Raft log batch is written, not yet reported durable),
 //! `apply-staged` (a batch of committed entries is applied in memory, not yet written),
-//! `apply-written` (written, not yet answered), `snapshot-install-batch` (part of a received
-//! snapshot is loaded over the old state, the rest not), `store-write-nospace` (`return`: a
+//! `apply-written` (written, not yet answered), `snapshot-install-batch` (a received
+//! snapshot's install cleared the group's state, its table file not yet ingested), `store-write-nospace` (`return`: a
 //! store write fails as on a full disk), `snapshot-build-nospace` (`return`: writing a
 //! snapshot's file fails as on a full disk); and on the read path
 //! `aggregate-read` (a node is about to read its shards for an aggregation: `return` fails

@@ -70,8 +70,9 @@ pub enum AdminCommand {
         #[arg(long, default_value_t = 6 * 3600)]
         wait_secs: u64,
     },
-    /// Make the first node of a new cluster from a backup, offline: checks the backup, then
-    /// installs every group's state in the new data dir. Start it with `basalt serve
+    /// Make the first node of a new cluster from a backup, offline: checks the manifest, then
+    /// installs every group's state (and the stored files it holds) in the new data dir,
+    /// checking each object as it reads it. Start it with `basalt serve
     /// --node-id N --data-dir DIR --rpc-addr ADDR` (no --init), and join more nodes to it.
     Restore {
         /// The backup: `<DEST>/<backup id>` (a directory or s3://bucket/prefix/id).
@@ -162,6 +163,16 @@ async fn backup(
                 chrono::DateTime::from_timestamp_millis(m.started_ms).unwrap_or_default()
             ),
             None => println!("{}: no readable manifest", src.shown()),
+        }
+        if let Some(m) = &report.manifest {
+            let files = m.groups.iter().filter_map(|g| g.files.as_ref());
+            let (copied, in_bucket, missing) = files.fold((0, 0, 0), |(c, b, x), f| {
+                (c + f.copied, b + f.in_bucket, x + f.missing)
+            });
+            println!(
+                "stored files: {copied} copied into it, {in_bucket} listed in their bucket, \
+                 {missing} no copy of could be read when it was taken"
+            );
         }
         if report.problems.is_empty() {
             println!("every object is whole");

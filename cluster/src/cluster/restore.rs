@@ -1,16 +1,19 @@
 //! `basalt admin restore`: the first node of a new cluster, made offline from a backup
-//! (`services::backup`). The backup is verified first; then every group's state is installed
-//! in a new data dir as a snapshot at the backup's log index, its membership replaced by this
+//! (`services::backup`). The backup's manifest is checked first; then every group's state is
+//! installed (two at a time) in a new data dir as a snapshot at the backup's log index, each
+//! object checked against its size and SHA-256 as it is read, its membership replaced by this
 //! node alone, and the group's log starts after it (vote and purge point at that index). The
-//! old cluster's member records are dropped: the node records itself when it starts.
+//! old cluster's member records are dropped: the node records itself when it starts, which
+//! marks the restore done (one that failed part-way is started again from nothing).
 //!
 //! The stored files the backup copied are put in the node's `files/` (each checked against its
 //! size, MD5 and SHA-256); files the backup only listed stay in their bucket.
 //!
 //! The node then starts with `basalt serve` on that data dir and elects itself leader of every
 //! group; more nodes join it (`--join`) and receive the groups' states as snapshots, as they do
-//! in any cluster, and the copies of files they are ranked for (the files' upkeep). Neighbours: `bootstrap` (the node's identity), `statemachine::snapshot`
-//! (install), `raft::log_store`, the backup's `verify` and `destination`.
+//! in any cluster, and the copies of files they are ranked for (the files' upkeep).
+//! Neighbours: `bootstrap` (the node's identity), `statemachine::snapshot` (install),
+//! `raft::log_store`, the backup's `verify` (the manifest's checks) and `destination`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -27,7 +30,7 @@ use crate::files::copies::CopyStore;
 use crate::ids::{NodeId, META_GROUP};
 use crate::namespace::Namespace;
 use crate::raft::{RocksLogStore, SnapshotMeta, StoredMembership, Vote};
-use crate::services::backup::verify::verify;
+use crate::services::backup::verify::read_manifest;
 use crate::services::backup::Destination;
 use crate::statemachine::snapshot::{self, SnapshotFile};
 use crate::storage::keys::{self, CF_SM, NODE_IDENTITY};
@@ -47,7 +50,9 @@ impl Cluster {
     /// Makes `target`'s data dir the first node of a new cluster holding the backup in `src`:
     /// the backup's manifest. Refuses a damaged backup and a data dir that holds a node.
     pub async fn restore(src: &Destination, target: &RestoreTarget) -> Result<Manifest> {
-        let report = verify(src).await?;
+        // The manifest is checked first; each object as it is read (its size and SHA-256), so
+        // that a damaged backup leaves no node that starts.
+        let report = read_manifest(src).await?;
         let manifest = match (report.manifest, report.problems.is_empty()) {
             (Some(m), true) => m,
             (_, _) => {
@@ -77,35 +82,48 @@ impl Cluster {
         let store = Store::open_tuned(&db_dir, &StoreTuning::default())?;
         let incoming = snapshots.join("incoming");
         std::fs::create_dir_all(&incoming)?;
-        for g in &manifest.groups {
-            let part = incoming.join(format!("restore-g{}.part", g.group));
-            let meta = download(src, g, &part, target).await?;
-            let (group, dir, store2) = (
-                g.group,
-                snapshots.join(format!("g{}", g.group)),
-                Arc::clone(&store),
-            );
-            let installed_meta = meta.clone();
-            tokio::task::spawn_blocking(move || {
-                snapshot::install(
-                    group,
-                    &store2,
-                    &dir,
-                    &installed_meta,
-                    SnapshotFile { path: part },
-                )
-            })
-            .await
-            .map_err(|e| Error::Internal(format!("restore: {e}")))??;
-            if let Some(last) = meta.last_log_id {
-                let mut log = RocksLogStore::new(g.group, Arc::clone(&store));
-                let io = |e: std::io::Error| Error::Storage(e.to_string());
-                log.save_vote(&Vote::new(last.leader_id.term, target.node_id))
-                    .await
-                    .map_err(io)?;
-                log.purge(last).await.map_err(io)?;
-                log.save_committed(Some(last)).await.map_err(io)?;
+        let install = |g: &GroupBackup| {
+            let (store, incoming, snapshots) = (Arc::clone(&store), &incoming, &snapshots);
+            let g = g.clone();
+            async move {
+                let part = incoming.join(format!("restore-g{}.part", g.group));
+                let meta = download(src, &g, &part, target).await?;
+                let (group, dir, store2) = (
+                    g.group,
+                    snapshots.join(format!("g{}", g.group)),
+                    Arc::clone(&store),
+                );
+                let installed_meta = meta.clone();
+                tokio::task::spawn_blocking(move || {
+                    snapshot::install(
+                        group,
+                        &store2,
+                        &dir,
+                        &installed_meta,
+                        SnapshotFile { path: part },
+                    )
+                })
+                .await
+                .map_err(|e| Error::Internal(format!("restore: {e}")))??;
+                if let Some(last) = meta.last_log_id {
+                    let mut log = RocksLogStore::new(g.group, Arc::clone(&store));
+                    let io = |e: std::io::Error| Error::Storage(e.to_string());
+                    log.save_vote(&Vote::new(last.leader_id.term, target.node_id))
+                        .await
+                        .map_err(io)?;
+                    log.purge(last).await.map_err(io)?;
+                    log.save_committed(Some(last)).await.map_err(io)?;
+                }
+                Ok::<_, Error>(())
             }
+        };
+        {
+            use futures::{StreamExt, TryStreamExt};
+            futures::stream::iter(&manifest.groups)
+                .map(install)
+                .buffer_unordered(INSTALLING)
+                .try_collect::<Vec<()>>()
+                .await?;
         }
         restore_files(src, &manifest, &target.data_dir.join("files")).await?;
         // The metadata group without the old members, and a snapshot of it that agrees: the
@@ -125,6 +143,9 @@ impl Cluster {
         Ok(manifest)
     }
 }
+
+/// Groups downloaded and installed at a time (each a thread decompressing and one loading).
+const INSTALLING: usize = 2;
 
 /// Files restored at a time.
 const RESTORING: usize = 4;

@@ -297,10 +297,9 @@ impl Replicas {
             self.check_room(group)?;
         }
         // A backup's barriers pass its fence; everything else waits while it is raised.
-        let _passed = match cmd {
-            Command::BackupBarrier { .. } => None,
-            _ => Some(self.inner.fence.pass().await),
-        };
+        if !matches!(cmd, Command::BackupBarrier { .. }) {
+            self.inner.fence.pass().await;
+        }
         let raft = self.group(group)?;
         let _share = match cmd.app_bytes() {
             Some((app, bytes)) => Some(self.inner.app_shares.hold(group, app, bytes).await?),

@@ -14,7 +14,8 @@
 //! the bound up to a whole millisecond). A group with a single writer never waits, and
 //! nothing is gathered with more than one submission in flight.
 //!
-//! With `proposals_in_flight` 0 each command goes to openraft alone, as `client_write`.
+//! With `proposals_in_flight` 0 each command goes to openraft alone, as `client_write`; so
+//! does a backup's `BackupBarrier` always (the cluster's writes wait at the fence meanwhile).
 //!
 //! Neighbours: `Replicas::local_propose` (the only caller), openraft's `Raft` (the group).
 
@@ -89,7 +90,9 @@ impl Proposals {
         group: GroupId,
         cmd: Command,
     ) -> Result<Proposed> {
-        if self.in_flight == 0 {
+        // A backup's barrier goes at once, not behind the batches queued: writes wait at the
+        // fence until every group's barrier is in (`fence`).
+        if self.in_flight == 0 || matches!(cmd, Command::BackupBarrier { .. }) {
             return match raft.client_write(cmd).await {
                 Ok(applied) => answer_of(group, Ok(applied.into())),
                 Err(RaftError::APIError(e)) => answer_of(group, Err(e)),

@@ -26,10 +26,10 @@ use crate::ids::GroupId;
 use crate::namespace::Namespace;
 use crate::raft::{SnapshotMeta, TypeConfig};
 use crate::storage::keys::{self, CF_RAFT_META, CF_SM};
+use crate::storage::store::TableFile;
 use crate::storage::{Store, WriteBatch};
 
 const MAGIC: &[u8; 8] = b"BSNAP001";
-const INSTALL_BATCH_BYTES: usize = 4 << 20;
 
 /// A snapshot's data: a file on local disk.
 #[derive(Debug, Clone)]
@@ -470,17 +470,17 @@ pub fn resume_interrupted_install(group: GroupId, store: &Store) -> Result<()> {
     Ok(())
 }
 
+/// Loads the snapshot file of `marker` over `group`'s state: the group's range deleted, then
+/// the file's records written as one table file and ingested (so a crash leaves the range
+/// either as it was, deleted, or whole), then the applied state written and the marker cleared
+/// with one synced batch.
 fn load(group: GroupId, store: &Store, marker: &InstallMarker) -> Result<AppliedState> {
     let cf = store.cf(CF_SM)?;
     let mut r = BufReader::new(File::open(&marker.path)?);
     read_header(&mut r)?;
-    let mut batch = WriteBatch::default();
-    batch.delete_range_cf(
-        cf,
-        keys::group_prefix(group).to_vec(),
-        keys::group_end(group),
-    );
-    let mut bytes = 0usize;
+    let table_options = Store::table_options();
+    let table_path = marker.path.with_extension("table");
+    let mut table = TableFile::create(&table_options, &table_path)?;
     // A snapshot built before apply counted usage (or the change log's bytes) holds data (or
     // changes) but no counts: the group is counted once installed.
     let usage_prefix = keys::record_ns_prefix(group, Namespace::Usage.name());
@@ -502,14 +502,26 @@ fn load(group: GroupId, store: &Store, marker: &InstallMarker) -> Result<Applied
         has_changes |= key.starts_with(&changes_prefix);
         has_change_bytes |= key.starts_with(&change_bytes_prefix);
         has_data |= key.get(4) == Some(&keys::SM_OBJECT) || key.starts_with(&files_prefix);
-        bytes += key.len() + value.len();
-        batch.put_cf(cf, key, value);
-        if bytes >= INSTALL_BATCH_BYTES {
-            store.write_until_room_blocking(std::mem::take(&mut batch), false)?;
-            fail::fail_point!("snapshot-install-batch");
-            bytes = 0;
-        }
+        table.put(&key, &value)?;
     }
+    let table = table.finish()?;
+    let mut cleared = WriteBatch::default();
+    cleared.delete_range_cf(
+        cf,
+        keys::group_prefix(group).to_vec(),
+        keys::group_end(group),
+    );
+    store.write_until_room_blocking(cleared, false)?;
+    fail::fail_point!("snapshot-install-batch");
+    let ingested = until_room(
+        store,
+        "installing a snapshot",
+        || store_has_room(store),
+        || store.ingest(CF_SM, &table),
+    );
+    table.discard();
+    ingested?;
+    let mut batch = WriteBatch::default();
     if (has_data && !has_usage) || (has_changes && !has_change_bytes) {
         store.write_until_room_blocking(std::mem::take(&mut batch), false)?;
         if has_data && !has_usage {

@@ -13,18 +13,23 @@
 //! and keep their blocks in the cache only when the class's shards a node reads take at most a
 //! quarter of it uncompressed, leaving a bigger class's to the hot data (`scan_bulk`,
 //! `worth_caching`); candidates found in an index are read together (`multi_get`).
+//!
+//! Bulk loads (a snapshot installed, a backup restored) write a table file of sorted keys
+//! (`TableFile`) and ingest it whole (`Store::ingest`): no memtable, no write-ahead log, no
+//! flush of what was just written.
 
 use std::any::Any;
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rocksdb::{
-    BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, Direction, IteratorMode,
-    Options, ReadOptions, WriteBatch, WriteOptions, DB,
+    BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, Direction,
+    IngestExternalFileOptions, IteratorMode, Options, ReadOptions, SstFileWriter, WriteBatch,
+    WriteOptions, DB,
 };
 
 use super::keys::{CF_RAFT_LOG, CF_RAFT_META, CF_SM};
@@ -486,6 +491,34 @@ impl Store {
         Ok(written?)
     }
 
+    /// Options of the table files written for `ingest` (`TableFile::create`).
+    pub fn table_options() -> Options {
+        let mut o = Options::default();
+        o.set_compression_type(rocksdb::DBCompressionType::Lz4);
+        o
+    }
+
+    /// Moves the finished table file `table` into column family `cf`: its keys appear at once,
+    /// newer than every write before (a range deleted before stays deleted under them). An
+    /// empty table ingests nothing. May be tried again when it fails (the file stays).
+    pub fn ingest(&self, cf: &str, table: &FinishedTable) -> Result<()> {
+        if table.entries == 0 {
+            return Ok(());
+        }
+        fail::fail_point!("store-write-nospace", |_| Err(
+            crate::error::Error::Storage("IO error: No space left on device (fail point)".into())
+        ));
+        let mut o = IngestExternalFileOptions::default();
+        o.set_move_files(true);
+        self.writing.fetch_add(1, Ordering::SeqCst);
+        let ingested =
+            self.db
+                .ingest_external_file_cf_opts(self.cf(cf)?, &o, vec![table.path.clone()]);
+        self.written.fetch_add(1, Ordering::SeqCst);
+        self.writing.fetch_sub(1, Ordering::SeqCst);
+        Ok(ingested?)
+    }
+
     /// `write`, waiting out a full disk: a write refused for want of space is tried again,
     /// backing off from 50 ms to 2 s, until it succeeds or the node shuts down — RocksDB
     /// resumes by itself once space is freed (its own manager polls the disk), so the Raft log
@@ -785,10 +818,96 @@ fn run_wal_syncer(
 #[path = "settings_bench.rs"]
 mod settings_bench;
 
+/// A table file being written for `Store::ingest`: keys strictly increasing.
+pub struct TableFile<'a> {
+    writer: SstFileWriter<'a>,
+    path: PathBuf,
+    entries: u64,
+}
+
+/// A table file written whole, to be ingested (`Store::ingest`).
+pub struct FinishedTable {
+    path: PathBuf,
+    entries: u64,
+}
+
+impl<'a> TableFile<'a> {
+    /// A new table file at `path` (replaced if there), written with `options`
+    /// (`Store::table_options`).
+    pub fn create(options: &'a Options, path: &Path) -> Result<TableFile<'a>> {
+        let _ = std::fs::remove_file(path);
+        let writer = SstFileWriter::create(options);
+        writer.open(path)?;
+        Ok(TableFile {
+            writer,
+            path: path.to_path_buf(),
+            entries: 0,
+        })
+    }
+
+    /// Adds `key` (greater than every key before it) with `value`.
+    pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.writer.put(key, value)?;
+        self.entries += 1;
+        Ok(())
+    }
+
+    /// Finishes the file (an empty one is removed: there is nothing to ingest).
+    pub fn finish(mut self) -> Result<FinishedTable> {
+        if self.entries == 0 {
+            let _ = std::fs::remove_file(&self.path);
+        } else {
+            self.writer.finish()?;
+        }
+        Ok(FinishedTable {
+            path: self.path,
+            entries: self.entries,
+        })
+    }
+}
+
+impl FinishedTable {
+    /// Removes the file if it is still there (ingesting moves it).
+    pub fn discard(&self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::storage::keys::CF_SM;
+
+    #[test]
+    fn an_ingested_table_replaces_a_deleted_range_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("db")).unwrap();
+        let mut b = WriteBatch::default();
+        for k in [&b"a1"[..], b"b1", b"b2", b"c1"] {
+            b.put_cf(store.cf(CF_SM).unwrap(), k, b"old");
+        }
+        store.write(b, false).unwrap();
+        let options = Store::table_options();
+        let mut table = TableFile::create(&options, &dir.path().join("t.table")).unwrap();
+        table.put(b"b0", b"new").unwrap();
+        table.put(b"b2", b"new").unwrap();
+        assert!(table.put(b"b1", b"late").is_err(), "keys go up");
+        let table = table.finish().unwrap();
+        let mut cleared = WriteBatch::default();
+        cleared.delete_range_cf(store.cf(CF_SM).unwrap(), b"b".to_vec(), b"c".to_vec());
+        store.write(cleared, false).unwrap();
+        store.ingest(CF_SM, &table).unwrap();
+        let got = |k: &[u8]| store.get(CF_SM, k).unwrap();
+        assert_eq!(got(b"a1").as_deref(), Some(&b"old"[..]));
+        assert_eq!(got(b"b0").as_deref(), Some(&b"new"[..]));
+        assert_eq!(got(b"b1"), None, "deleted, not in the table");
+        assert_eq!(got(b"b2").as_deref(), Some(&b"new"[..]));
+        assert_eq!(got(b"c1").as_deref(), Some(&b"old"[..]));
+        assert!(!dir.path().join("t.table").exists(), "moved into the store");
+        // An empty table ingests nothing.
+        let empty = TableFile::create(&options, &dir.path().join("e.table")).unwrap();
+        store.ingest(CF_SM, &empty.finish().unwrap()).unwrap();
+    }
 
     #[test]
     fn decoded_values_are_reused_only_while_nothing_was_written() {

@@ -159,14 +159,46 @@ async fn a_backup_taken_under_writes_holds_exactly_the_writes_before_its_barrier
     );
 }
 
-/// What is done to a copy of a backup, and what verify must say of it.
-type Damage = (&'static str, fn(&Path), &'static str);
+/// What is done to a copy of a backup, what verify must say of it, and the object it names.
+type Damage = (&'static str, fn(&Path), &'static str, &'static str);
 
-/// Table — damage verify names: one flipped byte in a group's state, a group's state gone,
-/// a manifest cut short; the untouched backup passes.
+/// A copy of the backup folder `from` (its `files/` too) at `to`.
+fn copy_backup(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_dir() {
+            copy_backup(&entry.path(), &to.join(entry.file_name()));
+        } else {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        }
+    }
+}
+
+/// The path of the one stored file copied into the backup `f`.
+fn stored_file(f: &Path) -> PathBuf {
+    std::fs::read_dir(f.join("files"))
+        .unwrap()
+        .next()
+        .expect("a stored file in the backup")
+        .unwrap()
+        .path()
+}
+
+/// Flips one byte in the middle of the file at `p`.
+fn flip_a_byte(p: &Path) {
+    let mut bytes = std::fs::read(p).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x01;
+    std::fs::write(p, bytes).unwrap();
+}
+
+/// Table — damage verify and restore name: one flipped byte in a group's state or in a stored
+/// file, a group's state or a stored file gone, a manifest cut short; the untouched backup
+/// passes, and a restore of a damaged one fails naming the object.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn verify_names_every_kind_of_damage() {
-    let cluster = TestCluster::start(1, &["--shards", "2"], &[]).await;
+async fn verify_and_restore_name_every_kind_of_damage() {
+    let cluster = TestCluster::start(1, &["--shards", "1"], &[]).await;
     for n in 0..20 {
         cluster
             .client(0)
@@ -174,27 +206,40 @@ async fn verify_names_every_kind_of_damage() {
             .await
             .unwrap();
     }
+    let up = cluster
+        .client(0)
+        .upload_file("kept.bin", "application/octet-stream", vec![7u8; 5000])
+        .await
+        .unwrap();
+    assert!(up.status < 300, "{:?}", up.body);
     let dir = tempfile::tempdir().unwrap();
     let (_, folder) = tokio::task::block_in_place(|| backup(&cluster, 0, dir.path()));
     let (ok, out) = verify(&folder);
     assert!(ok, "the untouched backup: {out}");
-    let state = "g00001.state.zst";
-    let damages: [Damage; 3] = [
+    let damages: [Damage; 5] = [
         (
-            "a flipped byte",
-            |f| {
-                let p = f.join("g00001.state.zst");
-                let mut bytes = std::fs::read(&p).unwrap();
-                let mid = bytes.len() / 2;
-                bytes[mid] ^= 0x01;
-                std::fs::write(&p, bytes).unwrap();
-            },
+            "a flipped byte in a state",
+            |f| flip_a_byte(&f.join("g00001.state.zst")),
             "SHA-256",
+            "g00001.state.zst",
         ),
         (
             "a missing state",
             |f| std::fs::remove_file(f.join("g00001.state.zst")).unwrap(),
             "missing",
+            "g00001.state.zst",
+        ),
+        (
+            "a flipped byte in a stored file",
+            |f| flip_a_byte(&stored_file(f)),
+            "SHA-256",
+            "files/",
+        ),
+        (
+            "a missing stored file",
+            |f| std::fs::remove_file(stored_file(f)).unwrap(),
+            "missing",
+            "files/",
         ),
         (
             "a truncated manifest",
@@ -203,23 +248,34 @@ async fn verify_names_every_kind_of_damage() {
                 let bytes = std::fs::read(&p).unwrap();
                 std::fs::write(&p, &bytes[..bytes.len() / 2]).unwrap();
             },
-            "manifest.json: not a whole manifest",
+            "not a whole manifest",
+            "manifest.json",
         ),
     ];
-    for (what, damage, named) in damages {
+    for (what, damage, said, object) in damages {
         let copy = dir.path().join(format!("copy-{}", what.replace(' ', "-")));
-        std::fs::create_dir(&copy).unwrap();
-        for entry in std::fs::read_dir(&folder).unwrap() {
-            let entry = entry.unwrap();
-            std::fs::copy(entry.path(), copy.join(entry.file_name())).unwrap();
-        }
+        copy_backup(&folder, &copy);
         damage(&copy);
         let (ok, out) = verify(&copy);
         assert!(!ok, "{what} passed verify: {out}");
-        assert!(out.contains(named), "{what}: {out}");
-        if what != "a truncated manifest" {
-            assert!(out.contains(state), "{what} is not named: {out}");
-        }
+        assert!(out.contains(said) && out.contains(object), "{what}: {out}");
+        let target = dir
+            .path()
+            .join(format!("restored-{}", what.replace(' ', "-")));
+        let restored = Command::new(env!("CARGO_BIN_EXE_basalt"))
+            .args(["admin", "restore", "--from"])
+            .arg(&copy)
+            .arg("--data-dir")
+            .arg(&target)
+            .args(["--node-id", "1", "--rpc-addr", "127.0.0.1:1"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&restored.stderr);
+        assert!(!restored.status.success(), "{what} was restored");
+        assert!(
+            text.contains(object),
+            "{what}: the restore does not name {object}: {text}"
+        );
     }
 }
 

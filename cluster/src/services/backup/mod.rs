@@ -1,7 +1,7 @@
 //! Backups of the whole cluster, to a directory or an S3-compatible bucket (`destination`).
 //!
 //! The node asked for one coordinates it (`take`): it raises the write fence on every member
-//! (`replicas::fence`: new proposals wait, none fail, the ones in flight finish; each member
+//! (`replicas::fence`: new proposals wait, none fail; each member
 //! also holds its copies of stored files until the backup ends), proposes a `BackupBarrier` to
 //! every group, asks the leader of each to pin a point-in-time view of its state there
 //! (`writer`), lowers the fence — writes waited only that long — and waits while the leaders
@@ -411,8 +411,7 @@ pub(crate) async fn answer(
         AdminRequest::Fence { backup, ttl_ms } => {
             replicas
                 .fence()
-                .raise(&backup, Duration::from_millis(ttl_ms))
-                .await?;
+                .raise(&backup, Duration::from_millis(ttl_ms))?;
             // From before the barrier until the backup ends, no copy of a stored file goes.
             jobs.files().copies().hold(&backup, WRITE_TIMEOUT);
             Ok(AdminResponse::Done)

@@ -4,8 +4,9 @@
 //! zstd-compressed, hashed with SHA-256 — to the destination as one object, while the stored
 //! files whose records it holds are noted in a spool file on the node and copied beside it
 //! once it is written (`stored_files`), at most `--rate` bytes per second for all of this
-//! node's groups. At most `STREAMS` groups stream at once on
-//! a node (the others' views wait, pinned, on a blocking thread each); each holds a few chunks
+//! node's groups. Each group's state is read and compressed on a thread of its own at nice
+//! `WRITER_NICE` (requests come first). At most `STREAMS` groups stream at once on a node
+//! (the others' views wait, pinned, on their threads); each holds a few chunks
 //! in memory (`CHUNK_BYTES`, parts of `PART_BYTES`). An upload that fails or is aborted
 //! (`abort`: the backup failed elsewhere) leaves no object under its name.
 
@@ -35,6 +36,9 @@ use crate::statemachine::snapshot;
 use crate::storage::keys;
 use crate::storage::records::StoredRecord;
 
+/// The nice value of the threads that read and compress group states (on Linux, where nice is
+/// per thread): the node's requests get the CPU first.
+const WRITER_NICE: i32 = 10;
 /// Chunks queued between the compressing thread and the upload.
 const CHUNKS_QUEUED: usize = 2;
 
@@ -104,16 +108,7 @@ impl GroupJobs {
         let dest = Destination::open(&job.dest, self.s3())?.folder(&job.backup);
         let files = self.files.clone();
         let store = replicas.store();
-        if self
-            .runs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_empty()
-        {
-            // No backup runs here: what a crash left in the spool goes.
-            let _ = tokio::fs::remove_dir_all(spool_dir(&store)).await;
-        }
-        let run = self.run(&job);
+        let run = self.run(&job, &spool_dir(&store));
         let streams = Arc::clone(&self.streams);
         let (pinned_tx, pinned_rx) = oneshot::channel();
         let (done_tx, done_rx) = oneshot::channel();
@@ -125,7 +120,7 @@ impl GroupJobs {
             let (chunks_tx, chunks_rx) = mpsc::channel(CHUNKS_QUEUED);
             let aborted = Arc::clone(&run.aborted);
             let spooled = spool.clone();
-            let writing = tokio::task::spawn_blocking(move || {
+            let write = move || {
                 let sink = ChunkSink::new(chunks_tx, aborted);
                 let mut w = Counting::new(zstd::stream::write::Encoder::new(sink, ZSTD_LEVEL)?);
                 let mut turn = None;
@@ -159,14 +154,26 @@ impl GroupJobs {
                 sink.end()?;
                 drop(turn);
                 Ok::<_, Error>((meta, records, bytes, sink.size, sink.sha256()))
-            });
+            };
+            // A thread of its own, at a lower CPU priority: requests come first.
+            let (written_tx, written_rx) = oneshot::channel();
+            let spawned = std::thread::Builder::new()
+                .name(format!("backup-g{}", group.get()))
+                .spawn(move || {
+                    let _ = rustix::process::setpriority_process(None, WRITER_NICE);
+                    let _ = written_tx.send(write());
+                });
+            let writing = async move {
+                spawned?;
+                written_rx
+                    .await
+                    .map_err(|_| Error::Internal("the backup's writer thread died".into()))?
+            };
             let uploading = upload(&dest, &object, chunks_rx, &run.pace);
             let (written, uploaded) = tokio::join!(writing, uploading);
             let written = match (written, uploaded) {
-                (Ok(Ok(written)), Ok(())) => Ok(written),
-                (Ok(Err(e)), _) => Err(e),
-                (Err(e), _) => Err(Error::Internal(format!("backup writer: {e}"))),
-                (_, Err(e)) => Err(e),
+                (Ok(written), Ok(())) => Ok(written),
+                (Err(e), _) | (_, Err(e)) => Err(e),
             };
             let result = match written {
                 Ok((meta, records, bytes, size, sha256)) => super::stored_files::copy_files(
@@ -259,8 +266,14 @@ impl GroupJobs {
             .retain(|(b, _), _| b != backup);
     }
 
-    fn run(&self, job: &GroupJob) -> Arc<Run> {
+    /// The run of `job`'s backup on this node, begun now when it is the first of its jobs here.
+    /// The first run while none other is under way empties the spool `spool` (what a crash
+    /// left): under the lock, so before any job of it spools.
+    fn run(&self, job: &GroupJob, spool: &std::path::Path) -> Arc<Run> {
         let mut runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
+        if runs.is_empty() {
+            let _ = std::fs::remove_dir_all(spool);
+        }
         Arc::clone(runs.entry(job.backup.clone()).or_insert_with(|| {
             Arc::new(Run {
                 pace: Pace::new(job.rate),
