@@ -50,8 +50,8 @@ pub struct GroupBackup {
     pub group: GroupId,
     /// The log index of the group's `BackupBarrier`.
     pub barrier: u64,
-    /// The log index the state reflects: the barrier's, or a later one of entries that
-    /// change no data (a new leader's blank entry).
+    /// The log index the state reflects: the barrier's, or a later one (writes that passed
+    /// the fence before it rose may land after the barrier and before the view is taken).
     pub applied: u64,
     /// Records of the state (objects, indexes, records, the change log).
     pub records: u64,

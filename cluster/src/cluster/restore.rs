@@ -79,7 +79,27 @@ impl Cluster {
             let _ = std::fs::remove_dir_all(&snapshots);
         }
         std::fs::create_dir_all(&db_dir)?;
-        let store = Store::open_tuned(&db_dir, &StoreTuning::default())?;
+        let made = restore_groups(src, target, &manifest, &db_dir, &snapshots).await;
+        if made.is_err() {
+            // Nothing half made is left to be mistaken for a node.
+            let _ = std::fs::remove_dir_all(&db_dir);
+            let _ = std::fs::remove_dir_all(&snapshots);
+        }
+        made.map(|()| manifest)
+    }
+}
+
+/// Installs every group of `manifest` from `src` into the new store at `db_dir` (snapshots in
+/// `snapshots`), then the stored files and the node's identity.
+async fn restore_groups(
+    src: &Destination,
+    target: &RestoreTarget,
+    manifest: &Manifest,
+    db_dir: &Path,
+    snapshots: &Path,
+) -> Result<()> {
+    {
+        let store = Store::open_tuned(db_dir, &StoreTuning::default())?;
         let incoming = snapshots.join("incoming");
         std::fs::create_dir_all(&incoming)?;
         let install = |g: &GroupBackup| {
@@ -125,7 +145,7 @@ impl Cluster {
                 .try_collect::<Vec<()>>()
                 .await?;
         }
-        restore_files(src, &manifest, &target.data_dir.join("files")).await?;
+        restore_files(src, manifest, &target.data_dir.join("files")).await?;
         // The metadata group without the old members, and a snapshot of it that agrees: the
         // one nodes joining later receive.
         drop_old_members(&store)?;
@@ -140,7 +160,7 @@ impl Cluster {
         };
         store.put_default_synced(NODE_IDENTITY, &serde_json::to_vec(&identity)?)?;
         let _ = std::fs::remove_dir_all(&incoming);
-        Ok(manifest)
+        Ok(())
     }
 }
 

@@ -2,8 +2,9 @@
 //!
 //! Building iterates the group's key range in one RocksDB point-in-time view and writes it to
 //! `snapshots/g<group>/<index>-<id>.snap`; `current` names the newest file. Installing replaces
-//! the group's range with a received file's content in bounded batches, guarded by a synced
-//! marker in `raft_meta` so that an install a crash interrupted is redone on the next start.
+//! the group's range with a received file's content — a range delete, then the records written
+//! as one sorted table file and ingested (`Store::ingest`) — guarded by a synced marker in
+//! `raft_meta` so that an install a crash interrupted is redone on the next start.
 //!
 //! File format: `BSNAP001`, u32-LE length + JSON `SnapshotMeta`, then records of u32-LE key
 //! length, key (without the group prefix), u32-LE value length, value; a zero key length ends it.
@@ -26,7 +27,7 @@ use crate::ids::GroupId;
 use crate::namespace::Namespace;
 use crate::raft::{SnapshotMeta, TypeConfig};
 use crate::storage::keys::{self, CF_RAFT_META, CF_SM};
-use crate::storage::store::TableFile;
+use crate::storage::store::{TableFile, TableOptions};
 use crate::storage::{Store, WriteBatch};
 
 const MAGIC: &[u8; 8] = b"BSNAP001";
@@ -470,25 +471,33 @@ pub fn resume_interrupted_install(group: GroupId, store: &Store) -> Result<()> {
     Ok(())
 }
 
-/// Loads the snapshot file of `marker` over `group`'s state: the group's range deleted, then
-/// the file's records written as one table file and ingested (so a crash leaves the range
-/// either as it was, deleted, or whole), then the applied state written and the marker cleared
-/// with one synced batch.
-fn load(group: GroupId, store: &Store, marker: &InstallMarker) -> Result<AppliedState> {
-    let cf = store.cf(CF_SM)?;
-    let mut r = BufReader::new(File::open(&marker.path)?);
+/// What a snapshot's records held, for the counts an older snapshot lacks.
+#[derive(Default)]
+struct Found {
+    data: bool,
+    usage: bool,
+    changes: bool,
+    change_bytes: bool,
+}
+
+/// Writes the records of the snapshot file `snapshot` (of `group`) as the table file
+/// `table_path`, keys with the group's prefix, values in the current encoding.
+fn write_table(
+    group: GroupId,
+    snapshot: &Path,
+    options: &TableOptions,
+    table_path: &Path,
+) -> Result<(crate::storage::store::FinishedTable, Found)> {
+    let mut r = BufReader::new(File::open(snapshot)?);
     read_header(&mut r)?;
-    let table_options = Store::table_options();
-    let table_path = marker.path.with_extension("table");
-    let mut table = TableFile::create(&table_options, &table_path)?;
+    let mut table = TableFile::create(options, table_path)?;
     // A snapshot built before apply counted usage (or the change log's bytes) holds data (or
     // changes) but no counts: the group is counted once installed.
     let usage_prefix = keys::record_ns_prefix(group, Namespace::Usage.name());
     let files_prefix = keys::record_ns_prefix(group, Namespace::File.name());
-    let (mut has_usage, mut has_data) = (false, false);
     let changes_prefix = keys::sm_family(group, keys::SM_CHANGES);
     let change_bytes_prefix = keys::sm_family(group, keys::SM_CHANGES_BYTES);
-    let (mut has_changes, mut has_change_bytes) = (false, false);
+    let mut found = Found::default();
     loop {
         let klen = read_u32(&mut r)?;
         if klen == 0 {
@@ -498,13 +507,28 @@ fn load(group: GroupId, store: &Store, marker: &InstallMarker) -> Result<Applied
         key.extend_from_slice(&read_exact_vec(&mut r, klen)?);
         let vlen = read_u32(&mut r)?;
         let value = upgrade::current_encoding(&key, read_exact_vec(&mut r, vlen)?);
-        has_usage |= key.starts_with(&usage_prefix);
-        has_changes |= key.starts_with(&changes_prefix);
-        has_change_bytes |= key.starts_with(&change_bytes_prefix);
-        has_data |= key.get(4) == Some(&keys::SM_OBJECT) || key.starts_with(&files_prefix);
+        found.usage |= key.starts_with(&usage_prefix);
+        found.changes |= key.starts_with(&changes_prefix);
+        found.change_bytes |= key.starts_with(&change_bytes_prefix);
+        found.data |= key.get(4) == Some(&keys::SM_OBJECT) || key.starts_with(&files_prefix);
         table.put(&key, &value)?;
     }
-    let table = table.finish()?;
+    Ok((table.finish()?, found))
+}
+
+/// Loads the snapshot file of `marker` over `group`'s state: the group's range deleted, then
+/// the file's records written as one table file and ingested (so a crash leaves the range
+/// either as it was, deleted, or whole), then the applied state written and the marker cleared
+/// with one synced batch.
+fn load(group: GroupId, store: &Store, marker: &InstallMarker) -> Result<AppliedState> {
+    let cf = store.cf(CF_SM)?;
+    let table_options = store.table_options();
+    let table_path = marker.path.with_extension("table");
+    let some_room = || store_has_room(store);
+    // The table takes as much room as the state: written again while the disk has none.
+    let (table, found) = until_room(store, "installing a snapshot", some_room, || {
+        write_table(group, &marker.path, &table_options, &table_path)
+    })?;
     let mut cleared = WriteBatch::default();
     cleared.delete_range_cf(
         cf,
@@ -512,15 +536,21 @@ fn load(group: GroupId, store: &Store, marker: &InstallMarker) -> Result<Applied
         keys::group_end(group),
     );
     store.write_until_room_blocking(cleared, false)?;
+    // Flushed here rather than by the ingest, which would hold every write of the node
+    // meanwhile (the range delete overlaps the table).
+    store.flush(CF_SM)?;
     fail::fail_point!("snapshot-install-batch");
-    let ingested = until_room(
-        store,
-        "installing a snapshot",
-        || store_has_room(store),
-        || store.ingest(CF_SM, &table),
-    );
-    table.discard();
+    let ingested = until_room(store, "installing a snapshot", some_room, || {
+        store.ingest(CF_SM, &table)
+    });
+    drop(table);
     ingested?;
+    let Found {
+        data: has_data,
+        usage: has_usage,
+        changes: has_changes,
+        change_bytes: has_change_bytes,
+    } = found;
     let mut batch = WriteBatch::default();
     if (has_data && !has_usage) || (has_changes && !has_change_bytes) {
         store.write_until_room_blocking(std::mem::take(&mut batch), false)?;

@@ -297,6 +297,8 @@ pub struct Store {
     bulk_cached_bytes: u64,
     sync_tx: Option<mpsc::Sender<SyncCallback>>,
     syncer: Option<std::thread::JoinHandle<()>>,
+    /// The state machine's tables have bloom filters (`StoreTuning`): so do ingested ones.
+    bloom_filters: bool,
     /// Bytes each group's applied entries deleted since its range was last compacted
     /// (`note_freed`; this node's own count, for `reclaim`).
     freed: Mutex<HashMap<crate::ids::GroupId, u64>>,
@@ -395,6 +397,7 @@ impl Store {
             bulk_cached_bytes: (tuning.block_cache_bytes / 4) as u64,
             sync_tx: Some(sync_tx),
             syncer: Some(syncer),
+            bloom_filters: set.bloom_filters,
         }))
     }
 
@@ -491,11 +494,22 @@ impl Store {
         Ok(written?)
     }
 
-    /// Options of the table files written for `ingest` (`TableFile::create`).
-    pub fn table_options() -> Options {
+    /// Options of the table files written for `ingest` (`TableFile::create`): as the state
+    /// machine's column family writes its own (compression, bloom filters).
+    pub fn table_options(&self) -> TableOptions {
         let mut o = Options::default();
         o.set_compression_type(rocksdb::DBCompressionType::Lz4);
+        if self.bloom_filters {
+            let mut t = BlockBasedOptions::default();
+            t.set_bloom_filter(10.0, false);
+            o.set_block_based_table_factory(&t);
+        }
         o
+    }
+
+    /// Flushes the memtable of column family `cf` to a table file, waiting for it.
+    pub fn flush(&self, cf: &str) -> Result<()> {
+        Ok(self.db.flush_cf(self.cf(cf)?)?)
     }
 
     /// Moves the finished table file `table` into column family `cf`: its keys appear at once,
@@ -818,14 +832,19 @@ fn run_wal_syncer(
 #[path = "settings_bench.rs"]
 mod settings_bench;
 
-/// A table file being written for `Store::ingest`: keys strictly increasing.
+/// How table files for `Store::ingest` are written (`Store::table_options`).
+pub type TableOptions = Options;
+
+/// A table file being written for `Store::ingest`: keys strictly increasing. Dropped
+/// unfinished, its file is removed.
 pub struct TableFile<'a> {
     writer: SstFileWriter<'a>,
     path: PathBuf,
     entries: u64,
 }
 
-/// A table file written whole, to be ingested (`Store::ingest`).
+/// A table file written whole, to be ingested (`Store::ingest`); dropped, what is left of it
+/// (nothing once ingested: the store took the file) is removed.
 pub struct FinishedTable {
     path: PathBuf,
     entries: u64,
@@ -854,21 +873,30 @@ impl<'a> TableFile<'a> {
 
     /// Finishes the file (an empty one is removed: there is nothing to ingest).
     pub fn finish(mut self) -> Result<FinishedTable> {
-        if self.entries == 0 {
-            let _ = std::fs::remove_file(&self.path);
-        } else {
+        if self.entries > 0 {
             self.writer.finish()?;
         }
-        Ok(FinishedTable {
-            path: self.path,
+        let finished = FinishedTable {
+            path: std::mem::take(&mut self.path),
             entries: self.entries,
-        })
+        };
+        if finished.entries == 0 {
+            let _ = std::fs::remove_file(&finished.path);
+        }
+        Ok(finished)
     }
 }
 
-impl FinishedTable {
-    /// Removes the file if it is still there (ingesting moves it).
-    pub fn discard(&self) {
+impl Drop for TableFile<'_> {
+    fn drop(&mut self) {
+        if !self.path.as_os_str().is_empty() {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+impl Drop for FinishedTable {
+    fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
     }
 }
@@ -887,7 +915,7 @@ mod tests {
             b.put_cf(store.cf(CF_SM).unwrap(), k, b"old");
         }
         store.write(b, false).unwrap();
-        let options = Store::table_options();
+        let options = store.table_options();
         let mut table = TableFile::create(&options, &dir.path().join("t.table")).unwrap();
         table.put(b"b0", b"new").unwrap();
         table.put(b"b2", b"new").unwrap();

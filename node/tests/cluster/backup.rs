@@ -73,7 +73,7 @@ async fn all_ids(client: &basalt_client::Client, class: &str) -> BTreeSet<String
 /// verifies whole, and a cluster restored from it holds every write acknowledged before the
 /// fence went up and none sent after it came down.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_backup_taken_under_writes_holds_exactly_the_writes_before_its_barrier() {
+async fn a_backup_taken_under_writes_holds_every_write_acknowledged_before_its_fence() {
     let kept = tempfile::tempdir().unwrap();
     let (manifest, folder, writes, keys) = {
         let cluster = TestCluster::start(3, &["--shards", "6"], &[]).await;

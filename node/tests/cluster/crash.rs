@@ -98,8 +98,8 @@ async fn a_node_that_crashes_while_writing_recovers_every_acknowledged_write() {
     }
 }
 
-/// A node that crashes in the middle of installing a snapshot (part of it loaded over the old
-/// state) finishes or redoes the install when it restarts, and ends with exactly the state of
+/// A node that crashes in the middle of installing a snapshot (the group's old state cleared,
+/// the snapshot's table not yet ingested) redoes the install when it restarts, and ends with exactly the state of
 /// its peers (equal digests at the same applied index).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_crashes_installing_a_snapshot_ends_with_its_peers_state() {
@@ -107,7 +107,7 @@ async fn a_node_that_crashes_installing_a_snapshot_ends_with_its_peers_state() {
     let mut cluster = TestCluster::start(3, &["--shards", "1"], &tuning).await;
     cluster.stop(2);
     let client = cluster.client(0);
-    // More than one install batch (4 MiB) of state, and enough entries to purge the log.
+    // A few MiB of state, and enough entries to purge the log.
     let big = "x".repeat(100_000);
     let mut ids = Vec::new();
     for i in 0..60 {

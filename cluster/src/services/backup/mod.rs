@@ -322,7 +322,7 @@ async fn fenced(
         .into_iter()
         .collect::<Result<Vec<_>>>();
     let pinned = match raised {
-        Ok(_) => barriers_and_pins(replicas, jobs, leaders, id, req).await,
+        Ok(_) => barriers_and_pins(replicas, jobs, members, leaders, id, req).await,
         Err(e) => Err(e),
     };
     let lower = members.iter().map(|&node| {
@@ -342,6 +342,7 @@ async fn fenced(
 async fn barriers_and_pins(
     replicas: &Replicas,
     jobs: &GroupJobs,
+    members: &[NodeId],
     leaders: &HashMap<GroupId, NodeId>,
     id: &str,
     req: &BackupRequest,
@@ -352,13 +353,20 @@ async fn barriers_and_pins(
             backup: id.to_string(),
         };
         let proposed = replicas.propose(group, cmd).await?;
-        // The leader the members reported writes the group; any replica that applied the
-        // barrier holds the same state while the fence is up.
+        // The leader the members reported writes the group: its view is taken after the
+        // barrier and before any write that waited at the fence (writes already past the
+        // fence may land between, and are in the backup).
         let node = leaders
             .get(&group)
             .copied()
             .or(replicas.leader_of(group))
             .unwrap_or(replicas.node_id());
+        if !members.contains(&node) {
+            // A leader outside the fence (a node being removed) could take writes meanwhile.
+            return Err(Error::Unavailable(format!(
+                "group {group} is led by node {node}, which is not an active member: try again once it is not"
+            )));
+        }
         let job = GroupJob {
             backup: id.to_string(),
             group,

@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -55,7 +55,7 @@ const FORGET_AFTER: Duration = Duration::from_secs(6 * 3600);
 /// the options of S3 destinations.
 pub struct GroupJobs {
     jobs: Mutex<HashMap<(String, GroupId), Running>>,
-    runs: Mutex<HashMap<String, Arc<Run>>>,
+    runs: Arc<Mutex<HashMap<String, Arc<Run>>>>,
     streams: Arc<tokio::sync::Semaphore>,
     files: Files,
     s3: Option<BucketOptions>,
@@ -65,6 +65,8 @@ pub struct GroupJobs {
 struct Run {
     pace: Pace,
     aborted: Arc<AtomicBool>,
+    /// Its group jobs on this node still running: the run is forgotten when the last ends.
+    tasks: AtomicUsize,
 }
 
 struct Running {
@@ -76,7 +78,7 @@ impl GroupJobs {
     pub fn new(files: Files, s3: Option<BucketOptions>) -> GroupJobs {
         GroupJobs {
             jobs: Mutex::default(),
-            runs: Mutex::default(),
+            runs: Arc::default(),
             streams: Arc::new(tokio::sync::Semaphore::new(STREAMS)),
             files,
             s3,
@@ -115,6 +117,7 @@ impl GroupJobs {
         let node = replicas.node_id();
         let (group, barrier) = (job.group, job.barrier);
         let spool = spool_dir(&store).join(format!("{}.g{:05}.files", job.backup, group.get()));
+        let (runs, backup) = (Arc::clone(&self.runs), job.backup.clone());
         tokio::spawn(async move {
             let object = GroupBackup::object_name(group);
             let (chunks_tx, chunks_rx) = mpsc::channel(CHUNKS_QUEUED);
@@ -140,6 +143,8 @@ impl GroupJobs {
                 };
                 let pinned = || {
                     let _ = pinned_tx.send(());
+                    // Pinned (the fence may come down): from now on, requests come first.
+                    lower_priority();
                     // The view is taken: it waits here, pinned, for its turn to stream.
                     turn = futures::executor::block_on(streams.acquire_owned()).ok();
                 };
@@ -160,7 +165,6 @@ impl GroupJobs {
             let spawned = std::thread::Builder::new()
                 .name(format!("backup-g{}", group.get()))
                 .spawn(move || {
-                    let _ = rustix::process::setpriority_process(None, WRITER_NICE);
                     let _ = written_tx.send(write());
                 });
             let writing = async move {
@@ -200,6 +204,13 @@ impl GroupJobs {
                 Err(e) => Err(e),
             };
             let _ = tokio::fs::remove_file(&spool).await;
+            // The last of this run's jobs here forgets it (an abort may have already).
+            if run.tasks.fetch_sub(1, Ordering::SeqCst) == 1 {
+                let mut runs = runs.lock().unwrap_or_else(|p| p.into_inner());
+                if runs.get(&backup).is_some_and(|r| Arc::ptr_eq(r, &run)) {
+                    runs.remove(&backup);
+                }
+            }
             let _ = done_tx.send(result);
         });
         {
@@ -227,11 +238,7 @@ impl GroupJobs {
     pub(crate) async fn wait(&self, backup: &str, group: GroupId) -> Result<GroupBackup> {
         let running = {
             let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
-            let running = jobs.remove(&(backup.to_string(), group));
-            if !jobs.keys().any(|(b, _)| b == backup) {
-                self.forget(backup);
-            }
-            running
+            jobs.remove(&(backup.to_string(), group))
         }
         .ok_or_else(|| {
             Error::InvalidOperation(format!("no backup {backup} of group {group} here"))
@@ -274,13 +281,23 @@ impl GroupJobs {
         if runs.is_empty() {
             let _ = std::fs::remove_dir_all(spool);
         }
-        Arc::clone(runs.entry(job.backup.clone()).or_insert_with(|| {
+        let run = Arc::clone(runs.entry(job.backup.clone()).or_insert_with(|| {
             Arc::new(Run {
                 pace: Pace::new(job.rate),
                 aborted: Arc::new(AtomicBool::new(false)),
+                tasks: AtomicUsize::new(0),
             })
-        }))
+        }));
+        run.tasks.fetch_add(1, Ordering::SeqCst);
+        run
     }
+}
+
+/// Lowers the calling thread's CPU priority to `WRITER_NICE` (Linux, where nice is per
+/// thread; elsewhere it would be the whole process's, so nothing is done).
+fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    let _ = rustix::process::setpriority_process(None, WRITER_NICE);
 }
 
 /// Where a node's group jobs keep the stored files each state names until they are copied
