@@ -73,6 +73,18 @@ pub fn is_backup_id(name: &str) -> bool {
             .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c))
 }
 
+/// The ids of the backups in `dest`, newest first (folders not named as backups left out).
+async fn backup_ids(dest: &Destination) -> Result<Vec<String>> {
+    let mut ids: Vec<String> = dest
+        .folders()
+        .await?
+        .into_iter()
+        .filter(|n| is_backup_id(n))
+        .collect();
+    ids.sort_unstable_by(|a, b| b.cmp(a));
+    Ok(ids)
+}
+
 /// Unfinished backups younger than this are left alone (they may still be being written).
 const UNFINISHED_KEPT_MS: i64 = 24 * 3600 * 1000;
 
@@ -85,13 +97,7 @@ pub async fn prune(dest: &Destination, keep: usize) -> Result<Vec<String>> {
         #[serde(default)]
         scheduled: bool,
     }
-    let mut ids: Vec<String> = dest
-        .folders()
-        .await?
-        .into_iter()
-        .filter(|n| is_backup_id(n))
-        .collect();
-    ids.sort_unstable_by(|a, b| b.cmp(a));
+    let ids = backup_ids(dest).await?;
     let day_ago = now_ms() - UNFINISHED_KEPT_MS;
     let mut kept = 0;
     let mut removed = Vec::new();
@@ -130,13 +136,7 @@ pub struct Listed {
 /// The newest `LISTED` backups in `dest`, newest first (by when they started; folders not
 /// named as backups are left out).
 pub async fn list(dest: &Destination) -> Result<Vec<Listed>> {
-    let mut ids: Vec<String> = dest
-        .folders()
-        .await?
-        .into_iter()
-        .filter(|n| is_backup_id(n))
-        .collect();
-    ids.sort_unstable_by(|a, b| b.cmp(a));
+    let mut ids = backup_ids(dest).await?;
     ids.truncate(LISTED);
     let mut listed = Vec::with_capacity(ids.len());
     for backup in ids {
