@@ -3,8 +3,9 @@
 # loopback, OBJECTS (default 1,000,000) objects loaded through /1/batch; the create workload
 # for SECONDS_PER seconds (default 8) with CONCURRENCY clients (default 16) alone, then again
 # while a backup to a directory runs (started 1 s in: make SECONDS_PER about the backup's time
-# plus 2, so that the backup covers most of the window); the backup's state bytes, time, MB/s
-# and fence; then a restore into a new cluster of RESTORE_NODES nodes (default 3) — the first node
+# plus 2, so that the backup covers most of the window), then alone again, ROUNDS times (default
+# 3, one backup each); the write p99 during each backup against the mean of its two steady
+# windows, the backup's state bytes, time, MB/s and fence; then a restore into a new cluster of RESTORE_NODES nodes (default 3) — the first node
 # made from the backup with `basalt admin restore`, the others joining it — timed until every
 # node answers /health 200.
 # Prints the figures; the clusters and their data are removed afterwards (KEEP=1 keeps them).
@@ -16,6 +17,8 @@ SECS="${SECONDS_PER:-8}"
 CONC="${CONCURRENCY:-16}"
 OBJECTS="${OBJECTS:-1000000}"
 RESTORE_NODES="${RESTORE_NODES:-3}"
+ROUNDS="${ROUNDS:-3}"
+[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "ROUNDS must be a number of rounds, 1 or more" >&2; exit 2; }
 dir=$(mktemp -d)
 port=28280
 rpc=$((port + 1000))
@@ -48,30 +51,59 @@ echo "## 3 nodes, $OBJECTS objects"
 bench --concurrency 32 --workload load-queries
 echo "du of the data dirs: $(du -sh "$dir/source" | cut -f1)"
 echo
-echo "### creates alone, then while a backup runs"
-bench --concurrency "$CONC" --seconds "$SECS" --workload create --label "steady"
-bench --concurrency "$CONC" --seconds "$SECS" --workload create --label "during the backup" \
-  >"$dir/during.txt" &
-load=$!
-sleep 1
-t0=$(now)
-"$TARGET/basalt" admin --rpc "127.0.0.1:$rpc" --certs-dir "$dir/source/certs/admin" \
-  backup --to "$dir/backups" >"$dir/manifest.json"
-t1=$(now)
-wait "$load"
-tail -n 1 "$dir/during.txt"
-echo
-python3 - "$dir/manifest.json" "$t0" "$t1" <<'PY'
+echo "### $ROUNDS rounds: creates alone, then while a backup runs, then alone again"
+# The goal compares the p99 during a backup with steady state: the mean of the windows before
+# and after it (the machine's speed drifts between windows); each round is one backup.
+for round in $(seq 1 "$ROUNDS"); do
+  bench --concurrency "$CONC" --seconds "$SECS" --workload create --label "round $round: steady, before" \
+    >"$dir/before.txt"
+  bench --concurrency "$CONC" --seconds "$SECS" --workload create \
+    --label "round $round: during the backup" >"$dir/during.txt" &
+  load=$!
+  sleep 1
+  t0=$(now)
+  "$TARGET/basalt" admin --rpc "127.0.0.1:$rpc" --certs-dir "$dir/source/certs/admin" \
+    backup --to "$dir/backups" >"$dir/manifest.json"
+  t1=$(now)
+  wait "$load"
+  bench --concurrency "$CONC" --seconds "$SECS" --workload create --label "round $round: steady, after" \
+    >"$dir/after.txt"
+  python3 - "$dir" "$t0" "$t1" "$round" <<'PY' | tee -a "$dir/rounds.txt"
 import json, sys
-m = json.load(open(sys.argv[1]))
+d, t0, t1, rnd = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+def row(name):
+    cells = lambda line: [c.strip() for c in line.strip().strip("|").split("|")]
+    lines = [l for l in open(f"{d}/{name}.txt").read().splitlines() if l.startswith("|")]
+    return dict(zip(cells(lines[0]), cells(lines[-1])))
+before, during, after = (row(n) for n in ("before", "during", "after"))
+p99 = lambda r: float(r["p99 ms"])
+steady = (p99(before) + p99(after)) / 2
+m = json.load(open(f"{d}/manifest.json"))
 state = sum(g["bytes"] for g in m["groups"])
 stored = sum(g["size"] for g in m["groups"])
 records = sum(g["records"] for g in m["groups"])
 secs = (m["finishedMs"] - m["startedMs"]) / 1000
-print("| backup | state MB | stored MB (zstd) | records | seconds | state MB/s | fence ms | command s |")
-print("|---|---|---|---|---|---|---|---|")
-print(f"| {m['backup']} | {state/1e6:.1f} | {stored/1e6:.1f} | {records} | {secs:.2f} | {state/1e6/secs:.1f} | {m['fenceMs']} | {float(sys.argv[3])-float(sys.argv[2]):.2f} |")
+print(f"| {rnd} | {before['ops/s']} / {during['ops/s']} / {after['ops/s']} | {p99(before):.2f} / "
+      f"{p99(during):.2f} / {p99(after):.2f} | {p99(during) / steady:.2f} | {during['max ms']} | "
+      f"{m['backup']} | {state/1e6:.1f} | {stored/1e6:.1f} | {records} | {secs:.2f} | "
+      f"{state/1e6/secs:.1f} | {m['fenceMs']} | {t1 - t0:.2f} |")
 PY
+done
+echo
+echo "| round | creates/s before / during / after | write p99 ms before / during / after | p99 during ÷ steady | max ms during | backup | state MB | stored MB (zstd) | records | seconds | state MB/s | fence ms | command s |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+cat "$dir/rounds.txt"
+python3 - "$dir/rounds.txt" <<'PY'
+import statistics, sys
+rows = [[c.strip() for c in l.strip().strip("|").split("|")] for l in open(sys.argv[1])]
+ratios = sorted(float(r[3]) for r in rows)
+fences = sorted(int(r[11]) for r in rows)
+rates = sorted(float(r[10]) for r in rows)
+print(f"over {len(rows)} rounds: p99 during ÷ steady median {statistics.median(ratios):.2f} "
+      f"(worst {ratios[-1]:.2f}); fence median {statistics.median(fences)} ms (worst {fences[-1]}); "
+      f"state MB/s median {statistics.median(rates):.1f} (lowest {rates[0]:.1f})")
+PY
+# The last round's backup is restored.
 backup="$dir/backups/$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["backup"])' "$dir/manifest.json")"
 kill "$dev"
 wait "$dev" 2>/dev/null || true

@@ -37,12 +37,5 @@ for tool in prlimit unshare nsenter fallocate; do
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
 
-if ! command -v apt-get >/dev/null 2>&1; then
-  echo "install-deps: please install: ${missing[*]} (no apt-get on this system)" >&2
-  exit 1
-fi
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-echo "install-deps: installing ${missing[*]}"
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+. "$(dirname "$0")/apt-install.sh"
+apt_install install-deps "${missing[@]}"

@@ -6,15 +6,12 @@
 set -euo pipefail
 . "$(dirname "$0")/pip-into.sh"
 base="${BASALT_SDKS_DIR:-$HOME/.cache/basalt/sdks}"
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+. "$(dirname "$0")/apt-install.sh"
 
 js="$base/js"
 if [ ! -f "$js/package/index.js" ]; then
   if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
-    echo "install-sdks: installing nodejs and npm"
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nodejs npm
+    apt_install install-sdks --with-recommends nodejs npm
   fi
   echo "install-sdks: installing hydrogen-js-sdk 2.7.3 into $js"
   rm -rf "$js.part"

@@ -6,18 +6,11 @@
 # unit-tests the alert rules (scripts/check-alerts.sh). No-op when present.
 set -euo pipefail
 . "$(dirname "$0")/pip-into.sh"
+. "$(dirname "$0")/apt-install.sh"
 base="${BASALT_TEST_SERVERS_DIR:-$HOME/.cache/basalt/test-servers}"
 
 if ! command -v promtool >/dev/null 2>&1; then
-  if ! command -v apt-get >/dev/null 2>&1; then
-    echo "install-test-servers: please install Prometheus's promtool (no apt-get here)" >&2
-    exit 1
-  fi
-  SUDO=""
-  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-  echo "install-test-servers: installing prometheus (for promtool)"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends prometheus
+  apt_install install-test-servers prometheus
 fi
 
 dir="$base/moto"

@@ -4,12 +4,9 @@
 pip_into() {
   local who="$1" dir="$2"
   shift 2
-  local sudo=""
-  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
   if ! python3 -m pip --version >/dev/null 2>&1; then
-    echo "$who: installing python3-pip"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3-pip
+    . "$(dirname "${BASH_SOURCE[0]}")/apt-install.sh"
+    apt_install "$who" --with-recommends python3-pip
   fi
   echo "$who: installing $* into $dir"
   rm -rf "$dir.part"

@@ -114,6 +114,13 @@ fn destination_spec(spec: &str) -> anyhow::Result<String> {
     Ok(std::env::current_dir()?.join(spec).display().to_string())
 }
 
+/// The backup at `spec` (`destination_spec`) to read: a directory must exist.
+fn open_source(spec: &str) -> anyhow::Result<basalt_cluster::services::backup::Destination> {
+    let spec = destination_spec(spec)?;
+    basalt_cluster::services::backup::Destination::open_existing(&spec, None)?
+        .ok_or_else(|| anyhow::anyhow!("{spec}: no such directory"))
+}
+
 async fn restore(
     from: &str,
     data_dir: std::path::PathBuf,
@@ -121,8 +128,7 @@ async fn restore(
     rpc_addr: String,
 ) -> anyhow::Result<()> {
     use basalt_cluster::cluster::RestoreTarget;
-    use basalt_cluster::services::backup::Destination;
-    let src = Destination::open(&destination_spec(from)?, None)?;
+    let src = open_source(from)?;
     let target = RestoreTarget {
         data_dir: data_dir.clone(),
         node_id: NodeId::new(node_id),
@@ -150,9 +156,9 @@ async fn backup(
     rate: Option<f64>,
     wait_secs: u64,
 ) -> anyhow::Result<()> {
-    use basalt_cluster::services::backup::{verify::verify, Destination};
+    use basalt_cluster::services::backup::verify::verify;
     if let Some(BackupCommand::Verify { src }) = command {
-        let src = Destination::open(&destination_spec(&src)?, None)?;
+        let src = open_source(&src)?;
         let report = verify(&src).await?;
         match &report.manifest {
             Some(m) => println!(

@@ -2,8 +2,9 @@
 //! (`--request-log-entries`; lines: a tenth of it) that `GET /admin/logs` reads
 //! (`api::ops::logs`); with `--request-log-json` every request is also written to stdout as one
 //! JSON line, for log shippers, by a thread of its own (a reader that stalls makes lines drop,
-//! counted by `basalt_request_log_json_dropped_total`, never requests wait). `server::observe` records requests; `LinesLayer`, a tracing
-//! layer, records the lines. Memory: an entry's strings are cut to `MAX_FIELD` bytes and a
+//! counted by `basalt_request_log_json_dropped_total`, never requests wait). `server::observe`
+//! records requests (with the app id they named, also when their keys were refused);
+//! `LinesLayer`, a tracing layer, records the lines. Memory: an entry's strings are cut to `MAX_FIELD` bytes and a
 //! line's message to `MAX_MESSAGE`, so the rings hold at most a few MiB.
 
 use std::collections::VecDeque;

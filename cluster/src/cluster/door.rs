@@ -338,11 +338,14 @@ impl Cluster {
     /// The newest backups in `dest` (a directory or `s3://bucket/prefix`, reached as backups
     /// to it are), newest first.
     pub async fn list_backups(&self, dest: &str) -> Result<Vec<crate::services::backup::Listed>> {
-        let dest = crate::services::backup::Destination::open(
+        // A directory not made yet holds no backups (listing it does not make it).
+        match crate::services::backup::Destination::open_existing(
             dest,
             self.inner.options.files_bucket.as_ref(),
-        )?;
-        crate::services::backup::list(&dest).await
+        )? {
+            Some(dest) => crate::services::backup::list(&dest).await,
+            None => Ok(Vec::new()),
+        }
     }
 
     /// The cluster's last backup that finished, as this node's replica of the metadata group
@@ -362,11 +365,14 @@ impl Cluster {
     /// Removes the backups in `dest` but the newest `keep` (`services::backup::prune`): the
     /// ones removed.
     pub async fn prune_backups(&self, dest: &str, keep: usize) -> Result<Vec<String>> {
-        let dest = crate::services::backup::Destination::open(
+        // A directory not made yet holds no backups (listing it does not make it).
+        match crate::services::backup::Destination::open_existing(
             dest,
             self.inner.options.files_bucket.as_ref(),
-        )?;
-        crate::services::backup::prune(&dest, keep).await
+        )? {
+            Some(dest) => crate::services::backup::prune(&dest, keep).await,
+            None => Ok(Vec::new()),
+        }
     }
 
     /// Checks that every group's replicas hold the same state (`services::check`), this node

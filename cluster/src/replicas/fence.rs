@@ -39,14 +39,24 @@ impl WriteFence {
 
     /// Waits while the fence is raised (at most until it lowers itself).
     pub(crate) async fn pass(&self) {
-        loop {
-            let until = match &*self.raised.borrow() {
-                Some(r) if r.until > Instant::now() => r.until,
-                _ => return,
-            };
-            let mut rx = self.raised.subscribe();
-            let lowered = rx.wait_for(|r| r.as_ref().is_none_or(|r| r.until != until));
-            let _ = tokio::time::timeout_at(until, lowered).await;
+        // Every proposal passes here: a fence that is down costs a read, no subscription.
+        if self
+            .raised
+            .borrow()
+            .as_ref()
+            .is_none_or(|r| r.until <= Instant::now())
+        {
+            return;
+        }
+        self.watch().pass().await
+    }
+
+    /// What waits for the fence as `pass` does, without borrowing it: a backup's writers
+    /// start reading the views they pinned once it is down, so that the fence's barriers and
+    /// pins do not share the CPU with them.
+    pub(crate) fn watch(&self) -> FenceWatch {
+        FenceWatch {
+            raised: self.raised.subscribe(),
         }
     }
 
@@ -86,6 +96,29 @@ impl WriteFence {
                 }
                 false => false,
             });
+    }
+}
+
+/// A view of a node's fence (`WriteFence::watch`).
+pub(crate) struct FenceWatch {
+    raised: watch::Receiver<Option<Raised>>,
+}
+
+impl FenceWatch {
+    /// Waits while the fence is raised (at most until it lowers itself).
+    pub(crate) async fn pass(&mut self) {
+        loop {
+            let until = match &*self.raised.borrow() {
+                Some(r) if r.until > Instant::now() => r.until,
+                _ => return,
+            };
+            let lowered = self
+                .raised
+                .wait_for(|r| r.as_ref().is_none_or(|r| r.until != until));
+            if let Ok(Err(_)) = tokio::time::timeout_at(until, lowered).await {
+                return; // The node's fence is gone (it is stopping).
+            }
+        }
     }
 }
 

@@ -701,6 +701,10 @@ impl Store {
         pinned();
         let mut ro = ReadOptions::default();
         ro.set_iterate_upper_bound(end.to_vec());
+        // A whole range read once (a snapshot, a backup, a digest): read ahead, and keep the
+        // block cache for what requests read.
+        ro.fill_cache(false);
+        ro.set_readahead_size(2 << 20);
         let it = snap.iterator_cf_opt(
             self.cf(cf)?,
             ro,

@@ -195,7 +195,8 @@ fn flip_a_byte(p: &Path) {
 
 /// Table — damage verify and restore name: one flipped byte in a group's state or in a stored
 /// file, a group's state or a stored file gone, a manifest cut short; the untouched backup
-/// passes, and a restore of a damaged one fails naming the object.
+/// passes, and a restore of a damaged one fails naming the object. A folder that is not there
+/// is named too, and neither command makes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_and_restore_name_every_kind_of_damage() {
     let cluster = TestCluster::start(1, &["--shards", "1"], &[]).await;
@@ -277,6 +278,26 @@ async fn verify_and_restore_name_every_kind_of_damage() {
             "{what}: the restore does not name {object}: {text}"
         );
     }
+    let gone = dir.path().join("not-a-backup");
+    let (ok, out) = verify(&gone);
+    assert!(!ok && out.contains("no such directory"), "{out}");
+    let restored = Command::new(env!("CARGO_BIN_EXE_basalt"))
+        .args(["admin", "restore", "--from"])
+        .arg(&gone)
+        .arg("--data-dir")
+        .arg(dir.path().join("restored-from-nothing"))
+        .args(["--node-id", "1", "--rpc-addr", "127.0.0.1:1"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&restored.stderr);
+    assert!(
+        !restored.status.success() && text.contains("no such directory"),
+        "{text}"
+    );
+    assert!(
+        !gone.exists(),
+        "verify or restore made the folder they read"
+    );
 }
 
 /// Story — a backup restored into new 1- and 3-node clusters: every object, user and schema

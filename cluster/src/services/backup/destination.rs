@@ -35,9 +35,25 @@ impl std::fmt::Debug for Destination {
 }
 
 impl Destination {
-    /// Opens `spec`: `s3://bucket[/prefix]` (with the endpoint, region and keys of `s3`, when
-    /// given) or an absolute directory, created when missing.
+    /// Opens `spec` to write backups to: `s3://bucket[/prefix]` (with the endpoint, region and
+    /// keys of `s3`, when given) or an absolute directory, created when missing.
     pub fn open(spec: &str, s3: Option<&BucketOptions>) -> Result<Destination> {
+        Self::open_with(spec, s3, true)?.ok_or_else(|| {
+            Error::InvalidValue(format!("backup destination {spec:?}: no such directory"))
+        })
+    }
+
+    /// Opens `spec` to read backups from, as `open` does, but a directory that does not exist
+    /// is `None` (not made: reading leaves no trace).
+    pub fn open_existing(spec: &str, s3: Option<&BucketOptions>) -> Result<Option<Destination>> {
+        Self::open_with(spec, s3, false)
+    }
+
+    fn open_with(
+        spec: &str,
+        s3: Option<&BucketOptions>,
+        create: bool,
+    ) -> Result<Option<Destination>> {
         let shown = spec.trim_end_matches('/').to_string();
         if spec.starts_with("s3://") {
             let (bucket, prefix) = parse_url(spec)?;
@@ -49,12 +65,12 @@ impl Destination {
                 .with_timeout(REQUEST_TIMEOUT)
                 .with_connect_timeout(Duration::from_secs(5));
             let store = s3_store(&options, &bucket, client)?;
-            return Ok(Destination {
+            return Ok(Some(Destination {
                 store,
                 prefix: Path::from(prefix),
                 dir: None,
                 shown,
-            });
+            }));
         }
         let dir = std::path::Path::new(spec);
         if !dir.is_absolute() {
@@ -62,16 +78,33 @@ impl Destination {
                 "backup destination {spec:?}: give an absolute directory or s3://bucket/prefix"
             )));
         }
-        std::fs::create_dir_all(dir)
-            .map_err(|e| Error::InvalidValue(format!("backup destination {spec:?}: {e}")))?;
+        if create {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| Error::InvalidValue(format!("backup destination {spec:?}: {e}")))?;
+        } else {
+            match std::fs::metadata(dir) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => {
+                    return Err(Error::InvalidValue(format!(
+                        "backup destination {spec:?}: not a directory"
+                    )))
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+                Err(e) => {
+                    return Err(Error::InvalidValue(format!(
+                        "backup destination {spec:?}: {e}"
+                    )))
+                }
+            }
+        }
         let local = LocalFileSystem::new_with_prefix(dir)
             .map_err(|e| Error::InvalidValue(format!("backup destination {spec:?}: {e}")))?;
-        Ok(Destination {
+        Ok(Some(Destination {
             store: Arc::new(local),
             prefix: Path::default(),
             dir: Some(dir.to_path_buf()),
             shown,
-        })
+        }))
     }
 
     /// The folder `name` inside this one.
@@ -100,13 +133,96 @@ impl Destination {
             .fold(self.prefix.clone(), |path, part| path.join(part))
     }
 
-    /// Writes object `name` whole.
+    /// Writes object `name` whole, durably: in a directory, through a file of its own synced
+    /// to disk before it takes the name (a crash leaves the old object or the whole new one),
+    /// then the folder holding it synced (`sync_folder`).
     pub async fn put(&self, name: &str, bytes: Vec<u8>) -> Result<()> {
-        self.store
-            .put(&self.path(name), PutPayload::from(Bytes::from(bytes)))
+        let Some(file) = self.local_file(name) else {
+            return self
+                .store
+                .put(&self.path(name), PutPayload::from(Bytes::from(bytes)))
+                .await
+                .map(|_| ())
+                .map_err(|e| self.error(name, e));
+        };
+        let shown = format!("{}/{name}", self.shown);
+        tokio::task::spawn_blocking(move || {
+            use std::io::Write;
+            let folder = file.parent().map(std::path::Path::to_path_buf);
+            if let Some(folder) = &folder {
+                std::fs::create_dir_all(folder)?;
+            }
+            let part = file.with_extension("part");
+            let mut f = std::fs::File::create(&part)?;
+            f.write_all(&bytes)?;
+            f.sync_all()?;
+            std::fs::rename(&part, &file)?;
+            match folder {
+                Some(folder) => sync_dir(&folder),
+                None => Ok(()),
+            }
+        })
+        .await
+        .map_err(|e| Error::Internal(e.to_string()))?
+        .map_err(|e| Error::Storage(format!("{shown}: {e}")))
+    }
+
+    /// The file of object `name`, in a directory destination.
+    fn local_file(&self, name: &str) -> Option<std::path::PathBuf> {
+        let dir = self.dir.as_ref()?;
+        Some(
+            name.split('/')
+                .filter(|part| !part.is_empty())
+                .fold(dir.clone(), |path, part| path.join(part)),
+        )
+    }
+
+    /// Makes object `name`, once written, durable: in a directory, its file is synced to disk
+    /// (object_store writes local files without syncing them); a bucket's objects are durable
+    /// once written. The folders holding it are synced by `sync_folders`.
+    pub(crate) async fn sync(&self, name: &str) -> Result<()> {
+        let Some(file) = self.local_file(name) else {
+            return Ok(());
+        };
+        let shown = format!("{}/{name}", self.shown);
+        tokio::task::spawn_blocking(move || std::fs::File::open(&file)?.sync_all())
             .await
-            .map(|_| ())
-            .map_err(|e| self.error(name, e))
+            .map_err(|e| Error::Internal(e.to_string()))?
+            .map_err(|e| Error::Storage(format!("{shown}: syncing to disk: {e}")))
+    }
+
+    /// Syncs the directories a backup's files are named in (in a directory; a bucket has
+    /// none): this folder's folders (`files/`), itself, and the two holding it (a new backup's
+    /// folder, and `--backup-to` when it was made for it).
+    pub(crate) async fn sync_folders(&self) -> Result<()> {
+        let Some(dir) = self.dir.clone() else {
+            return Ok(());
+        };
+        let shown = self.shown.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut dirs = Vec::new();
+            for entry in std::fs::read_dir(&dir)? {
+                let entry = entry?;
+                if entry.file_type()?.is_dir() {
+                    dirs.push(entry.path());
+                }
+            }
+            dirs.push(dir.clone());
+            dirs.extend(
+                dir.ancestors()
+                    .skip(1)
+                    .take(2)
+                    .map(std::path::Path::to_path_buf),
+            );
+            // Deepest first: a folder's name is synced after what it holds.
+            for d in &dirs {
+                sync_dir(d)?;
+            }
+            Ok::<_, std::io::Error>(())
+        })
+        .await
+        .map_err(|e| Error::Internal(e.to_string()))?
+        .map_err(|e| Error::Storage(format!("{shown}: syncing its folders to disk: {e}")))
     }
 
     /// Reads object `name` whole (a manifest; group states are streamed by `verify`).
@@ -259,5 +375,17 @@ impl std::io::Read for ChunkReader {
         let n = buf.len().min(self.chunk.len());
         buf[..n].copy_from_slice(&self.chunk.split_to(n));
         Ok(n)
+    }
+}
+
+/// Syncs directory `dir` to disk. Filesystems that cannot sync a directory (some network and
+/// FUSE mounts answer EINVAL; others EBADF or ENOTSUP) are taken as having done what they can,
+/// as PostgreSQL does.
+fn sync_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    use rustix::io::Errno;
+    let cannot = [Errno::INVAL, Errno::BADF, Errno::NOTSUP].map(Errno::raw_os_error);
+    match std::fs::File::open(dir)?.sync_all() {
+        Err(e) if e.raw_os_error().is_some_and(|code| cannot.contains(&code)) => Ok(()),
+        other => other,
     }
 }

@@ -220,6 +220,9 @@ pub(crate) async fn take(
             tracing::warn!(backup = %id, %node, "ending the backup's hold on copies: {e} (it lapses after a day)");
         }
     }
+    // What the manifest names is on disk before the manifest (which makes the backup whole)
+    // is; `put` syncs the manifest and its name before the backup is said to be written.
+    folder.sync_folders().await?;
     folder
         .put(MANIFEST, serde_json::to_vec_pretty(&written)?)
         .await?;
@@ -472,6 +475,18 @@ mod tests {
         ] {
             assert!(!is_backup_id(other), "{other}");
         }
+    }
+
+    #[test]
+    fn a_directory_opened_to_read_is_not_made_and_one_opened_to_write_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("backups");
+        let spec = missing.to_str().unwrap();
+        assert!(Destination::open_existing(spec, None).unwrap().is_none());
+        assert!(!missing.exists());
+        assert!(Destination::open(spec, None).is_ok());
+        assert!(missing.is_dir());
+        assert!(Destination::open_existing(spec, None).unwrap().is_some());
     }
 
     #[tokio::test]

@@ -240,5 +240,6 @@ async fn put_stream(
                 .map_err(|e| dest.error(name, e))?;
         }
     }
+    dest.sync(name).await?;
     Ok(Ok((size, md5.hex(), format!("{:x}", sha.finalize()))))
 }

@@ -54,10 +54,8 @@ pub(super) async fn upload(
             dest.shown()
         )));
     }
-    w.finish()
-        .await
-        .map(|_| ())
-        .map_err(|e| dest.error(name, e))
+    w.finish().await.map_err(|e| dest.error(name, e))?;
+    dest.sync(name).await
 }
 
 /// Spreads a backup's bytes on this node over time: at most `rate` per second in all.
