@@ -36,6 +36,10 @@ pub struct NodeRecord {
     /// The node's disk when it last crossed a mark (`disk`): absent while it has room.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk: Option<crate::disk::DiskStatus>,
+    /// When the node began draining (ms since the epoch): it is stopping, so leaderships move
+    /// away from it and placement gives it none. Its next start clears it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draining_since_ms: Option<i64>,
 }
 
 impl NodeRecord {
@@ -111,6 +115,8 @@ pub enum AdminRequest {
     },
     /// The alarm the last consistency check left, if any.
     ConsistencyAlarm,
+    /// Drain this node and stop it, as SIGTERM does (`Cluster::drain_requested`).
+    Drain,
 }
 
 /// What a consistency check found, group by group.
@@ -220,13 +226,14 @@ impl AdminRequest {
             AdminRequest::Check => "Check",
             AdminRequest::StateDigest { .. } => "StateDigest",
             AdminRequest::ConsistencyAlarm => "ConsistencyAlarm",
+            AdminRequest::Drain => "Drain",
         }
     }
 
     /// Whether node `sender` may send this request with its own certificate: the requests
     /// nodes send one another (joining as itself, a compaction round, settling writes, the
-    /// shared secret, a backup's steps). Removing nodes, moving leaders, reading digests and
-    /// starting a backup take an admin's certificate.
+    /// shared secret, a backup's steps). Removing or draining nodes, moving leaders, reading
+    /// digests and starting a backup take an admin's certificate.
     pub fn node_may_send(&self, sender: NodeId) -> bool {
         match self {
             AdminRequest::ClusterInfo
@@ -247,7 +254,8 @@ impl AdminRequest {
             | AdminRequest::Digest
             | AdminRequest::ReleaseBallast
             | AdminRequest::Backup(_)
-            | AdminRequest::Check => false,
+            | AdminRequest::Check
+            | AdminRequest::Drain => false,
         }
     }
 
@@ -345,10 +353,10 @@ impl GroupStatus {
 mod tests {
     use super::*;
 
-    /// Starting a backup or a check takes an administrator's certificate; a node's may send
-    /// only the steps a coordinating node sends its peers.
+    /// Starting a backup or a check, or draining a node, takes an administrator's certificate;
+    /// a node's may send only the steps a coordinating node sends its peers.
     #[test]
-    fn backups_and_checks_are_started_by_administrators_only() {
+    fn backups_checks_and_drains_are_started_by_administrators_only() {
         let node = NodeId::new(2);
         let started = [
             AdminRequest::Backup(BackupRequest {
@@ -357,6 +365,7 @@ mod tests {
                 scheduled: false,
             }),
             AdminRequest::Check,
+            AdminRequest::Drain,
         ];
         for req in &started {
             assert!(!req.node_may_send(node), "{}", req.name());

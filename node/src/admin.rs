@@ -36,6 +36,15 @@ pub enum AdminCommand {
         #[arg(long, default_value_t = 120)]
         wait_secs: u64,
     },
+    /// Drain node N and stop it, as SIGTERM does: its `/health?ready=1` answers 503 at once,
+    /// after its `--drain-wait` its leaderships move to other nodes, then it finishes the
+    /// requests in flight and exits 0. Waits until it stopped answering.
+    Drain {
+        node_id: u64,
+        /// Seconds to wait for it to stop.
+        #[arg(long, default_value_t = 60)]
+        wait_secs: u64,
+    },
     /// Print the members whose disks are low or critical (their level, free and total bytes)
     /// and the groups whose replicas the last consistency check found differing.
     Alarms,
@@ -392,6 +401,36 @@ pub async fn run(rpc: &str, certs_dir: Option<&Path>, cmd: AdminCommand) -> anyh
                 }
             }
             println!("moved the leadership of {moved} groups");
+        }
+        AdminCommand::Drain { node_id, wait_secs } => {
+            let node_id = NodeId::new(node_id);
+            let AdminResponse::ClusterInfo { nodes, .. } =
+                admin_at(rpc, AdminRequest::ClusterInfo, TIMEOUT, tls_ref).await?
+            else {
+                anyhow::bail!("unexpected answer to ClusterInfo");
+            };
+            let Some(addr) = nodes
+                .iter()
+                .find(|n| n.id == node_id && n.state == NodeState::Active)
+                .map(|n| n.rpc_addr.clone())
+            else {
+                anyhow::bail!("node {node_id} is not an active member");
+            };
+            admin_at(&addr, AdminRequest::Drain, TIMEOUT, tls_ref).await?;
+            println!("node {node_id} is draining; waiting for it to stop");
+            let deadline = Instant::now() + Duration::from_secs(wait_secs);
+            loop {
+                let status =
+                    admin_at(&addr, AdminRequest::Status, Duration::from_secs(2), tls_ref).await;
+                if status.is_err() {
+                    println!("node {node_id} stopped");
+                    return Ok(());
+                }
+                if Instant::now() > deadline {
+                    anyhow::bail!("node {node_id} is still running after {wait_secs} s");
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
         }
         AdminCommand::RemoveNode { node_id, wait_secs } => {
             let node_id = NodeId::new(node_id);

@@ -188,6 +188,8 @@ fn spawn_node(exe: &Path, args: &DevArgs, shared: &[String], i: u32) -> anyhow::
         .arg("--rpc-addr")
         .arg(&rpc)
         .env(DEV_CHILD_ENV, "1")
+        // Stopping a dev cluster stops every node together: none waits for a proxy.
+        .args(["--drain-wait", "0"])
         .stdin(Stdio::null())
         .kill_on_drop(true);
     if !args.insecure {
@@ -229,7 +231,7 @@ async fn wait_and_serve(args: &DevArgs, children: &mut [Child]) -> anyhow::Resul
         .map(|i| args.addrs(i))
         .collect::<anyhow::Result<Vec<(String, String)>>>()?;
     let deadline = Instant::now() + Duration::from_secs(180);
-    let mut signal = Box::pin(crate::serve::shutdown_signal());
+    let mut signal = Box::pin(crate::drain::stop_signal());
     for (addr, _) in &addrs {
         loop {
             if health_ok(addr, args.service.tls_cert.is_some()).await {

@@ -13,7 +13,7 @@
 //! - 4: cli dev serve server admin
 //! - 3: api
 //! - 2: auth users sms captcha mail installations query realtime push functions files
-//!   bootstrap backups
+//!   bootstrap backups drain
 //! - 1: apps
 //! - 0: every other module — the leaves: configuration, paths, passwords, sealed secrets, outbound
 //!   limits, rates, budgets and quotas, connections, TLS, JSON text.
@@ -32,6 +32,7 @@ pub mod cli;
 pub mod config;
 pub mod connections;
 pub mod dev;
+pub mod drain;
 pub mod files;
 pub mod functions;
 pub mod https;

@@ -76,6 +76,11 @@ pub struct ServeArgs {
     /// insecure.
     #[arg(long, env = "BASALT_INSECURE")]
     pub insecure: bool,
+    /// Seconds a node asked to stop (SIGTERM, Ctrl-C, `basalt admin drain`) keeps serving
+    /// while `/health?ready=1` answers 503, so that proxies take it out, before it hands its
+    /// leaderships over and stops (a second signal skips the rest).
+    #[arg(long, default_value_t = 5, env = "BASALT_DRAIN_WAIT")]
+    pub drain_wait: u64,
     /// Also serve `/metrics` (without a token) on this address, e.g. a private interface
     /// Prometheus scrapes.
     #[arg(long, env = "BASALT_METRICS_ADDR")]
@@ -401,27 +406,6 @@ impl ServiceArgs {
     }
 }
 
-pub async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
-}
-
 /// Most requests `--request-log-entries` may keep (about 50 MiB at most).
 const MAX_REQUEST_LOG_ENTRIES: usize = 200_000;
 
@@ -643,7 +627,17 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         max_connections: args.service.max_connections.max(1),
         max_per_ip: args.service.max_connections_per_ip.max(1),
     };
-    crate::server::serve(listener, state, limits, https, shutdown_signal()).await?;
+    let drain_state = state.drain.clone();
+    let drain = crate::drain::run(
+        cluster.clone(),
+        drain_state.clone(),
+        Duration::from_secs(args.drain_wait),
+    );
+    crate::server::serve(listener, state, limits, https, drain).await?;
+    // Realtime sockets outlive their HTTP connections: they send their reconnect hints first.
+    drain_state
+        .sockets_closed(crate::drain::SOCKETS_WITHIN)
+        .await;
     cluster.shutdown().await;
     Ok(())
 }

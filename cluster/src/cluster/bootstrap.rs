@@ -172,6 +172,7 @@ impl Cluster {
                 shared_secret: Default::default(),
                 created: fresh_init,
                 backups: crate::services::backup::GroupJobs::new(files.clone(), files_bucket),
+                drain_asked: tokio::sync::watch::Sender::new(false),
             }),
         };
         cluster.spawn(crate::peer_service::serve(
@@ -277,6 +278,8 @@ async fn register_self(cluster: Cluster, join_addr: Option<String>) {
             )
             .collect(),
         disk: None,
+        // A start clears a drain the last run recorded.
+        draining_since_ms: None,
     };
     let mut attempt = 0u32;
     loop {
@@ -399,9 +402,8 @@ async fn watch_disk(cluster: Cluster, disk: Arc<DiskWatch>) {
         );
         if let Some(mine) = nodes.iter().find(|n| n.id == me) {
             if mine.disk_level() != now.level {
-                let mut record = mine.clone();
-                record.disk = (now.level != DiskLevel::Ok).then_some(now);
-                match cluster.put_node_record(&record).await {
+                let disk = (now.level != DiskLevel::Ok).then_some(now);
+                match cluster.update_node_record(me, |r| r.disk = disk).await {
                     Ok(()) => tracing::warn!(
                         level = now.level.name(),
                         free = now.free_bytes,

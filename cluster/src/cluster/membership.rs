@@ -79,6 +79,10 @@ impl Cluster {
                 self.replicas().compact().await;
                 Ok(AdminResponse::Done)
             }
+            AdminRequest::Drain => {
+                self.request_drain();
+                Ok(AdminResponse::Done)
+            }
             AdminRequest::TransferLeader { group, to } => {
                 let raft = self.replicas().group(group)?;
                 let m = raft.metrics().borrow_watched().clone();
@@ -134,6 +138,50 @@ impl Cluster {
         Err(Error::Unavailable(format!(
             "node {}'s record kept changing",
             record.id
+        )))
+    }
+
+    /// Changes member `id`'s record as the metadata group holds it now (`change`, applied by
+    /// compare-and-set, again when another write came between): no field is written back from
+    /// a stale view of the record. Nothing is written when `change` leaves it as it is.
+    pub(super) async fn update_node_record(
+        &self,
+        id: NodeId,
+        change: impl Fn(&mut NodeRecord),
+    ) -> Result<()> {
+        let key = id.to_string();
+        for _ in 0..10 {
+            let current = self.get_record(META_GROUP, Namespace::Node, &key).await?;
+            let Some(mut record) = current
+                .clone()
+                .and_then(|v| serde_json::from_value::<NodeRecord>(v).ok())
+            else {
+                return Err(Error::InvalidOperation(format!(
+                    "node {id} is not a member"
+                )));
+            };
+            let before = record.clone();
+            change(&mut record);
+            if record == before {
+                return Ok(());
+            }
+            match self
+                .cas_record(
+                    META_GROUP,
+                    Namespace::Node,
+                    &key,
+                    current,
+                    Some(serde_json::to_value(&record)?),
+                )
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(Error::Conflict(_)) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(Error::Unavailable(format!(
+            "node {id}'s record kept changing"
         )))
     }
 

@@ -1,7 +1,8 @@
 //! `Cluster`: the one door the node crate uses. Its methods are all the node may ask: of this
 //! node's [`Replicas`] (`door`: proposals, reads, records and objects through their owning
 //! group), and of the node's life: `bootstrap` opens the store and groups and starts the peer services, placement
-//! and the scheduler; `membership` answers admin requests (joins, removals, status); queries
+//! and the scheduler; `membership` answers admin requests (joins, removals, status); `drain`
+//! hands leaderships over before the node stops; queries
 //! run through its [`Coordinator`], schema operations through a [`Catalog`], stored files
 //! through its [`crate::services::files::Files`].
 //!
@@ -13,6 +14,7 @@
 
 mod bootstrap;
 mod door;
+mod drain;
 mod membership;
 mod restore;
 
@@ -102,6 +104,8 @@ struct Inner {
     created: bool,
     /// The groups' parts of backups this node writes (`services::backup`).
     backups: crate::services::backup::GroupJobs,
+    /// An administrator asked this node to drain (`drain`).
+    drain_asked: tokio::sync::watch::Sender<bool>,
 }
 
 /// A running node of the cluster (cheap to clone).

@@ -170,6 +170,12 @@ impl RaftService for RaftServiceImpl {
         let result = async {
             let rpc: TransferLeaderRequest<TypeConfig> = decode(&msg.payload)?;
             check_sender(sender, rpc.from_leader())?;
+            if self.replicas.draining() {
+                // A leader that has not seen the drain yet: it keeps the group.
+                return Err(Error::Unavailable(
+                    "this node is draining: it takes no leadership".into(),
+                ));
+            }
             self.replicas
                 .group(GroupId::new(msg.group))?
                 .handle_transfer_leader(rpc)

@@ -100,6 +100,8 @@ struct Inner {
     full_nodes: std::sync::RwLock<Vec<NodeId>>,
     /// A backup's write fence (`fence`).
     fence: fence::WriteFence,
+    /// This node is draining before it stops (`cluster::drain`): it takes no leadership.
+    draining: std::sync::atomic::AtomicBool,
     /// The digests this node's replicas made for consistency checks.
     checks: crate::statemachine::check::StateChecks,
 }
@@ -190,6 +192,7 @@ impl Replicas {
                 disk,
                 full_nodes: Default::default(),
                 fence: fence::WriteFence::new(),
+                draining: Default::default(),
                 checks,
             }),
         })
@@ -284,6 +287,20 @@ impl Replicas {
     }
 
     /// This node's backup write fence.
+    /// Marks this node draining: it takes no leadership from now on (`draining`).
+    pub(crate) fn set_draining(&self) {
+        self.inner
+            .draining
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether this node is draining before it stops: a leadership handed to it is refused.
+    pub(crate) fn draining(&self) -> bool {
+        self.inner
+            .draining
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     pub(crate) fn fence(&self) -> &fence::WriteFence {
         &self.inner.fence
     }

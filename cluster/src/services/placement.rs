@@ -8,7 +8,8 @@
 //! caught up. The metadata group also keeps every other active node as a learner, so every
 //! node has the cluster's metadata locally. A node whose member record says its disk is low or
 //! critical (`disk`) is given no new replica (low ones still are when too few nodes have
-//! room); it keeps those it holds.
+//! room); it keeps those it holds. A node whose record says it is draining (it is stopping) is
+//! given no leadership, and hands over those it holds to caught-up voters.
 
 use openraft::async_runtime::WatchReceiver;
 use std::collections::{BTreeSet, HashMap};
@@ -23,6 +24,12 @@ const TICK: Duration = Duration::from_millis(1000);
 /// A learner this close to the leader's log may become a voter or leader.
 const CAUGHT_UP_ENTRIES: u64 = 64;
 const TRANSFER_COOLDOWN: Duration = Duration::from_secs(15);
+/// A voter whose last answer to its leader is older than this is not handed a leadership.
+const LIVE_WITHIN: Duration = Duration::from_secs(2);
+/// How often a draining node looks again at the groups it still leads.
+const HANDOVER_ROUND: Duration = Duration::from_millis(100);
+/// How long a group handed over is given to elect its new leader before it is handed again.
+const ELECTION_WAIT: Duration = Duration::from_secs(1);
 const CHANGE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The desired voters of `group` among `nodes`, best first.
@@ -76,10 +83,14 @@ async fn reconcile(
     // A node whose disk is low or critical gets no new replica: it keeps those it holds. When
     // that leaves too few nodes, low ones are used still (fewer replicas would be worse),
     // critical ones never.
-    let levels: HashMap<NodeId, crate::disk::DiskLevel> = replicas
-        .local_nodes()
+    let nodes = replicas.local_nodes();
+    let levels: HashMap<NodeId, crate::disk::DiskLevel> =
+        nodes.iter().map(|n| (n.id, n.disk_level())).collect();
+    // Draining nodes are stopping: no leadership goes to one, and one that leads hands over.
+    let draining: BTreeSet<NodeId> = nodes
         .iter()
-        .map(|n| (n.id, n.disk_level()))
+        .filter(|n| n.draining_since_ms.is_some())
+        .map(|n| n.id)
         .collect();
     let eligible = |worst: crate::disk::DiskLevel| -> Vec<NodeId> {
         addrs
@@ -159,11 +170,19 @@ async fn reconcile(
             .map_err(|e| e.to_string())?;
         return Ok(());
     }
-    // 4. Leadership moves to the preferred node when it is caught up.
-    if let Some(&preferred) = want_voters.first() {
-        let cooled = last_transfer
-            .get(&group)
-            .is_none_or(|t| t.elapsed() > TRANSFER_COOLDOWN);
+    // 4. Leadership moves to the preferred node — the first wanted voter not draining — when
+    //    it is caught up; at once, when this node is draining.
+    let me_draining = draining.contains(&me) || replicas.draining();
+    let preferred = want_voters
+        .iter()
+        .copied()
+        .filter(|n| !draining.contains(n))
+        .find(|&n| !me_draining || (n != me && voters.contains(&n) && matched(n) == last));
+    if let Some(preferred) = preferred {
+        let cooled = me_draining
+            || last_transfer
+                .get(&group)
+                .is_none_or(|t| t.elapsed() > TRANSFER_COOLDOWN);
         if preferred != me && cooled && matched(preferred) == last && last > 0 {
             last_transfer.insert(group, Instant::now());
             tracing::info!(%group, to = %preferred, "transferring leadership");
@@ -174,6 +193,94 @@ async fn reconcile(
         }
     }
     Ok(())
+}
+
+/// Hands the leadership of every group this node leads to another voter — live, not
+/// draining, holding the whole log: the one placement prefers when it does — until it leads
+/// none or `within` has passed: the groups it still leads then (a group with no such voter
+/// stays).
+pub(crate) async fn hand_over_leaderships(replicas: &Replicas, within: Duration) -> Vec<GroupId> {
+    let deadline = Instant::now() + within;
+    let me = replicas.node_id();
+    // Groups handed over lately: their new leader is being elected.
+    let mut handed: HashMap<GroupId, Instant> = HashMap::new();
+    loop {
+        let led = replicas.led_groups();
+        if led.is_empty() || Instant::now() >= deadline {
+            return led;
+        }
+        let nodes = replicas.local_nodes();
+        let active: Vec<NodeId> = replicas.member_addrs().keys().copied().collect();
+        let mut handing = false;
+        for group in &led {
+            let group = *group;
+            let Ok(raft) = replicas.group(group) else {
+                continue;
+            };
+            let m = raft.metrics().borrow_watched().clone();
+            if m.current_leader != Some(me) {
+                continue;
+            }
+            if handed
+                .get(&group)
+                .is_some_and(|t| t.elapsed() < ELECTION_WAIT)
+            {
+                handing = true;
+                continue;
+            }
+            let wanted = desired_voters(group, &active, replicas.settings().replicas);
+            let last = m.last_log_index.unwrap_or(0);
+            let matched = |n: NodeId| {
+                m.replication
+                    .as_ref()
+                    .and_then(|r| r.get(&n).cloned().flatten())
+                    .map(|l| l.index)
+                    .unwrap_or(0)
+            };
+            // A voter that answered lately (a stopped or paused one would leave the group
+            // leaderless until an election).
+            let live = |n: NodeId| {
+                m.heartbeat
+                    .as_ref()
+                    .and_then(|h| h.get(&n).cloned().flatten())
+                    .is_some_and(|at| openraft::Instant::elapsed(&*at) < LIVE_WITHIN)
+            };
+            let candidates: Vec<NodeId> = m
+                .membership_config
+                .membership()
+                .voter_ids()
+                .filter(|&n| n != me && live(n))
+                .filter(|n| {
+                    nodes
+                        .iter()
+                        .find(|r| r.id == *n)
+                        .is_none_or(|r| r.draining_since_ms.is_none())
+                })
+                .collect();
+            // Only a voter holding the whole log takes the group (openraft's target ignores a
+            // handover its log is behind, and the group then waits for an election): the one
+            // placement prefers when it does (so that it keeps the group), else any that does;
+            // none yet, and the next round looks again.
+            handing |= !candidates.is_empty();
+            let whole = |n: &NodeId| last > 0 && matched(*n) == last;
+            let target = wanted
+                .iter()
+                .find(|n| candidates.contains(n) && whole(n))
+                .or_else(|| candidates.iter().find(|n| whole(n)))
+                .copied();
+            if let Some(to) = target {
+                handed.insert(group, Instant::now());
+                if let Err(e) = raft.trigger().transfer_leader(to).await {
+                    tracing::debug!(%group, %to, "handing leadership over: {e}");
+                }
+            }
+        }
+        if !handing {
+            // No group this node leads has another live voter to take it.
+            return led;
+        }
+        tokio::time::sleep(HANDOVER_ROUND).await;
+    }
 }
 
 #[cfg(test)]

@@ -75,6 +75,8 @@ pub struct Shared {
     pub metrics_token: Option<String>,
     /// Where backups go (`--backup-to`), also those the console asks for.
     pub backups: Option<crate::backups::BackupSchedule>,
+    /// Whether the node is draining before it stops (`drain`).
+    pub drain: crate::drain::DrainState,
 }
 
 /// What the API hands work to besides the cluster: the services outside the node it talks to,
@@ -140,6 +142,7 @@ impl AppState {
             realtime,
             metrics_token: guards.metrics_token,
             backups: outside.backups,
+            drain: Default::default(),
         }))
     }
 }

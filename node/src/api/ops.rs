@@ -1,11 +1,11 @@
 //! Operational endpoints: `/health` (ready when every hosted group has a leader, runs, and
 //! applies what it commits, and — the first time — has the voters the cluster wants;
-//! `cluster::health`) and `/metrics`
+//! `cluster::health`; with `?ready=1`, unready too while the node drains, `drain`) and `/metrics`
 //! (Prometheus text: per-group Raft state, proposal and HTTP latency, storage size).
 
 use std::sync::OnceLock;
 
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::Json;
@@ -82,11 +82,21 @@ fn readiness(health: &basalt_cluster::health::Health) -> (bool, bool) {
     (ready, was_ready)
 }
 
-pub async fn health(State(state): State<AppState>) -> impl IntoResponse {
+/// Whether a health query asks for readiness (`ready=1`, `ready=true` or `ready`): the check
+/// of a load balancer, which a draining node fails.
+fn asks_ready(query: Option<&str>) -> bool {
+    query.unwrap_or("").split('&').any(|pair| {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, "1"));
+        name == "ready" && matches!(value, "1" | "true" | "")
+    })
+}
+
+pub async fn health(State(state): State<AppState>, RawQuery(query): RawQuery) -> impl IntoResponse {
     let status = state.cluster.status();
     let health = state.cluster.health();
     let (ready, was_ready) = readiness(&health);
-    let code = if ready {
+    let draining = state.drain.is_draining();
+    let code = if ready && !(draining && asks_ready(query.as_deref())) {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
@@ -94,7 +104,9 @@ pub async fn health(State(state): State<AppState>) -> impl IntoResponse {
     let me = status.node_id;
     // "starting" only until the node first was ready: later, groups without a leader are a
     // cluster that cannot commit.
-    let verdict = if ready {
+    let verdict = if ready && draining {
+        "draining"
+    } else if ready {
         "ok"
     } else if !was_ready && health.problems.iter().all(|p| p.problem == "noLeader") {
         "starting"
@@ -119,6 +131,9 @@ pub async fn health(State(state): State<AppState>) -> impl IntoResponse {
     if !plaintext.is_empty() || state.cluster.peer_tls().is_none() {
         body["insecure"] = json!(true);
         body["plaintextMembers"] = json!(plaintext);
+    }
+    if draining {
+        body["draining"] = json!(true);
     }
     (code, Json(body))
 }
@@ -250,4 +265,20 @@ pub async fn logs(
         body["lines"] = json!(crate::request_log::lines(q.since, limit));
     }
     Ok(Json(body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::asks_ready;
+
+    #[test]
+    fn ready_is_asked_by_its_name_alone_or_a_true_value() {
+        for q in ["ready=1", "ready=true", "ready", "x=2&ready=1"] {
+            assert!(asks_ready(Some(q)), "{q}");
+        }
+        for q in ["", "ready=0", "ready=false", "unready=1", "x=ready"] {
+            assert!(!asks_ready(Some(q)), "{q}");
+        }
+        assert!(!asks_ready(None));
+    }
 }

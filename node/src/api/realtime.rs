@@ -28,6 +28,7 @@ use super::context::{admit, ApiPath, ApiQuery, AppState};
 use super::error::{ApiError, CommonError};
 use crate::auth::{self, AuthError, HeaderNames, RequestCtx};
 use crate::connections::ConnectionSlot;
+use crate::drain::DrainState;
 use crate::realtime::connection::{Connection, Refusal};
 use crate::realtime::outbox::{Outbox, OutboxReceiver};
 use crate::realtime::wire::{Action, Frame, Outbound, Pieces, SubRequest};
@@ -131,7 +132,7 @@ pub async fn plain_websocket(
         Err(e) => return e.into_response(),
     };
     let conn = Connection::new(state.realtime.clone(), Some(ctx), None);
-    upgrade(ws, slot, conn, Framing::Plain)
+    upgrade(ws, slot, conn, Framing::Plain, state.drain.clone())
 }
 
 /// `GET|POST /socket.io/1/`: the socket.io 0.9 handshake. The session id names nothing kept:
@@ -172,16 +173,18 @@ pub async fn socket_io_websocket(
         Err(e) => return e.into_response(),
     };
     let conn = Connection::new(state.realtime.clone(), ctx, origin);
-    upgrade(ws, slot, conn, Framing::SocketIo)
+    upgrade(ws, slot, conn, Framing::SocketIo, state.drain.clone())
 }
 
 /// Upgrades to a WebSocket served as `framing` for `conn`, keeping the connection's place
-/// (`slot`) while it lasts; 107 for a request that is no upgrade.
+/// (`slot`) while it lasts, until the node stops (`drain`); 107 for a request that is no
+/// upgrade.
 fn upgrade(
     ws: Upgrade,
     slot: Option<axum::Extension<ConnectionSlot>>,
     (conn, rx): (Connection, OutboxReceiver),
     framing: Framing,
+    drain: DrainState,
 ) -> Response {
     let ws = match ws.handshake() {
         Ok(ws) => ws,
@@ -199,9 +202,10 @@ fn upgrade(
         .max_frame_size(Some(MAX_CLIENT_MESSAGE))
         .read_buffer_size(READ_BUFFER)
         .write_buffer_size(0);
+    let open = drain.socket();
     ws.accept(config, move |socket| async move {
-        let _slot = slot;
-        serve_socket(conn, rx, socket, framing).await;
+        let (_slot, _open) = (slot, open);
+        serve_socket(conn, rx, socket, framing, drain).await;
     })
 }
 
@@ -332,24 +336,33 @@ fn socket_io_frame(text: &str) -> SocketIoFrame<'_> {
 }
 
 /// Serves one WebSocket: client messages to the connection, the outbox to the client, until
-/// either side ends or the client falls behind (one `server_resync`, then close).
-async fn serve_socket(conn: Connection, rx: OutboxReceiver, socket: Socket, framing: Framing) {
+/// either side ends, the client falls behind (one `server_resync`, then close) or the node
+/// stops (a reconnect hint, then close).
+async fn serve_socket(
+    conn: Connection,
+    rx: OutboxReceiver,
+    socket: Socket,
+    framing: Framing,
+    drain: DrainState,
+) {
     let (sink, stream) = socket.split();
     let writer = Writer {
         outbox: Arc::clone(conn.outbox()),
         resync: conn.slow_resync(),
         framing,
+        drain,
     };
     let writer = tokio::spawn(writer.run(sink, rx));
     read_client(conn, stream, framing, writer).await;
 }
 
-/// The writing half of a WebSocket: the outbox's messages, heartbeats, and the farewell of a
-/// client that fell behind.
+/// The writing half of a WebSocket: the outbox's messages, heartbeats, the farewell of a
+/// client that fell behind, and the reconnect hint when the node stops.
 struct Writer {
     outbox: Arc<Outbox>,
     resync: Outbound,
     framing: Framing,
+    drain: DrainState,
 }
 
 /// How a socket's writing stopped.
@@ -364,6 +377,8 @@ enum Stopped {
         within: Duration,
         rest: Option<Writing>,
     },
+    /// The node is stopping (between messages): the client is told to reconnect.
+    NodeStopping,
 }
 
 impl Writer {
@@ -383,6 +398,10 @@ impl Writer {
             Stopped::Failed => return,
             Stopped::Ended => (None, None),
             Stopped::Behind { within, rest } => (Some(within), rest),
+            Stopped::NodeStopping => {
+                let _ = tokio::time::timeout(FAREWELL, self.reconnect_hint(&mut sink)).await;
+                return;
+            }
         };
         if let Some(within) = within {
             let goodbye = async {
@@ -428,6 +447,7 @@ impl Writer {
                     None => return Stopped::Ended,
                 },
                 _ = beat.tick() => (self.heartbeat(sink).await, None),
+                () = self.drain.stopping() => return Stopped::NodeStopping,
             };
             match sent {
                 Sent::Whole => continue,
@@ -441,6 +461,27 @@ impl Writer {
                 Sent::Failed => return Stopped::Failed,
             }
         }
+    }
+
+    /// Tells the client the node is stopping, so that it reconnects (through a proxy, to
+    /// another node): socket.io's disconnect frame `0::`, then a close with code 1012
+    /// "service restart".
+    async fn reconnect_hint<S>(&self, sink: &mut S)
+    where
+        S: futures::Sink<Message> + Unpin,
+    {
+        use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+        use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+        if self.framing == Framing::SocketIo
+            && sink.send(Message::Text("0::".into())).await.is_err()
+        {
+            return;
+        }
+        let close = CloseFrame {
+            code: CloseCode::Restart,
+            reason: "the node is restarting: reconnect".into(),
+        };
+        let _ = sink.send(Message::Close(Some(close))).await;
     }
 
     /// Sends one heartbeat (a ping, or socket.io's `2:::`), stopping if the outbox overflows.
@@ -523,7 +564,7 @@ pub async fn server_sent_events(
     if let Err(e) = conn.subscribe(&req).await {
         return ApiError::from(e).into_response();
     }
-    let body = sse_body(conn, rx);
+    let body = sse_body(conn, rx, state.drain.clone());
     (
         [
             (axum::http::header::CONTENT_TYPE, "text/event-stream"),
@@ -573,8 +614,9 @@ fn event_subscription(
 /// The body of an event stream: a task writes the connection's messages in pieces through a
 /// channel of one piece, so a client that stops reading holds no more than the HTTP
 /// connection's write buffer (a few hundred KiB) and a piece, and its outbox overflowing drops
-/// the message it was on.
-fn sse_body(conn: Connection, mut rx: OutboxReceiver) -> axum::body::Body {
+/// the message it was on. The stream ends when the node stops (`drain`): a browser's
+/// EventSource reconnects by itself, with its `Last-Event-ID`.
+fn sse_body(conn: Connection, mut rx: OutboxReceiver, drain: DrainState) -> axum::body::Body {
     let (tx, chunks) = tokio::sync::mpsc::channel::<bytes::Bytes>(1);
     let outbox = Arc::clone(conn.outbox());
     let resync = conn.slow_resync();
@@ -594,6 +636,7 @@ fn sse_body(conn: Connection, mut rx: OutboxReceiver) -> axum::body::Body {
                     send_chunks(&tx, std::iter::once(":\n\n".to_string()), outbox.overflowed()).await
                 }
                 () = tx.closed() => return,
+                () = drain.stopping() => return,
             };
             match sent {
                 Sent::Whole => continue,

@@ -10,6 +10,7 @@ mod backup;
 mod check;
 mod crash;
 mod disk;
+mod drain;
 mod prometheus;
 mod startup;
 mod survival;

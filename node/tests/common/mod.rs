@@ -491,6 +491,11 @@ impl TestCluster {
             args.extend(["--certs-dir".to_string(), out]);
         }
         args.extend(extra);
+        // Tests stop nodes often: they stop at once (a leader still hands its groups over)
+        // unless the test drains with a wait of its own.
+        if !args.iter().any(|a| a == "--drain-wait") {
+            args.extend(["--drain-wait".to_string(), "0".to_string()]);
+        }
         let in_namespace_of = self.volumes.as_ref().map(|v| {
             v.place(self.nodes.len(), id, &data_dir)
                 .expect("a small disk for every node");
@@ -751,6 +756,11 @@ impl TestCluster {
     /// SIGHUP: the node reads its certificates again.
     pub fn hangup(&self, i: usize) {
         self.signal(i, "-HUP");
+    }
+
+    /// SIGTERM, without waiting: the node drains, then exits (`wait_exit`).
+    pub fn terminate(&self, i: usize) {
+        self.signal(i, "-TERM");
     }
 
     /// Freezes a node (SIGSTOP): its sockets stay open but it answers nothing.
