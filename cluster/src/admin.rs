@@ -309,6 +309,9 @@ pub struct GroupDigest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NodeStatus {
     pub node_id: NodeId,
+    /// The node is draining before it stops (`cluster::drain`): it takes no leadership.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub draining: bool,
     pub groups: Vec<GroupStatus>,
 }
 

@@ -156,6 +156,7 @@ mod tests {
     fn node(g: GroupStatus) -> NodeStatus {
         NodeStatus {
             node_id: NodeId::new(1),
+            draining: false,
             groups: vec![g],
         }
     }

@@ -445,7 +445,23 @@ pub async fn run(rpc: &str, certs_dir: Option<&Path>, cmd: AdminCommand) -> anyh
                     return Ok(());
                 }
                 if Instant::now() > deadline {
-                    anyhow::bail!("node {node_id} still holds {left} replicas");
+                    // What blocks: the groups still on it, with the members they have.
+                    let blocked: Vec<String> = p
+                        .iter()
+                        .filter(|(_, g)| g.hosts(node_id))
+                        .map(|(group, g)| {
+                            format!(
+                                "group {group} (voters {:?}, learners {:?})",
+                                g.voters, g.learners
+                            )
+                        })
+                        .collect();
+                    anyhow::bail!(
+                        "node {node_id} still holds {left} replicas: {}. Each needs another \
+                         active member with room to take it (`basalt admin members`, \
+                         `basalt admin alarms`)",
+                        blocked.join(", ")
+                    );
                 }
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }

@@ -106,73 +106,60 @@ impl Cluster {
     /// holds it now: a removed node stays removed, however stale the writer's view (a removed
     /// node restarting, a join through a member that has not applied the removal yet).
     pub(super) async fn put_node_record(&self, record: &NodeRecord) -> Result<()> {
-        let value = serde_json::to_value(record)?;
-        let key = record.id.to_string();
-        for _ in 0..10 {
-            let current = self.get_record(META_GROUP, Namespace::Node, &key).await?;
-            let removed = current
-                .as_ref()
-                .and_then(|v| serde_json::from_value::<NodeRecord>(v.clone()).ok())
-                .is_some_and(|r| r.state == NodeState::Removed);
+        self.write_node_record(record.id, |current| {
+            let removed = current.is_some_and(|r| r.state == NodeState::Removed);
             if removed && record.state != NodeState::Removed {
                 return Err(Error::InvalidOperation(format!(
                     "node {} was removed from the cluster; join with a new id",
                     record.id
                 )));
             }
-            match self
-                .cas_record(
-                    META_GROUP,
-                    Namespace::Node,
-                    &key,
-                    current,
-                    Some(value.clone()),
-                )
-                .await
-            {
-                Ok(_) => return Ok(()),
-                Err(Error::Conflict(_)) => continue,
-                Err(e) => return Err(e),
-            }
-        }
-        Err(Error::Unavailable(format!(
-            "node {}'s record kept changing",
-            record.id
-        )))
+            Ok(Some(record.clone()))
+        })
+        .await
     }
 
-    /// Changes member `id`'s record as the metadata group holds it now (`change`, applied by
-    /// compare-and-set, again when another write came between): no field is written back from
-    /// a stale view of the record. Nothing is written when `change` leaves it as it is.
+    /// Changes member `id`'s record as the metadata group holds it now (`change`): no field is
+    /// written back from a stale view of the record. Nothing is written when `change` leaves
+    /// it as it is.
     pub(super) async fn update_node_record(
         &self,
         id: NodeId,
         change: impl Fn(&mut NodeRecord),
     ) -> Result<()> {
-        let key = id.to_string();
-        for _ in 0..10 {
-            let current = self.get_record(META_GROUP, Namespace::Node, &key).await?;
-            let Some(mut record) = current
-                .clone()
-                .and_then(|v| serde_json::from_value::<NodeRecord>(v).ok())
-            else {
+        self.write_node_record(id, |current| {
+            let Some(mut record) = current else {
                 return Err(Error::InvalidOperation(format!(
                     "node {id} is not a member"
                 )));
             };
             let before = record.clone();
             change(&mut record);
-            if record == before {
+            Ok((record != before).then_some(record))
+        })
+        .await
+    }
+
+    /// The compare-and-set loop of member `id`'s record: `next` makes the record to write from
+    /// the one the metadata group holds now (`None`: nothing to write), again when another
+    /// write came between.
+    async fn write_node_record(
+        &self,
+        id: NodeId,
+        next: impl Fn(Option<NodeRecord>) -> Result<Option<NodeRecord>>,
+    ) -> Result<()> {
+        let key = id.to_string();
+        for _ in 0..10 {
+            let current = self.get_record(META_GROUP, Namespace::Node, &key).await?;
+            let held = current
+                .clone()
+                .and_then(|v| serde_json::from_value::<NodeRecord>(v).ok());
+            let Some(record) = next(held)? else {
                 return Ok(());
-            }
+            };
+            let value = serde_json::to_value(&record)?;
             match self
-                .cas_record(
-                    META_GROUP,
-                    Namespace::Node,
-                    &key,
-                    current,
-                    Some(serde_json::to_value(&record)?),
-                )
+                .cas_record(META_GROUP, Namespace::Node, &key, current, Some(value))
                 .await
             {
                 Ok(_) => return Ok(()),

@@ -603,6 +603,7 @@ impl Replicas {
     pub fn status(&self) -> NodeStatus {
         NodeStatus {
             node_id: self.node_id(),
+            draining: self.draining(),
             groups: self
                 .groups()
                 .map(|(g, raft)| GroupStatus {

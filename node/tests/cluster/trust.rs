@@ -564,12 +564,28 @@ async fn apps_stored_in_the_clear_are_sealed_and_keys_follow_the_cluster() {
             .await
             .expect("propose");
     }
+    // The app records as the metadata group's leader reads them (node 1 may lead it or not:
+    // a stopped node hands its leaderships over).
     let stored = |cluster: &TestCluster| {
-        let node1 = channel(
-            &cluster.nodes[0].rpc,
-            Some(&node_tls(&cluster.node_certs(0), 1)),
-        );
-        async move { call(&node1, "read").await.expect("apps").to_string() }
+        let nodes: Vec<Channel> = (0..cluster.nodes.len())
+            .map(|i| {
+                channel(
+                    &cluster.nodes[i].rpc,
+                    Some(&node_tls(&cluster.node_certs(i), i as u64 + 1)),
+                )
+            })
+            .collect();
+        async move {
+            for _ in 0..50 {
+                for node in &nodes {
+                    if let Ok(apps) = call(node, "read").await {
+                        return apps.to_string();
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            panic!("no node reads the app records as the metadata group's leader")
+        }
     };
     assert!(
         stored(&cluster).await.contains(master),
