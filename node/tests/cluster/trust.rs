@@ -66,6 +66,9 @@ async fn call(channel: &Channel, rpc: &str) -> Result<Value, String> {
         "release-ballast" => node()
             .admin(with_deadline(msg(META_GROUP, json!("ReleaseBallast"))?))
             .await,
+        "drain" => node()
+            .admin(with_deadline(msg(META_GROUP, json!("Drain"))?))
+            .await,
         "vote-as-3" => raft().vote(with_deadline(msg(GroupId::new(1), vote)?)).await,
         "append-as-3" => raft()
             .append_entries(with_deadline(msg(
@@ -175,9 +178,10 @@ async fn the_peer_port_answers_only_the_cluster_s_certificates() {
         ),
     ];
     for (who, ch) in &strangers {
-        for rpc in EVERY_RPC
-            .iter()
-            .chain(&["join-as-4", "shared-secret", "release-ballast"])
+        for rpc in
+            EVERY_RPC
+                .iter()
+                .chain(&["join-as-4", "shared-secret", "release-ballast", "drain"])
         {
             let r = call(ch, rpc).await;
             assert!(r.is_err(), "{who} {rpc}: {r:?}");
@@ -237,7 +241,7 @@ async fn the_peer_port_answers_only_the_cluster_s_certificates() {
             "node 2 {rpc}: {r:?}"
         );
     }
-    for rpc in ["join-as-4", "remove-node", "release-ballast"] {
+    for rpc in ["join-as-4", "remove-node", "release-ballast", "drain"] {
         let r = call(&node2, rpc).await;
         assert!(
             r.as_ref().is_err_and(|e| e.contains("PermissionDenied")),
