@@ -87,11 +87,7 @@ async fn reconcile(
     let levels: HashMap<NodeId, crate::disk::DiskLevel> =
         nodes.iter().map(|n| (n.id, n.disk_level())).collect();
     // Draining nodes are stopping: no leadership goes to one, and one that leads hands over.
-    let draining: BTreeSet<NodeId> = nodes
-        .iter()
-        .filter(|n| n.draining_since_ms.is_some())
-        .map(|n| n.id)
-        .collect();
+    let draining = draining_members(&nodes);
     let eligible = |worst: crate::disk::DiskLevel| -> Vec<NodeId> {
         addrs
             .keys()
@@ -195,6 +191,15 @@ async fn reconcile(
     Ok(())
 }
 
+/// The members whose records say they are draining (stopping).
+fn draining_members(nodes: &[crate::admin::NodeRecord]) -> BTreeSet<NodeId> {
+    nodes
+        .iter()
+        .filter(|n| n.draining_since_ms.is_some())
+        .map(|n| n.id)
+        .collect()
+}
+
 /// Hands the leadership of every group this node leads to another voter — live, not
 /// draining, holding the whole log: the one placement prefers when it does — until it leads
 /// none or `within` has passed: the groups it still leads then (a group with no such voter
@@ -209,7 +214,7 @@ pub(crate) async fn hand_over_leaderships(replicas: &Replicas, within: Duration)
         if led.is_empty() || Instant::now() >= deadline {
             return led;
         }
-        let nodes = replicas.local_nodes();
+        let draining = draining_members(&replicas.local_nodes());
         let active: Vec<NodeId> = replicas.member_addrs().keys().copied().collect();
         let mut handing = false;
         for group in &led {
@@ -249,13 +254,7 @@ pub(crate) async fn hand_over_leaderships(replicas: &Replicas, within: Duration)
                 .membership_config
                 .membership()
                 .voter_ids()
-                .filter(|&n| n != me && live(n))
-                .filter(|n| {
-                    nodes
-                        .iter()
-                        .find(|r| r.id == *n)
-                        .is_none_or(|r| r.draining_since_ms.is_none())
-                })
+                .filter(|&n| n != me && live(n) && !draining.contains(&n))
                 .collect();
             // Only a voter holding the whole log takes the group (openraft's target ignores a
             // handover its log is behind, and the group then waits for an election): the one
