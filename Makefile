@@ -10,7 +10,7 @@ NODES ?= 1
 JEPSEN_SECONDS ?= 120
 JEPSEN_NODES ?= 3
 
-.PHONY: run dev test lint deps sdks test-servers build bench bench-backup bench-files bench-functions bench-push bench-realtime bench-queries bench-peers bench-store bench-encoding jepsen fuzz clean-data
+.PHONY: run dev test lint deps sdks test-servers build bench bench-backup bench-rolling bench-files bench-functions bench-push bench-realtime bench-queries bench-peers bench-store bench-encoding jepsen fuzz clean-data
 
 ## Install the system packages the build needs (libclang for rust-rocksdb's bindgen).
 deps:
@@ -64,6 +64,14 @@ bench: deps
 bench-backup: deps
 	$(CARGO) build $(PROFILE_FLAGS) -p basalt -p basalt-bench
 	./scripts/bench-backup.sh
+
+## Rolling restart: 3 and 5 nodes behind haproxy (Debian's, installed when missing) checking
+## /health?ready=1, the bench at half of its peak; every node restarted in turn (SIGTERM: it
+## drains), ROUNDS (3) times; failed requests and p99 against steady state (NODES, ROUNDS,
+## CONCURRENCY, STEADY_SECONDS, WORKLOAD override; see docs/performance.md).
+bench-rolling: deps
+	$(CARGO) build $(PROFILE_FLAGS) -p basalt -p basalt-bench
+	python3 scripts/bench-rolling.py
 
 ## File uploads and downloads (1 KiB, 1 MiB, 20 MiB) on 1 and 3 nodes, with copies on disk and
 ## in an S3 bucket (moto's server), beside the raw disk's speed; writes

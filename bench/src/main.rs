@@ -29,6 +29,10 @@
 //! The realtime workload (`realtime`): `--subscribers` WebSocket subscribers spread over the
 //! nodes while creates run at `--rate` per second; prints events delivered per second and the
 //! latency from a create's acknowledgement to its event's arrival.
+//!
+//! `--target-rate` paces the clients at that many operations per second together (latency
+//! counted from when each request was due); `--stop-file` ends a workload early once the file
+//! exists (the rolling-restart benchmark ends its window so).
 
 mod batches;
 mod files;
@@ -37,6 +41,7 @@ mod push;
 mod queries;
 mod realtime;
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -80,11 +85,33 @@ struct Args {
     /// Creates per second of the realtime workload.
     #[arg(long, default_value_t = 100)]
     rate: u64,
+    /// Operations per second of all clients together (0: as fast as they can). Each client
+    /// keeps its own schedule, and a request's latency counts from when it was due, so a
+    /// stall shows in the percentiles instead of slowing the load (as wrk2 does).
+    #[arg(long, default_value_t = 0)]
+    target_rate: u64,
+    /// The workload also ends (before `--seconds`) once this file exists.
+    #[arg(long)]
+    stop_file: Option<std::path::PathBuf>,
+    /// Appends one line per `--timeline-step-ms` of each timed workload to this file: the
+    /// step's start (Unix time, seconds), requests, failed, p50 ms, p99 ms, max ms (a request
+    /// counts in the step it was due or sent).
+    #[arg(long)]
+    timeline: Option<std::path::PathBuf>,
+    /// Length of a `--timeline` step, in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    timeline_step_ms: u64,
 }
 
 struct Outcome {
     ops: u64,
     errors: u64,
+    /// Failed operations by what went wrong (create, get and mixed workloads).
+    failures: BTreeMap<String, u64>,
+    /// (millisecond of the run, latency µs, succeeded) of every request, with `--timeline`.
+    samples: Vec<(u64, u64, bool)>,
+    /// When the workload started, in Unix milliseconds (`samples` count from it).
+    started_unix_ms: u64,
     /// File bytes moved (file workloads).
     bytes: u64,
     hist: Histogram<u64>,
@@ -98,6 +125,35 @@ const BENCH_PASSWORD: &str = "bench-password";
 /// every connection at once (the server throttles attempts in flight per account).
 const LOGIN_USERS: usize = 64;
 
+/// Whether `result` succeeded; a failure is counted under its error's text (numbers in it,
+/// such as ids and addresses, are kept: the kinds are few).
+fn tally<T>(result: Result<T, basalt_client::Error>, failures: &mut BTreeMap<String, u64>) -> bool {
+    match result {
+        Ok(_) => true,
+        Err(e) => {
+            let mut text = e.to_string();
+            text.truncate(160);
+            *failures.entry(text).or_default() += 1;
+            false
+        }
+    }
+}
+
+/// Whether a read found its object; a missing one is a failure too.
+fn found<T>(
+    result: Result<Option<T>, basalt_client::Error>,
+    failures: &mut BTreeMap<String, u64>,
+) -> bool {
+    match result {
+        Ok(Some(_)) => true,
+        Ok(None) => {
+            *failures.entry("object not found".to_string()).or_default() += 1;
+            false
+        }
+        Err(e) => tally(Err::<(), _>(e), failures),
+    }
+}
+
 async fn run_workload(
     args: &Args,
     clients: &[Client],
@@ -109,6 +165,9 @@ async fn run_workload(
     let stop = Arc::new(AtomicBool::new(false));
     let payload = "x".repeat(args.payload);
     let started = Instant::now();
+    let started_unix_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
     let mut tasks = Vec::new();
     for c in 0..args.concurrency {
         let client = clients[c % clients.len()].clone();
@@ -121,14 +180,34 @@ async fn run_workload(
             file_set.clone(),
         );
         let objects = args.objects;
+        let keep_samples = args.timeline.is_some();
         let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+        // With a target rate, this client's requests are due every `every`, the clients'
+        // schedules staggered over one interval.
+        let every = (args.target_rate > 0)
+            .then(|| Duration::from_secs_f64(args.concurrency as f64 / args.target_rate as f64));
+        let mut due =
+            started + every.map_or(Duration::ZERO, |e| e * c as u32 / args.concurrency as u32);
         tasks.push(tokio::spawn(async move {
             let (mut ops, mut errors, mut bytes, mut i) = (0u64, 0u64, 0u64, c);
+            let mut failures = BTreeMap::new();
+            let mut samples = Vec::new();
             while !stop.load(Ordering::Relaxed) {
                 i = i
                     .wrapping_mul(6364136223846793005)
                     .wrapping_add(1442695040888963407);
-                let t = Instant::now();
+                let t = match every {
+                    Some(every) => {
+                        tokio::time::sleep_until(due.into()).await;
+                        if stop.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        let t = due;
+                        due += every;
+                        t
+                    }
+                    None => Instant::now(),
+                };
                 let query = queries::params(&workload, i as u64, objects);
                 let ok = match workload.as_str() {
                     w if files::file_workload(w).is_some() => {
@@ -152,15 +231,16 @@ async fn run_workload(
                             .collect();
                         client.query(queries::CLASS, &params).await.is_ok()
                     }
-                    "create" => client
-                        .create_object("BenchItem", &json!({"n": i % 1000, "payload": payload}))
-                        .await
-                        .is_ok(),
-                    "get" | "get-session" => client
-                        .get_object("BenchItem", &ids[i % ids.len()])
-                        .await
-                        .map(|o| o.is_some())
-                        .unwrap_or(false),
+                    "create" => tally(
+                        client
+                            .create_object("BenchItem", &json!({"n": i % 1000, "payload": payload}))
+                            .await,
+                        &mut failures,
+                    ),
+                    "get" | "get-session" => found(
+                        client.get_object("BenchItem", &ids[i % ids.len()]).await,
+                        &mut failures,
+                    ),
                     "update" => client
                         .increment("BenchItem", &ids[i % ids.len().min(8)], "n", 1)
                         .await
@@ -179,40 +259,60 @@ async fn run_workload(
                         .is_ok(),
                     _ => {
                         if i % 2 == 0 {
-                            client
-                                .get_object("BenchItem", &ids[i % ids.len()])
-                                .await
-                                .map(|o| o.is_some())
-                                .unwrap_or(false)
+                            found(
+                                client.get_object("BenchItem", &ids[i % ids.len()]).await,
+                                &mut failures,
+                            )
                         } else {
-                            client
-                                .create_object("BenchItem", &json!({"n": 1, "payload": payload}))
-                                .await
-                                .is_ok()
+                            tally(
+                                client
+                                    .create_object(
+                                        "BenchItem",
+                                        &json!({"n": 1, "payload": payload}),
+                                    )
+                                    .await,
+                                &mut failures,
+                            )
                         }
                     }
                 };
                 let us = t.elapsed().as_micros().max(1) as u64;
+                if keep_samples {
+                    samples.push((t.duration_since(started).as_millis() as u64, us, ok));
+                }
                 let _ = hist.record(us.min(60_000_000));
                 ops += 1;
                 if !ok {
                     errors += 1;
                 }
             }
-            (ops, errors, bytes, hist)
+            (ops, errors, bytes, hist, failures, samples)
         }));
     }
-    tokio::time::sleep(Duration::from_secs(args.seconds)).await;
+    let end = started + Duration::from_secs(args.seconds);
+    while Instant::now() < end && !args.stop_file.as_ref().is_some_and(|f| f.exists()) {
+        tokio::time::sleep(
+            Duration::from_millis(100).min(end.saturating_duration_since(Instant::now())),
+        )
+        .await;
+    }
     stop.store(true, Ordering::Relaxed);
     let mut out = Outcome {
         ops: 0,
         errors: 0,
+        failures: BTreeMap::new(),
+        samples: Vec::new(),
+        started_unix_ms,
         bytes: 0,
         hist: Histogram::new_with_bounds(1, 60_000_000, 3)?,
         elapsed: Duration::ZERO,
     };
     for t in tasks {
-        let (ops, errors, bytes, hist) = t.await?;
+        let (ops, errors, bytes, hist, failures, samples) = t.await?;
+        out.samples.extend(samples);
+        for (what, n) in failures {
+            *out.failures.entry(what).or_default() += n;
+        }
         out.ops += ops;
         out.errors += errors;
         out.bytes += bytes;
@@ -270,6 +370,51 @@ async fn logged_in(clients: &[Client], user: &str) -> anyhow::Result<Vec<Client>
         .iter()
         .map(|c| c.clone().with_session(Some(&token)))
         .collect())
+}
+
+/// Appends `workload`'s lines, one per `step_ms`, to `path`.
+fn write_timeline(
+    path: &std::path::Path,
+    workload: &str,
+    started_unix_ms: u64,
+    step_ms: u64,
+    samples: &[(u64, u64, bool)],
+) -> anyhow::Result<()> {
+    use std::io::Write;
+    let step_ms = step_ms.max(1);
+    let mut steps: BTreeMap<u64, (Histogram<u64>, u64)> = BTreeMap::new();
+    for &(at_ms, us, ok) in samples {
+        let step = (started_unix_ms + at_ms) / step_ms;
+        let (hist, failed) = match steps.entry(step) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) => {
+                e.insert((Histogram::new_with_bounds(1, 60_000_000, 3)?, 0))
+            }
+        };
+        hist.record(us.min(60_000_000))?;
+        *failed += u64::from(!ok);
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    writeln!(
+        f,
+        "# {workload}: step_start requests failed p50_ms p99_ms max_ms"
+    )?;
+    for (step, (hist, failed)) in steps {
+        writeln!(
+            f,
+            "{:.3} {} {failed} {} {} {}",
+            (step * step_ms) as f64 / 1000.0,
+            hist.len(),
+            ms(hist.value_at_quantile(0.5)),
+            ms(hist.value_at_quantile(0.99)),
+            ms(hist.max())
+        )?;
+    }
+    Ok(())
 }
 
 /// Operations per second, with decimals when there are few.
@@ -454,6 +599,18 @@ async fn main() -> anyhow::Result<()> {
             ms(o.hist.value_at_quantile(0.999)),
             ms(o.hist.max()),
         );
+        for (what, n) in &o.failures {
+            eprintln!("{w}: {n} failed: {what}");
+        }
+        if let Some(path) = &args.timeline {
+            write_timeline(
+                path,
+                w,
+                o.started_unix_ms,
+                args.timeline_step_ms,
+                &o.samples,
+            )?;
+        }
     }
     Ok(())
 }

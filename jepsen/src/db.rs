@@ -365,6 +365,46 @@ impl Db {
         }
     }
 
+    /// Stops node `i` as an operator does: SIGTERM, then waits (at most `within`) for it to
+    /// drain and exit; killed when it has not by then. Its exit status, or what happened.
+    pub async fn stop_gracefully(&mut self, i: usize, within: Duration) -> String {
+        let node = &mut self.nodes[i];
+        if node.paused {
+            signal(node, "-CONT");
+            node.paused = false;
+        }
+        if node.child.is_none() {
+            return "not running".into();
+        }
+        signal(node, "-TERM");
+        let deadline = Instant::now() + within;
+        loop {
+            let Some(child) = node.child.as_mut() else {
+                return "not running".into();
+            };
+            match child.try_wait() {
+                Ok(Some(status)) => {
+                    node.child = None;
+                    return format!(
+                        "exited {}",
+                        status
+                            .code()
+                            .map_or("by a signal".to_string(), |c| c.to_string())
+                    );
+                }
+                Ok(None) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    node.child = None;
+                    return format!("killed: still running {} s after SIGTERM", within.as_secs());
+                }
+            }
+        }
+    }
+
     pub fn restart(&mut self, i: usize) -> anyhow::Result<()> {
         if self.nodes[i].child.is_none() {
             spawn(&self.bin, &mut self.nodes[i])?;

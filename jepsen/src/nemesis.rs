@@ -41,6 +41,10 @@ pub enum Fault {
     /// applied) meanwhile, and nothing acknowledged may be lost. Runs on volumes
     /// (`Db::start_on_volumes`).
     DiskFull,
+    /// Every node in turn stopped as an operator does (SIGTERM: it drains, hands its
+    /// leaderships over and exits), started again, and waited for until healthy before the
+    /// next: the period lasts as long as that takes.
+    RollingRestart,
 }
 
 /// What `disk-full` leaves free on the node's disk: under the 256 MiB critical mark, with room
@@ -49,7 +53,7 @@ pub enum Fault {
 pub const DISK_FULL_LEAVES: u64 = 200 << 20;
 
 impl Fault {
-    pub const ALL: [Fault; 10] = [
+    pub const ALL: [Fault; 11] = [
         Fault::Kill,
         Fault::Pause,
         Fault::PauseLeader,
@@ -60,6 +64,7 @@ impl Fault {
         Fault::ShuffleLeaders,
         Fault::Membership,
         Fault::DiskFull,
+        Fault::RollingRestart,
     ];
 
     pub fn name(&self) -> &'static str {
@@ -74,6 +79,7 @@ impl Fault {
             Fault::ShuffleLeaders => "shuffle-leaders",
             Fault::Membership => "membership",
             Fault::DiskFull => "disk-full",
+            Fault::RollingRestart => "rolling-restart",
         }
     }
 
@@ -127,11 +133,23 @@ pub fn pause_leader_hold(election_ms: u64) -> Duration {
     Duration::from_millis(election_ms.saturating_mul(4).saturating_add(1000))
 }
 
-/// How long `fault`'s period lasts when periods are `active`: `pause-leader` needs its `hold`
-/// plus `PAUSE_LEADER_AFTER`, and gets that much when `active` is shorter.
-fn period_of(fault: Fault, active: Duration, hold: Duration) -> Duration {
+/// How long a node of a rolling restart takes at most to drain and exit (its `--drain-wait`,
+/// 5 s, its hand-over, at most 10 s, and its in-flight requests), and then to be healthy again.
+const RESTART_STOP_WITHIN: Duration = Duration::from_secs(60);
+const RESTART_HEALTHY_WITHIN: Duration = Duration::from_secs(90);
+
+/// What one node of a rolling restart is expected to take (drain wait, hand-over, start): the
+/// period a `rolling-restart` cycle needs before the end of the load, per node.
+const RESTART_EXPECTED: Duration = Duration::from_secs(9);
+
+/// How long `fault`'s period lasts when periods are `active` on `nodes` nodes: `pause-leader`
+/// needs its `hold` plus `PAUSE_LEADER_AFTER`, and gets that much when `active` is shorter;
+/// `rolling-restart` restarts every node (its period is as long as that takes; this is what
+/// it is expected to take).
+fn period_of(fault: Fault, active: Duration, hold: Duration, nodes: usize) -> Duration {
     match fault {
         Fault::PauseLeader => active.max(hold + PAUSE_LEADER_AFTER),
+        Fault::RollingRestart => RESTART_EXPECTED * nodes as u32,
         _ => active,
     }
 }
@@ -163,7 +181,7 @@ pub async fn run(
     loop {
         tokio::time::sleep(quiet).await;
         let fault = faults[cycle % faults.len()];
-        let period = period_of(fault, active, hold);
+        let period = period_of(fault, active, hold, db.nodes.len());
         if Instant::now() + period > until {
             break;
         }
@@ -180,6 +198,7 @@ pub async fn run(
                 detail = format!("{detail}; {note}");
                 tokio::time::sleep_until((paused.since + period).into()).await;
             }
+            None if applied.ran_its_course => {}
             None => tokio::time::sleep(period).await,
         }
         if let Err(e) = db.heal_all().await {
@@ -204,6 +223,8 @@ fn tracing_line(s: &str) {
 struct Applied {
     detail: String,
     paused_leader: Option<PausedLeader>,
+    /// The fault has run its whole period already (`rolling-restart`).
+    ran_its_course: bool,
 }
 
 impl From<String> for Applied {
@@ -211,6 +232,7 @@ impl From<String> for Applied {
         Applied {
             detail,
             paused_leader: None,
+            ran_its_course: false,
         }
     }
 }
@@ -274,6 +296,7 @@ async fn apply(db: &mut Db, fault: Fault, hold: Duration) -> Applied {
                     groups,
                     since,
                 }),
+                ran_its_course: false,
             }
         }
         Fault::PartitionMajority => {
@@ -322,6 +345,11 @@ async fn apply(db: &mut Db, fault: Fault, hold: Duration) -> Applied {
                 Err(e) => format!("filling a disk failed: {e}").into(),
             }
         }
+        Fault::RollingRestart => Applied {
+            detail: rolling_restart(db).await,
+            paused_leader: None,
+            ran_its_course: true,
+        },
         Fault::Membership => {
             let v = order[rng.random_range(0..n)];
             let old = db.nodes[v].id;
@@ -331,6 +359,31 @@ async fn apply(db: &mut Db, fault: Fault, hold: Duration) -> Applied {
             }
         }
     }
+}
+
+/// Stops every node in turn with SIGTERM (it drains and exits), starts it again and waits
+/// until it is healthy before the next; what happened to each.
+async fn rolling_restart(db: &mut Db) -> String {
+    let mut notes = Vec::new();
+    for i in 0..db.nodes.len() {
+        let started = Instant::now();
+        let stopped = db.stop_gracefully(i, RESTART_STOP_WITHIN).await;
+        let drained = started.elapsed().as_secs_f64();
+        let note = match db.restart(i) {
+            Ok(()) => match db.wait_healthy(i, RESTART_HEALTHY_WITHIN).await {
+                Ok(()) => format!(
+                    "node {}: {stopped} after {drained:.1} s, healthy again after {:.1} s",
+                    i + 1,
+                    started.elapsed().as_secs_f64()
+                ),
+                Err(e) => format!("node {}: {stopped} after {drained:.1} s; {e}", i + 1),
+            },
+            Err(e) => format!("node {}: {stopped}; not started again: {e}", i + 1),
+        };
+        tracing_line(&format!("nemesis rolling-restart: {note}"));
+        notes.push(note);
+    }
+    notes.join("; ")
 }
 
 /// Ends `pause-leader`'s stop: asks the other nodes, before the stopped one resumes, how many
@@ -396,13 +449,18 @@ mod tests {
         assert!(hold > election_max + lease);
         // The default 8 s period already leaves 2.2 s after the resume.
         let active = Duration::from_secs(8);
-        assert_eq!(period_of(Fault::PauseLeader, active, hold), active);
+        assert_eq!(period_of(Fault::PauseLeader, active, hold, 3), active);
         // A shorter period is stretched for pause-leader only.
         let short = Duration::from_secs(3);
         assert_eq!(
-            period_of(Fault::PauseLeader, short, hold),
+            period_of(Fault::PauseLeader, short, hold, 3),
             hold + PAUSE_LEADER_AFTER
         );
-        assert_eq!(period_of(Fault::Pause, short, hold), short);
+        assert_eq!(period_of(Fault::Pause, short, hold, 3), short);
+        // A rolling restart gets what restarting every node takes.
+        assert_eq!(
+            period_of(Fault::RollingRestart, short, hold, 5),
+            RESTART_EXPECTED * 5
+        );
     }
 }

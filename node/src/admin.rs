@@ -29,12 +29,17 @@ pub enum AdminCommand {
     /// Print a digest of every group's state as this node holds it: replicas at the same
     /// applied index hold the same state exactly when their digests match.
     Digest,
-    /// Move a node's replicas to the other nodes and mark it removed; waits until it holds none.
+    /// Take a node out of the cluster for good: mark it removed (its `/health?ready=1` answers
+    /// 503 at once), move its replicas to the other nodes, waiting until it holds none (else
+    /// name the groups still on it), then drain and stop it as `drain` does.
     RemoveNode {
         node_id: u64,
-        /// Seconds to wait for its replicas to move.
+        /// Seconds to wait for its replicas to move, and then for it to stop.
         #[arg(long, default_value_t = 120)]
         wait_secs: u64,
+        /// Leave the node running once it holds no replica.
+        #[arg(long)]
+        keep_running: bool,
     },
     /// Drain node N and stop it, as SIGTERM does: its `/health?ready=1` answers 503 at once,
     /// after its `--drain-wait` its leaderships move to other nodes, then it finishes the
@@ -229,6 +234,56 @@ async fn backup(
 
 type Tls = Option<Arc<PeerTls>>;
 
+/// Asks node `node_id` (a member in state `state`) to drain and stop, as SIGTERM does, then
+/// waits up to `wait_secs` until it stops answering.
+async fn drain_and_stop(
+    rpc: &str,
+    node_id: NodeId,
+    wait_secs: u64,
+    tls: Option<&Arc<PeerTls>>,
+    state: NodeState,
+) -> anyhow::Result<()> {
+    let AdminResponse::ClusterInfo { nodes, .. } =
+        admin_at(rpc, AdminRequest::ClusterInfo, TIMEOUT, tls).await?
+    else {
+        anyhow::bail!("unexpected answer to ClusterInfo");
+    };
+    let Some(addr) = nodes
+        .iter()
+        .find(|n| n.id == node_id && n.state == state)
+        .map(|n| n.rpc_addr.clone())
+    else {
+        match state {
+            NodeState::Active => anyhow::bail!("node {node_id} is not an active member"),
+            _ => anyhow::bail!("node {node_id} is not a member being removed"),
+        }
+    };
+    if let Err(e) = admin_at(&addr, AdminRequest::Drain, TIMEOUT, tls).await {
+        // A node being removed because it will not come back does not answer.
+        let answers = admin_at(&addr, AdminRequest::Status, Duration::from_secs(2), tls)
+            .await
+            .is_ok();
+        if state == NodeState::Removed && !answers {
+            println!("node {node_id} does not answer: not running");
+            return Ok(());
+        }
+        return Err(e.into());
+    }
+    println!("node {node_id} is draining; waiting for it to stop");
+    let deadline = Instant::now() + Duration::from_secs(wait_secs);
+    loop {
+        let status = admin_at(&addr, AdminRequest::Status, Duration::from_secs(2), tls).await;
+        if status.is_err() {
+            println!("node {node_id} stopped");
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            anyhow::bail!("node {node_id} is still running after {wait_secs} s");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 /// Each group's status as reported by its leader (groups without a reachable leader are absent).
 pub async fn placement(rpc: &str, tls: &Tls) -> anyhow::Result<BTreeMap<GroupId, GroupStatus>> {
     let tls = tls.as_ref();
@@ -403,36 +458,20 @@ pub async fn run(rpc: &str, certs_dir: Option<&Path>, cmd: AdminCommand) -> anyh
             println!("moved the leadership of {moved} groups");
         }
         AdminCommand::Drain { node_id, wait_secs } => {
-            let node_id = NodeId::new(node_id);
-            let AdminResponse::ClusterInfo { nodes, .. } =
-                admin_at(rpc, AdminRequest::ClusterInfo, TIMEOUT, tls_ref).await?
-            else {
-                anyhow::bail!("unexpected answer to ClusterInfo");
-            };
-            let Some(addr) = nodes
-                .iter()
-                .find(|n| n.id == node_id && n.state == NodeState::Active)
-                .map(|n| n.rpc_addr.clone())
-            else {
-                anyhow::bail!("node {node_id} is not an active member");
-            };
-            admin_at(&addr, AdminRequest::Drain, TIMEOUT, tls_ref).await?;
-            println!("node {node_id} is draining; waiting for it to stop");
-            let deadline = Instant::now() + Duration::from_secs(wait_secs);
-            loop {
-                let status =
-                    admin_at(&addr, AdminRequest::Status, Duration::from_secs(2), tls_ref).await;
-                if status.is_err() {
-                    println!("node {node_id} stopped");
-                    return Ok(());
-                }
-                if Instant::now() > deadline {
-                    anyhow::bail!("node {node_id} is still running after {wait_secs} s");
-                }
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
+            drain_and_stop(
+                rpc,
+                NodeId::new(node_id),
+                wait_secs,
+                tls_ref,
+                NodeState::Active,
+            )
+            .await?;
         }
-        AdminCommand::RemoveNode { node_id, wait_secs } => {
+        AdminCommand::RemoveNode {
+            node_id,
+            wait_secs,
+            keep_running,
+        } => {
             let node_id = NodeId::new(node_id);
             admin_at(rpc, AdminRequest::RemoveNode(node_id), TIMEOUT, tls_ref).await?;
             println!("node {node_id} marked removed; waiting for its replicas to move");
@@ -441,7 +480,13 @@ pub async fn run(rpc: &str, certs_dir: Option<&Path>, cmd: AdminCommand) -> anyh
                 let p = placement(rpc, &tls).await?;
                 let left = p.values().filter(|g| g.hosts(node_id)).count();
                 if left == 0 && !p.is_empty() {
-                    println!("node {node_id} holds no replicas; it can be stopped");
+                    if keep_running {
+                        println!("node {node_id} holds no replicas; it can be stopped");
+                    } else {
+                        println!("node {node_id} holds no replicas; stopping it");
+                        drain_and_stop(rpc, node_id, wait_secs, tls_ref, NodeState::Removed)
+                            .await?;
+                    }
                     return Ok(());
                 }
                 if Instant::now() > deadline {

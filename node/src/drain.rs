@@ -112,8 +112,11 @@ pub async fn run(cluster: Cluster, drain: DrainState, wait: Duration) {
         () = cluster.drain_requested() => tracing::info!("asked to drain"),
     }
     drain.enter(Phase::Draining);
+    // A lone member has no other node for a proxy to send clients to: nothing to wait for.
+    let members = cluster.active_members();
+    let alone = members.len() == 1 && members[0].id == cluster.node_id();
     let steps = async {
-        if !wait.is_zero() {
+        if !wait.is_zero() && !alone {
             tracing::info!(
                 wait_secs = wait.as_secs_f64(),
                 "unready: waiting before handing leaderships over"

@@ -200,6 +200,10 @@ impl Cluster {
         ));
         cluster.spawn(watch_disk(cluster.clone(), disk));
         cluster.spawn(crate::services::placement::run(replicas.clone()));
+        cluster.spawn(crate::services::departures::run(
+            replicas.clone(),
+            Duration::from_millis(cluster.inner.options.tuning.election_max_ms * 2),
+        ));
         cluster.spawn(crate::services::files::upkeep::run(
             files,
             cluster.inner.options.file_upkeep,

@@ -140,9 +140,13 @@ impl Cluster {
         let election = Duration::from_millis(self.inner.options.tuning.election_max_ms);
         let members = self.active_members().len().max(1);
         let wanted = (self.replicas().settings().replicas as usize).min(members);
+        // A replica removed from its group without knowing it is not this node's to serve.
+        let departed = self.replicas().departed();
+        let mut status = self.status();
+        status.groups.retain(|g| !departed.contains(&g.group));
         self.inner
             .apply_watch
-            .assess(&self.status(), std::time::Instant::now(), election, wanted)
+            .assess(&status, std::time::Instant::now(), election, wanted)
     }
 
     /// Whether this start created the cluster (`--init` on an empty data dir; a restart with

@@ -102,6 +102,9 @@ struct Inner {
     fence: fence::WriteFence,
     /// This node is draining before it stops (`cluster::drain`): it takes no leadership.
     draining: std::sync::atomic::AtomicBool,
+    /// Groups whose leader's configuration no longer holds this node, while its own replica
+    /// still counts itself in (`services::departures`).
+    departed: std::sync::Mutex<std::collections::BTreeSet<GroupId>>,
     /// The digests this node's replicas made for consistency checks.
     checks: crate::statemachine::check::StateChecks,
 }
@@ -193,6 +196,7 @@ impl Replicas {
                 full_nodes: Default::default(),
                 fence: fence::WriteFence::new(),
                 draining: Default::default(),
+                departed: Default::default(),
                 checks,
             }),
         })
@@ -279,6 +283,16 @@ impl Replicas {
         for raft in &self.inner.groups {
             let _ = raft.shutdown().await;
         }
+        let store = self.inner.store.clone();
+        let started = std::time::Instant::now();
+        match tokio::task::spawn_blocking(move || store.flush_all()).await {
+            Ok(Ok(())) => tracing::info!(
+                secs = started.elapsed().as_secs_f64(),
+                "memtables flushed: the next start replays no log"
+            ),
+            Ok(Err(e)) => tracing::warn!("flushing the memtables at stop: {e}"),
+            Err(e) => tracing::warn!("flushing the memtables at stop: {e}"),
+        }
     }
 
     /// The digests this node's replicas made for consistency checks.
@@ -286,7 +300,6 @@ impl Replicas {
         &self.inner.checks
     }
 
-    /// This node's backup write fence.
     /// Marks this node draining: it takes no leadership from now on (`draining`).
     pub(crate) fn set_draining(&self) {
         self.inner
@@ -301,6 +314,23 @@ impl Replicas {
             .load(std::sync::atomic::Ordering::SeqCst)
     }
 
+    /// The groups this node's replicas were removed from without knowing it
+    /// (`services::departures`).
+    pub fn departed(&self) -> std::collections::BTreeSet<GroupId> {
+        match self.inner.departed.lock() {
+            Ok(d) => d.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    pub(crate) fn set_departed(&self, groups: std::collections::BTreeSet<GroupId>) {
+        match self.inner.departed.lock() {
+            Ok(mut d) => *d = groups,
+            Err(poisoned) => *poisoned.into_inner() = groups,
+        }
+    }
+
+    /// This node's backup write fence.
     pub(crate) fn fence(&self) -> &fence::WriteFence {
         &self.inner.fence
     }
@@ -588,10 +618,14 @@ impl Replicas {
                 ))),
             }
         });
-        let mut led = HashMap::new();
+        let mut led: HashMap<GroupId, GroupStatus> = HashMap::new();
         for status in futures::future::join_all(asks).await.into_iter().flatten() {
             for g in status.groups {
-                if g.leader == Some(status.node_id) {
+                // Of two members that say they lead a group, a deposed one (paused, cut off)
+                // has the lower term.
+                if g.leader == Some(status.node_id)
+                    && led.get(&g.group).is_none_or(|seen| g.term > seen.term)
+                {
                     led.insert(g.group, g);
                 }
             }

@@ -1,8 +1,10 @@
 //! The one routing loop: a proposal or a read goes to the leader this node's replica knows
 //! (from its Raft metrics), else to the local replica first; a `NotLeader`
 //! answer sends it to the leader named in the answer (or, when none is known, to each member in
-//! turn), and a failed attempt is retried — after a short backoff, at the leader the failure
-//! named — until the deadline. What may be retried depends on what is routed (`Attempts`): a
+//! turn), and a failed attempt is retried — after a short backoff, cut short once the local
+//! replica learns of a new leader, other than the one it knew and the node that refused (a
+//! leadership handed over is followed at once), at the leader the failure named — until the
+//! deadline. What may be retried depends on what is routed (`Attempts`): a
 //! proposal only while it certainly did not take effect, a read after any failure to reach a
 //! leader. A timeout is reported as such: a write may or may not have been applied.
 
@@ -129,15 +131,23 @@ impl Replicas {
         let mut hint: Option<NodeId> = self.remote_leader(group);
         let mut attempt = 0u32;
         loop {
+            // The node whose answer this attempt's outcome is.
+            let mut refuser = self.node_id();
             let outcome = match hint.filter(|&n| n != self.node_id()) {
-                Some(node) => remote(node, remaining(deadline)).await,
+                Some(node) => {
+                    refuser = node;
+                    remote(node, remaining(deadline)).await
+                }
                 None => match local().await {
                     Err(Error::NotLeader {
                         leader,
                         leader_addr,
                         ..
                     }) => match self.forward_target(leader, leader_addr, attempt) {
-                        Some(node) => remote(node, remaining(deadline)).await,
+                        Some(node) => {
+                            refuser = node;
+                            remote(node, remaining(deadline)).await
+                        }
                         None => Err(Error::NotLeader {
                             group,
                             leader: None,
@@ -152,7 +162,11 @@ impl Replicas {
                     tracing::debug!(%group, attempt, "retried: {e:?}");
                     hint = self.retry_hint(e, attempt);
                     attempt += 1;
-                    tokio::time::sleep(backoff(attempt)).await;
+                    let known = self.known_leader(group);
+                    tokio::select! {
+                        () = tokio::time::sleep(backoff(attempt)) => {}
+                        () = self.new_leader(group, known, refuser) => {}
+                    }
                 }
                 Err(e) if attempts.may_retry(&e) => {
                     return Err(Error::Unavailable(format!(
@@ -176,6 +190,33 @@ impl Replicas {
                 ..
             } if l != self.node_id() => self.forward_target(Some(l), leader_addr, attempt + 1),
             _ => None,
+        }
+    }
+
+    /// The leader of `group` this node's replica knows now.
+    fn known_leader(&self, group: GroupId) -> Option<NodeId> {
+        let raft = self.group(group).ok()?;
+        let leader = raft.metrics().borrow_watched().current_leader;
+        leader
+    }
+
+    /// Returns once this node's replica of `group` learns of a new leader: one other than
+    /// `known` (the one it knew when the attempt failed) and than `refuser` (never, when this
+    /// node holds no replica of it). A leader that does not change — one cut off from its
+    /// peers, a handover that stalls — leaves the backoff to run.
+    async fn new_leader(&self, group: GroupId, known: Option<NodeId>, refuser: NodeId) {
+        let Ok(raft) = self.group(group) else {
+            return std::future::pending().await;
+        };
+        let mut metrics = raft.metrics();
+        loop {
+            let leader = metrics.borrow_watched().current_leader;
+            if leader.is_some_and(|l| Some(l) != known && l != refuser) {
+                return;
+            }
+            if metrics.changed().await.is_err() {
+                return std::future::pending().await;
+            }
         }
     }
 

@@ -97,6 +97,10 @@ pub struct PeerRouter {
     /// Replication streams by peer, opened on first use and replaced when they fail; each
     /// peer's behind its own lock, so opening one never holds up another's.
     links: Arc<Mutex<HashMap<NodeId, Arc<tokio::sync::Mutex<Link>>>>>,
+    /// When each peer's replication stream last broke or could not be opened (the peer
+    /// stopped, restarted or was cut off): placement hands no leadership to a peer that
+    /// failed lately (`failed_within`).
+    failures: Arc<Mutex<HashMap<NodeId, Instant>>>,
     /// Local address outgoing peer connections are made from (None: the system's choice).
     source_ip: Option<IpAddr>,
     /// Mutual TLS of peer links (None: plaintext).
@@ -146,9 +150,26 @@ impl PeerRouter {
         PeerRouter {
             peers: Arc::default(),
             links: Arc::default(),
+            failures: Arc::default(),
             source_ip,
             tls,
         }
+    }
+
+    fn note_failure(&self, node: NodeId) {
+        if let Ok(mut failures) = self.failures.lock() {
+            failures.insert(node, Instant::now());
+        }
+    }
+
+    /// Whether this node's replication stream to `node` broke, or could not be opened,
+    /// within the last `window`.
+    pub fn failed_within(&self, node: NodeId, window: Duration) -> bool {
+        self.failures
+            .lock()
+            .ok()
+            .and_then(|f| f.get(&node).map(|at| at.elapsed() < window))
+            .unwrap_or(false)
     }
 
     /// Records (or updates) the gRPC address of a node.
@@ -212,6 +233,7 @@ impl PeerRouter {
         let mut link = slot.lock().await;
         match &*link {
             Link::Stream(l) if l.usable() => return Ok(Some(Arc::clone(l))),
+            Link::Stream(_) => self.note_failure(target),
             Link::Unary(at) if at.elapsed() < REPROBE => return Ok(None),
             Link::Failed(at) if at.elapsed() < REOPEN => {
                 return Err(Error::PeerUnreachable(format!(
@@ -240,6 +262,7 @@ impl PeerRouter {
             }
             Err(e) => {
                 *link = Link::Failed(Instant::now());
+                self.note_failure(target);
                 Err(e)
             }
         }

@@ -1,7 +1,8 @@
 //! The cluster's services (floor 3): what runs on top of this node's replicas across the groups
 //! — backups (`backup`), consistency checks of replicas (`check`), the query coordinator (`queries`), the schema catalog (`catalog`), the follower of each
 //! group's change log (`change_tail`), stored files (`files`), the placement of replicas
-//! (`placement`), giving back the space deletes free (`reclaim`) and the timed jobs of the
+//! (`placement`), replicas removed without knowing it (`departures`), giving back the space
+//! deletes free (`reclaim`) and the timed jobs of the
 //! metadata leader (`scheduler`). Each takes a `Replicas`, never the `Cluster`. Neighbours:
 //! below, `replicas` and the leaves (query engine, schema rules, change log, files' records);
 //! beside, `peer_service`; above, `cluster` (the one door).
@@ -10,6 +11,7 @@ pub mod backup;
 pub mod catalog;
 pub mod change_tail;
 pub mod check;
+pub(crate) mod departures;
 pub mod files;
 pub(crate) mod placement;
 pub mod queries;

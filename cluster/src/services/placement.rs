@@ -26,6 +26,10 @@ const CAUGHT_UP_ENTRIES: u64 = 64;
 const TRANSFER_COOLDOWN: Duration = Duration::from_secs(15);
 /// A voter whose last answer to its leader is older than this is not handed a leadership.
 const LIVE_WITHIN: Duration = Duration::from_secs(2);
+/// A voter whose replication stream broke (it stopped, restarted or was cut off) is handed no
+/// leadership for this long: a node just back may still be catching up, and a leadership
+/// handed to a node that cannot take it leaves the group without a leader until an election.
+const LEADER_SETTLE: Duration = Duration::from_secs(5);
 /// How often a draining node looks again at the groups it still leads.
 const HANDOVER_ROUND: Duration = Duration::from_millis(100);
 /// How long a group handed over is given to elect its new leader before it is handed again.
@@ -167,8 +171,17 @@ async fn reconcile(
         return Ok(());
     }
     // 4. Leadership moves to the preferred node — the first wanted voter not draining — when
-    //    it is caught up; at once, when this node is draining.
+    //    it is caught up, answers and has not failed lately; at once, when this node is
+    //    draining.
     let me_draining = draining.contains(&me) || replicas.draining();
+    let live = |n: NodeId| {
+        n == me
+            || m.heartbeat
+                .as_ref()
+                .and_then(|h| h.get(&n).cloned().flatten())
+                .is_some_and(|at| openraft::Instant::elapsed(&*at) < LIVE_WITHIN)
+    };
+    let settled = |n: NodeId| n == me || !replicas.router().failed_within(n, LEADER_SETTLE);
     let preferred = want_voters
         .iter()
         .copied()
@@ -179,7 +192,13 @@ async fn reconcile(
             || last_transfer
                 .get(&group)
                 .is_none_or(|t| t.elapsed() > TRANSFER_COOLDOWN);
-        if preferred != me && cooled && matched(preferred) == last && last > 0 {
+        if preferred != me
+            && cooled
+            && matched(preferred) == last
+            && last > 0
+            && live(preferred)
+            && settled(preferred)
+        {
             last_transfer.insert(group, Instant::now());
             tracing::info!(%group, to = %preferred, "transferring leadership");
             raft.trigger()
@@ -258,13 +277,17 @@ pub(crate) async fn hand_over_leaderships(replicas: &Replicas, within: Duration)
                 .collect();
             // Only a voter holding the whole log takes the group (openraft's target ignores a
             // handover its log is behind, and the group then waits for an election): the one
-            // placement prefers when it does (so that it keeps the group), else any that does;
-            // none yet, and the next round looks again.
+            // placement prefers when it does (so that it keeps the group), else any that does,
+            // one whose replication stream has not failed lately first (a node just back may
+            // not take it in time); none yet, and the next round looks again.
             handing |= !candidates.is_empty();
             let whole = |n: &NodeId| last > 0 && matched(*n) == last;
+            let settled = |n: &NodeId| !replicas.router().failed_within(*n, LEADER_SETTLE);
             let target = wanted
                 .iter()
-                .find(|n| candidates.contains(n) && whole(n))
+                .find(|n| candidates.contains(n) && whole(n) && settled(n))
+                .or_else(|| candidates.iter().find(|n| whole(n) && settled(n)))
+                .or_else(|| wanted.iter().find(|n| candidates.contains(n) && whole(n)))
                 .or_else(|| candidates.iter().find(|n| whole(n)))
                 .copied();
             if let Some(to) = target {

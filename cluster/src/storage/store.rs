@@ -512,6 +512,16 @@ impl Store {
         Ok(self.db.flush_cf(self.cf(cf)?)?)
     }
 
+    /// Flushes every column family's memtable, waiting for it: done at a clean stop, so that
+    /// the next start has no write-ahead log to replay (a restarted node is back sooner and
+    /// spends less CPU doing it).
+    pub fn flush_all(&self) -> Result<()> {
+        for name in [CF_RAFT_LOG, CF_RAFT_META, CF_SM] {
+            self.flush(name)?;
+        }
+        Ok(())
+    }
+
     /// Moves the finished table file `table` into column family `cf`: its keys appear at once,
     /// newer than every write before (a range deleted before stays deleted under them). An
     /// empty table ingests nothing. May be tried again when it fails (the file stays).

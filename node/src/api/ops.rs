@@ -95,13 +95,20 @@ pub async fn health(State(state): State<AppState>, RawQuery(query): RawQuery) ->
     let status = state.cluster.status();
     let health = state.cluster.health();
     let (ready, was_ready) = readiness(&health);
-    let draining = state.drain.is_draining();
+    let me = status.node_id;
+    // A node removed from the cluster (`basalt admin remove-node`) is leaving too: its
+    // replicas move away, then it is stopped.
+    let removed = state
+        .cluster
+        .local_nodes()
+        .iter()
+        .any(|n| n.id == me && n.state == basalt_cluster::admin::NodeState::Removed);
+    let draining = state.drain.is_draining() || removed;
     let code = if ready && !(draining && asks_ready(query.as_deref())) {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    let me = status.node_id;
     // "starting" only until the node first was ready: later, groups without a leader are a
     // cluster that cannot commit.
     let verdict = if ready && draining {
@@ -134,6 +141,9 @@ pub async fn health(State(state): State<AppState>, RawQuery(query): RawQuery) ->
     }
     if draining {
         body["draining"] = json!(true);
+    }
+    if removed {
+        body["removed"] = json!(true);
     }
     (code, Json(body))
 }
