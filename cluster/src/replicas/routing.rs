@@ -162,7 +162,7 @@ impl Replicas {
                     tracing::debug!(%group, attempt, "retried: {e:?}");
                     hint = self.retry_hint(e, attempt);
                     attempt += 1;
-                    let known = self.known_leader(group);
+                    let known = self.group_metrics(group, |m| m.current_leader).flatten();
                     tokio::select! {
                         () = tokio::time::sleep(backoff(attempt)) => {}
                         () = self.new_leader(group, known, refuser) => {}
@@ -191,13 +191,6 @@ impl Replicas {
             } if l != self.node_id() => self.forward_target(Some(l), leader_addr, attempt + 1),
             _ => None,
         }
-    }
-
-    /// The leader of `group` this node's replica knows now.
-    fn known_leader(&self, group: GroupId) -> Option<NodeId> {
-        let raft = self.group(group).ok()?;
-        let leader = raft.metrics().borrow_watched().current_leader;
-        leader
     }
 
     /// Returns once this node's replica of `group` learns of a new leader: one other than

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use openraft::{BasicNode, ChangeMembers};
 
 use crate::ids::{placement_score, GroupId, NodeId, META_GROUP};
+use crate::raft::TypeConfig;
 use crate::replicas::Replicas;
 
 const TICK: Duration = Duration::from_millis(1000);
@@ -118,11 +119,7 @@ async fn reconcile(
         if n == me {
             return last;
         }
-        m.replication
-            .as_ref()
-            .and_then(|r| r.get(&n).cloned().flatten())
-            .map(|l| l.index)
-            .unwrap_or(0)
+        matched_index(&m, n)
     };
     let caught_up = |n: NodeId| last.saturating_sub(matched(n)) <= CAUGHT_UP_ENTRIES;
 
@@ -174,13 +171,7 @@ async fn reconcile(
     //    it is caught up, answers and has not failed lately; at once, when this node is
     //    draining.
     let me_draining = draining.contains(&me) || replicas.draining();
-    let live = |n: NodeId| {
-        n == me
-            || m.heartbeat
-                .as_ref()
-                .and_then(|h| h.get(&n).cloned().flatten())
-                .is_some_and(|at| openraft::Instant::elapsed(&*at) < LIVE_WITHIN)
-    };
+    let live = |n: NodeId| n == me || answered_lately(&m, n);
     let settled = |n: NodeId| n == me || !replicas.router().failed_within(n, LEADER_SETTLE);
     let preferred = want_voters
         .iter()
@@ -208,6 +199,23 @@ async fn reconcile(
         }
     }
     Ok(())
+}
+
+/// The last log index the leader whose metrics are `m` knows voter `n` holds (0: none yet).
+fn matched_index(m: &openraft::RaftMetrics<TypeConfig>, n: NodeId) -> u64 {
+    m.replication
+        .as_ref()
+        .and_then(|r| r.get(&n).cloned().flatten())
+        .map(|l| l.index)
+        .unwrap_or(0)
+}
+
+/// Whether voter `n` answered the leader whose metrics are `m` within `LIVE_WITHIN`.
+fn answered_lately(m: &openraft::RaftMetrics<TypeConfig>, n: NodeId) -> bool {
+    m.heartbeat
+        .as_ref()
+        .and_then(|h| h.get(&n).cloned().flatten())
+        .is_some_and(|at| openraft::Instant::elapsed(&*at) < LIVE_WITHIN)
 }
 
 /// The members whose records say they are draining (stopping).
@@ -254,21 +262,10 @@ pub(crate) async fn hand_over_leaderships(replicas: &Replicas, within: Duration)
             }
             let wanted = desired_voters(group, &active, replicas.settings().replicas);
             let last = m.last_log_index.unwrap_or(0);
-            let matched = |n: NodeId| {
-                m.replication
-                    .as_ref()
-                    .and_then(|r| r.get(&n).cloned().flatten())
-                    .map(|l| l.index)
-                    .unwrap_or(0)
-            };
+            let matched = |n: NodeId| matched_index(&m, n);
             // A voter that answered lately (a stopped or paused one would leave the group
             // leaderless until an election).
-            let live = |n: NodeId| {
-                m.heartbeat
-                    .as_ref()
-                    .and_then(|h| h.get(&n).cloned().flatten())
-                    .is_some_and(|at| openraft::Instant::elapsed(&*at) < LIVE_WITHIN)
-            };
+            let live = |n: NodeId| answered_lately(&m, n);
             let candidates: Vec<NodeId> = m
                 .membership_config
                 .membership()
