@@ -10,7 +10,7 @@ NODES ?= 1
 JEPSEN_SECONDS ?= 120
 JEPSEN_NODES ?= 3
 
-.PHONY: run dev test lint deps sdks test-servers build bench bench-backup bench-rolling bench-files bench-functions bench-push bench-realtime bench-queries bench-peers bench-store bench-encoding jepsen fuzz clean-data
+.PHONY: run dev test lint deps sdks test-servers build bench bench-backup bench-rolling bench-rebalance bench-files bench-functions bench-push bench-realtime bench-queries bench-peers bench-store bench-encoding jepsen fuzz clean-data
 
 ## Install the system packages the build needs (libclang for rust-rocksdb's bindgen).
 deps:
@@ -72,6 +72,13 @@ bench-backup: deps
 bench-rolling: deps
 	$(CARGO) build $(PROFILE_FLAGS) -p basalt -p basalt-bench
 	python3 scripts/bench-rolling.py
+
+## Adding 2 nodes to 3 holding OBJECTS (1,000,000) objects and removing them again, under the
+## bench at half its peak behind haproxy: time to balanced, p99 against steady state
+## (scripts/bench-rebalance.py; SHARDS, LIMITS, STEADY_SECONDS, KEEP override).
+bench-rebalance: deps
+	$(CARGO) build $(PROFILE_FLAGS) -p basalt -p basalt-bench
+	python3 scripts/bench-rebalance.py
 
 ## File uploads and downloads (1 KiB, 1 MiB, 20 MiB) on 1 and 3 nodes, with copies on disk and
 ## in an S3 bucket (moto's server), beside the raw disk's speed; writes

@@ -117,6 +117,114 @@ pub enum AdminRequest {
     ConsistencyAlarm,
     /// Drain this node and stop it, as SIGTERM does (`Cluster::drain_requested`).
     Drain,
+    /// The rebalancer's state, or a change of its settings (`services::rebalance`).
+    Rebalance(RebalanceRequest),
+}
+
+/// What `basalt admin rebalance` asks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum RebalanceRequest {
+    Status,
+    /// Begin no balancing move (repairs go on) until `Resume`.
+    Pause,
+    Resume,
+    /// Change the limits given (the others stay).
+    Limits {
+        replica_moves_per_node: Option<u32>,
+        snapshot_mb_per_s: Option<u32>,
+        leader_moves_per_s: Option<f64>,
+    },
+}
+
+/// The rebalancer's run-time settings, kept in the metadata group (namespace `Cluster`, key
+/// `rebalance`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RebalanceSettings {
+    #[serde(default)]
+    pub paused: bool,
+    /// Moves in flight each node may take part in (as the node a replica goes to or leaves).
+    #[serde(default = "default_replica_moves")]
+    pub replica_moves_per_node: u32,
+    /// MB per second each node may send in snapshots to its peers, over all groups (0: no
+    /// limit).
+    #[serde(default = "default_snapshot_mb")]
+    pub snapshot_mb_per_s: u32,
+    /// Preferred leaders the planner may change per second.
+    #[serde(default = "default_leader_moves")]
+    pub leader_moves_per_s: f64,
+}
+
+fn default_replica_moves() -> u32 {
+    1
+}
+
+fn default_snapshot_mb() -> u32 {
+    64
+}
+
+fn default_leader_moves() -> f64 {
+    4.0
+}
+
+impl Default for RebalanceSettings {
+    fn default() -> Self {
+        RebalanceSettings {
+            paused: false,
+            replica_moves_per_node: default_replica_moves(),
+            snapshot_mb_per_s: default_snapshot_mb(),
+            leader_moves_per_s: default_leader_moves(),
+        }
+    }
+}
+
+/// The rebalancer as any node sees it (`basalt admin rebalance status`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RebalanceStatus {
+    pub settings: RebalanceSettings,
+    /// Every member runs a build with the rebalancer, and the placement record is written:
+    /// the planner moves replicas (until then placement ranks nodes by rendezvous hashing).
+    pub planning: bool,
+    /// No move is in flight and none is left to make.
+    pub balanced: bool,
+    /// Moves begun since the cluster first planned.
+    pub moves_begun: u64,
+    /// Groups whose leader is making a move now.
+    pub in_flight: Vec<MoveInFlight>,
+    /// Moves left until balanced, counted as if each were made at once (at most 10,000).
+    pub queued: usize,
+    /// Each active member's share.
+    pub nodes: Vec<NodeShare>,
+    /// Groups no leader answered for: left out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unknown_groups: Vec<GroupId>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MoveInFlight {
+    pub group: GroupId,
+    pub voters: Vec<NodeId>,
+    pub learners: Vec<NodeId>,
+    pub desired: Vec<NodeId>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeShare {
+    pub node: NodeId,
+    pub draining: bool,
+    /// Replicas the placement record gives it, and their groups' bytes.
+    pub replicas: u32,
+    pub bytes: u64,
+    /// Its replicas weighted by bytes (an average group weighs 1): balanced within ±1.
+    pub weighted: f64,
+    /// Groups the record prefers it to lead, and those it leads now.
+    pub preferred_leaders: u32,
+    pub leaders: u32,
+    /// Moves in flight it takes part in.
+    pub moves_in_flight: u32,
 }
 
 /// What a consistency check found, group by group.
@@ -227,6 +335,7 @@ impl AdminRequest {
             AdminRequest::StateDigest { .. } => "StateDigest",
             AdminRequest::ConsistencyAlarm => "ConsistencyAlarm",
             AdminRequest::Drain => "Drain",
+            AdminRequest::Rebalance(_) => "Rebalance",
         }
     }
 
@@ -255,7 +364,8 @@ impl AdminRequest {
             | AdminRequest::ReleaseBallast
             | AdminRequest::Backup(_)
             | AdminRequest::Check
-            | AdminRequest::Drain => false,
+            | AdminRequest::Drain
+            | AdminRequest::Rebalance(_) => false,
         }
     }
 
@@ -290,6 +400,7 @@ pub enum AdminResponse {
         bytes: u64,
         disk: crate::disk::DiskStatus,
     },
+    Rebalance(RebalanceStatus),
 }
 
 /// A digest of one group's replicated state as one node holds it (the records a snapshot
@@ -330,6 +441,9 @@ pub struct GroupStatus {
     pub purged: u64,
     pub voters: Vec<NodeId>,
     pub learners: Vec<NodeId>,
+    /// Approximate bytes of the group's state in this node's files (not its memtables).
+    #[serde(default)]
+    pub bytes: u64,
     /// Why the group's Raft core stopped on this node, if it did (it serves nothing then).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub halted: Option<String>,

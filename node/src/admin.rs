@@ -18,7 +18,9 @@ use serde_json::json;
 
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum AdminCommand {
-    /// Print every group's state as the node sees it.
+    /// Print every group's state as the node sees it (`Status`: its leader, voters, learners,
+    /// log and applied indexes, bytes; whether the node drains) and the cluster's rebalancing
+    /// (`Rebalance`, as `rebalance status` prints it).
     Status,
     /// Print the cluster's members.
     Members,
@@ -102,10 +104,39 @@ pub enum AdminCommand {
         #[arg(long, default_value = "127.0.0.1:9080")]
         rpc_addr: String,
     },
+    /// The rebalancer: `status` (each node's share, moves in flight and left), `pause` (no
+    /// balancing move begins; repairs go on), `resume`, `limits` (replica moves per node,
+    /// snapshot MB/s per node, leader moves per second). Prints the status.
+    Rebalance {
+        #[command(subcommand)]
+        command: RebalanceCommand,
+    },
     /// Make the cluster's certificates: a CA, nodes', administrators'.
     Certs {
         #[command(subcommand)]
         command: crate::certs::CertsCommand,
+    },
+}
+
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum RebalanceCommand {
+    /// Print each node's share, the moves in flight and how many are left.
+    Status,
+    /// Begin no balancing move until `resume` (moves in flight finish; replicas on removed
+    /// nodes are still replaced and groups short of replicas still filled).
+    Pause,
+    Resume,
+    /// Change the limits given; the others stay.
+    Limits {
+        /// Moves in flight each node may take part in (1 to 64; default 1).
+        #[arg(long)]
+        replica_moves_per_node: Option<u32>,
+        /// MB per second each node may send in snapshots (0: no limit; default 64).
+        #[arg(long)]
+        snapshot_mb_per_s: Option<u32>,
+        /// Preferred leaders changed per second (default 4).
+        #[arg(long)]
+        leader_moves_per_s: Option<f64>,
     },
 }
 
@@ -371,7 +402,20 @@ pub async fn run(rpc: &str, certs_dir: Option<&Path>, cmd: AdminCommand) -> anyh
         } => backup(rpc, tls_ref, command, to, rate, wait_secs).await?,
         AdminCommand::Status => {
             let resp = admin_at(rpc, AdminRequest::Status, TIMEOUT, tls_ref).await?;
-            println!("{}", serde_json::to_string_pretty(&resp)?);
+            let mut out = serde_json::to_value(&resp)?;
+            // The cluster's rebalancing beside the node's groups (a node of an older build
+            // does not answer it).
+            let rebalance = admin_at(
+                rpc,
+                AdminRequest::Rebalance(basalt_cluster::admin::RebalanceRequest::Status),
+                TIMEOUT,
+                tls_ref,
+            )
+            .await;
+            if let (Ok(AdminResponse::Rebalance(r)), Some(obj)) = (rebalance, out.as_object_mut()) {
+                obj.insert("Rebalance".into(), serde_json::to_value(r)?);
+            }
+            println!("{}", serde_json::to_string_pretty(&out)?);
         }
         AdminCommand::Digest => {
             let resp = admin_at(rpc, AdminRequest::Digest, TIMEOUT, tls_ref).await?;
@@ -456,6 +500,28 @@ pub async fn run(rpc: &str, certs_dir: Option<&Path>, cmd: AdminCommand) -> anyh
                 }
             }
             println!("moved the leadership of {moved} groups");
+        }
+        AdminCommand::Rebalance { command } => {
+            use basalt_cluster::admin::RebalanceRequest;
+            let req = match command {
+                RebalanceCommand::Status => RebalanceRequest::Status,
+                RebalanceCommand::Pause => RebalanceRequest::Pause,
+                RebalanceCommand::Resume => RebalanceRequest::Resume,
+                RebalanceCommand::Limits {
+                    replica_moves_per_node,
+                    snapshot_mb_per_s,
+                    leader_moves_per_s,
+                } => RebalanceRequest::Limits {
+                    replica_moves_per_node,
+                    snapshot_mb_per_s,
+                    leader_moves_per_s,
+                },
+            };
+            let resp = admin_at(rpc, AdminRequest::Rebalance(req), TIMEOUT, tls_ref).await?;
+            let AdminResponse::Rebalance(status) = resp else {
+                anyhow::bail!("unexpected answer to Rebalance: {resp:?}");
+            };
+            println!("{}", serde_json::to_string_pretty(&status)?);
         }
         AdminCommand::Drain { node_id, wait_secs } => {
             drain_and_stop(

@@ -278,6 +278,7 @@ async fn register_self(cluster: Cluster, join_addr: Option<String>) {
             .chain(
                 crate::services::backup::FEATURES
                     .iter()
+                    .chain(crate::services::rebalance::FEATURES.iter())
                     .map(|f| f.to_string()),
             )
             .collect(),

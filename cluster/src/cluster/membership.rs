@@ -83,6 +83,12 @@ impl Cluster {
                 self.request_drain();
                 Ok(AdminResponse::Done)
             }
+            AdminRequest::Rebalance(req) => {
+                crate::services::rebalance::change(self.replicas(), &req).await?;
+                Ok(AdminResponse::Rebalance(
+                    crate::services::rebalance::status(self.replicas()).await?,
+                ))
+            }
             AdminRequest::TransferLeader { group, to } => {
                 let raft = self.replicas().group(group)?;
                 let m = raft.metrics().borrow_watched().clone();

@@ -85,13 +85,17 @@ impl Replicas {
     /// Whether this node's replica of `group` is current enough to answer a read alone (see
     /// the module documentation).
     pub fn replica_is_current(&self, group: GroupId) -> bool {
+        // Read before borrowing the metrics: openraft cannot publish while they are borrowed.
+        !self.removed() && self.replica_caught_up(group)
+    }
+
+    /// Whether this node's replica of `group` is a member that has applied what the leader
+    /// last told it is committed and heard from it within the lease: the rules above but the
+    /// node's own record (a node being removed still acts on what its replicas hold).
+    pub(crate) fn replica_caught_up(&self, group: GroupId) -> bool {
         let Ok(raft) = self.group(group) else {
             return false;
         };
-        // Read before borrowing the metrics: openraft cannot publish while they are borrowed.
-        if self.removed() {
-            return false;
-        }
         let me = self.node_id();
         let metrics = raft.metrics();
         let m = metrics.borrow_watched();

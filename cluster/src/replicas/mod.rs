@@ -547,10 +547,15 @@ impl Replicas {
             .map(|r| read(&r.metrics().borrow_watched()))
     }
 
-    /// Groups where this node is the leader, from the local metrics.
+    /// Groups where this node is the leader, from the local metrics (a replica removed from
+    /// its group may still name itself leader: it is not counted).
     pub(crate) fn led_groups(&self) -> Vec<GroupId> {
         self.groups()
-            .filter(|(_, r)| r.metrics().borrow_watched().current_leader == Some(self.node_id()))
+            .filter(|(_, r)| {
+                let metrics = r.metrics();
+                let m = metrics.borrow_watched();
+                m.current_leader == Some(self.node_id()) && m.state == openraft::ServerState::Leader
+            })
             .map(|(g, _)| g)
             .collect()
     }
@@ -594,16 +599,28 @@ impl Replicas {
     }
 
     /// Each group's status as the member leading it reports it, asking every active member
-    /// (this one without a round trip); members that do not answer within `timeout` are left
-    /// out. What backups and consistency checks go by: a node outside a group does not know
-    /// its leader or voters.
+    /// (this one without a round trip) and, with `also_removed`, every removed one within
+    /// `REMOVED_ASK_WITHIN` (a removed node leads its groups until their replicas have
+    /// moved; one long gone should not hold the caller up); members that do not answer within
+    /// `timeout` are left out. What backups, consistency checks and the rebalancer go by: a
+    /// node outside a group does not know its leader or voters.
     pub(crate) async fn led_group_statuses(
         &self,
         timeout: Duration,
+        also_removed: bool,
     ) -> HashMap<GroupId, GroupStatus> {
         use crate::admin::{AdminRequest, AdminResponse};
-        let members: Vec<NodeId> = self.active_members().iter().map(|n| n.id).collect();
-        let asks = members.iter().map(|&node| async move {
+        const REMOVED_ASK_WITHIN: Duration = Duration::from_millis(500);
+        let members: Vec<(NodeId, Duration)> = self
+            .local_nodes()
+            .iter()
+            .filter_map(|n| match n.state {
+                NodeState::Active => Some((n.id, timeout)),
+                NodeState::Removed if also_removed => Some((n.id, timeout.min(REMOVED_ASK_WITHIN))),
+                NodeState::Removed => None,
+            })
+            .collect();
+        let asks = members.iter().map(|&(node, timeout)| async move {
             if node == self.node_id() {
                 return Ok(self.status());
             }
@@ -643,6 +660,7 @@ impl Replicas {
                 .map(|(g, raft)| GroupStatus {
                     current: self.replica_is_current(g),
                     leader_heard_ms: self.leader_heard(g).map(|d| d.as_millis() as u64),
+                    bytes: self.group_bytes(g),
                     ..group_status(g, raft)
                 })
                 .collect(),
@@ -655,8 +673,18 @@ impl Replicas {
         Some(GroupStatus {
             current: self.replica_is_current(group),
             leader_heard_ms: self.leader_heard(group).map(|d| d.as_millis() as u64),
+            bytes: self.group_bytes(group),
             ..group_status(group, raft)
         })
+    }
+
+    /// Approximate bytes of `group`'s state in this node's files (not its memtables).
+    fn group_bytes(&self, group: GroupId) -> u64 {
+        use crate::storage::keys::{group_end, group_prefix, CF_SM};
+        self.inner
+            .store
+            .approximate_range_size(CF_SM, &group_prefix(group), &group_end(group))
+            .unwrap_or(0)
     }
 
     /// A digest of each group's state as this node's replica holds it (`admin::GroupDigest`).
@@ -735,6 +763,7 @@ fn group_status(group: GroupId, raft: &GroupRaft) -> GroupStatus {
         purged: m.purged.map(|l| l.index).unwrap_or(0),
         voters: membership.voter_ids().collect(),
         learners: membership.learner_ids().collect(),
+        bytes: 0,
         halted: m.running_state.as_ref().err().map(|e| e.to_string()),
         current: false,
         leader_heard_ms: None,

@@ -2,12 +2,13 @@
 //! peer shared by all groups and sends Raft traffic, forwarded proposals and reads, and admin
 //! requests, `raft_link` streams every group's appends to a peer on one pipelined stream, and
 //! `file_client` sends copies of stored files over a second connection per
-//! peer (each over mutual TLS when the node has certificates: `dial`); `convert` frames domain types into the protobuf envelopes of
+//! peer, `pace` spreads the snapshots it sends over time (each over mutual TLS when the node has certificates: `dial`); `convert` frames domain types into the protobuf envelopes of
 //! `proto/basalt.proto`. The server side is `peer_service`.
 
 pub mod convert;
 mod dial;
 pub mod file_client;
+pub mod pace;
 pub(crate) mod raft_link;
 pub mod router;
 

@@ -101,6 +101,8 @@ pub struct PeerRouter {
     /// stopped, restarted or was cut off): placement hands no leadership to a peer that
     /// failed lately (`failed_within`).
     failures: Arc<Mutex<HashMap<NodeId, Instant>>>,
+    /// The pace of the snapshots this node sends, over all peers and groups.
+    snapshot_pace: Arc<super::pace::SnapshotPace>,
     /// Local address outgoing peer connections are made from (None: the system's choice).
     source_ip: Option<IpAddr>,
     /// Mutual TLS of peer links (None: plaintext).
@@ -151,9 +153,16 @@ impl PeerRouter {
             peers: Arc::default(),
             links: Arc::default(),
             failures: Arc::default(),
+            snapshot_pace: Arc::default(),
             source_ip,
             tls,
         }
+    }
+
+    /// Sets the bytes per second this node may send in snapshots, over all of them (0: no
+    /// limit).
+    pub fn set_snapshot_rate(&self, bytes_per_second: u64) {
+        self.snapshot_pace.set_rate(bytes_per_second);
     }
 
     fn note_failure(&self, node: NodeId) {
@@ -453,27 +462,56 @@ impl PeerRouter {
         let header = serde_json::to_vec(&(vote, &snapshot.meta))?;
         let mut file = tokio::fs::File::open(&snapshot.snapshot.path).await?;
         let (tx, rx) = tokio::sync::mpsc::channel::<SnapshotChunk>(4);
+        let pace = Arc::clone(&self.snapshot_pace);
+        // The peer has `timeout` to take each chunk, and to answer after the last one: the
+        // time the pace (shared by every snapshot this node sends) spreads them over is not
+        // its to answer in. The reader says when the peer took too long.
+        let (stalled_tx, stalled_rx) = tokio::sync::oneshot::channel::<&'static str>();
         // Read the file in chunks as the stream is consumed: memory stays at a few chunks.
         let reader = tokio::spawn(async move {
             let mut first = Some(header);
             loop {
                 let mut buf = vec![0u8; SNAPSHOT_CHUNK_BYTES];
-                let n = file.read(&mut buf).await?;
+                let n = match file.read(&mut buf).await {
+                    Ok(n) => n,
+                    Err(_) => {
+                        let _ = stalled_tx.send("reading the snapshot file failed");
+                        return;
+                    }
+                };
                 buf.truncate(n);
+                pace.take(n as u64).await;
                 let chunk = SnapshotChunk {
                     group: group.get(),
                     header: first.take().unwrap_or_default(),
                     data: buf,
                 };
-                if tx.send(chunk).await.is_err() || n == 0 {
-                    return Ok::<(), std::io::Error>(());
+                match tokio::time::timeout(timeout, tx.send(chunk)).await {
+                    Err(_) => {
+                        let _ = stalled_tx.send("the peer took no chunk in time");
+                        return;
+                    }
+                    // The call ended.
+                    Ok(Err(_)) => return,
+                    Ok(Ok(())) if n == 0 => break,
+                    Ok(Ok(())) => {}
                 }
             }
+            // The stream ends here (the peer reads to its end before it installs).
+            drop(tx);
+            tokio::time::sleep(timeout).await;
+            let _ = stalled_tx.send("the peer did not answer after the last chunk in time");
         });
-        let mut req = tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(rx));
-        req.set_timeout(timeout);
-        let result = client.install_snapshot(req).await;
+        let req = tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(rx));
+        let result = tokio::select! {
+            r = client.install_snapshot(req) => Ok(r),
+            why = stalled_rx => Err(Error::Unavailable(format!(
+                "snapshot of group {group} to node {target}: {}",
+                why.unwrap_or("the sender stopped")
+            ))),
+        };
         reader.abort();
+        let result = result?;
         let reply = result.map_err(|s| transport_error(&s))?;
         metrics::counter!("basalt_raft_snapshots_sent_total").increment(1);
         from_reply(reply.into_inner())

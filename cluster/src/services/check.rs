@@ -35,7 +35,7 @@ const STATUS_TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) async fn run(replicas: &Replicas) -> Result<CheckReport> {
     let check = super::backup::new_backup_id();
     let voters: HashMap<GroupId, Vec<NodeId>> = replicas
-        .led_group_statuses(STATUS_TIMEOUT)
+        .led_group_statuses(STATUS_TIMEOUT, false)
         .await
         .into_iter()
         .map(|(group, g)| (group, g.voters))

@@ -55,7 +55,7 @@ pub async fn run(replicas: Replicas, silent: Duration) {
             replicas.departed().intersection(&quiet).copied().collect();
         let unknown: Vec<GroupId> = quiet.difference(&departed).copied().collect();
         if !unknown.is_empty() {
-            let led = replicas.led_group_statuses(ASK_WITHIN).await;
+            let led = replicas.led_group_statuses(ASK_WITHIN, false).await;
             for group in unknown {
                 let Some(status) = led.get(&group) else {
                     continue;

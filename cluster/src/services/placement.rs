@@ -1,14 +1,19 @@
 //! Placement: which nodes hold each group's replicas, and which of them leads.
 //!
-//! The desired replicas of a group are the `replicas` active nodes ranked highest by
-//! rendezvous hashing of (group, node); the first of them is the preferred leader, which
+//! The desired voters of a group are those the placement record in the metadata group names
+//! (`services::rebalance`, whose planner changes them a move at a time), the first being the
+//! preferred leader; for a group the record does not name (before the cluster plans), the
+//! `replicas` active nodes ranked highest by rendezvous hashing of (group, node), which
 //! spreads leaders across nodes. Each group's leader converges its own group towards that:
-//! missing nodes join as learners, caught-up learners become voters in one membership change,
+//! missing nodes join as learners, caught-up learners become voters in one membership change
+//! (a leader leaving the group hands its leadership to a voter that stays first),
 //! removed or surplus nodes leave, and leadership moves to the preferred node once it is
 //! caught up. The metadata group also keeps every other active node as a learner, so every
-//! node has the cluster's metadata locally. A node whose member record says its disk is low or
-//! critical (`disk`) is given no new replica (low ones still are when too few nodes have
-//! room); it keeps those it holds. A node whose record says it is draining (it is stopping) is
+//! node has the cluster's metadata locally. Ranking by rendezvous, a node whose member record
+//! says its disk is low or critical (`disk`) is given no new replica (low ones still are when
+//! too few nodes have room); it keeps those it holds (the planner spares such nodes alike).
+//! Each tick also sets the pace of the snapshots this node sends (`rpc::router`) from the
+//! rebalancer's settings. A node whose record says it is draining (it is stopping) is
 //! given no leadership, and hands over those it holds to caught-up voters.
 
 use openraft::async_runtime::WatchReceiver;
@@ -21,7 +26,7 @@ use crate::ids::{placement_score, GroupId, NodeId, META_GROUP};
 use crate::raft::TypeConfig;
 use crate::replicas::Replicas;
 
-const TICK: Duration = Duration::from_millis(1000);
+const TICK: Duration = Duration::from_millis(250);
 /// A learner this close to the leader's log may become a voter or leader.
 const CAUGHT_UP_ENTRIES: u64 = 64;
 const TRANSFER_COOLDOWN: Duration = Duration::from_secs(15);
@@ -54,12 +59,30 @@ pub async fn run(replicas: Replicas) {
             _ = tokio::time::sleep(TICK) => {}
             _ = shutdown.changed() => return,
         }
+        let settings = crate::services::rebalance::local_settings(&replicas);
+        replicas
+            .router()
+            .set_snapshot_rate(u64::from(settings.snapshot_mb_per_s) << 20);
+        // The record before the members: a node the record names is a member already.
+        let record = crate::services::rebalance::local_placement(&replicas);
         let addrs = replicas.member_addrs();
         if addrs.is_empty() {
             continue;
         }
+        // A replica of the metadata group behind its leader may hold an older record, whose
+        // moves would undo newer ones: wait until it has caught up. A node removed from the
+        // cluster is dropped from the metadata group too (and its replica stops there): it
+        // hands the leaderships it still holds to voters that stay, and their leaders move
+        // its replicas away.
+        if !replicas.replica_caught_up(META_GROUP) {
+            if !addrs.contains_key(&replicas.node_id()) && !replicas.led_groups().is_empty() {
+                hand_over_leaderships(&replicas, ELECTION_WAIT).await;
+            }
+            continue;
+        }
         for group in replicas.led_groups() {
-            if let Err(e) = reconcile(&replicas, group, &addrs, &mut last_transfer).await {
+            let desired = record.as_ref().and_then(|r| r.groups.get(&group));
+            if let Err(e) = reconcile(&replicas, group, desired, &addrs, &mut last_transfer).await {
                 tracing::debug!(%group, "placement step failed: {e}");
             }
         }
@@ -69,13 +92,15 @@ pub async fn run(replicas: Replicas) {
 async fn reconcile(
     replicas: &Replicas,
     group: GroupId,
+    recorded: Option<&Vec<NodeId>>,
     addrs: &HashMap<NodeId, String>,
     last_transfer: &mut HashMap<GroupId, Instant>,
 ) -> Result<(), String> {
     let raft = replicas.group(group).map_err(|e| e.to_string())?;
     let me = replicas.node_id();
     let m = raft.metrics().borrow_watched().clone();
-    if m.current_leader != Some(me) {
+    // A replica removed from its group may still name itself leader: only a leader acts.
+    if m.current_leader != Some(me) || m.state != openraft::ServerState::Leader {
         return Ok(());
     }
     let membership = m.membership_config.membership().clone();
@@ -108,9 +133,24 @@ async fn reconcile(
     if active.len() < replicas.settings().replicas as usize {
         active = eligible(crate::disk::DiskLevel::Low);
     }
-    let want_voters = desired_voters(group, &active, replicas.settings().replicas);
+    let want_voters: Vec<NodeId> = match recorded {
+        // The record's voters; one that is no member any more stays until the planner names
+        // another in its place, one that is no member and no voter is not added.
+        Some(recorded) => recorded
+            .iter()
+            .copied()
+            .filter(|n| addrs.contains_key(n) || voters.contains(n))
+            .collect(),
+        None => desired_voters(group, &active, replicas.settings().replicas),
+    };
+    // A record naming a node that cannot be added waits for the planner to name another: the
+    // voters are not changed to fewer than it names meanwhile.
+    let short = recorded.is_some_and(|r| r.len() > want_voters.len());
+    if want_voters.is_empty() {
+        return Ok(());
+    }
     let want_all: BTreeSet<NodeId> = if group == META_GROUP {
-        active.iter().copied().collect()
+        active.iter().chain(want_voters.iter()).copied().collect()
     } else {
         want_voters.iter().copied().collect()
     };
@@ -136,10 +176,44 @@ async fn reconcile(
             return Ok(());
         }
     }
+    if short {
+        return Ok(());
+    }
     // 2. Voters become exactly the wanted set once the new ones have caught up.
     let want_voter_set: BTreeSet<NodeId> = want_voters.iter().copied().collect();
+    let live = |n: NodeId| n == me || answered_lately(&m, n);
+    let settled = |n: NodeId| n == me || !replicas.router().failed_within(n, LEADER_SETTLE);
     if want_voter_set != voters {
         if want_voter_set.iter().all(|&n| caught_up(n)) {
+            // A leader that leaves the group hands its leadership to a voter that stays
+            // first: removed as leader, it would step down and leave the group to an
+            // election. (A group none of whose voters stays changes at once.)
+            if !want_voter_set.contains(&me) {
+                let heir = want_voters
+                    .iter()
+                    .copied()
+                    .find(|&n| voters.contains(&n) && matched(n) == last && live(n) && settled(n));
+                let any_stays = want_voter_set.iter().any(|n| voters.contains(n));
+                let handed_lately = last_transfer
+                    .get(&group)
+                    .is_some_and(|t| t.elapsed() < ELECTION_WAIT);
+                if handed_lately {
+                    return Ok(());
+                }
+                if let Some(heir) = heir {
+                    last_transfer.insert(group, Instant::now());
+                    tracing::info!(%group, to = %heir, "handing the leadership over before leaving the group");
+                    raft.trigger()
+                        .transfer_leader(heir)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    return Ok(());
+                }
+                if any_stays {
+                    // One will be caught up and answering shortly.
+                    return Ok(());
+                }
+            }
             tracing::info!(%group, ?want_voter_set, "changing voters");
             let change = raft.change_membership(
                 ChangeMembers::ReplaceAllVoters(want_voter_set),
@@ -167,16 +241,15 @@ async fn reconcile(
             .map_err(|e| e.to_string())?;
         return Ok(());
     }
-    // 4. Leadership moves to the preferred node — the first wanted voter not draining — when
-    //    it is caught up, answers and has not failed lately; at once, when this node is
-    //    draining.
-    let me_draining = draining.contains(&me) || replicas.draining();
-    let live = |n: NodeId| n == me || answered_lately(&m, n);
-    let settled = |n: NodeId| n == me || !replicas.router().failed_within(n, LEADER_SETTLE);
+    // 4. Leadership moves to the preferred node — the first wanted voter active and not
+    //    draining — when it is caught up, answers and has not failed lately; at once, when
+    //    this node is draining.
+    // A node leaving — draining, or removed from the cluster — hands its leaderships over.
+    let me_draining = draining.contains(&me) || replicas.draining() || !addrs.contains_key(&me);
     let preferred = want_voters
         .iter()
         .copied()
-        .filter(|n| !draining.contains(n))
+        .filter(|n| !draining.contains(n) && addrs.contains_key(n))
         .find(|&n| !me_draining || (n != me && voters.contains(&n) && matched(n) == last));
     if let Some(preferred) = preferred {
         let cooled = me_draining
@@ -243,6 +316,7 @@ pub(crate) async fn hand_over_leaderships(replicas: &Replicas, within: Duration)
         }
         let draining = draining_members(&replicas.local_nodes());
         let active: Vec<NodeId> = replicas.member_addrs().keys().copied().collect();
+        let record = crate::services::rebalance::local_placement(replicas);
         let mut handing = false;
         for group in &led {
             let group = *group;
@@ -260,7 +334,10 @@ pub(crate) async fn hand_over_leaderships(replicas: &Replicas, within: Duration)
                 handing = true;
                 continue;
             }
-            let wanted = desired_voters(group, &active, replicas.settings().replicas);
+            let wanted = match record.as_ref().and_then(|r| r.groups.get(&group)) {
+                Some(recorded) => recorded.clone(),
+                None => desired_voters(group, &active, replicas.settings().replicas),
+            };
             let last = m.last_log_index.unwrap_or(0);
             let matched = |n: NodeId| matched_index(&m, n);
             // A voter that answered lately (a stopped or paused one would leave the group

@@ -1,7 +1,8 @@
 //! Operational endpoints: `/health` (ready when every hosted group has a leader, runs, and
 //! applies what it commits, and — the first time — has the voters the cluster wants;
-//! `cluster::health`; with `?ready=1`, unready too while the node drains, `drain`) and `/metrics`
-//! (Prometheus text: per-group Raft state, proposal and HTTP latency, storage size).
+//! `cluster::health`; with `?ready=1`, the load balancer's question — does this node serve? —
+//! answered by `serving`: not while it drains, `drain`) and `/metrics` (Prometheus text:
+//! per-group Raft state, proposal and HTTP latency, storage size).
 
 use std::sync::OnceLock;
 
@@ -82,6 +83,31 @@ fn readiness(health: &basalt_cluster::health::Health) -> (bool, bool) {
     (ready, was_ready)
 }
 
+/// How long the metadata group may have a problem on this node (no leader it hears from)
+/// before a load balancer's check fails: the node is cut off from the cluster.
+const META_SILENT_UNREADY_MS: i64 = 5_000;
+
+/// Whether this node serves, as a load balancer asks (`?ready=1`): once it was first ready, a
+/// group's problem does not take it out — every node has it (a group whose leader moves, or
+/// that lost its quorum, is the same through any node), and a balancer that took every node
+/// out would fail the requests of every other group too — unless it is the metadata group's
+/// for `META_SILENT_UNREADY_MS` (this node is cut off from the cluster); never while it
+/// drains or is removed.
+fn serving(health: &basalt_cluster::health::Health, ready: bool, was_ready: bool) -> bool {
+    static META_OK_AT_MS: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+    let now = chrono::Utc::now().timestamp_millis();
+    let meta_ok = !health
+        .problems
+        .iter()
+        .any(|p| p.group == basalt_cluster::ids::META_GROUP);
+    if meta_ok {
+        META_OK_AT_MS.store(now, std::sync::atomic::Ordering::Relaxed);
+    }
+    let meta_heard =
+        now - META_OK_AT_MS.load(std::sync::atomic::Ordering::Relaxed) < META_SILENT_UNREADY_MS;
+    ready || (was_ready && meta_heard)
+}
+
 /// Whether a health query asks for readiness (`ready=1`, `ready=true` or `ready`): the check
 /// of a load balancer, which a draining node fails.
 fn asks_ready(query: Option<&str>) -> bool {
@@ -104,7 +130,13 @@ pub async fn health(State(state): State<AppState>, RawQuery(query): RawQuery) ->
         .iter()
         .any(|n| n.id == me && n.state == basalt_cluster::admin::NodeState::Removed);
     let draining = state.drain.is_draining() || removed;
-    let code = if ready && !(draining && asks_ready(query.as_deref())) {
+    let code = if asks_ready(query.as_deref()) {
+        if serving(&health, ready, was_ready) && !draining {
+            StatusCode::OK
+        } else {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+    } else if ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE

@@ -339,7 +339,28 @@ impl TestCluster {
         cluster
             .wait_placement_settled(Duration::from_secs(90))
             .await;
+        if n > 1 {
+            cluster.wait_balanced(Duration::from_secs(60)).await;
+        }
         cluster
+    }
+
+    /// Waits until the rebalancer says the placement is balanced and every node leads the
+    /// groups it is preferred for (`basalt admin rebalance status`): a new cluster spreads its
+    /// leaders in its first seconds.
+    pub async fn wait_balanced(&self, timeout: Duration) {
+        let Some(first) = (0..self.nodes.len()).find(|&i| self.nodes[i].is_running()) else {
+            return;
+        };
+        Self::eventually(timeout, "the rebalancer balanced", || {
+            let s: Value = serde_json::from_str(&self.admin(first, &["rebalance", "status"]))
+                .unwrap_or(Value::Null);
+            s["balanced"] == true
+                && s["nodes"].as_array().is_some_and(|nodes| {
+                    nodes.iter().all(|n| n["leaders"] == n["preferredLeaders"])
+                })
+        })
+        .await;
     }
 
     /// Waits until every group has a leader and min(replicas, running nodes) voters.

@@ -261,7 +261,7 @@ async fn write_groups(
 ) -> Result<Manifest> {
     // The leader of each group writes it (a node outside a group does not know its leader).
     let leaders: HashMap<GroupId, NodeId> = replicas
-        .led_group_statuses(STEP_TIMEOUT)
+        .led_group_statuses(STEP_TIMEOUT, false)
         .await
         .into_iter()
         .filter_map(|(group, g)| Some((group, g.leader?)))

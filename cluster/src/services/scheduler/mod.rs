@@ -5,6 +5,7 @@
 mod compaction;
 mod consistency;
 mod job;
+mod rebalance;
 mod ttl_sweep;
 
 use std::time::{Duration, Instant};
@@ -14,6 +15,8 @@ use crate::replicas::Replicas;
 use job::Job;
 
 const TICK: Duration = Duration::from_millis(200);
+/// How often the rebalancer's planner looks at the cluster.
+const REBALANCE_ROUND: Duration = Duration::from_secs(1);
 
 /// How often each job runs.
 #[derive(Debug, Clone, Copy)]
@@ -31,6 +34,10 @@ fn jobs(every: Intervals) -> Vec<Box<dyn Job>> {
         }),
         Box::new(compaction::Compaction {
             every: every.compaction,
+        }),
+        Box::new(rebalance::Rebalance {
+            every: REBALANCE_ROUND,
+            planner: Default::default(),
         }),
     ];
     if let Some(every) = every.consistency_check {

@@ -1,0 +1,194 @@
+//! The rebalancer (`basalt admin rebalance`): replicas move to new nodes a move at a time
+//! within the limits, and off removed ones.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::common::TestCluster;
+
+/// `basalt admin rebalance <args>` through node `i`: the status it prints.
+fn rebalance(cluster: &TestCluster, i: usize, args: &[&str]) -> Value {
+    let mut all = vec!["rebalance"];
+    all.extend_from_slice(args);
+    serde_json::from_str(&cluster.admin(i, &all)).expect("rebalance status json")
+}
+
+/// Replicas (voters) per node in the placement the groups' leaders report.
+fn voters_per_node(p: &Value) -> BTreeMap<u64, u32> {
+    let mut count = BTreeMap::new();
+    for g in p.as_object().expect("placement").values() {
+        for v in g["voters"].as_array().into_iter().flatten() {
+            *count.entry(v.as_u64().expect("node id")).or_default() += 1;
+        }
+    }
+    count
+}
+
+/// Story — scaling out and back in (3 → 5 → 3 nodes, 9 groups of 3 replicas).
+///
+/// The cluster starts planning from the placement it has (no move); paused, two new nodes
+/// get nothing; resumed, replicas move to them one move per node at a time (the default
+/// limit, sampled all along) until every node is within ±1 of the mean, in replicas and
+/// in preferred leaders; limits out of range are refused; removing the two nodes moves their
+/// replicas back (the second while it leads groups); every object is readable throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_move_to_new_nodes_within_the_limits_and_back_off_removed_ones() {
+    let mut cluster = TestCluster::start(3, &["--shards", "8"], &[]).await;
+    let ids = crate::create_numbered(&cluster.client(1), "Thing", 40, |i| json!({"i": i})).await;
+    // The planner writes its record from the groups' voters, and then spreads the leaders.
+    let mut status = Value::Null;
+    TestCluster::eventually(Duration::from_secs(60), "the rebalancer plans", || {
+        status = rebalance(&cluster, 1, &["status"]);
+        status["planning"] == true && status["balanced"] == true
+    })
+    .await;
+    assert_eq!(status["settings"]["replicaMovesPerNode"], 1, "{status}");
+    let nodes = status["nodes"].as_array().expect("nodes");
+    assert_eq!(nodes.len(), 3, "{status}");
+    assert!(
+        nodes.iter().all(|n| n["replicas"] == 9),
+        "every node holds every group: {status}"
+    );
+
+    // Paused: new nodes take nothing, and the moves are counted as left.
+    let paused = rebalance(&cluster, 0, &["pause"]);
+    assert_eq!(paused["settings"]["paused"], true, "{paused}");
+    cluster.add_node().await;
+    cluster.add_node().await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let status = rebalance(&cluster, 2, &["status"]);
+    let counts = voters_per_node(&cluster.placement(0));
+    assert_eq!(counts.get(&4), None, "{counts:?}");
+    assert_eq!(counts.get(&5), None, "{counts:?}");
+    assert!(
+        status["queued"].as_u64().unwrap_or(0) >= 6,
+        "moves left while paused: {status}"
+    );
+    assert_eq!(status["balanced"], false, "{status}");
+
+    // Resumed: one move per node at a time, until balanced.
+    rebalance(&cluster, 0, &["resume"]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(150);
+    let mut most_in_flight = 0;
+    let mut saw_moves = false;
+    loop {
+        let s = rebalance(&cluster, 3, &["status"]);
+        for n in s["nodes"].as_array().into_iter().flatten() {
+            most_in_flight = most_in_flight.max(n["movesInFlight"].as_u64().unwrap_or(0));
+        }
+        saw_moves |= s["inFlight"].as_array().is_some_and(|m| !m.is_empty());
+        if s["balanced"] == true && s["nodes"].as_array().map_or(0, Vec::len) == 5 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not balanced in time: {s}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(saw_moves, "moves were seen in flight");
+    assert_eq!(
+        most_in_flight, 1,
+        "each node takes part in one move at a time"
+    );
+    let status = rebalance(&cluster, 4, &["status"]);
+    let shares = status["nodes"].as_array().expect("nodes");
+    let mean = shares
+        .iter()
+        .map(|n| n["weighted"].as_f64().unwrap_or(0.0))
+        .sum::<f64>()
+        / 5.0;
+    let leaders_mean = 9.0 / 5.0;
+    for n in shares {
+        let w = n["weighted"].as_f64().unwrap_or(0.0);
+        assert!((w - mean).abs() <= 1.01, "replicas within ±1: {status}");
+        let l = n["preferredLeaders"].as_f64().unwrap_or(0.0);
+        assert!(
+            (l - leaders_mean).abs() <= 1.0,
+            "leaders within ±1: {status}"
+        );
+    }
+    // The groups' leaders report what the record says: 27 replicas over 5 nodes.
+    let counts = voters_per_node(&cluster.placement(0));
+    assert_eq!(counts.values().sum::<u32>(), 27, "{counts:?}");
+    assert!(counts.values().all(|&c| (4..=7).contains(&c)), "{counts:?}");
+    assert!(status["movesBegun"].as_u64().unwrap_or(0) >= 6, "{status}");
+    for id in &ids {
+        assert!(
+            cluster
+                .client(4)
+                .get_object("Thing", id)
+                .await
+                .expect("get")
+                .is_some(),
+            "{id} readable through node 5"
+        );
+    }
+
+    // Limits: changed, echoed, refused out of range.
+    let limits = rebalance(
+        &cluster,
+        1,
+        &[
+            "limits",
+            "--replica-moves-per-node",
+            "2",
+            "--snapshot-mb-per-s",
+            "32",
+        ],
+    );
+    assert_eq!(limits["settings"]["replicaMovesPerNode"], 2, "{limits}");
+    assert_eq!(limits["settings"]["snapshotMbPerS"], 32, "{limits}");
+    assert_eq!(limits["settings"]["leaderMovesPerS"], 4.0, "{limits}");
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_basalt"))
+        .args(["admin", "--rpc", &cluster.nodes[0].rpc])
+        .args(["rebalance", "limits", "--replica-moves-per-node", "0"])
+        .output()
+        .expect("run basalt admin");
+    assert!(!refused.status.success(), "{refused:?}");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("from 1 to 64"),
+        "{refused:?}"
+    );
+
+    // Back to three nodes: each removal waits for the replicas to move, then stops the node;
+    // a removed node hands over the leaderships it holds (node 4 holds some when removed).
+    for (i, id) in [(4usize, "5"), (3, "4")] {
+        if id == "4" {
+            TestCluster::eventually(Duration::from_secs(60), "node 4 leads a group", || {
+                let s = rebalance(&cluster, 0, &["status"]);
+                s["nodes"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|n| n["node"] == 4 && n["leaders"].as_u64().unwrap_or(0) > 0)
+            })
+            .await;
+        }
+        let out = cluster.admin(0, &["remove-node", id, "--wait-secs", "150"]);
+        assert!(out.contains(&format!("node {id} stopped")), "{out}");
+        cluster
+            .wait_exit(i, Duration::from_secs(10))
+            .await
+            .expect("the removed node exits");
+    }
+    let counts = voters_per_node(&cluster.placement(0));
+    assert_eq!(
+        counts,
+        BTreeMap::from([(1, 9), (2, 9), (3, 9)]),
+        "every group back on the three nodes"
+    );
+    for id in &ids {
+        assert!(
+            cluster
+                .client(2)
+                .get_object("Thing", id)
+                .await
+                .expect("get")
+                .is_some(),
+            "{id} readable after the removals"
+        );
+    }
+}
