@@ -186,7 +186,7 @@ pub struct RebalanceStatus {
     /// Every member runs a build with the rebalancer, and the placement record is written:
     /// the planner moves replicas (until then placement ranks nodes by rendezvous hashing).
     pub planning: bool,
-    /// No move is in flight and none is left to make.
+    /// Every group's leader answered, no move is in flight and none is left to make.
     pub balanced: bool,
     /// Moves begun since the cluster first planned.
     pub moves_begun: u64,

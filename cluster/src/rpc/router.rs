@@ -502,19 +502,36 @@ impl PeerRouter {
             tokio::time::sleep(timeout).await;
             let _ = stalled_tx.send("the peer did not answer after the last chunk in time");
         });
+        // The reader stops with the call, however it ends (openraft may drop it).
+        let _reader = AbortOnDrop(reader);
+        let stalled = async {
+            match stalled_rx.await {
+                Ok(why) => why,
+                // The reader ended without a word: the call's own answer says how it went.
+                Err(_) => std::future::pending().await,
+            }
+        };
         let req = tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(rx));
         let result = tokio::select! {
-            r = client.install_snapshot(req) => Ok(r),
-            why = stalled_rx => Err(Error::Unavailable(format!(
-                "snapshot of group {group} to node {target}: {}",
-                why.unwrap_or("the sender stopped")
-            ))),
+            r = client.install_snapshot(req) => r,
+            why = stalled => {
+                return Err(Error::Unavailable(format!(
+                    "snapshot of group {group} to node {target}: {why}"
+                )))
+            }
         };
-        reader.abort();
-        let result = result?;
         let reply = result.map_err(|s| transport_error(&s))?;
         metrics::counter!("basalt_raft_snapshots_sent_total").increment(1);
         from_reply(reply.into_inner())
+    }
+}
+
+/// A task stopped when this is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

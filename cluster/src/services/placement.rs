@@ -63,21 +63,36 @@ pub async fn run(replicas: Replicas) {
         replicas
             .router()
             .set_snapshot_rate(u64::from(settings.snapshot_mb_per_s) << 20);
-        // The record before the members: a node the record names is a member already.
-        let record = crate::services::rebalance::local_placement(&replicas);
-        let addrs = replicas.member_addrs();
-        if addrs.is_empty() {
+        if replicas.led_groups().is_empty() {
             continue;
         }
-        // A replica of the metadata group behind its leader may hold an older record, whose
-        // moves would undo newer ones: wait until it has caught up. A node removed from the
-        // cluster is dropped from the metadata group too (and its replica stops there): it
-        // hands the leaderships it still holds to voters that stay, and their leaders move
-        // its replicas away.
-        if !replicas.replica_caught_up(META_GROUP) {
-            if !addrs.contains_key(&replicas.node_id()) && !replicas.led_groups().is_empty() {
-                hand_over_leaderships(&replicas, ELECTION_WAIT).await;
+        // The record before the members: a node the record names is a member already. A
+        // replica of the metadata group behind its leader may hold an older record, whose
+        // moves would undo newer ones: then the record is read through the metadata group's
+        // leader (a node removed from the cluster is dropped from the metadata group, and its
+        // replica stops there, while it may still lead groups it must leave).
+        let record = if replicas.replica_caught_up(META_GROUP) {
+            crate::services::rebalance::local_placement(&replicas)
+        } else {
+            match tokio::time::timeout(
+                CHANGE_TIMEOUT,
+                crate::services::rebalance::placement_from_leader(&replicas),
+            )
+            .await
+            {
+                Ok(Ok(record)) => record,
+                _ => {
+                    // The cluster cannot be asked: a node that leaves it hands over what it
+                    // leads; any other waits.
+                    if !replicas.member_addrs().contains_key(&replicas.node_id()) {
+                        hand_over_leaderships(&replicas, ELECTION_WAIT).await;
+                    }
+                    continue;
+                }
             }
+        };
+        let addrs = replicas.member_addrs();
+        if addrs.is_empty() {
             continue;
         }
         for group in replicas.led_groups() {

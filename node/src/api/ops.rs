@@ -83,28 +83,26 @@ fn readiness(health: &basalt_cluster::health::Health) -> (bool, bool) {
     (ready, was_ready)
 }
 
-/// How long the metadata group may have a problem on this node (no leader it hears from)
-/// before a load balancer's check fails: the node is cut off from the cluster.
-const META_SILENT_UNREADY_MS: i64 = 5_000;
+/// How long this node may not have heard from the metadata group's leader before a load
+/// balancer's check fails: it is cut off from the cluster.
+const META_SILENT_UNREADY_MS: u64 = 5_000;
 
 /// Whether this node serves, as a load balancer asks (`?ready=1`): once it was first ready, a
 /// group's problem does not take it out — every node has it (a group whose leader moves, or
 /// that lost its quorum, is the same through any node), and a balancer that took every node
-/// out would fail the requests of every other group too — unless it is the metadata group's
-/// for `META_SILENT_UNREADY_MS` (this node is cut off from the cluster); never while it
-/// drains or is removed.
-fn serving(health: &basalt_cluster::health::Health, ready: bool, was_ready: bool) -> bool {
-    static META_OK_AT_MS: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
-    let now = chrono::Utc::now().timestamp_millis();
-    let meta_ok = !health
-        .problems
+/// out would fail the requests of every other group too — unless its replica of the metadata
+/// group halted or has not heard from that group's leader for `META_SILENT_UNREADY_MS` (this
+/// node is cut off from the cluster); never while it drains or is removed (the caller).
+fn serving(status: &basalt_cluster::admin::NodeStatus, ready: bool, was_ready: bool) -> bool {
+    let meta_heard = status
+        .groups
         .iter()
-        .any(|p| p.group == basalt_cluster::ids::META_GROUP);
-    if meta_ok {
-        META_OK_AT_MS.store(now, std::sync::atomic::Ordering::Relaxed);
-    }
-    let meta_heard =
-        now - META_OK_AT_MS.load(std::sync::atomic::Ordering::Relaxed) < META_SILENT_UNREADY_MS;
+        .find(|g| g.group == basalt_cluster::ids::META_GROUP)
+        .is_some_and(|g| {
+            g.halted.is_none()
+                && g.leader_heard_ms
+                    .is_some_and(|ms| ms < META_SILENT_UNREADY_MS)
+        });
     ready || (was_ready && meta_heard)
 }
 
@@ -131,7 +129,7 @@ pub async fn health(State(state): State<AppState>, RawQuery(query): RawQuery) ->
         .any(|n| n.id == me && n.state == basalt_cluster::admin::NodeState::Removed);
     let draining = state.drain.is_draining() || removed;
     let code = if asks_ready(query.as_deref()) {
-        if serving(&health, ready, was_ready) && !draining {
+        if serving(&status, ready, was_ready) && !draining {
             StatusCode::OK
         } else {
             StatusCode::SERVICE_UNAVAILABLE

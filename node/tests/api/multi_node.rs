@@ -85,12 +85,16 @@ async fn three_nodes_agree_on_apps_schemas_and_nonces() {
         "{statuses:?}"
     );
 
-    // A batch through node 2 touches every shard; deleting the class through node 3 removes
-    // the objects on every shard.
-    let ops: Vec<Value> = (0..40)
-        .map(|i| json!({"method": "POST", "path": "/1/classes/Spread", "body": {"i": i}}))
-        .collect();
-    let slots = common::batch(&cluster.app_client(1, &app), ops).await;
+    // Batches through every node touch every shard (each node gives new objects to the
+    // shards it leads, and leaders are spread); deleting the class through node 3 removes the
+    // objects on every shard.
+    let mut slots = Vec::new();
+    for node in 0..3 {
+        let ops: Vec<Value> = (0..14)
+            .map(|i| json!({"method": "POST", "path": "/1/classes/Spread", "body": {"i": i}}))
+            .collect();
+        slots.extend(common::batch(&cluster.app_client(node, &app), ops).await);
+    }
     let groups: std::collections::HashSet<u32> = {
         let ids: Vec<String> = slots
             .iter()
@@ -109,7 +113,7 @@ async fn three_nodes_agree_on_apps_schemas_and_nonces() {
     };
     assert!(
         groups.len() >= 3,
-        "40 objects spread over the shards: {groups:?}"
+        "42 objects spread over the shards: {groups:?}"
     );
     let master3 = cluster.app_client(2, &app);
     master3

@@ -60,6 +60,16 @@ pub(crate) fn local_placement(replicas: &Replicas) -> Option<PlacementRecord> {
         .and_then(|v| serde_json::from_value(v).ok())
 }
 
+/// The placement record as the metadata group's leader holds it (a linearizable read).
+pub(crate) async fn placement_from_leader(replicas: &Replicas) -> Result<Option<PlacementRecord>> {
+    replicas
+        .get_record(META_GROUP, Namespace::Cluster, PLACEMENT_KEY)
+        .await?
+        .map(serde_json::from_value)
+        .transpose()
+        .map_err(Error::from)
+}
+
 /// The rebalancer's settings as this node's replica of the metadata group holds them.
 pub(crate) fn local_settings(replicas: &Replicas) -> RebalanceSettings {
     replicas
@@ -363,14 +373,14 @@ pub(crate) async fn status(replicas: &Replicas) -> Result<RebalanceStatus> {
             }
         })
         .collect();
-    let unknown_groups = GroupId::all(replicas.shards())
+    let unknown_groups: Vec<GroupId> = GroupId::all(replicas.shards())
         .filter(|g| !inputs.statuses.contains_key(g))
         .collect();
     let planning = members_plan(replicas) && inputs.record.is_some();
     Ok(RebalanceStatus {
         settings: inputs.settings,
         planning,
-        balanced: planning && in_flight.is_empty() && queued == 0,
+        balanced: planning && unknown_groups.is_empty() && in_flight.is_empty() && queued == 0,
         moves_begun: inputs.record.as_ref().map_or(0, |r| r.moves),
         in_flight,
         queued,

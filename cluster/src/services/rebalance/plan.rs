@@ -160,8 +160,8 @@ pub fn plan(groups: &BTreeMap<GroupId, GroupView>, members: &[Member], bounds: &
     }
 }
 
-/// How many moves are left until the placement is balanced, as if each were made at once and
-/// no limit held (at most `cap`).
+/// How many moves are left until the placement is balanced, as if each were made at once, no
+/// limit held and every group's leader had answered (at most `cap`).
 pub fn queued(
     groups: &BTreeMap<GroupId, GroupView>,
     members: &[Member],
@@ -178,9 +178,7 @@ pub fn queued(
     while count < cap {
         // Each move in flight (or planned) done: the group is as desired.
         for view in groups.values_mut() {
-            if view.actual.is_some() {
-                view.actual = Some((view.desired.iter().copied().collect(), BTreeSet::new()));
-            }
+            view.actual = Some((view.desired.iter().copied().collect(), BTreeSet::new()));
         }
         let next = plan(&groups, members, &unbounded);
         if next.moves.is_empty() {
@@ -395,25 +393,24 @@ impl<'a> World<'a> {
                 // More replicas than wanted (fewer members than replicas, or a layout seeded
                 // in the middle of a change): a removed node's goes first, else the most
                 // loaded node's.
-                let off = gone.first().copied().or_else(|| {
+                let off = gone.iter().copied().find(|&n| !held(n)).or_else(|| {
                     desired
                         .iter()
                         .copied()
+                        .filter(|&n| !held(n))
                         .max_by(|a, b| load(a).total_cmp(&load(b)))
                 });
-                if let Some(off) = off.filter(|&n| !held(n)) {
+                if let Some(off) = off {
                     let next: Vec<NodeId> = desired.iter().copied().filter(|&n| n != off).collect();
                     self.set(g, next);
                     self.begin(g, MoveKind::Drop, Some(off), None);
                 }
                 continue;
             }
-            let Some(&off) = gone.first() else {
+            // The first removed node no move in flight needs (another may be one that does).
+            let Some(off) = gone.iter().copied().find(|&n| !held(n)) else {
                 continue;
             };
-            if held(off) {
-                continue;
-            }
             let limit = bounds.replica_moves_per_node;
             let to = candidates
                 .iter()

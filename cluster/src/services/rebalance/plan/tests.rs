@@ -278,3 +278,20 @@ fn balancing_waits_while_a_member_drains_or_a_group_is_unknown() {
         .moves
         .is_empty());
 }
+
+#[test]
+fn a_removed_node_no_move_needs_is_replaced_beside_one_a_move_needs() {
+    // Group 1 moves C(3) → D(4) while B(2) and D(4) are removed: D, not yet a voter, is
+    // replaced at once though B, a voter of the move in flight, waits.
+    let mut groups = settled(2, &[1, 2, 3], 0);
+    let g1 = groups.get_mut(&GroupId::new(1)).expect("g1");
+    g1.desired = vec![n(1), n(2), n(4)];
+    g1.actual = Some(([n(1), n(2), n(3)].into(), [n(4)].into()));
+    let mut ms = members(&[1, 2, 3, 4, 5, 6]);
+    ms[1].active = false;
+    ms[3].active = false;
+    let p = plan(&groups, &ms, &bounds(1));
+    let g1 = &p.desired[&GroupId::new(1)];
+    assert_eq!(&g1[..2], &[n(1), n(2)], "{p:?}");
+    assert!(g1[2] == n(5) || g1[2] == n(6), "{p:?}");
+}
