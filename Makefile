@@ -75,7 +75,7 @@ bench-rolling: deps
 
 ## Adding 2 nodes to 3 holding OBJECTS (1,000,000) objects and removing them again, under the
 ## bench at half its peak behind haproxy: time to balanced, p99 against steady state
-## (scripts/bench-rebalance.py; SHARDS, LIMITS, STEADY_SECONDS, KEEP override).
+## (scripts/bench-rebalance.py; SHARDS, LIMITS, STEADY_SECONDS, DISK_LOW, KEEP override).
 bench-rebalance: deps
 	$(CARGO) build $(PROFILE_FLAGS) -p basalt -p basalt-bench
 	python3 scripts/bench-rebalance.py

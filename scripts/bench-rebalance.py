@@ -6,9 +6,12 @@ behind haproxy (health check `/health?ready=1` every 500 ms; slots for 2 more no
 with OBJECTS objects (default 1,000,000, in batches: `basalt-bench --workload load-queries`).
 Through haproxy the bench's WORKLOAD (default `mixed`) runs flat out with CONCURRENCY clients
 for PEAK_SECONDS (10) to find the peak, then at half of it (`--target-rate`):
-  steady for STEADY_SECONDS (20); **grow**: nodes 4 and 5 join while the load runs, until
-  `basalt admin rebalance status` says balanced (limit GROW_LIMIT_SECONDS, 1200); steady;
-  **shrink**: `basalt admin remove-node 5`, then 4, while the load runs; steady.
+  steady for STEADY_SECONDS (20); nodes 4 and 5 join with the rebalancer paused (they serve
+  but hold nothing: what two more processes cost here, apart from the moves); steady;
+  **grow**: the rebalancer resumed while the load runs, until `basalt admin rebalance status`
+  says balanced (limit GROW_LIMIT_SECONDS, 1200); steady; **shrink**: `basalt admin
+  remove-node 5`, then 4, while the load runs; steady. Nodes run with `--disk-low DISK_LOW`
+  (3 %, `benchcluster`).
 The rebalancer runs with its default limits (LIMITS, e.g. "--replica-moves-per-node 2",
 changes them first). Prints the peak, each window's requests, failures and p99, the time to
 balanced and the moves made, each node's share after growing, the p99 of each change against
@@ -108,7 +111,7 @@ def run(root):
         def steady(name):
             out = os.path.join(root, f"{name}.txt")
             bench(url, creds, name, out, paced + ["--seconds", str(STEADY_SECS)]).wait()
-            windows.append(("steady", out))
+            windows.append((name, out))
             return out
 
         def under_load(name, change):
@@ -129,11 +132,20 @@ def run(root):
             return out, secs, result
 
         steady("steady before growing")
+        # The two new nodes join with the rebalancer paused: they serve (forwarding every
+        # request) but hold nothing, which measures what two more processes cost on this
+        # machine apart from the moves.
+        admin(nodes[0], "rebalance", "pause")
+        for node in nodes[3:]:
+            node.start()
+        for node in nodes[3:]:
+            wait(f"node {node.i} ready", node.ready, 120)
+        wait("haproxy has every node up", lambda: all(proxy.up(x) for x in nodes), 30)
+        steady("steady, 5 nodes, paused")
         samples = []
 
         def grow():
-            for node in nodes[3:]:
-                node.start()
+            admin(nodes[0], "rebalance", "resume")
             deadline = time.monotonic() + GROW_LIMIT
             while time.monotonic() < deadline:
                 try:
@@ -148,7 +160,6 @@ def run(root):
             raise SystemExit(f"not balanced within {GROW_LIMIT} s")
 
         grown, grow_secs, balanced = under_load("growing 3 to 5", grow)
-        wait("haproxy has every node up", lambda: all(proxy.up(x) for x in nodes), 30)
         steady("steady at 5 nodes")
 
         def shrink():
@@ -173,11 +184,15 @@ def run(root):
         print(f"| {name} | {x['seconds']} | {x['ops']} | {x['errors']} | {x['ops/s']} | "
               f"{x['p50 ms']} | {x['p99 ms']} | {x['p99.9 ms']} | {x['max ms']} |")
     p99 = {name: float(row(path)["p99 ms"]) for name, path in windows}
-    steady_p99 = [float(row(p)["p99 ms"]) for n, p in windows if n == "steady"]
-    grow_ratio = p99["growing 3 to 5"] / ((steady_p99[0] + steady_p99[1]) / 2)
-    shrink_ratio = p99["shrinking 5 to 3"] / ((steady_p99[1] + steady_p99[2]) / 2)
-    print(f"\nGrowing 3 → 5: balanced after {grow_secs:.0f} s, {balanced['movesBegun']} moves "
-          f"begun since the start; p99 ÷ steady (mean of the windows around it) {grow_ratio:.2f}.")
+    grow_ratio = p99["growing 3 to 5"] / ((p99["steady, 5 nodes, paused"]
+                                           + p99["steady at 5 nodes"]) / 2)
+    grow_vs_3 = p99["growing 3 to 5"] / p99["steady before growing"]
+    shrink_ratio = p99["shrinking 5 to 3"] / ((p99["steady at 5 nodes"]
+                                               + p99["steady at 3 nodes"]) / 2)
+    print(f"\nGrowing 3 → 5 (nodes joined with the rebalancer paused, then resumed): balanced "
+          f"{grow_secs:.0f} s after the resume, {balanced['movesBegun']} moves begun since the "
+          f"start; p99 ÷ steady at 5 nodes (mean of the windows around it) {grow_ratio:.2f}, "
+          f"÷ steady at 3 nodes before {grow_vs_3:.2f}.")
     print(f"Shrinking 5 → 3 (remove-node 5, then 4): {shrink_secs:.0f} s; "
           f"p99 ÷ steady {shrink_ratio:.2f}. Failed requests: {failed}.")
     for _, path in windows:
