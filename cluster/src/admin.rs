@@ -483,6 +483,7 @@ mod tests {
             }),
             AdminRequest::Check,
             AdminRequest::Drain,
+            AdminRequest::Rebalance(RebalanceRequest::Pause),
         ];
         for req in &started {
             assert!(!req.node_may_send(node), "{}", req.name());

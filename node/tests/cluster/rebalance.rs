@@ -31,7 +31,8 @@ fn voters_per_node(p: &Value) -> BTreeMap<u64, u32> {
 /// The cluster starts planning from the placement it has (no move); paused, two new nodes
 /// get nothing; resumed, replicas move to them one move per node at a time (the default
 /// limit, sampled all along) until every node is within ±1 of the mean, in replicas and
-/// in preferred leaders; limits out of range are refused; removing the two nodes moves their
+/// in preferred leaders; limits changed at once through three nodes all hold, limits out of
+/// range are refused; removing the two nodes moves their
 /// replicas back (the second while it leads groups); every object is readable throughout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_move_to_new_nodes_within_the_limits_and_back_off_removed_ones() {
@@ -142,6 +143,39 @@ async fn replicas_move_to_new_nodes_within_the_limits_and_back_off_removed_ones(
     assert_eq!(limits["settings"]["replicaMovesPerNode"], 2, "{limits}");
     assert_eq!(limits["settings"]["snapshotMbPerS"], 32, "{limits}");
     assert_eq!(limits["settings"]["leaderMovesPerS"], 4.0, "{limits}");
+    // Three changes of different limits at once, through three nodes (compare-and-set of
+    // one record): every one of them holds.
+    let racing: Vec<std::process::Child> = [
+        (0usize, "--replica-moves-per-node", "3"),
+        (1, "--snapshot-mb-per-s", "16"),
+        (2, "--leader-moves-per-s", "2"),
+    ]
+    .into_iter()
+    .map(|(i, flag, value)| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_basalt"))
+            .args(["admin", "--rpc", &cluster.nodes[i].rpc])
+            .args(["rebalance", "limits", flag, value])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("run basalt admin")
+    })
+    .collect();
+    for mut child in racing {
+        assert!(
+            child.wait().expect("wait").success(),
+            "a racing change failed"
+        );
+    }
+    let settings = &rebalance(&cluster, 3, &["status"])["settings"];
+    assert_eq!(
+        (
+            &settings["replicaMovesPerNode"],
+            &settings["snapshotMbPerS"],
+            &settings["leaderMovesPerS"]
+        ),
+        (&json!(3), &json!(16), &json!(2.0)),
+        "{settings}"
+    );
     let refused = std::process::Command::new(env!("CARGO_BIN_EXE_basalt"))
         .args(["admin", "--rpc", &cluster.nodes[0].rpc])
         .args(["rebalance", "limits", "--replica-moves-per-node", "0"])

@@ -69,6 +69,12 @@ async fn call(channel: &Channel, rpc: &str) -> Result<Value, String> {
         "drain" => node()
             .admin(with_deadline(msg(META_GROUP, json!("Drain"))?))
             .await,
+        "rebalance-pause" => node()
+            .admin(with_deadline(msg(META_GROUP, json!({"Rebalance": "Pause"}))?))
+            .await,
+        "rebalance-status" => node()
+            .admin(with_deadline(msg(META_GROUP, json!({"Rebalance": "Status"}))?))
+            .await,
         "vote-as-3" => raft().vote(with_deadline(msg(GroupId::new(1), vote)?)).await,
         "append-as-3" => raft()
             .append_entries(with_deadline(msg(
@@ -178,10 +184,10 @@ async fn the_peer_port_answers_only_the_cluster_s_certificates() {
         ),
     ];
     for (who, ch) in &strangers {
-        for rpc in
-            EVERY_RPC
-                .iter()
-                .chain(&["join-as-4", "shared-secret", "release-ballast", "drain"])
+        for rpc in EVERY_RPC
+            .iter()
+            .chain(&["join-as-4", "shared-secret", "release-ballast", "drain"])
+            .chain(&["rebalance-pause", "rebalance-status"])
         {
             let r = call(ch, rpc).await;
             assert!(r.is_err(), "{who} {rpc}: {r:?}");
@@ -203,10 +209,26 @@ async fn the_peer_port_answers_only_the_cluster_s_certificates() {
         !out.status.success(),
         "release-ballast without a certificate"
     );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_basalt"))
+        .args(["admin", "--rpc", &addr, "rebalance", "pause"])
+        .current_dir(cluster.dir.path())
+        .output()
+        .expect("basalt admin");
+    assert!(
+        !out.status.success(),
+        "rebalance pause without a certificate"
+    );
 
     // The administrator: admin requests, and nothing else.
     let admin = channel(&addr, Some(&admin_tls(&cluster.admin_certs())));
     assert!(call(&admin, "status").await.is_ok());
+    let rebalance = call(&admin, "rebalance-status").await;
+    assert!(
+        rebalance
+            .as_ref()
+            .is_ok_and(|v| v["Rebalance"]["settings"].is_object()),
+        "admin rebalance status: {rebalance:?}"
+    );
     let released = call(&admin, "release-ballast").await;
     assert!(
         released
@@ -241,7 +263,14 @@ async fn the_peer_port_answers_only_the_cluster_s_certificates() {
             "node 2 {rpc}: {r:?}"
         );
     }
-    for rpc in ["join-as-4", "remove-node", "release-ballast", "drain"] {
+    for rpc in [
+        "join-as-4",
+        "remove-node",
+        "release-ballast",
+        "drain",
+        "rebalance-pause",
+        "rebalance-status",
+    ] {
         let r = call(&node2, rpc).await;
         assert!(
             r.as_ref().is_err_and(|e| e.contains("PermissionDenied")),
