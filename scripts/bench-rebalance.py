@@ -30,8 +30,8 @@ import sys
 import tempfile
 import time
 
-from benchcluster import (BASALT, BENCH, CONC, ROOT, WORKLOAD, Haproxy, Node, bench, failures,
-                          row, stop_all, wait)
+from benchcluster import (BASALT, BENCH, CONC, WORKLOAD, Haproxy, Node, bench, failures,
+                          prepare, row, stop_all, wait)
 
 SHARDS = os.environ.get("SHARDS", "16")
 OBJECTS = int(os.environ.get("OBJECTS", "1000000"))
@@ -55,15 +55,9 @@ def rebalance_status(node):
 
 
 def main():
-    for path in (BASALT, BENCH):
-        if not os.path.exists(path):
-            raise SystemExit(f"{path} is missing: make bench-rebalance builds it")
-    if shutil.which("haproxy") is None:
-        subprocess.run(["bash", "-c", f". {ROOT}/scripts/apt-install.sh; "
-                        "apt_install bench-rebalance haproxy"], check=True)
-    host = subprocess.run(["uname", "-srm"], capture_output=True, text=True).stdout.strip()
-    print(f"# Adding and removing nodes under load ({host}, {os.cpu_count()} CPUs; "
-          f"{OBJECTS} objects, {SHARDS} shards)")
+    machine = prepare("bench-rebalance")
+    print(f"# Adding and removing nodes under load ({machine}; {OBJECTS} objects, "
+          f"{SHARDS} shards)")
     root = tempfile.mkdtemp(prefix="basalt-rebalance-")
     try:
         run(root)

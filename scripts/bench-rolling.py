@@ -30,8 +30,8 @@ import sys
 import tempfile
 import time
 
-from benchcluster import (BASALT, BENCH, CONC, ROOT, WORKLOAD, Haproxy, Node, bench, failures,
-                          row, stop_all, wait)
+from benchcluster import (CONC, WORKLOAD, Haproxy, Node, bench, failures, prepare, row,
+                          stop_all, wait)
 
 SIZES = [int(n) for n in os.environ.get("NODES", "3 5").split()]
 PEAK_SECS = int(os.environ.get("PEAK_SECONDS", "10"))
@@ -168,16 +168,7 @@ def run_size(n, root):
 def main():
     if ROUNDS < 1:
         raise SystemExit("ROUNDS must be 1 or more")
-    for path in (BASALT, BENCH):
-        if not os.path.exists(path):
-            raise SystemExit(f"{path} is missing: make bench-rolling builds it")
-    if shutil.which("haproxy") is None:
-        subprocess.run(["bash", "-c", f". {ROOT}/scripts/apt-install.sh; "
-                        "apt_install bench-rolling haproxy"], check=True)
-    host = subprocess.run(["uname", "-srm"], capture_output=True, text=True).stdout.strip()
-    cpus = os.cpu_count()
-    print(f"# Rolling restart through haproxy ({host}, {cpus} CPUs; "
-          f"{subprocess.run(['haproxy', '-v'], capture_output=True, text=True).stdout.splitlines()[0]})")
+    print(f"# Rolling restart through haproxy ({prepare('bench-rolling')})")
     for n in SIZES:
         root = tempfile.mkdtemp(prefix=f"basalt-rolling-{n}-")
         try:

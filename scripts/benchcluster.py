@@ -7,6 +7,7 @@ Bounded: every wait has a limit (`wait`).
 """
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -162,3 +163,17 @@ def stop_all(load, proxy, nodes):
     for node in nodes:
         if node.proc:
             node.proc.wait(timeout=30)
+
+
+def prepare(target):
+    """Checks that the binaries `make <target>` builds are there and installs haproxy when
+    missing (Debian's package); answers the machine as a results file describes it."""
+    for path in (BASALT, BENCH):
+        if not os.path.exists(path):
+            raise SystemExit(f"{path} is missing: make {target} builds it")
+    if shutil.which("haproxy") is None:
+        subprocess.run(["bash", "-c", f". {ROOT}/scripts/apt-install.sh; "
+                        f"apt_install {target} haproxy"], check=True)
+    host = subprocess.run(["uname", "-srm"], capture_output=True, text=True).stdout.strip()
+    haproxy = subprocess.run(["haproxy", "-v"], capture_output=True, text=True).stdout
+    return f"{host}, {os.cpu_count()} CPUs; {haproxy.splitlines()[0]}"

@@ -164,12 +164,7 @@ impl Cluster {
     /// Whether every active member's record says its build has `feature` (this node's
     /// replica of the metadata group).
     pub fn members_have(&self, feature: &str) -> bool {
-        let nodes = self.local_nodes();
-        !nodes.is_empty()
-            && nodes
-                .iter()
-                .filter(|n| n.state == crate::admin::NodeState::Active)
-                .all(|n| n.features.iter().any(|f| f == feature))
+        self.inner.replicas.members_have(feature)
     }
 
     /// Asks the cluster's other members for their shared secret; the first answer, if any

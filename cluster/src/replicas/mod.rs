@@ -525,6 +525,17 @@ impl Replicas {
             .collect()
     }
 
+    /// Whether every active member's record says its build has `feature` (this node's
+    /// replica of the metadata group).
+    pub fn members_have(&self, feature: &str) -> bool {
+        let nodes = self.local_nodes();
+        !nodes.is_empty()
+            && nodes
+                .iter()
+                .filter(|n| n.state == NodeState::Active)
+                .all(|n| n.features.iter().any(|f| f == feature))
+    }
+
     /// Node ids to rpc addresses of the active members (each learned by the router).
     pub(crate) fn member_addrs(&self) -> HashMap<NodeId, String> {
         self.active_members()

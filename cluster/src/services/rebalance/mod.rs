@@ -82,11 +82,7 @@ pub(crate) fn local_settings(replicas: &Replicas) -> RebalanceSettings {
 
 /// Whether every active member's build plans.
 fn members_plan(replicas: &Replicas) -> bool {
-    let active = replicas.active_members();
-    !active.is_empty()
-        && active
-            .iter()
-            .all(|n| FEATURES.iter().all(|f| n.features.iter().any(|h| h == f)))
+    FEATURES.iter().all(|f| replicas.members_have(f))
 }
 
 fn members(replicas: &Replicas) -> Vec<Member> {
