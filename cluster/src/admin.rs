@@ -33,6 +33,10 @@ pub struct NodeRecord {
     /// a new format is used only once every active member can read it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub features: Vec<String>,
+    /// The version of the node's build (`services::upgrade::VERSION`; empty for builds older
+    /// than rolling upgrades).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub version: String,
     /// The node's disk when it last crossed a mark (`disk`): absent while it has room.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk: Option<crate::disk::DiskStatus>,
@@ -119,6 +123,53 @@ pub enum AdminRequest {
     Drain,
     /// The rebalancer's state, or a change of its settings (`services::rebalance`).
     Rebalance(RebalanceRequest),
+    /// The cluster's version and feature gates, or finalizing an upgrade (`services::upgrade`).
+    Upgrade(UpgradeRequest),
+}
+
+/// What `basalt admin upgrade` asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum UpgradeRequest {
+    Status,
+    /// Turn on every feature all members' builds have, and clear `Hold`: from then on a
+    /// build without them cannot start in the cluster.
+    Finalize,
+    /// Finalize nothing by itself (the previous build can be brought back) until `Finalize`.
+    Hold,
+}
+
+/// The cluster's version as any node sees it (`basalt admin upgrade status`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UpgradeStatus {
+    /// The lowest build version among the members when the cluster last finalized.
+    pub cluster_version: String,
+    /// Every member runs the same build version and every feature of theirs is on: nothing
+    /// is left to finalize.
+    pub finalized: bool,
+    /// Set by `basalt admin upgrade hold`: nothing is finalized until `finalize`.
+    pub hold: bool,
+    /// The features that are on: new commands and storage formats are used only once on.
+    pub features: Vec<String>,
+    /// Features every active member's build has that are not on yet (`finalize` turns them
+    /// on).
+    pub pending: Vec<String>,
+    /// When the cluster last finalized (ms since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finalized_at_ms: Option<i64>,
+    /// Each active member's build.
+    pub nodes: Vec<NodeBuild>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeBuild {
+    pub node: NodeId,
+    pub version: String,
+    pub features: Vec<String>,
+    /// Features other members have that this build lacks (a rolling upgrade not finished).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lacks: Vec<String>,
 }
 
 /// What `basalt admin rebalance` asks.
@@ -336,6 +387,7 @@ impl AdminRequest {
             AdminRequest::ConsistencyAlarm => "ConsistencyAlarm",
             AdminRequest::Drain => "Drain",
             AdminRequest::Rebalance(_) => "Rebalance",
+            AdminRequest::Upgrade(_) => "Upgrade",
         }
     }
 
@@ -365,7 +417,8 @@ impl AdminRequest {
             | AdminRequest::Backup(_)
             | AdminRequest::Check
             | AdminRequest::Drain
-            | AdminRequest::Rebalance(_) => false,
+            | AdminRequest::Rebalance(_)
+            | AdminRequest::Upgrade(_) => false,
         }
     }
 
@@ -381,6 +434,9 @@ pub enum AdminResponse {
     ClusterInfo {
         settings: ClusterSettings,
         nodes: Vec<NodeRecord>,
+        /// The features the cluster finalized: a joining build without them is refused.
+        #[serde(default)]
+        finalized_features: Vec<String>,
     },
     Done,
     Status(NodeStatus),
@@ -401,6 +457,7 @@ pub enum AdminResponse {
         disk: crate::disk::DiskStatus,
     },
     Rebalance(RebalanceStatus),
+    Upgrade(UpgradeStatus),
 }
 
 /// A digest of one group's replicated state as one node holds it (the records a snapshot

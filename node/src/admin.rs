@@ -19,8 +19,9 @@ use serde_json::json;
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum AdminCommand {
     /// Print every group's state as the node sees it (`Status`: its leader, voters, learners,
-    /// log and applied indexes, bytes; whether the node drains) and the cluster's rebalancing
-    /// (`Rebalance`, as `rebalance status` prints it).
+    /// log and applied indexes, bytes; whether the node drains), the cluster's rebalancing
+    /// (`Rebalance`, as `rebalance status` prints it) and its version (`Upgrade`, as `upgrade
+    /// status` prints it).
     Status,
     /// Print the cluster's members.
     Members,
@@ -111,11 +112,32 @@ pub enum AdminCommand {
         #[command(subcommand)]
         command: RebalanceCommand,
     },
+    /// The cluster's version: `status` (the cluster version, whether it is finalized, the
+    /// features that are on and pending, each member's build), `hold` (finalize nothing by
+    /// itself, so the previous build can be brought back), `finalize` (turn on every feature
+    /// all members have and end a hold: from then on an older build cannot start). Prints the
+    /// status.
+    Upgrade {
+        #[command(subcommand)]
+        command: UpgradeCommand,
+    },
     /// Make the cluster's certificates: a CA, nodes', administrators'.
     Certs {
         #[command(subcommand)]
         command: crate::certs::CertsCommand,
     },
+}
+
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum UpgradeCommand {
+    /// Print the cluster version, whether it is finalized, and each member's build.
+    Status,
+    /// Finalize nothing by itself until `finalize`: new features stay off, so every node can
+    /// go back to the previous build.
+    Hold,
+    /// Turn on every feature all members' builds have (refused while a member runs an older
+    /// build) and end a hold.
+    Finalize,
 }
 
 #[derive(Debug, Clone, clap::Subcommand)]
@@ -415,6 +437,16 @@ pub async fn run(rpc: &str, certs_dir: Option<&Path>, cmd: AdminCommand) -> anyh
             if let (Ok(AdminResponse::Rebalance(r)), Some(obj)) = (rebalance, out.as_object_mut()) {
                 obj.insert("Rebalance".into(), serde_json::to_value(r)?);
             }
+            let upgrade = admin_at(
+                rpc,
+                AdminRequest::Upgrade(basalt_cluster::admin::UpgradeRequest::Status),
+                TIMEOUT,
+                tls_ref,
+            )
+            .await;
+            if let (Ok(AdminResponse::Upgrade(u)), Some(obj)) = (upgrade, out.as_object_mut()) {
+                obj.insert("Upgrade".into(), serde_json::to_value(u)?);
+            }
             println!("{}", serde_json::to_string_pretty(&out)?);
         }
         AdminCommand::Digest => {
@@ -520,6 +552,19 @@ pub async fn run(rpc: &str, certs_dir: Option<&Path>, cmd: AdminCommand) -> anyh
             let resp = admin_at(rpc, AdminRequest::Rebalance(req), TIMEOUT, tls_ref).await?;
             let AdminResponse::Rebalance(status) = resp else {
                 anyhow::bail!("unexpected answer to Rebalance: {resp:?}");
+            };
+            println!("{}", serde_json::to_string_pretty(&status)?);
+        }
+        AdminCommand::Upgrade { command } => {
+            use basalt_cluster::admin::UpgradeRequest;
+            let req = match command {
+                UpgradeCommand::Status => UpgradeRequest::Status,
+                UpgradeCommand::Hold => UpgradeRequest::Hold,
+                UpgradeCommand::Finalize => UpgradeRequest::Finalize,
+            };
+            let resp = admin_at(rpc, AdminRequest::Upgrade(req), TIMEOUT, tls_ref).await?;
+            let AdminResponse::Upgrade(status) = resp else {
+                anyhow::bail!("unexpected answer to Upgrade: {resp:?}");
             };
             println!("{}", serde_json::to_string_pretty(&status)?);
         }

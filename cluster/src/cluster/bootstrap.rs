@@ -23,6 +23,7 @@ use crate::namespace::Namespace;
 use crate::replicas::{LocalStorage, ReadService, Replicas};
 use crate::rpc::router::PeerRouter;
 use crate::services::queries::Coordinator;
+use crate::services::upgrade;
 use crate::storage::keys::NODE_IDENTITY;
 use crate::storage::Store;
 use crate::tls::PeerTls;
@@ -110,7 +111,11 @@ impl Cluster {
                 };
                 (settings, true, None)
             }
-            (None, Bootstrap::Join { addr }) => (fetch_settings(addr, opts.peer_tls.as_ref()).await?, false, Some(addr.clone())),
+            (None, Bootstrap::Join { addr }) => {
+                let build = build_features(&opts.features);
+                let who = format!("node {}", opts.node_id);
+                (fetch_settings(addr, opts.peer_tls.as_ref(), &build, &who).await?, false, Some(addr.clone()))
+            }
             (None, Bootstrap::Resume) => {
                 return Err(Error::InvalidOperation(
                     "the data dir holds no cluster: start the first node with --init, others with --join".into(),
@@ -144,6 +149,16 @@ impl Cluster {
             },
         )
         .await?;
+        // A build without a feature the cluster turned on would misread what it wrote (an
+        // upgrade rolled back after `basalt admin upgrade finalize`).
+        if let Some(record) = upgrade::local_record(&replicas) {
+            let on: Vec<String> = record.features.into_iter().collect();
+            let build = build_features(&opts.features);
+            if let Some(e) = upgrade::refuse_build(&on, &build, &format!("node {}", opts.node_id)) {
+                replicas.shutdown().await;
+                return Err(e);
+            }
+        }
         let copies = crate::files::copies::CopyStore::open(&opts.data_dir.join("files"))?;
         let files = crate::services::files::Files::new(replicas.clone(), copies, bucket);
         if let Some(bucket) = files.bucket().cloned() {
@@ -194,6 +209,7 @@ impl Cluster {
                 .put_default_synced(NODE_IDENTITY, &serde_json::to_vec(&id)?)?;
         }
         cluster.spawn(register_self(cluster.clone(), join_addr));
+        cluster.spawn(stop_when_too_old(cluster.clone()));
         cluster.spawn(crate::services::reclaim::run(
             replicas.clone(),
             Arc::clone(&disk),
@@ -218,6 +234,26 @@ impl Cluster {
     }
 }
 
+/// What this build can do that older builds cannot (`services::upgrade`): the gates of the
+/// services and `extra` (the node crate's), less those `upgrade::TESTING_WITHOUT_FEATURES`
+/// names.
+pub(super) fn build_features(extra: &[String]) -> Vec<String> {
+    let without: Vec<String> = std::env::var(upgrade::TESTING_WITHOUT_FEATURES)
+        .unwrap_or_default()
+        .split(',')
+        .map(|f| f.trim().to_string())
+        .filter(|f| !f.is_empty())
+        .collect();
+    let mut features: std::collections::BTreeSet<String> = crate::services::backup::FEATURES
+        .iter()
+        .chain(crate::services::rebalance::FEATURES.iter())
+        .map(|f| f.to_string())
+        .chain(extra.iter().cloned())
+        .collect();
+    features.retain(|f| !without.contains(f));
+    features.into_iter().collect()
+}
+
 /// Makes this node the only member of every group that is not initialized yet.
 async fn initialize_groups(replicas: &Replicas, rpc_addr: &str) -> Result<()> {
     let members = BTreeMap::from([(replicas.node_id(), BasicNode::new(rpc_addr))]);
@@ -237,7 +273,13 @@ async fn initialize_groups(replicas: &Replicas, rpc_addr: &str) -> Result<()> {
 
 /// Asks a member of the cluster to join for the cluster's settings, retrying for a while (the
 /// member may itself be starting).
-async fn fetch_settings(addr: &str, tls: Option<&Arc<PeerTls>>) -> Result<ClusterSettings> {
+/// A build without a feature the cluster finalized (`build` lacks it) is refused at once.
+async fn fetch_settings(
+    addr: &str,
+    tls: Option<&Arc<PeerTls>>,
+    build: &[String],
+    who: &str,
+) -> Result<ClusterSettings> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         match PeerRouter::admin_at(
@@ -248,7 +290,16 @@ async fn fetch_settings(addr: &str, tls: Option<&Arc<PeerTls>>) -> Result<Cluste
         )
         .await
         {
-            Ok(AdminResponse::ClusterInfo { settings, .. }) => return Ok(settings),
+            Ok(AdminResponse::ClusterInfo {
+                settings,
+                finalized_features,
+                ..
+            }) => {
+                return match upgrade::refuse_build(&finalized_features, build, who) {
+                    Some(e) => Err(e),
+                    None => Ok(settings),
+                }
+            }
             Ok(other) => return Err(Error::Internal(format!("unexpected answer {other:?}"))),
             Err(e) if Instant::now() >= deadline => {
                 return Err(Error::Unavailable(format!(
@@ -271,17 +322,8 @@ async fn register_self(cluster: Cluster, join_addr: Option<String>) {
         http_addr: opts.http_addr.clone(),
         state: NodeState::Active,
         plaintext: opts.peer_tls.is_none(),
-        features: opts
-            .features
-            .iter()
-            .cloned()
-            .chain(
-                crate::services::backup::FEATURES
-                    .iter()
-                    .chain(crate::services::rebalance::FEATURES.iter())
-                    .map(|f| f.to_string()),
-            )
-            .collect(),
+        features: build_features(&opts.features),
+        version: upgrade::VERSION.to_string(),
         disk: None,
         // A start clears a drain the last run recorded.
         draining_since_ms: None,
@@ -339,6 +381,25 @@ async fn register_self(cluster: Cluster, join_addr: Option<String>) {
                     _ = shutdown.changed() => return,
                 }
             }
+        }
+    }
+}
+
+/// Stops this node (exit 1) when the cluster turns on a feature its build lacks: a node whose
+/// replica of the metadata group had not applied the finalization when it stopped is let
+/// start by the check at start, and learns it here.
+async fn stop_when_too_old(cluster: Cluster) {
+    let mut shutdown = cluster.replicas().shutdown_signal();
+    let build = build_features(&cluster.inner.options.features);
+    let who = format!("node {}", cluster.node_id());
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+            _ = shutdown.changed() => return,
+        }
+        if let Some(e) = upgrade::refuse_build(&cluster.finalized_features(), &build, &who) {
+            tracing::error!("{e}: stopping");
+            std::process::exit(1);
         }
     }
 }

@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::ids::{NodeId, META_GROUP};
 use crate::namespace::Namespace;
 use crate::peer_service::AdminHandler;
+use crate::services::upgrade;
 
 impl AdminHandler for Cluster {
     fn handle(&self, req: AdminRequest) -> BoxFuture<'_, Result<AdminResponse>> {
@@ -25,8 +26,16 @@ impl Cluster {
             AdminRequest::ClusterInfo => Ok(AdminResponse::ClusterInfo {
                 settings: self.replicas().settings(),
                 nodes: self.local_nodes(),
+                finalized_features: self.finalized_features(),
             }),
             AdminRequest::Join(mut record) => {
+                // A build without a feature that is on would misread what the cluster writes.
+                let who = format!("node {}", record.id);
+                if let Some(e) =
+                    upgrade::refuse_build(&self.finalized_features(), &record.features, &who)
+                {
+                    return Err(e);
+                }
                 // A removed node stays removed: joining again does not undo it.
                 if let Some(known) = self.local_nodes().into_iter().find(|n| n.id == record.id) {
                     if known.state == NodeState::Removed {
@@ -87,6 +96,12 @@ impl Cluster {
                 crate::services::rebalance::change(self.replicas(), &req).await?;
                 Ok(AdminResponse::Rebalance(
                     crate::services::rebalance::status(self.replicas()).await?,
+                ))
+            }
+            AdminRequest::Upgrade(req) => {
+                upgrade::change(self.replicas(), req).await?;
+                Ok(AdminResponse::Upgrade(
+                    upgrade::status(self.replicas()).await?,
                 ))
             }
             AdminRequest::TransferLeader { group, to } => {

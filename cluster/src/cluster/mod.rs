@@ -161,10 +161,23 @@ impl Cluster {
         let _ = self.inner.shared_secret.set(secret);
     }
 
-    /// Whether every active member's record says its build has `feature` (this node's
-    /// replica of the metadata group).
-    pub fn members_have(&self, feature: &str) -> bool {
-        self.inner.replicas.members_have(feature)
+    /// Whether `feature` is on: the cluster finalized it (`services::upgrade`), so its new
+    /// commands and formats may be used.
+    pub fn feature_on(&self, feature: &str) -> bool {
+        crate::services::upgrade::is_on(&self.inner.replicas, feature)
+    }
+
+    /// The features that are on, as this node's replica of the metadata group holds them.
+    pub fn finalized_features(&self) -> Vec<String> {
+        crate::services::upgrade::local_record(&self.inner.replicas)
+            .map(|r| r.features.into_iter().collect())
+            .unwrap_or_default()
+    }
+
+    /// The cluster's version as this node's replica of the metadata group holds it (no
+    /// network: `/health` and metrics).
+    pub fn upgrade_status(&self) -> crate::admin::UpgradeStatus {
+        crate::services::upgrade::status_local(&self.inner.replicas)
     }
 
     /// Asks the cluster's other members for their shared secret; the first answer, if any

@@ -1,7 +1,7 @@
 //! The cluster's services (floor 3): what runs on top of this node's replicas across the groups
 //! — backups (`backup`), consistency checks of replicas (`check`), the query coordinator (`queries`), the schema catalog (`catalog`), the follower of each
 //! group's change log (`change_tail`), stored files (`files`), the placement of replicas
-//! (`placement`) and the planner of their moves (`rebalance`), replicas removed without knowing it (`departures`), giving back the space
+//! (`placement`) and the planner of their moves (`rebalance`), the cluster's version and feature gates (`upgrade`), replicas removed without knowing it (`departures`), giving back the space
 //! deletes free (`reclaim`) and the timed jobs of the
 //! metadata leader (`scheduler`). Each takes a `Replicas`, never the `Cluster`. Neighbours:
 //! below, `replicas` and the leaves (query engine, schema rules, change log, files' records);
@@ -18,3 +18,4 @@ pub mod queries;
 pub(crate) mod rebalance;
 pub(crate) mod reclaim;
 pub(crate) mod scheduler;
+pub mod upgrade;

@@ -163,7 +163,14 @@ pub async fn health(State(state): State<AppState>, RawQuery(query): RawQuery) ->
         "peerTls": state.cluster.peer_tls().is_some(),
         "disk": state.cluster.disk(),
         "alarms": alarms(&state),
+        "version": basalt_cluster::services::upgrade::VERSION,
     });
+    let upgrade = state.cluster.upgrade_status();
+    body["clusterVersion"] = json!(upgrade.cluster_version);
+    body["finalized"] = json!(upgrade.finalized);
+    if upgrade.hold {
+        body["upgradeHold"] = json!(true);
+    }
     let plaintext = plaintext_members(&state);
     if !plaintext.is_empty() || state.cluster.peer_tls().is_none() {
         body["insecure"] = json!(true);
@@ -219,6 +226,27 @@ fn record_group_gauges(
     }
 }
 
+/// The cluster version last shown, whose series goes to 0 when it changes.
+static SHOWN_VERSION: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// The build's and the cluster's versions (`services::upgrade`): whether the cluster is
+/// finalized, held, and how many features wait for finalizing.
+fn record_version_gauges(upgrade: &basalt_cluster::admin::UpgradeStatus) {
+    let build = basalt_cluster::services::upgrade::VERSION;
+    metrics::gauge!("basalt_build_info", "version" => build).set(1.0);
+    if let Ok(mut shown) = SHOWN_VERSION.lock() {
+        if let Some(old) = shown.take().filter(|v| *v != upgrade.cluster_version) {
+            metrics::gauge!("basalt_cluster_version_info", "version" => old).set(0.0);
+        }
+        *shown = Some(upgrade.cluster_version.clone());
+    }
+    metrics::gauge!("basalt_cluster_version_info", "version" => upgrade.cluster_version.clone())
+        .set(1.0);
+    metrics::gauge!("basalt_cluster_version_finalized").set(flag(upgrade.finalized));
+    metrics::gauge!("basalt_cluster_upgrade_hold").set(flag(upgrade.hold));
+    metrics::gauge!("basalt_cluster_upgrade_pending_features").set(upgrade.pending.len() as f64);
+}
+
 /// The process's own series (CPU seconds, resident memory, open files, threads, start time).
 static PROCESS: OnceLock<metrics_process::Collector> = OnceLock::new();
 
@@ -245,6 +273,7 @@ pub async fn metrics(State(state): State<AppState>) -> Result<String, ApiError> 
         metrics::gauge!("basalt_backup_last_success_timestamp_seconds")
             .set(last.finished_ms as f64 / 1000.0);
     }
+    record_version_gauges(&state.cluster.upgrade_status());
     metrics::gauge!("basalt_consistency_alarm_groups").set(
         state
             .cluster

@@ -209,18 +209,18 @@ fn confirmed(cluster: &Cluster, key: SecretsKey, path: &Path, write: bool) {
     start_sealing_when_every_member_can(cluster.clone());
 }
 
-/// Waits until every active member's build opens sealed values (a rolling upgrade has
-/// finished), then seals what is written from then on (what was stored in the clear is
+/// Waits until sealing is on: every active member's build opens sealed values and the cluster
+/// finalized it (`basalt admin upgrade`; until then the previous build can come back), then seals what is written from then on (what was stored in the clear is
 /// rewritten by `apps::seal_stored_apps_once_sealing`).
 fn start_sealing_when_every_member_can(cluster: Cluster) {
     tokio::spawn(async move {
         let mut waited = 0u32;
-        while !cluster.members_have(super::SEALING_FEATURE) {
+        while !cluster.feature_on(super::SEALING_FEATURE) {
             waited += 1;
             if waited % 300 == 60 {
                 tracing::warn!(
                     "app secrets are not sealed yet: a member's build cannot open sealed values \
-                     (finish upgrading every node)"
+                     or the upgrade is not finalized (`basalt admin upgrade status`)"
                 );
             }
             tokio::time::sleep(Duration::from_secs(1)).await;

@@ -16,6 +16,7 @@ mod rebalance;
 mod startup;
 mod survival;
 mod trust;
+mod upgrade;
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -75,6 +75,12 @@ async fn call(channel: &Channel, rpc: &str) -> Result<Value, String> {
         "rebalance-status" => node()
             .admin(with_deadline(msg(META_GROUP, json!({"Rebalance": "Status"}))?))
             .await,
+        "upgrade-finalize" => node()
+            .admin(with_deadline(msg(META_GROUP, json!({"Upgrade": "Finalize"}))?))
+            .await,
+        "upgrade-status" => node()
+            .admin(with_deadline(msg(META_GROUP, json!({"Upgrade": "Status"}))?))
+            .await,
         "vote-as-3" => raft().vote(with_deadline(msg(GroupId::new(1), vote)?)).await,
         "append-as-3" => raft()
             .append_entries(with_deadline(msg(
@@ -188,6 +194,7 @@ async fn the_peer_port_answers_only_the_cluster_s_certificates() {
             .iter()
             .chain(&["join-as-4", "shared-secret", "release-ballast", "drain"])
             .chain(&["rebalance-pause", "rebalance-status"])
+            .chain(&["upgrade-finalize", "upgrade-status"])
         {
             let r = call(ch, rpc).await;
             assert!(r.is_err(), "{who} {rpc}: {r:?}");
@@ -228,6 +235,13 @@ async fn the_peer_port_answers_only_the_cluster_s_certificates() {
             .as_ref()
             .is_ok_and(|v| v["Rebalance"]["settings"].is_object()),
         "admin rebalance status: {rebalance:?}"
+    );
+    let upgrade = call(&admin, "upgrade-status").await;
+    assert!(
+        upgrade
+            .as_ref()
+            .is_ok_and(|v| v["Upgrade"]["finalized"] == true),
+        "admin upgrade status: {upgrade:?}"
     );
     let released = call(&admin, "release-ballast").await;
     assert!(
@@ -270,6 +284,8 @@ async fn the_peer_port_answers_only_the_cluster_s_certificates() {
         "drain",
         "rebalance-pause",
         "rebalance-status",
+        "upgrade-finalize",
+        "upgrade-status",
     ] {
         let r = call(&node2, rpc).await;
         assert!(

@@ -63,6 +63,8 @@ pub struct Node {
     log_filter: String,
     /// Extra environment of the next start only (e.g. fail points).
     next_env: Vec<(String, String)>,
+    /// Extra environment of every start (`TestCluster::set_env`).
+    env: Vec<(String, String)>,
     /// The process whose namespaces the node runs in (`Volumes`), if any.
     in_namespace_of: Option<u32>,
 }
@@ -86,6 +88,7 @@ impl Node {
         let child = command
             .args(&self.args)
             .env("RUST_LOG", &self.log_filter)
+            .envs(self.env.iter().cloned())
             .envs(std::mem::take(&mut self.next_env))
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log file"))
@@ -114,7 +117,17 @@ pub struct TestCluster {
     pub https_ca: Option<Vec<u8>>,
     /// With small disks (`start_on_volumes`): the filesystems the nodes' data lives on.
     volumes: Option<Volumes>,
+    /// Extra environment of every node added (`start_with_env`).
+    node_env: Vec<(String, String)>,
     _guard: MutexGuard<'static, ()>,
+}
+
+/// What a start adds to every node: a small filesystem of its own of `volume_mb` MiB
+/// (`Volumes`), environment variables.
+#[derive(Default)]
+struct StartExtras {
+    volume_mb: Option<u64>,
+    env: Vec<(String, String)>,
 }
 
 /// An HTTPS certificate for 127.0.0.1 (`--tls-cert`, `--tls-key`) and its CA's PEM.
@@ -259,7 +272,10 @@ impl TestCluster {
             &node_log_filter(),
             false,
             None,
-            Some(mb),
+            StartExtras {
+                volume_mb: Some(mb),
+                ..StartExtras::default()
+            },
         )
         .await
     }
@@ -279,9 +295,44 @@ impl TestCluster {
             log_filter,
             secure,
             https_ca,
-            None,
+            StartExtras::default(),
         )
         .await
+    }
+
+    /// As `start`, every node (and every node added later) with `env` at each start, until
+    /// `set_env` changes a node's: for instance `BASALT_TESTING_WITHOUT_FEATURES`, to stand
+    /// in for an older build. Does not wait for the rebalancer.
+    pub async fn start_with_env(
+        n: usize,
+        init_args: &[&str],
+        common_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> TestCluster {
+        Self::start_full_on(
+            n,
+            init_args,
+            common_args,
+            &node_log_filter(),
+            false,
+            None,
+            StartExtras {
+                volume_mb: None,
+                env: env
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            },
+        )
+        .await
+    }
+
+    /// Node `i`'s extra environment from its next start on.
+    pub fn set_env(&mut self, i: usize, env: &[(&str, &str)]) {
+        self.nodes[i].env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
     }
 
     async fn start_full_on(
@@ -291,8 +342,9 @@ impl TestCluster {
         log_filter: &str,
         secure: bool,
         https_ca: Option<Vec<u8>>,
-        volume_mb: Option<u64>,
+        extras: StartExtras,
     ) -> TestCluster {
+        let StartExtras { volume_mb, env } = extras;
         let mut cluster = TestCluster::empty(
             AppKeys {
                 application_id: String::new(),
@@ -308,6 +360,7 @@ impl TestCluster {
             .unwrap_or(3);
         cluster.common_args = common_args.iter().map(|s| s.to_string()).collect();
         cluster.https_ca = https_ca;
+        cluster.node_env = env;
         if let Some(mb) = volume_mb {
             cluster.volumes =
                 Some(Volumes::make(cluster.dir.path(), n, mb).expect("the nodes' small disks"));
@@ -339,7 +392,8 @@ impl TestCluster {
         cluster
             .wait_placement_settled(Duration::from_secs(90))
             .await;
-        if n > 1 {
+        // A build told to stand in for an older one (`start_with_env`) may not plan.
+        if n > 1 && cluster.node_env.is_empty() {
             cluster.wait_balanced(Duration::from_secs(60)).await;
         }
         cluster
@@ -457,6 +511,7 @@ impl TestCluster {
             ca_dir: None,
             https_ca: None,
             volumes: None,
+            node_env: Vec::new(),
             _guard: guard,
         }
     }
@@ -532,6 +587,7 @@ impl TestCluster {
             args,
             log_filter: self.log_filter.clone(),
             next_env: Vec::new(),
+            env: self.node_env.clone(),
             in_namespace_of,
         };
         node.spawn();

@@ -28,8 +28,9 @@ use crate::namespace::Namespace;
 use crate::replicas::Replicas;
 use plan::{Bounds, GroupView, Member, MoveKind};
 
-/// What a build that plans can do, in its member record: the planner runs once every active
-/// member has it (an older build would move replicas back where rendezvous hashing puts them).
+/// What a build that plans can do, in its member record: the planner runs once it is on
+/// (`services::upgrade`: an older build would move replicas back where rendezvous hashing puts
+/// them).
 pub const FEATURES: [&str; 1] = ["rebalance"];
 
 /// Key of the placement record (namespace `Cluster`).
@@ -80,9 +81,11 @@ pub(crate) fn local_settings(replicas: &Replicas) -> RebalanceSettings {
         .unwrap_or_default()
 }
 
-/// Whether every active member's build plans.
+/// Whether planning is on (every active member's build plans, and the cluster finalized it).
 fn members_plan(replicas: &Replicas) -> bool {
-    FEATURES.iter().all(|f| replicas.members_have(f))
+    FEATURES
+        .iter()
+        .all(|f| crate::services::upgrade::is_on(replicas, f))
 }
 
 fn members(replicas: &Replicas) -> Vec<Member> {

@@ -7,6 +7,7 @@ mod consistency;
 mod job;
 mod rebalance;
 mod ttl_sweep;
+mod upgrade;
 
 use std::time::{Duration, Instant};
 
@@ -17,6 +18,8 @@ use job::Job;
 const TICK: Duration = Duration::from_millis(200);
 /// How often the rebalancer's planner looks at the cluster.
 const REBALANCE_ROUND: Duration = Duration::from_secs(1);
+/// How often the cluster's version is finalized when every member's build allows it.
+const UPGRADE_ROUND: Duration = Duration::from_secs(1);
 
 /// How often each job runs.
 #[derive(Debug, Clone, Copy)]
@@ -38,6 +41,9 @@ fn jobs(every: Intervals) -> Vec<Box<dyn Job>> {
         Box::new(rebalance::Rebalance {
             every: REBALANCE_ROUND,
             planner: Default::default(),
+        }),
+        Box::new(upgrade::Upgrade {
+            every: UPGRADE_ROUND,
         }),
     ];
     if let Some(every) = every.consistency_check {
