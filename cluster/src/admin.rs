@@ -266,6 +266,10 @@ pub struct MoveInFlight {
 pub struct NodeShare {
     pub node: NodeId,
     pub draining: bool,
+    /// It did not answer: nothing moves to it, and balancing waits (`remove-node` to have its
+    /// replicas replaced).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unreachable: bool,
     /// Replicas the placement record gives it, and their groups' bytes.
     pub replicas: u32,
     pub bytes: u64,

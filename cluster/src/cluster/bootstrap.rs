@@ -397,6 +397,14 @@ async fn stop_when_too_old(cluster: Cluster) {
             _ = tokio::time::sleep(Duration::from_secs(2)) => {}
             _ = shutdown.changed() => return,
         }
+        // A removed node still hands its replicas over: it stops when they have moved.
+        let removed = cluster
+            .local_nodes()
+            .iter()
+            .any(|n| n.id == cluster.node_id() && n.state == NodeState::Removed);
+        if removed {
+            continue;
+        }
         if let Some(e) = upgrade::refuse_build(&cluster.finalized_features(), &build, &who) {
             tracing::error!("{e}: stopping");
             std::process::exit(1);

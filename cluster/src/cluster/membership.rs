@@ -31,9 +31,8 @@ impl Cluster {
             AdminRequest::Join(mut record) => {
                 // A build without a feature that is on would misread what the cluster writes.
                 let who = format!("node {}", record.id);
-                if let Some(e) =
-                    upgrade::refuse_build(&self.finalized_features(), &record.features, &who)
-                {
+                let on = upgrade::finalized_now(self.replicas()).await?;
+                if let Some(e) = upgrade::refuse_build(&on, &record.features, &who) {
                     return Err(e);
                 }
                 // A removed node stays removed: joining again does not undo it.

@@ -620,6 +620,18 @@ impl Replicas {
         timeout: Duration,
         also_removed: bool,
     ) -> HashMap<GroupId, GroupStatus> {
+        self.member_statuses(timeout, also_removed).await.0
+    }
+
+    /// As `led_group_statuses`, with the members that answered.
+    pub(crate) async fn member_statuses(
+        &self,
+        timeout: Duration,
+        also_removed: bool,
+    ) -> (
+        HashMap<GroupId, GroupStatus>,
+        std::collections::BTreeSet<NodeId>,
+    ) {
         use crate::admin::{AdminRequest, AdminResponse};
         const REMOVED_ASK_WITHIN: Duration = Duration::from_millis(500);
         let members: Vec<(NodeId, Duration)> = self
@@ -647,7 +659,9 @@ impl Replicas {
             }
         });
         let mut led: HashMap<GroupId, GroupStatus> = HashMap::new();
+        let mut answered = std::collections::BTreeSet::new();
         for status in futures::future::join_all(asks).await.into_iter().flatten() {
+            answered.insert(status.node_id);
             for g in status.groups {
                 // Of two members that say they lead a group, a deposed one (paused, cut off)
                 // has the lower term.
@@ -658,7 +672,7 @@ impl Replicas {
                 }
             }
         }
-        led
+        (led, answered)
     }
 
     /// The state of every group on this node.

@@ -176,7 +176,15 @@ async fn reconcile(
         }
         matched_index(&m, n)
     };
-    let caught_up = |n: NodeId| last.saturating_sub(matched(n)) <= CAUGHT_UP_ENTRIES;
+    // Caught up: it acknowledged entries near the leader's last one, and answers. In a group
+    // with a short log a node that never answered would otherwise be near enough, and made a
+    // voter that cannot vote.
+    let caught_up = |n: NodeId| {
+        n == me
+            || (replication_known(&m, n)
+                && last.saturating_sub(matched(n)) <= CAUGHT_UP_ENTRIES
+                && answered_lately(&m, n))
+    };
 
     // 1. Every wanted node holds a replica (as a learner first).
     for &n in &want_all {
@@ -296,6 +304,14 @@ fn matched_index(m: &openraft::RaftMetrics<TypeConfig>, n: NodeId) -> u64 {
         .and_then(|r| r.get(&n).cloned().flatten())
         .map(|l| l.index)
         .unwrap_or(0)
+}
+
+/// Whether the leader whose metrics are `m` has had an entry acknowledged by `n`.
+fn replication_known(m: &openraft::RaftMetrics<TypeConfig>, n: NodeId) -> bool {
+    m.replication
+        .as_ref()
+        .and_then(|r| r.get(&n).cloned().flatten())
+        .is_some()
 }
 
 /// Whether voter `n` answered the leader whose metrics are `m` within `LIVE_WITHIN`.

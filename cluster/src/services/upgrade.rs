@@ -7,8 +7,8 @@
 //! administrator holds the upgrade (`basalt admin upgrade hold`), so that until `basalt admin
 //! upgrade finalize` the previous build can be brought back: it finds nothing it cannot read.
 //! Once a feature is on, a build without it cannot start on a data dir of the cluster nor join
-//! it. Neighbours: `cluster` answers `basalt admin upgrade` and `/health`; the services that
-//! gate (`backup`, `rebalance`; the node's sealing) ask `is_on`; below, `replicas`.
+//! it. Neighbours: `cluster` answers `basalt admin upgrade` and `/health`; the code that gates
+//! (`rebalance`; the node's sealing) asks `is_on`; below, `replicas`.
 
 use std::collections::BTreeSet;
 
@@ -63,14 +63,25 @@ pub(crate) fn local_record(replicas: &Replicas) -> Option<VersionRecord> {
         .and_then(|v| serde_json::from_value(v).ok())
 }
 
-/// Whether `feature` is on, as this node's replica of the metadata group holds the record; a
-/// cluster that has not written it yet (just made, or just upgraded to a build with it) uses a
-/// feature every active member has.
+/// The features that are on, as the metadata group's leader holds the record.
+pub(crate) async fn finalized_now(replicas: &Replicas) -> Result<Vec<String>> {
+    Ok(replicas
+        .get_record(META_GROUP, Namespace::Cluster, VERSION_KEY)
+        .await?
+        .map(serde_json::from_value::<VersionRecord>)
+        .transpose()?
+        .map(|r| r.features.into_iter().collect())
+        .unwrap_or_default())
+}
+
+/// Whether `feature` is on, as this node's replica of the metadata group holds the record: the
+/// record names it and every active member has it (a member of an older build that got in
+/// beside a finalization, or a previous release that does not check, turns it off again while
+/// it is a member). A cluster that has not written the record yet uses a feature every active
+/// member has.
 pub fn is_on(replicas: &Replicas, feature: &str) -> bool {
-    match local_record(replicas) {
-        Some(record) => record.features.contains(feature),
-        None => replicas.members_have(feature),
-    }
+    let recorded = local_record(replicas).is_none_or(|record| record.features.contains(feature));
+    recorded && replicas.members_have(feature)
 }
 
 /// The features on in `finalized` that a build with `build` lacks, as an error that says so
@@ -139,16 +150,13 @@ fn assess(members: &[NodeRecord]) -> Assessment {
 }
 
 impl Assessment {
-    /// The record once finalized (what was on stays on).
+    /// The record once finalized: what was on stays on; the version is the lowest member's
+    /// (lower than before when a node went back to a build with the same features).
     fn finalized(&self, record: Option<&VersionRecord>) -> VersionRecord {
         let mut features = record.map(|r| r.features.clone()).unwrap_or_default();
         features.extend(self.common.iter().cloned());
-        let version = match record {
-            Some(r) if version_key(&r.version) > version_key(&self.lowest) => r.version.clone(),
-            _ => self.lowest.clone(),
-        };
         VersionRecord {
-            version,
+            version: self.lowest.clone(),
             features,
             finalized_at_ms: Some(now_ms()),
             hold: false,
@@ -171,14 +179,14 @@ impl Assessment {
 /// The scheduler's round: write the record if there is none, and finalize once every active
 /// member has a feature that is not on (or runs a newer version), unless held.
 pub(crate) async fn round(replicas: &Replicas) -> Result<()> {
-    let members = replicas.local_nodes();
-    if !members.iter().any(|n| n.state == NodeState::Active) {
-        return Ok(());
-    }
     let raw = replicas
         .get_record(META_GROUP, Namespace::Cluster, VERSION_KEY)
         .await?;
     let record: Option<VersionRecord> = raw.clone().map(serde_json::from_value).transpose()?;
+    let members = members_now(replicas).await?;
+    if !members.iter().any(|n| n.state == NodeState::Active) {
+        return Ok(());
+    }
     let assessment = assess(&members);
     if record.as_ref().is_some_and(|r| r.hold) {
         return Ok(());
@@ -207,6 +215,17 @@ pub(crate) async fn round(replicas: &Replicas) -> Result<()> {
     Ok(())
 }
 
+/// The member records as the metadata group's leader holds them (read after the version
+/// record, so that a member the record's writer does not know of joined after it).
+async fn members_now(replicas: &Replicas) -> Result<Vec<NodeRecord>> {
+    Ok(replicas
+        .list_records(META_GROUP, Namespace::Node, "")
+        .await?
+        .into_iter()
+        .filter_map(|(_, v)| serde_json::from_value(v).ok())
+        .collect())
+}
+
 /// Holds or finalizes (compare-and-set against the record as the metadata group holds it).
 pub(crate) async fn change(replicas: &Replicas, req: UpgradeRequest) -> Result<()> {
     if req == UpgradeRequest::Status {
@@ -217,7 +236,7 @@ pub(crate) async fn change(replicas: &Replicas, req: UpgradeRequest) -> Result<(
             .get_record(META_GROUP, Namespace::Cluster, VERSION_KEY)
             .await?;
         let record: Option<VersionRecord> = raw.clone().map(serde_json::from_value).transpose()?;
-        let assessment = assess(&replicas.local_nodes());
+        let assessment = assess(&members_now(replicas).await?);
         let next = match req {
             UpgradeRequest::Status => return Ok(()),
             UpgradeRequest::Hold => {
@@ -271,7 +290,7 @@ pub(crate) async fn status(replicas: &Replicas) -> Result<UpgradeStatus> {
         .await?
         .map(serde_json::from_value)
         .transpose()?;
-    Ok(status_of(record.as_ref(), &replicas.local_nodes()))
+    Ok(status_of(record.as_ref(), &members_now(replicas).await?))
 }
 
 /// The cluster's version as this node's replica of the metadata group holds the record (for

@@ -226,3 +226,101 @@ async fn replicas_move_to_new_nodes_within_the_limits_and_back_off_removed_ones(
         );
     }
 }
+
+/// Story — a node frozen (SIGSTOP) as the rebalancer begins moving replicas to it: after
+/// `UNREACHABLE_AFTER` (30 s) without an answer the moves are cancelled (the replicas they
+/// were to replace stay; `cancel` moves counted), the status calls it unreachable, nothing
+/// else moves to it, and writes go on; thawed, it answers again and gets its share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moves_to_a_node_that_stops_answering_are_cancelled() {
+    let mut cluster = TestCluster::start(3, &["--shards", "4"], &[]).await;
+    let client = cluster.client(0);
+    let mut ids = crate::create_numbered(&client, "Thing", 20, |i| json!({"i": i})).await;
+    rebalance(&cluster, 0, &["pause"]);
+    let four = cluster.add_node().await;
+    cluster.pause(four);
+    rebalance(&cluster, 0, &["resume"]);
+    let to_four = |s: &Value| {
+        s["inFlight"].as_array().is_some_and(|moves| {
+            moves
+                .iter()
+                .any(|m| has_node(&m["desired"], 4) && !has_node(&m["voters"], 4))
+        })
+    };
+    TestCluster::eventually(Duration::from_secs(30), "a move to node 4 begins", || {
+        to_four(&rebalance(&cluster, 0, &["status"]))
+    })
+    .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let status = rebalance(&cluster, 1, &["status"]);
+        let cancelled = status["inFlight"] == json!([])
+            && status["nodes"].as_array().is_some_and(|nodes| {
+                nodes
+                    .iter()
+                    .any(|n| n["node"] == 4 && n["unreachable"] == true && n["replicas"] == 0)
+            });
+        if cancelled {
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            let logs: Vec<String> = (0..3)
+                .flat_map(|i| {
+                    cluster
+                        .log_text(i)
+                        .lines()
+                        .filter(|l| l.contains("rebalance") || l.contains("replica"))
+                        .map(|l| format!("node {}: {l}", i + 1))
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            panic!(
+                "the moves to node 4 were not cancelled: {status}\n{}",
+                logs.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    cluster
+        .wait_metric_sum(
+            &[0, 1, 2],
+            "basalt_rebalance_moves_begun_total{kind=\"cancel\"}",
+            1.0,
+            Duration::from_secs(10),
+            "a cancel counted",
+        )
+        .await;
+    for p in cluster
+        .placement(0)
+        .as_object()
+        .expect("placement")
+        .values()
+    {
+        assert!(!has_node(&p["voters"], 4), "{p}");
+    }
+    ids.extend(crate::create_numbered(&client, "Thing", 10, |i| json!({"i": 100 + i})).await);
+
+    cluster.resume(four);
+    cluster.wait_balanced(Duration::from_secs(90)).await;
+    let status = rebalance(&cluster, 0, &["status"]);
+    assert!(
+        status["nodes"]
+            .as_array()
+            .is_some_and(|nodes| nodes.iter().any(|n| n["node"] == 4
+                && n["unreachable"].is_null()
+                && n["replicas"].as_u64().unwrap_or(0) > 0)),
+        "{status}"
+    );
+    for id in &ids {
+        let got = cluster
+            .client(3)
+            .get_object("Thing", id)
+            .await
+            .expect("read");
+        assert!(got.is_some(), "{id}");
+    }
+}
+
+fn has_node(list: &Value, id: u64) -> bool {
+    list.as_array().is_some_and(|l| l.iter().any(|n| n == id))
+}

@@ -56,7 +56,8 @@ async fn replace_build(cluster: &mut TestCluster, i: usize, build: &[(&str, &str
 /// pending and off (the rebalancer does not plan), a node goes back to the middle build and
 /// serves, `finalize` is refused while it runs it and then turns the feature on (the
 /// rebalancer plans and balances); a node started again as the middle build now exits naming
-/// what it lacks. An object written at the start reads the same at the end.
+/// what it lacks, and a new node of it cannot join. An object written at the start reads the
+/// same at the end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolling_upgrade_turns_features_on_only_when_finalized() {
     let mut cluster = TestCluster::start_with_env(3, &["--shards", "2"], &[], OLDEST).await;
@@ -233,6 +234,24 @@ async fn a_rolling_upgrade_turns_features_on_only_when_finalized() {
     cluster.set_env(2, NEWEST);
     cluster.restart(2).await;
     cluster.wait_healthy(2, Duration::from_secs(60)).await;
+
+    // Nor does a new node of the middle build join.
+    let joiner = std::process::Command::new(env!("CARGO_BIN_EXE_basalt"))
+        .args(["serve", "--node-id", "4", "--http-addr", "127.0.0.1:0"])
+        .args(["--rpc-addr", "127.0.0.1:0", "--join", &cluster.nodes[0].rpc])
+        .arg("--data-dir")
+        .arg(cluster.dir.path().join("node4-middle"))
+        .envs(MIDDLE.iter().copied())
+        .output()
+        .expect("basalt serve");
+    let stderr = String::from_utf8_lossy(&joiner.stderr);
+    assert!(!joiner.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("finalized") && stderr.contains("rebalance"),
+        "{stderr}"
+    );
+    let s = upgrade(&cluster, 0, "status");
+    assert_eq!(s["nodes"].as_array().map(Vec::len), Some(3), "{s}");
 
     let read = cluster
         .client(2)

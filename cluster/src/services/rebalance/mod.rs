@@ -40,6 +40,9 @@ pub(crate) const SETTINGS_KEY: &str = "rebalance";
 
 /// How long the planner waits for each member's report of the groups it leads.
 const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
+/// A member that has not answered the planner for this long is unreachable: nothing moves to
+/// it, a move to it in flight is cancelled, and balancing waits (repairs go on).
+pub(crate) const UNREACHABLE_AFTER: Duration = Duration::from_secs(30);
 /// `queued` counts at most this many moves.
 const QUEUED_CAP: usize = 10_000;
 
@@ -88,11 +91,13 @@ fn members_plan(replicas: &Replicas) -> bool {
         .all(|f| crate::services::upgrade::is_on(replicas, f))
 }
 
-fn members(replicas: &Replicas) -> Vec<Member> {
+/// The members as the planner sees them; `reachable` says whether one answers.
+fn members(replicas: &Replicas, reachable: impl Fn(NodeId) -> bool) -> Vec<Member> {
     replicas
         .local_nodes()
         .into_iter()
         .map(|n| Member {
+            reachable: reachable(n.id),
             id: n.id,
             active: n.state == crate::admin::NodeState::Active,
             draining: n.draining_since_ms.is_some(),
@@ -109,7 +114,8 @@ struct Inputs {
     record: Option<PlacementRecord>,
     settings: RebalanceSettings,
     statuses: HashMap<GroupId, GroupStatus>,
-    members: Vec<Member>,
+    /// The members that answered this time.
+    answered: BTreeSet<NodeId>,
 }
 
 async fn gather(replicas: &Replicas) -> Result<Inputs> {
@@ -126,13 +132,13 @@ async fn gather(replicas: &Replicas) -> Result<Inputs> {
         .map(serde_json::from_value::<RebalanceSettings>)
         .transpose()?
         .unwrap_or_default();
-    let statuses = replicas.led_group_statuses(STATUS_TIMEOUT, true).await;
+    let (statuses, answered) = replicas.member_statuses(STATUS_TIMEOUT, true).await;
     Ok(Inputs {
         raw,
         record,
         settings,
         statuses,
-        members: members(replicas),
+        answered,
     })
 }
 
@@ -197,6 +203,8 @@ struct PlannerState {
     leader_tokens: f64,
     /// Groups in flight at the last round: one no longer is counts as a move done.
     in_flight: BTreeSet<GroupId>,
+    /// Since when each member that does not answer has not.
+    silent_since: HashMap<NodeId, Instant>,
 }
 
 impl Planner {
@@ -238,8 +246,25 @@ impl Planner {
             .filter(|(g, v)| v.in_flight(**g))
             .map(|(g, _)| *g)
             .collect();
-        let leader_moves = {
+        let leader_moves;
+        let members = {
             let mut state = self.state.lock().map_err(poisoned)?;
+            let now = Instant::now();
+            let answered = &inputs.answered;
+            state.silent_since.retain(|n, _| !answered.contains(n));
+            for n in replicas.active_members() {
+                if !answered.contains(&n.id) {
+                    state.silent_since.entry(n.id).or_insert(now);
+                }
+            }
+            let silent = state.silent_since.clone();
+            let members = members(replicas, |n| {
+                silent
+                    .get(&n)
+                    .is_none_or(|since| now.duration_since(*since) < UNREACHABLE_AFTER)
+            });
+            metrics::gauge!("basalt_rebalance_unreachable_members")
+                .set(members.iter().filter(|m| m.active && !m.reachable).count() as f64);
             let done = state.in_flight.difference(&now_in_flight).count();
             metrics::counter!("basalt_rebalance_moves_done_total").increment(done as u64);
             state.in_flight = now_in_flight.clone();
@@ -247,7 +272,8 @@ impl Planner {
             let elapsed = state.last_round.map_or(1.0, |t| t.elapsed().as_secs_f64());
             state.last_round = Some(Instant::now());
             state.leader_tokens = (state.leader_tokens + rate * elapsed).min(rate.max(1.0));
-            state.leader_tokens.floor() as u32
+            leader_moves = state.leader_tokens.floor() as u32;
+            members
         };
         let bounds = Bounds {
             replica_moves_per_node: settings.replica_moves_per_node.max(1),
@@ -255,18 +281,14 @@ impl Planner {
             balance: !settings.paused,
             replicas: replicas.settings().replicas,
         };
-        let planned = plan::plan(&views, &inputs.members, &bounds);
+        let planned = plan::plan(&views, &members, &bounds);
         metrics::gauge!("basalt_rebalance_moves_in_flight").set(now_in_flight.len() as f64);
         let unpaused = Bounds {
             balance: true,
             ..bounds
         };
-        metrics::gauge!("basalt_rebalance_moves_queued").set(plan::queued(
-            &views,
-            &inputs.members,
-            &unpaused,
-            QUEUED_CAP,
-        ) as f64);
+        metrics::gauge!("basalt_rebalance_moves_queued")
+            .set(plan::queued(&views, &members, &unpaused, QUEUED_CAP) as f64);
         if planned.moves.is_empty() {
             return Ok(());
         }
@@ -305,6 +327,7 @@ fn kind_name(kind: MoveKind) -> &'static str {
         MoveKind::Drop => "drop",
         MoveKind::Balance => "balance",
         MoveKind::Leader => "leader",
+        MoveKind::Cancel => "cancel",
     }
 }
 
@@ -316,6 +339,8 @@ fn poisoned<T>(_: std::sync::PoisonError<T>) -> Error {
 pub(crate) async fn status(replicas: &Replicas) -> Result<RebalanceStatus> {
     let inputs = gather(replicas).await?;
     let views = inputs.views();
+    // Without the planner's history, a member that did not answer now is called unreachable.
+    let members = members(replicas, |n| inputs.answered.contains(&n));
     // Moves left are counted as if the rebalancer were not paused.
     let bounds = Bounds {
         replica_moves_per_node: inputs.settings.replica_moves_per_node.max(1),
@@ -323,8 +348,8 @@ pub(crate) async fn status(replicas: &Replicas) -> Result<RebalanceStatus> {
         balance: true,
         replicas: replicas.settings().replicas,
     };
-    let queued = plan::queued(&views, &inputs.members, &bounds, QUEUED_CAP);
-    let loads = plan::loads(&views, &inputs.members);
+    let queued = plan::queued(&views, &members, &bounds, QUEUED_CAP);
+    let loads = plan::loads(&views, &members);
     let in_flight: Vec<MoveInFlight> = views
         .iter()
         .filter(|(g, v)| v.in_flight(**g))
@@ -354,8 +379,7 @@ pub(crate) async fn status(replicas: &Replicas) -> Result<RebalanceStatus> {
             *led.entry(l).or_default() += 1;
         }
     }
-    let nodes = inputs
-        .members
+    let nodes = members
         .iter()
         .filter(|m| m.active)
         .map(|m| {
@@ -363,6 +387,7 @@ pub(crate) async fn status(replicas: &Replicas) -> Result<RebalanceStatus> {
             NodeShare {
                 node: m.id,
                 draining: m.draining,
+                unreachable: !m.reachable,
                 replicas: load.replicas,
                 bytes: load.bytes,
                 weighted: (load.weighted * 100.0).round() / 100.0,

@@ -12,6 +12,9 @@
 //! (preferred leaders per node within ±1 of the mean, at most the round's leader moves).
 //! Draining nodes are spared: no replica goes to or leaves one, and none is given a leadership;
 //! balancing waits while a member drains or a group's leader does not answer.
+//! An unreachable node (silent for `rebalance::UNREACHABLE_AFTER`) takes nothing, balancing
+//! waits while one is, and a move to it is **cancelled**: the replica it was to replace stays,
+//! or another node takes the one it was to add.
 //! Nodes whose disk is low or critical take no replica (low ones only when no other can).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -33,6 +36,8 @@ pub struct Member {
     pub disk_low: bool,
     /// Its disk is at the critical mark.
     pub disk_critical: bool,
+    /// It answers the planner (false: silent too long; a node restarting is not yet).
+    pub reachable: bool,
 }
 
 /// One group as the planner sees it.
@@ -102,6 +107,8 @@ pub enum MoveKind {
     Balance,
     /// The preferred leader changes.
     Leader,
+    /// A move to a node that stopped answering is undone (or goes to another node).
+    Cancel,
 }
 
 /// One change of one group's desired voters.
@@ -149,7 +156,9 @@ pub fn plan(groups: &BTreeMap<GroupId, GroupView>, members: &[Member], bounds: &
     // Balancing waits while any group's state is unknown (its moves and bytes would be
     // guessed) and while any member drains (it is restarting: its share comes back with it).
     let calm = groups.values().all(|v| v.actual.is_some())
-        && members.iter().all(|m| !(m.active && m.draining));
+        && members
+            .iter()
+            .all(|m| !(m.active && (m.draining || !m.reachable)));
     if bounds.balance && calm {
         w.balance_replicas(bounds);
         w.balance_leaders(bounds.leader_moves);
@@ -271,7 +280,7 @@ impl<'a> World<'a> {
         let ok: Vec<NodeId> = self
             .members
             .iter()
-            .filter(|m| m.active && !m.draining && !m.disk_low && !m.disk_critical)
+            .filter(|m| m.active && m.reachable && !m.draining && !m.disk_low && !m.disk_critical)
             .map(|m| m.id)
             .collect();
         if !ok.is_empty() {
@@ -279,7 +288,7 @@ impl<'a> World<'a> {
         }
         self.members
             .iter()
-            .filter(|m| m.active && !m.draining && !m.disk_critical)
+            .filter(|m| m.active && m.reachable && !m.draining && !m.disk_critical)
             .map(|m| m.id)
             .collect()
     }
@@ -349,6 +358,12 @@ impl<'a> World<'a> {
             if view.actual.is_none() {
                 continue;
             }
+            if self.cancel_move_to_unreachable(g, &takers) {
+                continue;
+            }
+            let Some(view) = self.groups.get(&g) else {
+                continue;
+            };
             let desired = view.desired.clone();
             let gone: Vec<NodeId> = desired
                 .iter()
@@ -440,6 +455,62 @@ impl<'a> World<'a> {
         }
     }
 
+    /// Undoes a move in flight to a node that stopped answering (one the group's leader has
+    /// not made a voter yet): the voter it was to replace, when there is one that answers,
+    /// stays; else the best other taker by rendezvous rank takes its place, else it is left
+    /// out. Whether it changed the group.
+    fn cancel_move_to_unreachable(&mut self, g: GroupId, takers: &[NodeId]) -> bool {
+        let Some(view) = self.groups.get(&g) else {
+            return false;
+        };
+        let Some((voters, _)) = &view.actual else {
+            return false;
+        };
+        let unreachable = |n: NodeId| self.member(n).is_some_and(|m| m.active && !m.reachable);
+        let Some(dead) = view
+            .desired
+            .iter()
+            .copied()
+            .find(|&n| !voters.contains(&n) && unreachable(n))
+        else {
+            return false;
+        };
+        let answering = |n: NodeId| self.member(n).is_some_and(|m| m.active && m.reachable);
+        let back = voters
+            .iter()
+            .copied()
+            .find(|&n| !view.desired.contains(&n) && answering(n));
+        let instead = back.or_else(|| {
+            takers
+                .iter()
+                .copied()
+                .filter(|n| !view.desired.contains(n))
+                .max_by_key(|&n| placement_score(g, n))
+        });
+        let next: Vec<NodeId> = match instead {
+            Some(to) => view
+                .desired
+                .iter()
+                .map(|&n| if n == dead { to } else { n })
+                .collect(),
+            None => view
+                .desired
+                .iter()
+                .copied()
+                .filter(|&n| n != dead)
+                .collect(),
+        };
+        self.set(g, next);
+        self.moving.insert(g);
+        self.moves.push(Move {
+            group: g,
+            kind: MoveKind::Cancel,
+            from: Some(dead),
+            to: instead,
+        });
+        true
+    }
+
     fn set(&mut self, g: GroupId, desired: Vec<NodeId>) {
         if let Some(view) = self.groups.get_mut(&g) {
             view.desired = desired;
@@ -453,7 +524,7 @@ impl<'a> World<'a> {
         let sources: Vec<NodeId> = self
             .members
             .iter()
-            .filter(|m| m.active && !m.draining)
+            .filter(|m| m.active && m.reachable && !m.draining)
             .map(|m| m.id)
             .collect();
         let takers = self.takers();

@@ -52,12 +52,18 @@ fn a_mixed_cluster_turns_on_only_what_every_member_has() {
 }
 
 #[test]
-fn finalizing_keeps_what_was_on_and_never_lowers_the_version() {
-    let members = [member(1, "0.1.0", &["a"]), member(2, "0.1.0", &["a"])];
-    let next = assess(&members).finalized(Some(&record("0.2.0", &["a", "z"], true)));
-    assert_eq!(next.version, "0.2.0");
+fn finalizing_keeps_what_was_on_and_takes_the_lowest_version() {
+    // A node went back to 0.1.0, which has every feature that is on: the cluster can be
+    // finalized again at 0.1.0.
+    let members = [member(1, "0.1.0", &["a"]), member(2, "0.2.0", &["a"])];
+    let before = record("0.2.0", &["a", "z"], true);
+    assert!(!status_of(Some(&before), &members).finalized);
+    let next = assess(&members).finalized(Some(&before));
+    assert_eq!(next.version, "0.1.0");
     assert!(next.features.contains("z"), "a feature once on stays on");
     assert!(!next.hold, "finalizing ends a hold");
+    let same = [member(1, "0.1.0", &["a"]), member(2, "0.1.0", &["a"])];
+    assert!(status_of(Some(&next), &same).finalized);
 }
 
 #[test]

@@ -12,6 +12,7 @@ fn members(ids: &[u64]) -> Vec<Member> {
             draining: false,
             disk_low: false,
             disk_critical: false,
+            reachable: true,
         })
         .collect()
 }
@@ -294,4 +295,87 @@ fn a_removed_node_no_move_needs_is_replaced_beside_one_a_move_needs() {
     let g1 = &p.desired[&GroupId::new(1)];
     assert_eq!(&g1[..2], &[n(1), n(2)], "{p:?}");
     assert!(g1[2] == n(5) || g1[2] == n(6), "{p:?}");
+}
+
+/// `members(ids)` with `silent` ones unreachable.
+fn with_silent(ids: &[u64], silent: &[u64]) -> Vec<Member> {
+    let mut all = members(ids);
+    for m in &mut all {
+        m.reachable = !silent.contains(&m.id.get());
+    }
+    all
+}
+
+#[test]
+fn a_move_to_a_node_that_stopped_answering_is_cancelled_back() {
+    // Group 1 was moving from node 3 to node 4 (a learner so far) when node 4 went silent.
+    let mut groups = settled(4, &[1, 2, 3], 1 << 20);
+    let view = groups.get_mut(&GroupId::new(1)).expect("group 1");
+    view.desired = vec![n(1), n(2), n(4)];
+    view.actual = Some(([n(1), n(2), n(3)].into(), [n(4)].into()));
+    let four = with_silent(&[1, 2, 3, 4], &[4]);
+    let p = plan(&groups, &four, &bounds(1));
+    assert_eq!(
+        p.moves,
+        vec![Move {
+            group: GroupId::new(1),
+            kind: MoveKind::Cancel,
+            from: Some(n(4)),
+            to: Some(n(3)),
+        }],
+        "the replica on node 3 stays, and nothing else moves while node 4 is silent"
+    );
+    assert_eq!(p.desired[&GroupId::new(1)], vec![n(1), n(2), n(3)]);
+    // Still silent once the group settled back: nothing moves to it.
+    let view = groups.get_mut(&GroupId::new(1)).expect("group 1");
+    view.desired = vec![n(1), n(2), n(3)];
+    view.actual = Some(([n(1), n(2), n(3)].into(), BTreeSet::new()));
+    let p = plan(&groups, &four, &bounds(1));
+    assert!(p.moves.iter().all(|m| m.to != Some(n(4))), "{p:?}");
+    // Answering again, it gets its share.
+    let p = plan(&groups, &members(&[1, 2, 3, 4]), &bounds(1));
+    assert!(p.moves.iter().any(|m| m.to == Some(n(4))), "{p:?}");
+}
+
+#[test]
+fn a_fill_to_a_silent_node_goes_to_another_and_silent_nodes_take_nothing() {
+    // Group 2 has two voters and was filling to node 4, which went silent: node 5 takes it.
+    let mut groups = settled(3, &[1, 2, 3, 5], 1 << 20);
+    for v in groups.values_mut() {
+        v.desired = vec![n(1), n(2), n(3)];
+        v.actual = Some((v.desired.iter().copied().collect(), BTreeSet::new()));
+    }
+    let view = groups.get_mut(&GroupId::new(2)).expect("group 2");
+    view.desired = vec![n(1), n(2), n(4)];
+    view.actual = Some(([n(1), n(2)].into(), [n(4)].into()));
+    let five = with_silent(&[1, 2, 3, 4, 5], &[4]);
+    let p = plan(&groups, &five, &bounds(1));
+    let cancel = p
+        .moves
+        .iter()
+        .find(|m| m.group == GroupId::new(2))
+        .expect("group 2 changes");
+    assert_eq!(cancel.kind, MoveKind::Cancel, "{p:?}");
+    assert_eq!(cancel.from, Some(n(4)));
+    assert!(
+        matches!(cancel.to, Some(x) if x == n(3) || x == n(5)),
+        "{p:?}"
+    );
+    assert!(
+        p.moves.iter().all(|m| m.kind == MoveKind::Cancel),
+        "balancing waits while a member is silent: {p:?}"
+    );
+    // A short group fills on answering nodes only.
+    let mut short = settled(2, &[1, 2], 0);
+    for v in short.values_mut() {
+        v.actual = Some((v.desired.iter().copied().collect(), BTreeSet::new()));
+    }
+    let p = plan(&short, &with_silent(&[1, 2, 3, 4], &[3]), &bounds(1));
+    assert!(!p.moves.is_empty());
+    assert!(
+        p.moves
+            .iter()
+            .all(|m| m.kind == MoveKind::Fill && m.to == Some(n(4))),
+        "{p:?}"
+    );
 }
