@@ -84,6 +84,14 @@ fn fnv1a64<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> u64 {
     h
 }
 
+/// The hash slot (of `slots`) of `(app, class, object_id)` — or of a record's `(scope, word,
+/// routing key)` — (`slots::SlotMap`): `shard_for` is slot mod `shards` when `slots` is a
+/// multiple of it.
+pub fn slot_for(app: &str, class: &str, object_id: &str, slots: u32) -> u32 {
+    let h = fnv1a64([app.as_bytes(), class.as_bytes(), object_id.as_bytes()]);
+    (h % u64::from(slots.max(1))) as u32
+}
+
 /// The data shard (a group in `1..=shards`) that owns `(app, class, object_id)`.
 pub fn shard_for(app: &str, class: &str, object_id: &str, shards: u32) -> GroupId {
     let shards = shards.max(1);

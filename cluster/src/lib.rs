@@ -17,7 +17,7 @@
 //! - 3: services peer_service
 //! - 2: replicas
 //! - 1: statemachine rpc network local_read
-//! - 0: every other module — the leaves: ids, names, encodings, command, object, update, acl,
+//! - 0: every other module — the leaves: ids, slots, names, encodings, command, object, update, acl,
 //!   the query engine, schema rules, the change log, files' records, raft, storage (the only
 //!   one naming RocksDB), errors; `damage` (tests' damage to a stopped node's store, with the
 //!   `failpoints` feature).
@@ -54,6 +54,7 @@ pub mod rpc;
 pub mod schema;
 pub mod services;
 pub mod settings;
+pub mod slots;
 pub mod statemachine;
 mod storage;
 pub mod tls;

@@ -62,16 +62,16 @@ impl Cluster {
         self.inner.replicas.object_group(app, class, object_id)
     }
 
-    /// The group holding `app`'s record of `ns` that `key` routes (`namespace::record_group`:
+    /// The group holding `app`'s record of `ns` that `key` routes (`SlotMap::record_group`:
     /// claims, nonces, SMS).
     pub fn app_record_group(&self, ns: Namespace, app: &AppId, key: &str) -> GroupId {
-        crate::namespace::record_group(ns, app, key, self.inner.replicas.shards())
+        self.inner.replicas.slot_map().record_group(ns, app, key)
     }
 
     /// The group holding the record of `ns` that `key` routes, for a namespace of no one app
-    /// (emailed links, captchas, throttles; `namespace::record_group`).
+    /// (emailed links, captchas, throttles; `SlotMap::record_group`).
     pub fn record_group(&self, ns: Namespace, key: &str) -> GroupId {
-        crate::namespace::record_group(ns, "", key, self.inner.replicas.shards())
+        self.inner.replicas.slot_map().record_group(ns, "", key)
     }
 
     /// Reads one object, linearizably (no access check: the service's own reads).

@@ -7,8 +7,7 @@
 //! over every led shard cost a full round each. Over turns every led shard gets its share.
 //! Used by `Replicas::new_object_id`; the ids themselves are `object::new_object_id`.
 
-use crate::ids::{shard_for, GroupId};
-use crate::names::AppId;
+use crate::ids::GroupId;
 use crate::object::new_object_id;
 
 /// Ids drawn per data shard, at most, looking for one on the lane's shard (an id lands on a
@@ -38,18 +37,24 @@ impl Lane<'_> {
         self.led.get(turn.rem_euclid(n) as usize).copied()
     }
 
-    /// A new objectId for an object of `class` in `app` on the lane's shard at `now_ms`;
-    /// failing that (after many draws, or without turns), one on any led shard, else any.
-    pub fn draw_id(&self, app: &AppId, class: &str, shards: u32, now_ms: i64) -> String {
+    /// A new objectId on the lane's shard at `now_ms` (`group_of` says where an id of the
+    /// object's class lands, among `groups` data groups); failing that (after many draws, or
+    /// without turns), one on any led shard, else any.
+    pub fn draw_id(
+        &self,
+        group_of: impl Fn(&str) -> GroupId,
+        groups: usize,
+        now_ms: i64,
+    ) -> String {
         if self.led.is_empty() {
             return new_object_id();
         }
         let target = self.shard_at(now_ms);
-        let draws = (DRAWS_PER_SHARD * shards.max(1) as usize).min(MAX_DRAWS);
+        let draws = (DRAWS_PER_SHARD * groups.max(1)).min(MAX_DRAWS);
         let mut fallback = None;
         for _ in 0..draws {
             let id = new_object_id();
-            let shard = shard_for(app, class, &id, shards);
+            let shard = group_of(&id);
             if !self.led.contains(&shard) {
                 continue;
             }
@@ -65,6 +70,7 @@ impl Lane<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::shard_for;
     use crate::raft::CREATE_LANE_MS;
 
     fn g(n: u32) -> GroupId {
@@ -72,6 +78,11 @@ mod tests {
     }
 
     const TURN: i64 = CREATE_LANE_MS as i64;
+
+    /// Where an id of a `Game` of `app` lands among 16 shards.
+    fn game(id: &str) -> GroupId {
+        shard_for("app", "Game", id, 16)
+    }
 
     fn lane(led: &[GroupId]) -> Lane<'_> {
         Lane {
@@ -103,7 +114,7 @@ mod tests {
     fn a_node_leading_no_shard_has_no_lane() {
         assert_eq!(lane(&[]).shard_at(12_345), None);
         // Its ids are still ids, on any shard.
-        let id = lane(&[]).draw_id(&"app".into(), "Game", 16, 12_345);
+        let id = lane(&[]).draw_id(game, 16, 12_345);
         assert_eq!(id.len(), 10);
     }
 
@@ -114,7 +125,7 @@ mod tests {
             let now = turn * TURN;
             let want = lane(&led).shard_at(now).unwrap();
             for _ in 0..20 {
-                let id = lane(&led).draw_id(&"app".into(), "Game", 16, now);
+                let id = lane(&led).draw_id(game, 16, now);
                 assert_eq!(shard_for("app", "Game", &id, 16), want, "{id} at {now}");
             }
         }
@@ -137,7 +148,7 @@ mod tests {
         assert_eq!(lane.shard_at(0), None);
         let mut seen = std::collections::BTreeMap::new();
         for _ in 0..600 {
-            let id = lane.draw_id(&"app".into(), "Game", 16, 0);
+            let id = lane.draw_id(game, 16, 0);
             *seen.entry(shard_for("app", "Game", &id, 16)).or_insert(0) += 1;
         }
         assert_eq!(seen.keys().copied().collect::<Vec<_>>(), led.to_vec());

@@ -37,7 +37,7 @@ use crate::admin::{ClusterSettings, GroupDigest, GroupStatus, NodeRecord, NodeSt
 use crate::cancel::Cancel;
 use crate::command::{Command, Proposed, ReadRequest, ReadResponse};
 use crate::error::{Error, Result};
-use crate::ids::{class_groups, is_meta_class, object_group, GroupId, NodeId, META_GROUP};
+use crate::ids::{is_meta_class, GroupId, NodeId, META_GROUP};
 use crate::names::AppId;
 use crate::namespace::Namespace;
 use crate::network::GroupNetwork;
@@ -45,6 +45,7 @@ use crate::object::new_object_id;
 use crate::raft::RocksLogStore;
 use crate::raft::{RaftTuning, TypeConfig};
 use crate::rpc::router::{PeerRouter, FORWARD_TIMEOUT};
+use crate::slots::SlotMap;
 use crate::statemachine::{snapshot, ShardStateMachine};
 use crate::storage::records::{live_record, records_with_prefix, ReplicaState, StoredRecord};
 use crate::storage::Store;
@@ -89,6 +90,9 @@ struct Inner {
     bulk_reads: Arc<Semaphore>,
     /// The turn of each led shard in this node's create lane, in ms (0: no lane).
     create_lane_ms: u64,
+    /// Which data group holds each hash slot (`slots`): the cluster's initial map, until
+    /// groups are split (decisions/0038).
+    slot_map: Arc<SlotMap>,
     /// The proposals of each group this node leads, queued while earlier ones are in flight.
     proposals: proposals::Proposals,
     /// Each app's share of the writes in flight in each group this node leads.
@@ -185,6 +189,7 @@ impl Replicas {
                 votes_from: Instant::now() + tuning.vote_hold(),
                 bulk_reads: Arc::new(Semaphore::new(bulk_read_threads)),
                 create_lane_ms: tuning.create_lane_ms,
+                slot_map: Arc::new(SlotMap::initial(settings.shards)),
                 proposals: proposals::Proposals::new(
                     settings.shards as usize + 1,
                     tuning.proposals_in_flight,
@@ -214,9 +219,14 @@ impl Replicas {
         self.inner.settings.shards
     }
 
-    /// The group that stores an object (`ids::object_group`).
+    /// Which data group holds each hash slot: what requests are routed by.
+    pub fn slot_map(&self) -> Arc<SlotMap> {
+        Arc::clone(&self.inner.slot_map)
+    }
+
+    /// The group that stores an object (`SlotMap::object_group`).
     pub fn object_group(&self, app: &AppId, class: &str, object_id: &str) -> GroupId {
-        object_group(app, class, object_id, self.shards())
+        self.inner.slot_map.object_group(app, class, object_id)
     }
 
     /// A new objectId for an object of `class` in `app`: when this node leads some of the
@@ -227,19 +237,27 @@ impl Replicas {
         if is_meta_class(class) {
             return new_object_id();
         }
-        let led: Vec<GroupId> = GroupId::data_shards(self.shards())
+        let map = &self.inner.slot_map;
+        let groups = map.data_groups();
+        let led: Vec<GroupId> = groups
+            .iter()
+            .copied()
             .filter(|&g| self.leads_as_voter(g))
             .collect();
         let lane = create_lane::Lane {
             turn_ms: self.inner.create_lane_ms,
             led: &led,
         };
-        lane.draw_id(app, class, self.shards(), now_ms())
+        lane.draw_id(
+            |id| map.object_group(app, class, id),
+            groups.len(),
+            now_ms(),
+        )
     }
 
-    /// The groups that store objects of `class` (`ids::class_groups`).
+    /// The groups that store objects of `class` (`SlotMap::class_groups`).
     pub fn class_groups(&self, class: &str) -> Vec<GroupId> {
-        class_groups(class, self.shards())
+        self.inner.slot_map.class_groups(class)
     }
 
     /// The store every local replica keeps its state in.

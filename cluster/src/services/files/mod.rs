@@ -94,7 +94,7 @@ impl Files {
 
     /// The record of `id`, read linearizably from its shard.
     pub async fn record(&self, id: &FileId) -> Result<Option<FileRecord>> {
-        let group = file_group(id.as_str(), self.shards());
+        let group = self.replicas.slot_map().file_group(id.as_str());
         match self
             .replicas
             .get_record(group, Namespace::File, id.as_str())
@@ -152,7 +152,7 @@ impl Files {
     /// record as read, so of two racing deletes one succeeds), then asks every member to drop
     /// its copy. `None` when `app` has no such file.
     pub async fn delete(&self, app: &AppId, id: &FileId, path: &str) -> Result<Option<FileRecord>> {
-        let group = file_group(id.as_str(), self.shards());
+        let group = self.replicas.slot_map().file_group(id.as_str());
         let Some(value) = self
             .replicas
             .get_record(group, Namespace::File, id.as_str())

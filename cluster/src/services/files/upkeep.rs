@@ -103,7 +103,7 @@ impl Files {
             return Ok(0);
         }
         let (mut recorded, mut gone) = (HashSet::new(), HashSet::new());
-        for group in GroupId::data_shards(self.shards()) {
+        for group in self.replicas.slot_map().data_groups() {
             let records = self.replicas.list_records(group, Namespace::File, "");
             recorded.extend(records.await?.into_iter().map(|(k, _)| k));
             let deleted = self.replicas.list_records(group, Namespace::FileGone, "");

@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::files::bucket::BucketWriter;
 use crate::files::copies::{CopyWriter, Md5Sum};
 use crate::files::record::{FileId, FileRecord, NewFile};
-use crate::ids::{file_group, NodeId};
+use crate::ids::NodeId;
 use crate::namespace::Namespace;
 use crate::rpc::file_client::CopySink;
 
@@ -264,7 +264,7 @@ impl Files {
     /// `files::upkeep` (the record may have been written all the same).
     async fn commit(&self, id: &FileId, record: FileRecord) -> Result<FileRecord> {
         let size = record.size;
-        let group = file_group(id.as_str(), self.shards());
+        let group = self.replicas.slot_map().file_group(id.as_str());
         self.replicas
             .insert_record(
                 group,

@@ -1,0 +1,150 @@
+//! Hash slots (decisions/0038): every object, routed record and stored file's record hashes to
+//! one of `shards · 256` slots, and the slot map says which data group holds each slot. Slot
+//! `s` begins in group `1 + s mod shards`, exactly where `ids::shard_for` puts the same key, so
+//! a cluster's layout is unchanged until a group is split. Neighbours: `ids` (the hash, group
+//! ids), `namespace` (how a record's slot is named); `replicas` keeps the map the node routes
+//! by.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{is_meta_class, slot_for, GroupId, META_GROUP};
+use crate::namespace::{Namespace, Placement};
+
+/// Slots per data group a cluster begins with.
+pub const SLOTS_PER_SHARD: u32 = 256;
+
+/// Which data group holds each slot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SlotMap {
+    /// The data groups the cluster began with (`--shards`): `shards · 256` slots.
+    pub shards: u32,
+    /// Raised by every change of the map.
+    pub epoch: u64,
+    /// Slots no longer in the group they began in, and the group they are in.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub moved: BTreeMap<u32, GroupId>,
+}
+
+impl SlotMap {
+    /// The map a cluster of `shards` data groups begins with: every slot where `shard_for` puts
+    /// its keys.
+    pub fn initial(shards: u32) -> SlotMap {
+        SlotMap {
+            shards: shards.max(1),
+            epoch: 0,
+            moved: BTreeMap::new(),
+        }
+    }
+
+    /// How many slots there are.
+    pub fn slots(&self) -> u32 {
+        self.shards.max(1).saturating_mul(SLOTS_PER_SHARD)
+    }
+
+    /// The group holding `slot`.
+    pub fn group_of_slot(&self, slot: u32) -> GroupId {
+        self.moved
+            .get(&slot)
+            .copied()
+            .unwrap_or_else(|| GroupId::new(1 + slot % self.shards.max(1)))
+    }
+
+    /// The data group holding the key hashed from `parts` (`ids::slot_for`).
+    fn group_of(&self, scope: &str, word: &str, key: &str) -> GroupId {
+        self.group_of_slot(slot_for(scope, word, key, self.slots()))
+    }
+
+    /// The group that stores an object: the metadata group for its classes
+    /// (`ids::META_CLASSES`), else the data group of its slot.
+    pub fn object_group(&self, app: &str, class: &str, object_id: &str) -> GroupId {
+        if is_meta_class(class) {
+            META_GROUP
+        } else {
+            self.group_of(app, class, object_id)
+        }
+    }
+
+    /// The group holding the record of `ns` that `key` routes (`namespace::record_group`).
+    pub fn record_group(&self, ns: Namespace, app: &str, key: &str) -> GroupId {
+        match ns.placement() {
+            Placement::Meta | Placement::EachGroup => META_GROUP,
+            Placement::Shard { fixed, word } => self.group_of(fixed.unwrap_or(app), word, key),
+        }
+    }
+
+    /// The data group holding the record of the stored file `file_id` (`ids::file_group`).
+    pub fn file_group(&self, file_id: &str) -> GroupId {
+        self.group_of("", "_File", file_id)
+    }
+
+    /// Every data group, in order.
+    pub fn data_groups(&self) -> Vec<GroupId> {
+        let mut groups: BTreeSet<GroupId> = GroupId::data_shards(self.shards).collect();
+        groups.extend(self.moved.values().copied());
+        groups.into_iter().collect()
+    }
+
+    /// The groups that store objects of `class`: what a scan, count or aggregation asks.
+    pub fn class_groups(&self, class: &str) -> Vec<GroupId> {
+        if is_meta_class(class) {
+            vec![META_GROUP]
+        } else {
+            self.data_groups()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{class_groups, file_group, object_group};
+
+    /// The initial map puts every key where the fixed placement (`ids::shard_for`) did: no data
+    /// moves when a cluster begins routing by slots.
+    #[test]
+    fn the_initial_map_is_the_fixed_placement() {
+        for shards in [1u32, 2, 3, 7, 16, 64] {
+            let map = SlotMap::initial(shards);
+            for i in 0..3000 {
+                let id = format!("{i:x}obj{}", i * 7919);
+                for class in ["GameScore", "_User", "_Role", "_Installation"] {
+                    assert_eq!(
+                        map.object_group("app1", class, &id),
+                        object_group("app1", class, &id, shards),
+                        "{shards} shards, {class}/{id}"
+                    );
+                }
+                assert_eq!(map.file_group(&id), file_group(&id, shards));
+                for ns in Namespace::ALL {
+                    assert_eq!(
+                        map.record_group(ns, "app1", &id),
+                        crate::namespace::record_group(ns, "app1", &id, shards),
+                        "{ns:?}"
+                    );
+                }
+            }
+            assert_eq!(map.class_groups("Thing"), class_groups("Thing", shards));
+            assert_eq!(map.class_groups("_Role"), vec![META_GROUP]);
+        }
+    }
+
+    #[test]
+    fn a_moved_slot_routes_to_its_group_and_the_group_is_listed() {
+        let mut map = SlotMap::initial(4);
+        let slot = slot_for("app1", "Thing", "abc", map.slots());
+        let before = map.object_group("app1", "Thing", "abc");
+        assert_eq!(before, GroupId::new(1 + slot % 4));
+        map.moved.insert(slot, GroupId::new(5));
+        map.epoch += 1;
+        assert_eq!(map.object_group("app1", "Thing", "abc"), GroupId::new(5));
+        assert_eq!(
+            map.data_groups(),
+            (1..=5).map(GroupId::new).collect::<Vec<_>>()
+        );
+        let text = serde_json::to_string(&map).expect("json");
+        assert_eq!(serde_json::from_str::<SlotMap>(&text).expect("parse"), map);
+    }
+}
