@@ -10,7 +10,7 @@ NODES ?= 1
 JEPSEN_SECONDS ?= 120
 JEPSEN_NODES ?= 3
 
-.PHONY: run dev test lint deps sdks test-servers build bench bench-backup bench-rolling bench-rebalance bench-files bench-functions bench-push bench-realtime bench-queries bench-peers bench-store bench-encoding jepsen fuzz clean-data
+.PHONY: run dev test lint deps sdks test-servers build bench bench-backup bench-rolling bench-rebalance bench-files bench-functions bench-push bench-realtime bench-queries bench-peers bench-store bench-encoding jepsen jepsen-upgrade fuzz clean-data
 
 ## Install the system packages the build needs (libclang for rust-rocksdb's bindgen).
 deps:
@@ -136,6 +136,13 @@ bench-encoding: deps
 jepsen: deps
 	$(CARGO) build $(PROFILE_FLAGS) -p basalt -p basalt-jepsen
 	$(or $(CARGO_TARGET_DIR),target)/release/basalt-jepsen --out jepsen-runs --nodes $(JEPSEN_NODES) --seconds $(JEPSEN_SECONDS) matrix
+
+## Jepsen's rolling-upgrade nemesis: each workload on a cluster started with the previous
+## release's binary (scripts/build-previous.sh builds it once, in a worktree and target dir of
+## its own: about an hour cold), rolled node by node to this build under load.
+jepsen-upgrade: deps
+	$(CARGO) build $(PROFILE_FLAGS) -p basalt -p basalt-jepsen
+	$(or $(CARGO_TARGET_DIR),target)/release/basalt-jepsen --out jepsen-runs --nodes $(JEPSEN_NODES) --seconds $(JEPSEN_SECONDS) --previous-binary "$$(scripts/build-previous.sh)" upgrade
 
 ## Longer run of the request-decoding fuzzer (property tests in node/tests/fuzz.rs; make test
 ## runs 256 cases per property).

@@ -36,10 +36,24 @@ pub struct NodeProc {
     pub paused: bool,
     /// The process whose namespaces the node runs in (`Volumes`), if any.
     namespace_of: Option<u32>,
+    /// It runs the previous build (`Db::previous`) rather than `Db::bin`.
+    pub runs_previous: bool,
+}
+
+/// A build of `basalt` nodes may run instead of `Db::bin`: the previous release, for the
+/// rolling-upgrade nemesis, with environment of its own.
+#[derive(Debug, Clone)]
+pub struct Build {
+    pub bin: PathBuf,
+    pub env: Vec<(String, String)>,
 }
 
 pub struct Db {
     pub bin: PathBuf,
+    /// The previous build: the cluster starts on it, and `upgrade` moves a node to `bin`.
+    pub previous: Option<Build>,
+    /// A node was upgraded: nodes added from then on run `bin`.
+    upgrading: bool,
     pub dir: PathBuf,
     pub nodes: Vec<NodeProc>,
     pub net: Net,
@@ -53,7 +67,18 @@ impl Db {
     /// Starts an `n`-node cluster with `shards` data shards; returns once every node is healthy
     /// and every group has min(3, n) voters.
     pub async fn start(bin: &Path, dir: &Path, n: usize, shards: u32) -> anyhow::Result<Db> {
-        Self::start_on(bin, dir, n, shards, None).await
+        Self::start_on(bin, dir, n, shards, None, None).await
+    }
+
+    /// As `start`, every node running `previous` until `upgrade` moves it to `bin`.
+    pub async fn start_previous(
+        bin: &Path,
+        previous: Build,
+        dir: &Path,
+        n: usize,
+        shards: u32,
+    ) -> anyhow::Result<Db> {
+        Self::start_on(bin, dir, n, shards, None, Some(previous)).await
     }
 
     /// As `start`, each node slot's data on a tmpfs of `mb` MiB (`Volumes`).
@@ -64,7 +89,7 @@ impl Db {
         shards: u32,
         mb: u64,
     ) -> anyhow::Result<Db> {
-        Self::start_on(bin, dir, n, shards, Some(mb)).await
+        Self::start_on(bin, dir, n, shards, Some(mb), None).await
     }
 
     async fn start_on(
@@ -73,6 +98,7 @@ impl Db {
         n: usize,
         shards: u32,
         volume_mb: Option<u64>,
+        previous: Option<Build>,
     ) -> anyhow::Result<Db> {
         std::fs::create_dir_all(dir)?;
         let volumes = match volume_mb {
@@ -81,6 +107,8 @@ impl Db {
         };
         let mut db = Db {
             bin: bin.to_path_buf(),
+            previous,
+            upgrading: false,
             dir: dir.to_path_buf(),
             nodes: Vec::new(),
             net: Net::default(),
@@ -216,8 +244,10 @@ impl Db {
             child: None,
             paused: false,
             namespace_of: self.volumes.as_ref().map(Volumes::holder_pid),
+            runs_previous: self.previous.is_some() && !self.upgrading,
         };
-        spawn(&self.bin, &mut node)?;
+        let (bin, env) = build_of(&self.bin, &self.previous, &node);
+        spawn(bin, env, &mut node)?;
         self.nodes.push(node);
         self.wait_healthy(index, Duration::from_secs(90)).await?;
         Ok(index)
@@ -407,9 +437,17 @@ impl Db {
 
     pub fn restart(&mut self, i: usize) -> anyhow::Result<()> {
         if self.nodes[i].child.is_none() {
-            spawn(&self.bin, &mut self.nodes[i])?;
+            let (bin, env) = build_of(&self.bin, &self.previous, &self.nodes[i]);
+            spawn(bin, env, &mut self.nodes[i])?;
         }
         Ok(())
+    }
+
+    /// Node `i` runs `bin` from its next start on (the rolling-upgrade nemesis), as does every
+    /// node added from now on.
+    pub fn upgrade(&mut self, i: usize) {
+        self.nodes[i].runs_previous = false;
+        self.upgrading = true;
     }
 
     pub fn pause(&mut self, i: usize) {
@@ -487,7 +525,8 @@ impl Db {
             self.nodes[other].rpc_proxy.to_string(),
         ]);
         self.nodes[i].args = args;
-        spawn(&self.bin, &mut self.nodes[i])?;
+        self.nodes[i].runs_previous = self.previous.is_some() && !self.upgrading;
+        self.restart(i)?;
         self.wait_healthy(i, Duration::from_secs(90)).await
     }
 
@@ -531,7 +570,19 @@ impl Drop for Db {
     }
 }
 
-fn spawn(bin: &Path, node: &mut NodeProc) -> anyhow::Result<()> {
+/// The binary and environment `node` runs: the previous build's while it runs that.
+fn build_of<'a>(
+    bin: &'a Path,
+    previous: &'a Option<Build>,
+    node: &NodeProc,
+) -> (&'a Path, &'a [(String, String)]) {
+    match previous {
+        Some(p) if node.runs_previous => (&p.bin, &p.env),
+        _ => (bin, &[]),
+    }
+}
+
+fn spawn(bin: &Path, env: &[(String, String)], node: &mut NodeProc) -> anyhow::Result<()> {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -547,6 +598,7 @@ fn spawn(bin: &Path, node: &mut NodeProc) -> anyhow::Result<()> {
     let child = command
         .args(&node.args)
         .env("RUST_LOG", "info,openraft=error")
+        .envs(env.iter().cloned())
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)

@@ -26,6 +26,13 @@ struct Cli {
     /// Concurrent clients.
     #[arg(long, default_value_t = 6)]
     clients: usize,
+    /// The previous release's `basalt` (`scripts/build-previous.sh`): the rolling-upgrade
+    /// nemesis starts the cluster on it and rolls every node to this build.
+    #[arg(long)]
+    previous_binary: Option<PathBuf>,
+    /// Environment of the previous build's processes, `NAME=VALUE` (repeatable).
+    #[arg(long, value_parser = parse_env)]
+    previous_env: Vec<(String, String)>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -43,6 +50,14 @@ enum Cmd {
     Smoke,
     /// Every workload under every nemesis, one run each.
     Matrix,
+    /// Every workload under the rolling-upgrade nemesis (needs `--previous-binary`).
+    Upgrade,
+}
+
+fn parse_env(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .ok_or_else(|| format!("{s:?}: NAME=VALUE"))
 }
 
 fn config(cli: &Cli, workload: Workload, faults: Vec<Fault>, bin: PathBuf, tag: &str) -> RunConfig {
@@ -59,6 +74,13 @@ fn config(cli: &Cli, workload: Workload, faults: Vec<Fault>, bin: PathBuf, tag: 
         check_budget: Duration::from_secs(60),
         out: PathBuf::new(),
         bin,
+        previous: cli
+            .previous_binary
+            .clone()
+            .map(|bin| basalt_jepsen::db::Build {
+                bin,
+                env: cli.previous_env.clone(),
+            }),
     };
     cfg.out = cli.out.join(format!("{}-{tag}", cfg.name()));
     cfg
@@ -80,6 +102,10 @@ async fn main() -> anyhow::Result<()> {
         Cmd::Matrix => Workload::ALL
             .iter()
             .flat_map(|w| Fault::ALL.iter().map(move |f| (*w, vec![*f])))
+            .collect(),
+        Cmd::Upgrade => Workload::ALL
+            .iter()
+            .map(|w| (*w, vec![Fault::RollingUpgrade]))
             .collect(),
     };
     println!("| workload | nemesis | ops | ok | fail | info | result | run dir |");

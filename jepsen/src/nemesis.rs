@@ -45,6 +45,10 @@ pub enum Fault {
     /// leaderships over and exits), started again, and waited for until healthy before the
     /// next: the period lasts as long as that takes.
     RollingRestart,
+    /// The cluster starts on the previous release's binary (`Db::previous`); every node in
+    /// turn is stopped as for a rolling restart and started again on this build. Once every
+    /// node runs it, a cycle is a rolling restart. Needs `RunConfig::previous`; not in `all`.
+    RollingUpgrade,
 }
 
 /// What `disk-full` leaves free on the node's disk: under the 256 MiB critical mark, with room
@@ -80,6 +84,7 @@ impl Fault {
             Fault::Membership => "membership",
             Fault::DiskFull => "disk-full",
             Fault::RollingRestart => "rolling-restart",
+            Fault::RollingUpgrade => "rolling-upgrade",
         }
     }
 
@@ -97,6 +102,7 @@ impl Fault {
                     Fault::PartitionBridge,
                     Fault::PartitionAsymmetric,
                 ]),
+                "rolling-upgrade" => out.push(Fault::RollingUpgrade),
                 other => match Fault::ALL.iter().find(|f| f.name() == other) {
                     Some(f) => out.push(*f),
                     None => anyhow::bail!("unknown nemesis {other:?}"),
@@ -149,7 +155,7 @@ const RESTART_EXPECTED: Duration = Duration::from_secs(9);
 fn period_of(fault: Fault, active: Duration, hold: Duration, nodes: usize) -> Duration {
     match fault {
         Fault::PauseLeader => active.max(hold + PAUSE_LEADER_AFTER),
-        Fault::RollingRestart => RESTART_EXPECTED * nodes as u32,
+        Fault::RollingRestart | Fault::RollingUpgrade => RESTART_EXPECTED * nodes as u32,
         _ => active,
     }
 }
@@ -346,7 +352,12 @@ async fn apply(db: &mut Db, fault: Fault, hold: Duration) -> Applied {
             }
         }
         Fault::RollingRestart => Applied {
-            detail: rolling_restart(db).await,
+            detail: rolling_restart(db, false).await,
+            paused_leader: None,
+            ran_its_course: true,
+        },
+        Fault::RollingUpgrade => Applied {
+            detail: rolling_restart(db, true).await,
             paused_leader: None,
             ran_its_course: true,
         },
@@ -361,14 +372,29 @@ async fn apply(db: &mut Db, fault: Fault, hold: Duration) -> Applied {
     }
 }
 
-/// Stops every node in turn with SIGTERM (it drains and exits), starts it again and waits
-/// until it is healthy before the next; what happened to each.
-async fn rolling_restart(db: &mut Db) -> String {
+/// Stops every node in turn with SIGTERM (it drains and exits), starts it again — on this
+/// build when `upgrade` — and waits until it is healthy before the next; what happened to
+/// each.
+async fn rolling_restart(db: &mut Db, upgrade: bool) -> String {
     let mut notes = Vec::new();
+    let name = if upgrade {
+        "rolling-upgrade"
+    } else {
+        "rolling-restart"
+    };
     for i in 0..db.nodes.len() {
         let started = Instant::now();
+        let was_previous = db.nodes[i].runs_previous;
         let stopped = db.stop_gracefully(i, RESTART_STOP_WITHIN).await;
         let drained = started.elapsed().as_secs_f64();
+        if upgrade {
+            db.upgrade(i);
+        }
+        let stopped = if was_previous && upgrade {
+            format!("{stopped}, upgraded")
+        } else {
+            stopped
+        };
         let note = match db.restart(i) {
             Ok(()) => match db.wait_healthy(i, RESTART_HEALTHY_WITHIN).await {
                 Ok(()) => format!(
@@ -380,7 +406,7 @@ async fn rolling_restart(db: &mut Db) -> String {
             },
             Err(e) => format!("node {}: {stopped}; not started again: {e}", i + 1),
         };
-        tracing_line(&format!("nemesis rolling-restart: {note}"));
+        tracing_line(&format!("nemesis {name}: {note}"));
         notes.push(note);
     }
     notes.join("; ")
@@ -415,7 +441,7 @@ mod tests {
 
     #[test]
     fn every_name_parses_back_and_matches_serde() {
-        for f in Fault::ALL {
+        for f in Fault::ALL.into_iter().chain([Fault::RollingUpgrade]) {
             assert_eq!(Fault::parse_list(f.name()).unwrap(), vec![f]);
             assert_eq!(serde_json::to_value(f).unwrap(), f.name());
         }

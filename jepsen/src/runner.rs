@@ -38,6 +38,8 @@ pub struct RunConfig {
     pub out: PathBuf,
     /// The `basalt` binary.
     pub bin: PathBuf,
+    /// The previous release's build: the cluster starts on it (`rolling-upgrade` needs it).
+    pub previous: Option<crate::db::Build>,
 }
 
 impl RunConfig {
@@ -62,9 +64,18 @@ pub struct RunReport {
 pub async fn run(cfg: &RunConfig) -> anyhow::Result<RunReport> {
     std::fs::create_dir_all(&cfg.out)?;
     let dir = cfg.out.join("cluster");
-    let mut db = match cfg.faults.contains(&Fault::DiskFull) {
-        true => Db::start_on_volumes(&cfg.bin, &dir, cfg.nodes, cfg.shards, VOLUME_MB).await?,
-        false => Db::start(&cfg.bin, &dir, cfg.nodes, cfg.shards).await?,
+    let upgrading = cfg.faults.contains(&Fault::RollingUpgrade);
+    let mut db = match (cfg.faults.contains(&Fault::DiskFull), &cfg.previous) {
+        (true, _) => Db::start_on_volumes(&cfg.bin, &dir, cfg.nodes, cfg.shards, VOLUME_MB).await?,
+        (false, Some(previous)) if upgrading => {
+            Db::start_previous(&cfg.bin, previous.clone(), &dir, cfg.nodes, cfg.shards).await?
+        }
+        (false, None) if upgrading => {
+            anyhow::bail!(
+                "the rolling-upgrade nemesis needs the previous build (--previous-binary)"
+            )
+        }
+        (false, _) => Db::start(&cfg.bin, &dir, cfg.nodes, cfg.shards).await?,
     };
     let timeout = Duration::from_secs(4);
     let clients = (0..cfg.nodes)

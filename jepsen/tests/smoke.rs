@@ -1,5 +1,6 @@
 //! The jepsen smoke run of `make test`: every workload for a short time (`JEPSEN_SMOKE_SECONDS`,
-//! default 40) under the kill and partition nemeses against a real 3-node cluster. Fails on an
+//! default 40) under the kill and partition nemeses against a real 3-node cluster, and
+//! list-append under a rolling upgrade. Fails on an
 //! `invalid` verdict, on replicas a consistency check (`basalt admin check`, once healed) finds
 //! differing or cannot compare, or on a run that cannot complete; `unknown` is reported, not
 //! failed.
@@ -24,8 +25,9 @@ async fn every_workload_under_kill_and_partition() {
     let root = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("jepsen-smoke");
     let _ = std::fs::remove_dir_all(&root);
     let mut failures = Vec::new();
+    let mut runs = Vec::new();
     for workload in Workload::ALL {
-        let mut cfg = RunConfig {
+        let cfg = RunConfig {
             workload,
             faults: vec![
                 Fault::Kill,
@@ -43,7 +45,27 @@ async fn every_workload_under_kill_and_partition() {
             check_budget: Duration::from_secs(60),
             out: Default::default(),
             bin: bin.clone(),
+            previous: None,
         };
+        runs.push(cfg);
+    }
+    // A rolling upgrade under list-append: the cluster starts on a build standing in for the
+    // previous release (this binary without the features it added since, which it leaves out
+    // of its member record) and is rolled node by node to this one (`make jepsen-upgrade` runs
+    // the real previous release).
+    let previous = basalt_jepsen::db::Build {
+        bin: bin.clone(),
+        env: vec![(
+            "BASALT_TESTING_WITHOUT_FEATURES".into(),
+            "rebalance,sealed-secrets".into(),
+        )],
+    };
+    let mut upgrade = runs[0].clone();
+    upgrade.workload = Workload::ListAppend;
+    upgrade.faults = vec![Fault::RollingUpgrade];
+    upgrade.previous = Some(previous);
+    runs.push(upgrade);
+    for mut cfg in runs {
         cfg.out = root.join(cfg.name());
         match run(&cfg).await {
             Ok(report) => {

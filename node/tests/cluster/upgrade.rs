@@ -212,10 +212,16 @@ async fn a_rolling_upgrade_turns_features_on_only_when_finalized() {
     );
     assert!(s["finalizedAtMs"].as_i64().is_some(), "{s}");
     cluster.wait_balanced(Duration::from_secs(60)).await;
-    assert_eq!(
-        cluster.metric(1, "basalt_cluster_version_finalized").await,
-        1.0
-    );
+    // Each node's metric follows its own replica of the metadata group.
+    cluster
+        .wait_metric_sum(
+            &[1],
+            "basalt_cluster_version_finalized",
+            1.0,
+            Duration::from_secs(10),
+            "node 2 sees the cluster finalized",
+        )
+        .await;
 
     // Finalized: the middle build no longer starts on a node's data dir.
     cluster.stop(2);
