@@ -142,7 +142,7 @@ jepsen: deps
 ## its own: about an hour cold), rolled node by node to this build under load.
 jepsen-upgrade: deps
 	$(CARGO) build $(PROFILE_FLAGS) -p basalt -p basalt-jepsen
-	$(or $(CARGO_TARGET_DIR),target)/release/basalt-jepsen --out jepsen-runs --nodes $(JEPSEN_NODES) --seconds $(JEPSEN_SECONDS) --previous-binary "$$(scripts/build-previous.sh)" upgrade
+	previous=$$(scripts/build-previous.sh) && $(or $(CARGO_TARGET_DIR),target)/release/basalt-jepsen --out jepsen-runs --nodes $(JEPSEN_NODES) --seconds $(JEPSEN_SECONDS) --previous-binary "$$previous" upgrade
 
 ## Longer run of the request-decoding fuzzer (property tests in node/tests/fuzz.rs; make test
 ## runs 256 cases per property).

@@ -66,6 +66,9 @@ pub async fn run(cfg: &RunConfig) -> anyhow::Result<RunReport> {
     let dir = cfg.out.join("cluster");
     let upgrading = cfg.faults.contains(&Fault::RollingUpgrade);
     let mut db = match (cfg.faults.contains(&Fault::DiskFull), &cfg.previous) {
+        (true, _) if upgrading => {
+            anyhow::bail!("the rolling-upgrade nemesis does not run with disk-full")
+        }
         (true, _) => Db::start_on_volumes(&cfg.bin, &dir, cfg.nodes, cfg.shards, VOLUME_MB).await?,
         (false, Some(previous)) if upgrading => {
             Db::start_previous(&cfg.bin, previous.clone(), &dir, cfg.nodes, cfg.shards).await?

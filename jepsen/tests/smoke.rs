@@ -75,6 +75,15 @@ async fn every_workload_under_kill_and_partition() {
                     report.verdict.name(),
                     report.summary["ops"]
                 );
+                let rolled = report.summary["faults"]
+                    .as_array()
+                    .is_some_and(|f| f.iter().any(|i| i["fault"] == "rolling-upgrade"));
+                if cfg.previous.is_some() && !rolled {
+                    failures.push(format!(
+                        "{}: no rolling upgrade ran (JEPSEN_SMOKE_SECONDS too short?)",
+                        cfg.name()
+                    ));
+                }
                 let consistency = report.summary["consistency"].as_str().unwrap_or_default();
                 if !consistency.starts_with("agree") {
                     failures.push(format!("{}: replicas {consistency}", cfg.name()));

@@ -36,8 +36,11 @@ pub struct Member {
     pub disk_low: bool,
     /// Its disk is at the critical mark.
     pub disk_critical: bool,
-    /// It answers the planner (false: silent too long; a node restarting is not yet).
+    /// It answered the planner lately (false: silent for `UNREACHABLE_AFTER`, and moves to it
+    /// are cancelled; a node restarting is not yet).
     pub reachable: bool,
+    /// It answered the planner's last round: only then does it take a replica.
+    pub answering: bool,
 }
 
 /// One group as the planner sees it.
@@ -158,7 +161,7 @@ pub fn plan(groups: &BTreeMap<GroupId, GroupView>, members: &[Member], bounds: &
     let calm = groups.values().all(|v| v.actual.is_some())
         && members
             .iter()
-            .all(|m| !(m.active && (m.draining || !m.reachable)));
+            .all(|m| !(m.active && (m.draining || !m.answering)));
     if bounds.balance && calm {
         w.balance_replicas(bounds);
         w.balance_leaders(bounds.leader_moves);
@@ -280,7 +283,7 @@ impl<'a> World<'a> {
         let ok: Vec<NodeId> = self
             .members
             .iter()
-            .filter(|m| m.active && m.reachable && !m.draining && !m.disk_low && !m.disk_critical)
+            .filter(|m| m.active && m.answering && !m.draining && !m.disk_low && !m.disk_critical)
             .map(|m| m.id)
             .collect();
         if !ok.is_empty() {
@@ -288,7 +291,7 @@ impl<'a> World<'a> {
         }
         self.members
             .iter()
-            .filter(|m| m.active && m.reachable && !m.draining && !m.disk_critical)
+            .filter(|m| m.active && m.answering && !m.draining && !m.disk_critical)
             .map(|m| m.id)
             .collect()
     }
@@ -475,7 +478,7 @@ impl<'a> World<'a> {
         else {
             return false;
         };
-        let answering = |n: NodeId| self.member(n).is_some_and(|m| m.active && m.reachable);
+        let answering = |n: NodeId| self.member(n).is_some_and(|m| m.active && m.answering);
         let back = voters
             .iter()
             .copied()
@@ -500,8 +503,13 @@ impl<'a> World<'a> {
                 .filter(|&n| n != dead)
                 .collect(),
         };
+        // A node taking the added replica instead takes part in a move now.
+        let newcomer = instead.filter(|n| !voters.contains(n));
         self.set(g, next);
         self.moving.insert(g);
+        if let Some(to) = newcomer {
+            *self.busy.entry(to).or_default() += 1;
+        }
         self.moves.push(Move {
             group: g,
             kind: MoveKind::Cancel,
@@ -524,7 +532,7 @@ impl<'a> World<'a> {
         let sources: Vec<NodeId> = self
             .members
             .iter()
-            .filter(|m| m.active && m.reachable && !m.draining)
+            .filter(|m| m.active && m.answering && !m.draining)
             .map(|m| m.id)
             .collect();
         let takers = self.takers();
