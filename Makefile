@@ -42,7 +42,8 @@ dev: NODES = 3
 dev: run
 
 ## The whole suite: lints, unit tests, HTTP scenarios, multi-process cluster tests and the
-## jepsen smoke run (about 40 s of load per workload under kill and partition nemeses).
+## jepsen smoke run (about 40 s of load per workload under kill and partition nemeses, and
+## list-append under a rolling upgrade).
 test: deps sdks test-servers lint
 	./scripts/check-alerts.sh
 	$(CARGO) test $(PROFILE_FLAGS) --workspace --all-targets

@@ -176,15 +176,14 @@ async fn reconcile(
         }
         matched_index(&m, n)
     };
-    // Caught up: near the leader's last entry. A node becoming a voter must also have
-    // acknowledged entries and answer: in a group with a short log a node that never answered
-    // would otherwise be near enough, and made a voter that cannot vote. (A voter that stays
-    // is not asked to answer: one dead voter must not block replacing another.)
+    // Caught up: it acknowledged entries near the leader's last one, and answers. In a group
+    // with a short log a node that never answered would otherwise be near enough, and made a
+    // voter that cannot vote.
     let caught_up = |n: NodeId| {
-        let near = last.saturating_sub(matched(n)) <= CAUGHT_UP_ENTRIES;
         n == me
-            || (voters.contains(&n) && near)
-            || (replication_known(&m, n) && near && answered_lately(&m, n))
+            || (replication_known(&m, n)
+                && last.saturating_sub(matched(n)) <= CAUGHT_UP_ENTRIES
+                && answered_lately(&m, n))
     };
 
     // 1. Every wanted node holds a replica (as a learner first).

@@ -43,9 +43,6 @@ const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
 /// A member that has not answered the planner for this long is unreachable: nothing moves to
 /// it, a move to it in flight is cancelled, and balancing waits (repairs go on).
 pub(crate) const UNREACHABLE_AFTER: Duration = Duration::from_secs(30);
-/// Silences the planner saw longer ago than this (it did not run the scheduler meanwhile)
-/// are forgotten.
-const STALE_SILENCE: Duration = Duration::from_secs(10);
 /// `queued` counts at most this many moves.
 const QUEUED_CAP: usize = 10_000;
 
@@ -94,19 +91,13 @@ fn members_plan(replicas: &Replicas) -> bool {
         .all(|f| crate::services::upgrade::is_on(replicas, f))
 }
 
-/// The members as the planner sees them: `reachable` says whether one answered lately,
-/// `answered` whether it answered this round.
-fn members(
-    replicas: &Replicas,
-    reachable: impl Fn(NodeId) -> bool,
-    answered: &BTreeSet<NodeId>,
-) -> Vec<Member> {
+/// The members as the planner sees them; `reachable` says whether one answers.
+fn members(replicas: &Replicas, reachable: impl Fn(NodeId) -> bool) -> Vec<Member> {
     replicas
         .local_nodes()
         .into_iter()
         .map(|n| Member {
             reachable: reachable(n.id),
-            answering: answered.contains(&n.id),
             id: n.id,
             active: n.state == crate::admin::NodeState::Active,
             draining: n.draining_since_ms.is_some(),
@@ -260,13 +251,6 @@ impl Planner {
             let mut state = self.state.lock().map_err(poisoned)?;
             let now = Instant::now();
             let answered = &inputs.answered;
-            // Silences seen while this node last ran the planner are not this round's.
-            if state
-                .last_round
-                .is_none_or(|t| now.duration_since(t) > STALE_SILENCE)
-            {
-                state.silent_since.clear();
-            }
             state.silent_since.retain(|n, _| !answered.contains(n));
             for n in replicas.active_members() {
                 if !answered.contains(&n.id) {
@@ -274,15 +258,11 @@ impl Planner {
                 }
             }
             let silent = state.silent_since.clone();
-            let members = members(
-                replicas,
-                |n| {
-                    silent
-                        .get(&n)
-                        .is_none_or(|since| now.duration_since(*since) < UNREACHABLE_AFTER)
-                },
-                answered,
-            );
+            let members = members(replicas, |n| {
+                silent
+                    .get(&n)
+                    .is_none_or(|since| now.duration_since(*since) < UNREACHABLE_AFTER)
+            });
             metrics::gauge!("basalt_rebalance_unreachable_members")
                 .set(members.iter().filter(|m| m.active && !m.reachable).count() as f64);
             let done = state.in_flight.difference(&now_in_flight).count();
@@ -360,7 +340,7 @@ pub(crate) async fn status(replicas: &Replicas) -> Result<RebalanceStatus> {
     let inputs = gather(replicas).await?;
     let views = inputs.views();
     // Without the planner's history, a member that did not answer now is called unreachable.
-    let members = members(replicas, |n| inputs.answered.contains(&n), &inputs.answered);
+    let members = members(replicas, |n| inputs.answered.contains(&n));
     // Moves left are counted as if the rebalancer were not paused.
     let bounds = Bounds {
         replica_moves_per_node: inputs.settings.replica_moves_per_node.max(1),

@@ -36,11 +36,8 @@ pub struct Member {
     pub disk_low: bool,
     /// Its disk is at the critical mark.
     pub disk_critical: bool,
-    /// It answered the planner lately (false: silent for `UNREACHABLE_AFTER`, and moves to it
-    /// are cancelled; a node restarting is not yet).
+    /// It answers the planner (false: silent too long; a node restarting is not yet).
     pub reachable: bool,
-    /// It answered the planner's last round: only then does it take a replica.
-    pub answering: bool,
 }
 
 /// One group as the planner sees it.
@@ -161,7 +158,7 @@ pub fn plan(groups: &BTreeMap<GroupId, GroupView>, members: &[Member], bounds: &
     let calm = groups.values().all(|v| v.actual.is_some())
         && members
             .iter()
-            .all(|m| !(m.active && (m.draining || !m.answering)));
+            .all(|m| !(m.active && (m.draining || !m.reachable)));
     if bounds.balance && calm {
         w.balance_replicas(bounds);
         w.balance_leaders(bounds.leader_moves);
@@ -283,7 +280,7 @@ impl<'a> World<'a> {
         let ok: Vec<NodeId> = self
             .members
             .iter()
-            .filter(|m| m.active && m.answering && !m.draining && !m.disk_low && !m.disk_critical)
+            .filter(|m| m.active && m.reachable && !m.draining && !m.disk_low && !m.disk_critical)
             .map(|m| m.id)
             .collect();
         if !ok.is_empty() {
@@ -291,7 +288,7 @@ impl<'a> World<'a> {
         }
         self.members
             .iter()
-            .filter(|m| m.active && m.answering && !m.draining && !m.disk_critical)
+            .filter(|m| m.active && m.reachable && !m.draining && !m.disk_critical)
             .map(|m| m.id)
             .collect()
     }
@@ -478,7 +475,7 @@ impl<'a> World<'a> {
         else {
             return false;
         };
-        let answering = |n: NodeId| self.member(n).is_some_and(|m| m.active && m.answering);
+        let answering = |n: NodeId| self.member(n).is_some_and(|m| m.active && m.reachable);
         let back = voters
             .iter()
             .copied()
@@ -503,13 +500,8 @@ impl<'a> World<'a> {
                 .filter(|&n| n != dead)
                 .collect(),
         };
-        // A node taking the added replica instead takes part in a move now.
-        let newcomer = instead.filter(|n| !voters.contains(n));
         self.set(g, next);
         self.moving.insert(g);
-        if let Some(to) = newcomer {
-            *self.busy.entry(to).or_default() += 1;
-        }
         self.moves.push(Move {
             group: g,
             kind: MoveKind::Cancel,
@@ -532,7 +524,7 @@ impl<'a> World<'a> {
         let sources: Vec<NodeId> = self
             .members
             .iter()
-            .filter(|m| m.active && m.answering && !m.draining)
+            .filter(|m| m.active && m.reachable && !m.draining)
             .map(|m| m.id)
             .collect();
         let takers = self.takers();

@@ -13,7 +13,6 @@ fn members(ids: &[u64]) -> Vec<Member> {
             disk_low: false,
             disk_critical: false,
             reachable: true,
-            answering: true,
         })
         .collect()
 }
@@ -303,7 +302,6 @@ fn with_silent(ids: &[u64], silent: &[u64]) -> Vec<Member> {
     let mut all = members(ids);
     for m in &mut all {
         m.reachable = !silent.contains(&m.id.get());
-        m.answering = m.reachable;
     }
     all
 }
