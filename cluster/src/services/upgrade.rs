@@ -13,6 +13,7 @@
 use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::admin::{NodeBuild, NodeRecord, NodeState, UpgradeRequest, UpgradeStatus};
 use crate::error::{Error, Result};
@@ -65,13 +66,21 @@ pub(crate) fn local_record(replicas: &Replicas) -> Option<VersionRecord> {
 
 /// The features that are on, as the metadata group's leader holds the record.
 pub(crate) async fn finalized_now(replicas: &Replicas) -> Result<Vec<String>> {
-    Ok(replicas
-        .get_record(META_GROUP, Namespace::Cluster, VERSION_KEY)
+    Ok(read_record(replicas)
         .await?
-        .map(serde_json::from_value::<VersionRecord>)
-        .transpose()?
+        .1
         .map(|r| r.features.into_iter().collect())
         .unwrap_or_default())
+}
+
+/// The record as the metadata group's leader holds it: as stored (what a compare-and-set
+/// expects) and parsed.
+async fn read_record(replicas: &Replicas) -> Result<(Option<Value>, Option<VersionRecord>)> {
+    let raw = replicas
+        .get_record(META_GROUP, Namespace::Cluster, VERSION_KEY)
+        .await?;
+    let record = raw.clone().map(serde_json::from_value).transpose()?;
+    Ok((raw, record))
 }
 
 /// Whether `feature` is on, as this node's replica of the metadata group holds the record: the
@@ -179,10 +188,7 @@ impl Assessment {
 /// The scheduler's round: write the record if there is none, and finalize once every active
 /// member has a feature that is not on (or runs a newer version), unless held.
 pub(crate) async fn round(replicas: &Replicas) -> Result<()> {
-    let raw = replicas
-        .get_record(META_GROUP, Namespace::Cluster, VERSION_KEY)
-        .await?;
-    let record: Option<VersionRecord> = raw.clone().map(serde_json::from_value).transpose()?;
+    let (raw, record) = read_record(replicas).await?;
     let members = members_now(replicas).await?;
     if !members.iter().any(|n| n.state == NodeState::Active) {
         return Ok(());
@@ -232,10 +238,7 @@ pub(crate) async fn change(replicas: &Replicas, req: UpgradeRequest) -> Result<(
         return Ok(());
     }
     for _ in 0..10 {
-        let raw = replicas
-            .get_record(META_GROUP, Namespace::Cluster, VERSION_KEY)
-            .await?;
-        let record: Option<VersionRecord> = raw.clone().map(serde_json::from_value).transpose()?;
+        let (raw, record) = read_record(replicas).await?;
         let assessment = assess(&members_now(replicas).await?);
         let next = match req {
             UpgradeRequest::Status => return Ok(()),
@@ -285,11 +288,7 @@ pub(crate) async fn change(replicas: &Replicas, req: UpgradeRequest) -> Result<(
 
 /// The cluster's version, from the record as the metadata group's leader holds it.
 pub(crate) async fn status(replicas: &Replicas) -> Result<UpgradeStatus> {
-    let record: Option<VersionRecord> = replicas
-        .get_record(META_GROUP, Namespace::Cluster, VERSION_KEY)
-        .await?
-        .map(serde_json::from_value)
-        .transpose()?;
+    let (_, record) = read_record(replicas).await?;
     Ok(status_of(record.as_ref(), &members_now(replicas).await?))
 }
 
