@@ -112,8 +112,27 @@ async fn a_rolling_upgrade_turns_features_on_only_when_finalized() {
     .await;
 
     // Held: the newest build everywhere, and still the rebalancer's feature is off.
-    let s = upgrade(&cluster, 0, "hold");
+    // Held at once through every node: each compare-and-set retries on the others' writes.
+    let holds: Vec<std::process::Child> = (0..3)
+        .map(|i| {
+            std::process::Command::new(env!("CARGO_BIN_EXE_basalt"))
+                .args(["admin", "--rpc", &cluster.nodes[i].rpc, "upgrade", "hold"])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("basalt admin upgrade hold")
+        })
+        .collect();
+    for hold in holds {
+        let out = hold.wait_with_output().expect("hold");
+        assert!(out.status.success(), "{out:?}");
+    }
+    let s = upgrade(&cluster, 0, "status");
     assert_eq!(s["hold"], true, "{s}");
+    assert!(
+        has(&s["features"], "sealed-secrets"),
+        "a hold keeps what is on: {s}"
+    );
     roll(&mut cluster, NEWEST).await;
     TestCluster::eventually(
         Duration::from_secs(20),
