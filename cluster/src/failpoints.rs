@@ -13,14 +13,16 @@
 //! snapshot's file fails as on a full disk); and on the read path
 //! `aggregate-read` (a node is about to read its shards for an aggregation: `return` fails
 //! that read, `sleep(ms)` delays it); and `apply-skip-create` (`return`: this replica skips an
-//! object create the others apply, a state a consistency check must find). Neighbours: `raft::log_store`, `statemachine`,
+//! object create the others apply, a state a consistency check must find); and one that holds
+//! a task without blocking a thread (`return(ms)`, through [`pause`]): `join-checked` (a
+//! member answering `Join` checked the joiner's build, not yet written its record). Neighbours: `raft::log_store`, `statemachine`,
 //! `statemachine::snapshot`, `local_read`.
 
 /// The environment variable that arms fail points at start.
 pub const FAILPOINTS_ENV: &str = "BASALT_FAILPOINTS";
 
 /// The fail points this build has.
-pub const FAIL_POINTS: [&str; 8] = [
+pub const FAIL_POINTS: [&str; 9] = [
     "log-append",
     "store-write-nospace",
     "snapshot-build-nospace",
@@ -29,7 +31,20 @@ pub const FAIL_POINTS: [&str; 8] = [
     "snapshot-install-batch",
     "aggregate-read",
     "apply-skip-create",
+    "join-checked",
 ];
+
+/// Holds the calling task for the milliseconds the point `name` returns (`return(ms)`) when it
+/// is armed; nothing otherwise, or in a build without fail points.
+pub async fn pause(name: &str) {
+    #[cfg(feature = "failpoints")]
+    if let Some(Some(ms)) = fail::eval(name, |arg| arg.and_then(|a| a.parse::<u64>().ok())) {
+        tracing::warn!(name, ms, "fail point holds this task");
+        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+    }
+    #[cfg(not(feature = "failpoints"))]
+    let _ = name;
+}
 
 /// Arms the fail points `BASALT_FAILPOINTS` names (nothing when it is unset). An unknown point,
 /// malformed actions, or a build without fail points refuse to start rather than run a test

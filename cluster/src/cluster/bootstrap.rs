@@ -363,7 +363,7 @@ async fn register_self(cluster: Cluster, join_addr: Option<String>) {
                         .map(|_| ());
                 }
                 if r.is_ok() && current.as_ref() != Some(&wanted) {
-                    r = cluster.put_node_record(&wanted).await;
+                    r = cluster.put_node_record(&wanted).await.map(|_| ());
                 }
                 r
             }
@@ -371,6 +371,12 @@ async fn register_self(cluster: Cluster, join_addr: Option<String>) {
         match result {
             // The local replica of group 0 may not have applied it yet: check again shortly.
             Ok(()) => tokio::time::sleep(Duration::from_millis(500)).await,
+            // A join refused for the build (a finalization came between the cluster's answer
+            // at start and the join) is not retried: this build cannot be a member.
+            Err(e) if join_addr.is_some() && current.is_none() && refused_build(&e) => {
+                tracing::error!("{e}: stopping");
+                std::process::exit(1);
+            }
             Err(e) => {
                 attempt += 1;
                 if attempt % 20 == 1 {
@@ -383,6 +389,11 @@ async fn register_self(cluster: Cluster, join_addr: Option<String>) {
             }
         }
     }
+}
+
+/// Whether `e` is a refusal of this node's build (`upgrade::refuse_build`).
+fn refused_build(e: &Error) -> bool {
+    matches!(e, Error::InvalidOperation(m) if m.contains(upgrade::REFUSAL_MARK))
 }
 
 /// Stops this node (exit 1) when the cluster turns on a feature its build lacks: a node whose

@@ -4,6 +4,7 @@
 
 use futures::future::BoxFuture;
 use openraft::async_runtime::WatchReceiver;
+use serde_json::Value;
 
 use super::Cluster;
 use crate::admin::{AdminRequest, AdminResponse, NodeRecord, NodeState};
@@ -45,7 +46,33 @@ impl Cluster {
                     }
                     record.state = known.state;
                 }
-                self.put_node_record(&record).await?;
+                crate::failpoints::pause("join-checked").await;
+                let key = record.id.to_string();
+                let before = self.put_node_record(&record).await?;
+                // Checked again with the record in: a finalization may have raced the first
+                // check. (One this check misses came after the record in the metadata log, so
+                // the feature stays off while this node is a member — `is_on` asks every member —
+                // and the node stops as too old.)
+                let on = upgrade::finalized_now(self.replicas()).await?;
+                if let Some(e) = upgrade::refuse_build(&on, &record.features, &who) {
+                    // Undone unless another write came between (then that one stands).
+                    let written = serde_json::to_value(&record)?;
+                    let undo = self
+                        .cas_record(META_GROUP, Namespace::Node, &key, Some(written), before)
+                        .await;
+                    match undo {
+                        Ok(_) => tracing::warn!(
+                            node = %record.id,
+                            "a join raced a finalization of features its build lacks: refused, its record undone"
+                        ),
+                        Err(undo) => tracing::warn!(
+                            node = %record.id,
+                            error = %undo,
+                            "a join raced a finalization of features its build lacks: refused, its record not undone"
+                        ),
+                    }
+                    return Err(e);
+                }
                 Ok(AdminResponse::Done)
             }
             AdminRequest::RemoveNode(id) => {
@@ -125,7 +152,8 @@ impl Cluster {
     /// Writes a member record by compare-and-set against the record as the metadata group
     /// holds it now: a removed node stays removed, however stale the writer's view (a removed
     /// node restarting, a join through a member that has not applied the removal yet).
-    pub(super) async fn put_node_record(&self, record: &NodeRecord) -> Result<()> {
+    /// The record it replaced (`None`: there was none).
+    pub(super) async fn put_node_record(&self, record: &NodeRecord) -> Result<Option<Value>> {
         self.write_node_record(record.id, |current| {
             let removed = current.is_some_and(|r| r.state == NodeState::Removed);
             if removed && record.state != NodeState::Removed {
@@ -158,16 +186,17 @@ impl Cluster {
             Ok((record != before).then_some(record))
         })
         .await
+        .map(|_| ())
     }
 
     /// The compare-and-set loop of member `id`'s record: `next` makes the record to write from
     /// the one the metadata group holds now (`None`: nothing to write), again when another
-    /// write came between.
+    /// write came between. The record as it was before (stored form).
     async fn write_node_record(
         &self,
         id: NodeId,
         next: impl Fn(Option<NodeRecord>) -> Result<Option<NodeRecord>>,
-    ) -> Result<()> {
+    ) -> Result<Option<Value>> {
         let key = id.to_string();
         for _ in 0..10 {
             let current = self.get_record(META_GROUP, Namespace::Node, &key).await?;
@@ -175,14 +204,20 @@ impl Cluster {
                 .clone()
                 .and_then(|v| serde_json::from_value::<NodeRecord>(v).ok());
             let Some(record) = next(held)? else {
-                return Ok(());
+                return Ok(current);
             };
             let value = serde_json::to_value(&record)?;
             match self
-                .cas_record(META_GROUP, Namespace::Node, &key, current, Some(value))
+                .cas_record(
+                    META_GROUP,
+                    Namespace::Node,
+                    &key,
+                    current.clone(),
+                    Some(value),
+                )
                 .await
             {
-                Ok(_) => return Ok(()),
+                Ok(_) => return Ok(current),
                 Err(Error::Conflict(_)) => continue,
                 Err(e) => return Err(e),
             }
@@ -210,6 +245,6 @@ impl Cluster {
             ));
         }
         record.state = NodeState::Removed;
-        self.put_node_record(&record).await
+        self.put_node_record(&record).await.map(|_| ())
     }
 }

@@ -41,8 +41,9 @@ pub struct GetHeader {
 pub enum CopyRequest {
     /// Stream `len` bytes of the copy of `id` from `offset` (GetCopy).
     Get { id: FileId, offset: u64, len: u64 },
-    /// The copies this node holds of files whose records are in `group` of a cluster of
-    /// `shards` shards: answers `Vec<HeldCopy>`.
+    /// The copies this node holds of files whose records are in `group` by the slot map the
+    /// node routes by: answers `Vec<HeldCopy>`. (`shards`, the asker's count of initial
+    /// groups, is what older builds place files by.)
     List { group: GroupId, shards: u32 },
     /// Fetch a copy of `id` (which must hold `size` bytes with `md5`) from one of `sources`,
     /// unless this node holds one: answers `()`.

@@ -129,7 +129,7 @@ impl FileService for FileServiceImpl {
         let files = &self.files;
         let answer = match req {
             Err(e) => reply::<()>(Err(e)),
-            Ok(CopyRequest::List { group, shards }) => reply(Ok(files.held_here(group, shards))),
+            Ok(CopyRequest::List { group, .. }) => reply(Ok(files.held_here(group))),
             Ok(CopyRequest::Pull {
                 id,
                 size,

@@ -224,6 +224,14 @@ impl Replicas {
         Arc::clone(&self.inner.slot_map)
     }
 
+    /// Every group of the cluster: the metadata group, then the slot map's data groups. What
+    /// walks "every group" (planner, checks, backups, sweeps, usage) walks these.
+    pub fn group_ids(&self) -> Vec<GroupId> {
+        let mut all = vec![META_GROUP];
+        all.extend(self.inner.slot_map.data_groups());
+        all
+    }
+
     /// The group that stores an object (`SlotMap::object_group`).
     pub fn object_group(&self, app: &AppId, class: &str, object_id: &str) -> GroupId {
         self.inner.slot_map.object_group(app, class, object_id)

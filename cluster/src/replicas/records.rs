@@ -229,8 +229,10 @@ impl Replicas {
     /// What `app` stores in the cluster: the sum of its usage in every group (the metadata
     /// group keeps a few classes), each read linearizably (`usage::AppUsage`).
     pub async fn app_usage(&self, app: &AppId) -> Result<crate::usage::AppUsage> {
-        let reads =
-            GroupId::all(self.shards()).map(|group| self.get_record(group, Namespace::Usage, app));
+        let reads = self
+            .group_ids()
+            .into_iter()
+            .map(|group| self.get_record(group, Namespace::Usage, app));
         let mut total = crate::usage::AppUsage::default();
         for value in futures::future::try_join_all(reads)
             .await?

@@ -40,7 +40,7 @@ pub(crate) async fn run(replicas: &Replicas) -> Result<CheckReport> {
         .into_iter()
         .map(|(group, g)| (group, g.voters))
         .collect();
-    let groups = GroupId::all(replicas.shards()).map(|group| {
+    let groups = replicas.group_ids().into_iter().map(|group| {
         let check = check.clone();
         let voters = voters.get(&group).cloned().unwrap_or_default();
         async move { check_group(replicas, &check, group, voters).await }

@@ -119,8 +119,25 @@ async fn reconcile(
         return Ok(());
     }
     let membership = m.membership_config.membership().clone();
-    // One change at a time: wait while a joint configuration is in flight.
+    // One change at a time: wait while a joint configuration is in flight. One that is
+    // committed and still joint lost its second step (the change's caller gave up, or the
+    // leader changed): it is made uniform (the joint's last configuration), as openraft's own
+    // second step does.
     if membership.get_joint_config().len() > 1 {
+        let committed = m.membership_config.log_id().as_ref().is_some_and(|at| {
+            m.last_applied
+                .as_ref()
+                .is_some_and(|applied| applied.index() >= at.index())
+        });
+        if committed {
+            tracing::info!(%group, "making a joint configuration left behind uniform");
+            let flatten =
+                raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::new()), false);
+            tokio::time::timeout(CHANGE_TIMEOUT, flatten)
+                .await
+                .map_err(|_| "timeout".to_string())?
+                .map_err(|e| e.to_string())?;
+        }
         return Ok(());
     }
     let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
@@ -176,14 +193,24 @@ async fn reconcile(
         }
         matched_index(&m, n)
     };
-    // Caught up: it acknowledged entries near the leader's last one, and answers. In a group
-    // with a short log a node that never answered would otherwise be near enough, and made a
-    // voter that cannot vote.
-    let caught_up = |n: NodeId| {
+    // Ready to vote: it acknowledged entries near the leader's last one and answers (in a
+    // group with a short log a node that never answered would otherwise be near enough, and
+    // made a voter that cannot vote).
+    let ready = |n: NodeId| {
         n == me
             || (replication_known(&m, n)
                 && last.saturating_sub(matched(n)) <= CAUGHT_UP_ENTRIES
                 && answered_lately(&m, n))
+    };
+    // The voters may change to `want` when every newcomer is ready and a majority of `want` is:
+    // a voter that stays is not asked to be (one dead voter must not block replacing another),
+    // but a change that leaves too few ready voters (dropping a live one while another is
+    // down) would never commit, and waits.
+    let can_become = |want: &BTreeSet<NodeId>| {
+        want.iter()
+            .filter(|n| !voters.contains(n))
+            .all(|&n| ready(n))
+            && want.iter().filter(|&&n| ready(n)).count() * 2 > want.len()
     };
 
     // 1. Every wanted node holds a replica (as a learner first).
@@ -207,7 +234,7 @@ async fn reconcile(
     let live = |n: NodeId| n == me || answered_lately(&m, n);
     let settled = |n: NodeId| n == me || !replicas.router().failed_within(n, LEADER_SETTLE);
     if want_voter_set != voters {
-        if want_voter_set.iter().all(|&n| caught_up(n)) {
+        if can_become(&want_voter_set) {
             // A leader that leaves the group hands its leadership to a voter that stays
             // first: removed as leader, it would step down and leave the group to an
             // election. (A group none of whose voters stays changes at once.)

@@ -93,6 +93,10 @@ pub fn is_on(replicas: &Replicas, feature: &str) -> bool {
     recorded && replicas.members_have(feature)
 }
 
+/// What every refusal of a build says (`refuse_build`): how a joiner tells one from other
+/// errors.
+pub(crate) const REFUSAL_MARK: &str = "without features the cluster has finalized";
+
 /// The features on in `finalized` that a build with `build` lacks, as an error that says so
 /// (None when it has them all).
 pub(crate) fn refuse_build(finalized: &[String], build: &[String], who: &str) -> Option<Error> {
@@ -101,9 +105,8 @@ pub(crate) fn refuse_build(finalized: &[String], build: &[String], who: &str) ->
         return None;
     }
     Some(Error::InvalidOperation(format!(
-        "{who} runs a build (version {VERSION}) without features the cluster has finalized \
-         ({lacks:?}): run a build at least as new as the cluster's (`basalt admin upgrade \
-         status`)"
+        "{who} runs a build (version {VERSION}) {REFUSAL_MARK} ({lacks:?}): run a build at \
+         least as new as the cluster's (`basalt admin upgrade status`)"
     )))
 }
 

@@ -32,10 +32,9 @@ impl Drop for Prometheus {
 /// The alert rules with every `for:` cut to 2 s, so that a test sees them fire in seconds
 /// (how long each waits is what `promtool test rules` checks).
 fn quick_rules() -> String {
-    let rules = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/ops/alerts.yml"),
-    )
-    .expect("docs/ops/alerts.yml");
+    let rules =
+        std::fs::read_to_string(crate::common::package_dir().join("../docs/ops/alerts.yml"))
+            .expect("docs/ops/alerts.yml");
     rules
         .lines()
         .map(|l| match l.trim_start().strip_prefix("for: ") {
@@ -144,7 +143,7 @@ impl Prometheus {
 /// Every panel's queries of the dashboard: (panel title, PromQL).
 fn dashboard_queries() -> Vec<(String, String)> {
     let text = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/ops/grafana-dashboard.json"),
+        crate::common::package_dir().join("../docs/ops/grafana-dashboard.json"),
     )
     .expect("docs/ops/grafana-dashboard.json");
     let dashboard: Value = serde_json::from_str(&text).unwrap();

@@ -321,6 +321,53 @@ async fn moves_to_a_node_that_stops_answering_are_cancelled() {
     }
 }
 
+/// Story — a node removed while a voter of the same groups is frozen (SIGSTOP): the removal
+/// replaces the removed node's replicas anyway (a voter that stays is not asked to answer
+/// before the voters change; two of three voters answer), the frozen node keeps its replicas,
+/// and every object stays readable and writable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_is_removed_while_another_voter_of_its_groups_is_frozen() {
+    let mut cluster = TestCluster::start(4, &["--shards", "4"], &[]).await;
+    let client = cluster.client(0);
+    let mut ids = crate::create_numbered(&client, "Thing", 20, |i| json!({"i": i})).await;
+    let before = cluster.placement(0);
+    let shared = before
+        .as_object()
+        .expect("placement")
+        .values()
+        .filter(|p| has_node(&p["voters"], 2) && has_node(&p["voters"], 3))
+        .count();
+    assert!(
+        shared > 0,
+        "some group has nodes 2 and 3 as voters: {before}"
+    );
+    cluster.pause(2);
+    let out = cluster.admin(0, &["remove-node", "2", "--wait-secs", "150"]);
+    assert!(out.contains("node 2 stopped"), "{out}");
+    cluster
+        .wait_exit(1, Duration::from_secs(10))
+        .await
+        .expect("the removed node exits");
+    for p in cluster
+        .placement(0)
+        .as_object()
+        .expect("placement")
+        .values()
+    {
+        assert!(!has_node(&p["voters"], 2), "{p}");
+    }
+    ids.extend(crate::create_numbered(&client, "Thing", 10, |i| json!({"i": 100 + i})).await);
+    for id in &ids {
+        let got = cluster
+            .client(3)
+            .get_object("Thing", id)
+            .await
+            .expect("read");
+        assert!(got.is_some(), "{id}");
+    }
+    cluster.resume(2);
+}
+
 fn has_node(list: &Value, id: u64) -> bool {
     list.as_array().is_some_and(|l| l.iter().any(|n| n == id))
 }

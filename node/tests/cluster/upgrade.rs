@@ -55,8 +55,9 @@ async fn replace_build(cluster: &mut TestCluster, i: usize, build: &[(&str, &str
 /// Held (`upgrade hold`) before rolling to the newest build, the rebalancer's feature stays
 /// pending and off (the rebalancer does not plan), a node goes back to the middle build and
 /// serves, `finalize` is refused while it runs it and then turns the feature on (the
-/// rebalancer plans and balances); a node started again as the middle build now exits naming
-/// what it lacks, and a new node of it cannot join. An object written at the start reads the
+/// rebalancer plans and balances) — a node of the middle build whose join raced the
+/// finalization is refused once its record is in, and the record undone; a node started again
+/// as the middle build now exits naming what it lacks, and a new node of it cannot join. An object written at the start reads the
 /// same at the end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolling_upgrade_turns_features_on_only_when_finalized() {
@@ -219,7 +220,53 @@ async fn a_rolling_upgrade_turns_features_on_only_when_finalized() {
         },
     )
     .await;
+    // A new node of the middle build asks to join through node 1 (held there for 5 s once its
+    // build is checked) while the cluster is finalized through node 3: the join is refused
+    // once its record is in, the record undone, and the joiner stops.
+    cluster.stop(0);
+    cluster.restart_with_failpoints(0, "join-checked=return(5000)");
+    cluster.wait_healthy(0, Duration::from_secs(60)).await;
+    let mut racing_joiner = std::process::Command::new(env!("CARGO_BIN_EXE_basalt"))
+        .args(["serve", "--node-id", "5", "--http-addr", "127.0.0.1:0"])
+        .args(["--rpc-addr", "127.0.0.1:0", "--join", &cluster.nodes[0].rpc])
+        .arg("--data-dir")
+        .arg(cluster.dir.path().join("node5-middle"))
+        .envs(MIDDLE.iter().copied())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("basalt serve");
+    TestCluster::eventually(Duration::from_secs(20), "node 1 holds a join", || {
+        cluster.log_text(0).contains("fail point holds this task")
+    })
+    .await;
     let s = upgrade(&cluster, 2, "finalize");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let exit = loop {
+        if let Some(exit) = racing_joiner.try_wait().expect("joiner") {
+            break Some(exit);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = racing_joiner.kill();
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(
+        exit.is_some_and(|e| !e.success()),
+        "the joiner stops, refused: {exit:?}"
+    );
+    let undone = "raced a finalization of features its build lacks: refused, its record undone";
+    assert!(
+        cluster.log_text(0).contains(undone),
+        "the second check refused it"
+    );
+    let members = upgrade(&cluster, 1, "status");
+    assert_eq!(
+        members["nodes"].as_array().map(Vec::len),
+        Some(3),
+        "{members}"
+    );
     assert_eq!(
         (&s["finalized"], &s["hold"]),
         (&json!(true), &json!(false)),

@@ -42,6 +42,15 @@ pub fn exclusive() -> MutexGuard<'static, ()> {
 }
 
 /// A loopback port nothing listens on now, for a node to bind (`basalt_client::ports`).
+/// The `node` package's directory: as `cargo test` says when it runs the test (a binary built
+/// from a checkout elsewhere into a shared target dir still finds this checkout's files), else
+/// where it was built.
+pub fn package_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+}
+
 pub fn free_port() -> u16 {
     basalt_client::ports::free_port().expect("a free loopback port")
 }

@@ -222,7 +222,7 @@ pub struct FakeApns {
 }
 
 fn fixture(name: &str) -> String {
-    format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))
+    format!("{}/tests/fixtures/{name}", super::package_dir().display())
 }
 
 fn apns_authorized(headers: &HeaderMap) -> bool {

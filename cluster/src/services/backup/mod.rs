@@ -350,7 +350,7 @@ async fn barriers_and_pins(
     id: &str,
     req: &BackupRequest,
 ) -> Result<Vec<(GroupId, NodeId)>> {
-    let groups: Vec<GroupId> = GroupId::all(replicas.shards()).collect();
+    let groups: Vec<GroupId> = replicas.group_ids();
     let barrier = |group: GroupId| async move {
         let cmd = Command::BackupBarrier {
             backup: id.to_string(),

@@ -21,7 +21,7 @@ use crate::files::bucket::Bucket;
 use crate::files::copies::CopyStore;
 use crate::files::record::{FileId, FileRecord};
 use crate::files::wire::{CopyRequest, HeldCopy};
-use crate::ids::{copy_score, file_group, GroupId, NodeId};
+use crate::ids::{copy_score, GroupId, NodeId};
 use crate::names::AppId;
 use crate::namespace::Namespace;
 use crate::replicas::Replicas;
@@ -248,12 +248,12 @@ impl Files {
         failed.map_or(Ok(dropped), Err)
     }
 
-    /// The copies this node holds of files whose records are in `group` of a cluster of
-    /// `shards` shards.
-    pub(crate) fn held_here(&self, group: GroupId, shards: u32) -> Vec<HeldCopy> {
+    /// The copies this node holds of files whose records are in `group` (by the slot map).
+    pub(crate) fn held_here(&self, group: GroupId) -> Vec<HeldCopy> {
         let now = crate::replicas::now_ms();
+        let map = self.replicas.slot_map();
         self.copies
-            .list(|id| file_group(id.as_str(), shards) == group)
+            .list(|id| map.file_group(id.as_str()) == group)
             .into_iter()
             .map(|(id, c)| HeldCopy {
                 id,

@@ -136,7 +136,7 @@ impl Files {
         let members: Vec<NodeId> = self.replicas.member_addrs().into_keys().collect();
         let asks = members.iter().map(|&node| async move {
             let held = if node == me {
-                self.held_here(group, shards)
+                self.held_here(group)
             } else {
                 let req = CopyRequest::List { group, shards };
                 self.replicas

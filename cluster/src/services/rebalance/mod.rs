@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use openraft::async_runtime::WatchReceiver;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -205,6 +206,9 @@ struct PlannerState {
     in_flight: BTreeSet<GroupId>,
     /// Since when each member that does not answer has not.
     silent_since: HashMap<NodeId, Instant>,
+    /// The metadata group's term in which this node kept `silent_since`: a new term of its
+    /// leadership (another node ran the scheduler meanwhile) starts them afresh.
+    term: Option<u64>,
 }
 
 impl Planner {
@@ -219,7 +223,7 @@ impl Planner {
         metrics::gauge!("basalt_rebalance_paused").set(if settings.paused { 1.0 } else { 0.0 });
         let Some(record) = &inputs.record else {
             let seed = inputs.seed(
-                GroupId::all(replicas.shards()),
+                replicas.group_ids().into_iter(),
                 replicas.settings().replicas,
             );
             let Some(seed) = seed else {
@@ -251,6 +255,14 @@ impl Planner {
             let mut state = self.state.lock().map_err(poisoned)?;
             let now = Instant::now();
             let answered = &inputs.answered;
+            let term = replicas
+                .group(META_GROUP)
+                .ok()
+                .map(|raft| raft.metrics().borrow_watched().current_term);
+            if term != state.term {
+                state.silent_since.clear();
+                state.term = term;
+            }
             state.silent_since.retain(|n, _| !answered.contains(n));
             for n in replicas.active_members() {
                 if !answered.contains(&n.id) {
@@ -397,14 +409,23 @@ pub(crate) async fn status(replicas: &Replicas) -> Result<RebalanceStatus> {
             }
         })
         .collect();
-    let unknown_groups: Vec<GroupId> = GroupId::all(replicas.shards())
+    let unknown_groups: Vec<GroupId> = replicas
+        .group_ids()
+        .into_iter()
         .filter(|g| !inputs.statuses.contains_key(g))
         .collect();
     let planning = members_plan(replicas) && inputs.record.is_some();
+    // Not balanced while a member does not answer: balancing waits for it (`plan`), so no
+    // move being left would say nothing.
+    let all_answer = members.iter().all(|m| !m.active || m.reachable);
     Ok(RebalanceStatus {
         settings: inputs.settings,
         planning,
-        balanced: planning && unknown_groups.is_empty() && in_flight.is_empty() && queued == 0,
+        balanced: planning
+            && all_answer
+            && unknown_groups.is_empty()
+            && in_flight.is_empty()
+            && queued == 0,
         moves_begun: inputs.record.as_ref().map_or(0, |r| r.moves),
         in_flight,
         queued,

@@ -500,8 +500,13 @@ impl<'a> World<'a> {
                 .filter(|&n| n != dead)
                 .collect(),
         };
+        // A node taking the added replica instead takes part in a move now.
+        let newcomer = instead.filter(|n| !voters.contains(n));
         self.set(g, next);
         self.moving.insert(g);
+        if let Some(to) = newcomer {
+            *self.busy.entry(to).or_default() += 1;
+        }
         self.moves.push(Move {
             group: g,
             kind: MoveKind::Cancel,

@@ -8,7 +8,6 @@ use futures::future::BoxFuture;
 use super::job::Job;
 use crate::command::{Command, CommandResult};
 use crate::error::Result;
-use crate::ids::GroupId;
 use crate::replicas::{now_ms, Replicas};
 
 pub struct TtlSweep {
@@ -27,7 +26,9 @@ impl Job for TtlSweep {
     fn run<'a>(&'a self, replicas: &'a Replicas) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
             let now = now_ms();
-            let sweeps = GroupId::all(replicas.shards())
+            let sweeps = replicas
+                .group_ids()
+                .into_iter()
                 .map(|g| replicas.propose(g, Command::ExpireRecords { now_ms: now }));
             let mut first_error = None;
             for r in futures::future::join_all(sweeps).await {

@@ -379,3 +379,41 @@ fn a_fill_to_a_silent_node_goes_to_another_and_silent_nodes_take_nothing() {
         "{p:?}"
     );
 }
+
+#[test]
+fn a_cancels_new_taker_is_busy_for_the_rest_of_the_round() {
+    // Group 1 was filling to node 4, which went silent; group 2 has a replica on removed node
+    // 6. Node 5 is the only other taker, one move at a time: the cancel gives it group 1's
+    // replica, and group 2's replacement waits for the next round.
+    let mut groups = settled(2, &[1, 3, 5], 1 << 20);
+    let g1 = groups.get_mut(&GroupId::new(1)).expect("group 1");
+    g1.desired = vec![n(1), n(3), n(4)];
+    g1.actual = Some(([n(1), n(3)].into(), [n(4)].into()));
+    let g2 = groups.get_mut(&GroupId::new(2)).expect("group 2");
+    g2.desired = vec![n(1), n(3), n(6)];
+    g2.actual = Some(([n(1), n(3), n(6)].into(), BTreeSet::new()));
+    let mut ms = with_silent(&[1, 3, 4, 5, 6], &[4]);
+    ms[4].active = false;
+    let p = plan(&groups, &ms, &bounds(1));
+    assert_eq!(
+        p.moves,
+        vec![Move {
+            group: GroupId::new(1),
+            kind: MoveKind::Cancel,
+            from: Some(n(4)),
+            to: Some(n(5)),
+        }],
+        "one move per node"
+    );
+    // Next round, the cancel done: group 2's replica on node 6 goes to node 5.
+    let g1 = groups.get_mut(&GroupId::new(1)).expect("group 1");
+    g1.desired = vec![n(1), n(3), n(5)];
+    g1.actual = Some(([n(1), n(3), n(5)].into(), BTreeSet::new()));
+    let p = plan(&groups, &ms, &bounds(1));
+    assert!(
+        p.moves.iter().any(|m| m.group == GroupId::new(2)
+            && m.kind == MoveKind::Replace
+            && m.to == Some(n(5))),
+        "{p:?}"
+    );
+}
