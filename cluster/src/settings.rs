@@ -14,3 +14,15 @@ pub struct ClusterSettings {
     #[serde(default = "crate::changes::default_kept")]
     pub changes_kept: u64,
 }
+
+/// Most data shards a cluster may begin with (`--shards`).
+pub const MAX_SHARDS: u32 = 1024;
+
+impl ClusterSettings {
+    /// The highest group id the cluster may ever have: groups split off at run time take ids
+    /// above `shards` up to this (decisions/0038). Fixed by `shards`, so every node and every
+    /// build agrees on it without storing it.
+    pub fn group_cap(&self) -> u32 {
+        self.shards.clamp(1, MAX_SHARDS).saturating_mul(8).max(64)
+    }
+}

@@ -15,6 +15,10 @@ use crate::namespace::{Namespace, Placement};
 /// Slots per data group a cluster begins with.
 pub const SLOTS_PER_SHARD: u32 = 256;
 
+/// Key of the slot map's record in the metadata group (namespace `Cluster`): absent until a
+/// group is first split; each node routes by the newest epoch its replica holds.
+pub const SLOTS_KEY: &str = "slots";
+
 /// Which data group holds each slot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -37,6 +41,30 @@ impl SlotMap {
             epoch: 0,
             moved: BTreeMap::new(),
         }
+    }
+
+    /// The map a record of the metadata group holds, checked against the cluster's shards and
+    /// group cap: a map of another cluster's shape, or one naming a slot or group that cannot
+    /// be, is refused (the node keeps routing by the map it has).
+    pub fn from_record(value: serde_json::Value, shards: u32, cap: u32) -> Result<SlotMap, String> {
+        let map: SlotMap = serde_json::from_value(value).map_err(|e| e.to_string())?;
+        if map.shards != shards {
+            return Err(format!(
+                "it is a map of {} shards, this cluster began with {shards}",
+                map.shards
+            ));
+        }
+        let slots = map.slots();
+        if let Some((slot, group)) = map
+            .moved
+            .iter()
+            .find(|(&s, g)| s >= slots || g.get() == 0 || g.get() > cap)
+        {
+            return Err(format!(
+                "slot {slot} in group {group}: slots are below {slots}, groups from 1 to {cap}"
+            ));
+        }
+        Ok(map)
     }
 
     /// How many slots there are.
@@ -129,6 +157,28 @@ mod tests {
             assert_eq!(map.class_groups("Thing"), class_groups("Thing", shards));
             assert_eq!(map.class_groups("_Role"), vec![META_GROUP]);
         }
+    }
+
+    #[test]
+    fn a_map_record_is_taken_only_for_this_clusters_shape() {
+        let mut map = SlotMap::initial(4);
+        map.epoch = 3;
+        map.moved.insert(7, GroupId::new(5));
+        let value = serde_json::to_value(&map).expect("json");
+        assert_eq!(SlotMap::from_record(value.clone(), 4, 64), Ok(map.clone()));
+        assert!(SlotMap::from_record(value, 8, 64)
+            .expect_err("other shards")
+            .contains("8"));
+        for (slot, group) in [(4 * 256, 5), (7, 65), (7, 0)] {
+            let mut bad = map.clone();
+            bad.moved.insert(slot, GroupId::new(group));
+            let value = serde_json::to_value(&bad).expect("json");
+            assert!(
+                SlotMap::from_record(value, 4, 64).is_err(),
+                "slot {slot} in group {group}"
+            );
+        }
+        assert!(SlotMap::from_record(serde_json::json!({"epoch": 1}), 4, 64).is_err());
     }
 
     #[test]

@@ -47,7 +47,8 @@ pub struct ServeArgs {
     #[arg(long, env = "BASALT_JOIN")]
     pub join: Option<String>,
     /// Data shards of a new cluster (fixed at --init).
-    #[arg(long, default_value_t = 16, env = "BASALT_SHARDS")]
+    #[arg(long, default_value_t = 16, env = "BASALT_SHARDS",
+          value_parser = clap::value_parser!(u32).range(1..=basalt_cluster::settings::MAX_SHARDS as i64))]
     pub shards: u32,
     /// Replicas per group of a new cluster (capped by the number of nodes).
     #[arg(long, default_value_t = 3, env = "BASALT_REPLICAS")]

@@ -210,6 +210,7 @@ impl Cluster {
         }
         cluster.spawn(register_self(cluster.clone(), join_addr));
         cluster.spawn(stop_when_too_old(cluster.clone()));
+        cluster.spawn(follow_slot_map(cluster.clone()));
         cluster.spawn(crate::services::reclaim::run(
             replicas.clone(),
             Arc::clone(&disk),
@@ -394,6 +395,30 @@ async fn register_self(cluster: Cluster, join_addr: Option<String>) {
 /// Whether `e` is a refusal of this node's build (`upgrade::refuse_build`).
 fn refused_build(e: &Error) -> bool {
     matches!(e, Error::InvalidOperation(m) if m.contains(upgrade::REFUSAL_MARK))
+}
+
+/// How often a node looks for a newer slot map in its replica of the metadata group.
+const SLOT_MAP_POLL: Duration = Duration::from_millis(250);
+
+/// Routes by the newest slot map this node's replica of the metadata group holds
+/// (`Replicas::refresh_slot_map`), looking every `SLOT_MAP_POLL`.
+async fn follow_slot_map(cluster: Cluster) {
+    let mut shutdown = cluster.replicas().shutdown_signal();
+    let mut refused_epoch = None;
+    loop {
+        if let Err(e) = cluster.replicas().refresh_slot_map() {
+            // Said once per record, not every poll.
+            let epoch = cluster.replicas().slot_map().epoch;
+            if refused_epoch != Some(epoch) {
+                tracing::error!("{e}: routing on by the map of epoch {epoch}");
+                refused_epoch = Some(epoch);
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(SLOT_MAP_POLL) => {}
+            _ = shutdown.changed() => return,
+        }
+    }
 }
 
 /// Stops this node (exit 1) when the cluster turns on a feature its build lacks: a node whose

@@ -54,7 +54,7 @@ impl RaftServiceImpl {
         let (vote, meta): (Vote, SnapshotMeta) = decode(&first.header)?;
         check_sender(sender, &vote)?;
         let group = GroupId::new(first.group);
-        let raft = self.replicas.group(group)?;
+        let raft = self.replicas.peer_group(group).await?;
         let path = self
             .replicas
             .incoming_dir()
@@ -116,7 +116,8 @@ impl RaftService for RaftServiceImpl {
             check_sender(sender, &rpc.vote)?;
             let resp = self
                 .replicas
-                .group(GroupId::new(msg.group))?
+                .peer_group(GroupId::new(msg.group))
+                .await?
                 .append_entries(rpc)
                 .await
                 .map_err(|e| Error::Unavailable(e.to_string()))?;
@@ -138,7 +139,8 @@ impl RaftService for RaftServiceImpl {
             let rpc: VoteRequest<TypeConfig> = decode(&msg.payload)?;
             check_sender(sender, &rpc.vote)?;
             self.replicas
-                .group(GroupId::new(msg.group))?
+                .peer_group(GroupId::new(msg.group))
+                .await?
                 .vote(rpc)
                 .await
                 .map_err(|e| Error::Unavailable(e.to_string()))
@@ -155,7 +157,8 @@ impl RaftService for RaftServiceImpl {
             let rpc: VoteRequest<TypeConfig> = decode(&msg.payload)?;
             check_sender(sender, &rpc.vote)?;
             self.replicas
-                .group(GroupId::new(msg.group))?
+                .peer_group(GroupId::new(msg.group))
+                .await?
                 .pre_vote(rpc)
                 .await
                 .map_err(|e| Error::Unavailable(e.to_string()))
@@ -177,7 +180,8 @@ impl RaftService for RaftServiceImpl {
                 ));
             }
             self.replicas
-                .group(GroupId::new(msg.group))?
+                .peer_group(GroupId::new(msg.group))
+                .await?
                 .handle_transfer_leader(rpc)
                 .await
                 .map_err(|e| Error::Unavailable(e.to_string()))

@@ -79,7 +79,7 @@ pub(super) fn serve(
                 let id = m.session;
                 match m.kind() {
                     Kind::Open => {
-                        let raft = match replicas.group(group) {
+                        let raft = match replicas.peer_group(group).await {
                             Ok(raft) => raft,
                             Err(e) => {
                                 let _ = out.send(Queued::now(failed(id, group, &e))).await;

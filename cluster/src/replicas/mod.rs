@@ -13,6 +13,7 @@ mod app_share;
 mod create_lane;
 pub(crate) mod fence;
 mod freshness;
+mod group_maker;
 mod leader_contact;
 mod meta_reads;
 mod proposals;
@@ -40,9 +41,7 @@ use crate::error::{Error, Result};
 use crate::ids::{is_meta_class, GroupId, NodeId, META_GROUP};
 use crate::names::AppId;
 use crate::namespace::Namespace;
-use crate::network::GroupNetwork;
 use crate::object::new_object_id;
-use crate::raft::RocksLogStore;
 use crate::raft::{RaftTuning, TypeConfig};
 use crate::rpc::router::{PeerRouter, FORWARD_TIMEOUT};
 use crate::slots::SlotMap;
@@ -69,7 +68,12 @@ struct Inner {
     node_id: NodeId,
     settings: ClusterSettings,
     store: Arc<Store>,
-    groups: Vec<GroupRaft>,
+    /// A cell per group id up to the cluster's cap (`ClusterSettings::group_cap`), holding
+    /// this node's replica of the group once it has one: the initial groups and those the
+    /// store holds state of from the start, others when they are created (`ensure_group`).
+    groups: Vec<tokio::sync::OnceCell<GroupRaft>>,
+    /// What a group's Raft is made of.
+    maker: group_maker::GroupMaker,
     router: PeerRouter,
     /// Where snapshots streamed from peers are written before they are installed.
     incoming_dir: PathBuf,
@@ -92,7 +96,7 @@ struct Inner {
     create_lane_ms: u64,
     /// Which data group holds each hash slot (`slots`): the cluster's initial map, until
     /// groups are split (decisions/0038).
-    slot_map: Arc<SlotMap>,
+    slot_map: arc_swap::ArcSwap<SlotMap>,
     /// The proposals of each group this node leads, queued while earlier ones are in flight.
     proposals: proposals::Proposals,
     /// Each app's share of the writes in flight in each group this node leads.
@@ -159,18 +163,25 @@ impl Replicas {
         let incoming_dir = data_dir.join("snapshots").join("incoming");
         std::fs::create_dir_all(&incoming_dir)?;
         let checks = crate::statemachine::check::StateChecks::default();
-        let mut groups = Vec::with_capacity(settings.shards as usize + 1);
-        for group in GroupId::all(settings.shards) {
-            let log = RocksLogStore::new(group, Arc::clone(&store));
-            let sm =
-                ShardStateMachine::open(group, Arc::clone(&store), data_dir.join("snapshots"))?
-                    .keeping_changes(settings.changes_kept)
-                    .with_checks(checks.clone());
-            let net = GroupNetwork::new(router.clone(), group);
-            let raft = GroupRaft::new(node_id, tuning.config(group)?, net, log, sm)
-                .await
-                .map_err(|e| Error::Internal(format!("starting group {group}: {e}")))?;
-            groups.push(raft);
+        let maker = group_maker::GroupMaker {
+            tuning: tuning.clone(),
+            snapshots_dir: data_dir.join("snapshots"),
+            checks: checks.clone(),
+        };
+        let cap = settings.group_cap();
+        let slots = cap as usize + 1;
+        let groups: Vec<tokio::sync::OnceCell<GroupRaft>> =
+            (0..slots).map(|_| tokio::sync::OnceCell::new()).collect();
+        let mut opened: std::collections::BTreeSet<GroupId> =
+            GroupId::all(settings.shards).collect();
+        opened.extend(group_maker::stored_groups(&store, cap)?);
+        for group in opened {
+            let raft = maker
+                .make(node_id, group, &settings, &store, &router)
+                .await?;
+            if let Some(cell) = groups.get(group.get() as usize) {
+                let _ = cell.set(raft);
+            }
         }
         let (shutdown, _) = watch::channel(false);
         Ok(Replicas {
@@ -179,19 +190,20 @@ impl Replicas {
                 settings,
                 store,
                 groups,
+                maker,
                 router,
                 incoming_dir,
                 shutdown,
                 serve: reads.serve,
-                contact: leader_contact::LeaderContact::new(settings.shards as usize + 1, tuning),
+                contact: leader_contact::LeaderContact::new(slots, tuning),
                 read_lease: tuning.read_lease(),
-                read_index: read_index::ReadIndexRounds::new(settings.shards as usize + 1),
+                read_index: read_index::ReadIndexRounds::new(slots),
                 votes_from: Instant::now() + tuning.vote_hold(),
                 bulk_reads: Arc::new(Semaphore::new(bulk_read_threads)),
                 create_lane_ms: tuning.create_lane_ms,
-                slot_map: Arc::new(SlotMap::initial(settings.shards)),
+                slot_map: arc_swap::ArcSwap::from_pointee(SlotMap::initial(settings.shards)),
                 proposals: proposals::Proposals::new(
-                    settings.shards as usize + 1,
+                    slots,
                     tuning.proposals_in_flight,
                     Duration::from_micros(tuning.proposal_gather_us),
                 ),
@@ -221,20 +233,49 @@ impl Replicas {
 
     /// Which data group holds each hash slot: what requests are routed by.
     pub fn slot_map(&self) -> Arc<SlotMap> {
-        Arc::clone(&self.inner.slot_map)
+        self.inner.slot_map.load_full()
+    }
+
+    /// Takes up the slot map this node's replica of the metadata group holds
+    /// (`slots::SLOTS_KEY`) when its epoch is newer than the one routed by: whether it did.
+    /// A record that is not a map of this cluster is not routed by (an error says why).
+    pub fn refresh_slot_map(&self) -> Result<bool> {
+        let Some(value) = self.local_meta_record(Namespace::Cluster, crate::slots::SLOTS_KEY)?
+        else {
+            return Ok(false);
+        };
+        let map = SlotMap::from_record(
+            value,
+            self.inner.settings.shards,
+            self.inner.settings.group_cap(),
+        )
+        .map_err(|e| Error::Internal(format!("the slot map record: {e}")))?;
+        if map.epoch <= self.inner.slot_map.load().epoch {
+            return Ok(false);
+        }
+        tracing::info!(
+            epoch = map.epoch,
+            groups = map.data_groups().len(),
+            "routing by a new slot map"
+        );
+        self.inner.slot_map.store(Arc::new(map));
+        Ok(true)
     }
 
     /// Every group of the cluster: the metadata group, then the slot map's data groups. What
     /// walks "every group" (planner, checks, backups, sweeps, usage) walks these.
     pub fn group_ids(&self) -> Vec<GroupId> {
         let mut all = vec![META_GROUP];
-        all.extend(self.inner.slot_map.data_groups());
+        all.extend(self.inner.slot_map.load().data_groups());
         all
     }
 
     /// The group that stores an object (`SlotMap::object_group`).
     pub fn object_group(&self, app: &AppId, class: &str, object_id: &str) -> GroupId {
-        self.inner.slot_map.object_group(app, class, object_id)
+        self.inner
+            .slot_map
+            .load()
+            .object_group(app, class, object_id)
     }
 
     /// A new objectId for an object of `class` in `app`: when this node leads some of the
@@ -245,7 +286,7 @@ impl Replicas {
         if is_meta_class(class) {
             return new_object_id();
         }
-        let map = &self.inner.slot_map;
+        let map = self.inner.slot_map.load();
         let groups = map.data_groups();
         let led: Vec<GroupId> = groups
             .iter()
@@ -265,7 +306,7 @@ impl Replicas {
 
     /// The groups that store objects of `class` (`SlotMap::class_groups`).
     pub fn class_groups(&self, class: &str) -> Vec<GroupId> {
-        self.inner.slot_map.class_groups(class)
+        self.inner.slot_map.load().class_groups(class)
     }
 
     /// The store every local replica keeps its state in.
@@ -281,19 +322,64 @@ impl Replicas {
         &self.inner.incoming_dir
     }
 
+    /// This node's replica of `group`. A group this node holds no replica of answers as a
+    /// replica that knows no leader (`NotLeader`: the request goes to the members in turn); an
+    /// id above the cluster's cap is no group.
     pub(crate) fn group(&self, group: GroupId) -> Result<&GroupRaft> {
-        self.inner
+        let cell = self
+            .inner
             .groups
             .get(group.get() as usize)
-            .ok_or_else(|| Error::InvalidOperation(format!("no group {group}")))
+            .ok_or_else(|| Error::InvalidOperation(format!("no group {group}")))?;
+        cell.get().ok_or(Error::NotLeader {
+            group,
+            leader: None,
+            leader_addr: None,
+        })
     }
 
+    /// This node's replica of `group`, made now when it has none (a group split off at run
+    /// time, decisions/0038): for a peer's message to a group the cluster has.
+    pub(crate) async fn ensure_group(&self, group: GroupId) -> Result<&GroupRaft> {
+        let inner = &*self.inner;
+        let cell = inner
+            .groups
+            .get(group.get() as usize)
+            .ok_or_else(|| Error::InvalidOperation(format!("no group {group}")))?;
+        cell.get_or_try_init(|| async {
+            tracing::info!(%group, "making this node's replica of a new group");
+            inner
+                .maker
+                .make(
+                    inner.node_id,
+                    group,
+                    &inner.settings,
+                    &inner.store,
+                    &inner.router,
+                )
+                .await
+        })
+        .await
+    }
+
+    /// This node's replica of `group` for a peer's message to it: made now when the cluster
+    /// has the group (`group_ids`) and this node has none yet.
+    pub(crate) async fn peer_group(&self, group: GroupId) -> Result<&GroupRaft> {
+        match self.group(group) {
+            Err(Error::NotLeader { .. }) if self.group_ids().contains(&group) => {
+                self.ensure_group(group).await
+            }
+            other => other,
+        }
+    }
+
+    /// The groups this node holds a replica of.
     pub(crate) fn groups(&self) -> impl Iterator<Item = (GroupId, &GroupRaft)> {
         self.inner
             .groups
             .iter()
             .enumerate()
-            .map(|(g, raft)| (GroupId::new(g as u32), raft))
+            .filter_map(|(g, cell)| Some((GroupId::new(g as u32), cell.get()?)))
     }
 
     /// A receiver that turns true when the node shuts down.
@@ -306,7 +392,7 @@ impl Replicas {
         let _ = self.inner.shutdown.send(true);
         // Writes waiting for a full disk give up, or a group blocked in one would never stop.
         self.inner.store.close();
-        for raft in &self.inner.groups {
+        for (_, raft) in self.groups() {
             let _ = raft.shutdown().await;
         }
         let store = self.inner.store.clone();
@@ -741,10 +827,11 @@ impl Replicas {
     /// A digest of each group's state as this node's replica holds it (`admin::GroupDigest`).
     pub async fn digests(&self) -> Result<Vec<GroupDigest>> {
         let store = Arc::clone(&self.inner.store);
-        let groups = self.inner.groups.len() as u32;
+        let groups = self.group_ids();
         tokio::task::spawn_blocking(move || {
-            (0..groups)
-                .map(|g| snapshot::digest(GroupId::new(g), &store))
+            groups
+                .into_iter()
+                .map(|g| snapshot::digest(g, &store))
                 .collect::<Result<Vec<_>>>()
         })
         .await
