@@ -6,12 +6,11 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::GroupRaft;
 use crate::admin::ClusterSettings;
 use crate::error::{Error, Result};
 use crate::ids::{GroupId, NodeId};
 use crate::network::GroupNetwork;
-use crate::raft::{RaftTuning, RocksLogStore};
+use crate::raft::{RaftTuning, RocksLogStore, TypeConfig};
 use crate::rpc::router::PeerRouter;
 use crate::statemachine::ShardStateMachine;
 use crate::storage::keys::CF_RAFT_META;
@@ -32,13 +31,13 @@ impl GroupMaker {
         settings: &ClusterSettings,
         store: &Arc<Store>,
         router: &PeerRouter,
-    ) -> Result<GroupRaft> {
+    ) -> Result<openraft::Raft<TypeConfig, ShardStateMachine>> {
         let log = RocksLogStore::new(group, Arc::clone(store));
         let sm = ShardStateMachine::open(group, Arc::clone(store), self.snapshots_dir.clone())?
             .keeping_changes(settings.changes_kept)
             .with_checks(self.checks.clone());
         let net = GroupNetwork::new(router.clone(), group);
-        GroupRaft::new(node_id, self.tuning.config(group)?, net, log, sm)
+        openraft::Raft::new(node_id, self.tuning.config(group)?, net, log, sm)
             .await
             .map_err(|e| Error::Internal(format!("starting group {group}: {e}")))
     }
