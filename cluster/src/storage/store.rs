@@ -588,7 +588,7 @@ impl Store {
                 }
                 Ok(None)
             }
-            Err(e) if is_no_space(&e) && !self.is_closing() => {
+            Err(e) if (is_no_space(&e) || is_writer_stopped(&e)) && !self.is_closing() => {
                 if !self.no_space.swap(true, Ordering::SeqCst) {
                     metrics::gauge!("basalt_storage_writes_blocked").set(1.0);
                     tracing::error!("the disk is full: writes wait until space is freed: {e}");
@@ -801,6 +801,14 @@ fn visit_items(
 /// Whether a store error says the disk is full.
 pub fn is_no_space(e: &crate::error::Error) -> bool {
     matches!(e, crate::error::Error::Storage(m) if m.contains("No space left"))
+}
+
+/// Whether a store error says RocksDB's writer stopped on an earlier error: what the writes
+/// racing the first one to meet a full disk are told, before that one is reported. They wait
+/// for room like it (a writer stopped for another cause, with room on the disk, ends the node
+/// after `STORE_STOPPED_EXIT` rather than a group for good).
+fn is_writer_stopped(e: &crate::error::Error) -> bool {
+    matches!(e, crate::error::Error::Storage(m) if m.contains("Writer has previous error"))
 }
 
 /// Waits for sync requests, takes every request pending at that moment, and answers them all
