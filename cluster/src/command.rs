@@ -190,6 +190,31 @@ pub enum Command {
     /// Any group: consistency check `check` (`services::check`): every replica hashes its state
     /// as this entry leaves it (`statemachine::check`); changes nothing, answers `Done`.
     CheckState { check: String },
+    /// Data group, a split's parent (decisions/0038): from this entry on, writes to objects of
+    /// the frozen slots are refused `Moved`; the same freeze again is `Done`, another while one
+    /// is kept `Conflict`.
+    FreezeSlots(crate::slots::Frozen),
+    /// Data group, a split's child: the parent's index declarations of classes (what is
+    /// indexed; counts start at nothing). A class with metadata keeps it. Answers `Done`.
+    ImportIndexMeta(Vec<(AppId, String, crate::query::index::IndexMeta)>),
+    /// Data group, a split's child: objects written as their parent stores them, with their
+    /// index entries, counts and usage and no change-log entry; one there already is replaced.
+    /// Answers `Done` (`Rejected` whole when one does not decode).
+    ImportObjects(Vec<ImportedObject>),
+    /// Data group, a split's parent: deletes up to `limit` objects of the frozen slots (their
+    /// derived state with them, no change-log entry); answers `Purged`, `next` set while
+    /// objects are left to look at; when none is, the freeze is forgotten.
+    DropSlots { limit: u32 },
+}
+
+/// An object as a split's parent stores it, for the child to import.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ImportedObject {
+    pub app: AppId,
+    pub class: String,
+    pub object_id: String,
+    /// `StoredObject::encode`'s bytes.
+    pub stored: Vec<u8>,
 }
 
 /// Most commands one `Command::Batch` carries.
@@ -341,6 +366,19 @@ impl fmt::Display for Command {
             Command::Batch(cmds) => write!(f, "Batch({} commands)", cmds.len()),
             Command::BackupBarrier { backup } => write!(f, "BackupBarrier({backup})"),
             Command::CheckState { check } => write!(f, "CheckState({check})"),
+            Command::FreezeSlots(frozen) => write!(
+                f,
+                "FreezeSlots({} slots to group {})",
+                frozen.slots.len(),
+                frozen.child
+            ),
+            Command::ImportIndexMeta(metas) => {
+                write!(f, "ImportIndexMeta({} classes)", metas.len())
+            }
+            Command::ImportObjects(objects) => {
+                write!(f, "ImportObjects({} objects)", objects.len())
+            }
+            Command::DropSlots { limit } => write!(f, "DropSlots({limit})"),
         }
     }
 }

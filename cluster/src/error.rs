@@ -84,6 +84,12 @@ pub enum Error {
     /// nothing of it was written.
     #[error("the write could not be applied: {0}")]
     NotApplied(String),
+    /// A write to an object of a slot its group froze for a split (decisions/0038): the slot
+    /// belongs to another group once the slot map's epoch is `epoch`. The node that routed it
+    /// takes up that map and sends it again; a client sees it only when the map does not come
+    /// within the request's time.
+    #[error("the object's slot moved to another group (slot map epoch {epoch})")]
+    Moved { epoch: u64 },
     /// Anything else that is the cluster's fault.
     #[error("internal error: {0}")]
     Internal(String),

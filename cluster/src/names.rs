@@ -86,6 +86,11 @@ impl AppId {
     pub fn new_app(id: String) -> AppId {
         AppId(id)
     }
+
+    /// An id read back from a storage key (written from an `AppId`).
+    pub(crate) fn stored(id: String) -> AppId {
+        AppId(id)
+    }
 }
 
 reads_as_str!(AppId);

@@ -19,6 +19,29 @@ pub const SLOTS_PER_SHARD: u32 = 256;
 /// group is first split; each node routes by the newest epoch its replica holds.
 pub const SLOTS_KEY: &str = "slots";
 
+/// Slots of a group that belong to a child from the `FreezeSlots` entry on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Frozen {
+    pub child: GroupId,
+    pub slots: BTreeSet<u32>,
+    /// The cluster's number of slots (`SlotMap::slots`): what an object's slot is taken of.
+    pub total: u32,
+    /// The map's epoch once the slots are the child's.
+    pub epoch: u64,
+    /// `DropSlots`' progress: the last object key it looked at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dropped_through: Option<Vec<u8>>,
+}
+
+impl Frozen {
+    /// Whether the object is in one of the frozen slots.
+    pub fn holds(&self, app: &str, class: &str, object_id: &str) -> bool {
+        self.slots
+            .contains(&slot_for(app, class, object_id, self.total))
+    }
+}
+
 /// Which data group holds each slot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -10,6 +10,7 @@ use super::change_writes;
 use super::index_upkeep;
 use super::ops::apply_updates;
 use super::record_writes::{delete_record, put_record};
+use super::split_writes;
 use super::staged::Staged;
 use super::usage_writes;
 use crate::acl::{allows, Access, Principals};
@@ -24,6 +25,30 @@ use crate::update::FieldUpdate;
 use crate::usage::UsageDelta;
 
 pub fn apply_command(st: &mut Staged<'_>, cmd: Command) -> Result<CommandResult> {
+    // A write to an object of a slot frozen for a split belongs to the child now.
+    if let Command::CreateObject {
+        app,
+        class,
+        object_id,
+        ..
+    }
+    | Command::UpdateObject {
+        app,
+        class,
+        object_id,
+        ..
+    }
+    | Command::DeleteObject {
+        app,
+        class,
+        object_id,
+        ..
+    } = &cmd
+    {
+        if let Some(moved) = split_writes::refuse_frozen(st, app, class, object_id)? {
+            return Ok(moved);
+        }
+    }
     match cmd {
         Command::CreateObject {
             app,
@@ -141,6 +166,10 @@ pub fn apply_command(st: &mut Staged<'_>, cmd: Command) -> Result<CommandResult>
             index_upkeep::apply_drop_index(st, &app, &class, &field, started, limit.max(1) as usize)
         }
         Command::BackupBarrier { .. } | Command::CheckState { .. } => Ok(CommandResult::Done),
+        Command::FreezeSlots(frozen) => split_writes::apply_freeze(st, frozen),
+        Command::ImportIndexMeta(metas) => split_writes::apply_import_index_meta(st, metas),
+        Command::ImportObjects(objects) => split_writes::apply_import_objects(st, objects),
+        Command::DropSlots { limit } => split_writes::apply_drop_slots(st, limit),
         // A batch's commands are applied one by one by `apply_entry`; one nested in another
         // is never proposed (`Command::check_limits`).
         Command::Batch(_) => Ok(CommandResult::Rejected(Error::NotApplied(

@@ -55,6 +55,25 @@ fn put_meta(st: &mut Staged<'_>, app: &AppId, class: &str, meta: &IndexMeta) -> 
     Ok(())
 }
 
+/// Starts a class's index metadata on a split's child from its parent's: the same declared,
+/// opted-out and automatic columns (so the imported objects get the entries they had), with
+/// nothing counted yet (each imported object counts itself).
+pub(super) fn import_meta(
+    st: &mut Staged<'_>,
+    app: &AppId,
+    class: &str,
+    parent: IndexMeta,
+) -> Result<()> {
+    let mut m = IndexMeta::empty();
+    m.declared = parent.declared;
+    m.opted_out = parent.opted_out;
+    if let (Some(child), Some(from)) = (m.automatic.as_mut(), parent.automatic) {
+        child.columns = from.columns.into_keys().map(|c| (c, 0)).collect();
+        child.full = from.full;
+    }
+    put_meta(st, app, class, &m)
+}
+
 /// Forgets a dropped class's index metadata (its entries went with its objects), so a class
 /// created again under the name starts without the old declarations — once the entries of
 /// columns still being dropped are deleted too, up to `budget` of them a call. False while

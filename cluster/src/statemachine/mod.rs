@@ -22,6 +22,7 @@ mod record_writes;
 #[cfg(test)]
 mod shard_query_tests;
 pub mod snapshot;
+mod split_writes;
 mod staged;
 pub mod upgrade;
 pub mod usage_writes;

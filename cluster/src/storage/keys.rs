@@ -19,6 +19,7 @@
 //! |               | group · `v`                              | oldest change index kept   |
 //! |               | group · `b`                              | bytes of the change log (u64 LE) |
 //! |               | group · `b` · stretch (u64 BE)           | bytes of its changes (u64 LE) |
+//! |               | group · `s`                              | slots frozen for a split (`slots::Frozen`) |
 //! | `default`     | `node`                                   | this node's identity       |
 
 use crate::ids::GroupId;
@@ -41,6 +42,7 @@ pub const SM_TALLY: u8 = b'y';
 pub const SM_CHANGES: u8 = b'w';
 pub const SM_CHANGES_FLOOR: u8 = b'v';
 pub const SM_CHANGES_BYTES: u8 = b'b';
+pub const SM_SPLIT: u8 = b's';
 
 /// Key of this node's identity in the default column family.
 pub const NODE_IDENTITY: &[u8] = b"node";
@@ -88,6 +90,22 @@ fn with_parts(mut k: Vec<u8>, parts: &[&str]) -> Vec<u8> {
 
 pub fn object_key(group: GroupId, app: &str, class: &str, object_id: &str) -> Vec<u8> {
     with_parts(sm_family(group, SM_OBJECT), &[app, class, object_id])
+}
+
+/// Splits an object's key into (app, class, objectId).
+pub fn parse_object_key(k: &[u8]) -> Option<(String, String, String)> {
+    if k.get(4) != Some(&SM_OBJECT) {
+        return None;
+    }
+    let rest = std::str::from_utf8(k.get(5..)?).ok()?;
+    let mut parts = rest.splitn(3, '\0');
+    let (app, class, id) = (parts.next()?, parts.next()?, parts.next()?);
+    Some((app.to_string(), class.to_string(), id.to_string()))
+}
+
+/// Key of the slots a group froze for a split (`slots::Frozen`).
+pub fn split_key(group: GroupId) -> Vec<u8> {
+    sm_family(group, SM_SPLIT)
 }
 
 /// Prefix of every object of one class in one group.
@@ -161,6 +179,16 @@ mod tests {
 
     const G1: GroupId = GroupId::new(1);
     const G2: GroupId = GroupId::new(2);
+
+    #[test]
+    fn object_keys_parse_back() {
+        let k = object_key(G2, "app", "Game", "x1");
+        assert_eq!(
+            parse_object_key(&k),
+            Some(("app".into(), "Game".into(), "x1".into()))
+        );
+        assert_eq!(parse_object_key(&split_key(G2)), None);
+    }
 
     #[test]
     fn groups_are_contiguous_and_ordered() {

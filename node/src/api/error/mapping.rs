@@ -55,6 +55,9 @@ impl From<ClusterError> for ApiError {
                 format!("group {group} is electing a leader"),
             )),
             ClusterError::Timeout(m) => ApiError::from(CommonError::Timeout(m)),
+            e @ ClusterError::Moved { .. } => {
+                ApiError::from(CommonError::Unavailable(format!("{e}: try again")))
+            }
             ClusterError::Overloaded(m) => ApiError::from(CommonError::Overloaded(m)),
             e @ ClusterError::DiskFull(_) => {
                 ApiError::from(CommonError::InsufficientStorage(e.to_string()))

@@ -1,0 +1,446 @@
+//! A group's side of a split (decisions/0038), applied like any command. `FreezeSlots` keeps
+//! which of the group's slots now belong to a child; from that entry on a write to an object
+//! of one of them is refused `Moved` (`refuse_frozen`), so the slots' objects stay as they were
+//! while they are copied. On the child, `ImportIndexMeta` and `ImportObjects` build its state
+//! from the parent's as stored: each object's index entries, tallies, counts and usage are made
+//! by the code that makes them for every write (`index_upkeep`, `usage_writes`), and no change
+//! is logged (the objects did not change). `DropSlots` deletes the moved objects from the parent
+//! a page at a time and forgets the freeze when none is left. Neighbours: `apply` (dispatch),
+//! `staged`, `ids::slot_for`.
+
+use super::index_upkeep;
+use super::staged::Staged;
+use super::usage_writes;
+use crate::command::{CommandResult, ImportedObject};
+use crate::error::{Error, Result};
+use crate::names::AppId;
+use crate::object::StoredObject;
+use crate::query::index::IndexMeta;
+use crate::slots::Frozen;
+use crate::storage::keys;
+use crate::usage::UsageDelta;
+
+/// The group's freeze, decoded once per batch.
+pub(super) fn frozen(st: &mut Staged<'_>) -> Result<Option<Frozen>> {
+    let key = keys::split_key(st.group);
+    if let Some(f) = st.memo::<Option<Frozen>>(&key) {
+        return Ok(f);
+    }
+    let f = match st.get(&key)? {
+        Some(bytes) => Some(serde_json::from_slice(&bytes)?),
+        None => None,
+    };
+    st.remember(key, f.clone());
+    Ok(f)
+}
+
+fn put_frozen(st: &mut Staged<'_>, f: Option<Frozen>) -> Result<()> {
+    let key = keys::split_key(st.group);
+    match &f {
+        Some(f) => st.put(key.clone(), serde_json::to_vec(f)?),
+        None => st.delete(key.clone()),
+    }
+    st.remember(key, f);
+    Ok(())
+}
+
+/// A write to an object of a frozen slot is refused: it belongs to the child.
+pub(super) fn refuse_frozen(
+    st: &mut Staged<'_>,
+    app: &str,
+    class: &str,
+    object_id: &str,
+) -> Result<Option<CommandResult>> {
+    Ok(frozen(st)?
+        .filter(|f| f.holds(app, class, object_id))
+        .map(|f| CommandResult::Rejected(Error::Moved { epoch: f.epoch })))
+}
+
+/// Freezes `slots` for `child` (the same freeze again is done already; another while one is
+/// kept is refused).
+pub(super) fn apply_freeze(st: &mut Staged<'_>, next: Frozen) -> Result<CommandResult> {
+    if next.total == 0 || next.slots.is_empty() || next.slots.iter().any(|&s| s >= next.total) {
+        return Ok(CommandResult::Rejected(Error::InvalidOperation(format!(
+            "slots to freeze must be some of 0..{}",
+            next.total
+        ))));
+    }
+    match frozen(st)? {
+        Some(f) if f.child == next.child && f.slots == next.slots && f.epoch == next.epoch => {
+            Ok(CommandResult::Done)
+        }
+        Some(f) => Ok(CommandResult::Rejected(Error::Conflict(format!(
+            "group {} is splitting slots off to group {} already",
+            st.group, f.child
+        )))),
+        None => {
+            put_frozen(
+                st,
+                Some(Frozen {
+                    dropped_through: None,
+                    ..next
+                }),
+            )?;
+            Ok(CommandResult::Done)
+        }
+    }
+}
+
+/// Takes up a parent's index declarations of classes (what is indexed, not what is counted:
+/// the imported objects count themselves). A class that has metadata already keeps it.
+pub(super) fn apply_import_index_meta(
+    st: &mut Staged<'_>,
+    metas: Vec<(AppId, String, IndexMeta)>,
+) -> Result<CommandResult> {
+    for (app, class, meta) in metas {
+        if index_upkeep::meta(st, &app, &class)?.is_none() {
+            index_upkeep::import_meta(st, &app, &class, meta)?;
+        }
+    }
+    Ok(CommandResult::Done)
+}
+
+/// Writes objects as stored, with their derived state and no change-log entry; an object
+/// there already is replaced (an import sent again changes nothing).
+pub(super) fn apply_import_objects(
+    st: &mut Staged<'_>,
+    objects: Vec<ImportedObject>,
+) -> Result<CommandResult> {
+    // Every object is read before anything is staged: one that does not decode refuses the
+    // command whole.
+    let mut decoded = Vec::with_capacity(objects.len());
+    for o in objects {
+        match StoredObject::decode(&o.stored) {
+            Ok(obj) => decoded.push((o, obj)),
+            Err(e) => {
+                return Ok(CommandResult::Rejected(Error::InvalidOperation(format!(
+                    "object {} of {} does not decode: {e}",
+                    o.object_id, o.class
+                ))))
+            }
+        }
+    }
+    for (o, obj) in decoded {
+        let key = keys::object_key(st.group, &o.app, &o.class, &o.object_id);
+        let old_bytes = st.get(&key)?;
+        let old = old_bytes.as_deref().map(StoredObject::decode).transpose()?;
+        index_upkeep::reindex(st, &o.app, &o.class, &o.object_id, old.as_ref(), Some(&obj))?;
+        let bytes = obj.encode()?;
+        usage_writes::count(
+            st,
+            &o.app,
+            UsageDelta::object(old_bytes.as_ref().map(Vec::len), Some(bytes.len())),
+        )?;
+        st.put(key, bytes);
+    }
+    Ok(CommandResult::Done)
+}
+
+/// Deletes up to `limit` objects of the frozen slots (looking at no more than `limit · 16`
+/// objects), with their derived state and no change-log entry; when every object was looked
+/// at, the freeze is forgotten. Answers how many it deleted and whether objects are left to
+/// look at (`Purged`'s `next`).
+pub(super) fn apply_drop_slots(st: &mut Staged<'_>, limit: u32) -> Result<CommandResult> {
+    let Some(mut f) = frozen(st)? else {
+        return Ok(CommandResult::Purged {
+            count: 0,
+            next: None,
+        });
+    };
+    let family = keys::sm_family(st.group, keys::SM_OBJECT);
+    let start = match &f.dropped_through {
+        Some(k) => {
+            let mut after = k.clone();
+            after.push(0);
+            after
+        }
+        None => family.clone(),
+    };
+    let end = keys::sm_family(st.group, keys::SM_OBJECT + 1);
+    let limit = limit.max(1) as usize;
+    let budget = limit.saturating_mul(16);
+    let found = st.keys_in_range_limited(&start, &end, budget + 1)?;
+    // Objects are left to look at when more were found than looked at.
+    let mut left = found.len() > budget;
+    let mut count = 0u64;
+    let mut last = None;
+    for key in found.into_iter().take(budget) {
+        if count as usize == limit {
+            left = true;
+            break;
+        }
+        last = Some(key.clone());
+        let Some((app, class, id)) = keys::parse_object_key(&key) else {
+            continue;
+        };
+        if !f.holds(&app, &class, &id) {
+            continue;
+        }
+        let Some(bytes) = st.get(&key)? else { continue };
+        let old = StoredObject::decode(&bytes)?;
+        let app = AppId::stored(app);
+        index_upkeep::reindex(st, &app, &class, &id, Some(&old), None)?;
+        usage_writes::count(st, &app, UsageDelta::object(Some(bytes.len()), None))?;
+        st.free(bytes.len() as u64);
+        st.delete(key);
+        count += 1;
+    }
+    if left {
+        f.dropped_through = last.or(f.dropped_through);
+        let next = f
+            .dropped_through
+            .as_deref()
+            .and_then(keys::parse_object_key)
+            .map(|(_, _, id)| id);
+        put_frozen(st, Some(f))?;
+        Ok(CommandResult::Purged { count, next })
+    } else {
+        put_frozen(st, None)?;
+        Ok(CommandResult::Purged { count, next: None })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::acl::Principals;
+    use crate::command::Command;
+    use crate::ids::{slot_for, GroupId};
+    use crate::storage::records::live_record;
+    use crate::storage::Store;
+    use crate::update::parse_updates;
+    use serde_json::json;
+    use std::collections::BTreeSet;
+
+    const PARENT: GroupId = GroupId::new(1);
+    const CHILD: GroupId = GroupId::new(5);
+    const TOTAL: u32 = 4 * 256;
+
+    fn apply(st: &mut Staged<'_>, cmd: Command) -> CommandResult {
+        super::super::apply::apply_command(st, cmd).expect("apply")
+    }
+
+    fn create(id: &str, n: i64) -> Command {
+        Command::CreateObject {
+            app: "a".into(),
+            class: "C".into(),
+            object_id: id.into(),
+            now_ms: 1_000 + n,
+            updates: parse_updates(
+                json!({"n": n, "tag": format!("t{}", n % 7)})
+                    .as_object()
+                    .expect("body"),
+            )
+            .expect("updates"),
+        }
+    }
+
+    fn update(id: &str) -> Command {
+        Command::UpdateObject {
+            app: "a".into(),
+            class: "C".into(),
+            object_id: id.into(),
+            now_ms: 5_000,
+            updates: parse_updates(json!({"n": -1}).as_object().expect("body")).expect("updates"),
+            principals: Principals::master(),
+            unset: Vec::new(),
+            holds: Vec::new(),
+        }
+    }
+
+    fn delete(id: &str) -> Command {
+        Command::DeleteObject {
+            app: "a".into(),
+            class: "C".into(),
+            object_id: id.into(),
+            principals: Principals::master(),
+        }
+    }
+
+    /// The frozen slots: every other one.
+    fn slots() -> BTreeSet<u32> {
+        (0..TOTAL).filter(|s| s.is_multiple_of(2)).collect()
+    }
+
+    fn frozen_slot(id: &str) -> bool {
+        slot_for("a", "C", id, TOTAL).is_multiple_of(2)
+    }
+
+    /// Keys of one state family of `group` as `st` sees them.
+    fn family(st: &Staged<'_>, group: GroupId, family: u8) -> Vec<Vec<u8>> {
+        st.keys_in_range_limited(
+            &keys::sm_family(group, family),
+            &keys::sm_family(group, family + 1),
+            usize::MAX,
+        )
+        .expect("keys")
+    }
+
+    fn usage(st: &Staged<'_>) -> crate::usage::AppUsage {
+        live_record(st, "usage", "a", None)
+            .expect("usage")
+            .map(|r| serde_json::from_value(r.value).expect("usage value"))
+            .unwrap_or_default()
+    }
+
+    fn counts(st: &mut Staged<'_>) -> u64 {
+        index_upkeep::meta(st, &AppId::from("a"), "C")
+            .expect("meta")
+            .map_or(0, |m| m.counts.objects)
+    }
+
+    /// Story — a group freezes half its slots: writes to their objects are refused `Moved`,
+    /// others go on; the child imports the frozen objects (twice: the second changes nothing)
+    /// with their index entries, counts and usage; the parent drops them a page at a time and
+    /// forgets the freeze; parent and child together hold what the parent held, counted
+    /// exactly.
+    #[test]
+    fn frozen_slots_move_to_the_child_whole_and_leave_the_parent() {
+        let dir = tempfile::tempdir().expect("dir");
+        let store = Store::open(dir.path()).expect("store");
+        let mut parent = Staged::new(&store, PARENT);
+        let ids: Vec<String> = (0..300).map(|i| format!("obj{i:04}")).collect();
+        for (i, id) in ids.iter().enumerate() {
+            apply(&mut parent, create(id, i as i64));
+        }
+        assert_eq!(counts(&mut parent), 300);
+        let moving: Vec<&String> = ids.iter().filter(|id| frozen_slot(id)).collect();
+        assert!(moving.len() > 100 && moving.len() < 200, "{}", moving.len());
+
+        let freeze = Frozen {
+            child: CHILD,
+            slots: slots(),
+            total: TOTAL,
+            epoch: 7,
+            dropped_through: None,
+        };
+        let cmd = || Command::FreezeSlots(freeze.clone());
+        assert_eq!(apply(&mut parent, cmd()), CommandResult::Done);
+        assert_eq!(
+            apply(&mut parent, cmd()),
+            CommandResult::Done,
+            "the same freeze again"
+        );
+        let other = Frozen {
+            child: GroupId::new(6),
+            ..freeze.clone()
+        };
+        assert!(matches!(
+            apply(&mut parent, Command::FreezeSlots(other)),
+            CommandResult::Rejected(Error::Conflict(_))
+        ));
+        let (frozen_id, kept_id) = (
+            moving[0].clone(),
+            ids.iter()
+                .find(|id| !frozen_slot(id))
+                .expect("a kept one")
+                .clone(),
+        );
+        let moved = CommandResult::Rejected(Error::Moved { epoch: 7 });
+        assert_eq!(apply(&mut parent, update(&frozen_id)), moved);
+        assert_eq!(apply(&mut parent, delete(&frozen_id)), moved);
+        let new_frozen = (0..)
+            .map(|i| format!("new{i}"))
+            .find(|id| frozen_slot(id))
+            .expect("an id in a frozen slot");
+        assert_eq!(apply(&mut parent, create(&new_frozen, 1)), moved);
+        assert!(matches!(
+            apply(&mut parent, update(&kept_id)),
+            CommandResult::Updated { .. }
+        ));
+        let index_before = family(&parent, PARENT, keys::SM_INDEX).len();
+        let usage_before = usage(&parent);
+        assert_eq!(usage_before.objects, 300, "refused writes wrote nothing");
+
+        // The child imports what the parent holds of the frozen slots, twice.
+        let meta = index_upkeep::meta(&mut parent, &AppId::from("a"), "C")
+            .expect("meta")
+            .expect("the class's metadata");
+        let exported: Vec<ImportedObject> = moving
+            .iter()
+            .map(|id| ImportedObject {
+                app: AppId::from("a"),
+                class: "C".into(),
+                object_id: id.to_string(),
+                stored: parent
+                    .get(&keys::object_key(PARENT, "a", "C", id))
+                    .expect("get")
+                    .expect("stored"),
+            })
+            .collect();
+        let mut child = Staged::new(&store, CHILD);
+        for _ in 0..2 {
+            let metas = vec![(AppId::from("a"), "C".to_string(), meta.clone())];
+            assert_eq!(
+                apply(&mut child, Command::ImportIndexMeta(metas)),
+                CommandResult::Done
+            );
+            assert_eq!(
+                apply(&mut child, Command::ImportObjects(exported.clone())),
+                CommandResult::Done
+            );
+        }
+        assert_eq!(counts(&mut child), moving.len() as u64);
+        assert_eq!(
+            family(&child, CHILD, keys::SM_CHANGES).len(),
+            0,
+            "no change logged"
+        );
+        let child_usage = usage(&child);
+        assert_eq!(child_usage.objects, moving.len() as u64);
+        for e in &exported {
+            let there = child
+                .get(&keys::object_key(CHILD, "a", "C", &e.object_id))
+                .expect("get");
+            assert_eq!(there.as_ref(), Some(&e.stored), "{} as stored", e.object_id);
+        }
+        let bad = vec![ImportedObject {
+            stored: b"not an object".to_vec(),
+            ..exported[0].clone()
+        }];
+        assert!(matches!(
+            apply(&mut child, Command::ImportObjects(bad)),
+            CommandResult::Rejected(_)
+        ));
+
+        // The parent drops them, 10 a page, and forgets the freeze.
+        let mut pages = 0;
+        let mut dropped = 0;
+        loop {
+            pages += 1;
+            assert!(pages < 200, "no end to the drop");
+            match apply(&mut parent, Command::DropSlots { limit: 10 }) {
+                CommandResult::Purged { count, next } => {
+                    assert!(count <= 10);
+                    dropped += count;
+                    if next.is_none() && frozen(&mut parent).expect("frozen").is_none() {
+                        break;
+                    }
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(dropped, moving.len() as u64);
+        assert!(pages >= moving.len() / 10, "paged: {pages}");
+        let kept = 300 - moving.len() as u64;
+        assert_eq!(counts(&mut parent), kept);
+        let parent_usage = usage(&parent);
+        assert_eq!(parent_usage.objects, kept);
+        assert_eq!(
+            parent_usage.object_bytes + child_usage.object_bytes,
+            usage_before.object_bytes,
+            "every byte in one group or the other"
+        );
+        assert_eq!(
+            family(&parent, PARENT, keys::SM_INDEX).len()
+                + family(&child, CHILD, keys::SM_INDEX).len(),
+            index_before,
+            "every index entry in one group or the other"
+        );
+        // Unfrozen, the parent takes writes to those slots again (a merge would bring them).
+        assert!(matches!(
+            apply(&mut parent, create(&new_frozen, 1)),
+            CommandResult::Created { .. }
+        ));
+    }
+}
