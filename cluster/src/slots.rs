@@ -108,6 +108,12 @@ impl SlotMap {
         self.group_of_slot(slot_for(scope, word, key, self.slots()))
     }
 
+    /// The group a key's slot began in: where records stay (splits move objects only,
+    /// decisions/0038).
+    fn initial_group_of(&self, scope: &str, word: &str, key: &str) -> GroupId {
+        GroupId::new(1 + slot_for(scope, word, key, self.slots()) % self.shards.max(1))
+    }
+
     /// The group that stores an object: the metadata group for its classes
     /// (`ids::META_CLASSES`), else the data group of its slot.
     pub fn object_group(&self, app: &str, class: &str, object_id: &str) -> GroupId {
@@ -119,16 +125,20 @@ impl SlotMap {
     }
 
     /// The group holding the record of `ns` that `key` routes (`namespace::record_group`).
+    /// Records are not moved by splits: they stay in the group their slot began in.
     pub fn record_group(&self, ns: Namespace, app: &str, key: &str) -> GroupId {
         match ns.placement() {
             Placement::Meta | Placement::EachGroup => META_GROUP,
-            Placement::Shard { fixed, word } => self.group_of(fixed.unwrap_or(app), word, key),
+            Placement::Shard { fixed, word } => {
+                self.initial_group_of(fixed.unwrap_or(app), word, key)
+            }
         }
     }
 
-    /// The data group holding the record of the stored file `file_id` (`ids::file_group`).
+    /// The data group holding the record of the stored file `file_id` (`ids::file_group`):
+    /// like every record, where its slot began.
     pub fn file_group(&self, file_id: &str) -> GroupId {
-        self.group_of("", "_File", file_id)
+        self.initial_group_of("", "_File", file_id)
     }
 
     /// Every data group, in order.
@@ -213,6 +223,11 @@ mod tests {
         map.moved.insert(slot, GroupId::new(5));
         map.epoch += 1;
         assert_eq!(map.object_group("app1", "Thing", "abc"), GroupId::new(5));
+        // Records hashed to the same slot stay where the slot began.
+        let file_slot = slot_for("", "_File", "f1", map.slots());
+        map.moved.insert(file_slot, GroupId::new(6));
+        assert_eq!(map.file_group("f1"), GroupId::new(1 + file_slot % 4));
+        map.moved.remove(&file_slot);
         assert_eq!(
             map.data_groups(),
             (1..=5).map(GroupId::new).collect::<Vec<_>>()
