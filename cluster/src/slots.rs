@@ -53,6 +53,43 @@ pub struct SlotMap {
     /// Slots no longer in the group they began in, and the group they are in.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub moved: BTreeMap<u32, GroupId>,
+    /// The id the next split's child takes (0: none taken yet, `shards + 1`); ids are never
+    /// taken again.
+    #[serde(default)]
+    pub next_group: u32,
+    /// Splits in progress: their children are groups of the cluster (peers make replicas of
+    /// them) but hold none of the map's slots until switched.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub splits: Vec<SplitInProgress>,
+}
+
+/// A split on its way (decisions/0038): which phase the `splits` job has brought it to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SplitInProgress {
+    pub parent: GroupId,
+    pub child: GroupId,
+    pub slots: BTreeSet<u32>,
+    /// The map's epoch once the slots are the child's.
+    pub epoch: u64,
+    pub phase: SplitPhase,
+    /// How far the copy got (the last objectId imported, by class), for a new job to resume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+}
+
+/// The phases of a split, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SplitPhase {
+    /// Recorded: the child is being started.
+    Begun,
+    /// The parent froze the slots: they are being copied.
+    Frozen,
+    /// Every object was copied: the map is about to switch.
+    Copied,
+    /// The map names the child: the parent drops what it kept.
+    Switched,
 }
 
 impl SlotMap {
@@ -63,7 +100,90 @@ impl SlotMap {
             shards: shards.max(1),
             epoch: 0,
             moved: BTreeMap::new(),
+            next_group: 0,
+            splits: Vec::new(),
         }
+    }
+
+    /// The slots `group` holds.
+    pub fn slots_of(&self, group: GroupId) -> BTreeSet<u32> {
+        (0..self.slots())
+            .filter(|&s| self.group_of_slot(s) == group)
+            .collect()
+    }
+
+    /// Records a split of `parent` (a data group holding at least two slots, none of whose
+    /// splits is in progress): half its slots, every other one in order, go to a child whose id
+    /// is taken from `next_group` (at most `cap`), at the next epoch. Nothing routes
+    /// differently until `switch`.
+    pub fn begin_split(&mut self, parent: GroupId, cap: u32) -> Result<SplitInProgress, String> {
+        if !self.data_groups().contains(&parent) {
+            return Err(format!("group {parent} is not a data group of the cluster"));
+        }
+        if self
+            .splits
+            .iter()
+            .any(|s| s.parent == parent || s.child == parent)
+        {
+            return Err(format!("group {parent} is splitting already"));
+        }
+        let held = self.slots_of(parent);
+        if held.len() < 2 {
+            return Err(format!(
+                "group {parent} holds {} slot: it cannot be split",
+                held.len()
+            ));
+        }
+        let next = self.next_group.max(self.shards + 1);
+        if next > cap {
+            return Err(format!(
+                "the cluster has every group id it may have ({cap}): merge groups first"
+            ));
+        }
+        let epoch = self
+            .splits
+            .iter()
+            .map(|s| s.epoch)
+            .max()
+            .unwrap_or(self.epoch)
+            .max(self.epoch)
+            + 1;
+        let split = SplitInProgress {
+            parent,
+            child: GroupId::new(next),
+            slots: held.into_iter().skip(1).step_by(2).collect(),
+            epoch,
+            phase: SplitPhase::Begun,
+            cursor: None,
+        };
+        self.next_group = next + 1;
+        self.splits.push(split.clone());
+        Ok(split)
+    }
+
+    /// The map with the split of `child` switched: its slots are the child's, at its epoch.
+    pub fn switch(&mut self, child: GroupId) -> Result<(), String> {
+        let Some(split) = self.splits.iter_mut().find(|s| s.child == child) else {
+            return Err(format!("no split to group {child} is in progress"));
+        };
+        if split.phase >= SplitPhase::Switched {
+            return Ok(());
+        }
+        for &slot in &split.slots {
+            self.moved.insert(slot, child);
+        }
+        split.phase = SplitPhase::Switched;
+        self.epoch = self.epoch.max(split.epoch);
+        Ok(())
+    }
+
+    /// Every group of the cluster: the metadata group, the data groups, and the children of
+    /// splits in progress (which peers make replicas of before they hold slots).
+    pub fn known_groups(&self) -> BTreeSet<GroupId> {
+        let mut all: BTreeSet<GroupId> = self.data_groups().into_iter().collect();
+        all.insert(META_GROUP);
+        all.extend(self.splits.iter().map(|s| s.child));
+        all
     }
 
     /// The map a record of the metadata group holds, checked against the cluster's shards and
@@ -85,6 +205,14 @@ impl SlotMap {
         {
             return Err(format!(
                 "slot {slot} in group {group}: slots are below {slots}, groups from 1 to {cap}"
+            ));
+        }
+        if let Some(s) = map.splits.iter().find(|s| {
+            s.child.get() == 0 || s.child.get() > cap || s.slots.iter().any(|&x| x >= slots)
+        }) {
+            return Err(format!(
+                "the split to group {} names what cannot be",
+                s.child
             ));
         }
         Ok(map)
@@ -190,6 +318,73 @@ mod tests {
             assert_eq!(map.class_groups("Thing"), class_groups("Thing", shards));
             assert_eq!(map.class_groups("_Role"), vec![META_GROUP]);
         }
+    }
+
+    /// Story — a split of group 2 of 4: half its slots, every other one, go to group 5 (the
+    /// first id after the shards) at the next epoch; nothing routes differently until the
+    /// switch, then exactly those slots' objects go to group 5; a second split of a splitting
+    /// group is refused, the next split takes id 6, ids stop at the cap.
+    #[test]
+    fn a_split_takes_half_its_parents_slots_at_the_switch() {
+        let mut map = SlotMap::initial(4);
+        let before = map.clone();
+        let split = map.begin_split(GroupId::new(2), 64).expect("split");
+        assert_eq!(split.child, GroupId::new(5));
+        assert_eq!(split.epoch, 1);
+        assert_eq!(split.slots.len(), 128);
+        assert!(split.slots.iter().all(|s| s % 4 == 1), "group 2's slots");
+        assert_eq!(
+            map.data_groups(),
+            before.data_groups(),
+            "no routing change yet"
+        );
+        assert!(map.known_groups().contains(&GroupId::new(5)));
+        for i in 0..2000 {
+            let id = format!("o{i}");
+            assert_eq!(
+                map.object_group("a", "C", &id),
+                before.object_group("a", "C", &id)
+            );
+        }
+        assert!(map.begin_split(GroupId::new(2), 64).is_err());
+        assert!(
+            map.begin_split(GroupId::new(5), 64).is_err(),
+            "not a data group yet"
+        );
+        assert!(map.begin_split(GroupId::new(0), 64).is_err());
+
+        map.switch(GroupId::new(5)).expect("switch");
+        map.switch(GroupId::new(5)).expect("again: nothing more");
+        assert_eq!(map.epoch, 1);
+        let (mut to_child, mut kept) = (0, 0);
+        for i in 0..4000 {
+            let id = format!("o{i}");
+            let slot = slot_for("a", "C", &id, map.slots());
+            match (
+                before.object_group("a", "C", &id),
+                map.object_group("a", "C", &id),
+            ) {
+                (b, a) if b == a => kept += 1,
+                (b, a) => {
+                    assert_eq!((b, a), (GroupId::new(2), GroupId::new(5)));
+                    assert!(split.slots.contains(&slot));
+                    to_child += 1;
+                }
+            }
+        }
+        assert!(to_child > 300 && kept > 3000, "{to_child} {kept}");
+        assert_eq!(map.slots_of(GroupId::new(2)).len(), 128);
+        let value = serde_json::to_value(&map).expect("json");
+        assert_eq!(SlotMap::from_record(value, 4, 64), Ok(map.clone()));
+
+        let next = map.begin_split(GroupId::new(3), 64).expect("another");
+        assert_eq!((next.child, next.epoch), (GroupId::new(6), 2));
+        let mut full = SlotMap::initial(4);
+        full.next_group = 65;
+        assert!(
+            full.begin_split(GroupId::new(1), 64).is_err(),
+            "past the cap"
+        );
     }
 
     #[test]

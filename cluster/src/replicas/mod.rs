@@ -237,7 +237,8 @@ impl Replicas {
     }
 
     /// Takes up the slot map this node's replica of the metadata group holds
-    /// (`slots::SLOTS_KEY`) when its epoch is newer than the one routed by: whether it did.
+    /// (`slots::SLOTS_KEY`) when it differs from the one routed by and is not of an older
+    /// epoch: whether it did.
     /// A record that is not a map of this cluster is not routed by (an error says why).
     pub fn refresh_slot_map(&self) -> Result<bool> {
         let Some(value) = self.local_meta_record(Namespace::Cluster, crate::slots::SLOTS_KEY)?
@@ -250,12 +251,15 @@ impl Replicas {
             self.inner.settings.group_cap(),
         )
         .map_err(|e| Error::Internal(format!("the slot map record: {e}")))?;
-        if map.epoch <= self.inner.slot_map.load().epoch {
+        // A newer epoch, or the same one with splits begun or further on; never an older one.
+        let current = self.inner.slot_map.load();
+        if map.epoch < current.epoch || **current == map {
             return Ok(false);
         }
         tracing::info!(
             epoch = map.epoch,
             groups = map.data_groups().len(),
+            splits = map.splits.len(),
             "routing by a new slot map"
         );
         self.inner.slot_map.store(Arc::new(map));
@@ -363,10 +367,13 @@ impl Replicas {
     }
 
     /// This node's replica of `group` for a peer's message to it: made now when the cluster
-    /// has the group (`group_ids`) and this node has none yet.
+    /// has the group (`SlotMap::known_groups`: a split's child too) and this node has none
+    /// yet.
     pub(crate) async fn peer_group(&self, group: GroupId) -> Result<&GroupRaft> {
         match self.group(group) {
-            Err(Error::NotLeader { .. }) if self.group_ids().contains(&group) => {
+            Err(Error::NotLeader { .. })
+                if self.inner.slot_map.load().known_groups().contains(&group) =>
+            {
                 self.ensure_group(group).await
             }
             other => other,
