@@ -3,6 +3,8 @@
 //! the service's own object reads). Each is one command or one read; what a command does is
 //! `statemachine::apply`'s, what a read serves is `local_read`'s.
 
+use std::time::{Duration, Instant};
+
 use serde_json::Value;
 
 use super::{now_ms, unexpected, Replicas};
@@ -14,17 +16,90 @@ use crate::names::{AppId, ClassName, ObjectId};
 use crate::namespace::Namespace;
 use crate::object::StoredObject;
 
+/// How long a write its group refused `Moved` (its slot went to a split's child) waits for the
+/// map that names the child, before the refusal is answered.
+const MOVED_WAIT: Duration = Duration::from_secs(10);
+
+/// How often a write refused `Moved` looks for that map.
+const MOVED_POLL: Duration = Duration::from_millis(50);
+
+/// The object a write names.
+fn written_object(cmd: &Command) -> Option<(&AppId, &str, &str)> {
+    match cmd {
+        Command::CreateObject {
+            app,
+            class,
+            object_id,
+            ..
+        }
+        | Command::UpdateObject {
+            app,
+            class,
+            object_id,
+            ..
+        }
+        | Command::DeleteObject {
+            app,
+            class,
+            object_id,
+            ..
+        } => Some((app, class.as_str(), object_id.as_str())),
+        _ => None,
+    }
+}
+
 impl Replicas {
     /// Proposes an object command to the group that stores the object (`object_group`): as
     /// `propose`, and for the metadata group's classes, which every node reads from its own
     /// replica, answers once every reachable member has applied it, so the next request
-    /// through any node sees it.
+    /// through any node sees it. While a split is under way, a write its group refuses
+    /// `Moved` is sent again to the group the newer map names (`MOVED_WAIT` at most).
     pub async fn propose_object(&self, group: GroupId, cmd: Command) -> Result<Proposed> {
-        let p = self.propose(group, cmd).await?;
+        // Kept only while a split is under way: a copy of every write would cost.
+        let again = (!self.inner.slot_map.load().splits.is_empty()
+            && written_object(&cmd).is_some())
+        .then(|| cmd.clone());
+        let mut p = self.propose(group, cmd).await?;
+        if let (Some(cmd), CommandResult::Rejected(Error::Moved { epoch })) = (again, &p.result) {
+            p = self.propose_moved(cmd, group, *epoch).await?;
+        }
         if group == META_GROUP {
             self.settle(META_GROUP, p.log_index).await;
         }
         Ok(p)
+    }
+
+    /// Sends a write that `refused` answered `Moved{epoch}` again, once this node's map routes
+    /// its object to another group, until a group takes it or `MOVED_WAIT` has passed.
+    async fn propose_moved(&self, cmd: Command, refused: GroupId, epoch: u64) -> Result<Proposed> {
+        let deadline = Instant::now() + MOVED_WAIT;
+        let Some((app, class, object_id)) = written_object(&cmd) else {
+            return Err(Error::Moved { epoch });
+        };
+        let (mut refused, mut epoch) = (refused, epoch);
+        loop {
+            let group = loop {
+                let group = self.object_group(app, class, object_id);
+                if group != refused {
+                    break group;
+                }
+                if Instant::now() >= deadline {
+                    return Err(Error::Moved { epoch });
+                }
+                if let Err(e) = self.refresh_slot_map() {
+                    tracing::warn!("{e}");
+                }
+                tokio::time::sleep(MOVED_POLL).await;
+            };
+            let p = self.propose(group, cmd.clone()).await?;
+            match p.result {
+                // Moved again (the child split in turn): by a newer map still.
+                CommandResult::Rejected(Error::Moved { epoch: next }) => {
+                    (refused, epoch) = (group, next);
+                }
+                _ => return Ok(p),
+            }
+        }
     }
 
     /// Proposes `cmd` to `group` and answers once every reachable member has applied it (or the
