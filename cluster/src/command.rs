@@ -213,7 +213,8 @@ pub struct ImportedObject {
     pub app: AppId,
     pub class: String,
     pub object_id: String,
-    /// `StoredObject::encode`'s bytes.
+    /// `StoredObject::encode`'s bytes (MessagePack's bin type in the log).
+    #[serde(with = "serde_bytes")]
     pub stored: Vec<u8>,
 }
 

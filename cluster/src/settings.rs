@@ -23,6 +23,6 @@ impl ClusterSettings {
     /// above `shards` up to this (decisions/0038). Fixed by `shards`, so every node and every
     /// build agrees on it without storing it.
     pub fn group_cap(&self) -> u32 {
-        self.shards.clamp(1, MAX_SHARDS).saturating_mul(8).max(64)
+        self.shards.max(1).saturating_mul(8).max(64)
     }
 }

@@ -112,20 +112,20 @@ impl SlotMap {
             .collect()
     }
 
-    /// Records a split of `parent` (a data group holding at least two slots, none of whose
-    /// splits is in progress): half its slots, every other one in order, go to a child whose id
+    /// Records a split of `parent` (a data group holding at least two slots, while no other
+    /// split is in progress): half its slots, every other one in order, go to a child whose id
     /// is taken from `next_group` (at most `cap`), at the next epoch. Nothing routes
     /// differently until `switch`.
     pub fn begin_split(&mut self, parent: GroupId, cap: u32) -> Result<SplitInProgress, String> {
         if !self.data_groups().contains(&parent) {
             return Err(format!("group {parent} is not a data group of the cluster"));
         }
-        if self
-            .splits
-            .iter()
-            .any(|s| s.parent == parent || s.child == parent)
-        {
-            return Err(format!("group {parent} is splitting already"));
+        // One split at a time: epochs then switch in the order they were given.
+        if let Some(s) = self.splits.first() {
+            return Err(format!(
+                "group {} is splitting off group {}: one split at a time",
+                s.parent, s.child
+            ));
         }
         let held = self.slots_of(parent);
         if held.len() < 2 {
@@ -348,6 +348,10 @@ mod tests {
         }
         assert!(map.begin_split(GroupId::new(2), 64).is_err());
         assert!(
+            map.begin_split(GroupId::new(3), 64).is_err(),
+            "one at a time"
+        );
+        assert!(
             map.begin_split(GroupId::new(5), 64).is_err(),
             "not a data group yet"
         );
@@ -377,6 +381,7 @@ mod tests {
         let value = serde_json::to_value(&map).expect("json");
         assert_eq!(SlotMap::from_record(value, 4, 64), Ok(map.clone()));
 
+        map.splits.clear();
         let next = map.begin_split(GroupId::new(3), 64).expect("another");
         assert_eq!((next.child, next.epoch), (GroupId::new(6), 2));
         let mut full = SlotMap::initial(4);

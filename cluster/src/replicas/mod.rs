@@ -351,6 +351,10 @@ impl Replicas {
             .get(group.get() as usize)
             .ok_or_else(|| Error::InvalidOperation(format!("no group {group}")))?;
         cell.get_or_try_init(|| async {
+            // None is made once the node stops (`shutdown` would not stop it).
+            if *inner.shutdown.borrow() {
+                return Err(Error::Unavailable("this node is stopping".into()));
+            }
             tracing::info!(%group, "making this node's replica of a new group");
             inner
                 .maker

@@ -94,7 +94,9 @@ impl Replicas {
             let p = self.propose(group, cmd.clone()).await?;
             match p.result {
                 // Moved again (the child split in turn): by a newer map still.
-                CommandResult::Rejected(Error::Moved { epoch: next }) => {
+                CommandResult::Rejected(Error::Moved { epoch: next })
+                    if Instant::now() < deadline =>
+                {
                     (refused, epoch) = (group, next);
                 }
                 _ => return Ok(p),

@@ -49,6 +49,17 @@ pub fn apply_command(st: &mut Staged<'_>, cmd: Command) -> Result<CommandResult>
             return Ok(moved);
         }
     }
+    // A paged job over a class's objects would change frozen ones after they were copied.
+    if matches!(
+        cmd,
+        Command::PurgeClass { .. } | Command::DeclareIndex { .. } | Command::DropIndex { .. }
+    ) && split_writes::frozen(st)?.is_some()
+    {
+        return Ok(CommandResult::Rejected(Error::Conflict(format!(
+            "group {} is splitting: its objects are being copied; try again once the split is done",
+            st.group
+        ))));
+    }
     match cmd {
         Command::CreateObject {
             app,

@@ -8,11 +8,16 @@
 //! a page at a time and forgets the freeze when none is left. Neighbours: `apply` (dispatch),
 //! `staged`, `ids::slot_for`.
 
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
 use super::index_upkeep;
 use super::staged::Staged;
 use super::usage_writes;
 use crate::command::{CommandResult, ImportedObject};
 use crate::error::{Error, Result};
+use crate::ids::{slot_for, GroupId};
 use crate::names::AppId;
 use crate::object::StoredObject;
 use crate::query::index::IndexMeta;
@@ -20,44 +25,73 @@ use crate::slots::Frozen;
 use crate::storage::keys;
 use crate::usage::UsageDelta;
 
-/// The group's freeze, decoded once per batch.
-pub(super) fn frozen(st: &mut Staged<'_>) -> Result<Option<Frozen>> {
-    let key = keys::split_key(st.group);
-    if let Some(f) = st.memo::<Option<Frozen>>(&key) {
-        return Ok(f);
-    }
-    let f = match st.get(&key)? {
-        Some(bytes) => Some(serde_json::from_slice(&bytes)?),
-        None => None,
-    };
-    st.remember(key, f.clone());
-    Ok(f)
+/// What a group keeps of its splits (group · `s`): the slots it froze for the split under
+/// way, and those it gave away — refused `Moved` for good, so that a node still routing by an
+/// older map never writes to them here again (a merge would give them back).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SplitState {
+    /// The cluster's number of slots (0: no split yet).
+    total: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    frozen: Option<Frozen>,
+    /// Each slot given to a child: the child, and the map's epoch from which it holds it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    gone: BTreeMap<u32, (GroupId, u64)>,
 }
 
-fn put_frozen(st: &mut Staged<'_>, f: Option<Frozen>) -> Result<()> {
+/// The group's split state, decoded once per batch.
+fn state(st: &mut Staged<'_>) -> Result<SplitState> {
     let key = keys::split_key(st.group);
-    match &f {
-        Some(f) => st.put(key.clone(), serde_json::to_vec(f)?),
-        None => st.delete(key.clone()),
+    if let Some(s) = st.memo::<SplitState>(&key) {
+        return Ok(s);
     }
-    st.remember(key, f);
+    let s = match st.get(&key)? {
+        Some(bytes) => serde_json::from_slice(&bytes)?,
+        None => SplitState::default(),
+    };
+    st.remember(key, s.clone());
+    Ok(s)
+}
+
+fn put_state(st: &mut Staged<'_>, s: SplitState) -> Result<()> {
+    let key = keys::split_key(st.group);
+    if s.frozen.is_none() && s.gone.is_empty() {
+        st.delete(key.clone());
+    } else {
+        st.put(key.clone(), serde_json::to_vec(&s)?);
+    }
+    st.remember(key, s);
     Ok(())
 }
 
-/// A write to an object of a frozen slot is refused: it belongs to the child.
+/// The split under way: the slots the group froze for it.
+pub(super) fn frozen(st: &mut Staged<'_>) -> Result<Option<Frozen>> {
+    Ok(state(st)?.frozen)
+}
+
+/// A write to an object of a frozen slot, or of one given away, is refused: it belongs to the
+/// child.
 pub(super) fn refuse_frozen(
     st: &mut Staged<'_>,
     app: &str,
     class: &str,
     object_id: &str,
 ) -> Result<Option<CommandResult>> {
-    Ok(frozen(st)?
-        .filter(|f| f.holds(app, class, object_id))
-        .map(|f| CommandResult::Rejected(Error::Moved { epoch: f.epoch })))
+    let s = state(st)?;
+    if s.total == 0 {
+        return Ok(None);
+    }
+    let slot = slot_for(app, class, object_id, s.total);
+    let epoch = match &s.frozen {
+        Some(f) if f.slots.contains(&slot) => Some(f.epoch),
+        _ => s.gone.get(&slot).map(|&(_, epoch)| epoch),
+    };
+    Ok(epoch.map(|epoch| CommandResult::Rejected(Error::Moved { epoch })))
 }
 
 /// Freezes `slots` for `child` (the same freeze again is done already; another while one is
-/// kept is refused).
+/// kept is refused, and so are slots given away already).
 pub(super) fn apply_freeze(st: &mut Staged<'_>, next: Frozen) -> Result<CommandResult> {
     if next.total == 0 || next.slots.is_empty() || next.slots.iter().any(|&s| s >= next.total) {
         return Ok(CommandResult::Rejected(Error::InvalidOperation(format!(
@@ -65,25 +99,37 @@ pub(super) fn apply_freeze(st: &mut Staged<'_>, next: Frozen) -> Result<CommandR
             next.total
         ))));
     }
-    match frozen(st)? {
-        Some(f) if f.child == next.child && f.slots == next.slots && f.epoch == next.epoch => {
-            Ok(CommandResult::Done)
-        }
-        Some(f) => Ok(CommandResult::Rejected(Error::Conflict(format!(
-            "group {} is splitting slots off to group {} already",
-            st.group, f.child
-        )))),
-        None => {
-            put_frozen(
-                st,
-                Some(Frozen {
-                    dropped_through: None,
-                    ..next
-                }),
-            )?;
-            Ok(CommandResult::Done)
-        }
+    let mut s = state(st)?;
+    if s.total != 0 && s.total != next.total {
+        return Ok(CommandResult::Rejected(Error::InvalidOperation(format!(
+            "the group's slots are of {}, not {}",
+            s.total, next.total
+        ))));
     }
+    match &s.frozen {
+        Some(f) if f.child == next.child && f.slots == next.slots && f.epoch == next.epoch => {
+            return Ok(CommandResult::Done)
+        }
+        Some(f) => {
+            return Ok(CommandResult::Rejected(Error::Conflict(format!(
+                "group {} is splitting slots off to group {} already",
+                st.group, f.child
+            ))))
+        }
+        None => {}
+    }
+    if let Some(slot) = next.slots.iter().find(|x| s.gone.contains_key(x)) {
+        return Ok(CommandResult::Rejected(Error::InvalidOperation(format!(
+            "slot {slot} was given to another group already"
+        ))));
+    }
+    s.total = next.total;
+    s.frozen = Some(Frozen {
+        dropped_through: None,
+        ..next
+    });
+    put_state(st, s)?;
+    Ok(CommandResult::Done)
 }
 
 /// Takes up a parent's index declarations of classes (what is indexed, not what is counted:
@@ -136,12 +182,16 @@ pub(super) fn apply_import_objects(
     Ok(CommandResult::Done)
 }
 
+/// Most objects one `DropSlots` deletes.
+const MAX_DROP_PAGE: u32 = 10_000;
+
 /// Deletes up to `limit` objects of the frozen slots (looking at no more than `limit · 16`
 /// objects), with their derived state and no change-log entry; when every object was looked
 /// at, the freeze is forgotten. Answers how many it deleted and whether objects are left to
 /// look at (`Purged`'s `next`).
 pub(super) fn apply_drop_slots(st: &mut Staged<'_>, limit: u32) -> Result<CommandResult> {
-    let Some(mut f) = frozen(st)? else {
+    let mut state = state(st)?;
+    let Some(mut f) = state.frozen.clone() else {
         return Ok(CommandResult::Purged {
             count: 0,
             next: None,
@@ -157,7 +207,7 @@ pub(super) fn apply_drop_slots(st: &mut Staged<'_>, limit: u32) -> Result<Comman
         None => family.clone(),
     };
     let end = keys::sm_family(st.group, keys::SM_OBJECT + 1);
-    let limit = limit.max(1) as usize;
+    let limit = limit.clamp(1, MAX_DROP_PAGE) as usize;
     let budget = limit.saturating_mul(16);
     let found = st.keys_in_range_limited(&start, &end, budget + 1)?;
     // Objects are left to look at when more were found than looked at.
@@ -187,15 +237,25 @@ pub(super) fn apply_drop_slots(st: &mut Staged<'_>, limit: u32) -> Result<Comman
     }
     if left {
         f.dropped_through = last.or(f.dropped_through);
+        // Set while objects are left to look at, whether or not the last key named one.
         let next = f
             .dropped_through
             .as_deref()
             .and_then(keys::parse_object_key)
-            .map(|(_, _, id)| id);
-        put_frozen(st, Some(f))?;
-        Ok(CommandResult::Purged { count, next })
+            .map_or_else(String::new, |(_, _, id)| id);
+        state.frozen = Some(f);
+        put_state(st, state)?;
+        Ok(CommandResult::Purged {
+            count,
+            next: Some(next),
+        })
     } else {
-        put_frozen(st, None)?;
+        // Given away for good: still refused to a node routing by an older map.
+        for &slot in &f.slots {
+            state.gone.insert(slot, (f.child, f.epoch));
+        }
+        state.frozen = None;
+        put_state(st, state)?;
         Ok(CommandResult::Purged { count, next: None })
     }
 }
@@ -348,6 +408,18 @@ mod tests {
             apply(&mut parent, update(&kept_id)),
             CommandResult::Updated { .. }
         ));
+        // A class purge (or index job) would change the frozen objects: it waits.
+        let purge = Command::PurgeClass {
+            app: "a".into(),
+            class: "C".into(),
+            field: None,
+            after: None,
+            limit: 10,
+        };
+        assert!(matches!(
+            apply(&mut parent, purge),
+            CommandResult::Rejected(Error::Conflict(_))
+        ));
         let index_before = family(&parent, PARENT, keys::SM_INDEX).len();
         let usage_before = usage(&parent);
         assert_eq!(usage_before.objects, 300, "refused writes wrote nothing");
@@ -413,7 +485,12 @@ mod tests {
                 CommandResult::Purged { count, next } => {
                     assert!(count <= 10);
                     dropped += count;
-                    if next.is_none() && frozen(&mut parent).expect("frozen").is_none() {
+                    assert_eq!(
+                        next.is_none(),
+                        frozen(&mut parent).expect("frozen").is_none(),
+                        "next is set exactly while the freeze is kept"
+                    );
+                    if next.is_none() {
                         break;
                     }
                 }
@@ -437,10 +514,30 @@ mod tests {
             index_before,
             "every index entry in one group or the other"
         );
-        // Unfrozen, the parent takes writes to those slots again (a merge would bring them).
+        // Given away for good: a node routing by an older map is still told so.
+        assert_eq!(apply(&mut parent, create(&new_frozen, 1)), moved);
+        assert_eq!(apply(&mut parent, update(&frozen_id)), moved);
         assert!(matches!(
-            apply(&mut parent, create(&new_frozen, 1)),
-            CommandResult::Created { .. }
+            apply(&mut parent, update(&kept_id)),
+            CommandResult::Updated { .. }
         ));
+        // The parent splits again: not the slots it gave away, the others it may.
+        let again = |slots: BTreeSet<u32>| {
+            Command::FreezeSlots(Frozen {
+                child: GroupId::new(6),
+                slots,
+                total: TOTAL,
+                epoch: 8,
+                dropped_through: None,
+            })
+        };
+        assert!(matches!(
+            apply(&mut parent, again(BTreeSet::from([0]))),
+            CommandResult::Rejected(Error::InvalidOperation(_))
+        ));
+        assert_eq!(
+            apply(&mut parent, again(BTreeSet::from([1]))),
+            CommandResult::Done
+        );
     }
 }

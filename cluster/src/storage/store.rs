@@ -552,8 +552,10 @@ impl Store {
         let data = batch.data().to_vec();
         let mut batch = batch;
         let mut wait = Duration::from_millis(50);
+        let mut tries = 0;
         loop {
-            match self.try_write(batch, &data, sync)? {
+            tries += 1;
+            match self.try_write(batch, &data, sync, tries)? {
                 None => return Ok(()),
                 Some(again) => batch = again,
             }
@@ -567,8 +569,10 @@ impl Store {
         let data = batch.data().to_vec();
         let mut batch = batch;
         let mut wait = Duration::from_millis(50);
+        let mut tries = 0;
         loop {
-            match self.try_write(batch, &data, sync)? {
+            tries += 1;
+            match self.try_write(batch, &data, sync, tries)? {
                 None => return Ok(()),
                 Some(again) => batch = again,
             }
@@ -577,9 +581,18 @@ impl Store {
         }
     }
 
-    /// One try of `write_until_room`: `None` once written, the batch made again from `data`
-    /// when the disk had no room for it (and the node is not shutting down).
-    fn try_write(&self, batch: WriteBatch, data: &[u8], sync: bool) -> Result<Option<WriteBatch>> {
+    /// One try of `write_until_room` (the `tries`th): `None` once written, the batch made
+    /// again from `data` when the disk had no room for it (and the node is not shutting down).
+    /// A writer stopped on an earlier error is waited out while a write met a full disk, or
+    /// for the first `STOPPED_WRITER_TRIES` tries (the write that met it may not have said so
+    /// yet); else it is an error.
+    fn try_write(
+        &self,
+        batch: WriteBatch,
+        data: &[u8],
+        sync: bool,
+        tries: u32,
+    ) -> Result<Option<WriteBatch>> {
         match self.write(batch, sync) {
             Ok(()) => {
                 if self.no_space.swap(false, Ordering::SeqCst) {
@@ -588,8 +601,16 @@ impl Store {
                 }
                 Ok(None)
             }
-            Err(e) if (is_no_space(&e) || is_writer_stopped(&e)) && !self.is_closing() => {
-                if !self.no_space.swap(true, Ordering::SeqCst) {
+            Err(e)
+                if (is_no_space(&e)
+                    || (is_writer_stopped(&e)
+                        && (self.no_space.load(Ordering::SeqCst)
+                            || tries <= STOPPED_WRITER_TRIES)))
+                    && !self.is_closing() =>
+            {
+                // Only the write that met the full disk says so (a stopped writer alone may
+                // have another cause).
+                if is_no_space(&e) && !self.no_space.swap(true, Ordering::SeqCst) {
                     metrics::gauge!("basalt_storage_writes_blocked").set(1.0);
                     tracing::error!("the disk is full: writes wait until space is freed: {e}");
                 }
@@ -803,10 +824,13 @@ pub fn is_no_space(e: &crate::error::Error) -> bool {
     matches!(e, crate::error::Error::Storage(m) if m.contains("No space left"))
 }
 
+/// Tries a write told the writer stopped waits for a write that met a full disk to say so.
+const STOPPED_WRITER_TRIES: u32 = 5;
+
 /// Whether a store error says RocksDB's writer stopped on an earlier error: what the writes
 /// racing the first one to meet a full disk are told, before that one is reported. They wait
-/// for room like it (a writer stopped for another cause, with room on the disk, ends the node
-/// after `STORE_STOPPED_EXIT` rather than a group for good).
+/// for room like it when it is a full disk (`try_write`); another cause is answered as an
+/// error.
 fn is_writer_stopped(e: &crate::error::Error) -> bool {
     matches!(e, crate::error::Error::Storage(m) if m.contains("Writer has previous error"))
 }
