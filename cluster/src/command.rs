@@ -222,6 +222,31 @@ pub struct ImportedObject {
 pub const MAX_BATCH_COMMANDS: usize = 1_000;
 
 impl Command {
+    /// The object a create, update or delete writes: (app, class, objectId).
+    pub fn written_object(&self) -> Option<(&AppId, &str, &str)> {
+        match self {
+            Command::CreateObject {
+                app,
+                class,
+                object_id,
+                ..
+            }
+            | Command::UpdateObject {
+                app,
+                class,
+                object_id,
+                ..
+            }
+            | Command::DeleteObject {
+                app,
+                class,
+                object_id,
+                ..
+            } => Some((app, class.as_str(), object_id.as_str())),
+            _ => None,
+        }
+    }
+
     /// Whether the command may make a group's data larger: object creates and updates (alone
     /// or in a batch). Records (sessions, throttles, file records) and deletes may not be
     /// refused for want of disk (`replicas::room`).

@@ -23,31 +23,6 @@ const MOVED_WAIT: Duration = Duration::from_secs(10);
 /// How often a write refused `Moved` looks for that map.
 const MOVED_POLL: Duration = Duration::from_millis(50);
 
-/// The object a write names.
-fn written_object(cmd: &Command) -> Option<(&AppId, &str, &str)> {
-    match cmd {
-        Command::CreateObject {
-            app,
-            class,
-            object_id,
-            ..
-        }
-        | Command::UpdateObject {
-            app,
-            class,
-            object_id,
-            ..
-        }
-        | Command::DeleteObject {
-            app,
-            class,
-            object_id,
-            ..
-        } => Some((app, class.as_str(), object_id.as_str())),
-        _ => None,
-    }
-}
-
 impl Replicas {
     /// Proposes an object command to the group that stores the object (`object_group`): as
     /// `propose`, and for the metadata group's classes, which every node reads from its own
@@ -57,7 +32,7 @@ impl Replicas {
     pub async fn propose_object(&self, group: GroupId, cmd: Command) -> Result<Proposed> {
         // Kept only while a split is under way: a copy of every write would cost.
         let again = (!self.inner.slot_map.load().splits.is_empty()
-            && written_object(&cmd).is_some())
+            && cmd.written_object().is_some())
         .then(|| cmd.clone());
         let mut p = self.propose(group, cmd).await?;
         if let (Some(cmd), CommandResult::Rejected(Error::Moved { epoch })) = (again, &p.result) {
@@ -73,7 +48,7 @@ impl Replicas {
     /// its object to another group, until a group takes it or `MOVED_WAIT` has passed.
     async fn propose_moved(&self, cmd: Command, refused: GroupId, epoch: u64) -> Result<Proposed> {
         let deadline = Instant::now() + MOVED_WAIT;
-        let Some((app, class, object_id)) = written_object(&cmd) else {
+        let Some((app, class, object_id)) = cmd.written_object() else {
             return Err(Error::Moved { epoch });
         };
         let (mut refused, mut epoch) = (refused, epoch);

@@ -26,25 +26,7 @@ use crate::usage::UsageDelta;
 
 pub fn apply_command(st: &mut Staged<'_>, cmd: Command) -> Result<CommandResult> {
     // A write to an object of a slot frozen for a split belongs to the child now.
-    if let Command::CreateObject {
-        app,
-        class,
-        object_id,
-        ..
-    }
-    | Command::UpdateObject {
-        app,
-        class,
-        object_id,
-        ..
-    }
-    | Command::DeleteObject {
-        app,
-        class,
-        object_id,
-        ..
-    } = &cmd
-    {
+    if let Some((app, class, object_id)) = cmd.written_object() {
         if let Some(moved) = split_writes::refuse_frozen(st, app, class, object_id)? {
             return Ok(moved);
         }
