@@ -130,6 +130,11 @@ impl Replicas {
         // round through the local replica only to hear that it does not lead.
         let mut hint: Option<NodeId> = self.remote_leader(group);
         let mut attempt = 0u32;
+        // The peer that failed the last attempt without naming a leader: when this node's
+        // replica names that peer as leader, it is stale (this replica was removed from the
+        // group, or has not heard of an election yet) and the next attempt asks the others in
+        // turn.
+        let mut leaderless: Option<NodeId> = None;
         loop {
             // The node whose answer this attempt's outcome is.
             let mut refuser = self.node_id();
@@ -143,7 +148,12 @@ impl Replicas {
                         leader,
                         leader_addr,
                         ..
-                    }) => match self.forward_target(leader, leader_addr, attempt) {
+                    }) => match self.forward_target(
+                        leader.filter(|&l| Some(l) != leaderless),
+                        leader_addr,
+                        attempt,
+                        leaderless,
+                    ) {
                         Some(node) => {
                             refuser = node;
                             remote(node, remaining(deadline)).await
@@ -160,6 +170,15 @@ impl Replicas {
             match outcome {
                 Err(e) if attempts.may_retry(&e) && Instant::now() < deadline => {
                     tracing::debug!(%group, attempt, "retried: {e:?}");
+                    leaderless = (refuser != self.node_id()
+                        && !matches!(
+                            e,
+                            Error::NotLeader {
+                                leader: Some(_),
+                                ..
+                            }
+                        ))
+                    .then_some(refuser);
                     hint = self.retry_hint(e, attempt);
                     attempt += 1;
                     let known = self.group_metrics(group, |m| m.current_leader).flatten();
@@ -188,7 +207,9 @@ impl Replicas {
                 leader: Some(l),
                 leader_addr,
                 ..
-            } if l != self.node_id() => self.forward_target(Some(l), leader_addr, attempt + 1),
+            } if l != self.node_id() => {
+                self.forward_target(Some(l), leader_addr, attempt + 1, None)
+            }
             _ => None,
         }
     }
@@ -220,18 +241,28 @@ impl Replicas {
         let m = raft.metrics();
         let m = m.borrow_watched();
         let leader = m.current_leader.filter(|&l| l != self.node_id())?;
+        // A replica removed from its group keeps naming the leader it last knew.
+        if m.membership_config
+            .membership()
+            .get_node(&self.node_id())
+            .is_none()
+        {
+            return None;
+        }
         let node = m.membership_config.membership().get_node(&leader)?;
         self.router().learn(leader, &node.addr);
         Some(leader)
     }
 
     /// Where to send a request this node cannot serve: the named leader, else each known
-    /// member in turn (a node that holds no replica of the group knows no leader).
+    /// member in turn (a node that holds no replica of the group knows no leader), `skip` (the
+    /// peer that just answered knowing none) left out while another remains.
     fn forward_target(
         &self,
         leader: Option<NodeId>,
         leader_addr: Option<String>,
         attempt: u32,
+        skip: Option<NodeId>,
     ) -> Option<NodeId> {
         if let Some(l) = leader.filter(|&l| l != self.node_id()) {
             if let Some(addr) = leader_addr {
@@ -248,6 +279,15 @@ impl Replicas {
                 n.id
             })
             .collect();
+        let others = match others
+            .iter()
+            .copied()
+            .filter(|&n| Some(n) != skip)
+            .collect::<Vec<_>>()
+        {
+            fewer if !fewer.is_empty() => fewer,
+            _ => others,
+        };
         (!others.is_empty()).then(|| others[attempt as usize % others.len()])
     }
 }

@@ -368,6 +368,47 @@ async fn a_node_is_removed_while_another_voter_of_its_groups_is_frozen() {
     cluster.resume(2);
 }
 
+/// Story — single-replica groups leaving a removed node (3 nodes, one replica per group).
+///
+/// Node 1 started every group, so it keeps a replica of each group it gave away, which still
+/// names the leader it last knew. Once node 2 is removed and its groups have moved (to node 1
+/// or node 3), every object is written and read through node 1 at the first try: a request
+/// for a group that moved from node 2 to node 3 finds node 3, instead of asking node 2 — which
+/// knows no leader any more — until its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_replica_groups_moved_off_a_removed_node_are_served_through_every_node() {
+    let cluster = TestCluster::start(3, &["--shards", "6", "--replicas", "1"], &[]).await;
+    let before = cluster.placement(0);
+    rebalance(&cluster, 0, &["pause"]);
+    let out = cluster.admin(
+        0,
+        &["remove-node", "2", "--keep-running", "--wait-secs", "120"],
+    );
+    assert!(out.contains("holds no replicas"), "{out}");
+    let after = cluster.placement(0);
+    let moved_to_3: Vec<&String> = before
+        .as_object()
+        .expect("placement")
+        .iter()
+        .filter(|(g, p)| has_node(&p["voters"], 2) && has_node(&after[g.as_str()]["voters"], 3))
+        .map(|(g, _)| g)
+        .collect();
+    let through = cluster.client(0);
+    let ids = crate::create_numbered(&through, "Moved", 30, |i| json!({"i": i})).await;
+    for id in &ids {
+        let got = through
+            .get_object("Moved", id)
+            .await
+            .unwrap_or_else(|e| panic!("read {id} (groups moved 2 -> 3: {moved_to_3:?}): {e}"));
+        assert!(got.is_some(), "{id}");
+    }
+    let listed = through
+        .query("Moved", &[("count", "1"), ("limit", "0")])
+        .await
+        .expect("count");
+    assert_eq!(listed["count"], json!(30), "{after}");
+}
+
 fn has_node(list: &Value, id: u64) -> bool {
     list.as_array().is_some_and(|l| l.iter().any(|n| n == id))
 }
