@@ -483,6 +483,15 @@ pub enum ReadRequest {
         ns: String,
         prefix: String,
     },
+    /// A scan, aggregation or stored-object scan sent by a node routing by the slot map of
+    /// `epoch`, once the map changed (a read without it is of epoch 0): a group splitting
+    /// slots off answers it without the slots that map gives the child, and refuses it
+    /// `Moved` when it dropped objects that map still routes to it (`slots::GroupSplits`,
+    /// decisions/0038).
+    AtEpoch {
+        epoch: u64,
+        read: Box<ReadRequest>,
+    },
 }
 
 impl ReadRequest {
@@ -500,12 +509,29 @@ impl ReadRequest {
     /// Whether the read may walk a whole class (a listing, count or aggregation), as opposed
     /// to reading a few keys.
     pub fn is_bulk(&self) -> bool {
-        matches!(
-            self,
-            ReadRequest::ScanObjects(_)
-                | ReadRequest::Aggregate(_)
-                | ReadRequest::ScanStoredObjects { .. }
-        )
+        match self {
+            ReadRequest::AtEpoch { read, .. } => read.is_bulk(),
+            other => matches!(
+                other,
+                ReadRequest::ScanObjects(_)
+                    | ReadRequest::Aggregate(_)
+                    | ReadRequest::ScanStoredObjects { .. }
+            ),
+        }
+    }
+
+    /// The read as sent by a node routing by the slot map of `epoch`: a bulk read carries it
+    /// once the map changed (`AtEpoch`); any other read, or one of epoch 0, is sent as it is
+    /// (so nodes of a cluster that never split exchange the reads they always did).
+    pub fn at_epoch(self, epoch: u64) -> ReadRequest {
+        match self {
+            ReadRequest::AtEpoch { read, .. } => read.at_epoch(epoch),
+            read if epoch == 0 || !read.is_bulk() => read,
+            read => ReadRequest::AtEpoch {
+                epoch,
+                read: Box::new(read),
+            },
+        }
     }
 }
 

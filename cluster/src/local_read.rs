@@ -11,14 +11,17 @@ use crate::command::{ReadRequest, ReadResponse};
 use crate::error::{Error, Result};
 use crate::ids::GroupId;
 use crate::object::StoredObject;
-use crate::query::shard_exec::{aggregate_shards, scan_shards};
+use crate::query::shard_exec::{aggregate_shards, scan_shards, split_exclusion};
+use crate::slots::GroupSplits;
 use crate::storage::keys::{self, CF_SM};
 use crate::storage::records::{live_record, live_records_with_prefix, ReplicaState};
 use crate::storage::Store;
 
 /// Serves `req` from the store: a scan or aggregation over every group of `groups` (read
 /// together, `query::shard_exec`, which stops once `cancel` trips), any other read from its
-/// one group.
+/// one group. A bulk read leaves out the slots a split gives to a child by the map it was
+/// routed by (`ReadRequest::AtEpoch`; epoch 0 without it), and an object read of a slot the
+/// group no longer answers for is refused `Moved` (`slots::GroupSplits`).
 pub fn serve_read(
     store: &Store,
     groups: &[GroupId],
@@ -26,13 +29,23 @@ pub fn serve_read(
     now_ms: i64,
     cancel: &Cancel,
 ) -> Result<ReadResponse> {
+    let (epoch, req) = match req {
+        ReadRequest::AtEpoch { epoch, read } => (*epoch, read.as_ref()),
+        other => (0, other),
+    };
     Ok(match req {
+        ReadRequest::AtEpoch { .. } => {
+            return Err(Error::InvalidOperation(
+                "a read at an epoch holds another such read".into(),
+            ))
+        }
         ReadRequest::GetObject {
             app,
             class,
             object_id,
             principals,
         } => {
+            refuse_moved(store, one_group(groups)?, app, class, object_id)?;
             let obj = store
                 .get(
                     CF_SM,
@@ -48,22 +61,30 @@ pub fn serve_read(
             app,
             class,
             object_id,
-        } => ReadResponse::Stored(
-            store
-                .get(
-                    CF_SM,
-                    &keys::object_key(one_group(groups)?, app, class, object_id),
-                )?
-                .map(|b| StoredObject::decode(&b))
-                .transpose()?,
-        ),
+        } => {
+            refuse_moved(store, one_group(groups)?, app, class, object_id)?;
+            ReadResponse::Stored(
+                store
+                    .get(
+                        CF_SM,
+                        &keys::object_key(one_group(groups)?, app, class, object_id),
+                    )?
+                    .map(|b| StoredObject::decode(&b))
+                    .transpose()?,
+            )
+        }
         ReadRequest::ScanStoredObjects { app, class } => {
-            let prefix = keys::class_prefix(one_group(groups)?, app, class);
+            let group = one_group(groups)?;
+            let view = store.view();
+            let excluded = split_exclusion(&view, group, epoch)?;
+            let prefix = keys::class_prefix(group, app, class);
             let end = keys::separated_end(&prefix);
             let mut out = Vec::new();
-            store.scan(CF_SM, &prefix, &end, |k, v| {
+            view.scan(CF_SM, &prefix, &end, |k, v| {
                 let id = String::from_utf8_lossy(&k[prefix.len()..]).into_owned();
-                out.push((id, StoredObject::decode(v)?));
+                if !excluded.as_ref().is_some_and(|f| f.holds(app, class, &id)) {
+                    out.push((id, StoredObject::decode(v)?));
+                }
                 Ok(true)
             })?;
             ReadResponse::StoredObjects(out)
@@ -79,16 +100,35 @@ pub fn serve_read(
             now_ms,
         )?),
         ReadRequest::ScanObjects(scan) => {
-            let (rows, count) = scan_shards(store, groups, scan, cancel)?;
+            let (rows, count) = scan_shards(store, groups, scan, epoch, cancel)?;
             ReadResponse::Scan { rows, count }
         }
         ReadRequest::Aggregate(agg) => {
             fail::fail_point!("aggregate-read", |_| Err(Error::Internal(
                 "fail point aggregate-read".into()
             )));
-            ReadResponse::Groups(aggregate_shards(store, groups, agg, cancel)?)
+            ReadResponse::Groups(aggregate_shards(store, groups, agg, epoch, cancel)?)
         }
     })
+}
+
+/// `Moved` when `group` no longer answers for the object: its slot went to a split's child
+/// (`GroupSplits::moved_object`), and the reader's map is to name the child.
+fn refuse_moved(
+    store: &Store,
+    group: GroupId,
+    app: &str,
+    class: &str,
+    object_id: &str,
+) -> Result<()> {
+    let Some(bytes) = store.get(CF_SM, &keys::split_key(group))? else {
+        return Ok(());
+    };
+    let splits: GroupSplits = serde_json::from_slice(&bytes)?;
+    match splits.moved_object(app, class, object_id) {
+        Some(epoch) => Err(Error::Moved { epoch }),
+        None => Ok(()),
+    }
 }
 
 /// The one group a point read names.

@@ -42,6 +42,62 @@ impl Frozen {
     }
 }
 
+/// What a data group keeps of its splits (its record at group · `s`, written by the state
+/// machine's `split_writes`): the slots it froze for the split under way, and those it gave
+/// away — refused `Moved` for good, so that a node still routing by an older map never writes
+/// to them there again (a merge would give them back).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupSplits {
+    /// The cluster's number of slots (0: no split yet).
+    pub total: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frozen: Option<Frozen>,
+    /// Each slot given to a child: the child, and the map's epoch from which it holds it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub gone: BTreeMap<u32, (GroupId, u64)>,
+}
+
+impl GroupSplits {
+    /// How a scan or aggregation routed by the map of `epoch` reads the group: whole
+    /// (`Ok(None)`); without the frozen slots (`Ok(Some)`: that map gives them to the child,
+    /// which the reader asks too); or not at all (`Err(e)`): the group dropped objects that
+    /// the reader's map still routes to it, and the reader must take up the map of epoch `e`.
+    pub fn read_at(&self, epoch: u64) -> Result<Option<&Frozen>, u64> {
+        if let Some(e) = self
+            .gone
+            .values()
+            .map(|&(_, e)| e)
+            .filter(|&e| e > epoch)
+            .min()
+        {
+            return Err(e);
+        }
+        match &self.frozen {
+            Some(f) if epoch >= f.epoch => Ok(Some(f)),
+            Some(f) if f.dropped_through.is_some() => Err(f.epoch),
+            _ => Ok(None),
+        }
+    }
+
+    /// The epoch of the map that routes the object elsewhere, when the group no longer answers
+    /// for it: its slot was given away, or its frozen slot's objects are being dropped. (A
+    /// frozen object not yet dropped is the same here and in the child.)
+    pub fn moved_object(&self, app: &str, class: &str, object_id: &str) -> Option<u64> {
+        if self.total == 0 {
+            return None;
+        }
+        let slot = slot_for(app, class, object_id, self.total);
+        if let Some(&(_, e)) = self.gone.get(&slot) {
+            return Some(e);
+        }
+        match &self.frozen {
+            Some(f) if f.slots.contains(&slot) && f.dropped_through.is_some() => Some(f.epoch),
+            _ => None,
+        }
+    }
+}
+
 /// Which data group holds each slot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

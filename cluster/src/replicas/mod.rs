@@ -313,6 +313,13 @@ impl Replicas {
         self.inner.slot_map.load().class_groups(class)
     }
 
+    /// The groups that store objects of `class`, and the epoch of the map that names them: a
+    /// bulk read of those groups carries it (`ReadRequest::at_epoch`).
+    pub fn class_groups_at(&self, class: &str) -> (u64, Vec<GroupId>) {
+        let map = self.inner.slot_map.load();
+        (map.epoch, map.class_groups(class))
+    }
+
     /// The store every local replica keeps its state in.
     pub(crate) fn store(&self) -> Arc<Store> {
         Arc::clone(&self.inner.store)
@@ -700,9 +707,14 @@ impl Replicas {
         self.group_metrics(group, |m| m.current_leader).flatten()
     }
 
-    /// Whether this node leads `group`.
+    /// Whether this node leads `group`: its replica names itself leader and is in the leader
+    /// state (a replica removed from its group may still name itself in its metrics).
     pub(crate) fn leads(&self, group: GroupId) -> bool {
-        self.leader_of(group) == Some(self.node_id())
+        let me = self.node_id();
+        self.group_metrics(group, |m| {
+            m.current_leader == Some(me) && m.state == openraft::ServerState::Leader
+        })
+        .unwrap_or(false)
     }
 
     /// Whether this node leads `group` as one of its voters: a replica removed from its group

@@ -29,14 +29,29 @@ impl Replicas {
     /// replica, answers once every reachable member has applied it, so the next request
     /// through any node sees it. While a split is under way, a write its group refuses
     /// `Moved` is sent again to the group the newer map names (`MOVED_WAIT` at most).
+    /// A batch's writes refused `Moved` are sent again one by one, in the batch's order.
     pub async fn propose_object(&self, group: GroupId, cmd: Command) -> Result<Proposed> {
         // Kept only while a split is under way: a copy of every write would cost.
         let again = (!self.inner.slot_map.load().splits.is_empty()
-            && cmd.written_object().is_some())
+            && (cmd.written_object().is_some() || matches!(cmd, Command::Batch(_))))
         .then(|| cmd.clone());
         let mut p = self.propose(group, cmd).await?;
-        if let (Some(cmd), CommandResult::Rejected(Error::Moved { epoch })) = (again, &p.result) {
-            p = self.propose_moved(cmd, group, *epoch).await?;
+        match (again, &mut p.result) {
+            (Some(cmd), CommandResult::Rejected(Error::Moved { epoch })) => {
+                let epoch = *epoch;
+                p = self.propose_moved(cmd, group, epoch).await?;
+            }
+            (Some(Command::Batch(cmds)), CommandResult::Batch(results)) => {
+                for (cmd, result) in cmds.into_iter().zip(results.iter_mut()) {
+                    if let CommandResult::Rejected(Error::Moved { epoch }) = *result {
+                        *result = match self.propose_moved(cmd, group, epoch).await {
+                            Ok(again) => again.result,
+                            Err(e) => CommandResult::Rejected(e),
+                        };
+                    }
+                }
+            }
+            _ => {}
         }
         if group == META_GROUP {
             self.settle(META_GROUP, p.log_index).await;
@@ -53,19 +68,9 @@ impl Replicas {
         };
         let (mut refused, mut epoch) = (refused, epoch);
         loop {
-            let group = loop {
-                let group = self.object_group(app, class, object_id);
-                if group != refused {
-                    break group;
-                }
-                if Instant::now() >= deadline {
-                    return Err(Error::Moved { epoch });
-                }
-                if let Err(e) = self.refresh_slot_map() {
-                    tracing::warn!("{e}");
-                }
-                tokio::time::sleep(MOVED_POLL).await;
-            };
+            let group = self
+                .moved_object_group((app, class, object_id), refused, epoch, deadline)
+                .await?;
             let p = self.propose(group, cmd.clone()).await?;
             match p.result {
                 // Moved again (the child split in turn): by a newer map still.
@@ -75,6 +80,71 @@ impl Replicas {
                     (refused, epoch) = (group, next);
                 }
                 _ => return Ok(p),
+            }
+        }
+    }
+
+    /// The group this node's map routes an object to once it is not `refused`, which answered
+    /// `Moved{epoch}` for it: the map is taken up again until it names another group, or
+    /// `deadline` passes (`Moved` then).
+    async fn moved_object_group(
+        &self,
+        (app, class, object_id): (&AppId, &str, &str),
+        refused: GroupId,
+        epoch: u64,
+        deadline: Instant,
+    ) -> Result<GroupId> {
+        loop {
+            let group = self.object_group(app, class, object_id);
+            if group != refused {
+                return Ok(group);
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Moved { epoch });
+            }
+            if let Err(e) = self.refresh_slot_map() {
+                tracing::warn!("{e}");
+            }
+            tokio::time::sleep(MOVED_POLL).await;
+        }
+    }
+
+    /// Waits (`MOVED_WAIT` at most) until this node routes by a slot map of `epoch` or newer:
+    /// whether it does. A bulk read a group refused `Moved{epoch}` is then read again.
+    pub async fn wait_slot_map(&self, epoch: u64) -> bool {
+        let deadline = Instant::now() + MOVED_WAIT;
+        loop {
+            if self.inner.slot_map.load().epoch >= epoch {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            if let Err(e) = self.refresh_slot_map() {
+                tracing::warn!("{e}");
+            }
+            tokio::time::sleep(MOVED_POLL).await;
+        }
+    }
+
+    /// Reads an object from the group that stores it; a group that gave the object's slot to
+    /// a split's child answers `Moved`, and the read goes to the group a newer map names
+    /// (`MOVED_WAIT` at most).
+    async fn read_object(
+        &self,
+        (app, class, object_id): (&AppId, &str, &str),
+        req: ReadRequest,
+    ) -> Result<ReadResponse> {
+        let deadline = Instant::now() + MOVED_WAIT;
+        let mut group = self.object_group(app, class, object_id);
+        loop {
+            match self.read(group, req.clone()).await {
+                Err(Error::Moved { epoch }) => {
+                    group = self
+                        .moved_object_group((app, class, object_id), group, epoch, deadline)
+                        .await?;
+                }
+                other => return other,
             }
         }
     }
@@ -146,14 +216,16 @@ impl Replicas {
         object_id: &ObjectId,
         principals: Principals,
     ) -> Result<Option<Value>> {
-        let group = self.object_group(app, class, object_id);
         let req = ReadRequest::GetObject {
             app: app.clone(),
             class: class.clone(),
             object_id: object_id.clone(),
             principals,
         };
-        match self.read(group, req).await? {
+        match self
+            .read_object((app, class.as_str(), object_id.as_str()), req)
+            .await?
+        {
             ReadResponse::Object(o) => Ok(o),
             other => Err(unexpected(other)),
         }
@@ -166,8 +238,11 @@ impl Replicas {
         class: &ClassName,
         object_id: &ObjectId,
     ) -> Result<Option<StoredObject>> {
-        let (group, req) = self.stored_object_read(app, class, object_id);
-        match self.read(group, req).await? {
+        let (_, req) = self.stored_object_read(app, class, object_id);
+        match self
+            .read_object((app, class.as_str(), object_id.as_str()), req)
+            .await?
+        {
             ReadResponse::Stored(o) => Ok(o),
             other => Err(unexpected(other)),
         }
@@ -194,14 +269,27 @@ impl Replicas {
         app: &AppId,
         class: &ClassName,
     ) -> Result<Vec<(String, StoredObject)>> {
+        match self.scan_stored_objects_once(app, class).await {
+            Err(Error::Moved { epoch }) if self.wait_slot_map(epoch).await => {
+                self.scan_stored_objects_once(app, class).await
+            }
+            other => other,
+        }
+    }
+
+    /// `scan_stored_objects` by the map this node routes by now.
+    async fn scan_stored_objects_once(
+        &self,
+        app: &AppId,
+        class: &ClassName,
+    ) -> Result<Vec<(String, StoredObject)>> {
+        let (epoch, groups) = self.class_groups_at(class);
         let req = ReadRequest::ScanStoredObjects {
             app: app.clone(),
             class: class.clone(),
-        };
-        let reads = self
-            .class_groups(class)
-            .into_iter()
-            .map(|g| self.read(g, req.clone()));
+        }
+        .at_epoch(epoch);
+        let reads = groups.into_iter().map(|g| self.read(g, req.clone()));
         let mut out = Vec::new();
         for r in futures::future::join_all(reads).await {
             match r? {

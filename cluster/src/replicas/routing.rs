@@ -242,13 +242,7 @@ impl Replicas {
         let m = m.borrow_watched();
         let leader = m.current_leader.filter(|&l| l != self.node_id())?;
         // A replica removed from its group keeps naming the leader it last knew.
-        if m.membership_config
-            .membership()
-            .get_node(&self.node_id())
-            .is_none()
-        {
-            return None;
-        }
+        m.membership_config.membership().get_node(&self.node_id())?;
         let node = m.membership_config.membership().get_node(&leader)?;
         self.router().learn(leader, &node.addr);
         Some(leader)

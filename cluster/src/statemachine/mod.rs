@@ -22,6 +22,8 @@ mod record_writes;
 #[cfg(test)]
 mod shard_query_tests;
 pub mod snapshot;
+#[cfg(test)]
+mod split_read_tests;
 mod split_writes;
 mod staged;
 pub mod upgrade;

@@ -559,14 +559,14 @@ fn check_queries_of(
             req.order, req.principals
         );
         let (want_rows, want_count) = naive(store, groups, &req);
-        let (rows, count) = scan_shards(store, groups, &req, &Cancel::never()).unwrap();
+        let (rows, count) = scan_shards(store, groups, &req, 0, &Cancel::never()).unwrap();
         assert_eq!(count, want_count, "count, {what}");
         assert_eq!(rows, want_rows, "counted rows, {what}");
         let uncounted = ScanRequest {
             count: false,
             ..req.clone()
         };
-        let (rows, _) = scan_shards(store, groups, &uncounted, &Cancel::never()).unwrap();
+        let (rows, _) = scan_shards(store, groups, &uncounted, 0, &Cancel::never()).unwrap();
         assert_eq!(rows, want_rows, "uncounted rows, {what}");
         let keys = [&["n"][..], &["s", "t"], &["ACL"], &["s.k"], &["objectId"]]
             [rng.random_range(0..5)]
@@ -577,7 +577,7 @@ fn check_queries_of(
             keys,
             ..req.clone()
         };
-        let (rows, _) = scan_shards(store, groups, &keyed, &Cancel::never()).unwrap();
+        let (rows, _) = scan_shards(store, groups, &keyed, 0, &Cancel::never()).unwrap();
         let kept = keyed.kept_fields().unwrap();
         let want_keyed: Vec<Value> = want_rows
             .iter()
@@ -597,9 +597,15 @@ fn check_queries_of(
             let parts = groups
                 .iter()
                 .map(|g| {
-                    scan_shards(store, std::slice::from_ref(g), &uncounted, &Cancel::never())
-                        .unwrap()
-                        .0
+                    scan_shards(
+                        store,
+                        std::slice::from_ref(g),
+                        &uncounted,
+                        0,
+                        &Cancel::never(),
+                    )
+                    .unwrap()
+                    .0
                 })
                 .collect();
             let merged = merge_rows(parts, &order, 0, skip + limit);
@@ -679,7 +685,7 @@ fn assert_aggregation(
         spec: spec.clone(),
         principals: req.principals.clone(),
     };
-    let got = aggregate_shards(store, groups, &agg, &Cancel::never()).unwrap();
+    let got = aggregate_shards(store, groups, &agg, 0, &Cancel::never()).unwrap();
     assert_eq!(
         got,
         folder.into_partials(),
@@ -966,7 +972,7 @@ fn walks_over_shards_stop_at_their_common_bound() {
                 req.principals
             );
             let (want, _) = naive(&store, &groups, &req);
-            let (rows, _) = scan_shards(&store, &groups, &req, &Cancel::never()).unwrap();
+            let (rows, _) = scan_shards(&store, &groups, &req, 0, &Cancel::never()).unwrap();
             assert_eq!(rows, want, "{what}");
         }
     }
@@ -998,12 +1004,12 @@ fn an_abandoned_read_stops() {
         req(json!({}), "-createdAt", false),
     ];
     for r in &cases {
-        assert!(scan_shards(&store, &[G], r, &cancel).is_ok());
+        assert!(scan_shards(&store, &[G], r, 0, &cancel).is_ok());
     }
     drop(guard);
     for r in &cases {
         assert!(matches!(
-            scan_shards(&store, &[G], r, &cancel),
+            scan_shards(&store, &[G], r, 0, &cancel),
             Err(crate::error::Error::Timeout(_))
         ));
     }
@@ -1076,6 +1082,7 @@ fn class_counts_follow_creates_acl_changes_deletes_and_drops() {
                 count: true,
                 keys: Vec::new(),
             },
+            0,
             &Cancel::never(),
         )
         .unwrap()
@@ -1251,7 +1258,7 @@ fn counts_of(store: &Store, w: &Value, principals: Option<Vec<String>>) -> (u64,
         count: true,
         keys: Vec::new(),
     };
-    let (_, count) = scan_shards(store, &[G], &req, &Cancel::never()).unwrap();
+    let (_, count) = scan_shards(store, &[G], &req, 0, &Cancel::never()).unwrap();
     (count, naive(store, &[G], &req).1)
 }
 

@@ -8,53 +8,34 @@
 //! a page at a time and forgets the freeze when none is left. Neighbours: `apply` (dispatch),
 //! `staged`, `ids::slot_for`.
 
-use std::collections::BTreeMap;
-
-use serde::{Deserialize, Serialize};
-
 use super::index_upkeep;
 use super::staged::Staged;
 use super::usage_writes;
 use crate::command::{CommandResult, ImportedObject};
 use crate::error::{Error, Result};
-use crate::ids::{slot_for, GroupId};
+use crate::ids::slot_for;
 use crate::names::AppId;
 use crate::object::StoredObject;
 use crate::query::index::IndexMeta;
-use crate::slots::Frozen;
+use crate::slots::{Frozen, GroupSplits};
 use crate::storage::keys;
 use crate::usage::UsageDelta;
 
-/// What a group keeps of its splits (group · `s`): the slots it froze for the split under
-/// way, and those it gave away — refused `Moved` for good, so that a node still routing by an
-/// older map never writes to them here again (a merge would give them back).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct SplitState {
-    /// The cluster's number of slots (0: no split yet).
-    total: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    frozen: Option<Frozen>,
-    /// Each slot given to a child: the child, and the map's epoch from which it holds it.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    gone: BTreeMap<u32, (GroupId, u64)>,
-}
-
 /// The group's split state, decoded once per batch.
-fn state(st: &mut Staged<'_>) -> Result<SplitState> {
+fn state(st: &mut Staged<'_>) -> Result<GroupSplits> {
     let key = keys::split_key(st.group);
-    if let Some(s) = st.memo::<SplitState>(&key) {
+    if let Some(s) = st.memo::<GroupSplits>(&key) {
         return Ok(s);
     }
     let s = match st.get(&key)? {
         Some(bytes) => serde_json::from_slice(&bytes)?,
-        None => SplitState::default(),
+        None => GroupSplits::default(),
     };
     st.remember(key, s.clone());
     Ok(s)
 }
 
-fn put_state(st: &mut Staged<'_>, s: SplitState) -> Result<()> {
+fn put_state(st: &mut Staged<'_>, s: GroupSplits) -> Result<()> {
     let key = keys::split_key(st.group);
     if s.frozen.is_none() && s.gone.is_empty() {
         st.delete(key.clone());

@@ -17,17 +17,25 @@ use crate::object::StoredObject;
 use crate::query::filter::{Cond, Filter, Prepared};
 use crate::query::index::{entry_object_id, IndexMeta};
 use crate::query::plan::{plan, Candidates, Plan};
+use crate::slots::Frozen;
 use crate::storage::keys::{self, CF_SM};
 use crate::storage::store::ReadView;
 
 /// What a shard needs to check one stored object against a query: the filter (prepared), the
-/// caller's principals, the class's index state, and the fields the query reads.
+/// caller's principals, the class's index state, the slots a split leaves out, and the fields
+/// the query reads.
 pub(super) struct Matcher<'a> {
     pub(super) filter: Prepared<'a>,
     /// Trips when nobody waits for the answer any more: every check stops the read.
     pub(super) cancel: &'a Cancel,
     pub(super) principals: &'a Principals,
     pub(super) meta: IndexMeta,
+    /// The slots of the shard being read that the read leaves out (`split_exclusion`), set
+    /// per shard like `meta`.
+    pub(super) excluded: Option<Frozen>,
+    /// The class read, to find an object's slot.
+    app: &'a str,
+    class: &'a str,
     /// The top-level fields the filter, the ACL check, the order or the aggregation read: the
     /// only ones decoded from each candidate (`StoredObject::decode_only`). A handful, so
     /// looked up by comparison, cheaper than hashing every name of every object.
@@ -69,6 +77,7 @@ impl<'a> Matcher<'a> {
     /// The matcher of one query, for every shard it reads: `meta` is set per shard
     /// (`class_metas`) before that shard is read.
     pub(super) fn new(
+        (app, class): (&'a str, &'a str),
         filter: &'a Filter,
         principals: &'a Principals,
         extra: &[&str],
@@ -90,6 +99,9 @@ impl<'a> Matcher<'a> {
             cancel,
             principals,
             meta: IndexMeta::default(),
+            excluded: None,
+            app,
+            class,
             fields,
             times,
             groups,
@@ -162,6 +174,11 @@ impl<'a> Matcher<'a> {
     /// it. `answer_rows` renders the rows a query answers with.
     fn check(&self, object_id: &str, bytes: &[u8]) -> Result<Option<Value>> {
         self.cancel.check()?;
+        if let Some(excluded) = &self.excluded {
+            if excluded.holds(self.app, self.class, object_id) {
+                return Ok(None);
+            }
+        }
         let stored =
             StoredObject::decode_only(bytes, &|name| self.fields.iter().any(|f| f == name))?;
         if !allows(&stored.fields, self.principals, Access::Read) {

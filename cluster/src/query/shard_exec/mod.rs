@@ -38,10 +38,11 @@ use super::index::{meta_key, IndexMeta};
 use super::order::RowOrder;
 use super::ScanRequest;
 use crate::cancel::Cancel;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::ids::GroupId;
 use crate::names::AppId;
 use crate::namespace::Namespace;
+use crate::slots::{Frozen, GroupSplits};
 use crate::storage::keys;
 use crate::storage::keys::CF_SM;
 use crate::storage::records::StoredRecord;
@@ -107,6 +108,49 @@ fn collect_matches(
     Ok(count)
 }
 
+/// The slots a read of `group` routed by the slot map of `epoch` leaves out (`Some` while
+/// the group freezes slots for a child that map names; decisions/0038), from the same
+/// snapshot as the read. `Moved` when the group dropped objects that map still routes to it:
+/// the reader takes up a newer map and reads again.
+pub(crate) fn split_exclusion(
+    store: &ReadView<'_>,
+    group: GroupId,
+    epoch: u64,
+) -> Result<Option<Frozen>> {
+    let Some(bytes) = store.get(CF_SM, &keys::split_key(group))? else {
+        return Ok(None);
+    };
+    let splits: GroupSplits = serde_json::from_slice(&bytes)?;
+    match splits.read_at(epoch) {
+        Ok(frozen) => Ok(frozen.cloned()),
+        Err(epoch) => Err(Error::Moved { epoch }),
+    }
+}
+
+/// The split exclusions of `groups` (`split_exclusion`), and their class metadata made
+/// incomplete where a shard leaves slots out: its index counts and walks cover objects that
+/// are not the reader's, so only objects read and checked one by one answer
+/// (`Matcher::check`).
+fn shard_states(
+    store: &ReadView<'_>,
+    groups: &[GroupId],
+    app: &AppId,
+    class: &str,
+    epoch: u64,
+) -> Result<(Vec<IndexMeta>, Vec<Option<Frozen>>)> {
+    let mut metas = class_metas(store, groups, app, class)?;
+    let exclusions = groups
+        .iter()
+        .map(|&g| split_exclusion(store, g, epoch))
+        .collect::<Result<Vec<_>>>()?;
+    for (meta, excluded) in metas.iter_mut().zip(&exclusions) {
+        if excluded.is_some() {
+            meta.complete = false;
+        }
+    }
+    Ok((metas, exclusions))
+}
+
 /// The index metadata of a class on each of `groups` (the default, incomplete one where a
 /// shard has none), read together in one multi-get.
 fn class_metas(
@@ -142,6 +186,7 @@ pub fn scan_shards(
     store: &Store,
     groups: &[GroupId],
     req: &ScanRequest,
+    epoch: u64,
     cancel: &Cancel,
 ) -> Result<(Vec<Value>, u64)> {
     let view = store.view();
@@ -151,11 +196,20 @@ pub fn scan_shards(
     let mut rows: Vec<(Value, GroupId)> = Vec::new();
     let mut count = 0u64;
     let order_fields: Vec<&str> = req.order.iter().map(|k| k.field.as_str()).collect();
-    let mut matcher = Matcher::new(&req.filter, &req.principals, &order_fields, groups, cancel)?;
-    let metas = class_metas(&view, groups, &req.app, &req.class)?;
+    let mut matcher = Matcher::new(
+        (req.app.as_str(), req.class.as_str()),
+        &req.filter,
+        &req.principals,
+        &order_fields,
+        groups,
+        cancel,
+    )?;
+    let (metas, exclusions) = shard_states(&view, groups, &req.app, &req.class, epoch)?;
     let WalkBound { bound, peeks } = walk_bound(&view, groups, &metas, req, keep)?;
-    for ((&group, meta), peeked) in groups.iter().zip(metas).zip(peeks) {
+    for (((&group, meta), peeked), excluded) in groups.iter().zip(metas).zip(peeks).zip(exclusions)
+    {
         matcher.meta = meta;
+        matcher.excluded = excluded;
         let worst = keep
             .checked_sub(1)
             .and_then(|i| rows.get(i))
@@ -246,6 +300,7 @@ pub fn aggregate_shards(
     store: &Store,
     groups: &[GroupId],
     req: &AggregateRequest,
+    epoch: u64,
     cancel: &Cancel,
 ) -> Result<Vec<PartialGroup>> {
     let view = store.view();
@@ -259,10 +314,18 @@ pub fn aggregate_shards(
         .chain(&columns)
         .map(String::as_str)
         .collect();
-    let mut matcher = Matcher::new(&req.filter, &req.principals, &read, groups, cancel)?;
-    let metas = class_metas(store, groups, &req.app, &req.class)?;
-    for (&group, meta) in groups.iter().zip(metas) {
+    let mut matcher = Matcher::new(
+        (req.app.as_str(), req.class.as_str()),
+        &req.filter,
+        &req.principals,
+        &read,
+        groups,
+        cancel,
+    )?;
+    let (metas, exclusions) = shard_states(store, groups, &req.app, &req.class, epoch)?;
+    for ((&group, meta), excluded) in groups.iter().zip(metas).zip(exclusions) {
         matcher.meta = meta;
+        matcher.excluded = excluded;
         if let Some(field) = indexed_group_column(req, &matcher.meta) {
             if count_groups(store, group, req, &matcher, field, &mut folder)? {
                 metrics::counter!("basalt_query_groups_from_index_total").increment(1);
