@@ -1,6 +1,8 @@
 //! Cluster membership records kept in the metadata group, and the admin requests nodes send
 //! each other (join, remove, status, compaction, state digests).
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{GroupId, NodeId};
@@ -125,6 +127,19 @@ pub enum AdminRequest {
     Rebalance(RebalanceRequest),
     /// The cluster's version and feature gates, or finalizing an upgrade (`services::upgrade`).
     Upgrade(UpgradeRequest),
+    /// Split data group `group` (`services::splits::begin`): half its slots go to a new group.
+    Split {
+        group: GroupId,
+    },
+    /// The slot map this node routes by, and the split under way (`basalt admin slots`).
+    Slots,
+    /// A split's step, from the metadata leader, to one of `voters`: make this node's replica
+    /// of the split's child `group` and initialize the group with exactly `voters` (their
+    /// peer addresses), unless done already (`services::splits::start_here`).
+    StartGroup {
+        group: GroupId,
+        voters: BTreeMap<NodeId, String>,
+    },
 }
 
 /// What `basalt admin upgrade` asks.
@@ -392,6 +407,9 @@ impl AdminRequest {
             AdminRequest::Drain => "Drain",
             AdminRequest::Rebalance(_) => "Rebalance",
             AdminRequest::Upgrade(_) => "Upgrade",
+            AdminRequest::Split { .. } => "Split",
+            AdminRequest::Slots => "Slots",
+            AdminRequest::StartGroup { .. } => "StartGroup",
         }
     }
 
@@ -412,7 +430,9 @@ impl AdminRequest {
             | AdminRequest::BackupAbort { .. }
             | AdminRequest::BackupEnd { .. }
             | AdminRequest::StateDigest { .. }
-            | AdminRequest::ConsistencyAlarm => true,
+            | AdminRequest::ConsistencyAlarm
+            | AdminRequest::Slots
+            | AdminRequest::StartGroup { .. } => true,
             AdminRequest::Join(record) => record.id == sender,
             AdminRequest::RemoveNode(_)
             | AdminRequest::TransferLeader { .. }
@@ -422,7 +442,8 @@ impl AdminRequest {
             | AdminRequest::Check
             | AdminRequest::Drain
             | AdminRequest::Rebalance(_)
-            | AdminRequest::Upgrade(_) => false,
+            | AdminRequest::Upgrade(_)
+            | AdminRequest::Split { .. } => false,
         }
     }
 
@@ -462,6 +483,8 @@ pub enum AdminResponse {
     },
     Rebalance(RebalanceStatus),
     Upgrade(UpgradeStatus),
+    /// The slot map (`basalt admin slots`): `services::splits::view`.
+    Slots(serde_json::Value),
 }
 
 /// A digest of one group's replicated state as one node holds it (the records a snapshot
@@ -545,6 +568,9 @@ mod tests {
             AdminRequest::Check,
             AdminRequest::Drain,
             AdminRequest::Rebalance(RebalanceRequest::Pause),
+            AdminRequest::Split {
+                group: GroupId::new(1),
+            },
         ];
         for req in &started {
             assert!(!req.node_may_send(node), "{}", req.name());
@@ -567,6 +593,10 @@ mod tests {
                 group: GroupId::new(1),
             },
             AdminRequest::ConsistencyAlarm,
+            AdminRequest::StartGroup {
+                group: GroupId::new(9),
+                voters: BTreeMap::new(),
+            },
         ];
         for req in &steps {
             assert!(req.node_may_send(node), "{}", req.name());

@@ -199,12 +199,21 @@ pub enum Command {
     ImportIndexMeta(Vec<(AppId, String, crate::query::index::IndexMeta)>),
     /// Data group, a split's child: objects written as their parent stores them, with their
     /// index entries, counts and usage and no change-log entry; one there already is replaced.
-    /// Answers `Done` (`Rejected` whole when one does not decode).
+    /// Answers `Done` (`Rejected` whole when one does not decode, `Conflict` once imports are
+    /// sealed).
     ImportObjects(Vec<ImportedObject>),
-    /// Data group, a split's parent: deletes up to `limit` objects of the frozen slots (their
-    /// derived state with them, no change-log entry); answers `Purged`, `next` set while
-    /// objects are left to look at; when none is, the freeze is forgotten.
-    DropSlots { limit: u32 },
+    /// Data group, a split's child, before the map names it: no import is taken from this
+    /// entry on (`Conflict`), so a page a former metadata leader still sends cannot undo a
+    /// write the child took after the switch. Answers `Done`.
+    SealImports,
+    /// Data group, a split's parent, once the map names `child`: deletes up to `limit` objects
+    /// of the slots frozen for `child` (their derived state with them, no change-log entry);
+    /// answers `Purged`, `next` set while objects are left to look at; when none is, the freeze
+    /// is forgotten. `Conflict` while the group freezes slots for another child.
+    DropSlots {
+        child: crate::ids::GroupId,
+        limit: u32,
+    },
 }
 
 /// An object as a split's parent stores it, for the child to import.
@@ -217,6 +226,10 @@ pub struct ImportedObject {
     #[serde(with = "serde_bytes")]
     pub stored: Vec<u8>,
 }
+
+/// Most bytes of stored objects one `Command::ImportObjects` carries (one object alone may be
+/// larger): a split's copy pages (`ReadRequest::ExportSlots`) are cut at it.
+pub const MAX_IMPORT_BYTES: usize = 1 << 20;
 
 /// Most commands one `Command::Batch` carries.
 pub const MAX_BATCH_COMMANDS: usize = 1_000;
@@ -335,6 +348,15 @@ impl Command {
             Command::MergeRecord { members, .. } => {
                 members.values().try_for_each(crate::limits::check_value)
             }
+            Command::ImportObjects(objects) => {
+                let bytes: usize = objects.iter().map(|o| o.stored.len()).sum();
+                if objects.len() > 1 && bytes > MAX_IMPORT_BYTES {
+                    return Err(Error::Internal(format!(
+                        "an import carries at most {MAX_IMPORT_BYTES} bytes of objects, or one object"
+                    )));
+                }
+                Ok(())
+            }
             _ => Ok(()),
         }
     }
@@ -404,7 +426,10 @@ impl fmt::Display for Command {
             Command::ImportObjects(objects) => {
                 write!(f, "ImportObjects({} objects)", objects.len())
             }
-            Command::DropSlots { limit } => write!(f, "DropSlots({limit})"),
+            Command::SealImports => write!(f, "SealImports"),
+            Command::DropSlots { child, limit } => {
+                write!(f, "DropSlots({limit} for group {child})")
+            }
         }
     }
 }
@@ -492,6 +517,12 @@ pub enum ReadRequest {
         epoch: u64,
         read: Box<ReadRequest>,
     },
+    /// A page of the objects of the slots the group froze for a split, after the object key
+    /// `after` (the first page also carries the classes' index declarations): what the
+    /// `splits` job copies to the child (`services::splits`).
+    ExportSlots {
+        after: Option<Vec<u8>>,
+    },
 }
 
 impl ReadRequest {
@@ -516,6 +547,7 @@ impl ReadRequest {
                 ReadRequest::ScanObjects(_)
                     | ReadRequest::Aggregate(_)
                     | ReadRequest::ScanStoredObjects { .. }
+                    | ReadRequest::ExportSlots { .. }
             ),
         }
     }
@@ -551,6 +583,14 @@ pub enum ReadResponse {
         count: u64,
     },
     Groups(Vec<crate::query::aggregate::PartialGroup>),
+    /// A page of a split's objects (`ReadRequest::ExportSlots`): the index declarations of the
+    /// group's classes (first page only), the objects as stored, and the key to go on after
+    /// (none: every object was looked at).
+    Exported {
+        metas: Vec<(AppId, String, crate::query::index::IndexMeta)>,
+        objects: Vec<ImportedObject>,
+        next: Option<Vec<u8>>,
+    },
 }
 
 /// A committed proposal: its result and the index of the log entry that carries it in its group.

@@ -7,14 +7,18 @@ use serde_json::Value;
 
 use crate::acl::{allows, Access};
 use crate::cancel::Cancel;
-use crate::command::{ReadRequest, ReadResponse};
+use crate::command::{ImportedObject, ReadRequest, ReadResponse, MAX_IMPORT_BYTES};
 use crate::error::{Error, Result};
 use crate::ids::GroupId;
+use crate::names::AppId;
+use crate::namespace::Namespace;
 use crate::object::StoredObject;
+use crate::query::index::IndexMeta;
 use crate::query::shard_exec::{aggregate_shards, scan_shards, split_exclusion};
 use crate::slots::GroupSplits;
 use crate::storage::keys::{self, CF_SM};
-use crate::storage::records::{live_record, live_records_with_prefix, ReplicaState};
+use crate::storage::records::{live_record, live_records_with_prefix, ReplicaState, StoredRecord};
+use crate::storage::store::ReadView;
 use crate::storage::Store;
 
 /// Serves `req` from the store: a scan or aggregation over every group of `groups` (read
@@ -99,6 +103,9 @@ pub fn serve_read(
             prefix,
             now_ms,
         )?),
+        ReadRequest::ExportSlots { after } => {
+            export_slots(store, one_group(groups)?, after.as_deref())?
+        }
         ReadRequest::ScanObjects(scan) => {
             let (rows, count) = scan_shards(store, groups, scan, epoch, cancel)?;
             ReadResponse::Scan { rows, count }
@@ -129,6 +136,87 @@ fn refuse_moved(
         Some(epoch) => Err(Error::Moved { epoch }),
         None => Ok(()),
     }
+}
+
+/// Keys one page of `ExportSlots` looks at, at most (most may be of slots that stay).
+const EXPORT_LOOK: usize = 20_000;
+
+/// A page of the objects of the slots `group` froze, after the object key `after`: up to
+/// `MAX_IMPORT_BYTES` of them (one larger object alone), looking at `EXPORT_LOOK` keys at most,
+/// from one snapshot; the first page carries the group's index declarations. `Conflict` when
+/// the group freezes nothing.
+fn export_slots(store: &Store, group: GroupId, after: Option<&[u8]>) -> Result<ReadResponse> {
+    let view = store.view();
+    let splits: GroupSplits = match view.get(CF_SM, &keys::split_key(group))? {
+        Some(bytes) => serde_json::from_slice(&bytes)?,
+        None => GroupSplits::default(),
+    };
+    let Some(frozen) = splits.frozen else {
+        return Err(Error::Conflict(format!("group {group} freezes no slots")));
+    };
+    let metas = match after {
+        Some(_) => Vec::new(),
+        None => index_metas(&view, group)?,
+    };
+    let start = match after {
+        Some(k) => [k, &[0u8]].concat(),
+        None => keys::sm_family(group, keys::SM_OBJECT),
+    };
+    let end = keys::sm_family(group, keys::SM_OBJECT + 1);
+    let mut objects: Vec<ImportedObject> = Vec::new();
+    let (mut bytes, mut looked, mut more) = (0usize, 0usize, false);
+    let mut last: Option<Vec<u8>> = None;
+    view.scan(CF_SM, &start, &end, |k, v| {
+        if looked == EXPORT_LOOK {
+            more = true;
+            return Ok(false);
+        }
+        if let Some((app, class, object_id)) = keys::parse_object_key(k) {
+            if frozen.holds(&app, &class, &object_id) {
+                if !objects.is_empty() && bytes + v.len() > MAX_IMPORT_BYTES {
+                    more = true;
+                    return Ok(false);
+                }
+                bytes += v.len();
+                objects.push(ImportedObject {
+                    app: AppId::stored(app),
+                    class,
+                    object_id,
+                    stored: v.to_vec(),
+                });
+            }
+        }
+        looked += 1;
+        last = Some(k.to_vec());
+        Ok(true)
+    })?;
+    Ok(ReadResponse::Exported {
+        metas,
+        objects,
+        next: if more {
+            last.or_else(|| after.map(<[u8]>::to_vec))
+        } else {
+            None
+        },
+    })
+}
+
+/// The index declarations of every class `group` holds (its `IndexMeta` records).
+fn index_metas(view: &ReadView<'_>, group: GroupId) -> Result<Vec<(AppId, String, IndexMeta)>> {
+    let prefix = keys::record_ns_prefix(group, Namespace::IndexMeta.name());
+    let end = keys::separated_end(&prefix);
+    let mut out = Vec::new();
+    view.scan(CF_SM, &prefix, &end, |k, v| {
+        let key = String::from_utf8_lossy(&k[prefix.len()..]).into_owned();
+        if let Some((app, class)) = key.split_once('/') {
+            let rec = StoredRecord::decode(v)?;
+            if let Ok(meta) = serde_json::from_value::<IndexMeta>(rec.value) {
+                out.push((AppId::stored(app.to_string()), class.to_string(), meta));
+            }
+        }
+        Ok(true)
+    })?;
+    Ok(out)
 }
 
 /// The one group a point read names.

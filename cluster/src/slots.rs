@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::ids::{is_meta_class, slot_for, GroupId, META_GROUP};
+use crate::ids::{is_meta_class, slot_for, GroupId, NodeId, META_GROUP};
 use crate::namespace::{Namespace, Placement};
 
 /// Slots per data group a cluster begins with.
@@ -56,6 +56,9 @@ pub struct GroupSplits {
     /// Each slot given to a child: the child, and the map's epoch from which it holds it.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub gone: BTreeMap<u32, (GroupId, u64)>,
+    /// A split's child whose imports are over (`SealImports`): it takes no more.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sealed: bool,
 }
 
 impl GroupSplits {
@@ -129,9 +132,13 @@ pub struct SplitInProgress {
     /// The map's epoch once the slots are the child's.
     pub epoch: u64,
     pub phase: SplitPhase,
-    /// How far the copy got (the last objectId imported, by class), for a new job to resume.
+    /// How far the copy got (the last object key looked at, hex), for a new job to resume.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
+    /// The child's voters, chosen once (the parent's, as its leader reported them) before
+    /// any is started: every start initializes the child with exactly these.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub voters: Vec<NodeId>,
 }
 
 /// The phases of a split, in order.
@@ -211,6 +218,7 @@ impl SlotMap {
             epoch,
             phase: SplitPhase::Begun,
             cursor: None,
+            voters: Vec::new(),
         };
         self.next_group = next + 1;
         self.splits.push(split.clone());

@@ -121,6 +121,17 @@ pub enum AdminCommand {
         #[command(subcommand)]
         command: UpgradeCommand,
     },
+    /// Split data group G in two (hash slots, needs the `slots` feature finalized): half its
+    /// slots go to a new group with the same voters once their objects are copied; writes to
+    /// those objects wait for the copy (503 "try again" after 10 s). One split at a time.
+    /// Prints the slot map; with `--wait-secs`, waits until the split is done.
+    Split {
+        group: u32,
+        #[arg(long)]
+        wait_secs: Option<u64>,
+    },
+    /// Print the slot map: its epoch, the slots each data group holds, the split under way.
+    Slots,
     /// Make the cluster's certificates: a CA, nodes', administrators'.
     Certs {
         #[command(subcommand)]
@@ -171,6 +182,14 @@ pub enum BackupCommand {
 }
 
 const TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The slot map an answer to `Split` or `Slots` carries.
+fn slots_answer(resp: AdminResponse) -> anyhow::Result<serde_json::Value> {
+    match resp {
+        AdminResponse::Slots(view) => Ok(view),
+        other => anyhow::bail!("unexpected answer to a slots request: {other:?}"),
+    }
+}
 
 /// `spec` as the nodes and the checks take it: an s3:// address as it is, a directory made
 /// absolute from where the command runs.
@@ -554,6 +573,31 @@ pub async fn run(rpc: &str, certs_dir: Option<&Path>, cmd: AdminCommand) -> anyh
                 anyhow::bail!("unexpected answer to Rebalance: {resp:?}");
             };
             println!("{}", serde_json::to_string_pretty(&status)?);
+        }
+        AdminCommand::Split { group, wait_secs } => {
+            let req = AdminRequest::Split {
+                group: GroupId::new(group),
+            };
+            let mut view = slots_answer(admin_at(rpc, req, TIMEOUT, tls_ref).await?)?;
+            if let Some(wait_secs) = wait_secs {
+                let deadline = Instant::now() + Duration::from_secs(wait_secs);
+                while view["splits"].as_array().is_some_and(|s| !s.is_empty()) {
+                    if Instant::now() > deadline {
+                        anyhow::bail!(
+                            "the split is not done after {wait_secs} s: {}",
+                            serde_json::to_string(&view["splits"])?
+                        );
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    view =
+                        slots_answer(admin_at(rpc, AdminRequest::Slots, TIMEOUT, tls_ref).await?)?;
+                }
+            }
+            println!("{}", serde_json::to_string_pretty(&view)?);
+        }
+        AdminCommand::Slots => {
+            let view = slots_answer(admin_at(rpc, AdminRequest::Slots, TIMEOUT, tls_ref).await?)?;
+            println!("{}", serde_json::to_string_pretty(&view)?);
         }
         AdminCommand::Upgrade { command } => {
             use basalt_cluster::admin::UpgradeRequest;

@@ -251,6 +251,7 @@ pub(super) fn build_features(extra: &[String]) -> Vec<String> {
     let mut features: std::collections::BTreeSet<String> = crate::services::backup::FEATURES
         .iter()
         .chain(crate::services::rebalance::FEATURES.iter())
+        .chain(crate::services::splits::FEATURES.iter())
         .map(|f| f.to_string())
         .chain(extra.iter().cloned())
         .collect();

@@ -124,6 +124,19 @@ impl Cluster {
                     crate::services::rebalance::status(self.replicas()).await?,
                 ))
             }
+            AdminRequest::Split { group } => {
+                crate::services::splits::begin(self.replicas(), group).await?;
+                Ok(AdminResponse::Slots(
+                    crate::services::splits::view(self.replicas()).await?,
+                ))
+            }
+            AdminRequest::Slots => Ok(AdminResponse::Slots(
+                crate::services::splits::view(self.replicas()).await?,
+            )),
+            AdminRequest::StartGroup { group, voters } => {
+                crate::services::splits::start_here(self.replicas(), group, voters).await?;
+                Ok(AdminResponse::Done)
+            }
             AdminRequest::Upgrade(req) => {
                 upgrade::change(self.replicas(), req).await?;
                 Ok(AdminResponse::Upgrade(

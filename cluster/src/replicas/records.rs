@@ -35,24 +35,28 @@ impl Replicas {
         let again = (!self.inner.slot_map.load().splits.is_empty()
             && (cmd.written_object().is_some() || matches!(cmd, Command::Batch(_))))
         .then(|| cmd.clone());
-        let mut p = self.propose(group, cmd).await?;
-        match (again, &mut p.result) {
-            (Some(cmd), CommandResult::Rejected(Error::Moved { epoch })) => {
-                let epoch = *epoch;
-                p = self.propose_moved(cmd, group, epoch).await?;
+        // A refusal arrives as an error (`answer_of`): a write refused `Moved` certainly was
+        // not applied. A batch answers each of its writes: those refused `Moved` are in it.
+        let p = match (self.propose(group, cmd).await, again) {
+            (Err(Error::Moved { epoch }), Some(cmd)) => {
+                return self.propose_moved(cmd, group, epoch).await;
             }
-            (Some(Command::Batch(cmds)), CommandResult::Batch(results)) => {
-                for (cmd, result) in cmds.into_iter().zip(results.iter_mut()) {
-                    if let CommandResult::Rejected(Error::Moved { epoch }) = *result {
-                        *result = match self.propose_moved(cmd, group, epoch).await {
-                            Ok(again) => again.result,
-                            Err(e) => CommandResult::Rejected(e),
-                        };
+            (outcome, Some(Command::Batch(cmds))) => {
+                let mut p = outcome?;
+                if let CommandResult::Batch(results) = &mut p.result {
+                    for (cmd, result) in cmds.into_iter().zip(results.iter_mut()) {
+                        if let CommandResult::Rejected(Error::Moved { epoch }) = *result {
+                            *result = match self.propose_moved(cmd, group, epoch).await {
+                                Ok(again) => again.result,
+                                Err(e) => CommandResult::Rejected(e),
+                            };
+                        }
                     }
                 }
+                p
             }
-            _ => {}
-        }
+            (outcome, _) => outcome?,
+        };
         if group == META_GROUP {
             self.settle(META_GROUP, p.log_index).await;
         }
@@ -71,15 +75,12 @@ impl Replicas {
             let group = self
                 .moved_object_group((app, class, object_id), refused, epoch, deadline)
                 .await?;
-            let p = self.propose(group, cmd.clone()).await?;
-            match p.result {
+            match self.propose(group, cmd.clone()).await {
                 // Moved again (the child split in turn): by a newer map still.
-                CommandResult::Rejected(Error::Moved { epoch: next })
-                    if Instant::now() < deadline =>
-                {
+                Err(Error::Moved { epoch: next }) if Instant::now() < deadline => {
                     (refused, epoch) = (group, next);
                 }
-                _ => return Ok(p),
+                outcome => return outcome,
             }
         }
     }

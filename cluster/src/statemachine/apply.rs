@@ -162,7 +162,8 @@ pub fn apply_command(st: &mut Staged<'_>, cmd: Command) -> Result<CommandResult>
         Command::FreezeSlots(frozen) => split_writes::apply_freeze(st, frozen),
         Command::ImportIndexMeta(metas) => split_writes::apply_import_index_meta(st, metas),
         Command::ImportObjects(objects) => split_writes::apply_import_objects(st, objects),
-        Command::DropSlots { limit } => split_writes::apply_drop_slots(st, limit),
+        Command::SealImports => split_writes::apply_seal_imports(st),
+        Command::DropSlots { child, limit } => split_writes::apply_drop_slots(st, child, limit),
         // A batch's commands are applied one by one by `apply_entry`; one nested in another
         // is never proposed (`Command::check_limits`).
         Command::Batch(_) => Ok(CommandResult::Rejected(Error::NotApplied(

@@ -208,6 +208,16 @@ fn reads_across_a_split_count_every_object_once() {
         CommandResult::Done
     );
 
+    // Sealed before the switch: a late page of the copy cannot undo the child's own writes.
+    assert_eq!(
+        run(&store, CHILD, Command::SealImports),
+        CommandResult::Done
+    );
+    assert!(matches!(
+        run(&store, CHILD, Command::ImportObjects(Vec::new())),
+        CommandResult::Rejected(Error::Conflict(_))
+    ));
+
     // Before the drop: the old map's reader asks the parent alone, and sees everything.
     for ordered in [false, true] {
         let (count, rows) = scanned(&store, &[PARENT], ordered, 0).expect("old map");
@@ -247,7 +257,22 @@ fn reads_across_a_split_count_every_object_once() {
     );
 
     // The drop begins: the old map's reads would miss objects, and are refused.
-    let first = run(&store, PARENT, Command::DropSlots { limit: 10 });
+    let drop = |limit| Command::DropSlots {
+        child: CHILD,
+        limit,
+    };
+    let other = Command::DropSlots {
+        child: GroupId::new(9),
+        limit: 10,
+    };
+    assert!(
+        matches!(
+            run(&store, PARENT, other),
+            CommandResult::Rejected(Error::Conflict(_))
+        ),
+        "a drop for another split's child"
+    );
+    let first = run(&store, PARENT, drop(10));
     assert!(
         matches!(
             first,
@@ -272,9 +297,7 @@ fn reads_across_a_split_count_every_object_once() {
     );
 
     // Dropped whole: the slots stay given away.
-    while let CommandResult::Purged { next: Some(_), .. } =
-        run(&store, PARENT, Command::DropSlots { limit: 1_000 })
-    {}
+    while let CommandResult::Purged { next: Some(_), .. } = run(&store, PARENT, drop(1_000)) {}
     assert!(moved(counted(&store, &[PARENT], 0)));
     assert!(moved(get(&store, some_moving)));
     let some_kept = kept.iter().next().expect("one");

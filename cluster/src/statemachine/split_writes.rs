@@ -13,7 +13,7 @@ use super::staged::Staged;
 use super::usage_writes;
 use crate::command::{CommandResult, ImportedObject};
 use crate::error::{Error, Result};
-use crate::ids::slot_for;
+use crate::ids::{slot_for, GroupId};
 use crate::names::AppId;
 use crate::object::StoredObject;
 use crate::query::index::IndexMeta;
@@ -37,7 +37,7 @@ fn state(st: &mut Staged<'_>) -> Result<GroupSplits> {
 
 fn put_state(st: &mut Staged<'_>, s: GroupSplits) -> Result<()> {
     let key = keys::split_key(st.group);
-    if s.frozen.is_none() && s.gone.is_empty() {
+    if s.frozen.is_none() && s.gone.is_empty() && !s.sealed {
         st.delete(key.clone());
     } else {
         st.put(key.clone(), serde_json::to_vec(&s)?);
@@ -119,6 +119,9 @@ pub(super) fn apply_import_index_meta(
     st: &mut Staged<'_>,
     metas: Vec<(AppId, String, IndexMeta)>,
 ) -> Result<CommandResult> {
+    if let Some(refused) = refuse_sealed(st)? {
+        return Ok(refused);
+    }
     for (app, class, meta) in metas {
         if index_upkeep::meta(st, &app, &class)?.is_none() {
             index_upkeep::import_meta(st, &app, &class, meta)?;
@@ -133,6 +136,9 @@ pub(super) fn apply_import_objects(
     st: &mut Staged<'_>,
     objects: Vec<ImportedObject>,
 ) -> Result<CommandResult> {
+    if let Some(refused) = refuse_sealed(st)? {
+        return Ok(refused);
+    }
     // Every object is read before anything is staged: one that does not decode refuses the
     // command whole.
     let mut decoded = Vec::with_capacity(objects.len());
@@ -163,6 +169,26 @@ pub(super) fn apply_import_objects(
     Ok(CommandResult::Done)
 }
 
+/// `Conflict` once the group sealed its imports (`SealImports`).
+fn refuse_sealed(st: &mut Staged<'_>) -> Result<Option<CommandResult>> {
+    Ok(state(st)?.sealed.then(|| {
+        CommandResult::Rejected(Error::Conflict(format!(
+            "group {} takes no more imports: the slot map names it",
+            st.group
+        )))
+    }))
+}
+
+/// Seals the group's imports: a split's child the map is about to name.
+pub(super) fn apply_seal_imports(st: &mut Staged<'_>) -> Result<CommandResult> {
+    let mut s = state(st)?;
+    if !s.sealed {
+        s.sealed = true;
+        put_state(st, s)?;
+    }
+    Ok(CommandResult::Done)
+}
+
 /// Most objects one `DropSlots` deletes.
 const MAX_DROP_PAGE: u32 = 10_000;
 
@@ -170,7 +196,11 @@ const MAX_DROP_PAGE: u32 = 10_000;
 /// objects), with their derived state and no change-log entry; when every object was looked
 /// at, the freeze is forgotten. Answers how many it deleted and whether objects are left to
 /// look at (`Purged`'s `next`).
-pub(super) fn apply_drop_slots(st: &mut Staged<'_>, limit: u32) -> Result<CommandResult> {
+pub(super) fn apply_drop_slots(
+    st: &mut Staged<'_>,
+    child: GroupId,
+    limit: u32,
+) -> Result<CommandResult> {
     let mut state = state(st)?;
     let Some(mut f) = state.frozen.clone() else {
         return Ok(CommandResult::Purged {
@@ -178,6 +208,13 @@ pub(super) fn apply_drop_slots(st: &mut Staged<'_>, limit: u32) -> Result<Comman
             next: None,
         });
     };
+    // A page of an earlier split, late: the slots frozen now are not copied yet.
+    if f.child != child {
+        return Ok(CommandResult::Rejected(Error::Conflict(format!(
+            "group {} freezes slots for group {}, not {child}",
+            st.group, f.child
+        ))));
+    }
     let family = keys::sm_family(st.group, keys::SM_OBJECT);
     let start = match &f.dropped_through {
         Some(k) => {
@@ -462,7 +499,13 @@ mod tests {
         loop {
             pages += 1;
             assert!(pages < 200, "no end to the drop");
-            match apply(&mut parent, Command::DropSlots { limit: 10 }) {
+            match apply(
+                &mut parent,
+                Command::DropSlots {
+                    child: CHILD,
+                    limit: 10,
+                },
+            ) {
                 CommandResult::Purged { count, next } => {
                     assert!(count <= 10);
                     dropped += count;

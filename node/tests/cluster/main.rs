@@ -13,6 +13,7 @@ mod disk;
 mod drain;
 mod prometheus;
 mod rebalance;
+mod split;
 mod startup;
 mod survival;
 mod trust;

@@ -350,7 +350,18 @@ async fn barriers_and_pins(
     id: &str,
     req: &BackupRequest,
 ) -> Result<Vec<(GroupId, NodeId)>> {
-    let groups: Vec<GroupId> = replicas.group_ids();
+    // Splits and backups exclude each other: a split moving objects between the groups'
+    // barriers would leave them out of the backup, or in it twice.
+    let map = crate::services::splits::map_at_leader(replicas).await?;
+    if let Some(s) = map.splits.first() {
+        return Err(Error::Conflict(format!(
+            "group {} is splitting off group {} (`basalt admin slots`): back up once it is done",
+            s.parent, s.child
+        )));
+    }
+    let groups: Vec<GroupId> = std::iter::once(crate::ids::META_GROUP)
+        .chain(map.data_groups())
+        .collect();
     let barrier = |group: GroupId| async move {
         let cmd = Command::BackupBarrier {
             backup: id.to_string(),
@@ -390,10 +401,18 @@ async fn barriers_and_pins(
             other => Err(unexpected(&other)),
         }
     };
-    join_all(groups.into_iter().map(barrier))
+    let pinned: Vec<(GroupId, NodeId)> = join_all(groups.into_iter().map(barrier))
         .await
         .into_iter()
-        .collect()
+        .collect::<Result<_>>()?;
+    // The map the metadata group held at its barrier is the one the groups were listed by
+    // when it is still that one now.
+    if crate::services::splits::map_at_leader(replicas).await? != map {
+        return Err(Error::Conflict(
+            "a split began while the backup's barriers were taken: try again".into(),
+        ));
+    }
+    Ok(pinned)
 }
 
 /// Sends `req` to `node`, answering it here when that is this node.

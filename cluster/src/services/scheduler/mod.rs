@@ -6,6 +6,7 @@ mod compaction;
 mod consistency;
 mod job;
 mod rebalance;
+mod splits;
 mod ttl_sweep;
 mod upgrade;
 
@@ -18,6 +19,8 @@ use job::Job;
 const TICK: Duration = Duration::from_millis(200);
 /// How often the rebalancer's planner looks at the cluster.
 const REBALANCE_ROUND: Duration = Duration::from_secs(1);
+/// How often the split under way goes a step further (`services::splits`).
+const SPLITS_ROUND: Duration = Duration::from_millis(500);
 /// How often the cluster's version is finalized when every member's build allows it.
 const UPGRADE_ROUND: Duration = Duration::from_secs(1);
 
@@ -44,6 +47,10 @@ fn jobs(every: Intervals) -> Vec<Box<dyn Job>> {
         }),
         Box::new(upgrade::Upgrade {
             every: UPGRADE_ROUND,
+        }),
+        Box::new(splits::Splits {
+            every: SPLITS_ROUND,
+            switched: Default::default(),
         }),
     ];
     if let Some(every) = every.consistency_check {

@@ -1,0 +1,30 @@
+//! Takes the split under way a step further (`services::splits::round`): one phase, or a few
+//! pages of its copy or drop.
+
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+
+use super::job::Job;
+use crate::error::Result;
+use crate::replicas::Replicas;
+use crate::services::splits::Switched;
+
+pub struct Splits {
+    pub every: Duration,
+    pub switched: Switched,
+}
+
+impl Job for Splits {
+    fn name(&self) -> &'static str {
+        "splits"
+    }
+
+    fn period(&self) -> Duration {
+        self.every
+    }
+
+    fn run<'a>(&'a self, replicas: &'a Replicas) -> BoxFuture<'a, Result<()>> {
+        Box::pin(crate::services::splits::round(replicas, &self.switched))
+    }
+}

@@ -1,0 +1,158 @@
+//! Splits (`basalt admin split`, hash slots): a data group splits in two while it is written.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::common::TestCluster;
+
+/// Story — a split under writes (3 nodes, 2 data groups of 256 slots each): while writers
+/// create objects through every node, group 1 splits; the new group 3 holds half its slots,
+/// the split ends, no write fails (one to a frozen slot waits out the copy), every
+/// acknowledged object is read through every node and listed and counted exactly once, and
+/// objects written afterwards are counted too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_splits_under_writes_and_every_object_is_counted_once() {
+    let cluster = TestCluster::start(3, &["--shards", "2"], &[]).await;
+    TestCluster::eventually(Duration::from_secs(30), "the slots feature is on", || {
+        (0..3).all(|i| {
+            serde_json::from_str::<Value>(&cluster.admin(i, &["upgrade", "status"])).is_ok_and(
+                |s| {
+                    s["features"]
+                        .as_array()
+                        .is_some_and(|f| f.contains(&json!("slots")))
+                },
+            )
+        })
+    })
+    .await;
+    let mut ids: BTreeSet<String> =
+        crate::create_numbered(&cluster.client(0), "Item", 150, |i| json!({"n": i}))
+            .await
+            .into_iter()
+            .collect();
+
+    // Writers through each node until the split is done.
+    let done = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..3)
+        .map(|node| {
+            let client = cluster.client(node);
+            let done = Arc::clone(&done);
+            tokio::spawn(async move {
+                let mut acked = Vec::new();
+                for i in 0..2_000 {
+                    if done.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let created = client
+                        .create_object("Item", &json!({"n": 1_000 + node * 10_000 + i}))
+                        .await
+                        .unwrap_or_else(|e| panic!("a write through node {node} failed: {e}"));
+                    acked.push(created.object_id);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                acked
+            })
+        })
+        .collect();
+    let split = {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_basalt"));
+        cmd.args(["admin", "--rpc", &cluster.rpc(1)])
+            .args(["split", "1", "--wait-secs", "120"]);
+        tokio::task::spawn_blocking(move || cmd.output())
+    };
+    let out = split.await.expect("join").expect("run basalt admin split");
+    done.store(true, Ordering::SeqCst);
+    assert!(
+        out.status.success(),
+        "split: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let view: Value = serde_json::from_slice(&out.stdout).expect("slots json");
+    assert_eq!(view["splits"], json!([]), "{view}");
+    assert_eq!(
+        view["groups"],
+        json!({"1": 128, "2": 256, "3": 128}),
+        "group 1 gave half its slots to group 3: {view}"
+    );
+    assert!(view["epoch"].as_u64() >= Some(1), "{view}");
+    let mut written = 0;
+    for w in writers {
+        let acked = w.await.expect("writer");
+        written += acked.len();
+        ids.extend(acked);
+    }
+    assert!(
+        written > 30,
+        "the writers wrote during the split: {written}"
+    );
+    // Every node routes by the new map within a refresh.
+    TestCluster::eventually(
+        Duration::from_secs(10),
+        "every node took up the map",
+        || {
+            (0..3).all(|i| {
+                serde_json::from_str::<Value>(&cluster.admin(i, &["slots"]))
+                    .is_ok_and(|v| v["epoch"] == view["epoch"])
+            })
+        },
+    )
+    .await;
+
+    // Group 1 dropped what it gave away: the objects of its old slots are counted once, in
+    // group 3.
+    for node in 0..3 {
+        let client = cluster.client(node);
+        for id in &ids {
+            let got = client.get_object("Item", id).await.expect("read");
+            assert!(got.is_some(), "{id} through node {node}");
+        }
+        // Pages of 500 (a query's most) in objectId order.
+        let mut listed: Vec<String> = Vec::new();
+        for page in 0..4 {
+            let skip = (page * 500).to_string();
+            let part = client
+                .query(
+                    "Item",
+                    &[
+                        ("count", "1"),
+                        ("limit", "500"),
+                        ("skip", &skip),
+                        ("order", "objectId"),
+                    ],
+                )
+                .await
+                .expect("list");
+            assert_eq!(part["count"], json!(ids.len()), "through node {node}");
+            listed.extend(
+                part["results"]
+                    .as_array()
+                    .expect("results")
+                    .iter()
+                    .filter_map(|r| r["objectId"].as_str().map(String::from)),
+            );
+        }
+        let unique: BTreeSet<&str> = listed.iter().map(String::as_str).collect();
+        assert_eq!(listed.len(), unique.len(), "an object listed twice");
+        assert_eq!(unique.len(), ids.len());
+        let counted = client
+            .query("Item", &[("count", "1"), ("limit", "0")])
+            .await
+            .expect("count");
+        assert_eq!(counted["count"], json!(ids.len()));
+    }
+
+    // Writes after the split land in every group, the new one included.
+    let after =
+        crate::create_numbered(&cluster.client(2), "Item", 60, |i| json!({"n": 50_000 + i})).await;
+    ids.extend(after);
+    let counted = cluster
+        .client(0)
+        .query("Item", &[("count", "1"), ("limit", "0")])
+        .await
+        .expect("count");
+    assert_eq!(counted["count"], json!(ids.len()));
+}
