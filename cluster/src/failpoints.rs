@@ -15,14 +15,19 @@
 //! that read, `sleep(ms)` delays it); and `apply-skip-create` (`return`: this replica skips an
 //! object create the others apply, a state a consistency check must find); and one that holds
 //! a task without blocking a thread (`return(ms)`, through [`pause`]): `join-checked` (a
-//! member answering `Join` checked the joiner's build, not yet written its record). Neighbours: `raft::log_store`, `statemachine`,
+//! member answering `Join` checked the joiner's build, not yet written its record); and in a
+//! split's steps (`services::splits`, `panic` to crash the node running it, `return(ms)` to
+//! hold it): `split-before-freeze` (the child started, the slots not frozen),
+//! `split-copied-page` (a page imported, the cursor not saved), `split-sealed` (the child's
+//! imports sealed, the map not switched), `split-dropped-page` (a page of copies dropped, not
+//! saved). Neighbours: `raft::log_store`, `statemachine`,
 //! `statemachine::snapshot`, `local_read`.
 
 /// The environment variable that arms fail points at start.
 pub const FAILPOINTS_ENV: &str = "BASALT_FAILPOINTS";
 
 /// The fail points this build has.
-pub const FAIL_POINTS: [&str; 9] = [
+pub const FAIL_POINTS: [&str; 13] = [
     "log-append",
     "store-write-nospace",
     "snapshot-build-nospace",
@@ -32,6 +37,10 @@ pub const FAIL_POINTS: [&str; 9] = [
     "aggregate-read",
     "apply-skip-create",
     "join-checked",
+    "split-before-freeze",
+    "split-copied-page",
+    "split-sealed",
+    "split-dropped-page",
 ];
 
 /// Holds the calling task for the milliseconds the point `name` returns (`return(ms)`) when it

@@ -232,6 +232,7 @@ pub async fn round(replicas: &Replicas, switched: &Switched) -> Result<()> {
                     .await?
                     .result,
             )?;
+            crate::failpoints::pause("split-sealed").await;
             map.switch(split.child).map_err(Error::Internal)?;
             tracing::info!(parent = %split.parent, child = %split.child, epoch = split.epoch, "split: the map names the child");
         }

@@ -156,3 +156,109 @@ async fn a_group_splits_under_writes_and_every_object_is_counted_once() {
         .expect("count");
     assert_eq!(counted["count"], json!(ids.len()));
 }
+
+/// The slot map through the first node that answers (`basalt admin slots`).
+fn slots_through_any(cluster: &TestCluster) -> Option<Value> {
+    (0..3).find_map(|i| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_basalt"))
+            .args(["admin", "--rpc", &cluster.rpc(i), "slots"])
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| serde_json::from_slice(&out.stdout).ok())
+            .flatten()
+    })
+}
+
+/// Story — a split interrupted by crashes, at each of its fail points (before the freeze,
+/// after a copied page, after the seal, after a dropped page): every node is armed to crash
+/// there once, so the node running the split dies at that step, then the next metadata
+/// leader does; each is started again without the point, and the split resumes from what the
+/// map's record saved and completes, every object counted once through every node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_split_that_crashes_at_each_step_resumes_and_completes() {
+    for point in [
+        "split-before-freeze",
+        "split-copied-page",
+        "split-sealed",
+        "split-dropped-page",
+    ] {
+        let armed = format!("{point}=1*panic");
+        let mut cluster = TestCluster::start_with_env(
+            3,
+            &["--shards", "2"],
+            &[],
+            &[("BASALT_FAILPOINTS", armed.as_str())],
+        )
+        .await;
+        for i in 0..3 {
+            cluster.set_env(i, &[]);
+        }
+        TestCluster::eventually(Duration::from_secs(30), "the slots feature is on", || {
+            serde_json::from_str::<Value>(&cluster.admin(0, &["upgrade", "status"])).is_ok_and(
+                |s| {
+                    s["features"]
+                        .as_array()
+                        .is_some_and(|f| f.contains(&json!("slots")))
+                },
+            )
+        })
+        .await;
+        let ids =
+            crate::create_numbered(&cluster.client(0), "Item", 120, |i| json!({"n": i})).await;
+        cluster.admin(0, &["split", "1"]);
+
+        let deadline = std::time::Instant::now() + Duration::from_secs(180);
+        let mut crashes = 0;
+        loop {
+            for i in 0..3 {
+                if cluster
+                    .wait_exit(i, Duration::from_millis(20))
+                    .await
+                    .is_some()
+                {
+                    crashes += 1;
+                    cluster.restart(i).await;
+                }
+            }
+            let done = slots_through_any(&cluster)
+                .is_some_and(|v| v["splits"] == json!([]) && v["groups"]["3"] == json!(128));
+            if done {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{point}: the split did not complete ({crashes} crashes)"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        assert!(crashes >= 1, "{point}: no node crashed there");
+        for i in 0..3 {
+            cluster.wait_healthy(i, Duration::from_secs(60)).await;
+        }
+        for node in 0..3 {
+            let client = cluster.client(node);
+            let mut counted = Value::Null;
+            for _ in 0..50 {
+                if let Ok(c) = client
+                    .query("Item", &[("count", "1"), ("limit", "0")])
+                    .await
+                {
+                    counted = c;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            assert_eq!(
+                counted["count"],
+                json!(ids.len()),
+                "{point}: through node {node}"
+            );
+            for id in &ids {
+                let got = client.get_object("Item", id).await.expect("read");
+                assert!(got.is_some(), "{point}: {id} through node {node}");
+            }
+        }
+    }
+}
