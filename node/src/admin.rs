@@ -20,8 +20,8 @@ use serde_json::json;
 pub enum AdminCommand {
     /// Print every group's state as the node sees it (`Status`: its leader, voters, learners,
     /// log and applied indexes, bytes; whether the node drains), the cluster's rebalancing
-    /// (`Rebalance`, as `rebalance status` prints it) and its version (`Upgrade`, as `upgrade
-    /// status` prints it).
+    /// (`Rebalance`, as `rebalance status` prints it), its version (`Upgrade`, as `upgrade
+    /// status` prints it) and its slot map (`Slots`, as `slots` prints it).
     Status,
     /// Print the cluster's members.
     Members,
@@ -465,6 +465,10 @@ pub async fn run(rpc: &str, certs_dir: Option<&Path>, cmd: AdminCommand) -> anyh
             .await;
             if let (Ok(AdminResponse::Upgrade(u)), Some(obj)) = (upgrade, out.as_object_mut()) {
                 obj.insert("Upgrade".into(), serde_json::to_value(u)?);
+            }
+            let slots = admin_at(rpc, AdminRequest::Slots, TIMEOUT, tls_ref).await;
+            if let (Ok(AdminResponse::Slots(s)), Some(obj)) = (slots, out.as_object_mut()) {
+                obj.insert("Slots".into(), s);
             }
             println!("{}", serde_json::to_string_pretty(&out)?);
         }

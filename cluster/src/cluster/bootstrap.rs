@@ -152,6 +152,7 @@ impl Cluster {
         // Routed by the slot map the local replica of the metadata group holds from the first
         // request on (a refused record leaves the initial map, and `follow_slot_map` says why).
         let _ = replicas.refresh_slot_map();
+        replicas.record_slot_metrics();
         // A build without a feature the cluster turned on would misread what it wrote (an
         // upgrade rolled back after `basalt admin upgrade finalize`).
         if let Some(record) = upgrade::local_record(&replicas) {

@@ -262,8 +262,15 @@ impl Replicas {
             splits = map.splits.len(),
             "routing by a new slot map"
         );
+        record_slot_metrics(&map);
         self.inner.slot_map.store(Arc::new(map));
         Ok(true)
+    }
+
+    /// The map's epoch and the slots each data group holds, as metrics (`basalt_slot_map_epoch`,
+    /// `basalt_slots{group}`), from the map this node routes by.
+    pub fn record_slot_metrics(&self) {
+        record_slot_metrics(&self.inner.slot_map.load());
     }
 
     /// Every group of the cluster: the metadata group, then the slot map's data groups. What
@@ -934,4 +941,16 @@ fn group_status(group: GroupId, raft: &GroupRaft) -> GroupStatus {
 /// The error for a read answered with another variant than its request asks for.
 pub(crate) fn unexpected(r: ReadResponse) -> Error {
     Error::Internal(format!("unexpected read response {r:?}"))
+}
+
+/// `Replicas::record_slot_metrics` of `map`.
+fn record_slot_metrics(map: &SlotMap) {
+    metrics::gauge!("basalt_slot_map_epoch").set(map.epoch as f64);
+    let mut held: std::collections::BTreeMap<GroupId, u32> = std::collections::BTreeMap::new();
+    for slot in 0..map.slots() {
+        *held.entry(map.group_of_slot(slot)).or_default() += 1;
+    }
+    for (group, slots) in held {
+        metrics::gauge!("basalt_slots", "group" => group.to_string()).set(f64::from(slots));
+    }
 }

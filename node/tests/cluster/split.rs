@@ -145,6 +145,9 @@ async fn a_group_splits_under_writes_and_every_object_is_counted_once() {
         assert_eq!(counted["count"], json!(ids.len()));
     }
 
+    let status: Value = serde_json::from_str(&cluster.admin(2, &["status"])).expect("status");
+    assert_eq!(status["Slots"]["groups"], view["groups"], "{status}");
+
     // Writes after the split land in every group, the new one included.
     let after =
         crate::create_numbered(&cluster.client(2), "Item", 60, |i| json!({"n": 50_000 + i})).await;
