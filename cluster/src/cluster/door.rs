@@ -422,4 +422,10 @@ impl Cluster {
     pub fn shards(&self) -> u32 {
         self.inner.replicas.shards()
     }
+
+    /// Every group of the cluster by the slot map this node routes by: the metadata group,
+    /// the data groups, and the children of splits under way (decisions/0038).
+    pub fn known_groups(&self) -> std::collections::BTreeSet<GroupId> {
+        self.inner.replicas.slot_map().known_groups()
+    }
 }

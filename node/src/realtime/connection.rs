@@ -157,7 +157,7 @@ impl Connection {
         let sub = Subscription::new(Arc::clone(&ctx.app), req.clone(), who)?;
         let hub: Hub = self.services.hub.clone();
         let cursor = match &req.cursor {
-            Some(c) => Some(Cursor::parse(c, hub.groups())?),
+            Some(c) => Some(Cursor::parse(c, hub.cursor_groups())?),
             None => None,
         };
         self.unsubscribe(req);

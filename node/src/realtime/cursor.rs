@@ -1,5 +1,6 @@
 //! A cursor: how far a subscriber has been through every group's changes — one position per
-//! group (`0..=shards`), written as the positions joined by dots. A position is a log index
+//! group (`0..=shards`, then the groups splits added, by id), written as the positions joined
+//! by dots. A position is a log index
 //! (every change up to that entry passed on), or `index:n` inside an entry that made several
 //! changes (a batch): the entries before `index` and the first `n` changes of entry `index`.
 //! Each event carries the cursor after it; a client that reconnects with it is sent what it
@@ -101,31 +102,47 @@ impl Cursor {
         out
     }
 
-    /// Reads a cursor of a cluster with `groups` groups (107 otherwise).
-    pub fn parse(text: &str, groups: usize) -> Result<Cursor, RealtimeError> {
+    /// Reads a cursor of a cluster whose groups were `groups` (from the cluster's first ones to
+    /// those it has now: a cursor given before a split names fewer), padded to the groups it
+    /// has now: a group the cursor does not name is read from its beginning (107 otherwise).
+    pub fn parse(
+        text: &str,
+        groups: std::ops::RangeInclusive<usize>,
+    ) -> Result<Cursor, RealtimeError> {
         let bad = || RealtimeError::InvalidMessage("cursor is not one this cluster gave".into());
         let positions = text
             .split('.')
             .map(|p| Position::parse(p).ok_or_else(bad))
             .collect::<Result<Vec<Position>, _>>()?;
-        if positions.len() != groups {
+        if !groups.contains(&positions.len()) {
             return Err(bad());
         }
-        Ok(Cursor(positions))
+        Ok(Cursor(positions).padded(*groups.end()))
+    }
+
+    /// The cursor naming `len` groups at least: those it does not name at their beginning.
+    pub fn padded(mut self, len: usize) -> Cursor {
+        if self.0.len() < len {
+            self.0.resize(len, Position::whole(0));
+        }
+        self
+    }
+
+    /// Group `g`'s position (its beginning when the cursor does not name it).
+    fn get(&self, g: usize) -> Position {
+        self.0.get(g).copied().unwrap_or(Position::whole(0))
     }
 
     /// Whether some group's position is past `other`'s.
     pub fn ahead_of(&self, other: &Cursor) -> bool {
-        self.0.iter().zip(&other.0).any(|(a, b)| a > b)
+        (0..self.0.len().max(other.0.len())).any(|g| self.get(g) > other.get(g))
     }
 
     /// Each group's later position of the two.
     pub fn max_with(&self, other: &Cursor) -> Cursor {
         Cursor(
-            self.0
-                .iter()
-                .zip(&other.0)
-                .map(|(a, b)| *a.max(b))
+            (0..self.0.len().max(other.0.len()))
+                .map(|g| self.get(g).max(other.get(g)))
                 .collect(),
         )
     }
@@ -143,7 +160,22 @@ mod tests {
             Position::within(12345678901, 2),
         ]);
         assert_eq!(c.encode(), "3.0.12345678901:2");
-        assert_eq!(Cursor::parse(&c.encode(), 3).unwrap(), c);
+        assert_eq!(Cursor::parse(&c.encode(), 3..=3).unwrap(), c);
+        // A cursor given before a split names fewer groups: the new ones from their start.
+        assert_eq!(
+            Cursor::parse(&c.encode(), 3..=5).unwrap(),
+            c.clone().padded(5)
+        );
+        assert_eq!(
+            Cursor::parse(&c.encode(), 3..=5).unwrap().0[4],
+            Position::whole(0)
+        );
+        assert!(Cursor::parse("1.2", 3..=5).is_err());
+        assert_eq!(
+            Cursor::at(&[1, 2]).max_with(&Cursor::at(&[0, 3, 4])),
+            Cursor::at(&[1, 3, 4])
+        );
+        assert!(Cursor::at(&[1, 2, 1]).ahead_of(&Cursor::at(&[1, 2])));
         for bad in [
             "",
             "1.2",
@@ -158,7 +190,7 @@ mod tests {
             "1.2.3:1:2",
             "1.+2.3",
         ] {
-            assert!(Cursor::parse(bad, 3).is_err(), "{bad}");
+            assert!(Cursor::parse(bad, 3..=3).is_err(), "{bad}");
         }
         assert!(c.ahead_of(&Cursor::at(&[3, 0, 12345678900])));
         assert!(

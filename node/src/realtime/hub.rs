@@ -35,6 +35,8 @@ use super::RealtimeError;
 const READY_WITHIN: Duration = Duration::from_secs(15);
 /// How long a replay waits for a group's log, or for a client to take its messages.
 const REPLAY_WAIT: Duration = Duration::from_secs(10);
+/// How often the hub looks for groups a split added.
+const NEW_GROUPS_EVERY: Duration = Duration::from_millis(250);
 /// Replays a node runs at once (each reads the groups' logs from a cursor); others wait.
 const REPLAYS: usize = 8;
 
@@ -68,7 +70,8 @@ struct State {
 
 struct Inner {
     cluster: Cluster,
-    groups: usize,
+    /// The groups the cluster began with (`shards + 1`): the shortest cursor it gave.
+    first_groups: usize,
     state: Mutex<State>,
     started: AtomicBool,
     ready: watch::Sender<bool>,
@@ -94,7 +97,7 @@ impl Hub {
         Hub {
             inner: Arc::new(Inner {
                 cluster,
-                groups,
+                first_groups: groups,
                 state: Mutex::new(State {
                     positions: vec![0; groups],
                     known: vec![false; groups],
@@ -109,18 +112,38 @@ impl Hub {
         }
     }
 
-    /// Groups of the cluster (the length of a cursor).
-    pub fn groups(&self) -> usize {
-        self.inner.groups
+    /// The lengths a cursor of this cluster may have: from its first groups to the groups it
+    /// follows now (splits add groups).
+    pub fn cursor_groups(&self) -> std::ops::RangeInclusive<usize> {
+        let now = lock(&self.inner.state).positions.len();
+        self.inner.first_groups..=now.max(self.inner.first_groups)
     }
 
-    /// Starts following every group, once.
+    /// Starts following every group, once, and each group a split adds as the slot map
+    /// names it.
     fn start(&self) {
         if self.inner.started.swap(true, Ordering::SeqCst) {
             return;
         }
         let (tx, rx) = mpsc::channel::<TailEvent>(256);
-        for g in 0..self.inner.groups {
+        // The groups the cluster has when the hub starts are followed from where they stand
+        // (nobody subscribed before); `follow_new_groups` takes those added later from their
+        // start.
+        let groups = self
+            .inner
+            .cluster
+            .known_groups()
+            .iter()
+            .map(|g| g.get() as usize + 1)
+            .max()
+            .unwrap_or(0)
+            .max(self.inner.first_groups);
+        {
+            let mut st = lock(&self.inner.state);
+            st.positions.resize(groups, 0);
+            st.known.resize(groups, false);
+        }
+        for g in 0..groups {
             let cluster = self.inner.cluster.clone();
             let tx = tx.clone();
             tokio::spawn(async move {
@@ -129,6 +152,8 @@ impl Hub {
                     .await;
             });
         }
+        let inner = Arc::clone(&self.inner);
+        tokio::spawn(async move { inner.follow_new_groups(tx).await });
         let inner = Arc::clone(&self.inner);
         tokio::spawn(async move { inner.dispatch(rx).await });
     }
@@ -164,6 +189,8 @@ impl Hub {
         let (entry, from) = {
             let mut st = lock(&self.inner.state);
             let now = st.positions.clone();
+            // Groups a split added since the cursor was read are followed from their start.
+            let cursor = cursor.map(|c| c.padded(now.len()));
             let floor = match &cursor {
                 Some(c) => c.max_with(&Cursor::at(&now)),
                 None => Cursor::at(&now),
@@ -208,6 +235,44 @@ impl Hub {
 }
 
 impl Inner {
+    /// Follows each group a split adds (`Cluster::known_groups`: a split's child is known
+    /// before it holds slots) from its first entry — its copied objects make no changes, so
+    /// its changes are exactly the writes it took after the switch — until the dispatcher
+    /// stops.
+    async fn follow_new_groups(self: Arc<Self>, tx: mpsc::Sender<TailEvent>) {
+        loop {
+            if tx.is_closed() {
+                return;
+            }
+            let have = lock(&self.state).positions.len();
+            let want = self
+                .cluster
+                .known_groups()
+                .iter()
+                .map(|g| g.get() as usize + 1)
+                .max()
+                .unwrap_or(0);
+            if want > have {
+                {
+                    let mut st = lock(&self.state);
+                    st.positions.resize(want, 0);
+                    st.known.resize(want, true);
+                }
+                for g in have..want {
+                    tracing::info!(group = g, "realtime: following a group a split added");
+                    let cluster = self.cluster.clone();
+                    let tx = tx.clone();
+                    tokio::spawn(async move {
+                        cluster
+                            .follow_changes(GroupId::new(g as u32), Some(0), tx)
+                            .await;
+                    });
+                }
+            }
+            tokio::time::sleep(NEW_GROUPS_EVERY).await;
+        }
+    }
+
     /// Takes a subscription out of the hub (and stops its replay).
     fn remove(&self, entry: &Arc<Entry>) {
         entry.ended.store(true, Ordering::Relaxed);
@@ -388,8 +453,9 @@ impl Inner {
         let Ok(_turn) = Arc::clone(&self.replays).acquire_owned().await else {
             return;
         };
+        let from = from.padded(to.len());
         let mut at = from.clone();
-        for g in 0..self.groups {
+        for g in 0..to.len() {
             if entry.ended.load(Ordering::Relaxed) {
                 return;
             }

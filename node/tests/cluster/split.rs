@@ -9,11 +9,78 @@ use serde_json::{json, Value};
 
 use crate::common::TestCluster;
 
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// The next message named `name` on `ws` (its argument), skipping others; `None` after
+/// `within`.
+async fn next_named(ws: &mut Ws, name: &str, within: Duration) -> Option<Value> {
+    use futures::StreamExt;
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let m = tokio::time::timeout_at(deadline, ws.next())
+            .await
+            .ok()??
+            .ok()?;
+        let Ok(text) = m.into_text() else { continue };
+        let Ok(v) = serde_json::from_str::<Value>(text.as_str()) else {
+            continue;
+        };
+        if v["name"] == name {
+            return Some(v["args"][0].clone());
+        }
+    }
+}
+
+/// A live query of class `Item` through node `i` (`/1/realtime`): the socket and the
+/// acknowledgement (`server_sub`, with the cursor).
+async fn subscribe_items(cluster: &TestCluster, i: usize, cursor: Option<&str>) -> (Ws, Value) {
+    use futures::SinkExt;
+    let url = format!(
+        "ws://{}/1/realtime?applicationId={}&restKey={}",
+        cluster.nodes[i].http, cluster.keys.application_id, cluster.keys.rest_key
+    );
+    let (mut ws, _) = tokio_tungstenite::connect_async(url)
+        .await
+        .expect("connect");
+    let mut sub = json!({"appKey": cluster.keys.application_id, "tableName": "Item",
+        "action": "updateTable"});
+    if let Some(c) = cursor {
+        sub["cursor"] = json!(c);
+    }
+    let msg = json!({"name": "client_sub", "args": [sub]}).to_string();
+    ws.send(tokio_tungstenite::tungstenite::Message::Text(msg.into()))
+        .await
+        .expect("send");
+    let ack = next_named(&mut ws, "server_sub", Duration::from_secs(20))
+        .await
+        .expect("server_sub");
+    (ws, ack)
+}
+
+/// The objectIds of the `create` events on `ws` until `want` were all seen (or 30 s passed).
+async fn created_seen(ws: &mut Ws, want: &BTreeSet<String>) -> BTreeSet<String> {
+    let mut seen = BTreeSet::new();
+    while !want.is_subset(&seen) {
+        let Some(e) = next_named(ws, "server_pub", Duration::from_secs(30)).await else {
+            break;
+        };
+        if e["event"] == "create" {
+            if let Some(id) = e["data"]["objectId"].as_str() {
+                seen.insert(id.to_string());
+            }
+        }
+    }
+    seen
+}
+
 /// Story — a split under writes (3 nodes, 2 data groups of 256 slots each): while writers
 /// create objects through every node, group 1 splits; the new group 3 holds half its slots,
 /// the split ends, no write fails (one to a frozen slot waits out the copy), every
 /// acknowledged object is read through every node and listed and counted exactly once, and
-/// objects written afterwards are counted too.
+/// objects written afterwards are counted too; a live query opened before the split hears of
+/// every object created after it (the new group's too), one resumed from a cursor of before
+/// the split replays them, and new cursors name the new group.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_splits_under_writes_and_every_object_is_counted_once() {
     let cluster = TestCluster::start(3, &["--shards", "2"], &[]).await;
@@ -34,6 +101,10 @@ async fn a_group_splits_under_writes_and_every_object_is_counted_once() {
             .await
             .into_iter()
             .collect();
+    // A live query from before the split, and its cursor (one position per group: 0, 1, 2).
+    let (mut live, ack) = subscribe_items(&cluster, 2, None).await;
+    let old_cursor = ack["cursor"].as_str().expect("cursor").to_string();
+    assert_eq!(old_cursor.split('.').count(), 3, "{ack}");
 
     // Writers through each node until the split is done.
     let done = Arc::new(AtomicBool::new(false));
@@ -148,9 +219,29 @@ async fn a_group_splits_under_writes_and_every_object_is_counted_once() {
     let status: Value = serde_json::from_str(&cluster.admin(2, &["status"])).expect("status");
     assert_eq!(status["Slots"]["groups"], view["groups"], "{status}");
 
-    // Writes after the split land in every group, the new one included.
-    let after =
-        crate::create_numbered(&cluster.client(2), "Item", 60, |i| json!({"n": 50_000 + i})).await;
+    // Writes after the split land in every group, the new one included, and the live query
+    // from before the split hears of every one; a subscription resumed from its cursor of
+    // three groups replays them too, and new cursors name group 3.
+    let after: BTreeSet<String> =
+        crate::create_numbered(&cluster.client(2), "Item", 60, |i| json!({"n": 50_000 + i}))
+            .await
+            .into_iter()
+            .collect();
+    let heard = created_seen(&mut live, &after).await;
+    assert!(
+        after.is_subset(&heard),
+        "the live query missed {:?}",
+        after.difference(&heard).collect::<Vec<_>>()
+    );
+    let (mut resumed, ack) = subscribe_items(&cluster, 0, Some(&old_cursor)).await;
+    let replayed = created_seen(&mut resumed, &after).await;
+    assert!(after.is_subset(&replayed), "the replay missed some");
+    let (_, fresh) = subscribe_items(&cluster, 1, None).await;
+    assert_eq!(
+        fresh["cursor"].as_str().map(|c| c.split('.').count()),
+        Some(4),
+        "{fresh} {ack}"
+    );
     ids.extend(after);
     let counted = cluster
         .client(0)
