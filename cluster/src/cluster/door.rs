@@ -428,4 +428,9 @@ impl Cluster {
     pub fn known_groups(&self) -> std::collections::BTreeSet<GroupId> {
         self.inner.replicas.slot_map().known_groups()
     }
+
+    /// The slot map this node routes by.
+    pub fn slot_map(&self) -> std::sync::Arc<crate::slots::SlotMap> {
+        self.inner.replicas.slot_map()
+    }
 }

@@ -20,6 +20,7 @@ use std::time::Duration;
 use basalt_cluster::changes::Change;
 use basalt_cluster::ids::GroupId;
 use basalt_cluster::services::change_tail::TailEvent;
+use basalt_cluster::slots::SplitPhase;
 use basalt_cluster::Cluster;
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
@@ -63,6 +64,8 @@ struct State {
     positions: Vec<u64>,
     /// Per group, whether its follower reported where it stands yet.
     known: Vec<bool>,
+    /// Groups `0..followed` have their follower.
+    followed: usize,
     /// Subscriptions by (app, class).
     subs: HashMap<(String, String), Vec<Arc<Entry>>>,
     count: usize,
@@ -78,6 +81,9 @@ struct Inner {
     next_id: AtomicU64,
     /// Replays that may run at once on this node.
     replays: Arc<tokio::sync::Semaphore>,
+    /// Where followers send their changes, once started (weak: the dispatcher ends when the
+    /// followers do).
+    tail: std::sync::OnceLock<mpsc::WeakSender<TailEvent>>,
 }
 
 /// The node's hub (cheap to clone).
@@ -101,6 +107,7 @@ impl Hub {
                 state: Mutex::new(State {
                     positions: vec![0; groups],
                     known: vec![false; groups],
+                    followed: 0,
                     subs: HashMap::new(),
                     count: 0,
                 }),
@@ -108,52 +115,32 @@ impl Hub {
                 ready,
                 next_id: AtomicU64::new(1),
                 replays: Arc::new(tokio::sync::Semaphore::new(REPLAYS)),
+                tail: std::sync::OnceLock::new(),
             }),
         }
     }
 
     /// The lengths a cursor of this cluster may have: from its first groups to the groups it
-    /// follows now (splits add groups).
+    /// has now (splits add groups). Starts the hub.
     pub fn cursor_groups(&self) -> std::ops::RangeInclusive<usize> {
-        let now = lock(&self.inner.state).positions.len();
+        self.start();
+        let following = lock(&self.inner.state).positions.len();
+        let now = self.inner.groups_now().max(following);
         self.inner.first_groups..=now.max(self.inner.first_groups)
     }
 
     /// Starts following every group, once, and each group a split adds as the slot map
-    /// names it.
+    /// names it (`Inner::follow_new_groups`).
     fn start(&self) {
         if self.inner.started.swap(true, Ordering::SeqCst) {
             return;
         }
         let (tx, rx) = mpsc::channel::<TailEvent>(256);
-        // The groups the cluster has when the hub starts are followed from where they stand
-        // (nobody subscribed before); `follow_new_groups` takes those added later from their
-        // start.
-        let groups = self
-            .inner
-            .cluster
-            .known_groups()
-            .iter()
-            .map(|g| g.get() as usize + 1)
-            .max()
-            .unwrap_or(0)
-            .max(self.inner.first_groups);
-        {
-            let mut st = lock(&self.inner.state);
-            st.positions.resize(groups, 0);
-            st.known.resize(groups, false);
-        }
-        for g in 0..groups {
-            let cluster = self.inner.cluster.clone();
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                cluster
-                    .follow_changes(GroupId::new(g as u32), None, tx)
-                    .await;
-            });
-        }
+        let _ = self.inner.tail.set(tx.downgrade());
+        self.inner.follow(self.inner.groups_now(), &tx);
+        drop(tx);
         let inner = Arc::clone(&self.inner);
-        tokio::spawn(async move { inner.follow_new_groups(tx).await });
+        tokio::spawn(async move { inner.follow_new_groups().await });
         let inner = Arc::clone(&self.inner);
         tokio::spawn(async move { inner.dispatch(rx).await });
     }
@@ -187,9 +174,13 @@ impl Hub {
             sub.class().to_string(),
         );
         let (entry, from) = {
+            // A cursor naming groups this hub does not follow yet (a split it has not seen).
+            if let Some(c) = &cursor {
+                self.inner.grow_to(c.0.len());
+            }
             let mut st = lock(&self.inner.state);
             let now = st.positions.clone();
-            // Groups a split added since the cursor was read are followed from their start.
+            // Groups a split added since the cursor was given are read from their start.
             let cursor = cursor.map(|c| c.padded(now.len()));
             let floor = match &cursor {
                 Some(c) => c.max_with(&Cursor::at(&now)),
@@ -235,40 +226,77 @@ impl Hub {
 }
 
 impl Inner {
-    /// Follows each group a split adds (`Cluster::known_groups`: a split's child is known
-    /// before it holds slots) from its first entry — its copied objects make no changes, so
-    /// its changes are exactly the writes it took after the switch — until the dispatcher
-    /// stops.
-    async fn follow_new_groups(self: Arc<Self>, tx: mpsc::Sender<TailEvent>) {
-        loop {
-            if tx.is_closed() {
+    /// The groups the cluster has by this node's slot map (ids `0..n`: the metadata group,
+    /// the data groups, the children of splits under way), at least its first ones.
+    fn groups_now(&self) -> usize {
+        self.cluster
+            .known_groups()
+            .iter()
+            .map(|g| g.get() as usize + 1)
+            .max()
+            .unwrap_or(0)
+            .max(self.first_groups)
+    }
+
+    /// Gives every group up to `want` (ids `0..want`) its follower, sending to `tx`. A
+    /// split's child not switched yet is followed from its first entry (its copied objects
+    /// make no changes, so its changes are exactly the writes it takes after the switch) and
+    /// known at once; any other group from where it stands (those of a hub that starts, one a
+    /// node learns of late).
+    fn follow(&self, want: usize, tx: &mpsc::Sender<TailEvent>) {
+        let (from, to) = {
+            let mut st = lock(&self.state);
+            let from = st.followed;
+            if want <= from {
                 return;
             }
-            let have = lock(&self.state).positions.len();
-            let want = self
-                .cluster
-                .known_groups()
+            st.followed = want;
+            if st.positions.len() < want {
+                st.positions.resize(want, 0);
+                st.known.resize(want, false);
+            }
+            (from, want)
+        };
+        let map = self.cluster.slot_map();
+        for g in from..to {
+            let group = GroupId::new(g as u32);
+            let before_switch = map
+                .splits
                 .iter()
-                .map(|g| g.get() as usize + 1)
-                .max()
-                .unwrap_or(0);
-            if want > have {
-                {
-                    let mut st = lock(&self.state);
-                    st.positions.resize(want, 0);
-                    st.known.resize(want, true);
-                }
-                for g in have..want {
-                    tracing::info!(group = g, "realtime: following a group a split added");
-                    let cluster = self.cluster.clone();
-                    let tx = tx.clone();
-                    tokio::spawn(async move {
-                        cluster
-                            .follow_changes(GroupId::new(g as u32), Some(0), tx)
-                            .await;
-                    });
+                .any(|s| s.child == group && s.phase < SplitPhase::Switched);
+            if before_switch {
+                if let Some(k) = lock(&self.state).known.get_mut(g) {
+                    *k = true;
                 }
             }
+            if g >= self.first_groups {
+                tracing::info!(%group, before_switch, "realtime: following a group a split added");
+            }
+            let cluster = self.cluster.clone();
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                cluster
+                    .follow_changes(group, before_switch.then_some(0), tx)
+                    .await;
+            });
+        }
+    }
+
+    /// Gives every group up to `want` its follower (`follow`), once the hub started; false
+    /// when it stopped.
+    fn grow_to(&self, want: usize) -> bool {
+        match self.tail.get().and_then(mpsc::WeakSender::upgrade) {
+            Some(tx) => {
+                self.follow(want, &tx);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Follows each group the slot map adds, until the followers end (the node stops).
+    async fn follow_new_groups(self: Arc<Self>) {
+        while self.grow_to(self.groups_now()) {
             tokio::time::sleep(NEW_GROUPS_EVERY).await;
         }
     }

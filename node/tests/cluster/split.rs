@@ -6,15 +6,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use tokio::sync::mpsc;
 
 use crate::common::TestCluster;
 
 type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
-/// The next message named `name` on `ws` (its argument), skipping others; `None` after
-/// `within`.
-async fn next_named(ws: &mut Ws, name: &str, within: Duration) -> Option<Value> {
+/// The next message named one of `names` on `ws` (its name and argument), skipping others;
+/// `None` after `within`.
+async fn next_named(ws: &mut Ws, names: &[&str], within: Duration) -> Option<(String, Value)> {
     use futures::StreamExt;
     let deadline = tokio::time::Instant::now() + within;
     loop {
@@ -26,8 +27,8 @@ async fn next_named(ws: &mut Ws, name: &str, within: Duration) -> Option<Value> 
         let Ok(v) = serde_json::from_str::<Value>(text.as_str()) else {
             continue;
         };
-        if v["name"] == name {
-            return Some(v["args"][0].clone());
+        if let Some(name) = v["name"].as_str().filter(|n| names.contains(n)) {
+            return Some((name.to_string(), v["args"][0].clone()));
         }
     }
 }
@@ -52,26 +53,64 @@ async fn subscribe_items(cluster: &TestCluster, i: usize, cursor: Option<&str>) 
     ws.send(tokio_tungstenite::tungstenite::Message::Text(msg.into()))
         .await
         .expect("send");
-    let ack = next_named(&mut ws, "server_sub", Duration::from_secs(20))
+    let ack = next_named(&mut ws, &["server_sub", "error"], Duration::from_secs(20))
         .await
-        .expect("server_sub");
-    (ws, ack)
+        .expect("an answer to client_sub");
+    assert_eq!(
+        ack.0, "server_sub",
+        "subscribing through node {i}: {}",
+        ack.1
+    );
+    (ws, ack.1)
 }
 
-/// The objectIds of the `create` events on `ws` until `want` were all seen (or 30 s passed).
-async fn created_seen(ws: &mut Ws, want: &BTreeSet<String>) -> BTreeSet<String> {
-    let mut seen = BTreeSet::new();
-    while !want.is_subset(&seen) {
-        let Some(e) = next_named(ws, "server_pub", Duration::from_secs(30)).await else {
-            break;
-        };
-        if e["event"] == "create" {
-            if let Some(id) = e["data"]["objectId"].as_str() {
-                seen.insert(id.to_string());
+/// Reads `ws` in a task from now on: each `create` event's objectId and cursor, in order.
+fn read_creates(mut ws: Ws) -> mpsc::UnboundedReceiver<(String, String)> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Some((_, e)) =
+            next_named(&mut ws, &["server_pub"], Duration::from_secs(120)).await
+        {
+            if e["event"] == "create" {
+                let id = e["data"]["objectId"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                let cursor = e["cursor"].as_str().unwrap_or_default().to_string();
+                if tx.send((id, cursor)).is_err() {
+                    return;
+                }
             }
         }
+    });
+    rx
+}
+
+/// The creates read so far and those that come until every one of `want` has (or 30 s pass
+/// without one): objectIds in order, and the last cursor.
+async fn creates_until(
+    rx: &mut mpsc::UnboundedReceiver<(String, String)>,
+    want: &BTreeSet<String>,
+) -> (Vec<String>, String) {
+    let (mut ids, mut cursor) = (Vec::new(), String::new());
+    while !want.iter().all(|w| ids.contains(w)) {
+        match tokio::time::timeout(Duration::from_secs(30), rx.recv()).await {
+            Ok(Some((id, c))) => {
+                ids.push(id);
+                cursor = c;
+            }
+            _ => break,
+        }
     }
-    seen
+    (ids, cursor)
+}
+
+/// Each of `want` is among `got` exactly once.
+fn each_once(got: &[String], want: &BTreeSet<String>, what: &str) {
+    for w in want {
+        let n = got.iter().filter(|g| *g == w).count();
+        assert_eq!(n, 1, "{what}: the create of {w} came {n} times");
+    }
 }
 
 /// Story — a split under writes (3 nodes, 2 data groups of 256 slots each): while writers
@@ -96,15 +135,17 @@ async fn a_group_splits_under_writes_and_every_object_is_counted_once() {
         })
     })
     .await;
-    let mut ids: BTreeSet<String> =
+    let first: BTreeSet<String> =
         crate::create_numbered(&cluster.client(0), "Item", 150, |i| json!({"n": i}))
             .await
             .into_iter()
             .collect();
+    let mut ids = first.clone();
     // A live query from before the split, and its cursor (one position per group: 0, 1, 2).
-    let (mut live, ack) = subscribe_items(&cluster, 2, None).await;
+    let (live, ack) = subscribe_items(&cluster, 2, None).await;
     let old_cursor = ack["cursor"].as_str().expect("cursor").to_string();
     assert_eq!(old_cursor.split('.').count(), 3, "{ack}");
+    let mut live = read_creates(live);
 
     // Writers through each node until the split is done.
     let done = Arc::new(AtomicBool::new(false));
@@ -227,20 +268,31 @@ async fn a_group_splits_under_writes_and_every_object_is_counted_once() {
             .await
             .into_iter()
             .collect();
-    let heard = created_seen(&mut live, &after).await;
-    assert!(
-        after.is_subset(&heard),
-        "the live query missed {:?}",
-        after.difference(&heard).collect::<Vec<_>>()
+    // Every create since the live query began: the writers' during the split and these.
+    let since: BTreeSet<String> = ids
+        .iter()
+        .filter(|id| !first.contains(*id))
+        .cloned()
+        .chain(after.iter().cloned())
+        .collect();
+    let (heard, last_cursor) = creates_until(&mut live, &since).await;
+    each_once(&heard, &since, "the live query");
+    assert_eq!(last_cursor.split('.').count(), 4, "{last_cursor}");
+    // A cursor of after the split, through a node whose hub has not started yet.
+    let (_, ack) = subscribe_items(&cluster, 0, Some(&last_cursor)).await;
+    assert_eq!(ack["cursor"], json!(last_cursor));
+    let (resumed, _) = subscribe_items(&cluster, 1, Some(&old_cursor)).await;
+    let (replayed, _) = creates_until(&mut read_creates(resumed), &since).await;
+    each_once(
+        &replayed,
+        &since,
+        "the replay from a cursor of before the split",
     );
-    let (mut resumed, ack) = subscribe_items(&cluster, 0, Some(&old_cursor)).await;
-    let replayed = created_seen(&mut resumed, &after).await;
-    assert!(after.is_subset(&replayed), "the replay missed some");
     let (_, fresh) = subscribe_items(&cluster, 1, None).await;
     assert_eq!(
         fresh["cursor"].as_str().map(|c| c.split('.').count()),
         Some(4),
-        "{fresh} {ack}"
+        "{fresh}"
     );
     ids.extend(after);
     let counted = cluster
