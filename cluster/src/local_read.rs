@@ -128,11 +128,8 @@ fn refuse_moved(
     class: &str,
     object_id: &str,
 ) -> Result<()> {
-    let Some(bytes) = store.get(CF_SM, &keys::split_key(group))? else {
-        return Ok(());
-    };
-    let splits: GroupSplits = serde_json::from_slice(&bytes)?;
-    match splits.moved_object(app, class, object_id) {
+    let bytes = store.get(CF_SM, &keys::split_key(group))?;
+    match GroupSplits::from_stored(bytes.as_deref())?.moved_object(app, class, object_id) {
         Some(epoch) => Err(Error::Moved { epoch }),
         None => Ok(()),
     }
@@ -147,11 +144,8 @@ const EXPORT_LOOK: usize = 20_000;
 /// the group freezes nothing.
 fn export_slots(store: &Store, group: GroupId, after: Option<&[u8]>) -> Result<ReadResponse> {
     let view = store.view();
-    let splits: GroupSplits = match view.get(CF_SM, &keys::split_key(group))? {
-        Some(bytes) => serde_json::from_slice(&bytes)?,
-        None => GroupSplits::default(),
-    };
-    let Some(frozen) = splits.frozen else {
+    let bytes = view.get(CF_SM, &keys::split_key(group))?;
+    let Some(frozen) = GroupSplits::from_stored(bytes.as_deref())?.frozen else {
         return Err(Error::Conflict(format!("group {group} freezes no slots")));
     };
     let metas = match after {

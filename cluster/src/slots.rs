@@ -62,6 +62,11 @@ pub struct GroupSplits {
 }
 
 impl GroupSplits {
+    /// The record as stored at group · `s` (none: no split yet).
+    pub fn from_stored(bytes: Option<&[u8]>) -> serde_json::Result<GroupSplits> {
+        bytes.map_or_else(|| Ok(GroupSplits::default()), serde_json::from_slice)
+    }
+
     /// How a scan or aggregation routed by the map of `epoch` reads the group: whole
     /// (`Ok(None)`); without the frozen slots (`Ok(Some)`: that map gives them to the child,
     /// which the reader asks too); or not at all (`Err(e)`): the group dropped objects that

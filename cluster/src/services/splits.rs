@@ -192,12 +192,7 @@ pub async fn round(replicas: &Replicas, switched: &Switched) -> Result<()> {
                 dropped_through: None,
             };
             crate::failpoints::pause("split-before-freeze").await;
-            done(
-                replicas
-                    .propose(split.parent, Command::FreezeSlots(frozen))
-                    .await?
-                    .result,
-            )?;
+            propose_done(replicas, split.parent, Command::FreezeSlots(frozen)).await?;
             set_phase(&mut map, split.child, SplitPhase::Frozen, None);
             tracing::info!(parent = %split.parent, child = %split.child, "split: slots frozen");
         }
@@ -226,12 +221,7 @@ pub async fn round(replicas: &Replicas, switched: &Switched) -> Result<()> {
         SplitPhase::Copied => {
             // No page a former metadata leader still sends is taken once the map names the
             // child: it would undo the child's own writes.
-            done(
-                replicas
-                    .propose(split.child, Command::SealImports)
-                    .await?
-                    .result,
-            )?;
+            propose_done(replicas, split.child, Command::SealImports).await?;
             crate::failpoints::pause("split-sealed").await;
             map.switch(split.child).map_err(Error::Internal)?;
             tracing::info!(parent = %split.parent, child = %split.child, epoch = split.epoch, "split: the map names the child");
@@ -276,9 +266,9 @@ fn set_phase(map: &mut SlotMap, child: GroupId, phase: SplitPhase, cursor: Optio
     }
 }
 
-/// A command's result that must be `Done`.
-fn done(result: CommandResult) -> Result<()> {
-    match result {
+/// Proposes a split step to `group`, whose answer must be `Done`.
+async fn propose_done(replicas: &Replicas, group: GroupId, cmd: Command) -> Result<()> {
+    match replicas.propose(group, cmd).await?.result {
         CommandResult::Done => Ok(()),
         other => Err(refusal(other)),
     }
@@ -466,21 +456,11 @@ async fn copy_page(
         return Err(unexpected(page));
     };
     if first && !metas.is_empty() {
-        done(
-            replicas
-                .propose(split.child, Command::ImportIndexMeta(metas))
-                .await?
-                .result,
-        )?;
+        propose_done(replicas, split.child, Command::ImportIndexMeta(metas)).await?;
     }
     let copied = objects.len() as u64;
     if !objects.is_empty() {
-        done(
-            replicas
-                .propose(split.child, Command::ImportObjects(objects))
-                .await?
-                .result,
-        )?;
+        propose_done(replicas, split.child, Command::ImportObjects(objects)).await?;
     }
     Ok((next, copied))
 }

@@ -27,10 +27,7 @@ fn state(st: &mut Staged<'_>) -> Result<GroupSplits> {
     if let Some(s) = st.memo::<GroupSplits>(&key) {
         return Ok(s);
     }
-    let s = match st.get(&key)? {
-        Some(bytes) => serde_json::from_slice(&bytes)?,
-        None => GroupSplits::default(),
-    };
+    let s = GroupSplits::from_stored(st.get(&key)?.as_deref())?;
     st.remember(key, s.clone());
     Ok(s)
 }

@@ -117,11 +117,8 @@ pub(crate) fn split_exclusion(
     group: GroupId,
     epoch: u64,
 ) -> Result<Option<Frozen>> {
-    let Some(bytes) = store.get(CF_SM, &keys::split_key(group))? else {
-        return Ok(None);
-    };
-    let splits: GroupSplits = serde_json::from_slice(&bytes)?;
-    match splits.read_at(epoch) {
+    let bytes = store.get(CF_SM, &keys::split_key(group))?;
+    match GroupSplits::from_stored(bytes.as_deref())?.read_at(epoch) {
         Ok(frozen) => Ok(frozen.cloned()),
         Err(epoch) => Err(Error::Moved { epoch }),
     }
