@@ -187,25 +187,31 @@ async fn a_failed_part_of_a_read_cancels_the_other_parts() {
     cluster.restart_with_failpoints(2, "aggregate-read=sleep(5000)");
     cluster.wait_healthy(1, Duration::from_secs(60)).await;
     cluster.wait_healthy(2, Duration::from_secs(60)).await;
-    TestCluster::eventually(
-        Duration::from_secs(120),
-        "nodes 2 and 3 lead data groups",
-        || {
-            let leaders: BTreeSet<u64> = cluster
-                .placement(0)
-                .as_object()
-                .map(|groups| {
-                    groups
-                        .iter()
-                        .filter(|(g, _)| g.as_str() != "0")
-                        .filter_map(|(_, s)| s["leader"].as_u64())
-                        .collect()
-                })
-                .unwrap_or_default();
-            leaders.contains(&2) && leaders.contains(&3)
-        },
-    )
-    .await;
+    // On a timeout the placement, the members and the rebalancer's state say why.
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let placement = cluster.placement(0);
+        let leaders: BTreeSet<u64> = placement
+            .as_object()
+            .map(|groups| {
+                groups
+                    .iter()
+                    .filter(|(g, _)| g.as_str() != "0")
+                    .filter_map(|(_, s)| s["leader"].as_u64())
+                    .collect()
+            })
+            .unwrap_or_default();
+        if leaders.contains(&2) && leaders.contains(&3) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nodes 2 and 3 do not both lead data groups: placement {placement}\nmembers {}\nrebalance {}",
+            cluster.admin(0, &["members"]),
+            cluster.admin(0, &["rebalance", "status"]),
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
     let aggregate = || {
         client.request(
             Method::GET,
