@@ -10,7 +10,7 @@ NODES ?= 1
 JEPSEN_SECONDS ?= 120
 JEPSEN_NODES ?= 3
 
-.PHONY: run dev test lint deps sdks test-servers build bench bench-backup bench-rolling bench-rebalance bench-files bench-functions bench-push bench-realtime bench-queries bench-peers bench-store bench-encoding jepsen jepsen-upgrade fuzz clean-data
+.PHONY: run dev test lint deps sdks test-servers build bench bench-backup bench-rolling bench-rebalance bench-splits bench-files bench-functions bench-push bench-realtime bench-queries bench-peers bench-store bench-encoding jepsen jepsen-upgrade fuzz clean-data
 
 ## Install the system packages the build needs (libclang for rust-rocksdb's bindgen).
 deps:
@@ -80,6 +80,13 @@ bench-rolling: deps
 bench-rebalance: deps
 	$(CARGO) build $(PROFILE_FLAGS) -p basalt -p basalt-bench
 	python3 scripts/bench-rebalance.py
+
+## One class of OBJECTS (4,000,000) objects on 3 nodes grows from SHARDS (16) to WANT_GROUPS (64)
+## groups by automatic splits under the bench at half its peak behind haproxy: time, p99 against
+## steady state (scripts/bench-splits.py; FRACTION, STEADY_SECONDS, KEEP override).
+bench-splits: deps
+	$(CARGO) build $(PROFILE_FLAGS) -p basalt -p basalt-bench
+	python3 scripts/bench-splits.py
 
 ## File uploads and downloads (1 KiB, 1 MiB, 20 MiB) on 1 and 3 nodes, with copies on disk and
 ## in an S3 bucket (moto's server), beside the raw disk's speed; writes

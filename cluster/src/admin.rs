@@ -133,6 +133,12 @@ pub enum AdminRequest {
     },
     /// The slot map this node routes by, and the split under way (`basalt admin slots`).
     Slots,
+    /// Change when groups split by themselves (`services::splits::change_settings`); the
+    /// settings not given stay.
+    SplitSettings {
+        split_above_mb: Option<u32>,
+        split_above_writes_per_s: Option<u32>,
+    },
     /// A split's step, from the metadata leader, to one of `voters`: make this node's replica
     /// of the split's child `group` and initialize the group with exactly `voters` (their
     /// peer addresses), unless done already (`services::splits::start_here`).
@@ -240,6 +246,38 @@ impl Default for RebalanceSettings {
             replica_moves_per_node: default_replica_moves(),
             snapshot_mb_per_s: default_snapshot_mb(),
             leader_moves_per_s: default_leader_moves(),
+        }
+    }
+}
+
+/// When the `splits` job splits a data group by itself, kept in the metadata group (namespace
+/// `Cluster`, key `splitting`): one at a time, the largest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SplitSettings {
+    /// A data group whose state passes this many MiB on its leader's disk is split (0: never
+    /// by size).
+    #[serde(default = "default_split_mb")]
+    pub split_above_mb: u32,
+    /// A data group that applied more than this many writes (log entries) a second over the
+    /// last minute is split (0: never by load).
+    #[serde(default = "default_split_writes")]
+    pub split_above_writes_per_s: u32,
+}
+
+fn default_split_mb() -> u32 {
+    256
+}
+
+fn default_split_writes() -> u32 {
+    3_000
+}
+
+impl Default for SplitSettings {
+    fn default() -> Self {
+        SplitSettings {
+            split_above_mb: default_split_mb(),
+            split_above_writes_per_s: default_split_writes(),
         }
     }
 }
@@ -409,6 +447,7 @@ impl AdminRequest {
             AdminRequest::Upgrade(_) => "Upgrade",
             AdminRequest::Split { .. } => "Split",
             AdminRequest::Slots => "Slots",
+            AdminRequest::SplitSettings { .. } => "SplitSettings",
             AdminRequest::StartGroup { .. } => "StartGroup",
         }
     }
@@ -443,7 +482,8 @@ impl AdminRequest {
             | AdminRequest::Drain
             | AdminRequest::Rebalance(_)
             | AdminRequest::Upgrade(_)
-            | AdminRequest::Split { .. } => false,
+            | AdminRequest::Split { .. }
+            | AdminRequest::SplitSettings { .. } => false,
         }
     }
 
@@ -570,6 +610,10 @@ mod tests {
             AdminRequest::Rebalance(RebalanceRequest::Pause),
             AdminRequest::Split {
                 group: GroupId::new(1),
+            },
+            AdminRequest::SplitSettings {
+                split_above_mb: Some(1),
+                split_above_writes_per_s: None,
             },
         ];
         for req in &started {

@@ -41,6 +41,10 @@ pub struct Manifest {
     pub scheduled: bool,
     /// One per group, the metadata group first.
     pub groups: Vec<GroupBackup>,
+    /// The data groups splits made (ids above `settings.shards`), as the slot map named them
+    /// at the backup's barriers: groups the backup holds besides the cluster's first ones.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub split_groups: Vec<GroupId>,
 }
 
 /// One group's state in a backup.
@@ -134,6 +138,14 @@ impl BackedUpFile {
 }
 
 impl Manifest {
+    /// Every group the backup must hold: the metadata group, the cluster's first data groups
+    /// and those its splits made.
+    pub fn expected_groups(&self) -> Vec<GroupId> {
+        let mut groups: Vec<GroupId> = GroupId::all(self.settings.shards).collect();
+        groups.extend(self.split_groups.iter().copied());
+        groups
+    }
+
     /// Bytes of state the backup holds, before compression.
     pub fn state_bytes(&self) -> u64 {
         self.groups.iter().map(|g| g.bytes).sum()

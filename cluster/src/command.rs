@@ -599,3 +599,31 @@ pub struct Proposed {
     pub result: CommandResult,
     pub log_index: u64,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn imported(id: &str, bytes: usize) -> ImportedObject {
+        ImportedObject {
+            app: "a".into(),
+            class: "C".into(),
+            object_id: id.into(),
+            stored: vec![7; bytes],
+        }
+    }
+
+    /// A split's copy page is refused before it is proposed when its objects pass
+    /// `MAX_IMPORT_BYTES` together; one object alone, however large, goes (it cannot be cut).
+    #[test]
+    fn an_import_carries_at_most_a_mebibyte_of_objects_or_one_object() {
+        let half = MAX_IMPORT_BYTES / 2;
+        let fits = Command::ImportObjects(vec![imported("a", half), imported("b", half)]);
+        assert!(fits.check_limits().is_ok());
+        let over = Command::ImportObjects(vec![imported("a", half), imported("b", half + 1)]);
+        let refused = over.check_limits().expect_err("over the bound");
+        assert!(refused.to_string().contains("at most"), "{refused}");
+        let alone = Command::ImportObjects(vec![imported("a", 3 * MAX_IMPORT_BYTES)]);
+        assert!(alone.check_limits().is_ok());
+    }
+}

@@ -273,7 +273,8 @@ impl Db {
         Ok(())
     }
 
-    /// Waits until every group has a leader and min(3, live nodes) voters.
+    /// Waits until every group (the first ones, and any a split made) has a leader and
+    /// min(3, live nodes) voters.
     pub async fn wait_settled(&self, timeout: Duration) -> anyhow::Result<()> {
         let live: Vec<usize> = (0..self.nodes.len())
             .filter(|&i| self.nodes[i].child.is_some())
@@ -287,7 +288,8 @@ impl Db {
                         .as_object()
                         .map(|m| m.values().collect())
                         .unwrap_or_default();
-                    if groups.len() == self.shards as usize + 1
+                    // Splits add groups to the first ones.
+                    if groups.len() > self.shards as usize
                         && groups
                             .iter()
                             .all(|g| g["voters"].as_array().map_or(0, Vec::len) == want)

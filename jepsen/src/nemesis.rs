@@ -45,6 +45,11 @@ pub enum Fault {
     /// leaderships over and exits), started again, and waited for until healthy before the
     /// next: the period lasts as long as that takes.
     RollingRestart,
+    /// A split of the data group holding the most slots asked through the admin interface
+    /// (`basalt admin split`), then — 0 to 1.5 s later, while the split freezes, copies and
+    /// switches its slots — one of `kill`, `pause`, `partition-majority` or
+    /// `partition-leader` for the period. The split goes on, and completes once healed.
+    Split,
     /// The cluster starts on the previous release's binary (`Db::previous`); every node in
     /// turn is stopped as for a rolling restart and started again on this build. Once every
     /// node runs it, a cycle is a rolling restart. Needs `RunConfig::previous`; not in `all`.
@@ -57,7 +62,7 @@ pub enum Fault {
 pub const DISK_FULL_LEAVES: u64 = 200 << 20;
 
 impl Fault {
-    pub const ALL: [Fault; 11] = [
+    pub const ALL: [Fault; 12] = [
         Fault::Kill,
         Fault::Pause,
         Fault::PauseLeader,
@@ -69,6 +74,7 @@ impl Fault {
         Fault::Membership,
         Fault::DiskFull,
         Fault::RollingRestart,
+        Fault::Split,
     ];
 
     pub fn name(&self) -> &'static str {
@@ -85,6 +91,7 @@ impl Fault {
             Fault::DiskFull => "disk-full",
             Fault::RollingRestart => "rolling-restart",
             Fault::RollingUpgrade => "rolling-upgrade",
+            Fault::Split => "split",
         }
     }
 
@@ -361,6 +368,21 @@ async fn apply(db: &mut Db, fault: Fault, hold: Duration) -> Applied {
             paused_leader: None,
             ran_its_course: true,
         },
+        Fault::Split => {
+            let delay = Duration::from_millis(rng.random_range(0..1500));
+            let companion = SPLIT_COMPANIONS[rng.random_range(0..SPLIT_COMPANIONS.len())];
+            let asked = ask_split(db);
+            tracing_line(&format!("nemesis split: {asked}"));
+            tokio::time::sleep(delay).await;
+            let with = Box::pin(apply(db, companion, hold)).await;
+            format!(
+                "{asked}; {} ms later {}: {}",
+                delay.as_millis(),
+                companion.name(),
+                with.detail
+            )
+            .into()
+        }
         Fault::Membership => {
             let v = order[rng.random_range(0..n)];
             let old = db.nodes[v].id;
@@ -369,6 +391,43 @@ async fn apply(db: &mut Db, fault: Fault, hold: Duration) -> Applied {
                 Err(e) => format!("replace failed: {e}").into(),
             }
         }
+    }
+}
+
+/// The faults `split` applies while its split runs.
+const SPLIT_COMPANIONS: [Fault; 4] = [
+    Fault::Kill,
+    Fault::Pause,
+    Fault::PartitionMajority,
+    Fault::PartitionLeader,
+];
+
+/// Asks a running node to split the data group holding the most slots; what it answered.
+fn ask_split(db: &Db) -> String {
+    let Some(live) = (0..db.nodes.len()).find(|&i| db.is_running(i)) else {
+        return "no node runs: no split asked".into();
+    };
+    let map: serde_json::Value = match db.admin(live, &["slots"]) {
+        Ok(out) => serde_json::from_str(&out).unwrap_or_default(),
+        Err(e) => return format!("the slot map did not read: {e}"),
+    };
+    let group = map["groups"].as_object().and_then(|groups| {
+        groups
+            .iter()
+            .filter_map(|(g, n)| Some((g.clone(), n.as_u64()?)))
+            .filter(|&(_, n)| n >= 2)
+            .max_by_key(|&(_, n)| n)
+    });
+    let Some((group, slots)) = group else {
+        return "no group holds two slots: no split asked".into();
+    };
+    match db.admin(live, &["split", &group]) {
+        Ok(out) => {
+            let map: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+            let child = map["splits"][0]["child"].as_u64().unwrap_or(0);
+            format!("split group {group} ({slots} slots) to group {child}")
+        }
+        Err(e) => format!("split of group {group} refused: {}", e.to_string().trim()),
     }
 }
 

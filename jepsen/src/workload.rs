@@ -3,7 +3,8 @@
 //! - `register`: writes and reads of one field on a handful of objects (linearizability).
 //! - `counter`: Increments by random amounts, also negative, and reads (bounds).
 //! - `set`: creates of unique objects; after healing a listing and a read by id through every
-//!   node must find every acknowledged create and nothing never attempted.
+//!   node must find every acknowledged create and nothing never attempted, the listing each
+//!   object once, and a count through every node as many as it listed.
 //! - `list-append`: `Add` of unique values to an array field on a few objects, and reads
 //!   (prefix consistency, no duplicates, no lost appends).
 //! - `unique-users`: concurrent registrations of the same usernames through every node (each
@@ -241,6 +242,7 @@ pub async fn final_reads(
             // Listing through the first node, page by page in objectId order.
             let first = &clients[0];
             let mut skip = 0usize;
+            let mut listed: BTreeSet<String> = BTreeSet::new();
             loop {
                 let page = first
                     .query(
@@ -257,11 +259,26 @@ pub async fn final_reads(
                     if let Some(t) = r["tag"].as_str() {
                         finals.elements.insert(t.to_string());
                     }
+                    // Each object once, across splits too.
+                    if let Some(id) = r["objectId"].as_str() {
+                        if !listed.insert(id.to_string()) {
+                            finals
+                                .problems
+                                .push(json!({"kind": "listed-twice", "objectId": id}));
+                        }
+                    }
                 }
                 if rows.len() < 500 {
                     break;
                 }
                 skip += rows.len();
+            }
+            // A count through every node counts what the listing found, each object once.
+            for (n, c) in clients.iter().enumerate() {
+                let counted = c.query(class, &[("count", "1"), ("limit", "0")]).await?;
+                if counted["count"].as_u64() != Some(listed.len() as u64) {
+                    finals.problems.push(json!({"kind": "count-differs", "node": n + 1, "count": counted["count"], "listed": listed.len()}));
+                }
             }
             // Every acknowledged create by id through every node, 16 reads in flight.
             let checks = ops

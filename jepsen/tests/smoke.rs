@@ -1,6 +1,7 @@
 //! The jepsen smoke run of `make test`: every workload for a short time (`JEPSEN_SMOKE_SECONDS`,
-//! default 40) under the kill and partition nemeses against a real 3-node cluster, and
-//! list-append under a rolling upgrade. Fails on an
+//! default 40) under the kill and partition nemeses against a real 3-node cluster,
+//! list-append under a rolling upgrade, and set under splits (each with a fault while its
+//! objects move). Fails on an
 //! `invalid` verdict, on replicas a consistency check (`basalt admin check`, once healed) finds
 //! differing or cannot compare, or on a run that cannot complete; `unknown` is reported, not
 //! failed.
@@ -57,7 +58,7 @@ async fn every_workload_under_kill_and_partition() {
         bin: bin.clone(),
         env: vec![(
             "BASALT_TESTING_WITHOUT_FEATURES".into(),
-            "rebalance,sealed-secrets".into(),
+            "rebalance,sealed-secrets,slots".into(),
         )],
     };
     let mut upgrade = runs[0].clone();
@@ -65,6 +66,12 @@ async fn every_workload_under_kill_and_partition() {
     upgrade.faults = vec![Fault::RollingUpgrade];
     upgrade.previous = Some(previous);
     runs.push(upgrade);
+    // Splits under the set workload, each with a kill, pause or partition while its objects
+    // move: the listing and the counts after healing take every object once.
+    let mut split = runs[0].clone();
+    split.workload = Workload::Set;
+    split.faults = vec![Fault::Split];
+    runs.push(split);
     for mut cfg in runs {
         cfg.out = root.join(cfg.name());
         match run(&cfg).await {
@@ -78,6 +85,17 @@ async fn every_workload_under_kill_and_partition() {
                 let rolled = report.summary["faults"]
                     .as_array()
                     .is_some_and(|f| f.iter().any(|i| i["fault"] == "rolling-upgrade"));
+                let split = report.summary["faults"].as_array().is_some_and(|f| {
+                    f.iter().any(|i| {
+                        i["fault"] == "split"
+                            && i["detail"]
+                                .as_str()
+                                .is_some_and(|d| d.contains(" to group "))
+                    })
+                });
+                if cfg.faults.contains(&Fault::Split) && !split {
+                    failures.push(format!("{}: no split was begun", cfg.name()));
+                }
                 if cfg.previous.is_some() && !rolled {
                     failures.push(format!(
                         "{}: no rolling upgrade ran (JEPSEN_SMOKE_SECONDS too short?)",

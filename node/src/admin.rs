@@ -130,8 +130,17 @@ pub enum AdminCommand {
         #[arg(long)]
         wait_secs: Option<u64>,
     },
-    /// Print the slot map: its epoch, the slots each data group holds, the split under way.
-    Slots,
+    /// Print the slot map: its epoch, the slots each data group holds, the split under way,
+    /// and when groups split by themselves (`auto`); the options change that first (0: never).
+    Slots {
+        /// Split a data group whose state passes this many MiB on disk (default 256).
+        #[arg(long)]
+        split_above_mb: Option<u32>,
+        /// Split a data group that applied more than this many writes a second over the last
+        /// minute (default 3000).
+        #[arg(long)]
+        split_above_writes_per_s: Option<u32>,
+    },
     /// Make the cluster's certificates: a CA, nodes', administrators'.
     Certs {
         #[command(subcommand)]
@@ -599,8 +608,19 @@ pub async fn run(rpc: &str, certs_dir: Option<&Path>, cmd: AdminCommand) -> anyh
             }
             println!("{}", serde_json::to_string_pretty(&view)?);
         }
-        AdminCommand::Slots => {
-            let view = slots_answer(admin_at(rpc, AdminRequest::Slots, TIMEOUT, tls_ref).await?)?;
+        AdminCommand::Slots {
+            split_above_mb,
+            split_above_writes_per_s,
+        } => {
+            let req = if split_above_mb.is_some() || split_above_writes_per_s.is_some() {
+                AdminRequest::SplitSettings {
+                    split_above_mb,
+                    split_above_writes_per_s,
+                }
+            } else {
+                AdminRequest::Slots
+            };
+            let view = slots_answer(admin_at(rpc, req, TIMEOUT, tls_ref).await?)?;
             println!("{}", serde_json::to_string_pretty(&view)?);
         }
         AdminCommand::Upgrade { command } => {

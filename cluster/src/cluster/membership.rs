@@ -133,6 +133,20 @@ impl Cluster {
             AdminRequest::Slots => Ok(AdminResponse::Slots(
                 crate::services::splits::view(self.replicas()).await?,
             )),
+            AdminRequest::SplitSettings {
+                split_above_mb,
+                split_above_writes_per_s,
+            } => {
+                crate::services::splits::change_settings(
+                    self.replicas(),
+                    split_above_mb,
+                    split_above_writes_per_s,
+                )
+                .await?;
+                Ok(AdminResponse::Slots(
+                    crate::services::splits::view(self.replicas()).await?,
+                ))
+            }
             AdminRequest::StartGroup { group, voters } => {
                 crate::services::splits::start_here(self.replicas(), group, voters).await?;
                 Ok(AdminResponse::Done)

@@ -2,9 +2,10 @@
 //! until a compaction rewrites its range, and a group's Raft log keeps every entry (a large
 //! object's create among them) until a snapshot lets it be purged — which `--snapshot-logs`
 //! counts in entries, not bytes. Every `EVERY`, for each group this node holds:
-//! - when its applied entries deleted at least `FREED_TO_COMPACT` of its state since its range
-//!   was last compacted (`Store::note_freed`: objects deleted, changes cut) and the disk has
-//!   room for the whole range and a preallocated output file, the range is compacted;
+//! - when its applied entries deleted at least `FREED_TO_COMPACT` of its state, or a quarter of
+//!   it (at least `PRESSED_FREED`: a split's parent drops half), since its range was last
+//!   compacted (`Store::note_freed`: objects deleted, changes cut) and the disk has room for the
+//!   whole range and a preallocated output file, the range is compacted;
 //! - when its log holds at least `LOG_TO_SNAPSHOT` in the store's files, more than twice its
 //!   state (which a snapshot writes again) and the disk has room for four times that, the group is
 //!   snapshotted, its log purged up to the snapshot (the `--keep-logs` entries behind it too: a
@@ -70,6 +71,13 @@ pub async fn run(replicas: Replicas, disk: Arc<DiskWatch>) {
             };
             let log_bytes = range_bytes(&store, CF_RAFT_LOG, group);
             let freed = store.freed(group);
+            // Deletes that freed a quarter of the range's state are given back too (a split's
+            // parent drops half of it): its files, and its size as splits measure it, shrink.
+            let freed_mark = if freed >= PRESSED_FREED && freed < freed_mark {
+                freed_mark.min((range_bytes(&store, CF_SM, group) / 4).max(PRESSED_FREED))
+            } else {
+                freed_mark
+            };
             if freed < freed_mark && log_bytes < log_mark {
                 continue;
             }

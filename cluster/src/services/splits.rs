@@ -8,14 +8,14 @@
 //! leader goes on where the last one stopped. Neighbours: `slots` (the map), `statemachine::split_writes`
 //! (the commands), `local_read` (the parent's pages), `replicas` (routing), `scheduler`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use openraft::BasicNode;
 use serde_json::{json, Value};
 
-use crate::admin::{AdminRequest, AdminResponse};
+use crate::admin::{AdminRequest, AdminResponse, SplitSettings};
 use crate::command::{Command, CommandResult, ReadRequest, ReadResponse};
 use crate::error::{Error, Result};
 use crate::ids::{GroupId, NodeId, META_GROUP};
@@ -27,6 +27,28 @@ use crate::slots::{Frozen, SlotMap, SplitInProgress, SplitPhase, SLOTS_KEY};
 /// What this build adds that older builds cannot read (`services::upgrade`): slot maps with
 /// splits, the split commands and reads. Splits begin only once it is finalized.
 pub const FEATURES: [&str; 1] = ["slots"];
+
+/// Key of the automatic splits' settings (namespace `Cluster`, `admin::SplitSettings`).
+const SETTINGS_KEY: &str = "splitting";
+
+/// How often the groups' sizes and writes are looked at for an automatic split.
+const AUTO_LOOK: Duration = Duration::from_secs(10);
+
+/// The window a group's writes a second are counted over: its load is sustained when the
+/// rate over the whole window passes the limit.
+const LOAD_WINDOW: Duration = Duration::from_secs(60);
+
+/// Samples further apart than this are not one window's: the window starts again.
+const STALE_SAMPLE: Duration = Duration::from_secs(30);
+
+/// Load alone splits a group down to this many slots: writes to a few hot objects are not
+/// spread by splitting further.
+const LOAD_SPLIT_MIN_SLOTS: u32 = 32;
+
+/// A split's parent and child are not split again by themselves for this long after it is
+/// done: the parent's files keep the moved objects' bytes until `reclaim` compacts its range,
+/// and their writes a second are counted afresh.
+const SPLIT_SETTLE: Duration = Duration::from_secs(600);
 
 /// Objects one `DropSlots` deletes.
 const DROP_PAGE: u32 = 2_000;
@@ -45,30 +67,36 @@ const STATUS_WAIT: Duration = Duration::from_secs(2);
 /// How long the child's first leader is waited for in one round.
 const CHILD_WAIT: Duration = Duration::from_secs(2);
 
+/// The map a slot map record holds (the initial map when there is none yet).
+fn map_of(replicas: &Replicas, record: Option<&Value>) -> Result<SlotMap> {
+    let settings = replicas.settings();
+    match record {
+        Some(v) => SlotMap::from_record(v.clone(), settings.shards, settings.group_cap())
+            .map_err(|e| Error::Internal(format!("the slot map record: {e}"))),
+        None => Ok(SlotMap::initial(settings.shards)),
+    }
+}
+
 /// The slot map's record as stored (none until a first split) and the map it holds, from this
 /// node's replica of the metadata group.
 fn current(replicas: &Replicas) -> Result<(Option<Value>, SlotMap)> {
-    let settings = replicas.settings();
     let record = replicas.local_meta_record(Namespace::Cluster, SLOTS_KEY)?;
-    let map = match &record {
-        Some(v) => SlotMap::from_record(v.clone(), settings.shards, settings.group_cap())
-            .map_err(|e| Error::Internal(format!("the slot map record: {e}")))?,
-        None => SlotMap::initial(settings.shards),
-    };
+    let map = map_of(replicas, record.as_ref())?;
+    Ok((record, map))
+}
+
+/// The same as the metadata group's leader holds it (a linearizable read).
+async fn current_at_leader(replicas: &Replicas) -> Result<(Option<Value>, SlotMap)> {
+    let record = replicas
+        .get_record(META_GROUP, Namespace::Cluster, SLOTS_KEY)
+        .await?;
+    let map = map_of(replicas, record.as_ref())?;
     Ok((record, map))
 }
 
 /// The slot map as the metadata group's leader holds it (a linearizable read).
 pub(crate) async fn map_at_leader(replicas: &Replicas) -> Result<SlotMap> {
-    let settings = replicas.settings();
-    match replicas
-        .get_record(META_GROUP, Namespace::Cluster, SLOTS_KEY)
-        .await?
-    {
-        Some(v) => SlotMap::from_record(v, settings.shards, settings.group_cap())
-            .map_err(|e| Error::Internal(format!("the slot map record: {e}"))),
-        None => Ok(SlotMap::initial(settings.shards)),
-    }
+    Ok(current_at_leader(replicas).await?.1)
 }
 
 /// Writes `next` in place of `before` (compare-and-set: `Conflict` when another write came
@@ -115,7 +143,253 @@ pub async fn view(replicas: &Replicas) -> Result<Value> {
         "slots": map.slots(),
         "groups": held,
         "splits": splits,
+        "auto": settings_at_leader(replicas).await?,
     }))
+}
+
+/// The automatic splits' settings as the metadata group's leader holds them (what does not
+/// read is named: none begins until they are set again).
+async fn settings_at_leader(replicas: &Replicas) -> Result<Value> {
+    let raw = replicas
+        .get_record(META_GROUP, Namespace::Cluster, SETTINGS_KEY)
+        .await?;
+    Ok(match raw.map(serde_json::from_value::<SplitSettings>) {
+        None => serde_json::to_value(SplitSettings::default())?,
+        Some(Ok(s)) => serde_json::to_value(s)?,
+        Some(Err(e)) => json!({"unreadable": e.to_string()}),
+    })
+}
+
+/// Changes the automatic splits' settings given (`basalt admin slots --split-above-mb N
+/// --split-above-writes-per-s N`); 0 turns that kind off.
+pub async fn change_settings(
+    replicas: &Replicas,
+    split_above_mb: Option<u32>,
+    split_above_writes_per_s: Option<u32>,
+) -> Result<()> {
+    if split_above_mb.is_none() && split_above_writes_per_s.is_none() {
+        return Ok(());
+    }
+    for _ in 0..5 {
+        let raw = replicas
+            .get_record(META_GROUP, Namespace::Cluster, SETTINGS_KEY)
+            .await?;
+        // A record that does not read is written afresh.
+        let mut next: SplitSettings = raw
+            .clone()
+            .and_then(|v| serde_json::from_value(v).ok())
+            .unwrap_or_default();
+        if let Some(mb) = split_above_mb {
+            next.split_above_mb = mb;
+        }
+        if let Some(w) = split_above_writes_per_s {
+            next.split_above_writes_per_s = w;
+        }
+        let value = serde_json::to_value(next)?;
+        match replicas
+            .cas_record(
+                META_GROUP,
+                Namespace::Cluster,
+                SETTINGS_KEY,
+                raw,
+                Some(value),
+            )
+            .await
+        {
+            Err(Error::Conflict(_)) => continue,
+            other => return other.map(|_| ()),
+        }
+    }
+    Err(Error::Conflict(
+        "the split settings kept changing: try again".into(),
+    ))
+}
+
+/// What the `splits` job keeps between rounds to split groups by themselves: each data
+/// group's applied index over the last `LOAD_WINDOW`, and when groups were split last.
+#[derive(Default)]
+pub struct AutoSplits(Mutex<AutoState>);
+
+#[derive(Default)]
+struct AutoState {
+    last_look: Option<Instant>,
+    applied: BTreeMap<GroupId, VecDeque<(Instant, u64)>>,
+    split_at: BTreeMap<GroupId, Instant>,
+}
+
+/// Why a group is split by itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AutoReason {
+    Size,
+    Load,
+}
+
+impl AutoReason {
+    fn name(self) -> &'static str {
+        match self {
+            AutoReason::Size => "size",
+            AutoReason::Load => "load",
+        }
+    }
+}
+
+/// A group as the automatic splits weigh it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Weighed {
+    group: GroupId,
+    bytes: u64,
+    /// Writes a second over the whole window and over the last look, the lower (None: not
+    /// watched that long yet).
+    writes_per_s: Option<f64>,
+    /// Slots it holds.
+    slots: u32,
+    /// It was not split lately, a group id is left, and no member drains or runs low on disk.
+    may_split: bool,
+}
+
+/// The group to split now and why: the largest above the size limit, else the busiest above
+/// the load limit.
+fn choose(groups: &[Weighed], settings: &SplitSettings) -> Option<(GroupId, AutoReason)> {
+    let size_limit = u64::from(settings.split_above_mb) << 20;
+    let by_size = groups
+        .iter()
+        .filter(|g| g.may_split && g.slots >= 2)
+        .filter(|g| settings.split_above_mb > 0 && g.bytes > size_limit)
+        .max_by_key(|g| g.bytes)
+        .map(|g| (g.group, AutoReason::Size));
+    let load_limit = f64::from(settings.split_above_writes_per_s);
+    let by_load = || {
+        groups
+            .iter()
+            .filter(|g| g.may_split && g.slots >= LOAD_SPLIT_MIN_SLOTS)
+            .filter(|_| settings.split_above_writes_per_s > 0)
+            .filter_map(|g| Some((g.group, g.writes_per_s?)))
+            .filter(|&(_, rate)| rate > load_limit)
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .map(|(g, _)| (g, AutoReason::Load))
+    };
+    by_size.or_else(by_load)
+}
+
+impl AutoSplits {
+    /// Looks at the groups (every `AUTO_LOOK`) and begins a split of the one that passed a
+    /// limit, if any; the caller runs this only while no split is under way. None begins while
+    /// a member drains or its disk is low (a split writes the moved objects again).
+    async fn round(&self, replicas: &Replicas, map: &SlotMap) -> Result<()> {
+        {
+            let state = self.0.lock().map_err(poisoned)?;
+            if state.last_look.is_some_and(|t| t.elapsed() < AUTO_LOOK) {
+                return Ok(());
+            }
+        }
+        let settings = match replicas.local_meta_record(Namespace::Cluster, SETTINGS_KEY)? {
+            None => SplitSettings::default(),
+            Some(v) => match serde_json::from_value::<SplitSettings>(v) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!("the automatic splits' settings do not read ({e}): none begins until they are set again (`basalt admin slots --split-above-mb N`)");
+                    return Ok(());
+                }
+            },
+        };
+        let off = settings.split_above_mb == 0 && settings.split_above_writes_per_s == 0;
+        if off
+            || FEATURES
+                .iter()
+                .any(|f| !crate::services::upgrade::is_on(replicas, f))
+        {
+            return Ok(());
+        }
+        let busy_member = replicas
+            .local_nodes()
+            .iter()
+            .filter(|n| n.state == crate::admin::NodeState::Active)
+            .any(|n| {
+                n.draining_since_ms.is_some() || n.disk_level() >= crate::disk::DiskLevel::Low
+            });
+        let (statuses, _) = replicas.member_statuses(STATUS_WAIT, false).await;
+        let now = Instant::now();
+        let cap = replicas.settings().group_cap();
+        let room = map.next_group.max(map.shards + 1) <= cap && !busy_member;
+        let mut held: BTreeMap<GroupId, u32> = BTreeMap::new();
+        for slot in 0..map.slots() {
+            *held.entry(map.group_of_slot(slot)).or_default() += 1;
+        }
+        let weighed: Vec<Weighed> = {
+            let mut state = self.0.lock().map_err(poisoned)?;
+            state.last_look = Some(now);
+            state.split_at.retain(|_, at| at.elapsed() < SPLIT_SETTLE);
+            state.applied.retain(|g, _| held.contains_key(g));
+            let mut weighed = Vec::new();
+            for (&g, &slots) in &held {
+                let Some(status) = statuses.get(&g) else {
+                    continue;
+                };
+                let samples = state.applied.entry(g).or_default();
+                // Samples with a gap between them (no look while a split ran, or while another
+                // node led) are dropped: the window is counted afresh.
+                if samples
+                    .back()
+                    .is_some_and(|(at, _)| now.duration_since(*at) > STALE_SAMPLE)
+                {
+                    samples.clear();
+                }
+                let last = samples.back().copied();
+                samples.push_back((now, status.applied));
+                // The oldest sample kept is the last one at least a window old.
+                while samples
+                    .get(1)
+                    .is_some_and(|(at, _)| now.duration_since(*at) >= LOAD_WINDOW)
+                {
+                    samples.pop_front();
+                }
+                let rate = |(at, applied): (Instant, u64)| {
+                    let secs = now.duration_since(at).as_secs_f64().max(0.001);
+                    status.applied.saturating_sub(applied) as f64 / secs
+                };
+                // Sustained: over the whole window, and still over the last look.
+                let writes_per_s = samples
+                    .front()
+                    .copied()
+                    .filter(|(at, _)| now.duration_since(*at) >= LOAD_WINDOW)
+                    .zip(last)
+                    .map(|(first, last)| rate(first).min(rate(last)));
+                weighed.push(Weighed {
+                    group: g,
+                    bytes: status.bytes,
+                    writes_per_s,
+                    slots,
+                    may_split: room && !state.split_at.contains_key(&g),
+                });
+            }
+            weighed
+        };
+        let Some((group, reason)) = choose(&weighed, &settings) else {
+            return Ok(());
+        };
+        let split = begin(replicas, group).await?;
+        tracing::info!(parent = %group, child = %split.child, reason = reason.name(), "a group splits by itself");
+        metrics::counter!("basalt_splits_auto_total", "reason" => reason.name()).increment(1);
+        Ok(())
+    }
+
+    /// A split of `parent` to `child` is done: neither splits by itself for `SPLIT_SETTLE`,
+    /// and their writes a second are counted afresh.
+    fn settle(&self, parent: GroupId, child: GroupId) {
+        let mut state = match self.0.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let now = Instant::now();
+        for g in [parent, child] {
+            state.split_at.insert(g, now);
+            state.applied.remove(&g);
+        }
+    }
+}
+
+fn poisoned<T>(_: std::sync::PoisonError<T>) -> Error {
+    Error::Internal("the automatic splits' state lock was poisoned".into())
 }
 
 /// Records a split of `parent` (`basalt admin split`): half its slots, to a new group, once
@@ -132,7 +406,9 @@ pub async fn begin(replicas: &Replicas, parent: GroupId) -> Result<SplitInProgre
              finalized it (`basalt admin upgrade status`)"
         )));
     }
-    let (before, mut map) = current(replicas)?;
+    // The map as the metadata group's leader holds it: a replica of this node behind it (a
+    // node just resumed) would refuse for a split that is over.
+    let (before, mut map) = current_at_leader(replicas).await?;
     let cap = replicas.settings().group_cap();
     let split = map
         .begin_split(parent, cap)
@@ -160,10 +436,10 @@ impl Switched {
 
 /// One round of the `splits` job: the split under way (one at a time) goes a phase further, or
 /// its copy or drop a few pages further.
-pub async fn round(replicas: &Replicas, switched: &Switched) -> Result<()> {
+pub async fn round(replicas: &Replicas, switched: &Switched, auto: &AutoSplits) -> Result<()> {
     let (before, mut map) = current(replicas)?;
     let Some(split) = map.splits.first().cloned() else {
-        return Ok(());
+        return auto.round(replicas, &map).await;
     };
     let started = Instant::now();
     match split.phase {
@@ -252,6 +528,7 @@ pub async fn round(replicas: &Replicas, switched: &Switched) -> Result<()> {
                 return Ok(());
             }
             map.splits.retain(|s| s.child != split.child);
+            auto.settle(split.parent, split.child);
             metrics::counter!("basalt_splits_total").increment(1);
             tracing::info!(parent = %split.parent, child = %split.child, "split done");
         }
@@ -494,5 +771,75 @@ mod tests {
         assert_eq!(decode_cursor(&hex(&key)).expect("hex"), key);
         assert!(decode_cursor("abc").is_err());
         assert!(decode_cursor("zz").is_err());
+    }
+
+    fn weighed(group: u32, mb: u64, writes_per_s: Option<f64>) -> Weighed {
+        Weighed {
+            group: GroupId::new(group),
+            bytes: mb << 20,
+            writes_per_s,
+            slots: 64,
+            may_split: true,
+        }
+    }
+
+    #[test]
+    fn the_largest_group_above_the_size_limit_splits_first() {
+        let settings = SplitSettings::default();
+        let groups = [
+            weighed(1, 300, Some(10.0)),
+            weighed(2, 900, None),
+            weighed(3, 100, Some(9_000.0)),
+        ];
+        assert_eq!(
+            choose(&groups, &settings),
+            Some((GroupId::new(2), AutoReason::Size))
+        );
+    }
+
+    #[test]
+    fn the_busiest_group_above_the_load_limit_splits_when_none_is_too_large() {
+        let settings = SplitSettings::default();
+        let groups = [
+            weighed(1, 10, Some(3_500.0)),
+            weighed(2, 10, Some(8_000.0)),
+            weighed(3, 10, None),
+            weighed(4, 10, Some(2_000.0)),
+        ];
+        assert_eq!(
+            choose(&groups, &settings),
+            Some((GroupId::new(2), AutoReason::Load))
+        );
+        // A load not watched for a whole window yet, or under the limit, splits nothing.
+        assert_eq!(choose(&groups[2..], &settings), None);
+        // Load alone does not split a group of few slots (its writes go to a few objects).
+        let mut few = weighed(5, 10, Some(50_000.0));
+        few.slots = LOAD_SPLIT_MIN_SLOTS - 1;
+        assert_eq!(choose(&[few], &settings), None);
+        few.bytes = 300 << 20;
+        assert_eq!(
+            choose(&[few], &settings),
+            Some((GroupId::new(5), AutoReason::Size))
+        );
+        few.slots = 1;
+        assert_eq!(choose(&[few], &settings), None);
+    }
+
+    #[test]
+    fn limits_at_zero_and_groups_that_may_not_split_are_left() {
+        let off = SplitSettings {
+            split_above_mb: 0,
+            split_above_writes_per_s: 0,
+        };
+        let groups = [weighed(1, 10_000, Some(1e6))];
+        assert_eq!(choose(&groups, &off), None);
+        let mut settled = weighed(1, 10_000, Some(1e6));
+        settled.may_split = false;
+        assert_eq!(choose(&[settled], &SplitSettings::default()), None);
+        // Exactly at the limit is not above it.
+        assert_eq!(
+            choose(&[weighed(1, 256, Some(3_000.0))], &SplitSettings::default()),
+            None
+        );
     }
 }

@@ -28,6 +28,37 @@ use basalt_client::signing::{Formula, SignedKeys};
 use common::TestCluster;
 use serde_json::{json, Value};
 
+/// Every object id of `class`, through `client` (in pages, by id).
+async fn all_ids(client: &basalt_client::Client, class: &str) -> BTreeSet<String> {
+    let mut ids = BTreeSet::new();
+    let mut after = String::new();
+    loop {
+        let filter = json!({"objectId": {"$gt": after}}).to_string();
+        let page = client
+            .query(
+                class,
+                &[
+                    ("where", &filter),
+                    ("order", "objectId"),
+                    ("limit", "1000"),
+                    ("keys", "objectId"),
+                ],
+            )
+            .await
+            .unwrap();
+        let results = page["results"].as_array().unwrap();
+        let Some(last) = results.last() else {
+            return ids;
+        };
+        after = last["objectId"].as_str().unwrap().to_string();
+        ids.extend(
+            results
+                .iter()
+                .map(|o| o["objectId"].as_str().unwrap().to_string()),
+        );
+    }
+}
+
 /// Creates `n` objects of `class` through `client`, the i-th with `body(i)`; their ids in order.
 async fn create_numbered(
     client: &basalt_client::Client,

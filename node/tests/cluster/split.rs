@@ -408,3 +408,183 @@ async fn a_split_that_crashes_at_each_step_resumes_and_completes() {
         }
     }
 }
+
+/// Story — groups split by themselves under sustained load: with the size limit off and the
+/// load limit at 2 writes a second (`basalt admin slots --split-above-...`), a client writing
+/// steadily through every node makes a group split within a couple of minutes, counted as a
+/// split by load; the map then names the new group, and every object is read and counted once
+/// through every node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_under_sustained_load_splits_by_itself() {
+    let cluster = TestCluster::start(3, &["--shards", "2"], &[]).await;
+    TestCluster::eventually(Duration::from_secs(30), "the slots feature is on", || {
+        serde_json::from_str::<Value>(&cluster.admin(0, &["upgrade", "status"])).is_ok_and(|s| {
+            s["features"]
+                .as_array()
+                .is_some_and(|f| f.contains(&json!("slots")))
+        })
+    })
+    .await;
+    let set: Value = serde_json::from_str(&cluster.admin(
+        1,
+        &[
+            "slots",
+            "--split-above-mb",
+            "0",
+            "--split-above-writes-per-s",
+            "2",
+        ],
+    ))
+    .expect("slots json");
+    assert_eq!(
+        set["auto"],
+        json!({"splitAboveMb": 0, "splitAboveWritesPerS": 2}),
+        "{set}"
+    );
+    let mut ids = Vec::new();
+    // Writes answered 503 (a write to moving objects told to try again, or one whose outcome
+    // the node could not wait for): each may or may not have been applied.
+    let mut unsure = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    let mut map = Value::Null;
+    let mut sent = 0usize;
+    while std::time::Instant::now() < deadline {
+        sent += 1;
+        let client = cluster.client(sent % 3);
+        match client.create_object("Busy", &json!({"n": sent})).await {
+            Ok(created) => ids.push(created.object_id),
+            Err(e) => {
+                assert!(e.to_string().contains("503"), "create: {e}");
+                unsure += 1;
+            }
+        }
+        if sent.is_multiple_of(40) {
+            map = slots_through_any(&cluster).unwrap_or(Value::Null);
+            if map["groups"]["3"].as_u64().is_some() && map["splits"] == json!([]) {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    assert_eq!(
+        map["groups"]["3"],
+        json!(128),
+        "a group split by itself: {map}"
+    );
+    let by_load: f64 = {
+        let mut sum = 0.0;
+        for i in 0..3 {
+            sum += cluster
+                .metric(i, "basalt_splits_auto_total{reason=\"load\"}")
+                .await;
+        }
+        sum
+    };
+    assert!(by_load >= 1.0, "counted as a split by load");
+    for node in 0..3 {
+        let client = cluster.client(node);
+        let listed = crate::all_ids(&client, "Busy").await;
+        let counted = client
+            .query("Busy", &[("count", "1"), ("limit", "0")])
+            .await
+            .expect("count");
+        assert_eq!(counted["count"], json!(listed.len()), "through node {node}");
+        assert!(
+            ids.iter().all(|id| listed.contains(id)),
+            "every acknowledged write is there, through node {node}"
+        );
+        assert!(listed.len() <= ids.len() + unsure, "through node {node}");
+        for id in ids.iter().step_by(7) {
+            assert!(client.get_object("Busy", id).await.expect("read").is_some());
+        }
+    }
+}
+
+/// Story — two administrators split at once through different nodes: exactly one split is
+/// begun (the other is refused: one split at a time, the map's record written by
+/// compare-and-set), for different groups and for the same group; each time the map ends with
+/// one new group holding half of its parent's slots.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_splits_asked_at_once_through_different_nodes_begin_one() {
+    let cluster = TestCluster::start(3, &["--shards", "2"], &[]).await;
+    TestCluster::eventually(Duration::from_secs(30), "the slots feature is on", || {
+        serde_json::from_str::<Value>(&cluster.admin(0, &["upgrade", "status"])).is_ok_and(|s| {
+            s["features"]
+                .as_array()
+                .is_some_and(|f| f.contains(&json!("slots")))
+        })
+    })
+    .await;
+    let split_through = |node: usize, group: &str| {
+        let rpc = cluster.rpc(node);
+        let group = group.to_string();
+        std::thread::spawn(move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_basalt"))
+                .args(["admin", "--rpc", &rpc, "split", &group])
+                .output()
+                .expect("basalt admin split")
+        })
+    };
+    let mut before: std::collections::BTreeMap<String, u64> =
+        [("1".to_string(), 256), ("2".to_string(), 256)].into();
+    for (round, asks) in [(1, [(0, "1"), (1, "2")]), (2, [(1, "2"), (2, "2")])] {
+        let runs: Vec<_> = asks.iter().map(|&(n, g)| split_through(n, g)).collect();
+        let outs: Vec<_> = tokio::task::block_in_place(|| {
+            runs.into_iter()
+                .map(|r| r.join().expect("the admin thread"))
+                .collect()
+        });
+        let begun = outs.iter().filter(|o| o.status.success()).count();
+        let said: Vec<String> = outs
+            .iter()
+            .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
+            .collect();
+        assert_eq!(begun, 1, "round {round}: one split begins: {said:?}");
+        let refusal = outs
+            .iter()
+            .find(|o| !o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
+            .unwrap_or_default();
+        assert!(
+            refusal.contains("one split at a time") || refusal.contains("onflict"),
+            "round {round}: the other is refused for the split under way: {refusal}"
+        );
+        // The one begun completes: a new group holds half of its parent's slots, the other
+        // groups keep theirs.
+        let child = (round + 2).to_string();
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        let after = loop {
+            let map = slots_through_any(&cluster).unwrap_or(Value::Null);
+            if map["splits"] == json!([]) && map["groups"][&child].is_u64() {
+                break serde_json::from_value::<std::collections::BTreeMap<String, u64>>(
+                    map["groups"].clone(),
+                )
+                .expect("slots per group");
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "round {round}: the split completes: {map}"
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        };
+        assert_eq!(
+            after.len(),
+            before.len() + 1,
+            "round {round}: one new group: {after:?}"
+        );
+        let halved: Vec<&String> = before.keys().filter(|g| after[*g] != before[*g]).collect();
+        assert_eq!(
+            halved.len(),
+            1,
+            "round {round}: one parent: {before:?} → {after:?}"
+        );
+        let parent = halved[0];
+        assert_eq!(
+            after[parent] * 2,
+            before[parent],
+            "round {round}: {after:?}"
+        );
+        assert_eq!(after[&child], after[parent], "round {round}: {after:?}");
+        before = after;
+    }
+}

@@ -81,6 +81,18 @@ async fn call(channel: &Channel, rpc: &str) -> Result<Value, String> {
         "upgrade-status" => node()
             .admin(with_deadline(msg(META_GROUP, json!({"Upgrade": "Status"}))?))
             .await,
+        "split" => node()
+            .admin(with_deadline(msg(META_GROUP, json!({"Split": {"group": 1}}))?))
+            .await,
+        "split-settings" => node()
+            .admin(with_deadline(msg(
+                META_GROUP,
+                json!({"SplitSettings": {"split_above_mb": 1, "split_above_writes_per_s": 1}}),
+            )?))
+            .await,
+        "slots" => node()
+            .admin(with_deadline(msg(META_GROUP, json!("Slots"))?))
+            .await,
         "vote-as-3" => raft().vote(with_deadline(msg(GroupId::new(1), vote)?)).await,
         "append-as-3" => raft()
             .append_entries(with_deadline(msg(
@@ -195,6 +207,7 @@ async fn the_peer_port_answers_only_the_cluster_s_certificates() {
             .chain(&["join-as-4", "shared-secret", "release-ballast", "drain"])
             .chain(&["rebalance-pause", "rebalance-status"])
             .chain(&["upgrade-finalize", "upgrade-status"])
+            .chain(&["split", "split-settings", "slots"])
         {
             let r = call(ch, rpc).await;
             assert!(r.is_err(), "{who} {rpc}: {r:?}");
@@ -225,6 +238,15 @@ async fn the_peer_port_answers_only_the_cluster_s_certificates() {
         !out.status.success(),
         "rebalance pause without a certificate"
     );
+    for args in [&["split", "1"][..], &["slots", "--split-above-mb", "1"]] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_basalt"))
+            .args(["admin", "--rpc", &addr])
+            .args(args)
+            .current_dir(cluster.dir.path())
+            .output()
+            .expect("basalt admin");
+        assert!(!out.status.success(), "{args:?} without a certificate");
+    }
 
     // The administrator: admin requests, and nothing else.
     let admin = channel(&addr, Some(&admin_tls(&cluster.admin_certs())));
@@ -242,6 +264,23 @@ async fn the_peer_port_answers_only_the_cluster_s_certificates() {
             .as_ref()
             .is_ok_and(|v| v["Upgrade"]["finalized"] == true),
         "admin upgrade status: {upgrade:?}"
+    );
+    let slots = call(&admin, "slots").await;
+    assert!(
+        slots.as_ref().is_ok_and(|v| v["Slots"]["auto"].is_object()),
+        "admin slots: {slots:?}"
+    );
+    // Nothing split or changed meanwhile: the strangers and node 2 were refused.
+    assert_eq!(
+        slots.as_ref().ok().map(|v| &v["Slots"]["splits"]),
+        Some(&json!([]))
+    );
+    assert_eq!(
+        slots
+            .as_ref()
+            .ok()
+            .map(|v| &v["Slots"]["auto"]["splitAboveMb"]),
+        Some(&json!(256))
     );
     let released = call(&admin, "release-ballast").await;
     assert!(
@@ -286,6 +325,8 @@ async fn the_peer_port_answers_only_the_cluster_s_certificates() {
         "rebalance-status",
         "upgrade-finalize",
         "upgrade-status",
+        "split",
+        "split-settings",
     ] {
         let r = call(&node2, rpc).await;
         assert!(

@@ -290,6 +290,14 @@ async fn write_groups(
         }
     });
     let groups: Vec<GroupBackup> = join_all(waits).await.into_iter().collect::<Result<_>>()?;
+    // The groups were listed from the slot map at the barriers: those above the first ones
+    // are its splits' groups.
+    let shards = replicas.settings().shards;
+    let split_groups = groups
+        .iter()
+        .map(|g| g.group)
+        .filter(|g| g.get() > shards)
+        .collect();
     Ok(Manifest {
         format: FORMAT,
         backup: id.to_string(),
@@ -300,6 +308,7 @@ async fn write_groups(
         settings: replicas.settings(),
         scheduled: req.scheduled,
         groups,
+        split_groups,
     })
 }
 

@@ -73,7 +73,17 @@ pub async fn read_manifest(src: &Destination) -> Result<Report> {
         ));
     }
     let listed: Vec<GroupId> = manifest.groups.iter().map(|g| g.group).collect();
-    for group in GroupId::all(manifest.settings.shards) {
+    let expected = manifest.expected_groups();
+    let cap = manifest.settings.group_cap();
+    for &group in &manifest.split_groups {
+        if group.get() <= manifest.settings.shards || group.get() > cap {
+            problems.push(format!(
+                "{MANIFEST}: group {group} cannot be one a split made (groups {} to {cap})",
+                manifest.settings.shards + 1
+            ));
+        }
+    }
+    for &group in &expected {
         match listed.iter().filter(|g| **g == group).count() {
             1 => {}
             0 => problems.push(format!("{MANIFEST}: group {group} is not listed")),
@@ -81,7 +91,7 @@ pub async fn read_manifest(src: &Destination) -> Result<Report> {
         }
     }
     for g in &manifest.groups {
-        if !GroupId::all(manifest.settings.shards).any(|x| x == g.group) {
+        if !expected.contains(&g.group) {
             problems.push(format!(
                 "{MANIFEST}: group {} is not one of the cluster's",
                 g.group

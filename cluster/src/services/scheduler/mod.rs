@@ -51,6 +51,7 @@ fn jobs(every: Intervals) -> Vec<Box<dyn Job>> {
         Box::new(splits::Splits {
             every: SPLITS_ROUND,
             switched: Default::default(),
+            auto: Default::default(),
         }),
     ];
     if let Some(every) = every.consistency_check {

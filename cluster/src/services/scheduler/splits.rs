@@ -1,5 +1,6 @@
 //! Takes the split under way a step further (`services::splits::round`): one phase, or a few
-//! pages of its copy or drop.
+//! pages of its copy or drop; with none under way, begins one of a group above the size or
+//! load limits (`services::splits::AutoSplits`).
 
 use std::time::Duration;
 
@@ -8,11 +9,12 @@ use futures::future::BoxFuture;
 use super::job::Job;
 use crate::error::Result;
 use crate::replicas::Replicas;
-use crate::services::splits::Switched;
+use crate::services::splits::{AutoSplits, Switched};
 
 pub struct Splits {
     pub every: Duration,
     pub switched: Switched,
+    pub auto: AutoSplits,
 }
 
 impl Job for Splits {
@@ -25,6 +27,10 @@ impl Job for Splits {
     }
 
     fn run<'a>(&'a self, replicas: &'a Replicas) -> BoxFuture<'a, Result<()>> {
-        Box::pin(crate::services::splits::round(replicas, &self.switched))
+        Box::pin(crate::services::splits::round(
+            replicas,
+            &self.switched,
+            &self.auto,
+        ))
     }
 }
