@@ -150,7 +150,7 @@ impl Cluster {
         )
         .await?;
         // Routed by the slot map the local replica of the metadata group holds from the first
-        // request on (a refused record leaves the initial map, and `follow_slot_map` says why).
+        // request on (a refused record leaves the initial map, and `follow_metadata` says why).
         let _ = replicas.refresh_slot_map();
         replicas.record_slot_metrics();
         // A build without a feature the cluster turned on would misread what it wrote (an
@@ -214,7 +214,7 @@ impl Cluster {
         }
         cluster.spawn(register_self(cluster.clone(), join_addr));
         cluster.spawn(stop_when_too_old(cluster.clone()));
-        cluster.spawn(follow_slot_map(cluster.clone()));
+        cluster.spawn(follow_metadata(cluster.clone()));
         cluster.spawn(crate::services::reclaim::run(
             replicas.clone(),
             Arc::clone(&disk),
@@ -405,12 +405,15 @@ fn refused_build(e: &Error) -> bool {
 /// How often a node looks for a newer slot map in its replica of the metadata group.
 const SLOT_MAP_POLL: Duration = Duration::from_millis(250);
 
-/// Routes by the newest slot map this node's replica of the metadata group holds
-/// (`Replicas::refresh_slot_map`), looking every `SLOT_MAP_POLL`.
-async fn follow_slot_map(cluster: Cluster) {
+/// Takes up, every `SLOT_MAP_POLL`, what this node's replica of the metadata group holds: the
+/// newest slot map to route by (`Replicas::refresh_slot_map`), and every member's address (a
+/// node that leads no group sends no Raft message, and would otherwise know no peer's address
+/// when it asks one for a check's digest, a backup's step or its status).
+async fn follow_metadata(cluster: Cluster) {
     let mut shutdown = cluster.replicas().shutdown_signal();
     let mut refused_epoch = None;
     loop {
+        cluster.replicas().member_addrs();
         if let Err(e) = cluster.replicas().refresh_slot_map() {
             // Said once per record, not every poll.
             let epoch = cluster.replicas().slot_map().epoch;
