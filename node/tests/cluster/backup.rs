@@ -356,16 +356,7 @@ async fn a_cluster_that_split_is_backed_up_and_restored_with_its_groups() {
     let kept = tempfile::tempdir().unwrap();
     let (folder, keys, ids) = {
         let cluster = TestCluster::start(1, &["--shards", "2"], &[]).await;
-        TestCluster::eventually(Duration::from_secs(30), "the slots feature is on", || {
-            serde_json::from_str::<Value>(&cluster.admin(0, &["upgrade", "status"])).is_ok_and(
-                |s| {
-                    s["features"]
-                        .as_array()
-                        .is_some_and(|f| f.contains(&json!("slots")))
-                },
-            )
-        })
-        .await;
+        crate::wait_slots_feature(&cluster).await;
         let ids = crate::create_numbered(&cluster.client(0), "Kept", 60, |n| json!({"n": n})).await;
         let slots: Value = serde_json::from_str(&tokio::task::block_in_place(|| {
             cluster.admin(0, &["split", "1", "--wait-secs", "120"])

@@ -59,6 +59,18 @@ async fn all_ids(client: &basalt_client::Client, class: &str) -> BTreeSet<String
     }
 }
 
+/// Waits (30 s at most) until the cluster finalized the `slots` feature: splits may begin.
+async fn wait_slots_feature(cluster: &TestCluster) {
+    TestCluster::eventually(Duration::from_secs(30), "the slots feature is on", || {
+        serde_json::from_str::<Value>(&cluster.admin(0, &["upgrade", "status"])).is_ok_and(|s| {
+            s["features"]
+                .as_array()
+                .is_some_and(|f| f.contains(&json!("slots")))
+        })
+    })
+    .await;
+}
+
 /// Creates `n` objects of `class` through `client`, the i-th with `body(i)`; their ids in order.
 async fn create_numbered(
     client: &basalt_client::Client,

@@ -123,18 +123,7 @@ fn each_once(got: &[String], want: &BTreeSet<String>, what: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_splits_under_writes_and_every_object_is_counted_once() {
     let cluster = TestCluster::start(3, &["--shards", "2"], &[]).await;
-    TestCluster::eventually(Duration::from_secs(30), "the slots feature is on", || {
-        (0..3).all(|i| {
-            serde_json::from_str::<Value>(&cluster.admin(i, &["upgrade", "status"])).is_ok_and(
-                |s| {
-                    s["features"]
-                        .as_array()
-                        .is_some_and(|f| f.contains(&json!("slots")))
-                },
-            )
-        })
-    })
-    .await;
+    crate::wait_slots_feature(&cluster).await;
     let first: BTreeSet<String> =
         crate::create_numbered(&cluster.client(0), "Item", 150, |i| json!({"n": i}))
             .await
@@ -341,16 +330,7 @@ async fn a_split_that_crashes_at_each_step_resumes_and_completes() {
         for i in 0..3 {
             cluster.set_env(i, &[]);
         }
-        TestCluster::eventually(Duration::from_secs(30), "the slots feature is on", || {
-            serde_json::from_str::<Value>(&cluster.admin(0, &["upgrade", "status"])).is_ok_and(
-                |s| {
-                    s["features"]
-                        .as_array()
-                        .is_some_and(|f| f.contains(&json!("slots")))
-                },
-            )
-        })
-        .await;
+        crate::wait_slots_feature(&cluster).await;
         let ids =
             crate::create_numbered(&cluster.client(0), "Item", 120, |i| json!({"n": i})).await;
         cluster.admin(0, &["split", "1"]);
@@ -417,14 +397,7 @@ async fn a_split_that_crashes_at_each_step_resumes_and_completes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_under_sustained_load_splits_by_itself() {
     let cluster = TestCluster::start(3, &["--shards", "2"], &[]).await;
-    TestCluster::eventually(Duration::from_secs(30), "the slots feature is on", || {
-        serde_json::from_str::<Value>(&cluster.admin(0, &["upgrade", "status"])).is_ok_and(|s| {
-            s["features"]
-                .as_array()
-                .is_some_and(|f| f.contains(&json!("slots")))
-        })
-    })
-    .await;
+    crate::wait_slots_feature(&cluster).await;
     let set: Value = serde_json::from_str(&cluster.admin(
         1,
         &[
@@ -507,14 +480,7 @@ async fn a_group_under_sustained_load_splits_by_itself() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_splits_asked_at_once_through_different_nodes_begin_one() {
     let cluster = TestCluster::start(3, &["--shards", "2"], &[]).await;
-    TestCluster::eventually(Duration::from_secs(30), "the slots feature is on", || {
-        serde_json::from_str::<Value>(&cluster.admin(0, &["upgrade", "status"])).is_ok_and(|s| {
-            s["features"]
-                .as_array()
-                .is_some_and(|f| f.contains(&json!("slots")))
-        })
-    })
-    .await;
+    crate::wait_slots_feature(&cluster).await;
     let split_through = |node: usize, group: &str| {
         let rpc = cluster.rpc(node);
         let group = group.to_string();
