@@ -131,14 +131,17 @@ pub enum AdminRequest {
     Split {
         group: GroupId,
     },
+    /// Merge every slot of data group `group` into `into` (by default the group of its family
+    /// holding fewest slots), `services::splits::begin_merge`.
+    Merge {
+        group: GroupId,
+        into: Option<GroupId>,
+    },
     /// The slot map this node routes by, and the split under way (`basalt admin slots`).
     Slots,
     /// Change when groups split by themselves (`services::splits::change_settings`); the
     /// settings not given stay.
-    SplitSettings {
-        split_above_mb: Option<u32>,
-        split_above_writes_per_s: Option<u32>,
-    },
+    SplitSettings(SplitSettingsChange),
     /// A split's step, from the metadata leader, to one of `voters`: make this node's replica
     /// of the split's child `group` and initialize the group with exactly `voters` (their
     /// peer addresses), unless done already (`services::splits::start_here`).
@@ -263,6 +266,71 @@ pub struct SplitSettings {
     /// last minute is split (0: never by load).
     #[serde(default = "default_split_writes")]
     pub split_above_writes_per_s: u32,
+    /// A group that began as a split's child merges back into its family's smallest group
+    /// when the two hold less than this many MiB together and both are quiet (0: never).
+    #[serde(default = "default_merge_mb")]
+    pub merge_below_mb: u32,
+    /// After a split or merge is done, its groups are left alone this many seconds.
+    #[serde(default = "default_settle_secs")]
+    pub settle_secs: u32,
+}
+
+impl SplitSettings {
+    /// The settings a record holds. A record written before merges were built, with both
+    /// split limits at 0 (automatic splits turned off), keeps merges off too.
+    pub fn from_stored(value: serde_json::Value) -> serde_json::Result<SplitSettings> {
+        let has_merge = value.get("mergeBelowMb").is_some();
+        let mut settings: SplitSettings = serde_json::from_value(value)?;
+        if !has_merge && settings.split_above_mb == 0 && settings.split_above_writes_per_s == 0 {
+            settings.merge_below_mb = 0;
+        }
+        Ok(settings)
+    }
+}
+
+/// A change of the automatic splits' settings: those given change, the others stay.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SplitSettingsChange {
+    #[serde(default)]
+    pub split_above_mb: Option<u32>,
+    #[serde(default)]
+    pub split_above_writes_per_s: Option<u32>,
+    #[serde(default)]
+    pub merge_below_mb: Option<u32>,
+    #[serde(default)]
+    pub settle_secs: Option<u32>,
+}
+
+impl SplitSettingsChange {
+    /// Whether it changes anything.
+    pub fn is_empty(&self) -> bool {
+        *self == SplitSettingsChange::default()
+    }
+
+    /// `settings` with this change.
+    pub fn applied_to(&self, mut settings: SplitSettings) -> SplitSettings {
+        if let Some(v) = self.split_above_mb {
+            settings.split_above_mb = v;
+        }
+        if let Some(v) = self.split_above_writes_per_s {
+            settings.split_above_writes_per_s = v;
+        }
+        if let Some(v) = self.merge_below_mb {
+            settings.merge_below_mb = v;
+        }
+        if let Some(v) = self.settle_secs {
+            settings.settle_secs = v;
+        }
+        settings
+    }
+}
+
+fn default_merge_mb() -> u32 {
+    64
+}
+
+fn default_settle_secs() -> u32 {
+    600
 }
 
 fn default_split_mb() -> u32 {
@@ -278,6 +346,8 @@ impl Default for SplitSettings {
         SplitSettings {
             split_above_mb: default_split_mb(),
             split_above_writes_per_s: default_split_writes(),
+            merge_below_mb: default_merge_mb(),
+            settle_secs: default_settle_secs(),
         }
     }
 }
@@ -446,8 +516,9 @@ impl AdminRequest {
             AdminRequest::Rebalance(_) => "Rebalance",
             AdminRequest::Upgrade(_) => "Upgrade",
             AdminRequest::Split { .. } => "Split",
+            AdminRequest::Merge { .. } => "Merge",
             AdminRequest::Slots => "Slots",
-            AdminRequest::SplitSettings { .. } => "SplitSettings",
+            AdminRequest::SplitSettings(_) => "SplitSettings",
             AdminRequest::StartGroup { .. } => "StartGroup",
         }
     }
@@ -483,7 +554,8 @@ impl AdminRequest {
             | AdminRequest::Rebalance(_)
             | AdminRequest::Upgrade(_)
             | AdminRequest::Split { .. }
-            | AdminRequest::SplitSettings { .. } => false,
+            | AdminRequest::Merge { .. }
+            | AdminRequest::SplitSettings(_) => false,
         }
     }
 
@@ -611,10 +683,14 @@ mod tests {
             AdminRequest::Split {
                 group: GroupId::new(1),
             },
-            AdminRequest::SplitSettings {
-                split_above_mb: Some(1),
-                split_above_writes_per_s: None,
+            AdminRequest::Merge {
+                group: GroupId::new(5),
+                into: None,
             },
+            AdminRequest::SplitSettings(SplitSettingsChange {
+                split_above_mb: Some(1),
+                ..Default::default()
+            }),
         ];
         for req in &started {
             assert!(!req.node_may_send(node), "{}", req.name());

@@ -214,6 +214,17 @@ pub enum Command {
         child: crate::ids::GroupId,
         limit: u32,
     },
+    /// Data group, a merge's target (decisions/0038): from this entry on it takes
+    /// `ImportObjects` of the slots named (and of no other), and refuses writes to them
+    /// `Moved`. The same again is `Done`; another while one is not adopted `Conflict`.
+    OpenImports(crate::slots::Incoming),
+    /// Data group, a merge's target, once the source's objects are copied and the map names
+    /// it for them: the slots taken in from `from` at `epoch` are its own (writes taken,
+    /// imports refused); a read by an older map still leaves them out. Answers `Done`.
+    AdoptSlots {
+        from: crate::ids::GroupId,
+        epoch: u64,
+    },
 }
 
 /// An object as a split's parent stores it, for the child to import.
@@ -427,6 +438,15 @@ impl fmt::Display for Command {
                 write!(f, "ImportObjects({} objects)", objects.len())
             }
             Command::SealImports => write!(f, "SealImports"),
+            Command::OpenImports(i) => write!(
+                f,
+                "OpenImports({} slots from group {})",
+                i.slots.len(),
+                i.from
+            ),
+            Command::AdoptSlots { from, epoch } => {
+                write!(f, "AdoptSlots(from group {from} at epoch {epoch})")
+            }
             Command::DropSlots { child, limit } => {
                 write!(f, "DropSlots({limit} for group {child})")
             }

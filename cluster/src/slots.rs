@@ -1,7 +1,8 @@
 //! Hash slots (decisions/0038): every object, routed record and stored file's record hashes to
 //! one of `shards · 256` slots, and the slot map says which data group holds each slot. Slot
 //! `s` begins in group `1 + s mod shards`, exactly where `ids::shard_for` puts the same key, so
-//! a cluster's layout is unchanged until a group is split. Neighbours: `ids` (the hash, group
+//! a cluster's layout is unchanged until a group is split (or merged: its slots go to another
+//! group, and a split-off group left with none is retired). Neighbours: `ids` (the hash, group
 //! ids), `namespace` (how a record's slot is named); `replicas` keeps the map the node routes
 //! by.
 
@@ -59,6 +60,52 @@ pub struct GroupSplits {
     /// A split's child whose imports are over (`SealImports`): it takes no more.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub sealed: bool,
+    /// A merge into this group (`OpenImports`): the slots it takes in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incoming: Option<Incoming>,
+    /// Reads routed by a map older than this epoch are refused `Moved`: the group took in
+    /// slots at it, and such a reader would count their objects here and where they were.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub floor: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// Slots a merge brings into a group (decisions/0038): from `OpenImports` on it takes imports
+/// of their objects (and no write to them); from `AdoptSlots` on (just after the map names
+/// the group for them) they are its own, though a read routed by a map older than `epoch`
+/// still leaves them out (that reader asks `from`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Incoming {
+    pub from: GroupId,
+    pub slots: BTreeSet<u32>,
+    /// The cluster's number of slots (`SlotMap::slots`).
+    pub total: u32,
+    /// The map's epoch once the slots are this group's.
+    pub epoch: u64,
+    /// `AdoptSlots` was applied: imports are over, writes to the slots are taken.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub adopted: bool,
+}
+
+/// Slots a read leaves out of a group (`GroupSplits::read_at`): those it froze for a split's
+/// child, or those a merge brings in that the reader's map does not name it for yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Excluded {
+    pub slots: BTreeSet<u32>,
+    /// The cluster's number of slots: what an object's slot is taken of.
+    pub total: u32,
+}
+
+impl Excluded {
+    /// Whether the object is in one of the left-out slots.
+    pub fn holds(&self, app: &str, class: &str, object_id: &str) -> bool {
+        self.slots
+            .contains(&slot_for(app, class, object_id, self.total))
+    }
 }
 
 impl GroupSplits {
@@ -68,21 +115,40 @@ impl GroupSplits {
     }
 
     /// How a scan or aggregation routed by the map of `epoch` reads the group: whole
-    /// (`Ok(None)`); without the frozen slots (`Ok(Some)`: that map gives them to the child,
-    /// which the reader asks too); or not at all (`Err(e)`): the group dropped objects that
-    /// the reader's map still routes to it, and the reader must take up the map of epoch `e`.
-    pub fn read_at(&self, epoch: u64) -> Result<Option<&Frozen>, u64> {
+    /// (`Ok(None)`); without some slots (`Ok(Some)`: the frozen ones, when that map gives them
+    /// to the child, which the reader asks too; or those a merge brings in, when that map
+    /// still names the group they come from); or not at all (`Err(e)`): the group dropped
+    /// objects that the reader's map still routes to it, or took in slots before that map,
+    /// and the reader must take up the map of epoch `e`.
+    pub fn read_at(&self, epoch: u64) -> Result<Option<Excluded>, u64> {
         if let Some(e) = self
             .gone
             .values()
             .map(|&(_, e)| e)
+            .chain((self.floor > 0).then_some(self.floor))
             .filter(|&e| e > epoch)
             .min()
         {
             return Err(e);
         }
+        if let Some(f) = self
+            .frozen
+            .as_ref()
+            .filter(|f| epoch < f.epoch && f.dropped_through.is_some())
+        {
+            return Err(f.epoch);
+        }
+        if let Some(i) = self.incoming.as_ref().filter(|i| epoch < i.epoch) {
+            return Ok(Some(Excluded {
+                slots: i.slots.clone(),
+                total: i.total,
+            }));
+        }
         match &self.frozen {
-            Some(f) if epoch >= f.epoch => Ok(Some(f)),
+            Some(f) if epoch >= f.epoch => Ok(Some(Excluded {
+                slots: f.slots.clone(),
+                total: f.total,
+            })),
             Some(f) if f.dropped_through.is_some() => Err(f.epoch),
             _ => Ok(None),
         }
@@ -96,6 +162,14 @@ impl GroupSplits {
             return None;
         }
         let slot = slot_for(app, class, object_id, self.total);
+        // A merge brought the slot back.
+        if self
+            .incoming
+            .as_ref()
+            .is_some_and(|i| i.adopted && i.slots.contains(&slot))
+        {
+            return None;
+        }
         if let Some(&(_, e)) = self.gone.get(&slot) {
             return Some(e);
         }
@@ -121,10 +195,39 @@ pub struct SlotMap {
     /// taken again.
     #[serde(default)]
     pub next_group: u32,
-    /// Splits in progress: their children are groups of the cluster (peers make replicas of
-    /// them) but hold none of the map's slots until switched.
+    /// Splits and merges in progress (one at a time): a split's child is a group of the
+    /// cluster (peers make replicas of it) but holds none of the map's slots until switched.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub splits: Vec<SplitInProgress>,
+    /// Groups merged away (ids above the shards'): no node keeps a replica of them, and their
+    /// ids are never taken again.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub retired: BTreeSet<GroupId>,
+    /// When each group's last split or merge was done (ms since the epoch): automatic ones
+    /// leave it alone for a while (`SplitSettings::settle_secs`), whichever node schedules.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub settled: BTreeMap<GroupId, u64>,
+}
+
+/// How long `SlotMap::settled` remembers a group's last split or merge.
+const SETTLED_KEPT_MS: u64 = 7 * 24 * 3600 * 1000;
+
+/// Whether a slot-map change moves slots to a new group or back into one that has some.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum MoveKind {
+    /// `parent` gives half its slots to the new group `child`.
+    #[default]
+    Split,
+    /// `parent` (the source) gives every slot it holds to `child` (the target, a data group
+    /// already), and is retired when it began as a split's child.
+    Merge,
+}
+
+impl MoveKind {
+    fn is_split(&self) -> bool {
+        *self == MoveKind::Split
+    }
 }
 
 /// A split on its way (decisions/0038): which phase the `splits` job has brought it to.
@@ -144,9 +247,12 @@ pub struct SplitInProgress {
     /// any is started: every start initializes the child with exactly these.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub voters: Vec<NodeId>,
+    /// A split, or a merge of `parent` into `child`.
+    #[serde(default, skip_serializing_if = "MoveKind::is_split")]
+    pub kind: MoveKind,
 }
 
-/// The phases of a split, in order.
+/// The phases of a split or merge, in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum SplitPhase {
@@ -170,6 +276,8 @@ impl SlotMap {
             moved: BTreeMap::new(),
             next_group: 0,
             splits: Vec::new(),
+            retired: BTreeSet::new(),
+            settled: BTreeMap::new(),
         }
     }
 
@@ -188,13 +296,7 @@ impl SlotMap {
         if !self.data_groups().contains(&parent) {
             return Err(format!("group {parent} is not a data group of the cluster"));
         }
-        // One split at a time: epochs then switch in the order they were given.
-        if let Some(s) = self.splits.first() {
-            return Err(format!(
-                "group {} is splitting off group {}: one split at a time",
-                s.parent, s.child
-            ));
-        }
+        self.none_under_way()?;
         let held = self.slots_of(parent);
         if held.len() < 2 {
             return Err(format!(
@@ -208,14 +310,7 @@ impl SlotMap {
                 "the cluster has every group id it may have ({cap}): merge groups first"
             ));
         }
-        let epoch = self
-            .splits
-            .iter()
-            .map(|s| s.epoch)
-            .max()
-            .unwrap_or(self.epoch)
-            .max(self.epoch)
-            + 1;
+        let epoch = self.next_epoch();
         let split = SplitInProgress {
             parent,
             child: GroupId::new(next),
@@ -224,34 +319,146 @@ impl SlotMap {
             phase: SplitPhase::Begun,
             cursor: None,
             voters: Vec::new(),
+            kind: MoveKind::Split,
         };
         self.next_group = next + 1;
         self.splits.push(split.clone());
         Ok(split)
     }
 
-    /// The map with the split of `child` switched: its slots are the child's, at its epoch.
+    /// One split or merge at a time: epochs then switch in the order they were given.
+    fn none_under_way(&self) -> Result<(), String> {
+        match self.splits.first() {
+            Some(s) if s.kind == MoveKind::Merge => Err(format!(
+                "group {} is merging into group {}: one split or merge at a time",
+                s.parent, s.child
+            )),
+            Some(s) => Err(format!(
+                "group {} is splitting off group {}: one split or merge at a time",
+                s.parent, s.child
+            )),
+            None => Ok(()),
+        }
+    }
+
+    fn next_epoch(&self) -> u64 {
+        self.splits
+            .iter()
+            .map(|s| s.epoch)
+            .max()
+            .unwrap_or(self.epoch)
+            .max(self.epoch)
+            + 1
+    }
+
+    /// The group `source`'s slots go back into by default: of the other data groups holding
+    /// slots that began where `source`'s first slot began (its family: the group it was split
+    /// from, its siblings), the one holding fewest, the lowest id first.
+    pub fn merge_target(&self, source: GroupId) -> Option<GroupId> {
+        let shards = self.shards.max(1);
+        let first = self.slots_of(source).into_iter().next()?;
+        let mut held: BTreeMap<GroupId, u32> = BTreeMap::new();
+        for slot in (first % shards..self.slots()).step_by(shards as usize) {
+            let g = self.group_of_slot(slot);
+            if g != source {
+                *held.entry(g).or_default() += 1;
+            }
+        }
+        held.into_iter()
+            .min_by_key(|&(g, n)| (n, g))
+            .map(|(g, _)| g)
+    }
+
+    /// Records a merge of every slot `source` holds into `target` (another data group, while
+    /// no split or merge is in progress), at the next epoch. Nothing routes differently until
+    /// `switch`; a source that began as a split's child is then retired.
+    pub fn begin_merge(
+        &mut self,
+        source: GroupId,
+        target: GroupId,
+    ) -> Result<SplitInProgress, String> {
+        let groups = self.data_groups();
+        for g in [source, target] {
+            if !groups.contains(&g) {
+                return Err(format!("group {g} is not a data group of the cluster"));
+            }
+        }
+        if source == target {
+            return Err(format!("group {source} cannot merge into itself"));
+        }
+        self.none_under_way()?;
+        let slots = self.slots_of(source);
+        if slots.is_empty() {
+            return Err(format!("group {source} holds no slot: nothing to merge"));
+        }
+        let merge = SplitInProgress {
+            parent: source,
+            child: target,
+            slots,
+            epoch: self.next_epoch(),
+            phase: SplitPhase::Begun,
+            cursor: None,
+            voters: Vec::new(),
+            kind: MoveKind::Merge,
+        };
+        self.splits.push(merge.clone());
+        Ok(merge)
+    }
+
+    /// The map with the split or merge to `child` switched: its slots are the child's, at its
+    /// epoch (a slot back in the group it began in is no longer listed as moved).
     pub fn switch(&mut self, child: GroupId) -> Result<(), String> {
+        let shards = self.shards.max(1);
         let Some(split) = self.splits.iter_mut().find(|s| s.child == child) else {
-            return Err(format!("no split to group {child} is in progress"));
+            return Err(format!("no split or merge to group {child} is in progress"));
         };
         if split.phase >= SplitPhase::Switched {
             return Ok(());
         }
         for &slot in &split.slots {
-            self.moved.insert(slot, child);
+            if GroupId::new(1 + slot % shards) == child {
+                self.moved.remove(&slot);
+            } else {
+                self.moved.insert(slot, child);
+            }
         }
         split.phase = SplitPhase::Switched;
         self.epoch = self.epoch.max(split.epoch);
         Ok(())
     }
 
-    /// Every group of the cluster: the metadata group, the data groups, and the children of
-    /// splits in progress (which peers make replicas of before they hold slots).
+    /// Ends the split or merge to `child` once its source dropped what it gave, at `now_ms`:
+    /// a merged source that began as a split's child (and so holds no records) is retired;
+    /// the groups left are noted as settled then.
+    pub fn finish(&mut self, child: GroupId, now_ms: u64) {
+        let Some(at) = self.splits.iter().position(|s| s.child == child) else {
+            return;
+        };
+        let done = self.splits.remove(at);
+        if done.kind == MoveKind::Merge
+            && done.parent.get() > self.shards
+            && self.slots_of(done.parent).is_empty()
+        {
+            self.retired.insert(done.parent);
+        }
+        let groups = self.data_groups();
+        self.settled
+            .retain(|g, &mut at| groups.contains(g) && now_ms.saturating_sub(at) < SETTLED_KEPT_MS);
+        for g in [done.parent, done.child] {
+            if groups.contains(&g) {
+                self.settled.insert(g, now_ms);
+            }
+        }
+    }
+
+    /// Every group of the cluster: the metadata group, the data groups, the children of
+    /// splits in progress (which peers make replicas of before they hold slots) and the
+    /// sources of merges in progress (until they drop what they gave).
     pub fn known_groups(&self) -> BTreeSet<GroupId> {
         let mut all: BTreeSet<GroupId> = self.data_groups().into_iter().collect();
         all.insert(META_GROUP);
-        all.extend(self.splits.iter().map(|s| s.child));
+        // A split's child before the switch, a merge's source until it is retired.
+        all.extend(self.splits.iter().flat_map(|s| [s.child, s.parent]));
         all
     }
 
@@ -275,6 +482,13 @@ impl SlotMap {
             return Err(format!(
                 "slot {slot} in group {group}: slots are below {slots}, groups from 1 to {cap}"
             ));
+        }
+        if let Some(g) = map
+            .retired
+            .iter()
+            .find(|g| g.get() <= shards || g.get() > cap || map.moved.values().any(|m| m == *g))
+        {
+            return Err(format!("group {g} cannot be retired"));
         }
         if let Some(s) = map.splits.iter().find(|s| {
             s.child.get() == 0 || s.child.get() > cap || s.slots.iter().any(|&x| x >= slots)
@@ -503,5 +717,114 @@ mod tests {
         );
         let text = serde_json::to_string(&map).expect("json");
         assert_eq!(serde_json::from_str::<SlotMap>(&text).expect("parse"), map);
+    }
+
+    /// Story — group 5, split off group 2, merges back: by default into 2 (its family's group
+    /// holding fewest slots); nothing routes differently until the switch, then every slot is
+    /// 2's again (no longer listed as moved); at the finish 5 is retired and both are noted
+    /// settled. A group of the shards merged away is not retired (it keeps records); merges
+    /// into itself, of unknown groups, or beside a split under way are refused.
+    #[test]
+    fn a_merge_gives_every_slot_back_and_retires_a_child() {
+        let mut map = SlotMap::initial(4);
+        map.begin_split(GroupId::new(2), 64).expect("split");
+        map.switch(GroupId::new(5)).expect("switch");
+        map.finish(GroupId::new(5), 1_000);
+        assert_eq!(map.slots_of(GroupId::new(5)).len(), 128);
+        let split_map = map.clone();
+        assert_eq!(map.merge_target(GroupId::new(5)), Some(GroupId::new(2)));
+        assert!(map.begin_merge(GroupId::new(5), GroupId::new(5)).is_err());
+        assert!(map.begin_merge(GroupId::new(9), GroupId::new(2)).is_err());
+        assert!(map.begin_merge(GroupId::new(5), GroupId::new(0)).is_err());
+
+        let merge = map
+            .begin_merge(GroupId::new(5), GroupId::new(2))
+            .expect("merge");
+        assert_eq!((merge.kind, merge.epoch), (MoveKind::Merge, 2));
+        assert_eq!(merge.slots, split_map.slots_of(GroupId::new(5)));
+        assert!(
+            map.begin_split(GroupId::new(3), 64).is_err(),
+            "one at a time"
+        );
+        assert!(map.begin_merge(GroupId::new(5), GroupId::new(1)).is_err());
+        assert_eq!(
+            map.data_groups(),
+            split_map.data_groups(),
+            "no routing change"
+        );
+        assert!(map.known_groups().contains(&GroupId::new(5)));
+
+        map.switch(GroupId::new(2)).expect("switch");
+        assert_eq!(map.epoch, 2);
+        assert!(map.moved.is_empty(), "every slot back where it began");
+        assert_eq!(map.slots_of(GroupId::new(2)).len(), 256);
+        assert!(
+            map.known_groups().contains(&GroupId::new(5)),
+            "until it dropped what it gave"
+        );
+        map.finish(GroupId::new(2), 5_000);
+        assert_eq!(map.retired, BTreeSet::from([GroupId::new(5)]));
+        assert!(!map.known_groups().contains(&GroupId::new(5)));
+        assert_eq!(map.settled.get(&GroupId::new(2)), Some(&5_000));
+        assert_eq!(map.settled.get(&GroupId::new(5)), None);
+        let value = serde_json::to_value(&map).expect("json");
+        assert_eq!(SlotMap::from_record(value, 4, 64), Ok(map.clone()));
+        // Its id is not taken again.
+        let next = map.begin_split(GroupId::new(1), 64).expect("split");
+        assert_eq!(next.child, GroupId::new(6));
+        map.splits.clear();
+
+        // A group of the shards merged into another keeps its records: not retired.
+        let merge = map
+            .begin_merge(GroupId::new(3), GroupId::new(4))
+            .expect("merge 3");
+        assert_eq!(merge.slots.len(), 256);
+        assert_eq!(
+            map.merge_target(GroupId::new(3)),
+            None,
+            "3's family is 3 alone"
+        );
+        map.switch(GroupId::new(4)).expect("switch");
+        map.finish(GroupId::new(4), 6_000);
+        assert!(!map.retired.contains(&GroupId::new(3)));
+        assert!(map.slots_of(GroupId::new(3)).is_empty());
+        assert!(map.data_groups().contains(&GroupId::new(3)));
+        assert!(
+            map.begin_merge(GroupId::new(3), GroupId::new(4)).is_err(),
+            "no slot left"
+        );
+
+        // A record retiring a group of the shards, or one that holds slots, is refused.
+        for bad in [3u32, 4, 7] {
+            let mut wrong = map.clone();
+            wrong.moved.insert(1, GroupId::new(7));
+            wrong.retired.insert(GroupId::new(bad));
+            let value = serde_json::to_value(&wrong).expect("json");
+            assert!(SlotMap::from_record(value, 4, 64).is_err(), "{bad}");
+        }
+    }
+
+    /// Reads at each epoch of a group that takes in a merge's slots: without them before the
+    /// merge's epoch, whole from it on; once a later merge replaces it, refused below the
+    /// floor.
+    #[test]
+    fn a_merge_target_leaves_incoming_slots_out_of_older_reads() {
+        let mut g = GroupSplits {
+            total: 1024,
+            incoming: Some(Incoming {
+                from: GroupId::new(5),
+                slots: BTreeSet::from([1, 3]),
+                total: 1024,
+                epoch: 4,
+                adopted: false,
+            }),
+            ..GroupSplits::default()
+        };
+        let out = g.read_at(3).expect("older").expect("left out");
+        assert_eq!(out.slots, BTreeSet::from([1, 3]));
+        assert_eq!(g.read_at(4), Ok(None));
+        g.floor = 4;
+        assert_eq!(g.read_at(3), Err(4));
+        assert_eq!(g.read_at(5), Ok(None));
     }
 }

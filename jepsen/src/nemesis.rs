@@ -46,9 +46,11 @@ pub enum Fault {
     /// next: the period lasts as long as that takes.
     RollingRestart,
     /// A split of the data group holding the most slots asked through the admin interface
-    /// (`basalt admin split`), then — 0 to 1.5 s later, while the split freezes, copies and
-    /// switches its slots — one of `kill`, `pause`, `partition-majority` or
-    /// `partition-leader` for the period. The split goes on, and completes once healed.
+    /// (`basalt admin split`) — or, half the time once a group was split off, a merge of the
+    /// split-off group holding fewest slots back into its family (`basalt admin merge`) —
+    /// then, 0 to 1.5 s later, while it freezes, copies and switches its slots, one of
+    /// `kill`, `pause`, `partition-majority` or `partition-leader` for the period. The split
+    /// or merge goes on, and completes once healed.
     Split,
     /// The cluster starts on the previous release's binary (`Db::previous`); every node in
     /// turn is stopped as for a rolling restart and started again on this build. Once every
@@ -371,7 +373,7 @@ async fn apply(db: &mut Db, fault: Fault, hold: Duration) -> Applied {
         Fault::Split => {
             let delay = Duration::from_millis(rng.random_range(0..1500));
             let companion = SPLIT_COMPANIONS[rng.random_range(0..SPLIT_COMPANIONS.len())];
-            let asked = ask_split(db);
+            let asked = ask_split(db, rng.random_bool(0.5));
             tracing_line(&format!("nemesis split: {asked}"));
             tokio::time::sleep(delay).await;
             let with = Box::pin(apply(db, companion, hold)).await;
@@ -402,8 +404,10 @@ const SPLIT_COMPANIONS: [Fault; 4] = [
     Fault::PartitionLeader,
 ];
 
-/// Asks a running node to split the data group holding the most slots; what it answered.
-fn ask_split(db: &Db) -> String {
+/// Asks a running node to split the data group holding the most slots — or, when `merge` and
+/// a group split off earlier holds slots, to merge the one holding fewest back
+/// (`basalt admin merge`); what it answered.
+fn ask_split(db: &Db, merge: bool) -> String {
     let Some(live) = (0..db.nodes.len()).find(|&i| db.is_running(i)) else {
         return "no node runs: no split asked".into();
     };
@@ -411,6 +415,25 @@ fn ask_split(db: &Db) -> String {
         Ok(out) => serde_json::from_str(&out).unwrap_or_default(),
         Err(e) => return format!("the slot map did not read: {e}"),
     };
+    let shards = map["shards"].as_u64().unwrap_or(u64::MAX);
+    let child = map["groups"].as_object().and_then(|groups| {
+        groups
+            .iter()
+            .filter_map(|(g, n)| Some((g.parse::<u64>().ok()?, n.as_u64()?)))
+            .filter(|&(g, n)| g > shards && n >= 1)
+            .min_by_key(|&(_, n)| n)
+    });
+    if let (true, Some((child, slots))) = (merge, child) {
+        let child = child.to_string();
+        return match db.admin(live, &["merge", &child]) {
+            Ok(out) => {
+                let map: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+                let into = map["splits"][0]["child"].as_u64().unwrap_or(0);
+                format!("merge of group {child} ({slots} slots) into group {into}")
+            }
+            Err(e) => format!("merge of group {child} refused: {}", e.to_string().trim()),
+        };
+    }
     let group = map["groups"].as_object().and_then(|groups| {
         groups
             .iter()

@@ -10,7 +10,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use basalt_cluster::admin::{AdminRequest, AdminResponse, GroupStatus, NodeState};
+use basalt_cluster::admin::{
+    AdminRequest, AdminResponse, GroupStatus, NodeState, SplitSettingsChange,
+};
 use basalt_cluster::cluster::admin_at;
 use basalt_cluster::ids::{GroupId, NodeId};
 use basalt_cluster::tls::PeerTls;
@@ -130,6 +132,19 @@ pub enum AdminCommand {
         #[arg(long)]
         wait_secs: Option<u64>,
     },
+    /// Merge every slot of data group G back into another (by default the group of its family
+    /// holding fewest slots: for a split's child, the group it was split from). The source's
+    /// objects are copied as a split copies them; writes to them wait for the copy (503 "try
+    /// again" after 10 s). A source that began as a split's child is then retired: every node
+    /// erases its replica, and its id is not taken again. One split or merge at a time. Prints
+    /// the slot map; with `--wait-secs`, waits until the merge is done.
+    Merge {
+        group: u32,
+        #[arg(long)]
+        into: Option<u32>,
+        #[arg(long)]
+        wait_secs: Option<u64>,
+    },
     /// Print the slot map: its epoch, the slots each data group holds, the split under way,
     /// and when groups split by themselves (`auto`); the options change that first (0: never).
     Slots {
@@ -140,6 +155,14 @@ pub enum AdminCommand {
         /// minute (default 3000).
         #[arg(long)]
         split_above_writes_per_s: Option<u32>,
+        /// Merge a group that began as a split's child back into its family's smallest group
+        /// when the two hold less than this many MiB together and both are quiet (default 64).
+        #[arg(long)]
+        merge_below_mb: Option<u32>,
+        /// Leave a split's or merge's groups alone this many seconds after it is done
+        /// (default 600).
+        #[arg(long)]
+        settle_secs: Option<u32>,
     },
     /// Make the cluster's certificates: a CA, nodes', administrators'.
     Certs {
@@ -198,6 +221,32 @@ fn slots_answer(resp: AdminResponse) -> anyhow::Result<serde_json::Value> {
         AdminResponse::Slots(view) => Ok(view),
         other => anyhow::bail!("unexpected answer to a slots request: {other:?}"),
     }
+}
+
+/// With `wait_secs`, the slot map once no split or merge is under way (an error after that
+/// long); without, `view` as it is.
+async fn wait_slots_done(
+    rpc: &str,
+    tls: Option<&Arc<PeerTls>>,
+    mut view: serde_json::Value,
+    wait_secs: Option<u64>,
+    what: &str,
+) -> anyhow::Result<serde_json::Value> {
+    let Some(wait_secs) = wait_secs else {
+        return Ok(view);
+    };
+    let deadline = Instant::now() + Duration::from_secs(wait_secs);
+    while view["splits"].as_array().is_some_and(|s| !s.is_empty()) {
+        if Instant::now() > deadline {
+            anyhow::bail!(
+                "the {what} is not done after {wait_secs} s: {}",
+                serde_json::to_string(&view["splits"])?
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        view = slots_answer(admin_at(rpc, AdminRequest::Slots, TIMEOUT, tls).await?)?;
+    }
+    Ok(view)
 }
 
 /// `spec` as the nodes and the checks take it: an s3:// address as it is, a directory made
@@ -591,34 +640,39 @@ pub async fn run(rpc: &str, certs_dir: Option<&Path>, cmd: AdminCommand) -> anyh
             let req = AdminRequest::Split {
                 group: GroupId::new(group),
             };
-            let mut view = slots_answer(admin_at(rpc, req, TIMEOUT, tls_ref).await?)?;
-            if let Some(wait_secs) = wait_secs {
-                let deadline = Instant::now() + Duration::from_secs(wait_secs);
-                while view["splits"].as_array().is_some_and(|s| !s.is_empty()) {
-                    if Instant::now() > deadline {
-                        anyhow::bail!(
-                            "the split is not done after {wait_secs} s: {}",
-                            serde_json::to_string(&view["splits"])?
-                        );
-                    }
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                    view =
-                        slots_answer(admin_at(rpc, AdminRequest::Slots, TIMEOUT, tls_ref).await?)?;
-                }
-            }
+            let view = slots_answer(admin_at(rpc, req, TIMEOUT, tls_ref).await?)?;
+            let view = wait_slots_done(rpc, tls_ref, view, wait_secs, "split").await?;
+            println!("{}", serde_json::to_string_pretty(&view)?);
+        }
+        AdminCommand::Merge {
+            group,
+            into,
+            wait_secs,
+        } => {
+            let req = AdminRequest::Merge {
+                group: GroupId::new(group),
+                into: into.map(GroupId::new),
+            };
+            let view = slots_answer(admin_at(rpc, req, TIMEOUT, tls_ref).await?)?;
+            let view = wait_slots_done(rpc, tls_ref, view, wait_secs, "merge").await?;
             println!("{}", serde_json::to_string_pretty(&view)?);
         }
         AdminCommand::Slots {
             split_above_mb,
             split_above_writes_per_s,
+            merge_below_mb,
+            settle_secs,
         } => {
-            let req = if split_above_mb.is_some() || split_above_writes_per_s.is_some() {
-                AdminRequest::SplitSettings {
-                    split_above_mb,
-                    split_above_writes_per_s,
-                }
-            } else {
+            let change = SplitSettingsChange {
+                split_above_mb,
+                split_above_writes_per_s,
+                merge_below_mb,
+                settle_secs,
+            };
+            let req = if change.is_empty() {
                 AdminRequest::Slots
+            } else {
+                AdminRequest::SplitSettings(change)
             };
             let view = slots_answer(admin_at(rpc, req, TIMEOUT, tls_ref).await?)?;
             println!("{}", serde_json::to_string_pretty(&view)?);

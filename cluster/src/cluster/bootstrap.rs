@@ -414,6 +414,7 @@ async fn follow_metadata(cluster: Cluster) {
     let mut refused_epoch = None;
     loop {
         cluster.replicas().member_addrs();
+        cluster.replicas().retire_merged().await;
         if let Err(e) = cluster.replicas().refresh_slot_map() {
             // Said once per record, not every poll.
             let epoch = cluster.replicas().slot_map().epoch;

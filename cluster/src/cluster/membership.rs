@@ -130,19 +130,17 @@ impl Cluster {
                     crate::services::splits::view(self.replicas()).await?,
                 ))
             }
+            AdminRequest::Merge { group, into } => {
+                crate::services::splits::begin_merge(self.replicas(), group, into).await?;
+                Ok(AdminResponse::Slots(
+                    crate::services::splits::view(self.replicas()).await?,
+                ))
+            }
             AdminRequest::Slots => Ok(AdminResponse::Slots(
                 crate::services::splits::view(self.replicas()).await?,
             )),
-            AdminRequest::SplitSettings {
-                split_above_mb,
-                split_above_writes_per_s,
-            } => {
-                crate::services::splits::change_settings(
-                    self.replicas(),
-                    split_above_mb,
-                    split_above_writes_per_s,
-                )
-                .await?;
+            AdminRequest::SplitSettings(change) => {
+                crate::services::splits::change_settings(self.replicas(), change).await?;
                 Ok(AdminResponse::Slots(
                     crate::services::splits::view(self.replicas()).await?,
                 ))

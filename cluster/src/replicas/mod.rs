@@ -19,6 +19,7 @@ mod meta_reads;
 mod proposals;
 mod read_index;
 mod records;
+mod retire;
 mod room;
 mod routing;
 mod settle;
@@ -72,6 +73,8 @@ struct Inner {
     /// this node's replica of the group once it has one: the initial groups and those the
     /// store holds state of from the start, others when they are created (`ensure_group`).
     groups: Vec<tokio::sync::OnceCell<GroupRaft>>,
+    /// A flag per group id: this node retired the group (merged away, `retire`).
+    retired: Vec<std::sync::atomic::AtomicBool>,
     /// What a group's Raft is made of.
     maker: group_maker::GroupMaker,
     router: PeerRouter,
@@ -190,6 +193,9 @@ impl Replicas {
                 settings,
                 store,
                 groups,
+                retired: (0..slots)
+                    .map(|_| std::sync::atomic::AtomicBool::new(false))
+                    .collect(),
                 maker,
                 router,
                 incoming_dir,
@@ -344,6 +350,9 @@ impl Replicas {
     /// replica that knows no leader (`NotLeader`: the request goes to the members in turn); an
     /// id above the cluster's cap is no group.
     pub(crate) fn group(&self, group: GroupId) -> Result<&GroupRaft> {
+        if self.is_retired(group) {
+            return Err(self.retired_error(group));
+        }
         let cell = self
             .inner
             .groups
@@ -364,6 +373,9 @@ impl Replicas {
             .groups
             .get(group.get() as usize)
             .ok_or_else(|| Error::InvalidOperation(format!("no group {group}")))?;
+        if self.is_retired(group) {
+            return Err(self.retired_error(group));
+        }
         cell.get_or_try_init(|| async {
             // None is made once the node stops (`shutdown` would not stop it).
             if *inner.shutdown.borrow() {
@@ -405,6 +417,7 @@ impl Replicas {
             .iter()
             .enumerate()
             .filter_map(|(g, cell)| Some((GroupId::new(g as u32), cell.get()?)))
+            .filter(|&(g, _)| !self.is_retired(g))
     }
 
     /// A receiver that turns true when the node shuts down.
@@ -946,7 +959,13 @@ pub(crate) fn unexpected(r: ReadResponse) -> Error {
 /// `Replicas::record_slot_metrics` of `map`.
 fn record_slot_metrics(map: &SlotMap) {
     metrics::gauge!("basalt_slot_map_epoch").set(map.epoch as f64);
-    let mut held: std::collections::BTreeMap<GroupId, u32> = std::collections::BTreeMap::new();
+    // Groups that gave every slot away (merged, retired) read 0, not their last count.
+    let mut held: std::collections::BTreeMap<GroupId, u32> = map
+        .data_groups()
+        .into_iter()
+        .chain(map.retired.iter().copied())
+        .map(|g| (g, 0))
+        .collect();
     for slot in 0..map.slots() {
         *held.entry(map.group_of_slot(slot)).or_default() += 1;
     }

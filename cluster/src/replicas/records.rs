@@ -27,14 +27,15 @@ impl Replicas {
     /// Proposes an object command to the group that stores the object (`object_group`): as
     /// `propose`, and for the metadata group's classes, which every node reads from its own
     /// replica, answers once every reachable member has applied it, so the next request
-    /// through any node sees it. While a split is under way, a write its group refuses
-    /// `Moved` is sent again to the group the newer map names (`MOVED_WAIT` at most).
+    /// through any node sees it. A write its group refuses `Moved` (a split or merge moved
+    /// its slot) is sent again to the group the newer map names (`MOVED_WAIT` at most).
     /// A batch's writes refused `Moved` are sent again one by one, in the batch's order.
     pub async fn propose_object(&self, group: GroupId, cmd: Command) -> Result<Proposed> {
-        // Kept only while a split is under way: a copy of every write would cost.
-        let again = (!self.inner.slot_map.load().splits.is_empty()
-            && (cmd.written_object().is_some() || matches!(cmd, Command::Batch(_))))
-        .then(|| cmd.clone());
+        // Kept for every object write (a clone costs far less than its Raft round): a node
+        // that has not taken up a split or merge just begun still routes by the map before
+        // it, and a merge's source freezes its slots in the round it begins.
+        let again = (cmd.written_object().is_some() || matches!(cmd, Command::Batch(_)))
+            .then(|| cmd.clone());
         // A refusal arrives as an error (`answer_of`): a write refused `Moved` certainly was
         // not applied. A batch answers each of its writes: those refused `Moved` are in it.
         let p = match (self.propose(group, cmd).await, again) {
@@ -86,8 +87,9 @@ impl Replicas {
     }
 
     /// The group this node's map routes an object to once it is not `refused`, which answered
-    /// `Moved{epoch}` for it: the map is taken up again until it names another group, or
-    /// `deadline` passes (`Moved` then).
+    /// `Moved{epoch}` for it (or is `refused` again, a moment later, once the map is of
+    /// `epoch` or newer): the map is taken up again until then, or `deadline` passes (`Moved`
+    /// then).
     async fn moved_object_group(
         &self,
         (app, class, object_id): (&AppId, &str, &str),
@@ -97,7 +99,12 @@ impl Replicas {
     ) -> Result<GroupId> {
         loop {
             let group = self.object_group(app, class, object_id);
-            if group != refused {
+            // A merge's target refuses writes to the slots it takes in until it adopts them,
+            // just after the map names it for them: its own refusal is tried again then.
+            if group != refused || self.slot_map().epoch >= epoch {
+                if group == refused {
+                    tokio::time::sleep(MOVED_POLL).await;
+                }
                 return Ok(group);
             }
             if Instant::now() >= deadline {
@@ -322,6 +329,37 @@ impl Replicas {
             },
         )
         .await
+    }
+
+    /// Changes a record of the metadata group by compare-and-set against its value as the
+    /// group's leader holds it: `next` is given that value and answers what to write (`None`:
+    /// nothing, it is as wanted), tried again when another write came first — `tries` times,
+    /// then `Conflict`. What was written (or found as wanted) is answered.
+    pub async fn update_meta_record(
+        &self,
+        ns: Namespace,
+        key: &str,
+        tries: usize,
+        mut next: impl FnMut(Option<&Value>) -> Result<Option<Value>>,
+    ) -> Result<Option<Value>> {
+        for _ in 0..tries {
+            let raw = self.get_record(META_GROUP, ns, key).await?;
+            let Some(value) = next(raw.as_ref())? else {
+                return Ok(raw);
+            };
+            match self
+                .cas_record(META_GROUP, ns, key, raw, Some(value.clone()))
+                .await
+            {
+                Ok(_) => return Ok(Some(value)),
+                Err(Error::Conflict(_)) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(Error::Conflict(format!(
+            "the record {}/{key} kept changing: try again",
+            ns.name()
+        )))
     }
 
     /// Writes a record in `group`, optionally expiring at `expires_at_ms`.

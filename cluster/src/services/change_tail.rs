@@ -192,6 +192,12 @@ impl Replicas {
         let mut after = after;
         let mut shutdown = self.shutdown_signal();
         loop {
+            // A group merged away writes no more changes (its last ones were before its
+            // slots froze): its follower ends.
+            if self.slot_map().retired.contains(&group) {
+                tracing::debug!(%group, "following changes: the group was merged away");
+                return;
+            }
             let mut cut = None;
             for source in self.change_sources(group) {
                 if tx.is_closed() || *shutdown.borrow() {

@@ -5,7 +5,10 @@
 //! freezes the slots in the parent, copies their objects to the child in pages of at most
 //! `command::MAX_IMPORT_BYTES`, seals the child's imports, switches the map, and drops the
 //! copies from the parent — saving how far it got in the record, so that a new metadata
-//! leader goes on where the last one stopped. Neighbours: `slots` (the map), `statemachine::split_writes`
+//! leader goes on where the last one stopped. A merge (`begin_merge`) runs the same phases the
+//! other way, into a group that holds slots already (`OpenImports`, freeze, copy, switch,
+//! `AdoptSlots`, drop), and retires a split-off source. `AutoSplits` begins either by itself.
+//! Neighbours: `slots` (the map), `statemachine::split_writes`
 //! (the commands), `local_read` (the parent's pages), `replicas` (routing), `scheduler`.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -15,14 +18,14 @@ use std::time::{Duration, Instant};
 use openraft::BasicNode;
 use serde_json::{json, Value};
 
-use crate::admin::{AdminRequest, AdminResponse, SplitSettings};
+use crate::admin::{AdminRequest, AdminResponse, SplitSettings, SplitSettingsChange};
 use crate::command::{Command, CommandResult, ReadRequest, ReadResponse};
 use crate::error::{Error, Result};
 use crate::ids::{GroupId, NodeId, META_GROUP};
 use crate::namespace::Namespace;
 use crate::replicas::{unexpected, Replicas};
 use crate::services::rebalance;
-use crate::slots::{Frozen, SlotMap, SplitInProgress, SplitPhase, SLOTS_KEY};
+use crate::slots::{Frozen, Incoming, MoveKind, SlotMap, SplitInProgress, SplitPhase, SLOTS_KEY};
 
 /// What this build adds that older builds cannot read (`services::upgrade`): slot maps with
 /// splits, the split commands and reads. Splits begin only once it is finalized.
@@ -44,11 +47,6 @@ const STALE_SAMPLE: Duration = Duration::from_secs(30);
 /// Load alone splits a group down to this many slots: writes to a few hot objects are not
 /// spread by splitting further.
 const LOAD_SPLIT_MIN_SLOTS: u32 = 32;
-
-/// A split's parent and child are not split again by themselves for this long after it is
-/// done: the parent's files keep the moved objects' bytes until `reclaim` compacts its range,
-/// and their writes a second are counted afresh.
-const SPLIT_SETTLE: Duration = Duration::from_secs(600);
 
 /// Objects one `DropSlots` deletes.
 const DROP_PAGE: u32 = 2_000;
@@ -134,6 +132,7 @@ pub async fn view(replicas: &Replicas) -> Result<Value> {
                 "slots": s.slots.len(),
                 "epoch": s.epoch,
                 "phase": s.phase,
+                "kind": s.kind,
             })
         })
         .collect();
@@ -143,6 +142,7 @@ pub async fn view(replicas: &Replicas) -> Result<Value> {
         "slots": map.slots(),
         "groups": held,
         "splits": splits,
+        "retired": map.retired,
         "auto": settings_at_leader(replicas).await?,
     }))
 }
@@ -153,7 +153,7 @@ async fn settings_at_leader(replicas: &Replicas) -> Result<Value> {
     let raw = replicas
         .get_record(META_GROUP, Namespace::Cluster, SETTINGS_KEY)
         .await?;
-    Ok(match raw.map(serde_json::from_value::<SplitSettings>) {
+    Ok(match raw.map(SplitSettings::from_stored) {
         None => serde_json::to_value(SplitSettings::default())?,
         Some(Ok(s)) => serde_json::to_value(s)?,
         Some(Err(e)) => json!({"unreadable": e.to_string()}),
@@ -161,52 +161,25 @@ async fn settings_at_leader(replicas: &Replicas) -> Result<Value> {
 }
 
 /// Changes the automatic splits' settings given (`basalt admin slots --split-above-mb N
-/// --split-above-writes-per-s N`); 0 turns that kind off.
-pub async fn change_settings(
-    replicas: &Replicas,
-    split_above_mb: Option<u32>,
-    split_above_writes_per_s: Option<u32>,
-) -> Result<()> {
-    if split_above_mb.is_none() && split_above_writes_per_s.is_none() {
+/// ...`); 0 turns that rule off.
+pub async fn change_settings(replicas: &Replicas, change: SplitSettingsChange) -> Result<()> {
+    if change.is_empty() {
         return Ok(());
     }
-    for _ in 0..5 {
-        let raw = replicas
-            .get_record(META_GROUP, Namespace::Cluster, SETTINGS_KEY)
-            .await?;
-        // A record that does not read is written afresh.
-        let mut next: SplitSettings = raw
-            .clone()
-            .and_then(|v| serde_json::from_value(v).ok())
-            .unwrap_or_default();
-        if let Some(mb) = split_above_mb {
-            next.split_above_mb = mb;
-        }
-        if let Some(w) = split_above_writes_per_s {
-            next.split_above_writes_per_s = w;
-        }
-        let value = serde_json::to_value(next)?;
-        match replicas
-            .cas_record(
-                META_GROUP,
-                Namespace::Cluster,
-                SETTINGS_KEY,
-                raw,
-                Some(value),
-            )
-            .await
-        {
-            Err(Error::Conflict(_)) => continue,
-            other => return other.map(|_| ()),
-        }
-    }
-    Err(Error::Conflict(
-        "the split settings kept changing: try again".into(),
-    ))
+    replicas
+        .update_meta_record(Namespace::Cluster, SETTINGS_KEY, 5, |raw| {
+            // A record that does not read is written afresh.
+            let before: SplitSettings = raw
+                .and_then(|v| SplitSettings::from_stored(v.clone()).ok())
+                .unwrap_or_default();
+            Ok(Some(serde_json::to_value(change.applied_to(before))?))
+        })
+        .await?;
+    Ok(())
 }
 
-/// What the `splits` job keeps between rounds to split groups by themselves: each data
-/// group's applied index over the last `LOAD_WINDOW`, and when groups were split last.
+/// What the `splits` job keeps between rounds to split and merge groups by themselves: each
+/// data group's applied index over the last `LOAD_WINDOW`.
 #[derive(Default)]
 pub struct AutoSplits(Mutex<AutoState>);
 
@@ -214,14 +187,14 @@ pub struct AutoSplits(Mutex<AutoState>);
 struct AutoState {
     last_look: Option<Instant>,
     applied: BTreeMap<GroupId, VecDeque<(Instant, u64)>>,
-    split_at: BTreeMap<GroupId, Instant>,
 }
 
-/// Why a group is split by itself.
+/// Why a group is split or merged by itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum AutoReason {
     Size,
     Load,
+    Small,
 }
 
 impl AutoReason {
@@ -229,6 +202,7 @@ impl AutoReason {
         match self {
             AutoReason::Size => "size",
             AutoReason::Load => "load",
+            AutoReason::Small => "small",
         }
     }
 }
@@ -243,17 +217,21 @@ struct Weighed {
     writes_per_s: Option<f64>,
     /// Slots it holds.
     slots: u32,
-    /// It was not split lately, a group id is left, and no member drains or runs low on disk.
-    may_split: bool,
+    /// It was not split or merged lately and no member drains or runs low on disk.
+    settled: bool,
+    /// A group id is left for a child.
+    room: bool,
 }
 
 /// The group to split now and why: the largest above the size limit, else the busiest above
 /// the load limit.
 fn choose(groups: &[Weighed], settings: &SplitSettings) -> Option<(GroupId, AutoReason)> {
     let size_limit = u64::from(settings.split_above_mb) << 20;
+    let may_split = |g: &&Weighed| g.settled && g.room;
     let by_size = groups
         .iter()
-        .filter(|g| g.may_split && g.slots >= 2)
+        .filter(may_split)
+        .filter(|g| g.slots >= 2)
         .filter(|g| settings.split_above_mb > 0 && g.bytes > size_limit)
         .max_by_key(|g| g.bytes)
         .map(|g| (g.group, AutoReason::Size));
@@ -261,7 +239,8 @@ fn choose(groups: &[Weighed], settings: &SplitSettings) -> Option<(GroupId, Auto
     let by_load = || {
         groups
             .iter()
-            .filter(|g| g.may_split && g.slots >= LOAD_SPLIT_MIN_SLOTS)
+            .filter(may_split)
+            .filter(|g| g.slots >= LOAD_SPLIT_MIN_SLOTS)
             .filter(|_| settings.split_above_writes_per_s > 0)
             .filter_map(|g| Some((g.group, g.writes_per_s?)))
             .filter(|&(_, rate)| rate > load_limit)
@@ -271,10 +250,44 @@ fn choose(groups: &[Weighed], settings: &SplitSettings) -> Option<(GroupId, Auto
     by_size.or_else(by_load)
 }
 
+/// The merge to begin now, when no group is to be split: of the groups that began as a
+/// split's child (`shards` is the cluster's), the one whose bytes with its family's target's
+/// (`target_of`) are fewest, below `merge_below_mb`, both settled and watched a whole window
+/// with writes under a quarter of the load limit (with no load limit, of the default one).
+fn choose_merge(
+    groups: &[Weighed],
+    settings: &SplitSettings,
+    shards: u32,
+    target_of: impl Fn(GroupId) -> Option<GroupId>,
+) -> Option<(GroupId, GroupId)> {
+    if settings.merge_below_mb == 0 {
+        return None;
+    }
+    let limit = u64::from(settings.merge_below_mb) << 20;
+    // With no load limit, a quarter of the default one.
+    let quiet_below = match settings.split_above_writes_per_s {
+        0 => f64::from(SplitSettings::default().split_above_writes_per_s) / 4.0,
+        w => f64::from(w) / 4.0,
+    };
+    let quiet = |g: &Weighed| g.settled && g.writes_per_s.is_some_and(|w| w < quiet_below);
+    let by_id: BTreeMap<GroupId, &Weighed> = groups.iter().map(|g| (g.group, g)).collect();
+    groups
+        .iter()
+        .filter(|g| g.group.get() > shards && quiet(g))
+        .filter_map(|g| {
+            let t = by_id.get(&target_of(g.group)?)?;
+            let sum = g.bytes.saturating_add(t.bytes);
+            (quiet(t) && sum < limit).then_some((sum, g.group, t.group))
+        })
+        .min()
+        .map(|(_, source, target)| (source, target))
+}
+
 impl AutoSplits {
     /// Looks at the groups (every `AUTO_LOOK`) and begins a split of the one that passed a
-    /// limit, if any; the caller runs this only while no split is under way. None begins while
-    /// a member drains or its disk is low (a split writes the moved objects again).
+    /// limit, else a merge of a small one, if any; the caller runs this only while no split
+    /// or merge is under way. None begins while a member drains or its disk is low (both
+    /// write the moved objects again).
     async fn round(&self, replicas: &Replicas, map: &SlotMap) -> Result<()> {
         {
             let state = self.0.lock().map_err(poisoned)?;
@@ -284,7 +297,7 @@ impl AutoSplits {
         }
         let settings = match replicas.local_meta_record(Namespace::Cluster, SETTINGS_KEY)? {
             None => SplitSettings::default(),
-            Some(v) => match serde_json::from_value::<SplitSettings>(v) {
+            Some(v) => match SplitSettings::from_stored(v) {
                 Ok(s) => s,
                 Err(e) => {
                     tracing::warn!("the automatic splits' settings do not read ({e}): none begins until they are set again (`basalt admin slots --split-above-mb N`)");
@@ -292,7 +305,9 @@ impl AutoSplits {
                 }
             },
         };
-        let off = settings.split_above_mb == 0 && settings.split_above_writes_per_s == 0;
+        let off = settings.split_above_mb == 0
+            && settings.split_above_writes_per_s == 0
+            && settings.merge_below_mb == 0;
         if off
             || FEATURES
                 .iter()
@@ -309,8 +324,10 @@ impl AutoSplits {
             });
         let (statuses, _) = replicas.member_statuses(STATUS_WAIT, false).await;
         let now = Instant::now();
+        let now_ms = crate::replicas::now_ms().max(0) as u64;
+        let settle_ms = u64::from(settings.settle_secs) * 1000;
         let cap = replicas.settings().group_cap();
-        let room = map.next_group.max(map.shards + 1) <= cap && !busy_member;
+        let room = map.next_group.max(map.shards + 1) <= cap;
         let mut held: BTreeMap<GroupId, u32> = BTreeMap::new();
         for slot in 0..map.slots() {
             *held.entry(map.group_of_slot(slot)).or_default() += 1;
@@ -318,7 +335,6 @@ impl AutoSplits {
         let weighed: Vec<Weighed> = {
             let mut state = self.0.lock().map_err(poisoned)?;
             state.last_look = Some(now);
-            state.split_at.retain(|_, at| at.elapsed() < SPLIT_SETTLE);
             state.applied.retain(|g, _| held.contains_key(g));
             let mut weighed = Vec::new();
             for (&g, &slots) in &held {
@@ -354,35 +370,46 @@ impl AutoSplits {
                     .filter(|(at, _)| now.duration_since(*at) >= LOAD_WINDOW)
                     .zip(last)
                     .map(|(first, last)| rate(first).min(rate(last)));
+                let settled = !busy_member
+                    && map
+                        .settled
+                        .get(&g)
+                        .is_none_or(|&at| now_ms.saturating_sub(at) >= settle_ms);
                 weighed.push(Weighed {
                     group: g,
                     bytes: status.bytes,
                     writes_per_s,
                     slots,
-                    may_split: room && !state.split_at.contains_key(&g),
+                    settled,
+                    room,
                 });
             }
             weighed
         };
-        let Some((group, reason)) = choose(&weighed, &settings) else {
+        if let Some((group, reason)) = choose(&weighed, &settings) {
+            let split = begin(replicas, group).await?;
+            tracing::info!(parent = %group, child = %split.child, reason = reason.name(), "a group splits by itself");
+            metrics::counter!("basalt_splits_auto_total", "reason" => reason.name()).increment(1);
             return Ok(());
-        };
-        let split = begin(replicas, group).await?;
-        tracing::info!(parent = %group, child = %split.child, reason = reason.name(), "a group splits by itself");
-        metrics::counter!("basalt_splits_auto_total", "reason" => reason.name()).increment(1);
+        }
+        if let Some((source, target)) =
+            choose_merge(&weighed, &settings, map.shards, |g| map.merge_target(g))
+        {
+            begin_merge(replicas, source, Some(target)).await?;
+            tracing::info!(%source, %target, "a small group merges by itself");
+            metrics::counter!("basalt_merges_auto_total", "reason" => AutoReason::Small.name())
+                .increment(1);
+        }
         Ok(())
     }
 
-    /// A split of `parent` to `child` is done: neither splits by itself for `SPLIT_SETTLE`,
-    /// and their writes a second are counted afresh.
-    fn settle(&self, parent: GroupId, child: GroupId) {
+    /// A split or merge between `a` and `b` is done: their writes a second are counted afresh.
+    fn settle(&self, a: GroupId, b: GroupId) {
         let mut state = match self.0.lock() {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
         };
-        let now = Instant::now();
-        for g in [parent, child] {
-            state.split_at.insert(g, now);
+        for g in [a, b] {
             state.applied.remove(&g);
         }
     }
@@ -419,18 +446,77 @@ pub async fn begin(replicas: &Replicas, parent: GroupId) -> Result<SplitInProgre
     Ok(split)
 }
 
+/// Records a merge of every slot `source` holds into `into`, or by default into the group of
+/// its family holding fewest slots (`SlotMap::merge_target`: for a split's child, the group
+/// it was split from) — `basalt admin merge`. Refused as `begin` refuses, and for a group
+/// that holds no slot or has no group to go into.
+pub async fn begin_merge(
+    replicas: &Replicas,
+    source: GroupId,
+    into: Option<GroupId>,
+) -> Result<SplitInProgress> {
+    if let Some(off) = FEATURES
+        .iter()
+        .find(|f| !crate::services::upgrade::is_on(replicas, f))
+    {
+        return Err(Error::InvalidOperation(format!(
+            "merges are off until every member runs a build with `{off}` and the cluster \
+             finalized it (`basalt admin upgrade status`)"
+        )));
+    }
+    let (before, mut map) = current_at_leader(replicas).await?;
+    let target = match into {
+        Some(t) => t,
+        None => map.merge_target(source).ok_or_else(|| {
+            Error::InvalidOperation(format!(
+                "group {source} has no group to merge into: name one with --into"
+            ))
+        })?,
+    };
+    let merge = map
+        .begin_merge(source, target)
+        .map_err(Error::InvalidOperation)?;
+    save(replicas, before, &map).await?;
+    tracing::info!(%source, %target, slots = merge.slots.len(), epoch = merge.epoch, "merge begun");
+    metrics::counter!("basalt_merges_begun_total").increment(1);
+    Ok(merge)
+}
+
+/// Takes a retired group out of the placement record (when the cluster keeps one), so that
+/// placement and the rebalancer stop keeping replicas of it.
+async fn unplace(replicas: &Replicas, group: GroupId) -> Result<()> {
+    replicas
+        .update_meta_record(Namespace::Cluster, rebalance::PLACEMENT_KEY, 5, |raw| {
+            let Some(raw) = raw else {
+                return Ok(None);
+            };
+            let mut record: rebalance::PlacementRecord = serde_json::from_value(raw.clone())?;
+            if record.groups.remove(&group).is_none() {
+                return Ok(None);
+            }
+            Ok(Some(serde_json::to_value(&record)?))
+        })
+        .await?;
+    Ok(())
+}
+
 /// When the split of each child was switched, as this metadata leader saw it (a new leader
 /// waits the grace again).
 #[derive(Default)]
-pub struct Switched(Mutex<BTreeMap<GroupId, Instant>>);
+pub struct Switched(Mutex<BTreeMap<(GroupId, u64), Instant>>);
 
 impl Switched {
-    fn since(&self, child: GroupId) -> Duration {
+    /// How long ago the map switched for `child` at `epoch` (a merge's target may take in
+    /// slots again at a later epoch); what is older is forgotten.
+    fn since(&self, child: GroupId, epoch: u64) -> Duration {
         let mut at = match self.0.lock() {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
         };
-        at.entry(child).or_insert_with(Instant::now).elapsed()
+        at.retain(|&(_, e), _| e >= epoch);
+        at.entry((child, epoch))
+            .or_insert_with(Instant::now)
+            .elapsed()
     }
 }
 
@@ -442,7 +528,21 @@ pub async fn round(replicas: &Replicas, switched: &Switched, auto: &AutoSplits) 
         return auto.round(replicas, &map).await;
     };
     let started = Instant::now();
+    let merge = split.kind == MoveKind::Merge;
     match split.phase {
+        SplitPhase::Begun if merge => {
+            // The target takes imports of the source's slots (and refuses writes to them), then
+            // the source freezes them: from then on its objects stay as they are copied.
+            let incoming = Incoming {
+                from: split.parent,
+                slots: split.slots.clone(),
+                total: map.slots(),
+                epoch: split.epoch,
+                adopted: false,
+            };
+            propose_done(replicas, split.child, Command::OpenImports(incoming)).await?;
+            freeze(replicas, &mut map, &split).await?;
+        }
         SplitPhase::Begun if split.voters.is_empty() => {
             // The child's voters, chosen once: the parent's, as its leader reports them.
             let (statuses, _) = replicas.member_statuses(STATUS_WAIT, false).await;
@@ -460,17 +560,7 @@ pub async fn round(replicas: &Replicas, switched: &Switched, auto: &AutoSplits) 
         }
         SplitPhase::Begun => {
             start_child(replicas, &split).await?;
-            let frozen = Frozen {
-                child: split.child,
-                slots: split.slots.clone(),
-                total: map.slots(),
-                epoch: split.epoch,
-                dropped_through: None,
-            };
-            crate::failpoints::pause("split-before-freeze").await;
-            propose_done(replicas, split.parent, Command::FreezeSlots(frozen)).await?;
-            set_phase(&mut map, split.child, SplitPhase::Frozen, None);
-            tracing::info!(parent = %split.parent, child = %split.child, "split: slots frozen");
+            freeze(replicas, &mut map, &split).await?;
         }
         SplitPhase::Frozen => {
             let mut cursor = split.cursor.as_deref().map(decode_cursor).transpose()?;
@@ -496,14 +586,27 @@ pub async fn round(replicas: &Replicas, switched: &Switched, auto: &AutoSplits) 
         }
         SplitPhase::Copied => {
             // No page a former metadata leader still sends is taken once the map names the
-            // child: it would undo the child's own writes.
-            propose_done(replicas, split.child, Command::SealImports).await?;
+            // child: it would undo the child's own writes. (A merge's target refuses writes to
+            // the slots until it adopts them, after the switch.)
+            if !merge {
+                propose_done(replicas, split.child, Command::SealImports).await?;
+            }
             crate::failpoints::pause("split-sealed").await;
             map.switch(split.child).map_err(Error::Internal)?;
-            tracing::info!(parent = %split.parent, child = %split.child, epoch = split.epoch, "split: the map names the child");
+            tracing::info!(parent = %split.parent, child = %split.child, epoch = split.epoch, kind = ?split.kind, "split: the map names the child");
         }
         SplitPhase::Switched => {
-            if switched.since(split.child) < SWITCH_GRACE {
+            if merge {
+                // The map names the target: it takes writes to the slots (a writer refused
+                // meanwhile tries again a moment later) and no more imports. Done already is
+                // done; a node routing by a map older than the split it once made is refused.
+                let adopt = Command::AdoptSlots {
+                    from: split.parent,
+                    epoch: split.epoch,
+                };
+                propose_done(replicas, split.child, adopt).await?;
+            }
+            if switched.since(split.child, split.epoch) < SWITCH_GRACE {
                 return Ok(());
             }
             let mut left = true;
@@ -527,13 +630,38 @@ pub async fn round(replicas: &Replicas, switched: &Switched, auto: &AutoSplits) 
             if left {
                 return Ok(());
             }
-            map.splits.retain(|s| s.child != split.child);
+            map.finish(split.child, crate::replicas::now_ms().max(0) as u64);
             auto.settle(split.parent, split.child);
-            metrics::counter!("basalt_splits_total").increment(1);
-            tracing::info!(parent = %split.parent, child = %split.child, "split done");
+            if merge {
+                if map.retired.contains(&split.parent) {
+                    unplace(replicas, split.parent).await?;
+                }
+                metrics::counter!("basalt_merges_total").increment(1);
+                tracing::info!(source = %split.parent, target = %split.child, "merge done");
+            } else {
+                metrics::counter!("basalt_splits_total").increment(1);
+                tracing::info!(parent = %split.parent, child = %split.child, "split done");
+            }
         }
     }
     save(replicas, before, &map).await
+}
+
+/// Freezes the split's or merge's slots in its source (`FreezeSlots`): from then on their
+/// objects stay as they are copied. The map's record goes to the `Frozen` phase.
+async fn freeze(replicas: &Replicas, map: &mut SlotMap, split: &SplitInProgress) -> Result<()> {
+    let frozen = Frozen {
+        child: split.child,
+        slots: split.slots.clone(),
+        total: map.slots(),
+        epoch: split.epoch,
+        dropped_through: None,
+    };
+    crate::failpoints::pause("split-before-freeze").await;
+    propose_done(replicas, split.parent, Command::FreezeSlots(frozen)).await?;
+    set_phase(map, split.child, SplitPhase::Frozen, None);
+    tracing::info!(parent = %split.parent, child = %split.child, kind = ?split.kind, "slots frozen");
+    Ok(())
 }
 
 fn set_phase(map: &mut SlotMap, child: GroupId, phase: SplitPhase, cursor: Option<String>) {
@@ -779,7 +907,8 @@ mod tests {
             bytes: mb << 20,
             writes_per_s,
             slots: 64,
-            may_split: true,
+            settled: true,
+            room: true,
         }
     }
 
@@ -830,16 +959,88 @@ mod tests {
         let off = SplitSettings {
             split_above_mb: 0,
             split_above_writes_per_s: 0,
+            ..SplitSettings::default()
         };
         let groups = [weighed(1, 10_000, Some(1e6))];
         assert_eq!(choose(&groups, &off), None);
         let mut settled = weighed(1, 10_000, Some(1e6));
-        settled.may_split = false;
+        settled.settled = false;
         assert_eq!(choose(&[settled], &SplitSettings::default()), None);
+        let mut no_id_left = weighed(1, 10_000, Some(1e6));
+        no_id_left.room = false;
+        assert_eq!(choose(&[no_id_left], &SplitSettings::default()), None);
         // Exactly at the limit is not above it.
         assert_eq!(
             choose(&[weighed(1, 256, Some(3_000.0))], &SplitSettings::default()),
             None
         );
+    }
+
+    /// Groups 1–4 are the shards'; 5 and 6 were split off 1, 7 off 2. Each merges back into
+    /// the group given by `target_of` (here: 1 for 5 and 6, 2 for 7).
+    fn family(g: GroupId) -> Option<GroupId> {
+        match g.get() {
+            5 | 6 => Some(GroupId::new(1)),
+            7 => Some(GroupId::new(2)),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn the_smallest_quiet_child_merges_back_below_the_limit() {
+        let settings = SplitSettings::default();
+        let groups = [
+            weighed(1, 20, Some(5.0)),
+            weighed(2, 10, Some(5.0)),
+            weighed(5, 30, Some(5.0)),
+            weighed(6, 25, Some(5.0)),
+            weighed(7, 30, Some(5.0)),
+        ];
+        // 6 + 1 = 45 MiB and 7 + 2 = 40 MiB are under 64: the smaller sum goes first. 5 + 1 =
+        // 50 would go too, later. Groups of the shards are never merged away.
+        assert_eq!(
+            choose_merge(&groups, &settings, 4, family),
+            Some((GroupId::new(7), GroupId::new(2)))
+        );
+        // Busy (a quarter of the load limit or more), not watched a whole window, or lately
+        // split: left.
+        let mut busy = groups;
+        busy[4].writes_per_s = Some(750.0);
+        busy[3].writes_per_s = None;
+        busy[2].settled = false;
+        assert_eq!(choose_merge(&busy, &settings, 4, family), None);
+        // Their target busy: left too.
+        let mut target_busy = groups;
+        target_busy[1].writes_per_s = Some(1_000.0);
+        assert_eq!(
+            choose_merge(&target_busy, &settings, 4, family),
+            Some((GroupId::new(6), GroupId::new(1)))
+        );
+        // At or above the limit together, or merges off: none.
+        let big = [weighed(1, 40, Some(1.0)), weighed(5, 24, Some(1.0))];
+        assert_eq!(choose_merge(&big, &settings, 4, family), None);
+        let off = SplitSettings {
+            merge_below_mb: 0,
+            ..settings
+        };
+        assert_eq!(choose_merge(&groups, &off, 4, family), None);
+        // With no load limit, quiet is under a quarter of the default one.
+        let no_load = SplitSettings {
+            split_above_writes_per_s: 0,
+            ..settings
+        };
+        let mut loud = groups;
+        loud[4].writes_per_s = Some(1e6);
+        loud[1].writes_per_s = Some(700.0);
+        assert_eq!(
+            choose_merge(&loud, &no_load, 4, family),
+            Some((GroupId::new(6), GroupId::new(1)))
+        );
+        // A record from before merges with automatic splits off keeps merges off.
+        let old = SplitSettings::from_stored(json!({"splitAboveMb": 0, "splitAboveWritesPerS": 0}))
+            .expect("old record");
+        assert_eq!(old.merge_below_mb, 0);
+        let old = SplitSettings::from_stored(json!({"splitAboveMb": 100})).expect("old record");
+        assert_eq!(old.merge_below_mb, 64);
     }
 }

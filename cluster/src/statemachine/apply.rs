@@ -31,14 +31,15 @@ pub fn apply_command(st: &mut Staged<'_>, cmd: Command) -> Result<CommandResult>
             return Ok(moved);
         }
     }
-    // A paged job over a class's objects would change frozen ones after they were copied.
+    // A paged job over a class's objects would change frozen ones after they were copied, or
+    // miss those a merge is still bringing in.
     if matches!(
         cmd,
         Command::PurgeClass { .. } | Command::DeclareIndex { .. } | Command::DropIndex { .. }
-    ) && split_writes::frozen(st)?.is_some()
+    ) && split_writes::copying(st)?
     {
         return Ok(CommandResult::Rejected(Error::Conflict(format!(
-            "group {} is splitting: its objects are being copied; try again once the split is done",
+            "group {} is splitting or merging: objects are being copied; try again once it is done",
             st.group
         ))));
     }
@@ -163,6 +164,8 @@ pub fn apply_command(st: &mut Staged<'_>, cmd: Command) -> Result<CommandResult>
         Command::ImportIndexMeta(metas) => split_writes::apply_import_index_meta(st, metas),
         Command::ImportObjects(objects) => split_writes::apply_import_objects(st, objects),
         Command::SealImports => split_writes::apply_seal_imports(st),
+        Command::OpenImports(incoming) => split_writes::apply_open_imports(st, incoming),
+        Command::AdoptSlots { from, epoch } => split_writes::apply_adopt_slots(st, from, epoch),
         Command::DropSlots { child, limit } => split_writes::apply_drop_slots(st, child, limit),
         // A batch's commands are applied one by one by `apply_entry`; one nested in another
         // is never proposed (`Command::check_limits`).

@@ -275,19 +275,47 @@ pub fn copy_state(
     Ok(meta)
 }
 
+/// A whole state read by `read_state`: its meta, how many records it holds, and the value of
+/// the key it was asked to keep, if the state holds it.
+pub struct ReadState {
+    pub meta: SnapshotMeta,
+    pub records: u64,
+    pub kept: Option<Vec<u8>>,
+}
+
 /// Reads a whole state written by `write_state` from `r`, checking its format to the end
-/// marker and that nothing follows it: answers its meta and how many records it holds.
-pub fn read_state(r: &mut impl Read) -> Result<(SnapshotMeta, u64)> {
+/// marker and that nothing follows it, keeping the value of the key `keep` (a key of the
+/// state's group without the group's 4-byte prefix, as `write_state` writes keys) when given.
+pub fn read_state(r: &mut impl Read, keep: Option<&[u8]>) -> Result<ReadState> {
     let meta = read_header(r)?;
     let mut records = 0u64;
+    let mut kept = None;
     loop {
         let klen = read_u32(r)?;
         if klen == 0 {
             break;
         }
-        std::io::copy(&mut r.by_ref().take(klen as u64), &mut std::io::sink())?;
+        let wanted = keep.filter(|k| k.len() == klen);
+        let matched = match wanted {
+            Some(k) => {
+                let mut key = vec![0u8; klen];
+                r.read_exact(&mut key)?;
+                key == k
+            }
+            None => {
+                std::io::copy(&mut r.by_ref().take(klen as u64), &mut std::io::sink())?;
+                false
+            }
+        };
         let vlen = read_u32(r)?;
-        let copied = std::io::copy(&mut r.by_ref().take(vlen as u64), &mut std::io::sink())?;
+        let copied = if matched {
+            let mut value = Vec::with_capacity(vlen.min(1 << 20));
+            let n = std::io::copy(&mut r.by_ref().take(vlen as u64), &mut value)?;
+            kept = Some(value);
+            n
+        } else {
+            std::io::copy(&mut r.by_ref().take(vlen as u64), &mut std::io::sink())?
+        };
         if copied != vlen as u64 {
             return Err(Error::Storage("the state ends inside a record".into()));
         }
@@ -296,7 +324,11 @@ pub fn read_state(r: &mut impl Read) -> Result<(SnapshotMeta, u64)> {
     if r.read(&mut [0u8; 1])? != 0 {
         return Err(Error::Storage("bytes follow the state's end".into()));
     }
-    Ok((meta, records))
+    Ok(ReadState {
+        meta,
+        records,
+        kept,
+    })
 }
 
 /// Points `current` at `path` and removes older snapshot files.

@@ -2,7 +2,9 @@
 //! routed by the map naming the child without them — its index counts and walks included —
 //! and a read routed by an older map with them, until it drops them; from then on such a read
 //! is refused `Moved` (the reader takes up the newer map), as is an object read of a slot it
-//! no longer answers for. Reads go through `local_read::serve_read`, as a leader serves them.
+//! no longer answers for. A merge is the way back: the target takes in the source's slots,
+//! leaving them out of reads by an older map until the map names it for them. Reads go through
+//! `local_read::serve_read`, as a leader serves them.
 
 use std::collections::BTreeSet;
 
@@ -19,7 +21,7 @@ use crate::local_read::serve_read;
 use crate::query::aggregate::{AggregateRequest, AggregateSpec};
 use crate::query::filter::Filter;
 use crate::query::{ScanRequest, SortKey};
-use crate::slots::Frozen;
+use crate::slots::{Frozen, Incoming};
 use crate::storage::keys::{self, CF_SM};
 use crate::storage::Store;
 use crate::update::parse_updates;
@@ -36,6 +38,36 @@ fn run(store: &Store, group: GroupId, cmd: Command) -> CommandResult {
         .write(st.into_batch().expect("batch"), true)
         .expect("write");
     r
+}
+
+fn create(id: &str, n: i64) -> Command {
+    let body = json!({"n": n, "tag": format!("t{}", n % 5)});
+    Command::CreateObject {
+        app: "a".into(),
+        class: "C".into(),
+        object_id: id.into(),
+        now_ms: 1_000 + n,
+        updates: parse_updates(body.as_object().expect("body")).expect("updates"),
+    }
+}
+
+/// The stored objects of `ids` in `group`, as a copy page carries them.
+fn exported<'a>(
+    store: &Store,
+    group: GroupId,
+    ids: impl IntoIterator<Item = &'a String>,
+) -> Vec<ImportedObject> {
+    ids.into_iter()
+        .map(|id| ImportedObject {
+            app: "a".into(),
+            class: "C".into(),
+            object_id: id.clone(),
+            stored: store
+                .get(CF_SM, &keys::object_key(group, "a", "C", id))
+                .expect("get")
+                .expect("stored"),
+        })
+        .collect()
 }
 
 fn frozen_slot(id: &str) -> bool {
@@ -163,17 +195,14 @@ fn moved(r: Result<impl std::fmt::Debug, Error>) -> bool {
 fn reads_across_a_split_count_every_object_once() {
     let dir = tempfile::tempdir().expect("dir");
     let store = Store::open(dir.path()).expect("store");
+    split_story(&store);
+}
+
+/// The split story on `store`: the objectIds the parent kept and those the child holds.
+fn split_story(store: &Store) -> (BTreeSet<String>, BTreeSet<String>) {
     let ids: Vec<String> = (0..240).map(|i| format!("obj{i:04}")).collect();
     for (i, id) in ids.iter().enumerate() {
-        let body = json!({"n": i, "tag": format!("t{}", i % 5)});
-        let create = Command::CreateObject {
-            app: "a".into(),
-            class: "C".into(),
-            object_id: id.as_str().into(),
-            now_ms: 1_000 + i as i64,
-            updates: parse_updates(body.as_object().expect("body")).expect("updates"),
-        };
-        run(&store, PARENT, create);
+        run(store, PARENT, create(id, i as i64));
     }
     let moving: BTreeSet<String> = ids.iter().filter(|id| frozen_slot(id)).cloned().collect();
     let kept: BTreeSet<String> = ids.iter().filter(|id| !frozen_slot(id)).cloned().collect();
@@ -188,71 +217,54 @@ fn reads_across_a_split_count_every_object_once() {
         dropped_through: None,
     };
     assert_eq!(
-        run(&store, PARENT, Command::FreezeSlots(freeze)),
+        run(store, PARENT, Command::FreezeSlots(freeze)),
         CommandResult::Done
     );
-    let imported: Vec<ImportedObject> = moving
-        .iter()
-        .map(|id| ImportedObject {
-            app: "a".into(),
-            class: "C".into(),
-            object_id: id.clone(),
-            stored: store
-                .get(CF_SM, &keys::object_key(PARENT, "a", "C", id))
-                .expect("get")
-                .expect("stored"),
-        })
-        .collect();
+    let imported = exported(store, PARENT, &moving);
     assert_eq!(
-        run(&store, CHILD, Command::ImportObjects(imported)),
+        run(store, CHILD, Command::ImportObjects(imported)),
         CommandResult::Done
     );
 
     // Sealed before the switch: a late page of the copy cannot undo the child's own writes.
-    assert_eq!(
-        run(&store, CHILD, Command::SealImports),
-        CommandResult::Done
-    );
+    assert_eq!(run(store, CHILD, Command::SealImports), CommandResult::Done);
     assert!(matches!(
-        run(&store, CHILD, Command::ImportObjects(Vec::new())),
+        run(store, CHILD, Command::ImportObjects(Vec::new())),
         CommandResult::Rejected(Error::Conflict(_))
     ));
 
     // Before the drop: the old map's reader asks the parent alone, and sees everything.
     for ordered in [false, true] {
-        let (count, rows) = scanned(&store, &[PARENT], ordered, 0).expect("old map");
+        let (count, rows) = scanned(store, &[PARENT], ordered, 0).expect("old map");
         assert_eq!((count, rows.len() as u64), (all, all));
     }
-    assert_eq!(counted(&store, &[PARENT], 0).expect("count"), all);
-    assert_eq!(grouped(&store, &[PARENT], 0).expect("groups"), all);
+    assert_eq!(counted(store, &[PARENT], 0).expect("count"), all);
+    assert_eq!(grouped(store, &[PARENT], 0).expect("groups"), all);
     // The new map's reader asks both: every object once, however the shards are read.
     for ordered in [false, true] {
-        let (count, rows) = scanned(&store, &[PARENT], ordered, EPOCH).expect("parent");
+        let (count, rows) = scanned(store, &[PARENT], ordered, EPOCH).expect("parent");
         assert_eq!(rows, kept, "ordered {ordered}");
         assert_eq!(count, kept.len() as u64);
-        let (count, rows) = scanned(&store, &[PARENT, CHILD], ordered, EPOCH).expect("both");
+        let (count, rows) = scanned(store, &[PARENT, CHILD], ordered, EPOCH).expect("both");
         assert_eq!((count, rows.len() as u64), (all, all), "ordered {ordered}");
     }
     assert_eq!(
-        counted(&store, &[PARENT], EPOCH).expect("count"),
+        counted(store, &[PARENT], EPOCH).expect("count"),
         kept.len() as u64
     );
+    assert_eq!(counted(store, &[PARENT, CHILD], EPOCH).expect("count"), all);
     assert_eq!(
-        counted(&store, &[PARENT, CHILD], EPOCH).expect("count"),
+        grouped(store, &[PARENT, CHILD], EPOCH).expect("groups"),
         all
     );
+    assert_eq!(stored_ids(store, PARENT, EPOCH).expect("stored"), kept);
     assert_eq!(
-        grouped(&store, &[PARENT, CHILD], EPOCH).expect("groups"),
-        all
-    );
-    assert_eq!(stored_ids(&store, PARENT, EPOCH).expect("stored"), kept);
-    assert_eq!(
-        stored_ids(&store, PARENT, 0).expect("stored").len(),
+        stored_ids(store, PARENT, 0).expect("stored").len(),
         ids.len()
     );
     let some_moving = moving.iter().next().expect("one");
     assert!(
-        get(&store, some_moving).expect("get").is_some(),
+        get(store, some_moving).expect("get").is_some(),
         "frozen, not dropped"
     );
 
@@ -267,12 +279,12 @@ fn reads_across_a_split_count_every_object_once() {
     };
     assert!(
         matches!(
-            run(&store, PARENT, other),
+            run(store, PARENT, other),
             CommandResult::Rejected(Error::Conflict(_))
         ),
         "a drop for another split's child"
     );
-    let first = run(&store, PARENT, drop(10));
+    let first = run(store, PARENT, drop(10));
     assert!(
         matches!(
             first,
@@ -283,35 +295,194 @@ fn reads_across_a_split_count_every_object_once() {
         ),
         "{first:?}"
     );
-    assert!(moved(scanned(&store, &[PARENT], false, 0)));
-    assert!(moved(counted(&store, &[PARENT], 0)));
-    assert!(moved(grouped(&store, &[PARENT], 0)));
-    assert!(moved(stored_ids(&store, PARENT, 0)));
+    assert!(moved(scanned(store, &[PARENT], false, 0)));
+    assert!(moved(counted(store, &[PARENT], 0)));
+    assert!(moved(grouped(store, &[PARENT], 0)));
+    assert!(moved(stored_ids(store, PARENT, 0)));
     assert!(
-        moved(get(&store, some_moving)),
+        moved(get(store, some_moving)),
         "a moved object is read from the child"
     );
-    assert_eq!(
-        counted(&store, &[PARENT, CHILD], EPOCH).expect("count"),
-        all
-    );
+    assert_eq!(counted(store, &[PARENT, CHILD], EPOCH).expect("count"), all);
 
     // Dropped whole: the slots stay given away.
-    while let CommandResult::Purged { next: Some(_), .. } = run(&store, PARENT, drop(1_000)) {}
-    assert!(moved(counted(&store, &[PARENT], 0)));
-    assert!(moved(get(&store, some_moving)));
+    while let CommandResult::Purged { next: Some(_), .. } = run(store, PARENT, drop(1_000)) {}
+    assert!(moved(counted(store, &[PARENT], 0)));
+    assert!(moved(get(store, some_moving)));
     let some_kept = kept.iter().next().expect("one");
-    assert!(get(&store, some_kept).expect("get").is_some());
+    assert!(get(store, some_kept).expect("get").is_some());
     for ordered in [false, true] {
-        let (count, rows) = scanned(&store, &[PARENT, CHILD], ordered, EPOCH).expect("both");
+        let (count, rows) = scanned(store, &[PARENT, CHILD], ordered, EPOCH).expect("both");
         assert_eq!((count, rows.len() as u64), (all, all), "ordered {ordered}");
     }
     assert_eq!(
-        counted(&store, &[PARENT], EPOCH).expect("count"),
+        counted(store, &[PARENT], EPOCH).expect("count"),
         kept.len() as u64
     );
+    assert_eq!(counted(store, &[PARENT, CHILD], EPOCH).expect("count"), all);
+    (kept, moving)
+}
+
+/// Story — the child merges back into its parent at epoch `EPOCH + 1`: the parent opens its
+/// imports for the child's slots (writes to them refused `Moved`, imports of other slots
+/// refused), the child freezes them and they are copied; a reader of the split's map reads
+/// both without counting an object twice; the parent adopts them (writes taken, imports
+/// over) and a reader of the merge's map reads the parent alone; the child drops them, and
+/// readers of older maps are refused `Moved` by both.
+#[test]
+fn a_merge_back_into_the_parent_counts_every_object_once() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = Store::open(dir.path()).expect("store");
+    let (kept, mut moving) = split_story(&store);
+    // The child's own write, after the switch.
+    let own = (0..)
+        .map(|i| format!("own{i}"))
+        .find(|id| frozen_slot(id))
+        .expect("an id in the child's slots");
+    assert!(matches!(
+        run(&store, CHILD, create(&own, 7)),
+        CommandResult::Created { .. }
+    ));
+    moving.insert(own.clone());
+    let all = (kept.len() + moving.len()) as u64;
+    let merged = EPOCH + 1;
+    let slots: BTreeSet<u32> = (0..TOTAL).filter(|s| s.is_multiple_of(2)).collect();
+
+    let open = Command::OpenImports(Incoming {
+        from: CHILD,
+        slots: slots.clone(),
+        total: TOTAL,
+        epoch: merged,
+        adopted: false,
+    });
+    assert_eq!(run(&store, PARENT, open.clone()), CommandResult::Done);
+    assert_eq!(run(&store, PARENT, open), CommandResult::Done, "again");
+    let freeze = Frozen {
+        child: PARENT,
+        slots,
+        total: TOTAL,
+        epoch: merged,
+        dropped_through: None,
+    };
+    assert_eq!(
+        run(&store, CHILD, Command::FreezeSlots(freeze)),
+        CommandResult::Done
+    );
+    let refused = CommandResult::Rejected(Error::Moved { epoch: merged });
+    let another = (0..)
+        .map(|i| format!("new{i}"))
+        .find(|id| frozen_slot(id))
+        .expect("an id in the child's slots");
+    assert_eq!(run(&store, CHILD, create(&another, 1)), refused);
+    assert_eq!(
+        run(&store, PARENT, create(&another, 1)),
+        refused,
+        "not the parent's before it adopts the slot"
+    );
+    let stray = exported(&store, PARENT, kept.iter().take(1));
+    assert!(
+        matches!(
+            run(&store, PARENT, Command::ImportObjects(stray)),
+            CommandResult::Rejected(Error::InvalidOperation(_))
+        ),
+        "an import of a slot the parent keeps"
+    );
+    assert_eq!(
+        run(
+            &store,
+            PARENT,
+            Command::ImportObjects(exported(&store, CHILD, &moving))
+        ),
+        CommandResult::Done
+    );
+
+    // The split's map names both: every object once, by every way of reading.
+    for ordered in [false, true] {
+        let (count, rows) = scanned(&store, &[PARENT, CHILD], ordered, EPOCH).expect("both");
+        assert_eq!((count, rows.len() as u64), (all, all), "ordered {ordered}");
+        let (_, rows) = scanned(&store, &[PARENT], ordered, EPOCH).expect("parent");
+        assert_eq!(rows, kept, "the parent without what it takes in");
+    }
     assert_eq!(
         counted(&store, &[PARENT, CHILD], EPOCH).expect("count"),
         all
     );
+    assert_eq!(
+        grouped(&store, &[PARENT, CHILD], EPOCH).expect("groups"),
+        all
+    );
+
+    // Adopted: writes to the slots are the parent's, imports are over.
+    assert_eq!(
+        run(
+            &store,
+            PARENT,
+            Command::AdoptSlots {
+                from: CHILD,
+                epoch: merged
+            }
+        ),
+        CommandResult::Done
+    );
+    assert!(matches!(
+        run(&store, PARENT, Command::ImportObjects(Vec::new())),
+        CommandResult::Rejected(Error::Conflict(_))
+    ));
+    assert!(matches!(
+        run(&store, PARENT, create(&another, 1)),
+        CommandResult::Created { .. }
+    ));
+    // Steps of this merge or an earlier one, sent late by a former metadata leader, change
+    // nothing.
+    let stale = Command::OpenImports(Incoming {
+        from: GroupId::new(6),
+        slots: BTreeSet::from([1]),
+        total: TOTAL,
+        epoch: EPOCH,
+        adopted: false,
+    });
+    assert!(matches!(
+        run(&store, PARENT, stale),
+        CommandResult::Rejected(Error::Conflict(_))
+    ));
+    assert!(matches!(
+        run(
+            &store,
+            PARENT,
+            Command::AdoptSlots {
+                from: CHILD,
+                epoch: EPOCH
+            }
+        ),
+        CommandResult::Rejected(Error::Conflict(_))
+    ));
+    let all = all + 1;
+    // The merge's map names the parent alone.
+    for ordered in [false, true] {
+        let (count, rows) = scanned(&store, &[PARENT], ordered, merged).expect("merged");
+        assert_eq!((count, rows.len() as u64), (all, all), "ordered {ordered}");
+    }
+    assert_eq!(counted(&store, &[PARENT], merged).expect("count"), all);
+    assert_eq!(grouped(&store, &[PARENT], merged).expect("groups"), all);
+
+    // The child drops what it gave: the split's map is refused by it; a map from before the
+    // split is refused by the parent, which took the slots back.
+    while let CommandResult::Purged { next: Some(_), .. } = run(
+        &store,
+        CHILD,
+        Command::DropSlots {
+            child: PARENT,
+            limit: 50,
+        },
+    ) {}
+    assert!(matches!(
+        counted(&store, &[CHILD], EPOCH),
+        Err(Error::Moved { epoch }) if epoch == merged
+    ));
+    assert!(matches!(
+        counted(&store, &[PARENT], 0),
+        Err(Error::Moved { epoch: EPOCH })
+    ));
+    assert_eq!(counted(&store, &[PARENT], merged).expect("count"), all);
+    assert!(get(&store, &own).expect("get").is_some());
 }

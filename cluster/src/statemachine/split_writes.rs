@@ -5,7 +5,9 @@
 //! from the parent's as stored: each object's index entries, tallies, counts and usage are made
 //! by the code that makes them for every write (`index_upkeep`, `usage_writes`), and no change
 //! is logged (the objects did not change). `DropSlots` deletes the moved objects from the parent
-//! a page at a time and forgets the freeze when none is left. Neighbours: `apply` (dispatch),
+//! a page at a time and forgets the freeze when none is left. A merge's target opens its
+//! imports for the slots it takes in (`OpenImports`: writes to them refused `Moved` meanwhile)
+//! and adopts them once the map names it (`AdoptSlots`). Neighbours: `apply` (dispatch),
 //! `staged`, `ids::slot_for`.
 
 use super::index_upkeep;
@@ -17,7 +19,7 @@ use crate::ids::{slot_for, GroupId};
 use crate::names::AppId;
 use crate::object::StoredObject;
 use crate::query::index::IndexMeta;
-use crate::slots::{Frozen, GroupSplits};
+use crate::slots::{Frozen, GroupSplits, Incoming};
 use crate::storage::keys;
 use crate::usage::UsageDelta;
 
@@ -34,7 +36,7 @@ fn state(st: &mut Staged<'_>) -> Result<GroupSplits> {
 
 fn put_state(st: &mut Staged<'_>, s: GroupSplits) -> Result<()> {
     let key = keys::split_key(st.group);
-    if s.frozen.is_none() && s.gone.is_empty() && !s.sealed {
+    if s == GroupSplits::default() {
         st.delete(key.clone());
     } else {
         st.put(key.clone(), serde_json::to_vec(&s)?);
@@ -44,8 +46,16 @@ fn put_state(st: &mut Staged<'_>, s: GroupSplits) -> Result<()> {
 }
 
 /// The split under way: the slots the group froze for it.
+#[cfg(test)]
 pub(super) fn frozen(st: &mut Staged<'_>) -> Result<Option<Frozen>> {
     Ok(state(st)?.frozen)
+}
+
+/// Whether objects are being copied out of the group (it froze slots for a split or merge)
+/// or into it (a merge's imports are open).
+pub(super) fn copying(st: &mut Staged<'_>) -> Result<bool> {
+    let s = state(st)?;
+    Ok(s.frozen.is_some() || s.incoming.is_some_and(|i| !i.adopted))
 }
 
 /// A write to an object of a frozen slot, or of one given away, is refused: it belongs to the
@@ -61,28 +71,42 @@ pub(super) fn refuse_frozen(
         return Ok(None);
     }
     let slot = slot_for(app, class, object_id, s.total);
-    let epoch = match &s.frozen {
-        Some(f) if f.slots.contains(&slot) => Some(f.epoch),
+    let epoch = match (&s.frozen, &s.incoming) {
+        (Some(f), _) if f.slots.contains(&slot) => Some(f.epoch),
+        // A merge's slot before the group adopts it is still its source's.
+        (_, Some(i)) if !i.adopted && i.slots.contains(&slot) => Some(i.epoch),
         _ => s.gone.get(&slot).map(|&(_, epoch)| epoch),
     };
     Ok(epoch.map(|epoch| CommandResult::Rejected(Error::Moved { epoch })))
 }
 
+/// A set of slots to `what` that cannot be: none, one past `total`, or of another number of
+/// slots than the group's.
+fn refuse_slots(
+    s: &GroupSplits,
+    slots: &std::collections::BTreeSet<u32>,
+    total: u32,
+    what: &str,
+) -> Option<CommandResult> {
+    if total == 0 || slots.is_empty() || slots.iter().any(|&x| x >= total) {
+        return Some(CommandResult::Rejected(Error::InvalidOperation(format!(
+            "slots to {what} must be some of 0..{total}"
+        ))));
+    }
+    (s.total != 0 && s.total != total).then(|| {
+        CommandResult::Rejected(Error::InvalidOperation(format!(
+            "the group's slots are of {}, not {total}",
+            s.total
+        )))
+    })
+}
+
 /// Freezes `slots` for `child` (the same freeze again is done already; another while one is
 /// kept is refused, and so are slots given away already).
 pub(super) fn apply_freeze(st: &mut Staged<'_>, next: Frozen) -> Result<CommandResult> {
-    if next.total == 0 || next.slots.is_empty() || next.slots.iter().any(|&s| s >= next.total) {
-        return Ok(CommandResult::Rejected(Error::InvalidOperation(format!(
-            "slots to freeze must be some of 0..{}",
-            next.total
-        ))));
-    }
     let mut s = state(st)?;
-    if s.total != 0 && s.total != next.total {
-        return Ok(CommandResult::Rejected(Error::InvalidOperation(format!(
-            "the group's slots are of {}, not {}",
-            s.total, next.total
-        ))));
+    if let Some(refused) = refuse_slots(&s, &next.slots, next.total, "freeze") {
+        return Ok(refused);
     }
     match &s.frozen {
         Some(f) if f.child == next.child && f.slots == next.slots && f.epoch == next.epoch => {
@@ -136,6 +160,18 @@ pub(super) fn apply_import_objects(
     if let Some(refused) = refuse_sealed(st)? {
         return Ok(refused);
     }
+    // A merge's target takes objects of the slots it takes in, and no other.
+    if let Some(i) = state(st)?.incoming {
+        if let Some(o) = objects.iter().find(|o| {
+            !i.slots
+                .contains(&slot_for(&o.app, &o.class, &o.object_id, i.total))
+        }) {
+            return Ok(CommandResult::Rejected(Error::InvalidOperation(format!(
+                "object {} of {} is not of a slot group {} takes in",
+                o.object_id, o.class, st.group
+            ))));
+        }
+    }
     // Every object is read before anything is staged: one that does not decode refuses the
     // command whole.
     let mut decoded = Vec::with_capacity(objects.len());
@@ -166,14 +202,96 @@ pub(super) fn apply_import_objects(
     Ok(CommandResult::Done)
 }
 
-/// `Conflict` once the group sealed its imports (`SealImports`).
+/// `Conflict` once the group sealed its imports (`SealImports`) and no merge into it takes
+/// imports, or once the merge into it adopted its slots.
 fn refuse_sealed(st: &mut Staged<'_>) -> Result<Option<CommandResult>> {
-    Ok(state(st)?.sealed.then(|| {
+    let s = state(st)?;
+    let open = match &s.incoming {
+        Some(i) => !i.adopted,
+        None => !s.sealed,
+    };
+    Ok((!open).then(|| {
         CommandResult::Rejected(Error::Conflict(format!(
             "group {} takes no more imports: the slot map names it",
             st.group
         )))
     }))
+}
+
+/// Opens the group to a merge's imports: `next.slots` are taken in from `next.from`. The same
+/// again is done already; another while one is not adopted is refused, and so is one while
+/// the group freezes slots. The merge before it, adopted, leaves its epoch as the read floor.
+pub(super) fn apply_open_imports(st: &mut Staged<'_>, next: Incoming) -> Result<CommandResult> {
+    let mut s = state(st)?;
+    if let Some(refused) = refuse_slots(&s, &next.slots, next.total, "take in") {
+        return Ok(refused);
+    }
+    if let Some(f) = &s.frozen {
+        return Ok(CommandResult::Rejected(Error::Conflict(format!(
+            "group {} is splitting slots off to group {}",
+            st.group, f.child
+        ))));
+    }
+    match &s.incoming {
+        Some(i) if i.from == next.from && i.slots == next.slots && i.epoch == next.epoch => {
+            return Ok(CommandResult::Done)
+        }
+        // A step of an earlier merge, sent late by a former metadata leader.
+        Some(i) if next.epoch <= i.epoch => {
+            return Ok(CommandResult::Rejected(Error::Conflict(format!(
+                "group {} took in slots at epoch {} already",
+                st.group, i.epoch
+            ))))
+        }
+        Some(i) if !i.adopted => {
+            return Ok(CommandResult::Rejected(Error::Conflict(format!(
+                "group {} is taking in slots of group {} already",
+                st.group, i.from
+            ))))
+        }
+        Some(i) => s.floor = s.floor.max(i.epoch),
+        None => {}
+    }
+    s.total = next.total;
+    s.incoming = Some(Incoming {
+        adopted: false,
+        ..next
+    });
+    put_state(st, s)?;
+    Ok(CommandResult::Done)
+}
+
+/// The merge from `from` at `epoch` is copied and the map names the group for its slots: they
+/// are the group's from this entry on (writes to them taken, imports refused). Slots the group
+/// once gave away come back; a reader of a map older than their giving is refused.
+pub(super) fn apply_adopt_slots(
+    st: &mut Staged<'_>,
+    from: GroupId,
+    epoch: u64,
+) -> Result<CommandResult> {
+    let mut s = state(st)?;
+    let Some(mut i) = s
+        .incoming
+        .clone()
+        .filter(|i| i.from == from && i.epoch == epoch)
+    else {
+        return Ok(CommandResult::Rejected(Error::Conflict(format!(
+            "group {} takes in no slots of group {from} at epoch {epoch}",
+            st.group
+        ))));
+    };
+    if i.adopted {
+        return Ok(CommandResult::Done);
+    }
+    for slot in &i.slots {
+        if let Some((_, epoch)) = s.gone.remove(slot) {
+            s.floor = s.floor.max(epoch);
+        }
+    }
+    i.adopted = true;
+    s.incoming = Some(i);
+    put_state(st, s)?;
+    Ok(CommandResult::Done)
 }
 
 /// Seals the group's imports: a split's child the map is about to name.

@@ -744,6 +744,24 @@ impl Store {
         visit_items(it, &mut visit)
     }
 
+    /// Erases every key of `group` (its state, Raft log and vote) in one synced batch and
+    /// compacts what held them: a group merged away (`replicas::retire`).
+    pub fn erase_group(&self, group: crate::ids::GroupId) -> Result<()> {
+        let (from, to) = (
+            super::keys::group_prefix(group).to_vec(),
+            super::keys::group_end(group),
+        );
+        let mut batch = WriteBatch::default();
+        for cf in [CF_SM, CF_RAFT_LOG, CF_RAFT_META] {
+            batch.delete_range_cf(self.cf(cf)?, from.clone(), to.clone());
+        }
+        self.write(batch, true)?;
+        for cf in [CF_SM, CF_RAFT_LOG] {
+            self.compact_range(cf, &from, &to)?;
+        }
+        Ok(())
+    }
+
     /// Flushes memtables and compacts the range of one column family.
     pub fn compact_range(&self, cf: &str, start: &[u8], end: &[u8]) -> Result<()> {
         self.db

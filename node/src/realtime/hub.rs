@@ -20,7 +20,7 @@ use std::time::Duration;
 use basalt_cluster::changes::Change;
 use basalt_cluster::ids::GroupId;
 use basalt_cluster::services::change_tail::TailEvent;
-use basalt_cluster::slots::SplitPhase;
+use basalt_cluster::slots::{MoveKind, SplitPhase};
 use basalt_cluster::Cluster;
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
@@ -229,9 +229,12 @@ impl Inner {
     /// The groups the cluster has by this node's slot map (ids `0..n`: the metadata group,
     /// the data groups, the children of splits under way), at least its first ones.
     fn groups_now(&self) -> usize {
+        // Groups merged away keep their place: cursors given before the merge name them.
+        let retired = self.cluster.slot_map().retired.clone();
         self.cluster
             .known_groups()
             .iter()
+            .chain(&retired)
             .map(|g| g.get() as usize + 1)
             .max()
             .unwrap_or(0)
@@ -260,10 +263,18 @@ impl Inner {
         let map = self.cluster.slot_map();
         for g in from..to {
             let group = GroupId::new(g as u32);
-            let before_switch = map
-                .splits
-                .iter()
-                .any(|s| s.child == group && s.phase < SplitPhase::Switched);
+            // A group merged away writes no more changes: its position stays as cursors give
+            // it, and nothing is followed.
+            if map.retired.contains(&group) {
+                if let Some(k) = lock(&self.state).known.get_mut(g) {
+                    *k = true;
+                }
+                continue;
+            }
+            // (A merge's target is a group with changes of its own: followed as any.)
+            let before_switch = map.splits.iter().any(|s| {
+                s.child == group && s.kind == MoveKind::Split && s.phase < SplitPhase::Switched
+            });
             if before_switch {
                 if let Some(k) = lock(&self.state).known.get_mut(g) {
                     *k = true;

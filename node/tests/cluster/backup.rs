@@ -382,6 +382,30 @@ async fn a_cluster_that_split_is_backed_up_and_restored_with_its_groups() {
     };
     let (ok, text) = verify(&folder);
     assert!(ok, "verify takes the backup of a split cluster: {text}");
+    // A manifest that leaves the split's group out, as if no split had been made, disagrees
+    // with the slot map the metadata group's state holds.
+    let short = kept.path().join("short");
+    std::fs::create_dir_all(&short).unwrap();
+    for entry in std::fs::read_dir(&folder).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_file() {
+            std::fs::copy(entry.path(), short.join(entry.file_name())).unwrap();
+        }
+    }
+    let mut manifest: Value =
+        serde_json::from_slice(&std::fs::read(folder.join("manifest.json")).unwrap()).unwrap();
+    manifest["splitGroups"] = json!([]);
+    manifest["groups"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|g| g["group"] != json!(3));
+    std::fs::write(short.join("manifest.json"), manifest.to_string()).unwrap();
+    let (ok, text) = verify(&short);
+    assert!(!ok, "a manifest without the split's group: {text}");
+    assert!(
+        text.contains("group 3 is one of the slot map's"),
+        "named: {text}"
+    );
     let secrets = kept.path().join("secrets.key");
     let restored = TestCluster::start_restored(3, &folder, &[], &secrets, keys).await;
     let slots: Value = serde_json::from_str(&restored.admin(0, &["slots"])).expect("slots json");

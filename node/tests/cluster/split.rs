@@ -105,6 +105,36 @@ async fn creates_until(
     (ids, cursor)
 }
 
+/// A writer through each node creating `Item`s (`n` from `base`) every 20 ms until `done`:
+/// each answers the objectIds it was acknowledged; a write that fails fails the test.
+fn spawn_writers(
+    cluster: &TestCluster,
+    done: &Arc<AtomicBool>,
+    base: usize,
+) -> Vec<tokio::task::JoinHandle<Vec<String>>> {
+    (0..3)
+        .map(|node| {
+            let client = cluster.client(node);
+            let done = Arc::clone(done);
+            tokio::spawn(async move {
+                let mut acked = Vec::new();
+                for i in 0..2_000 {
+                    if done.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let created = client
+                        .create_object("Item", &json!({"n": base + node * 10_000 + i}))
+                        .await
+                        .unwrap_or_else(|e| panic!("a write through node {node} failed: {e}"));
+                    acked.push(created.object_id);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                acked
+            })
+        })
+        .collect()
+}
+
 /// Each of `want` is among `got` exactly once.
 fn each_once(got: &[String], want: &BTreeSet<String>, what: &str) {
     for w in want {
@@ -138,27 +168,7 @@ async fn a_group_splits_under_writes_and_every_object_is_counted_once() {
 
     // Writers through each node until the split is done.
     let done = Arc::new(AtomicBool::new(false));
-    let writers: Vec<_> = (0..3)
-        .map(|node| {
-            let client = cluster.client(node);
-            let done = Arc::clone(&done);
-            tokio::spawn(async move {
-                let mut acked = Vec::new();
-                for i in 0..2_000 {
-                    if done.load(Ordering::SeqCst) {
-                        break;
-                    }
-                    let created = client
-                        .create_object("Item", &json!({"n": 1_000 + node * 10_000 + i}))
-                        .await
-                        .unwrap_or_else(|e| panic!("a write through node {node} failed: {e}"));
-                    acked.push(created.object_id);
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-                acked
-            })
-        })
-        .collect();
+    let writers = spawn_writers(&cluster, &done, 1_000);
     let split = {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_basalt"));
         cmd.args(["admin", "--rpc", &cluster.rpc(1)])
@@ -411,7 +421,7 @@ async fn a_group_under_sustained_load_splits_by_itself() {
     .expect("slots json");
     assert_eq!(
         set["auto"],
-        json!({"splitAboveMb": 0, "splitAboveWritesPerS": 2}),
+        json!({"splitAboveMb": 0, "splitAboveWritesPerS": 2, "mergeBelowMb": 64, "settleSecs": 600}),
         "{set}"
     );
     let mut ids = Vec::new();
@@ -553,4 +563,169 @@ async fn two_splits_asked_at_once_through_different_nodes_begin_one() {
         assert_eq!(after[&child], after[parent], "round {round}: {after:?}");
         before = after;
     }
+}
+
+/// The groups node `i` holds a replica of (`basalt admin status`).
+fn groups_held(cluster: &TestCluster, i: usize) -> BTreeSet<u64> {
+    let status: Value = serde_json::from_str(&cluster.admin(i, &["status"])).expect("status");
+    status["Status"]["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .filter_map(|g| g["group"].as_u64())
+        .collect()
+}
+
+/// Every object of `ids` is read, listed and counted exactly once through every node.
+async fn each_counted_once(cluster: &TestCluster, class: &str, ids: &BTreeSet<String>) {
+    for node in 0..3 {
+        let client = cluster.client(node);
+        let listed = crate::all_ids(&client, class).await;
+        assert!(
+            ids.iter().all(|id| listed.contains(id)),
+            "every acknowledged write is there, through node {node}"
+        );
+        assert_eq!(listed.len(), ids.len(), "through node {node}");
+        let counted = client
+            .query(class, &[("count", "1"), ("limit", "0")])
+            .await
+            .expect("count");
+        assert_eq!(counted["count"], json!(ids.len()), "through node {node}");
+        for id in ids.iter().step_by(5) {
+            let got = client.get_object(class, id).await.expect("read");
+            assert!(got.is_some(), "{id} through node {node}");
+        }
+    }
+}
+
+/// Story — merges (3 nodes, 2 data groups): group 1 splits into 1 and 3; then, while writers
+/// create objects through every node, `basalt admin merge 3` gives every slot of group 3 back
+/// to group 1: no write fails, the map holds groups 1 and 2 only with group 3 retired, every
+/// node erased its replica of group 3, every object is read, listed and counted once through
+/// every node, and live queries from before the merge and from after it hear every new create
+/// once. Then group 2 splits into 2 and 4 (the id 3 is not taken again), and
+/// with merges allowed right after a split (`--settle-secs 1`), group 4 — small and quiet —
+/// merges back into group 2 by itself, counted as a merge of a small group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_merges_back_into_its_parent_and_is_retired() {
+    let cluster = TestCluster::start(3, &["--shards", "2"], &[]).await;
+    crate::wait_slots_feature(&cluster).await;
+    let mut ids: BTreeSet<String> =
+        crate::create_numbered(&cluster.client(0), "Item", 150, |i| json!({"n": i}))
+            .await
+            .into_iter()
+            .collect();
+    let split: Value =
+        serde_json::from_str(&cluster.admin(1, &["split", "1", "--wait-secs", "120"]))
+            .expect("split json");
+    assert_eq!(
+        split["groups"],
+        json!({"1": 128, "2": 256, "3": 128}),
+        "{split}"
+    );
+    ids.extend(
+        crate::create_numbered(&cluster.client(1), "Item", 60, |i| json!({"n": 1_000 + i})).await,
+    );
+    // A live query from before the merge, through node 1.
+    let (live, _) = subscribe_items(&cluster, 1, None).await;
+    let mut live = read_creates(live);
+
+    let done = Arc::new(AtomicBool::new(false));
+    let writers = spawn_writers(&cluster, &done, 100_000);
+    let merge = {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_basalt"));
+        cmd.args(["admin", "--rpc", &cluster.rpc(2)])
+            .args(["merge", "3", "--wait-secs", "120"]);
+        tokio::task::spawn_blocking(move || cmd.output())
+    };
+    let out = merge.await.expect("join").expect("run basalt admin merge");
+    done.store(true, Ordering::SeqCst);
+    assert!(
+        out.status.success(),
+        "merge: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let view: Value = serde_json::from_slice(&out.stdout).expect("slots json");
+    assert_eq!(view["groups"], json!({"1": 256, "2": 256}), "{view}");
+    assert_eq!(view["retired"], json!([3]), "{view}");
+    let mut written = 0;
+    for w in writers {
+        let acked = w.await.expect("writer");
+        written += acked.len();
+        ids.extend(acked);
+    }
+    assert!(
+        written > 30,
+        "the writers wrote during the merge: {written}"
+    );
+    TestCluster::eventually(
+        Duration::from_secs(20),
+        "every node erased its replica of group 3",
+        || (0..3).all(|i| !groups_held(&cluster, i).contains(&3)),
+    )
+    .await;
+    each_counted_once(&cluster, "Item", &ids).await;
+    // Live queries go on: the one from before the merge, and one through a node whose hub
+    // starts after it (group 3 keeps its place in cursors, followed no more), hear every
+    // create made now, once.
+    let (fresh, ack) = subscribe_items(&cluster, 0, None).await;
+    assert_eq!(
+        ack["cursor"].as_str().map(|c| c.split('.').count()),
+        Some(4),
+        "{ack}"
+    );
+    let mut fresh = read_creates(fresh);
+    let after: BTreeSet<String> =
+        crate::create_numbered(&cluster.client(2), "Item", 30, |i| json!({"n": 70_000 + i}))
+            .await
+            .into_iter()
+            .collect();
+    let (heard, _) = creates_until(&mut fresh, &after).await;
+    each_once(&heard, &after, "a live query begun after the merge");
+    let (heard, _) = creates_until(&mut live, &after).await;
+    each_once(&heard, &after, "a live query begun before the merge");
+    ids.extend(after);
+    let mut merges = 0.0;
+    for i in 0..3 {
+        merges += cluster.metric(i, "basalt_merges_total").await;
+    }
+    assert!(merges >= 1.0, "counted as a merge");
+
+    // Group 2 splits; the new group is 4, never 3 again.
+    let split: Value =
+        serde_json::from_str(&cluster.admin(0, &["split", "2", "--wait-secs", "120"]))
+            .expect("split json");
+    assert_eq!(
+        split["groups"],
+        json!({"1": 256, "2": 128, "4": 128}),
+        "{split}"
+    );
+    ids.extend(
+        crate::create_numbered(&cluster.client(2), "Item", 40, |i| json!({"n": 90_000 + i})).await,
+    );
+    let set: Value = serde_json::from_str(
+        &cluster.admin(1, &["slots", "--split-above-mb", "0", "--settle-secs", "1"]),
+    )
+    .expect("slots json");
+    assert_eq!(set["auto"]["settleSecs"], json!(1), "{set}");
+    // Group 4 is watched for a minute (its writes a second), then merges back by itself.
+    let mut map = Value::Null;
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    while std::time::Instant::now() < deadline {
+        map = slots_through_any(&cluster).unwrap_or(Value::Null);
+        if map["retired"] == json!([3, 4]) && map["splits"] == json!([]) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    assert_eq!(map["groups"], json!({"1": 256, "2": 256}), "{map}");
+    assert_eq!(map["retired"], json!([3, 4]), "{map}");
+    let mut small = 0.0;
+    for i in 0..3 {
+        small += cluster
+            .metric(i, "basalt_merges_auto_total{reason=\"small\"}")
+            .await;
+    }
+    assert!(small >= 1.0, "counted as a merge of a small group");
+    each_counted_once(&cluster, "Item", &ids).await;
 }

@@ -84,6 +84,12 @@ async fn call(channel: &Channel, rpc: &str) -> Result<Value, String> {
         "split" => node()
             .admin(with_deadline(msg(META_GROUP, json!({"Split": {"group": 1}}))?))
             .await,
+        "merge" => node()
+            .admin(with_deadline(msg(
+                META_GROUP,
+                json!({"Merge": {"group": 3, "into": null}}),
+            )?))
+            .await,
         "split-settings" => node()
             .admin(with_deadline(msg(
                 META_GROUP,
@@ -207,7 +213,7 @@ async fn the_peer_port_answers_only_the_cluster_s_certificates() {
             .chain(&["join-as-4", "shared-secret", "release-ballast", "drain"])
             .chain(&["rebalance-pause", "rebalance-status"])
             .chain(&["upgrade-finalize", "upgrade-status"])
-            .chain(&["split", "split-settings", "slots"])
+            .chain(&["split", "merge", "split-settings", "slots"])
         {
             let r = call(ch, rpc).await;
             assert!(r.is_err(), "{who} {rpc}: {r:?}");
@@ -238,7 +244,11 @@ async fn the_peer_port_answers_only_the_cluster_s_certificates() {
         !out.status.success(),
         "rebalance pause without a certificate"
     );
-    for args in [&["split", "1"][..], &["slots", "--split-above-mb", "1"]] {
+    for args in [
+        &["split", "1"][..],
+        &["merge", "3"],
+        &["slots", "--split-above-mb", "1"],
+    ] {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_basalt"))
             .args(["admin", "--rpc", &addr])
             .args(args)
@@ -326,6 +336,7 @@ async fn the_peer_port_answers_only_the_cluster_s_certificates() {
         "upgrade-finalize",
         "upgrade-status",
         "split",
+        "merge",
         "split-settings",
     ] {
         let r = call(&node2, rpc).await;

@@ -17,7 +17,7 @@ use crate::object::StoredObject;
 use crate::query::filter::{Cond, Filter, Prepared};
 use crate::query::index::{entry_object_id, IndexMeta};
 use crate::query::plan::{plan, Candidates, Plan};
-use crate::slots::Frozen;
+use crate::slots::Excluded;
 use crate::storage::keys::{self, CF_SM};
 use crate::storage::store::ReadView;
 
@@ -32,7 +32,7 @@ pub(super) struct Matcher<'a> {
     pub(super) meta: IndexMeta,
     /// The slots of the shard being read that the read leaves out (`split_exclusion`), set
     /// per shard like `meta`.
-    pub(super) excluded: Option<Frozen>,
+    pub(super) excluded: Option<Excluded>,
     /// The class read, to find an object's slot.
     app: &'a str,
     class: &'a str,

@@ -42,7 +42,7 @@ use crate::error::{Error, Result};
 use crate::ids::GroupId;
 use crate::names::AppId;
 use crate::namespace::Namespace;
-use crate::slots::{Frozen, GroupSplits};
+use crate::slots::{Excluded, GroupSplits};
 use crate::storage::keys;
 use crate::storage::keys::CF_SM;
 use crate::storage::records::StoredRecord;
@@ -109,17 +109,18 @@ fn collect_matches(
 }
 
 /// The slots a read of `group` routed by the slot map of `epoch` leaves out (`Some` while
-/// the group freezes slots for a child that map names; decisions/0038), from the same
-/// snapshot as the read. `Moved` when the group dropped objects that map still routes to it:
-/// the reader takes up a newer map and reads again.
+/// the group freezes slots for a child that map names, or takes in a merge's slots that map
+/// does not name it for; decisions/0038), from the same snapshot as the read. `Moved` when
+/// the group dropped objects that map still routes to it, or took in slots after it: the
+/// reader takes up a newer map and reads again.
 pub(crate) fn split_exclusion(
     store: &ReadView<'_>,
     group: GroupId,
     epoch: u64,
-) -> Result<Option<Frozen>> {
+) -> Result<Option<Excluded>> {
     let bytes = store.get(CF_SM, &keys::split_key(group))?;
     match GroupSplits::from_stored(bytes.as_deref())?.read_at(epoch) {
-        Ok(frozen) => Ok(frozen.cloned()),
+        Ok(excluded) => Ok(excluded),
         Err(epoch) => Err(Error::Moved { epoch }),
     }
 }
@@ -134,7 +135,7 @@ fn shard_states(
     app: &AppId,
     class: &str,
     epoch: u64,
-) -> Result<(Vec<IndexMeta>, Vec<Option<Frozen>>)> {
+) -> Result<(Vec<IndexMeta>, Vec<Option<Excluded>>)> {
     let mut metas = class_metas(store, groups, app, class)?;
     let exclusions = groups
         .iter()

@@ -359,12 +359,16 @@ async fn barriers_and_pins(
     id: &str,
     req: &BackupRequest,
 ) -> Result<Vec<(GroupId, NodeId)>> {
-    // Splits and backups exclude each other: a split moving objects between the groups'
+    // Splits, merges and backups exclude each other: one moving objects between the groups'
     // barriers would leave them out of the backup, or in it twice.
     let map = crate::services::splits::map_at_leader(replicas).await?;
     if let Some(s) = map.splits.first() {
+        let what = match s.kind {
+            crate::slots::MoveKind::Split => "splitting off",
+            crate::slots::MoveKind::Merge => "merging into",
+        };
         return Err(Error::Conflict(format!(
-            "group {} is splitting off group {} (`basalt admin slots`): back up once it is done",
+            "group {} is {what} group {} (`basalt admin slots`): back up once it is done",
             s.parent, s.child
         )));
     }

@@ -1,17 +1,24 @@
 //! Checks a backup without a cluster (`basalt admin backup verify`): the manifest reads and
 //! names every group of its cluster once, and every group's object is there, has the size and
 //! SHA-256 the manifest gives, decompresses, and holds a whole state (to its end marker) of
-//! the records and index the manifest gives; every group's listing of stored files is whole and
+//! the records and index the manifest gives; the groups listed are those the slot map in the
+//! metadata group's state names; every group's listing of stored files is whole and
 //! counts what the manifest says, and every file copied into the backup is there with its
 //! SHA-256. Each problem names the object. Memory: about 100 bytes per copied file of a group.
+
+use std::collections::BTreeSet;
 
 use futures::StreamExt;
 
 use super::destination::Destination;
 use crate::backup_manifest::{BackedUpFile, GroupBackup, GroupFiles, Manifest, FORMAT, MANIFEST};
 use crate::error::{Error, Result};
-use crate::ids::GroupId;
+use crate::ids::{GroupId, META_GROUP};
+use crate::namespace::Namespace;
+use crate::slots::{SlotMap, SLOTS_KEY};
 use crate::statemachine::snapshot;
+use crate::storage::keys;
+use crate::storage::records::StoredRecord;
 
 /// What a check found.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -29,8 +36,14 @@ pub async fn verify(src: &Destination) -> Result<Report> {
         return Ok(report);
     };
     for g in &manifest.groups {
-        if let Err(problem) = check_group(src, g).await {
-            report.problems.push(format!("{}: {problem}", g.object));
+        match check_group(src, g).await {
+            Err(problem) => report.problems.push(format!("{}: {problem}", g.object)),
+            Ok(slots) if g.group == META_GROUP => {
+                report
+                    .problems
+                    .extend(check_slot_map(manifest, slots.as_deref()));
+            }
+            Ok(_) => {}
         }
         if let Some(files) = &g.files {
             report
@@ -107,12 +120,66 @@ pub async fn read_manifest(src: &Destination) -> Result<Report> {
     })
 }
 
-/// Reads one group's object through, hashing it and decoding its state.
-async fn check_group(src: &Destination, g: &GroupBackup) -> std::result::Result<(), String> {
+/// The slot map's record key in the metadata group's state, as a state file holds it.
+fn slot_map_key() -> Vec<u8> {
+    let key = keys::record_key(META_GROUP, Namespace::Cluster.name(), SLOTS_KEY);
+    key.get(4..).map(<[u8]>::to_vec).unwrap_or_default()
+}
+
+/// The groups the slot map in the metadata group's state names (its record's stored bytes:
+/// none before a first split) against those the manifest lists: a problem for each that
+/// differs.
+fn check_slot_map(manifest: &Manifest, record: Option<&[u8]>) -> Vec<String> {
+    let settings = &manifest.settings;
+    let map = match record {
+        None => SlotMap::initial(settings.shards),
+        Some(bytes) => {
+            let value = StoredRecord::decode(bytes).map(|r| r.value);
+            match value
+                .map_err(|e| e.to_string())
+                .and_then(|v| SlotMap::from_record(v, settings.shards, settings.group_cap()))
+            {
+                Ok(map) => map,
+                Err(e) => {
+                    return vec![format!(
+                        "{}: the slot map does not read ({e})",
+                        GroupBackup::object_name(META_GROUP)
+                    )]
+                }
+            }
+        }
+    };
+    let by_map: BTreeSet<GroupId> = std::iter::once(META_GROUP)
+        .chain(map.data_groups())
+        .collect();
+    let listed: BTreeSet<GroupId> = manifest.expected_groups().into_iter().collect();
+    let mut problems = Vec::new();
+    for g in by_map.difference(&listed) {
+        problems.push(format!(
+            "{MANIFEST}: group {g} is one of the slot map's (epoch {}) and not backed up",
+            map.epoch
+        ));
+    }
+    for g in listed.difference(&by_map) {
+        problems.push(format!(
+            "{MANIFEST}: group {g} is backed up and not one of the slot map's (epoch {})",
+            map.epoch
+        ));
+    }
+    problems
+}
+
+/// Reads one group's object through, hashing it and decoding its state: the slot map's
+/// record when the group is the metadata group and holds one.
+async fn check_group(
+    src: &Destination,
+    g: &GroupBackup,
+) -> std::result::Result<Option<Vec<u8>>, String> {
+    let keep = (g.group == META_GROUP).then(slot_map_key);
     let read = src
-        .read_through(&g.object, |r| {
+        .read_through(&g.object, move |r| {
             let mut decoder = zstd::stream::read::Decoder::new(r)?;
-            snapshot::read_state(&mut decoder)
+            snapshot::read_state(&mut decoder, keep.as_deref())
         })
         .await;
     let (decoded, size, sha256) = match read {
@@ -129,15 +196,18 @@ async fn check_group(src: &Destination, g: &GroupBackup) -> std::result::Result<
             g.sha256
         ));
     }
-    let (meta, records) = decoded.map_err(|e| format!("not a whole group state: {e}"))?;
-    let applied = meta.last_log_id.map(|l| l.index).unwrap_or(0);
+    let state = decoded.map_err(|e| format!("not a whole group state: {e}"))?;
+    let (records, applied) = (
+        state.records,
+        state.meta.last_log_id.map(|l| l.index).unwrap_or(0),
+    );
     if records != g.records || applied != g.applied {
         return Err(format!(
             "{records} records at index {applied}, the manifest says {} at {}",
             g.records, g.applied
         ));
     }
-    Ok(())
+    Ok(state.kept)
 }
 
 /// Files of a backup checked at a time.

@@ -440,70 +440,72 @@ pub(crate) async fn change(
     replicas: &Replicas,
     req: &RebalanceRequest,
 ) -> Result<RebalanceSettings> {
-    for _ in 0..10 {
-        let raw = replicas
-            .get_record(META_GROUP, Namespace::Cluster, SETTINGS_KEY)
-            .await?;
-        let current: RebalanceSettings = raw
-            .clone()
-            .map(serde_json::from_value)
-            .transpose()?
-            .unwrap_or_default();
-        let mut next = current.clone();
-        match req {
-            RebalanceRequest::Status => return Ok(current),
-            RebalanceRequest::Pause => next.paused = true,
-            RebalanceRequest::Resume => next.paused = false,
-            RebalanceRequest::Limits {
-                replica_moves_per_node,
-                snapshot_mb_per_s,
-                leader_moves_per_s,
-            } => {
-                if let Some(n) = replica_moves_per_node {
-                    if !(1..=64).contains(n) {
-                        return Err(Error::InvalidOperation(
-                            "replica moves per node: from 1 to 64".into(),
-                        ));
-                    }
-                    next.replica_moves_per_node = *n;
+    let written = replicas
+        .update_meta_record(Namespace::Cluster, SETTINGS_KEY, 10, |raw| {
+            let current: RebalanceSettings = raw
+                .cloned()
+                .map(serde_json::from_value)
+                .transpose()?
+                .unwrap_or_default();
+            let next = changed(&current, req)?;
+            // A status is only read; a change to what a cluster without the record has
+            // already writes the record.
+            if next == current && (raw.is_some() || *req == RebalanceRequest::Status) {
+                return Ok(None);
+            }
+            Ok(Some(serde_json::to_value(&next)?))
+        })
+        .await
+        .map_err(|e| match e {
+            Error::Conflict(_) => {
+                Error::Unavailable("the rebalancer's settings kept changing".into())
+            }
+            e => e,
+        })?;
+    Ok(written
+        .map(serde_json::from_value)
+        .transpose()?
+        .unwrap_or_default())
+}
+
+/// `current` with the change `req` asks (unchanged for `Status`); a limit out of its range is
+/// refused.
+fn changed(current: &RebalanceSettings, req: &RebalanceRequest) -> Result<RebalanceSettings> {
+    let mut next = current.clone();
+    match req {
+        RebalanceRequest::Status => {}
+        RebalanceRequest::Pause => next.paused = true,
+        RebalanceRequest::Resume => next.paused = false,
+        RebalanceRequest::Limits {
+            replica_moves_per_node,
+            snapshot_mb_per_s,
+            leader_moves_per_s,
+        } => {
+            if let Some(n) = replica_moves_per_node {
+                if !(1..=64).contains(n) {
+                    return Err(Error::InvalidOperation(
+                        "replica moves per node: from 1 to 64".into(),
+                    ));
                 }
-                if let Some(mb) = snapshot_mb_per_s {
-                    if *mb > 100_000 {
-                        return Err(Error::InvalidOperation(
-                            "snapshot MB/s: from 0 (no limit) to 100000".into(),
-                        ));
-                    }
-                    next.snapshot_mb_per_s = *mb;
+                next.replica_moves_per_node = *n;
+            }
+            if let Some(mb) = snapshot_mb_per_s {
+                if *mb > 100_000 {
+                    return Err(Error::InvalidOperation(
+                        "snapshot MB/s: from 0 (no limit) to 100000".into(),
+                    ));
                 }
-                if let Some(rate) = leader_moves_per_s {
-                    if !rate.is_finite() || *rate <= 0.0 || *rate > 1000.0 {
-                        return Err(Error::InvalidOperation(
-                            "leader moves per second: more than 0, at most 1000".into(),
-                        ));
-                    }
-                    next.leader_moves_per_s = *rate;
+                next.snapshot_mb_per_s = *mb;
+            }
+            if let Some(rate) = leader_moves_per_s {
+                if !rate.is_finite() || *rate <= 0.0 || *rate > 1000.0 {
+                    return Err(Error::InvalidOperation(
+                        "leader moves per second: more than 0, at most 1000".into(),
+                    ));
                 }
+                next.leader_moves_per_s = *rate;
             }
         }
-        if next == current && raw.is_some() {
-            return Ok(next);
-        }
-        match replicas
-            .cas_record(
-                META_GROUP,
-                Namespace::Cluster,
-                SETTINGS_KEY,
-                raw,
-                Some(serde_json::to_value(&next)?),
-            )
-            .await
-        {
-            Ok(_) => return Ok(next),
-            Err(Error::Conflict(_)) => continue,
-            Err(e) => return Err(e),
-        }
     }
-    Err(Error::Unavailable(
-        "the rebalancer's settings kept changing".into(),
-    ))
+    Ok(next)
 }

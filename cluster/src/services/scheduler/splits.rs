@@ -1,6 +1,6 @@
-//! Takes the split under way a step further (`services::splits::round`): one phase, or a few
-//! pages of its copy or drop; with none under way, begins one of a group above the size or
-//! load limits (`services::splits::AutoSplits`).
+//! Takes the split or merge under way a step further (`services::splits::round`): one phase,
+//! or a few pages of its copy or drop; with none under way, begins a split of a group above
+//! the size or load limits, or a merge of a small quiet one (`services::splits::AutoSplits`).
 
 use std::time::Duration;
 
