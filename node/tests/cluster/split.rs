@@ -522,7 +522,7 @@ async fn two_splits_asked_at_once_through_different_nodes_begin_one() {
             .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
             .unwrap_or_default();
         assert!(
-            refusal.contains("one split at a time") || refusal.contains("onflict"),
+            refusal.contains("one split or merge at a time") || refusal.contains("onflict"),
             "round {round}: the other is refused for the split under way: {refusal}"
         );
         // The one begun completes: a new group holds half of its parent's slots, the other
