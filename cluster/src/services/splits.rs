@@ -419,20 +419,27 @@ fn poisoned<T>(_: std::sync::PoisonError<T>) -> Error {
     Error::Internal("the automatic splits' state lock was poisoned".into())
 }
 
+/// `InvalidOperation` naming the first of `FEATURES` the cluster has not finalized: `what`
+/// (splits, merges) waits for it.
+fn refuse_until_finalized(replicas: &Replicas, what: &str) -> Result<()> {
+    match FEATURES
+        .iter()
+        .find(|f| !crate::services::upgrade::is_on(replicas, f))
+    {
+        Some(off) => Err(Error::InvalidOperation(format!(
+            "{what} are off until every member runs a build with `{off}` and the cluster \
+             finalized it (`basalt admin upgrade status`)"
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// Records a split of `parent` (`basalt admin split`): half its slots, to a new group, once
 /// the `splits` job has copied them. Refused while the cluster has not finalized `FEATURES`,
 /// while another split is under way, for a group of one slot, and once every group id is
 /// taken.
 pub async fn begin(replicas: &Replicas, parent: GroupId) -> Result<SplitInProgress> {
-    if let Some(off) = FEATURES
-        .iter()
-        .find(|f| !crate::services::upgrade::is_on(replicas, f))
-    {
-        return Err(Error::InvalidOperation(format!(
-            "splits are off until every member runs a build with `{off}` and the cluster \
-             finalized it (`basalt admin upgrade status`)"
-        )));
-    }
+    refuse_until_finalized(replicas, "splits")?;
     // The map as the metadata group's leader holds it: a replica of this node behind it (a
     // node just resumed) would refuse for a split that is over.
     let (before, mut map) = current_at_leader(replicas).await?;
@@ -455,15 +462,7 @@ pub async fn begin_merge(
     source: GroupId,
     into: Option<GroupId>,
 ) -> Result<SplitInProgress> {
-    if let Some(off) = FEATURES
-        .iter()
-        .find(|f| !crate::services::upgrade::is_on(replicas, f))
-    {
-        return Err(Error::InvalidOperation(format!(
-            "merges are off until every member runs a build with `{off}` and the cluster \
-             finalized it (`basalt admin upgrade status`)"
-        )));
-    }
+    refuse_until_finalized(replicas, "merges")?;
     let (before, mut map) = current_at_leader(replicas).await?;
     let target = match into {
         Some(t) => t,

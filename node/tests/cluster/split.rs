@@ -105,6 +105,33 @@ async fn creates_until(
     (ids, cursor)
 }
 
+/// Runs `basalt admin <args>` through node `node` while `spawn_writers` write (`n` from
+/// `base`), and stops them once it is done: the slot map it printed (it must succeed) and the
+/// writers, to be joined.
+async fn admin_while_writing(
+    cluster: &TestCluster,
+    node: usize,
+    args: &[&str],
+    base: usize,
+) -> (Value, Vec<tokio::task::JoinHandle<Vec<String>>>) {
+    let done = Arc::new(AtomicBool::new(false));
+    let writers = spawn_writers(cluster, &done, base);
+    let run = {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_basalt"));
+        cmd.args(["admin", "--rpc", &cluster.rpc(node)]).args(args);
+        tokio::task::spawn_blocking(move || cmd.output())
+    };
+    let out = run.await.expect("join").expect("run basalt admin");
+    done.store(true, Ordering::SeqCst);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let view = serde_json::from_slice(&out.stdout).expect("slots json");
+    (view, writers)
+}
+
 /// A writer through each node creating `Item`s (`n` from `base`) every 20 ms until `done`:
 /// each answers the objectIds it was acknowledged; a write that fails fails the test.
 fn spawn_writers(
@@ -167,22 +194,8 @@ async fn a_group_splits_under_writes_and_every_object_is_counted_once() {
     let mut live = read_creates(live);
 
     // Writers through each node until the split is done.
-    let done = Arc::new(AtomicBool::new(false));
-    let writers = spawn_writers(&cluster, &done, 1_000);
-    let split = {
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_basalt"));
-        cmd.args(["admin", "--rpc", &cluster.rpc(1)])
-            .args(["split", "1", "--wait-secs", "120"]);
-        tokio::task::spawn_blocking(move || cmd.output())
-    };
-    let out = split.await.expect("join").expect("run basalt admin split");
-    done.store(true, Ordering::SeqCst);
-    assert!(
-        out.status.success(),
-        "split: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let view: Value = serde_json::from_slice(&out.stdout).expect("slots json");
+    let (view, writers) =
+        admin_while_writing(&cluster, 1, &["split", "1", "--wait-secs", "120"], 1_000).await;
     assert_eq!(view["splits"], json!([]), "{view}");
     assert_eq!(
         view["groups"],
@@ -630,22 +643,8 @@ async fn a_child_merges_back_into_its_parent_and_is_retired() {
     let (live, _) = subscribe_items(&cluster, 1, None).await;
     let mut live = read_creates(live);
 
-    let done = Arc::new(AtomicBool::new(false));
-    let writers = spawn_writers(&cluster, &done, 100_000);
-    let merge = {
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_basalt"));
-        cmd.args(["admin", "--rpc", &cluster.rpc(2)])
-            .args(["merge", "3", "--wait-secs", "120"]);
-        tokio::task::spawn_blocking(move || cmd.output())
-    };
-    let out = merge.await.expect("join").expect("run basalt admin merge");
-    done.store(true, Ordering::SeqCst);
-    assert!(
-        out.status.success(),
-        "merge: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let view: Value = serde_json::from_slice(&out.stdout).expect("slots json");
+    let (view, writers) =
+        admin_while_writing(&cluster, 2, &["merge", "3", "--wait-secs", "120"], 100_000).await;
     assert_eq!(view["groups"], json!({"1": 256, "2": 256}), "{view}");
     assert_eq!(view["retired"], json!([3]), "{view}");
     let mut written = 0;
