@@ -206,7 +206,8 @@ def run(root):
             continue
         sec, reqs, bad, p50, p99v, mx = line.split()
         n, s = by_sec.get(int(float(sec)), ("", None))
-        under_way = f"{s['parent']}→{s['child']} {s['phase']}" if s else ""
+        under_way = (f"{s['parent']}→{s['child']} {s['phase']} batch {s.get('batch', 0)} "
+                     f"({s.get('slots', '')} slots, {s.get('left', 0)} left)" if s else "")
         print(f"| {sec} | {reqs} | {bad} | {p50} | {p99v} | {mx} | {n} | {under_way} |")
     sys.stdout.flush()
 

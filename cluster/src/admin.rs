@@ -130,12 +130,18 @@ pub enum AdminRequest {
     /// Split data group `group` (`services::splits::begin`): half its slots go to a new group.
     Split {
         group: GroupId,
+        /// Slots moved at a time (0: all at once; none: about `moveBatchKb` of the group).
+        #[serde(default)]
+        batch_slots: Option<u32>,
     },
     /// Merge every slot of data group `group` into `into` (by default the group of its family
     /// holding fewest slots), `services::splits::begin_merge`.
     Merge {
         group: GroupId,
         into: Option<GroupId>,
+        /// As `Split`'s.
+        #[serde(default)]
+        batch_slots: Option<u32>,
     },
     /// The slot map this node routes by, and the split under way (`basalt admin slots`).
     Slots,
@@ -273,6 +279,10 @@ pub struct SplitSettings {
     /// After a split or merge is done, its groups are left alone this many seconds.
     #[serde(default = "default_settle_secs")]
     pub settle_secs: u32,
+    /// A split or merge moves its slots in batches holding about this many KiB of the group
+    /// (writes to a batch's slots wait for its copy); 0: all at once.
+    #[serde(default = "default_move_batch_kb")]
+    pub move_batch_kb: u32,
 }
 
 impl SplitSettings {
@@ -299,6 +309,8 @@ pub struct SplitSettingsChange {
     pub merge_below_mb: Option<u32>,
     #[serde(default)]
     pub settle_secs: Option<u32>,
+    #[serde(default)]
+    pub move_batch_kb: Option<u32>,
 }
 
 impl SplitSettingsChange {
@@ -321,6 +333,9 @@ impl SplitSettingsChange {
         if let Some(v) = self.settle_secs {
             settings.settle_secs = v;
         }
+        if let Some(v) = self.move_batch_kb {
+            settings.move_batch_kb = v;
+        }
         settings
     }
 }
@@ -331,6 +346,10 @@ fn default_merge_mb() -> u32 {
 
 fn default_settle_secs() -> u32 {
     600
+}
+
+fn default_move_batch_kb() -> u32 {
+    2048
 }
 
 fn default_split_mb() -> u32 {
@@ -348,6 +367,7 @@ impl Default for SplitSettings {
             split_above_writes_per_s: default_split_writes(),
             merge_below_mb: default_merge_mb(),
             settle_secs: default_settle_secs(),
+            move_batch_kb: default_move_batch_kb(),
         }
     }
 }
@@ -682,10 +702,12 @@ mod tests {
             AdminRequest::Rebalance(RebalanceRequest::Pause),
             AdminRequest::Split {
                 group: GroupId::new(1),
+                batch_slots: None,
             },
             AdminRequest::Merge {
                 group: GroupId::new(5),
                 into: None,
+                batch_slots: Some(8),
             },
             AdminRequest::SplitSettings(SplitSettingsChange {
                 split_above_mb: Some(1),

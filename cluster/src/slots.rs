@@ -230,6 +230,15 @@ impl MoveKind {
     }
 }
 
+/// What `SlotMap::finish` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finished {
+    /// The next batch began.
+    Batched,
+    /// The split or merge is over.
+    Done,
+}
+
 /// A split on its way (decisions/0038): which phase the `splits` job has brought it to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -250,6 +259,39 @@ pub struct SplitInProgress {
     /// A split, or a merge of `parent` into `child`.
     #[serde(default, skip_serializing_if = "MoveKind::is_split")]
     pub kind: MoveKind,
+    /// Slots still to move once `slots` (this batch) are done: each batch is frozen, copied
+    /// and switched on its own, so that writes wait for one batch's copy at most.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub rest: BTreeSet<u32>,
+    /// This batch's number, from 0: from the second on, `child` holds slots already and
+    /// takes the batch in as a merge's target does (`OpenImports`, `AdoptSlots`).
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub batch: u32,
+}
+
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
+}
+
+impl SplitInProgress {
+    /// Whether `child` holds slots of its own before this batch: a merge's target, or a
+    /// split's child from its second batch on. It then opens its imports for the batch and
+    /// adopts it after the switch, where a new child seals its imports instead.
+    pub fn into_held(&self) -> bool {
+        self.kind == MoveKind::Merge || self.batch > 0
+    }
+}
+
+/// `slots` cut into the first batch of at most `batch` slots (none: all of them) and the rest,
+/// in order.
+fn first_batch(slots: BTreeSet<u32>, batch: Option<u32>) -> (BTreeSet<u32>, BTreeSet<u32>) {
+    let n = batch.map_or(usize::MAX, |b| b.max(1) as usize);
+    let mut first = slots;
+    let rest = match first.iter().nth(n) {
+        Some(&at) => first.split_off(&at),
+        None => BTreeSet::new(),
+    };
+    (first, rest)
 }
 
 /// The phases of a split or merge, in order.
@@ -290,9 +332,14 @@ impl SlotMap {
 
     /// Records a split of `parent` (a data group holding at least two slots, while no other
     /// split is in progress): half its slots, every other one in order, go to a child whose id
-    /// is taken from `next_group` (at most `cap`), at the next epoch. Nothing routes
-    /// differently until `switch`.
-    pub fn begin_split(&mut self, parent: GroupId, cap: u32) -> Result<SplitInProgress, String> {
+    /// is taken from `next_group` (at most `cap`), at the next epoch, `batch` slots at a time
+    /// (none: all at once). Nothing routes differently until `switch`.
+    pub fn begin_split(
+        &mut self,
+        parent: GroupId,
+        cap: u32,
+        batch: Option<u32>,
+    ) -> Result<SplitInProgress, String> {
         if !self.data_groups().contains(&parent) {
             return Err(format!("group {parent} is not a data group of the cluster"));
         }
@@ -311,15 +358,18 @@ impl SlotMap {
             ));
         }
         let epoch = self.next_epoch();
+        let (slots, rest) = first_batch(held.into_iter().skip(1).step_by(2).collect(), batch);
         let split = SplitInProgress {
             parent,
             child: GroupId::new(next),
-            slots: held.into_iter().skip(1).step_by(2).collect(),
+            slots,
             epoch,
             phase: SplitPhase::Begun,
             cursor: None,
             voters: Vec::new(),
             kind: MoveKind::Split,
+            rest,
+            batch: 0,
         };
         self.next_group = next + 1;
         self.splits.push(split.clone());
@@ -370,12 +420,14 @@ impl SlotMap {
     }
 
     /// Records a merge of every slot `source` holds into `target` (another data group, while
-    /// no split or merge is in progress), at the next epoch. Nothing routes differently until
-    /// `switch`; a source that began as a split's child is then retired.
+    /// no split or merge is in progress), at the next epoch, `batch` slots at a time (none: all
+    /// at once). Nothing routes differently until `switch`; a source that began as a split's
+    /// child is retired once its last batch is done.
     pub fn begin_merge(
         &mut self,
         source: GroupId,
         target: GroupId,
+        batch: Option<u32>,
     ) -> Result<SplitInProgress, String> {
         let groups = self.data_groups();
         for g in [source, target] {
@@ -391,6 +443,7 @@ impl SlotMap {
         if slots.is_empty() {
             return Err(format!("group {source} holds no slot: nothing to merge"));
         }
+        let (slots, rest) = first_batch(slots, batch);
         let merge = SplitInProgress {
             parent: source,
             child: target,
@@ -400,6 +453,8 @@ impl SlotMap {
             cursor: None,
             voters: Vec::new(),
             kind: MoveKind::Merge,
+            rest,
+            batch: 0,
         };
         self.splits.push(merge.clone());
         Ok(merge)
@@ -427,13 +482,27 @@ impl SlotMap {
         Ok(())
     }
 
-    /// Ends the split or merge to `child` once its source dropped what it gave, at `now_ms`:
-    /// a merged source that began as a split's child (and so holds no records) is retired;
-    /// the groups left are noted as settled then.
-    pub fn finish(&mut self, child: GroupId, now_ms: u64) {
+    /// Ends the batch of the split or merge to `child` once its source dropped what it gave,
+    /// at `now_ms`. With slots left, the next batch (as many slots as this one) begins at the
+    /// next epoch: `Batched`. Else the split or merge is over (`Done`): a merged source that
+    /// began as a split's child (and so holds no records) is retired; the groups left are
+    /// noted as settled then.
+    pub fn finish(&mut self, child: GroupId, now_ms: u64) -> Finished {
+        let epoch = self.next_epoch();
         let Some(at) = self.splits.iter().position(|s| s.child == child) else {
-            return;
+            return Finished::Done;
         };
+        if let Some(s) = self.splits.get_mut(at).filter(|s| !s.rest.is_empty()) {
+            let size = s.slots.len().max(1) as u32;
+            let (next, rest) = first_batch(std::mem::take(&mut s.rest), Some(size));
+            s.slots = next;
+            s.rest = rest;
+            s.epoch = epoch;
+            s.phase = SplitPhase::Begun;
+            s.cursor = None;
+            s.batch += 1;
+            return Finished::Batched;
+        }
         let done = self.splits.remove(at);
         if done.kind == MoveKind::Merge
             && done.parent.get() > self.shards
@@ -449,6 +518,7 @@ impl SlotMap {
                 self.settled.insert(g, now_ms);
             }
         }
+        Finished::Done
     }
 
     /// Every group of the cluster: the metadata group, the data groups, the children of
@@ -491,7 +561,9 @@ impl SlotMap {
             return Err(format!("group {g} cannot be retired"));
         }
         if let Some(s) = map.splits.iter().find(|s| {
-            s.child.get() == 0 || s.child.get() > cap || s.slots.iter().any(|&x| x >= slots)
+            s.child.get() == 0
+                || s.child.get() > cap
+                || s.slots.iter().chain(&s.rest).any(|&x| x >= slots)
         }) {
             return Err(format!(
                 "the split to group {} names what cannot be",
@@ -611,7 +683,7 @@ mod tests {
     fn a_split_takes_half_its_parents_slots_at_the_switch() {
         let mut map = SlotMap::initial(4);
         let before = map.clone();
-        let split = map.begin_split(GroupId::new(2), 64).expect("split");
+        let split = map.begin_split(GroupId::new(2), 64, None).expect("split");
         assert_eq!(split.child, GroupId::new(5));
         assert_eq!(split.epoch, 1);
         assert_eq!(split.slots.len(), 128);
@@ -629,16 +701,16 @@ mod tests {
                 before.object_group("a", "C", &id)
             );
         }
-        assert!(map.begin_split(GroupId::new(2), 64).is_err());
+        assert!(map.begin_split(GroupId::new(2), 64, None).is_err());
         assert!(
-            map.begin_split(GroupId::new(3), 64).is_err(),
+            map.begin_split(GroupId::new(3), 64, None).is_err(),
             "one at a time"
         );
         assert!(
-            map.begin_split(GroupId::new(5), 64).is_err(),
+            map.begin_split(GroupId::new(5), 64, None).is_err(),
             "not a data group yet"
         );
-        assert!(map.begin_split(GroupId::new(0), 64).is_err());
+        assert!(map.begin_split(GroupId::new(0), 64, None).is_err());
 
         map.switch(GroupId::new(5)).expect("switch");
         map.switch(GroupId::new(5)).expect("again: nothing more");
@@ -665,12 +737,12 @@ mod tests {
         assert_eq!(SlotMap::from_record(value, 4, 64), Ok(map.clone()));
 
         map.splits.clear();
-        let next = map.begin_split(GroupId::new(3), 64).expect("another");
+        let next = map.begin_split(GroupId::new(3), 64, None).expect("another");
         assert_eq!((next.child, next.epoch), (GroupId::new(6), 2));
         let mut full = SlotMap::initial(4);
         full.next_group = 65;
         assert!(
-            full.begin_split(GroupId::new(1), 64).is_err(),
+            full.begin_split(GroupId::new(1), 64, None).is_err(),
             "past the cap"
         );
     }
@@ -727,26 +799,34 @@ mod tests {
     #[test]
     fn a_merge_gives_every_slot_back_and_retires_a_child() {
         let mut map = SlotMap::initial(4);
-        map.begin_split(GroupId::new(2), 64).expect("split");
+        map.begin_split(GroupId::new(2), 64, None).expect("split");
         map.switch(GroupId::new(5)).expect("switch");
         map.finish(GroupId::new(5), 1_000);
         assert_eq!(map.slots_of(GroupId::new(5)).len(), 128);
         let split_map = map.clone();
         assert_eq!(map.merge_target(GroupId::new(5)), Some(GroupId::new(2)));
-        assert!(map.begin_merge(GroupId::new(5), GroupId::new(5)).is_err());
-        assert!(map.begin_merge(GroupId::new(9), GroupId::new(2)).is_err());
-        assert!(map.begin_merge(GroupId::new(5), GroupId::new(0)).is_err());
+        assert!(map
+            .begin_merge(GroupId::new(5), GroupId::new(5), None)
+            .is_err());
+        assert!(map
+            .begin_merge(GroupId::new(9), GroupId::new(2), None)
+            .is_err());
+        assert!(map
+            .begin_merge(GroupId::new(5), GroupId::new(0), None)
+            .is_err());
 
         let merge = map
-            .begin_merge(GroupId::new(5), GroupId::new(2))
+            .begin_merge(GroupId::new(5), GroupId::new(2), None)
             .expect("merge");
         assert_eq!((merge.kind, merge.epoch), (MoveKind::Merge, 2));
         assert_eq!(merge.slots, split_map.slots_of(GroupId::new(5)));
         assert!(
-            map.begin_split(GroupId::new(3), 64).is_err(),
+            map.begin_split(GroupId::new(3), 64, None).is_err(),
             "one at a time"
         );
-        assert!(map.begin_merge(GroupId::new(5), GroupId::new(1)).is_err());
+        assert!(map
+            .begin_merge(GroupId::new(5), GroupId::new(1), None)
+            .is_err());
         assert_eq!(
             map.data_groups(),
             split_map.data_groups(),
@@ -770,13 +850,13 @@ mod tests {
         let value = serde_json::to_value(&map).expect("json");
         assert_eq!(SlotMap::from_record(value, 4, 64), Ok(map.clone()));
         // Its id is not taken again.
-        let next = map.begin_split(GroupId::new(1), 64).expect("split");
+        let next = map.begin_split(GroupId::new(1), 64, None).expect("split");
         assert_eq!(next.child, GroupId::new(6));
         map.splits.clear();
 
         // A group of the shards merged into another keeps its records: not retired.
         let merge = map
-            .begin_merge(GroupId::new(3), GroupId::new(4))
+            .begin_merge(GroupId::new(3), GroupId::new(4), None)
             .expect("merge 3");
         assert_eq!(merge.slots.len(), 256);
         assert_eq!(
@@ -790,7 +870,8 @@ mod tests {
         assert!(map.slots_of(GroupId::new(3)).is_empty());
         assert!(map.data_groups().contains(&GroupId::new(3)));
         assert!(
-            map.begin_merge(GroupId::new(3), GroupId::new(4)).is_err(),
+            map.begin_merge(GroupId::new(3), GroupId::new(4), None)
+                .is_err(),
             "no slot left"
         );
 
@@ -802,6 +883,79 @@ mod tests {
             let value = serde_json::to_value(&wrong).expect("json");
             assert!(SlotMap::from_record(value, 4, 64).is_err(), "{bad}");
         }
+    }
+
+    /// Story — a split of group 2 of 4 in batches of 40 slots: each batch is switched at an
+    /// epoch of its own, only its slots routing to the child; the next batch (as many slots,
+    /// the last fewer) begins at the next epoch and takes the child in as a merge's target
+    /// does; the child is noted settled only after the last. A merge in batches retires its
+    /// source only once its last slot is gone. The record reads back between batches.
+    #[test]
+    fn a_split_in_batches_switches_one_batch_at_a_time() {
+        let mut map = SlotMap::initial(4);
+        let split = map
+            .begin_split(GroupId::new(2), 64, Some(40))
+            .expect("split");
+        assert_eq!((split.slots.len(), split.rest.len()), (40, 88));
+        assert!(!split.into_held(), "a new child seals its imports");
+        let all: BTreeSet<u32> = split.slots.union(&split.rest).copied().collect();
+        assert!(all.iter().all(|s| s % 4 == 1) && all.len() == 128);
+        let mut seen = BTreeSet::new();
+        let mut sizes = Vec::new();
+        for round in 0..4u64 {
+            let now = map.splits[0].clone();
+            assert_eq!((now.batch, now.epoch), (round as u32, round + 1));
+            assert_eq!(now.phase, SplitPhase::Begun);
+            assert_eq!(now.into_held(), round > 0);
+            assert!(now.slots.is_disjoint(&seen), "a slot moved twice");
+            sizes.push(now.slots.len());
+            map.switch(GroupId::new(5)).expect("switch");
+            assert_eq!(map.epoch, round + 1);
+            seen.extend(now.slots.iter().copied());
+            assert_eq!(
+                map.slots_of(GroupId::new(5)),
+                seen,
+                "exactly the batches switched"
+            );
+            assert!(
+                map.begin_merge(GroupId::new(5), GroupId::new(2), None)
+                    .is_err(),
+                "one at a time, between batches too"
+            );
+            let value = serde_json::to_value(&map).expect("json");
+            assert_eq!(SlotMap::from_record(value, 4, 64), Ok(map.clone()));
+            let finished = map.finish(GroupId::new(5), 1_000 + round);
+            assert_eq!(finished == Finished::Done, round == 3, "batch {round}");
+            assert_eq!(map.settled.contains_key(&GroupId::new(5)), round == 3);
+        }
+        assert_eq!(sizes, vec![40, 40, 40, 8]);
+        assert_eq!(seen, all);
+        assert!(map.splits.is_empty());
+        assert_eq!(map.slots_of(GroupId::new(2)).len(), 128);
+
+        // Back in batches of 100: 5 is retired only with its last slot gone.
+        map.begin_merge(GroupId::new(5), GroupId::new(2), Some(100))
+            .expect("merge");
+        assert_eq!(map.splits[0].rest.len(), 28);
+        map.switch(GroupId::new(2)).expect("switch");
+        assert_eq!(map.finish(GroupId::new(2), 2_000), Finished::Batched);
+        assert!(map.retired.is_empty());
+        assert_eq!(map.slots_of(GroupId::new(5)).len(), 28);
+        map.switch(GroupId::new(2)).expect("switch");
+        assert_eq!(map.finish(GroupId::new(2), 3_000), Finished::Done);
+        assert_eq!(map.retired, BTreeSet::from([GroupId::new(5)]));
+        assert!(map.moved.is_empty());
+        assert_eq!(map.epoch, 6);
+
+        // A record naming a slot past the map's in the rest is refused.
+        let mut bad = SlotMap::initial(4);
+        let mut split = bad
+            .begin_split(GroupId::new(1), 64, Some(8))
+            .expect("split");
+        split.rest.insert(4 * 256);
+        bad.splits = vec![split];
+        let value = serde_json::to_value(&bad).expect("json");
+        assert!(SlotMap::from_record(value, 4, 64).is_err());
     }
 
     /// Reads at each epoch of a group that takes in a merge's slots: without them before the

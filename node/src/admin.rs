@@ -125,12 +125,17 @@ pub enum AdminCommand {
     },
     /// Split data group G in two (hash slots, needs the `slots` feature finalized): half its
     /// slots go to a new group with the same voters once their objects are copied; writes to
-    /// those objects wait for the copy (503 "try again" after 10 s). One split at a time.
-    /// Prints the slot map; with `--wait-secs`, waits until the split is done.
+    /// those objects wait for their batch's copy (503 "try again" after 10 s). The slots move
+    /// in batches of about `--move-batch-kb` of the group (see `slots`), or `--batch-slots`.
+    /// One split at a time. Prints the slot map; with `--wait-secs`, waits until the split is
+    /// done.
     Split {
         group: u32,
         #[arg(long)]
         wait_secs: Option<u64>,
+        /// Slots moved at a time (0: all at once).
+        #[arg(long)]
+        batch_slots: Option<u32>,
     },
     /// Merge every slot of data group G back into another (by default the group of its family
     /// holding fewest slots: for a split's child, the group it was split from). The source's
@@ -144,6 +149,9 @@ pub enum AdminCommand {
         into: Option<u32>,
         #[arg(long)]
         wait_secs: Option<u64>,
+        /// Slots moved at a time (0: all at once; default: as a split's).
+        #[arg(long)]
+        batch_slots: Option<u32>,
     },
     /// Print the slot map: its epoch, the slots each data group holds, the split under way,
     /// and when groups split by themselves (`auto`); the options change that first (0: never).
@@ -163,6 +171,10 @@ pub enum AdminCommand {
         /// (default 600).
         #[arg(long)]
         settle_secs: Option<u32>,
+        /// Move a split's or merge's slots in batches of about this many KiB of the group
+        /// (writes to a batch's slots wait for its copy; default 2048; 0: all at once).
+        #[arg(long)]
+        move_batch_kb: Option<u32>,
     },
     /// Make the cluster's certificates: a CA, nodes', administrators'.
     Certs {
@@ -636,9 +648,14 @@ pub async fn run(rpc: &str, certs_dir: Option<&Path>, cmd: AdminCommand) -> anyh
             };
             println!("{}", serde_json::to_string_pretty(&status)?);
         }
-        AdminCommand::Split { group, wait_secs } => {
+        AdminCommand::Split {
+            group,
+            wait_secs,
+            batch_slots,
+        } => {
             let req = AdminRequest::Split {
                 group: GroupId::new(group),
+                batch_slots,
             };
             let view = slots_answer(admin_at(rpc, req, TIMEOUT, tls_ref).await?)?;
             let view = wait_slots_done(rpc, tls_ref, view, wait_secs, "split").await?;
@@ -648,10 +665,12 @@ pub async fn run(rpc: &str, certs_dir: Option<&Path>, cmd: AdminCommand) -> anyh
             group,
             into,
             wait_secs,
+            batch_slots,
         } => {
             let req = AdminRequest::Merge {
                 group: GroupId::new(group),
                 into: into.map(GroupId::new),
+                batch_slots,
             };
             let view = slots_answer(admin_at(rpc, req, TIMEOUT, tls_ref).await?)?;
             let view = wait_slots_done(rpc, tls_ref, view, wait_secs, "merge").await?;
@@ -662,12 +681,14 @@ pub async fn run(rpc: &str, certs_dir: Option<&Path>, cmd: AdminCommand) -> anyh
             split_above_writes_per_s,
             merge_below_mb,
             settle_secs,
+            move_batch_kb,
         } => {
             let change = SplitSettingsChange {
                 split_above_mb,
                 split_above_writes_per_s,
                 merge_below_mb,
                 settle_secs,
+                move_batch_kb,
             };
             let req = if change.is_empty() {
                 AdminRequest::Slots

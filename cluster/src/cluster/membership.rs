@@ -124,14 +124,19 @@ impl Cluster {
                     crate::services::rebalance::status(self.replicas()).await?,
                 ))
             }
-            AdminRequest::Split { group } => {
-                crate::services::splits::begin(self.replicas(), group).await?;
+            AdminRequest::Split { group, batch_slots } => {
+                crate::services::splits::begin(self.replicas(), group, batch_slots).await?;
                 Ok(AdminResponse::Slots(
                     crate::services::splits::view(self.replicas()).await?,
                 ))
             }
-            AdminRequest::Merge { group, into } => {
-                crate::services::splits::begin_merge(self.replicas(), group, into).await?;
+            AdminRequest::Merge {
+                group,
+                into,
+                batch_slots,
+            } => {
+                crate::services::splits::begin_merge(self.replicas(), group, into, batch_slots)
+                    .await?;
                 Ok(AdminResponse::Slots(
                     crate::services::splits::view(self.replicas()).await?,
                 ))

@@ -25,7 +25,9 @@ use crate::ids::{GroupId, NodeId, META_GROUP};
 use crate::namespace::Namespace;
 use crate::replicas::{unexpected, Replicas};
 use crate::services::rebalance;
-use crate::slots::{Frozen, Incoming, MoveKind, SlotMap, SplitInProgress, SplitPhase, SLOTS_KEY};
+use crate::slots::{
+    Finished, Frozen, Incoming, MoveKind, SlotMap, SplitInProgress, SplitPhase, SLOTS_KEY,
+};
 
 /// What this build adds that older builds cannot read (`services::upgrade`): slot maps with
 /// splits, the split commands and reads. Splits begin only once it is finalized.
@@ -133,6 +135,8 @@ pub async fn view(replicas: &Replicas) -> Result<Value> {
                 "epoch": s.epoch,
                 "phase": s.phase,
                 "kind": s.kind,
+                "batch": s.batch,
+                "left": s.rest.len(),
             })
         })
         .collect();
@@ -387,7 +391,7 @@ impl AutoSplits {
             weighed
         };
         if let Some((group, reason)) = choose(&weighed, &settings) {
-            let split = begin(replicas, group).await?;
+            let split = begin(replicas, group, None).await?;
             tracing::info!(parent = %group, child = %split.child, reason = reason.name(), "a group splits by itself");
             metrics::counter!("basalt_splits_auto_total", "reason" => reason.name()).increment(1);
             return Ok(());
@@ -395,7 +399,7 @@ impl AutoSplits {
         if let Some((source, target)) =
             choose_merge(&weighed, &settings, map.shards, |g| map.merge_target(g))
         {
-            begin_merge(replicas, source, Some(target)).await?;
+            begin_merge(replicas, source, Some(target), None).await?;
             tracing::info!(%source, %target, "a small group merges by itself");
             metrics::counter!("basalt_merges_auto_total", "reason" => AutoReason::Small.name())
                 .increment(1);
@@ -438,14 +442,19 @@ fn refuse_until_finalized(replicas: &Replicas, what: &str) -> Result<()> {
 /// the `splits` job has copied them. Refused while the cluster has not finalized `FEATURES`,
 /// while another split is under way, for a group of one slot, and once every group id is
 /// taken.
-pub async fn begin(replicas: &Replicas, parent: GroupId) -> Result<SplitInProgress> {
+pub async fn begin(
+    replicas: &Replicas,
+    parent: GroupId,
+    batch: Option<u32>,
+) -> Result<SplitInProgress> {
     refuse_until_finalized(replicas, "splits")?;
     // The map as the metadata group's leader holds it: a replica of this node behind it (a
     // node just resumed) would refuse for a split that is over.
     let (before, mut map) = current_at_leader(replicas).await?;
     let cap = replicas.settings().group_cap();
+    let batch = batch_of(replicas, &map, parent, batch).await?;
     let split = map
-        .begin_split(parent, cap)
+        .begin_split(parent, cap, batch)
         .map_err(Error::InvalidOperation)?;
     save(replicas, before, &map).await?;
     tracing::info!(%parent, child = %split.child, slots = split.slots.len(), epoch = split.epoch, "split begun");
@@ -461,6 +470,7 @@ pub async fn begin_merge(
     replicas: &Replicas,
     source: GroupId,
     into: Option<GroupId>,
+    batch: Option<u32>,
 ) -> Result<SplitInProgress> {
     refuse_until_finalized(replicas, "merges")?;
     let (before, mut map) = current_at_leader(replicas).await?;
@@ -472,13 +482,47 @@ pub async fn begin_merge(
             ))
         })?,
     };
+    let batch = batch_of(replicas, &map, source, batch).await?;
     let merge = map
-        .begin_merge(source, target)
+        .begin_merge(source, target, batch)
         .map_err(Error::InvalidOperation)?;
     save(replicas, before, &map).await?;
     tracing::info!(%source, %target, slots = merge.slots.len(), epoch = merge.epoch, "merge begun");
     metrics::counter!("basalt_merges_begun_total").increment(1);
     Ok(merge)
+}
+
+/// How many slots a split or merge of `group` moves at a time (none: all at once): `asked`
+/// (0: all at once), else about `moveBatchKb` of the group's bytes on its leader's disk
+/// (`batch_slots`).
+async fn batch_of(
+    replicas: &Replicas,
+    map: &SlotMap,
+    group: GroupId,
+    asked: Option<u32>,
+) -> Result<Option<u32>> {
+    if let Some(n) = asked {
+        return Ok((n > 0).then_some(n));
+    }
+    let settings = replicas
+        .local_meta_record(Namespace::Cluster, SETTINGS_KEY)?
+        .and_then(|v| SplitSettings::from_stored(v).ok())
+        .unwrap_or_default();
+    let (statuses, _) = replicas.member_statuses(STATUS_WAIT, false).await;
+    let bytes = statuses.get(&group).map_or(0, |s| s.bytes);
+    let held = map.slots_of(group).len() as u64;
+    Ok(batch_slots(bytes, held, settings.move_batch_kb))
+}
+
+/// Slots of a group of `bytes` in `held` slots that hold about `batch_kb` KiB (at least one;
+/// none: all at once, when `batch_kb` is 0 or the group's files hold nothing yet).
+fn batch_slots(bytes: u64, held: u64, batch_kb: u32) -> Option<u32> {
+    if batch_kb == 0 || bytes == 0 || held == 0 {
+        return None;
+    }
+    let per_slot = (bytes / held).max(1);
+    let n = (u64::from(batch_kb) << 10) / per_slot;
+    Some(n.clamp(1, u64::from(u32::MAX)) as u32)
 }
 
 /// Takes a retired group out of the placement record (when the cluster keeps one), so that
@@ -519,18 +563,58 @@ impl Switched {
     }
 }
 
-/// One round of the `splits` job: the split under way (one at a time) goes a phase further, or
-/// its copy or drop a few pages further.
+/// Whether a round goes on to the next step of the split under way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// The phase went further: the next one may follow at once.
+    Next,
+    /// Wait for the next round (the switch's grace, pages left, the split done).
+    Wait,
+}
+
+/// One round of the `splits` job: the split or merge under way (one at a time) goes phases
+/// further — a batch frozen, copied, switched and adopted in one round when its copy fits the
+/// round's budget, so that writes to its slots wait for no round in between — saving the map
+/// after each; or, with none under way, the automatic splits look at the groups.
 pub async fn round(replicas: &Replicas, switched: &Switched, auto: &AutoSplits) -> Result<()> {
-    let (before, mut map) = current(replicas)?;
-    let Some(split) = map.splits.first().cloned() else {
+    let (mut before, mut map) = current(replicas)?;
+    if map.splits.is_empty() {
         return auto.round(replicas, &map).await;
-    };
+    }
     let started = Instant::now();
+    while let Some(split) = map.splits.first().cloned() {
+        // A batch is frozen only with most of the round left for its copy.
+        if split.phase == SplitPhase::Begun && started.elapsed() > ROUND_BUDGET / 4 {
+            break;
+        }
+        let saved = map.clone();
+        // A step that fails saves nothing: the next round does it again.
+        let next = step(replicas, switched, auto, &mut map, &split, started).await?;
+        if map != saved {
+            save(replicas, before, &map).await?;
+            before = Some(serde_json::to_value(&map)?);
+        }
+        if next == Step::Wait || started.elapsed() >= ROUND_BUDGET {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Takes `split` (the first of `map`'s) one phase further, or its copy or drop a few pages,
+/// changing `map` as it goes.
+async fn step(
+    replicas: &Replicas,
+    switched: &Switched,
+    auto: &AutoSplits,
+    map: &mut SlotMap,
+    split: &SplitInProgress,
+    started: Instant,
+) -> Result<Step> {
     let merge = split.kind == MoveKind::Merge;
     match split.phase {
-        SplitPhase::Begun if merge => {
-            // The target takes imports of the source's slots (and refuses writes to them), then
+        SplitPhase::Begun if split.into_held() => {
+            // The target takes imports of the batch's slots (and refuses writes to them), then
             // the source freezes them: from then on its objects stay as they are copied.
             let incoming = Incoming {
                 from: split.parent,
@@ -540,7 +624,7 @@ pub async fn round(replicas: &Replicas, switched: &Switched, auto: &AutoSplits) 
                 adopted: false,
             };
             propose_done(replicas, split.child, Command::OpenImports(incoming)).await?;
-            freeze(replicas, &mut map, &split).await?;
+            freeze(replicas, map, split).await?;
         }
         SplitPhase::Begun if split.voters.is_empty() => {
             // The child's voters, chosen once: the parent's, as its leader reports them.
@@ -552,20 +636,20 @@ pub async fn round(replicas: &Replicas, switched: &Switched, auto: &AutoSplits) 
                 .ok_or_else(|| {
                     Error::Unavailable(format!("group {} reported no leader", split.parent))
                 })?;
-            place_child(replicas, &split, &voters).await?;
+            place_child(replicas, split, &voters).await?;
             if let Some(s) = map.splits.iter_mut().find(|s| s.child == split.child) {
                 s.voters = voters;
             }
         }
         SplitPhase::Begun => {
-            start_child(replicas, &split).await?;
-            freeze(replicas, &mut map, &split).await?;
+            start_child(replicas, split).await?;
+            freeze(replicas, map, split).await?;
         }
         SplitPhase::Frozen => {
             let mut cursor = split.cursor.as_deref().map(decode_cursor).transpose()?;
             let mut phase = SplitPhase::Frozen;
             while started.elapsed() < ROUND_BUDGET {
-                let (next, copied) = copy_page(replicas, &split, cursor.clone()).await?;
+                let (next, copied) = copy_page(replicas, split, cursor.clone()).await?;
                 metrics::counter!("basalt_split_objects_copied_total").increment(copied);
                 crate::failpoints::pause("split-copied-page").await;
                 match next {
@@ -578,24 +662,25 @@ pub async fn round(replicas: &Replicas, switched: &Switched, auto: &AutoSplits) 
                 }
             }
             let cursor = cursor.map(|c| hex(&c));
-            set_phase(&mut map, split.child, phase, cursor);
-            if phase == SplitPhase::Copied {
-                tracing::info!(parent = %split.parent, child = %split.child, "split: objects copied");
+            set_phase(map, split.child, phase, cursor);
+            if phase != SplitPhase::Copied {
+                return Ok(Step::Wait);
             }
+            tracing::info!(parent = %split.parent, child = %split.child, batch = split.batch, "split: objects copied");
         }
         SplitPhase::Copied => {
             // No page a former metadata leader still sends is taken once the map names the
-            // child: it would undo the child's own writes. (A merge's target refuses writes to
-            // the slots until it adopts them, after the switch.)
-            if !merge {
+            // child: it would undo the child's own writes. (A group that holds slots already
+            // refuses writes to the batch's until it adopts them, after the switch.)
+            if !split.into_held() {
                 propose_done(replicas, split.child, Command::SealImports).await?;
             }
             crate::failpoints::pause("split-sealed").await;
             map.switch(split.child).map_err(Error::Internal)?;
-            tracing::info!(parent = %split.parent, child = %split.child, epoch = split.epoch, kind = ?split.kind, "split: the map names the child");
+            tracing::info!(parent = %split.parent, child = %split.child, epoch = split.epoch, batch = split.batch, kind = ?split.kind, "split: the map names the child");
         }
         SplitPhase::Switched => {
-            if merge {
+            if split.into_held() {
                 // The map names the target: it takes writes to the slots (a writer refused
                 // meanwhile tries again a moment later) and no more imports. Done already is
                 // done; a node routing by a map older than the split it once made is refused.
@@ -606,7 +691,7 @@ pub async fn round(replicas: &Replicas, switched: &Switched, auto: &AutoSplits) 
                 propose_done(replicas, split.child, adopt).await?;
             }
             if switched.since(split.child, split.epoch) < SWITCH_GRACE {
-                return Ok(());
+                return Ok(Step::Wait);
             }
             let mut left = true;
             while left && started.elapsed() < ROUND_BUDGET {
@@ -627,9 +712,14 @@ pub async fn round(replicas: &Replicas, switched: &Switched, auto: &AutoSplits) 
                 crate::failpoints::pause("split-dropped-page").await;
             }
             if left {
-                return Ok(());
+                return Ok(Step::Wait);
             }
-            map.finish(split.child, crate::replicas::now_ms().max(0) as u64);
+            metrics::counter!("basalt_split_batches_total").increment(1);
+            let now_ms = crate::replicas::now_ms().max(0) as u64;
+            if map.finish(split.child, now_ms) == Finished::Batched {
+                tracing::info!(parent = %split.parent, child = %split.child, batch = split.batch, "batch done");
+                return Ok(Step::Next);
+            }
             auto.settle(split.parent, split.child);
             if merge {
                 if map.retired.contains(&split.parent) {
@@ -641,9 +731,10 @@ pub async fn round(replicas: &Replicas, switched: &Switched, auto: &AutoSplits) 
                 metrics::counter!("basalt_splits_total").increment(1);
                 tracing::info!(parent = %split.parent, child = %split.child, "split done");
             }
+            return Ok(Step::Wait);
         }
     }
-    save(replicas, before, &map).await
+    Ok(Step::Next)
 }
 
 /// Freezes the split's or merge's slots in its source (`FreezeSlots`): from then on their
@@ -891,6 +982,18 @@ fn decode_cursor(s: &str) -> Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_batch_holds_about_the_setting_of_a_groups_bytes() {
+        // 48 MiB in 256 slots: 192 KiB a slot, 2 MiB is 10 slots.
+        assert_eq!(batch_slots(48 << 20, 256, 2048), Some(10));
+        // Slots larger than a batch: one at a time.
+        assert_eq!(batch_slots(48 << 30, 256, 2048), Some(1));
+        // Off, or nothing in the group's files yet: all at once.
+        assert_eq!(batch_slots(48 << 20, 256, 0), None);
+        assert_eq!(batch_slots(0, 256, 2048), None);
+        assert_eq!(batch_slots(1 << 20, 0, 2048), None);
+    }
 
     #[test]
     fn a_cursor_reads_back_as_it_was_saved() {

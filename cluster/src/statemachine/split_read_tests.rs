@@ -486,3 +486,125 @@ fn a_merge_back_into_the_parent_counts_every_object_once() {
     assert_eq!(counted(&store, &[PARENT], merged).expect("count"), all);
     assert!(get(&store, &own).expect("get").is_some());
 }
+
+/// Story — a split's second batch (decisions/0038): the child, sealed after the first, opens
+/// its imports for the batch's slots (slots ≡ 1 mod 4 of those the parent kept) at the next
+/// epoch; the parent freezes them and they are copied. A reader of the first batch's map
+/// counts them in the parent alone, one of the second's in the child alone; once the child
+/// adopts them it takes writes to them, and once the parent dropped them a reader of the
+/// first batch's map is refused by it.
+#[test]
+fn a_splits_second_batch_goes_into_the_sealed_child() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = Store::open(dir.path()).expect("store");
+    let (kept, first) = split_story(&store);
+    let second = EPOCH + 1;
+    let in_batch = |id: &str| slot_for("a", "C", id, TOTAL) % 4 == 1;
+    let slots: BTreeSet<u32> = (0..TOTAL).filter(|s| s % 4 == 1).collect();
+    let moving: BTreeSet<String> = kept.iter().filter(|id| in_batch(id)).cloned().collect();
+    let staying: BTreeSet<String> = kept.difference(&moving).cloned().collect();
+    assert!(!moving.is_empty() && !staying.is_empty());
+    let all = (kept.len() + first.len()) as u64;
+
+    let open = Command::OpenImports(Incoming {
+        from: PARENT,
+        slots: slots.clone(),
+        total: TOTAL,
+        epoch: second,
+        adopted: false,
+    });
+    assert_eq!(run(&store, CHILD, open), CommandResult::Done);
+    let freeze = Frozen {
+        child: CHILD,
+        slots,
+        total: TOTAL,
+        epoch: second,
+        dropped_through: None,
+    };
+    assert_eq!(
+        run(&store, PARENT, Command::FreezeSlots(freeze)),
+        CommandResult::Done
+    );
+    let newcomer = (0..)
+        .map(|i| format!("b2new{i}"))
+        .find(|id| in_batch(id))
+        .expect("an id in the batch");
+    let refused = CommandResult::Rejected(Error::Moved { epoch: second });
+    assert_eq!(run(&store, PARENT, create(&newcomer, 1)), refused);
+    assert_eq!(run(&store, CHILD, create(&newcomer, 1)), refused);
+    assert_eq!(
+        run(
+            &store,
+            CHILD,
+            Command::ImportObjects(exported(&store, PARENT, &moving))
+        ),
+        CommandResult::Done,
+        "a sealed child takes the imports it opened"
+    );
+
+    // Every object once, by the first batch's map and by the second's.
+    for epoch in [EPOCH, second] {
+        for ordered in [false, true] {
+            let (count, rows) = scanned(&store, &[PARENT, CHILD], ordered, epoch).expect("both");
+            assert_eq!((count, rows.len() as u64), (all, all), "epoch {epoch}");
+        }
+        assert_eq!(
+            counted(&store, &[PARENT, CHILD], epoch).expect("count"),
+            all
+        );
+        assert_eq!(
+            grouped(&store, &[PARENT, CHILD], epoch).expect("groups"),
+            all
+        );
+    }
+    assert_eq!(
+        stored_ids(&store, PARENT, second).expect("parent"),
+        staying,
+        "the parent without the batch, by the second's map"
+    );
+    assert_eq!(
+        stored_ids(&store, CHILD, EPOCH).expect("child"),
+        first,
+        "the child without the batch, by the first's map"
+    );
+
+    // Adopted: the child takes writes to the batch and no more imports.
+    let adopt = Command::AdoptSlots {
+        from: PARENT,
+        epoch: second,
+    };
+    assert_eq!(run(&store, CHILD, adopt), CommandResult::Done);
+    assert!(matches!(
+        run(&store, CHILD, create(&newcomer, 1)),
+        CommandResult::Created { .. }
+    ));
+    assert!(matches!(
+        run(&store, CHILD, Command::ImportObjects(Vec::new())),
+        CommandResult::Rejected(Error::Conflict(_))
+    ));
+    let all = all + 1;
+    while let CommandResult::Purged { next: Some(_), .. } = run(
+        &store,
+        PARENT,
+        Command::DropSlots {
+            child: CHILD,
+            limit: 50,
+        },
+    ) {}
+    assert!(matches!(
+        counted(&store, &[PARENT], EPOCH),
+        Err(Error::Moved { epoch }) if epoch == second
+    ));
+    assert_eq!(
+        counted(&store, &[PARENT, CHILD], second).expect("count"),
+        all
+    );
+    assert_eq!(stored_ids(&store, PARENT, second).expect("parent"), staying);
+    assert!(
+        matches!(get(&store, &newcomer), Err(Error::Moved { epoch }) if epoch == second),
+        "the parent sends a reader of the batch to the child"
+    );
+    assert!(stored_ids(&store, CHILD, second)
+        .expect("child")
+        .contains(&newcomer));
+}

@@ -162,6 +162,15 @@ fn spawn_writers(
         .collect()
 }
 
+/// Batches of splits and merges done, counted by every node (`basalt_split_batches_total`).
+async fn batches(cluster: &TestCluster) -> f64 {
+    let mut n = 0.0;
+    for i in 0..3 {
+        n += cluster.metric(i, "basalt_split_batches_total").await;
+    }
+    n
+}
+
 /// Each of `want` is among `got` exactly once.
 fn each_once(got: &[String], want: &BTreeSet<String>, what: &str) {
     for w in want {
@@ -171,8 +180,9 @@ fn each_once(got: &[String], want: &BTreeSet<String>, what: &str) {
 }
 
 /// Story — a split under writes (3 nodes, 2 data groups of 256 slots each): while writers
-/// create objects through every node, group 1 splits; the new group 3 holds half its slots,
-/// the split ends, no write fails (one to a frozen slot waits out the copy), every
+/// create objects through every node, group 1 splits in 4 batches of 32 slots
+/// (`--batch-slots 32`); the new group 3 holds half its slots, the split ends, no write fails
+/// (one to a frozen slot waits out its batch's copy), every
 /// acknowledged object is read through every node and listed and counted exactly once, and
 /// objects written afterwards are counted too; a live query opened before the split hears of
 /// every object created after it (the new group's too), one resumed from a cursor of before
@@ -194,9 +204,16 @@ async fn a_group_splits_under_writes_and_every_object_is_counted_once() {
     let mut live = read_creates(live);
 
     // Writers through each node until the split is done.
-    let (view, writers) =
-        admin_while_writing(&cluster, 1, &["split", "1", "--wait-secs", "120"], 1_000).await;
+    let (view, writers) = admin_while_writing(
+        &cluster,
+        1,
+        &["split", "1", "--wait-secs", "120", "--batch-slots", "32"],
+        1_000,
+    )
+    .await;
     assert_eq!(view["splits"], json!([]), "{view}");
+    assert_eq!(view["epoch"], json!(4), "one epoch a batch: {view}");
+    assert!(batches(&cluster).await >= 4.0, "four batches counted");
     assert_eq!(
         view["groups"],
         json!({"1": 128, "2": 256, "3": 128}),
@@ -434,7 +451,7 @@ async fn a_group_under_sustained_load_splits_by_itself() {
     .expect("slots json");
     assert_eq!(
         set["auto"],
-        json!({"splitAboveMb": 0, "splitAboveWritesPerS": 2, "mergeBelowMb": 64, "settleSecs": 600}),
+        json!({"splitAboveMb": 0, "splitAboveWritesPerS": 2, "mergeBelowMb": 64, "settleSecs": 600, "moveBatchKb": 2048}),
         "{set}"
     );
     let mut ids = Vec::new();
@@ -612,8 +629,8 @@ async fn each_counted_once(cluster: &TestCluster, class: &str, ids: &BTreeSet<St
 }
 
 /// Story — merges (3 nodes, 2 data groups): group 1 splits into 1 and 3; then, while writers
-/// create objects through every node, `basalt admin merge 3` gives every slot of group 3 back
-/// to group 1: no write fails, the map holds groups 1 and 2 only with group 3 retired, every
+/// create objects through every node, `basalt admin merge 3 --batch-slots 48` gives every slot
+/// of group 3 back to group 1 in three batches (48, 48, 32): no write fails, the map holds groups 1 and 2 only with group 3 retired, every
 /// node erased its replica of group 3, every object is read, listed and counted once through
 /// every node, and live queries from before the merge and from after it hear every new create
 /// once. Then group 2 splits into 2 and 4 (the id 3 is not taken again), and
@@ -643,8 +660,23 @@ async fn a_child_merges_back_into_its_parent_and_is_retired() {
     let (live, _) = subscribe_items(&cluster, 1, None).await;
     let mut live = read_creates(live);
 
-    let (view, writers) =
-        admin_while_writing(&cluster, 2, &["merge", "3", "--wait-secs", "120"], 100_000).await;
+    let before = batches(&cluster).await;
+    let (view, writers) = admin_while_writing(
+        &cluster,
+        2,
+        &["merge", "3", "--wait-secs", "120", "--batch-slots", "48"],
+        100_000,
+    )
+    .await;
+    assert!(
+        batches(&cluster).await - before >= 3.0,
+        "three batches counted"
+    );
+    assert_eq!(
+        view["epoch"].as_u64(),
+        split["epoch"].as_u64().map(|e| e + 3),
+        "one epoch a batch: {view}"
+    );
     assert_eq!(view["groups"], json!({"1": 256, "2": 256}), "{view}");
     assert_eq!(view["retired"], json!([3]), "{view}");
     let mut written = 0;
