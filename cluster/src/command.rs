@@ -213,6 +213,12 @@ pub enum Command {
     DropSlots {
         child: crate::ids::GroupId,
         limit: u32,
+        /// The epoch of the batch whose slots are dropped: a drop of an earlier batch of the
+        /// same split, sent late by a former metadata leader, is refused `Conflict` rather
+        /// than drop the next batch's objects before they are copied. (None: any, as logs
+        /// written before batches hold it.)
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        epoch: Option<u64>,
     },
     /// Data group, a merge's target (decisions/0038): from this entry on it takes
     /// `ImportObjects` of the slots named (and of no other), and refuses writes to them
@@ -447,8 +453,12 @@ impl fmt::Display for Command {
             Command::AdoptSlots { from, epoch } => {
                 write!(f, "AdoptSlots(from group {from} at epoch {epoch})")
             }
-            Command::DropSlots { child, limit } => {
-                write!(f, "DropSlots({limit} for group {child})")
+            Command::DropSlots {
+                child,
+                limit,
+                epoch,
+            } => {
+                write!(f, "DropSlots({limit} for group {child} at epoch {epoch:?})")
             }
         }
     }

@@ -135,8 +135,10 @@ fn refuse_moved(
     }
 }
 
-/// Keys one page of `ExportSlots` looks at, at most (most may be of slots that stay).
-const EXPORT_LOOK: usize = 20_000;
+/// Keys one page of `ExportSlots` looks at, at most (most may be of slots that stay: a batch of
+/// a few slots is spread over the whole group, so a page looks at a large part of it — a
+/// quarter of a second or so of reading).
+const EXPORT_LOOK: usize = 200_000;
 
 /// A page of the objects of the slots `group` froze, after the object key `after`: up to
 /// `MAX_IMPORT_BYTES` of them (one larger object alone), looking at `EXPORT_LOOK` keys at most,

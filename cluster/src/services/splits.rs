@@ -31,7 +31,15 @@ use crate::slots::{
 
 /// What this build adds that older builds cannot read (`services::upgrade`): slot maps with
 /// splits, the split commands and reads. Splits begin only once it is finalized.
-pub const FEATURES: [&str; 1] = ["slots"];
+pub const FEATURES: [&str; 2] = [SLOTS_FEATURE, BATCHES_FEATURE];
+
+/// Splits and merges, and slot maps with them.
+const SLOTS_FEATURE: &str = "slots";
+
+/// Splits and merges in batches (`rest` and `batch` in the map's record, `DropSlots` naming
+/// its batch): until it is finalized a split or merge moves every slot at once, so that a
+/// build without it can go on with any split under way.
+const BATCHES_FEATURE: &str = "slot-batches";
 
 /// Key of the automatic splits' settings (namespace `Cluster`, `admin::SplitSettings`).
 const SETTINGS_KEY: &str = "splitting";
@@ -55,6 +63,11 @@ const DROP_PAGE: u32 = 2_000;
 
 /// How long one round works before it saves and leaves the scheduler to its other jobs.
 const ROUND_BUDGET: Duration = Duration::from_secs(1);
+
+/// How long a round copies a frozen batch before it saves the cursor and waits for the next:
+/// writes to the batch's objects wait while it is frozen, so its copy goes on past
+/// `ROUND_BUDGET`, and the batch is switched and adopted in the same round.
+const FROZEN_BUDGET: Duration = Duration::from_secs(4);
 
 /// After the switch, how long the parent keeps the copies before dropping them: nodes take up
 /// the new map within a refresh (250 ms), and until then their reads of the parent see every
@@ -312,11 +325,7 @@ impl AutoSplits {
         let off = settings.split_above_mb == 0
             && settings.split_above_writes_per_s == 0
             && settings.merge_below_mb == 0;
-        if off
-            || FEATURES
-                .iter()
-                .any(|f| !crate::services::upgrade::is_on(replicas, f))
-        {
+        if off || !crate::services::upgrade::is_on(replicas, SLOTS_FEATURE) {
             return Ok(());
         }
         let busy_member = replicas
@@ -423,23 +432,20 @@ fn poisoned<T>(_: std::sync::PoisonError<T>) -> Error {
     Error::Internal("the automatic splits' state lock was poisoned".into())
 }
 
-/// `InvalidOperation` naming the first of `FEATURES` the cluster has not finalized: `what`
-/// (splits, merges) waits for it.
+/// `InvalidOperation` while the cluster has not finalized `slots`: `what` (splits, merges)
+/// waits for it.
 fn refuse_until_finalized(replicas: &Replicas, what: &str) -> Result<()> {
-    match FEATURES
-        .iter()
-        .find(|f| !crate::services::upgrade::is_on(replicas, f))
-    {
-        Some(off) => Err(Error::InvalidOperation(format!(
-            "{what} are off until every member runs a build with `{off}` and the cluster \
-             finalized it (`basalt admin upgrade status`)"
-        ))),
-        None => Ok(()),
+    if crate::services::upgrade::is_on(replicas, SLOTS_FEATURE) {
+        return Ok(());
     }
+    Err(Error::InvalidOperation(format!(
+        "{what} are off until every member runs a build with `{SLOTS_FEATURE}` and the \
+         cluster finalized it (`basalt admin upgrade status`)"
+    )))
 }
 
 /// Records a split of `parent` (`basalt admin split`): half its slots, to a new group, once
-/// the `splits` job has copied them. Refused while the cluster has not finalized `FEATURES`,
+/// the `splits` job has copied them. Refused while the cluster has not finalized `slots`,
 /// while another split is under way, for a group of one slot, and once every group id is
 /// taken.
 pub async fn begin(
@@ -492,15 +498,19 @@ pub async fn begin_merge(
     Ok(merge)
 }
 
-/// How many slots a split or merge of `group` moves at a time (none: all at once): `asked`
-/// (0: all at once), else about `moveBatchKb` of the group's bytes on its leader's disk
-/// (`batch_slots`).
+/// How many slots a split or merge of `group` moves at a time (none: all at once, and always
+/// until `slot-batches` is finalized): `asked` (0: all at once), else about `moveBatchKb` of
+/// the group's bytes on its leader's disk (`batch_slots`).
 async fn batch_of(
     replicas: &Replicas,
     map: &SlotMap,
     group: GroupId,
     asked: Option<u32>,
 ) -> Result<Option<u32>> {
+    // A build without batches may be brought back until they are finalized.
+    if !crate::services::upgrade::is_on(replicas, BATCHES_FEATURE) {
+        return Ok(None);
+    }
     if let Some(n) = asked {
         return Ok((n > 0).then_some(n));
     }
@@ -573,9 +583,9 @@ enum Step {
 }
 
 /// One round of the `splits` job: the split or merge under way (one at a time) goes phases
-/// further — a batch frozen, copied, switched and adopted in one round when its copy fits the
-/// round's budget, so that writes to its slots wait for no round in between — saving the map
-/// after each; or, with none under way, the automatic splits look at the groups.
+/// further — a batch frozen, copied (for up to `FROZEN_BUDGET`), switched and adopted in one
+/// round, so that writes to its slots wait for no round in between — saving the map after
+/// each; or, with none under way, the automatic splits look at the groups.
 pub async fn round(replicas: &Replicas, switched: &Switched, auto: &AutoSplits) -> Result<()> {
     let (mut before, mut map) = current(replicas)?;
     if map.splits.is_empty() {
@@ -594,7 +604,10 @@ pub async fn round(replicas: &Replicas, switched: &Switched, auto: &AutoSplits) 
             save(replicas, before, &map).await?;
             before = Some(serde_json::to_value(&map)?);
         }
-        if next == Step::Wait || started.elapsed() >= ROUND_BUDGET {
+        // Past the budget, a batch just copied is still switched, and one just switched
+        // adopted, at once: writes to its objects wait meanwhile.
+        let finishing = matches!(split.phase, SplitPhase::Frozen | SplitPhase::Copied);
+        if next == Step::Wait || (started.elapsed() >= ROUND_BUDGET && !finishing) {
             break;
         }
     }
@@ -648,7 +661,7 @@ async fn step(
         SplitPhase::Frozen => {
             let mut cursor = split.cursor.as_deref().map(decode_cursor).transpose()?;
             let mut phase = SplitPhase::Frozen;
-            while started.elapsed() < ROUND_BUDGET {
+            while started.elapsed() < FROZEN_BUDGET {
                 let (next, copied) = copy_page(replicas, split, cursor.clone()).await?;
                 metrics::counter!("basalt_split_objects_copied_total").increment(copied);
                 crate::failpoints::pause("split-copied-page").await;
@@ -701,6 +714,7 @@ async fn step(
                         Command::DropSlots {
                             child: split.child,
                             limit: DROP_PAGE,
+                            epoch: Some(split.epoch),
                         },
                     )
                     .await?

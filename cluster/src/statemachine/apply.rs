@@ -166,7 +166,11 @@ pub fn apply_command(st: &mut Staged<'_>, cmd: Command) -> Result<CommandResult>
         Command::SealImports => split_writes::apply_seal_imports(st),
         Command::OpenImports(incoming) => split_writes::apply_open_imports(st, incoming),
         Command::AdoptSlots { from, epoch } => split_writes::apply_adopt_slots(st, from, epoch),
-        Command::DropSlots { child, limit } => split_writes::apply_drop_slots(st, child, limit),
+        Command::DropSlots {
+            child,
+            limit,
+            epoch,
+        } => split_writes::apply_drop_slots(st, child, limit, epoch),
         // A batch's commands are applied one by one by `apply_entry`; one nested in another
         // is never proposed (`Command::check_limits`).
         Command::Batch(_) => Ok(CommandResult::Rejected(Error::NotApplied(

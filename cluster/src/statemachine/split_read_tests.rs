@@ -272,10 +272,12 @@ fn split_story(store: &Store) -> (BTreeSet<String>, BTreeSet<String>) {
     let drop = |limit| Command::DropSlots {
         child: CHILD,
         limit,
+        epoch: Some(EPOCH),
     };
     let other = Command::DropSlots {
         child: GroupId::new(9),
         limit: 10,
+        epoch: None,
     };
     assert!(
         matches!(
@@ -473,6 +475,7 @@ fn a_merge_back_into_the_parent_counts_every_object_once() {
         Command::DropSlots {
             child: PARENT,
             limit: 50,
+            epoch: Some(merged),
         },
     ) {}
     assert!(matches!(
@@ -589,6 +592,7 @@ fn a_splits_second_batch_goes_into_the_sealed_child() {
         Command::DropSlots {
             child: CHILD,
             limit: 50,
+            epoch: Some(second),
         },
     ) {}
     assert!(matches!(

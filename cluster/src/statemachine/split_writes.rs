@@ -310,11 +310,13 @@ const MAX_DROP_PAGE: u32 = 10_000;
 /// Deletes up to `limit` objects of the frozen slots (looking at no more than `limit · 16`
 /// objects), with their derived state and no change-log entry; when every object was looked
 /// at, the freeze is forgotten. Answers how many it deleted and whether objects are left to
-/// look at (`Purged`'s `next`).
+/// look at (`Purged`'s `next`). A drop for another child, or for another batch (`epoch`), is
+/// refused.
 pub(super) fn apply_drop_slots(
     st: &mut Staged<'_>,
     child: GroupId,
     limit: u32,
+    epoch: Option<u64>,
 ) -> Result<CommandResult> {
     let mut state = state(st)?;
     let Some(mut f) = state.frozen.clone() else {
@@ -328,6 +330,13 @@ pub(super) fn apply_drop_slots(
         return Ok(CommandResult::Rejected(Error::Conflict(format!(
             "group {} freezes slots for group {}, not {child}",
             st.group, f.child
+        ))));
+    }
+    // A page of an earlier batch of the same split, late: this batch is not copied yet.
+    if epoch.is_some_and(|e| e != f.epoch) {
+        return Ok(CommandResult::Rejected(Error::Conflict(format!(
+            "group {} freezes slots of the batch at epoch {}, not {epoch:?}",
+            st.group, f.epoch
         ))));
     }
     let family = keys::sm_family(st.group, keys::SM_OBJECT);
@@ -608,6 +617,19 @@ mod tests {
             CommandResult::Rejected(_)
         ));
 
+        // A drop of another batch of the same child (a former leader's, late) is refused.
+        assert!(matches!(
+            apply(
+                &mut parent,
+                Command::DropSlots {
+                    child: CHILD,
+                    limit: 10,
+                    epoch: Some(6),
+                }
+            ),
+            CommandResult::Rejected(Error::Conflict(_))
+        ));
+        assert_eq!(usage(&parent).objects, 300, "nothing dropped");
         // The parent drops them, 10 a page, and forgets the freeze.
         let mut pages = 0;
         let mut dropped = 0;
@@ -619,6 +641,7 @@ mod tests {
                 Command::DropSlots {
                     child: CHILD,
                     limit: 10,
+                    epoch: Some(7),
                 },
             ) {
                 CommandResult::Purged { count, next } => {

@@ -346,20 +346,23 @@ fn slots_through_any(cluster: &TestCluster) -> Option<Value> {
     })
 }
 
-/// Story — a split interrupted by crashes, at each of its fail points (before the freeze,
-/// after a copied page, after the seal, after a dropped page): every node is armed to crash
-/// there once, so the node running the split dies at that step, then the next metadata
-/// leader does; each is started again without the point, and the split resumes from what the
-/// map's record saved and completes, every object counted once through every node.
+/// Story — a split and then a merge, each in two batches (`--batch-slots 64`), interrupted by
+/// crashes at each of their fail points (before the freeze, after a copied page, after the
+/// seal or before the switch, after a dropped page): every node is armed to crash at its
+/// second pass there, so the node running the step dies in the second batch, then the next
+/// metadata leader may; each is started again without the point, and the split resumes from
+/// what the map's record saved and completes, every object counted once through every node.
+/// Armed again, every node restarts, and the merge of the new group back into its parent
+/// crashes, resumes and completes the same way, the merged group retired.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_split_that_crashes_at_each_step_resumes_and_completes() {
+async fn a_split_or_merge_that_crashes_at_each_step_resumes_and_completes() {
     for point in [
         "split-before-freeze",
         "split-copied-page",
         "split-sealed",
         "split-dropped-page",
     ] {
-        let armed = format!("{point}=1*panic");
+        let armed = format!("{point}=1*off->1*panic");
         let mut cluster = TestCluster::start_with_env(
             3,
             &["--shards", "2"],
@@ -373,58 +376,91 @@ async fn a_split_that_crashes_at_each_step_resumes_and_completes() {
         crate::wait_slots_feature(&cluster).await;
         let ids =
             crate::create_numbered(&cluster.client(0), "Item", 120, |i| json!({"n": i})).await;
-        cluster.admin(0, &["split", "1"]);
+        cluster.admin(0, &["split", "1", "--batch-slots", "64"]);
+        let split_done = |v: &Value| v["splits"] == json!([]) && v["groups"]["3"] == json!(128);
+        let crashes = crash_until(&mut cluster, point, "split", split_done).await;
+        assert!(crashes >= 1, "{point}: no node crashed in the split");
+        counted_through_every_node(&mut cluster, point, &ids).await;
 
-        let deadline = std::time::Instant::now() + Duration::from_secs(180);
-        let mut crashes = 0;
-        loop {
-            for i in 0..3 {
-                if cluster
-                    .wait_exit(i, Duration::from_millis(20))
-                    .await
-                    .is_some()
-                {
-                    crashes += 1;
-                    cluster.restart(i).await;
-                }
-            }
-            let done = slots_through_any(&cluster)
-                .is_some_and(|v| v["splits"] == json!([]) && v["groups"]["3"] == json!(128));
-            if done {
-                break;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{point}: the split did not complete ({crashes} crashes)"
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
+        for i in 0..3 {
+            cluster.stop(i);
         }
-        assert!(crashes >= 1, "{point}: no node crashed there");
+        for i in 0..3 {
+            cluster.restart_with_failpoints(i, &armed);
+        }
         for i in 0..3 {
             cluster.wait_healthy(i, Duration::from_secs(60)).await;
         }
-        for node in 0..3 {
-            let client = cluster.client(node);
-            let mut counted = Value::Null;
-            for _ in 0..50 {
-                if let Ok(c) = client
-                    .query("Item", &[("count", "1"), ("limit", "0")])
-                    .await
-                {
-                    counted = c;
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(300)).await;
+        cluster.admin(1, &["merge", "3", "--batch-slots", "64"]);
+        let merge_done = |v: &Value| {
+            v["splits"] == json!([])
+                && v["retired"] == json!([3])
+                && v["groups"] == json!({"1": 256, "2": 256})
+        };
+        let crashes = crash_until(&mut cluster, point, "merge", merge_done).await;
+        assert!(crashes >= 1, "{point}: no node crashed in the merge");
+        counted_through_every_node(&mut cluster, point, &ids).await;
+    }
+}
+
+/// Starts again (without fail points) every node that exits until the slot map through any
+/// node is `done` (180 s at most): how many exited.
+async fn crash_until(
+    cluster: &mut TestCluster,
+    point: &str,
+    what: &str,
+    done: impl Fn(&Value) -> bool,
+) -> usize {
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    let mut crashes = 0;
+    loop {
+        for i in 0..3 {
+            if cluster
+                .wait_exit(i, Duration::from_millis(20))
+                .await
+                .is_some()
+            {
+                crashes += 1;
+                cluster.restart(i).await;
             }
-            assert_eq!(
-                counted["count"],
-                json!(ids.len()),
-                "{point}: through node {node}"
-            );
-            for id in &ids {
-                let got = client.get_object("Item", id).await.expect("read");
-                assert!(got.is_some(), "{point}: {id} through node {node}");
+        }
+        if slots_through_any(cluster).is_some_and(|v| done(&v)) {
+            return crashes;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{point}: the {what} did not complete ({crashes} crashes)"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Every node healthy, and each of `ids` read and counted once through every node.
+async fn counted_through_every_node(cluster: &mut TestCluster, point: &str, ids: &[String]) {
+    for i in 0..3 {
+        cluster.wait_healthy(i, Duration::from_secs(60)).await;
+    }
+    for node in 0..3 {
+        let client = cluster.client(node);
+        let mut counted = Value::Null;
+        for _ in 0..50 {
+            if let Ok(c) = client
+                .query("Item", &[("count", "1"), ("limit", "0")])
+                .await
+            {
+                counted = c;
+                break;
             }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        assert_eq!(
+            counted["count"],
+            json!(ids.len()),
+            "{point}: through node {node}"
+        );
+        for id in ids {
+            let got = client.get_object("Item", id).await.expect("read");
+            assert!(got.is_some(), "{point}: {id} through node {node}");
         }
     }
 }
@@ -516,21 +552,24 @@ async fn a_group_under_sustained_load_splits_by_itself() {
 /// Story — two administrators split at once through different nodes: exactly one split is
 /// begun (the other is refused: one split at a time, the map's record written by
 /// compare-and-set), for different groups and for the same group; each time the map ends with
-/// one new group holding half of its parent's slots.
+/// one new group holding half of its parent's slots. Then two merges at once, of different
+/// groups and of the same group: exactly one begins each time, and the map ends with one
+/// group fewer, the merged one retired.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_splits_asked_at_once_through_different_nodes_begin_one() {
     let cluster = TestCluster::start(3, &["--shards", "2"], &[]).await;
     crate::wait_slots_feature(&cluster).await;
-    let split_through = |node: usize, group: &str| {
+    let admin_through = |node: usize, verb: &str, group: &str| {
         let rpc = cluster.rpc(node);
-        let group = group.to_string();
+        let (verb, group) = (verb.to_string(), group.to_string());
         std::thread::spawn(move || {
             std::process::Command::new(env!("CARGO_BIN_EXE_basalt"))
-                .args(["admin", "--rpc", &rpc, "split", &group])
+                .args(["admin", "--rpc", &rpc, &verb, &group])
                 .output()
-                .expect("basalt admin split")
+                .expect("basalt admin")
         })
     };
+    let split_through = |node: usize, group: &str| admin_through(node, "split", group);
     let mut before: std::collections::BTreeMap<String, u64> =
         [("1".to_string(), 256), ("2".to_string(), 256)].into();
     for (round, asks) in [(1, [(0, "1"), (1, "2")]), (2, [(1, "2"), (2, "2")])] {
@@ -593,6 +632,61 @@ async fn two_splits_asked_at_once_through_different_nodes_begin_one() {
         assert_eq!(after[&child], after[parent], "round {round}: {after:?}");
         before = after;
     }
+
+    // Merges at once: of groups 3 and 4 (different sources), then of the one left, twice.
+    let mut retired = 0;
+    for (round, asks) in [(3, [(0, "3"), (2, "4")]), (4, [(1, "?"), (2, "?")])] {
+        let left = if before.contains_key("3") { "3" } else { "4" };
+        let runs: Vec<_> = asks
+            .iter()
+            .map(|&(n, g)| admin_through(n, "merge", if g == "?" { left } else { g }))
+            .collect();
+        let outs: Vec<_> = tokio::task::block_in_place(|| {
+            runs.into_iter()
+                .map(|r| r.join().expect("the admin thread"))
+                .collect()
+        });
+        let said: Vec<String> = outs
+            .iter()
+            .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
+            .collect();
+        assert_eq!(
+            outs.iter().filter(|o| o.status.success()).count(),
+            1,
+            "round {round}: one merge begins: {said:?}"
+        );
+        assert!(
+            said.iter()
+                .any(|e| e.contains("one split or merge at a time")
+                    || e.contains("onflict")
+                    || e.contains("no slot")),
+            "round {round}: the other is refused: {said:?}"
+        );
+        retired += 1;
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        let map = loop {
+            let map = slots_through_any(&cluster).unwrap_or(Value::Null);
+            if map["splits"] == json!([])
+                && map["retired"].as_array().map(Vec::len) == Some(retired)
+            {
+                break map;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "round {round}: the merge completes: {map}"
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        };
+        let after: std::collections::BTreeMap<String, u64> =
+            serde_json::from_value(map["groups"].clone()).expect("slots per group");
+        assert_eq!(after.len(), before.len() - 1, "round {round}: {map}");
+        assert_eq!(after.values().sum::<u64>(), 512, "round {round}: {map}");
+        before = after;
+    }
+    assert_eq!(
+        before,
+        [("1".to_string(), 256), ("2".to_string(), 256)].into()
+    );
 }
 
 /// The groups node `i` holds a replica of (`basalt admin status`).
