@@ -136,13 +136,16 @@ fn refuse_moved(
 }
 
 /// Keys one page of `ExportSlots` looks at, at most (most may be of slots that stay: a batch of
-/// a few slots is spread over the whole group, so a page looks at a large part of it — a
-/// quarter of a second or so of reading).
+/// a few slots is spread over the whole group, so a page looks at a large part of it).
 const EXPORT_LOOK: usize = 200_000;
 
+/// How long one page of `ExportSlots` reads, at most: a page of large or uncached objects ends
+/// early (with what it found and the cursor after it) rather than pass its caller's deadline.
+const EXPORT_READ: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// A page of the objects of the slots `group` froze, after the object key `after`: up to
-/// `MAX_IMPORT_BYTES` of them (one larger object alone), looking at `EXPORT_LOOK` keys at most,
-/// from one snapshot; the first page carries the group's index declarations. `Conflict` when
+/// `MAX_IMPORT_BYTES` of them (one larger object alone), looking at `EXPORT_LOOK` keys at most
+/// for `EXPORT_READ` at most (at least one key), from one snapshot; the first page carries the group's index declarations. `Conflict` when
 /// the group freezes nothing.
 fn export_slots(store: &Store, group: GroupId, after: Option<&[u8]>) -> Result<ReadResponse> {
     let view = store.view();
@@ -162,8 +165,10 @@ fn export_slots(store: &Store, group: GroupId, after: Option<&[u8]>) -> Result<R
     let mut objects: Vec<ImportedObject> = Vec::new();
     let (mut bytes, mut looked, mut more) = (0usize, 0usize, false);
     let mut last: Option<Vec<u8>> = None;
+    let began = std::time::Instant::now();
     view.scan(CF_SM, &start, &end, |k, v| {
-        if looked == EXPORT_LOOK {
+        let out_of_time = looked > 0 && looked % 256 == 0 && began.elapsed() >= EXPORT_READ;
+        if looked == EXPORT_LOOK || out_of_time {
             more = true;
             return Ok(false);
         }

@@ -64,9 +64,10 @@ const DROP_PAGE: u32 = 2_000;
 /// How long one round works before it saves and leaves the scheduler to its other jobs.
 const ROUND_BUDGET: Duration = Duration::from_secs(1);
 
-/// How long a round copies a frozen batch before it saves the cursor and waits for the next:
-/// writes to the batch's objects wait while it is frozen, so its copy goes on past
-/// `ROUND_BUDGET`, and the batch is switched and adopted in the same round.
+/// How long (from the round's start) a round copies a frozen batch before it saves the cursor
+/// and waits for the next, checked between pages: writes to the batch's objects wait while it
+/// is frozen, so its copy goes on past `ROUND_BUDGET`, and the batch is switched and adopted
+/// in the same round.
 const FROZEN_BUDGET: Duration = Duration::from_secs(4);
 
 /// After the switch, how long the parent keeps the copies before dropping them: nodes take up
@@ -509,6 +510,9 @@ async fn batch_of(
 ) -> Result<Option<u32>> {
     // A build without batches may be brought back until they are finalized.
     if !crate::services::upgrade::is_on(replicas, BATCHES_FEATURE) {
+        if asked.is_some() {
+            tracing::warn!(%group, "batches are off until `{BATCHES_FEATURE}` is finalized: every slot moves at once");
+        }
         return Ok(None);
     }
     if let Some(n) = asked {
