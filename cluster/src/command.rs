@@ -231,6 +231,11 @@ pub enum Command {
         from: crate::ids::GroupId,
         epoch: u64,
     },
+    /// Data group (decisions/0038 step 7): keeps a slot index of `total` slots from this
+    /// entry on (`slots::SlotIndex`) and enters up to `limit` of the objects stored before it;
+    /// answers `Purged`, `next` set while objects are left to enter. A complete index answers
+    /// `Purged` with nothing left; an index of another `total` is refused.
+    IndexSlots { total: u32, limit: u32 },
 }
 
 /// An object as a split's parent stores it, for the child to import.
@@ -459,6 +464,9 @@ impl fmt::Display for Command {
                 epoch,
             } => {
                 write!(f, "DropSlots({limit} for group {child} at epoch {epoch:?})")
+            }
+            Command::IndexSlots { total, limit } => {
+                write!(f, "IndexSlots({limit} of {total} slots)")
             }
         }
     }

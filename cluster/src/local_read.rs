@@ -135,71 +135,137 @@ fn refuse_moved(
     }
 }
 
-/// Keys one page of `ExportSlots` looks at, at most (most may be of slots that stay: a batch of
-/// a few slots is spread over the whole group, so a page looks at a large part of it).
+/// Keys one page of `ExportSlots` looks at, at most (without a slot index most may be of slots
+/// that stay: a batch of a few slots is spread over the whole group).
 const EXPORT_LOOK: usize = 200_000;
 
 /// How long one page of `ExportSlots` reads, at most: a page of large or uncached objects ends
 /// early (with what it found and the cursor after it) rather than pass its caller's deadline.
 const EXPORT_READ: std::time::Duration = std::time::Duration::from_millis(250);
 
-/// A page of the objects of the slots `group` froze, after the object key `after`: up to
+/// A page of the objects of the slots `group` froze, after the cursor `after`: up to
 /// `MAX_IMPORT_BYTES` of them (one larger object alone), looking at `EXPORT_LOOK` keys at most
-/// for `EXPORT_READ` at most (at least one key), from one snapshot; the first page carries the group's index declarations. `Conflict` when
-/// the group freezes nothing.
+/// for `EXPORT_READ` at most (at least one key), from one snapshot; the first page carries the
+/// group's index declarations. Through the group's slot index when it is complete (the frozen
+/// slots' entries only; the cursor is then an entry's key), else by looking at every object
+/// (the cursor an object's key); a copy goes on the way it began. `Conflict` when the group
+/// freezes nothing.
 fn export_slots(store: &Store, group: GroupId, after: Option<&[u8]>) -> Result<ReadResponse> {
     let view = store.view();
     let bytes = view.get(CF_SM, &keys::split_key(group))?;
-    let Some(frozen) = GroupSplits::from_stored(bytes.as_deref())?.frozen else {
+    let splits = GroupSplits::from_stored(bytes.as_deref())?;
+    let Some(frozen) = splits.frozen.as_ref() else {
         return Err(Error::Conflict(format!("group {group} freezes no slots")));
     };
     let metas = match after {
         Some(_) => Vec::new(),
         None => index_metas(&view, group)?,
     };
-    let start = match after {
-        Some(k) => [k, &[0u8]].concat(),
-        None => keys::sm_family(group, keys::SM_OBJECT),
+    let by_index = match after {
+        Some(k) => k.get(4) == Some(&keys::SM_SLOT_INDEX),
+        None => splits.slot_index_of(frozen.total).is_some(),
     };
-    let end = keys::sm_family(group, keys::SM_OBJECT + 1);
-    let mut objects: Vec<ImportedObject> = Vec::new();
-    let (mut bytes, mut looked, mut more) = (0usize, 0usize, false);
-    let mut last: Option<Vec<u8>> = None;
-    let began = std::time::Instant::now();
-    view.scan(CF_SM, &start, &end, |k, v| {
-        let out_of_time = looked > 0 && looked % 256 == 0 && began.elapsed() >= EXPORT_READ;
-        if looked == EXPORT_LOOK || out_of_time {
-            more = true;
-            return Ok(false);
-        }
-        if let Some((app, class, object_id)) = keys::parse_object_key(k) {
-            if frozen.holds(&app, &class, &object_id) {
-                if !objects.is_empty() && bytes + v.len() > MAX_IMPORT_BYTES {
-                    more = true;
-                    return Ok(false);
-                }
-                bytes += v.len();
-                objects.push(ImportedObject {
-                    app: AppId::stored(app),
-                    class,
-                    object_id,
-                    stored: v.to_vec(),
-                });
+    let mut page = ExportPage {
+        objects: Vec::new(),
+        bytes: 0,
+        looked: 0,
+        more: false,
+        last: None,
+        began: std::time::Instant::now(),
+    };
+    if by_index {
+        let from = after.and_then(keys::slot_of_entry);
+        for &slot in frozen.slots.range(from.unwrap_or(0)..) {
+            let (mut start, end) = keys::slot_range(group, slot);
+            if let Some(k) = after.filter(|_| from == Some(slot)) {
+                start = [k, &[0u8]].concat();
+            }
+            view.scan(CF_SM, &start, &end, |entry, _| {
+                let Some(object) = keys::object_of_slot_entry(entry) else {
+                    return Ok(true);
+                };
+                let stored = view.get(CF_SM, &object)?;
+                let found = stored.as_deref().map(|v| (object.as_slice(), v));
+                Ok(page.offer(entry, found, |_, _, _| true))
+            })?;
+            if page.more {
+                break;
             }
         }
-        looked += 1;
-        last = Some(k.to_vec());
-        Ok(true)
-    })?;
+    } else {
+        let start = match after {
+            Some(k) => [k, &[0u8]].concat(),
+            None => keys::sm_family(group, keys::SM_OBJECT),
+        };
+        let end = keys::sm_family(group, keys::SM_OBJECT + 1);
+        view.scan(CF_SM, &start, &end, |k, v| {
+            Ok(page.offer(k, Some((k, v)), |app, class, id| {
+                frozen.holds(app, class, id)
+            }))
+        })?;
+    }
+    let via = if by_index { "index" } else { "scan" };
+    metrics::counter!("basalt_split_keys_read_total", "via" => via).increment(page.looked as u64);
+    let next = match page.more {
+        true => page.last.or_else(|| after.map(<[u8]>::to_vec)),
+        false => None,
+    };
     Ok(ReadResponse::Exported {
         metas,
-        objects,
-        next: if more {
-            last.or_else(|| after.map(<[u8]>::to_vec))
-        } else {
-            None
-        },
+        objects: page.objects,
+        next,
     })
+}
+
+/// One page of `export_slots` as it fills.
+struct ExportPage {
+    objects: Vec<ImportedObject>,
+    bytes: usize,
+    looked: usize,
+    /// The page ended before the last key: more are to be looked at.
+    more: bool,
+    /// The cursor: the last key looked at.
+    last: Option<Vec<u8>>,
+    began: std::time::Instant,
+}
+
+impl ExportPage {
+    /// Looks at the key `cursor` and the object it names (its key and stored value, if any),
+    /// taking the object when `wanted`; false once the page is full.
+    fn offer(
+        &mut self,
+        cursor: &[u8],
+        object: Option<(&[u8], &[u8])>,
+        wanted: impl Fn(&str, &str, &str) -> bool,
+    ) -> bool {
+        let out_of_time = self.looked > 0
+            && self.looked.is_multiple_of(256)
+            && self.began.elapsed() >= EXPORT_READ;
+        if self.looked == EXPORT_LOOK || out_of_time {
+            self.more = true;
+            return false;
+        }
+        if let Some((key, v)) = object {
+            if let Some((app, class, object_id)) = keys::parse_object_key(key) {
+                if wanted(&app, &class, &object_id) {
+                    if !self.objects.is_empty() && self.bytes + v.len() > MAX_IMPORT_BYTES {
+                        self.more = true;
+                        return false;
+                    }
+                    self.bytes += v.len();
+                    self.objects.push(ImportedObject {
+                        app: AppId::stored(app),
+                        class,
+                        object_id,
+                        stored: v.to_vec(),
+                    });
+                }
+            }
+        }
+        self.looked += 1;
+        self.last = Some(cursor.to_vec());
+        true
+    }
 }
 
 /// The index declarations of every class `group` holds (its `IndexMeta` records).

@@ -67,6 +67,27 @@ pub struct GroupSplits {
     /// slots at it, and such a reader would count their objects here and where they were.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub floor: u64,
+    /// The slot index (`SlotIndex`), once the group keeps one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot_index: Option<SlotIndex>,
+}
+
+/// A group's slot index (decisions/0038 step 7): an entry at group · `h` · slot · object for
+/// each object, so that a split's or merge's batch copies and drops its own slots' objects
+/// without reading the rest of the group. Kept by apply from the first `IndexSlots` on (for
+/// every object created, imported or deleted from then on), while `IndexSlots` pages enter
+/// the objects that were there before; `complete` once they have all been entered: from then
+/// on, and only then, it names exactly the group's objects of each slot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SlotIndex {
+    /// The cluster's number of slots the entries are of (`SlotMap::slots`).
+    pub total: u32,
+    /// The last object key the pages entered (none: none yet, or complete).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub through: Option<Vec<u8>>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub complete: bool,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -109,6 +130,13 @@ impl Excluded {
 }
 
 impl GroupSplits {
+    /// The complete slot index of `total` slots, if the group keeps one.
+    pub fn slot_index_of(&self, total: u32) -> Option<&SlotIndex> {
+        self.slot_index
+            .as_ref()
+            .filter(|i| i.complete && i.total == total)
+    }
+
     /// The record as stored at group · `s` (none: no split yet).
     pub fn from_stored(bytes: Option<&[u8]>) -> serde_json::Result<GroupSplits> {
         bytes.map_or_else(|| Ok(GroupSplits::default()), serde_json::from_slice)

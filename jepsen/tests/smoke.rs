@@ -58,7 +58,7 @@ async fn every_workload_under_kill_and_partition() {
         bin: bin.clone(),
         env: vec![(
             "BASALT_TESTING_WITHOUT_FEATURES".into(),
-            "rebalance,sealed-secrets,slots,slot-batches".into(),
+            "rebalance,sealed-secrets,slots,slot-batches,slot-index".into(),
         )],
     };
     let mut upgrade = runs[0].clone();

@@ -11,7 +11,7 @@
 //! Neighbours: `slots` (the map), `statemachine::split_writes`
 //! (the commands), `local_read` (the parent's pages), `replicas` (routing), `scheduler`.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -31,7 +31,7 @@ use crate::slots::{
 
 /// What this build adds that older builds cannot read (`services::upgrade`): slot maps with
 /// splits, the split commands and reads. Splits begin only once it is finalized.
-pub const FEATURES: [&str; 2] = [SLOTS_FEATURE, BATCHES_FEATURE];
+pub const FEATURES: [&str; 3] = [SLOTS_FEATURE, BATCHES_FEATURE, INDEX_FEATURE];
 
 /// Splits and merges, and slot maps with them.
 const SLOTS_FEATURE: &str = "slots";
@@ -40,6 +40,14 @@ const SLOTS_FEATURE: &str = "slots";
 /// its batch): until it is finalized a split or merge moves every slot at once, so that a
 /// build without it can go on with any split under way.
 const BATCHES_FEATURE: &str = "slot-batches";
+
+/// The data groups' slot indexes (`Command::IndexSlots`, decisions/0038 step 7): until it is
+/// finalized no group keeps one (a build without it applies the same log alike), and a batch
+/// is copied and dropped by looking at every object of its group.
+const INDEX_FEATURE: &str = "slot-index";
+
+/// Objects one `IndexSlots` enters: apply reads them (values too) for their keys.
+const INDEX_PAGE: u32 = 1_000;
 
 /// Key of the automatic splits' settings (namespace `Cluster`, `admin::SplitSettings`).
 const SETTINGS_KEY: &str = "splitting";
@@ -205,6 +213,8 @@ pub struct AutoSplits(Mutex<AutoState>);
 struct AutoState {
     last_look: Option<Instant>,
     applied: BTreeMap<GroupId, VecDeque<(Instant, u64)>>,
+    /// Groups whose slot index answered complete.
+    indexed: BTreeSet<GroupId>,
 }
 
 /// Why a group is split or merged by itself.
@@ -329,13 +339,7 @@ impl AutoSplits {
         if off || !crate::services::upgrade::is_on(replicas, SLOTS_FEATURE) {
             return Ok(());
         }
-        let busy_member = replicas
-            .local_nodes()
-            .iter()
-            .filter(|n| n.state == crate::admin::NodeState::Active)
-            .any(|n| {
-                n.draining_since_ms.is_some() || n.disk_level() >= crate::disk::DiskLevel::Low
-            });
+        let busy_member = busy_member(replicas);
         let (statuses, _) = replicas.member_statuses(STATUS_WAIT, false).await;
         let now = Instant::now();
         let now_ms = crate::replicas::now_ms().max(0) as u64;
@@ -417,6 +421,65 @@ impl AutoSplits {
         Ok(())
     }
 
+    /// Builds the data groups' slot indexes once `slot-index` is on, a few pages a round:
+    /// true once every group's is complete (or the feature is off), so that no automatic
+    /// split begins before its group's batches can be read through one.
+    async fn index_slots(&self, replicas: &Replicas, map: &SlotMap) -> Result<bool> {
+        if !crate::services::upgrade::is_on(replicas, INDEX_FEATURE) {
+            return Ok(true);
+        }
+        // The index is one key more per object: none is entered while a member drains or
+        // runs low on disk (nor does a split begin).
+        if busy_member(replicas) {
+            return Ok(false);
+        }
+        let started = Instant::now();
+        let pending: Vec<GroupId> = {
+            let state = self.0.lock().map_err(poisoned)?;
+            map.data_groups()
+                .into_iter()
+                .filter(|g| !state.indexed.contains(g))
+                .collect()
+        };
+        let mut left = pending.len();
+        metrics::gauge!("basalt_slot_index_pending_groups").set(left as f64);
+        for group in pending {
+            loop {
+                if started.elapsed() >= ROUND_BUDGET {
+                    return Ok(false);
+                }
+                let cmd = Command::IndexSlots {
+                    total: map.slots(),
+                    limit: INDEX_PAGE,
+                };
+                let answer = replicas.propose(group, cmd).await.map(|a| a.result);
+                match answer {
+                    Ok(CommandResult::Purged { count, next }) => {
+                        metrics::counter!("basalt_slot_index_entered_total").increment(count);
+                        if next.is_none() {
+                            tracing::info!(%group, "the group's slot index is complete");
+                            self.0.lock().map_err(poisoned)?.indexed.insert(group);
+                            left -= 1;
+                            metrics::gauge!("basalt_slot_index_pending_groups").set(left as f64);
+                            break;
+                        }
+                    }
+                    // A group that does not answer is tried again next round; the others
+                    // (and the automatic splits, which weigh the groups that answer) go on.
+                    Ok(other) => {
+                        tracing::warn!(%group, "the group's slot index was not built: {:?}", refusal(other));
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::warn!(%group, "the group's slot index was not built: {e}");
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(true)
+    }
+
     /// A split or merge between `a` and `b` is done: their writes a second are counted afresh.
     fn settle(&self, a: GroupId, b: GroupId) {
         let mut state = match self.0.lock() {
@@ -427,6 +490,16 @@ impl AutoSplits {
             state.applied.remove(&g);
         }
     }
+}
+
+/// Whether an active member drains or runs low on disk: no split begins and no slot index
+/// is built meanwhile (both write objects or keys again).
+fn busy_member(replicas: &Replicas) -> bool {
+    replicas
+        .local_nodes()
+        .iter()
+        .filter(|n| n.state == crate::admin::NodeState::Active)
+        .any(|n| n.draining_since_ms.is_some() || n.disk_level() >= crate::disk::DiskLevel::Low)
 }
 
 fn poisoned<T>(_: std::sync::PoisonError<T>) -> Error {
@@ -593,6 +666,9 @@ enum Step {
 pub async fn round(replicas: &Replicas, switched: &Switched, auto: &AutoSplits) -> Result<()> {
     let (mut before, mut map) = current(replicas)?;
     if map.splits.is_empty() {
+        if !auto.index_slots(replicas, &map).await? {
+            return Ok(());
+        }
         return auto.round(replicas, &map).await;
     }
     let started = Instant::now();

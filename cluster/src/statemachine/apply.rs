@@ -10,6 +10,7 @@ use super::change_writes;
 use super::index_upkeep;
 use super::ops::apply_updates;
 use super::record_writes::{delete_record, put_record};
+use super::slot_index;
 use super::split_writes;
 use super::staged::Staged;
 use super::usage_writes;
@@ -171,6 +172,7 @@ pub fn apply_command(st: &mut Staged<'_>, cmd: Command) -> Result<CommandResult>
             limit,
             epoch,
         } => split_writes::apply_drop_slots(st, child, limit, epoch),
+        Command::IndexSlots { total, limit } => slot_index::apply_index_slots(st, total, limit),
         // A batch's commands are applied one by one by `apply_entry`; one nested in another
         // is never proposed (`Command::check_limits`).
         Command::Batch(_) => Ok(CommandResult::Rejected(Error::NotApplied(

@@ -2,8 +2,10 @@
 //! (`IndexMeta::counts`) in step with its objects: every object write stages the entries it
 //! removes, adds or re-flags, the counts' change and its declared columns' tally changes
 //! (`query::tally`) in the same batch as the object, and `DeclareIndex` adds a declared field
-//! and (re)builds the class's entries, counts and tallies.
+//! and (re)builds the class's entries, counts and tallies. An object created or deleted also
+//! stages its slot-index entry (`slot_index::keep`).
 
+use super::slot_index;
 use super::staged::Staged;
 use crate::command::CommandResult;
 use crate::error::Result;
@@ -188,6 +190,9 @@ pub(super) fn reindex(
     old: Option<&StoredObject>,
     new: Option<&StoredObject>,
 ) -> Result<()> {
+    if old.is_some() != new.is_some() {
+        slot_index::keep(st, app, class, object_id, new.is_some())?;
+    }
     let mut m = meta_for_write(st, app, class)?;
     // The entries the old object has, under the columns indexed before this write.
     let before = entries_of(st, app, class, object_id, old, &m);

@@ -21,9 +21,11 @@ pub mod ops;
 mod record_writes;
 #[cfg(test)]
 mod shard_query_tests;
+mod slot_index;
 pub mod snapshot;
 #[cfg(test)]
 mod split_read_tests;
+mod split_state;
 mod split_writes;
 mod staged;
 pub mod upgrade;

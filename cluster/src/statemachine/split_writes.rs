@@ -11,6 +11,7 @@
 //! `staged`, `ids::slot_for`.
 
 use super::index_upkeep;
+use super::split_state::{put_state, state, state_to_change};
 use super::staged::Staged;
 use super::usage_writes;
 use crate::command::{CommandResult, ImportedObject};
@@ -23,39 +24,17 @@ use crate::slots::{Frozen, GroupSplits, Incoming};
 use crate::storage::keys;
 use crate::usage::UsageDelta;
 
-/// The group's split state, decoded once per batch.
-fn state(st: &mut Staged<'_>) -> Result<GroupSplits> {
-    let key = keys::split_key(st.group);
-    if let Some(s) = st.memo::<GroupSplits>(&key) {
-        return Ok(s);
-    }
-    let s = GroupSplits::from_stored(st.get(&key)?.as_deref())?;
-    st.remember(key, s.clone());
-    Ok(s)
-}
-
-fn put_state(st: &mut Staged<'_>, s: GroupSplits) -> Result<()> {
-    let key = keys::split_key(st.group);
-    if s == GroupSplits::default() {
-        st.delete(key.clone());
-    } else {
-        st.put(key.clone(), serde_json::to_vec(&s)?);
-    }
-    st.remember(key, s);
-    Ok(())
-}
-
 /// The split under way: the slots the group froze for it.
 #[cfg(test)]
 pub(super) fn frozen(st: &mut Staged<'_>) -> Result<Option<Frozen>> {
-    Ok(state(st)?.frozen)
+    Ok(state(st)?.frozen.clone())
 }
 
 /// Whether objects are being copied out of the group (it froze slots for a split or merge)
 /// or into it (a merge's imports are open).
 pub(super) fn copying(st: &mut Staged<'_>) -> Result<bool> {
     let s = state(st)?;
-    Ok(s.frozen.is_some() || s.incoming.is_some_and(|i| !i.adopted))
+    Ok(s.frozen.is_some() || s.incoming.as_ref().is_some_and(|i| !i.adopted))
 }
 
 /// A write to an object of a frozen slot, or of one given away, is refused: it belongs to the
@@ -104,7 +83,7 @@ fn refuse_slots(
 /// Freezes `slots` for `child` (the same freeze again is done already; another while one is
 /// kept is refused, and so are slots given away already).
 pub(super) fn apply_freeze(st: &mut Staged<'_>, next: Frozen) -> Result<CommandResult> {
-    let mut s = state(st)?;
+    let mut s = state_to_change(st)?;
     if let Some(refused) = refuse_slots(&s, &next.slots, next.total, "freeze") {
         return Ok(refused);
     }
@@ -161,7 +140,7 @@ pub(super) fn apply_import_objects(
         return Ok(refused);
     }
     // A merge's target takes objects of the slots it takes in, and no other.
-    if let Some(i) = state(st)?.incoming {
+    if let Some(i) = state(st)?.incoming.clone() {
         if let Some(o) = objects.iter().find(|o| {
             !i.slots
                 .contains(&slot_for(&o.app, &o.class, &o.object_id, i.total))
@@ -222,7 +201,7 @@ fn refuse_sealed(st: &mut Staged<'_>) -> Result<Option<CommandResult>> {
 /// again is done already; another while one is not adopted is refused, and so is one while
 /// the group freezes slots. The merge before it, adopted, leaves its epoch as the read floor.
 pub(super) fn apply_open_imports(st: &mut Staged<'_>, next: Incoming) -> Result<CommandResult> {
-    let mut s = state(st)?;
+    let mut s = state_to_change(st)?;
     if let Some(refused) = refuse_slots(&s, &next.slots, next.total, "take in") {
         return Ok(refused);
     }
@@ -269,7 +248,7 @@ pub(super) fn apply_adopt_slots(
     from: GroupId,
     epoch: u64,
 ) -> Result<CommandResult> {
-    let mut s = state(st)?;
+    let mut s = state_to_change(st)?;
     let Some(mut i) = s
         .incoming
         .clone()
@@ -296,7 +275,7 @@ pub(super) fn apply_adopt_slots(
 
 /// Seals the group's imports: a split's child the map is about to name.
 pub(super) fn apply_seal_imports(st: &mut Staged<'_>) -> Result<CommandResult> {
-    let mut s = state(st)?;
+    let mut s = state_to_change(st)?;
     if !s.sealed {
         s.sealed = true;
         put_state(st, s)?;
@@ -308,7 +287,7 @@ pub(super) fn apply_seal_imports(st: &mut Staged<'_>) -> Result<CommandResult> {
 const MAX_DROP_PAGE: u32 = 10_000;
 
 /// Deletes up to `limit` objects of the frozen slots (looking at no more than `limit · 16`
-/// objects), with their derived state and no change-log entry; when every object was looked
+/// objects, or `limit` entries of the slot index once it is complete), with their derived state and no change-log entry; when every object was looked
 /// at, the freeze is forgotten. Answers how many it deleted and whether objects are left to
 /// look at (`Purged`'s `next`). A drop for another child, or for another batch (`epoch`), is
 /// refused.
@@ -318,7 +297,7 @@ pub(super) fn apply_drop_slots(
     limit: u32,
     epoch: Option<u64>,
 ) -> Result<CommandResult> {
-    let mut state = state(st)?;
+    let mut state = state_to_change(st)?;
     let Some(mut f) = state.frozen.clone() else {
         return Ok(CommandResult::Purged {
             count: 0,
@@ -339,36 +318,51 @@ pub(super) fn apply_drop_slots(
             st.group, f.epoch
         ))));
     }
-    let family = keys::sm_family(st.group, keys::SM_OBJECT);
-    let start = match &f.dropped_through {
-        Some(k) => {
-            let mut after = k.clone();
-            after.push(0);
-            after
-        }
-        None => family.clone(),
+    let by_index = match &f.dropped_through {
+        Some(k) => k.get(4) == Some(&keys::SM_SLOT_INDEX),
+        None => state.slot_index_of(f.total).is_some(),
     };
-    let end = keys::sm_family(st.group, keys::SM_OBJECT + 1);
     let limit = limit.clamp(1, MAX_DROP_PAGE) as usize;
-    let budget = limit.saturating_mul(16);
-    let found = st.keys_in_range_limited(&start, &end, budget + 1)?;
+    // Every entry of the index names an object of the frozen slots; a scan looks at others.
+    let budget = match by_index {
+        true => limit,
+        false => limit.saturating_mul(16),
+    };
+    let found = match by_index {
+        true => indexed_objects(st, &f, budget + 1)?,
+        false => {
+            let start = match &f.dropped_through {
+                Some(k) => [k.as_slice(), &[0u8]].concat(),
+                None => keys::sm_family(st.group, keys::SM_OBJECT),
+            };
+            let end = keys::sm_family(st.group, keys::SM_OBJECT + 1);
+            let keys = st.keys_in_range_limited(&start, &end, budget + 1)?;
+            keys.into_iter().map(|k| (k.clone(), k)).collect()
+        }
+    };
     // Objects are left to look at when more were found than looked at.
     let mut left = found.len() > budget;
     let mut count = 0u64;
     let mut last = None;
-    for key in found.into_iter().take(budget) {
+    for (cursor, key) in found.into_iter().take(budget) {
         if count as usize == limit {
             left = true;
             break;
         }
-        last = Some(key.clone());
+        last = Some(cursor.clone());
         let Some((app, class, id)) = keys::parse_object_key(&key) else {
             continue;
         };
         if !f.holds(&app, &class, &id) {
             continue;
         }
-        let Some(bytes) = st.get(&key)? else { continue };
+        let Some(bytes) = st.get(&key)? else {
+            // An entry whose object is gone (none once the index is complete).
+            if by_index {
+                st.delete(cursor);
+            }
+            continue;
+        };
         let old = StoredObject::decode(&bytes)?;
         let app = AppId::stored(app);
         index_upkeep::reindex(st, &app, &class, &id, Some(&old), None)?;
@@ -382,6 +376,8 @@ pub(super) fn apply_drop_slots(
         // Set while objects are left to look at, whether or not the last key named one.
         let next = f
             .dropped_through
+            .as_deref()
+            .and_then(|k| keys::object_of_slot_entry(k).or_else(|| Some(k.to_vec())))
             .as_deref()
             .and_then(keys::parse_object_key)
             .map_or_else(String::new, |(_, _, id)| id);
@@ -400,6 +396,28 @@ pub(super) fn apply_drop_slots(
         put_state(st, state)?;
         Ok(CommandResult::Purged { count, next: None })
     }
+}
+
+/// Up to `want` entries of the frozen slots' objects in the slot index after `DropSlots`'
+/// cursor, each with the object key it names.
+fn indexed_objects(st: &Staged<'_>, f: &Frozen, want: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let from = f.dropped_through.as_deref().and_then(keys::slot_of_entry);
+    let mut found = Vec::new();
+    for &slot in f.slots.range(from.unwrap_or(0)..) {
+        if found.len() >= want {
+            break;
+        }
+        let (mut start, end) = keys::slot_range(st.group, slot);
+        if let Some(k) = f.dropped_through.as_deref().filter(|_| from == Some(slot)) {
+            start = [k, &[0u8]].concat();
+        }
+        for entry in st.keys_in_range_limited(&start, &end, want - found.len())? {
+            if let Some(object) = keys::object_of_slot_entry(&entry) {
+                found.push((entry, object));
+            }
+        }
+    }
+    Ok(found)
 }
 
 #[cfg(test)]

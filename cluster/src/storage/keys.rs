@@ -20,6 +20,7 @@
 //! |               | group · `b`                              | bytes of the change log (u64 LE) |
 //! |               | group · `b` · stretch (u64 BE)           | bytes of its changes (u64 LE) |
 //! |               | group · `s`                              | slots frozen for a split (`slots::Frozen`) |
+//! |               | group · `h` · slot (u32 BE) · app 0 class 0 objectId | (empty): the slot index (`slots::SlotIndex`) |
 //! | `default`     | `node`                                   | this node's identity       |
 
 use crate::ids::GroupId;
@@ -43,6 +44,7 @@ pub const SM_CHANGES: u8 = b'w';
 pub const SM_CHANGES_FLOOR: u8 = b'v';
 pub const SM_CHANGES_BYTES: u8 = b'b';
 pub const SM_SPLIT: u8 = b's';
+pub const SM_SLOT_INDEX: u8 = b'h';
 
 /// Key of this node's identity in the default column family.
 pub const NODE_IDENTITY: &[u8] = b"node";
@@ -101,6 +103,54 @@ pub fn parse_object_key(k: &[u8]) -> Option<(String, String, String)> {
     let mut parts = rest.splitn(3, '\0');
     let (app, class, id) = (parts.next()?, parts.next()?, parts.next()?);
     Some((app.to_string(), class.to_string(), id.to_string()))
+}
+
+/// Key of an object's entry in the slot index: the object's key with its family `o` replaced
+/// by `h` · slot, so that one slot's objects are one range (`slot_range`).
+pub fn slot_entry_key(object_key: &[u8], slot: u32) -> Option<Vec<u8>> {
+    if object_key.get(4) != Some(&SM_OBJECT) {
+        return None;
+    }
+    let mut k = Vec::with_capacity(object_key.len() + 4);
+    k.extend_from_slice(object_key.get(..4)?);
+    k.push(SM_SLOT_INDEX);
+    k.extend_from_slice(&slot.to_be_bytes());
+    k.extend_from_slice(object_key.get(5..)?);
+    Some(k)
+}
+
+/// The object key a slot-index entry names.
+pub fn object_of_slot_entry(entry: &[u8]) -> Option<Vec<u8>> {
+    if entry.get(4) != Some(&SM_SLOT_INDEX) || entry.len() < 9 {
+        return None;
+    }
+    let mut k = Vec::with_capacity(entry.len() - 4);
+    k.extend_from_slice(&entry[..4]);
+    k.push(SM_OBJECT);
+    k.extend_from_slice(&entry[9..]);
+    Some(k)
+}
+
+/// The slot-index entries of one slot of `group`: `[start, end)`.
+pub fn slot_range(group: GroupId, slot: u32) -> (Vec<u8>, Vec<u8>) {
+    let at = |s: u64| {
+        let mut k = sm_family(group, SM_SLOT_INDEX);
+        match u32::try_from(s) {
+            Ok(s) => k.extend_from_slice(&s.to_be_bytes()),
+            // After the last slot: the next family.
+            Err(_) => k = sm_family(group, SM_SLOT_INDEX + 1),
+        }
+        k
+    };
+    (at(u64::from(slot)), at(u64::from(slot) + 1))
+}
+
+/// The slot a slot-index entry is of.
+pub fn slot_of_entry(entry: &[u8]) -> Option<u32> {
+    if entry.get(4) != Some(&SM_SLOT_INDEX) {
+        return None;
+    }
+    Some(u32::from_be_bytes(entry.get(5..9)?.try_into().ok()?))
 }
 
 /// Key of the slots a group froze for a split (`slots::Frozen`).

@@ -171,6 +171,50 @@ async fn batches(cluster: &TestCluster) -> f64 {
     n
 }
 
+/// Objects entered into the groups' slot indexes as they were built, counted by every node
+/// (`basalt_slot_index_entered_total`).
+async fn entered(cluster: &TestCluster) -> f64 {
+    let mut n = 0.0;
+    for i in 0..cluster.nodes.len() {
+        n += cluster.metric(i, "basalt_slot_index_entered_total").await;
+    }
+    n
+}
+
+/// Keys the copies of splits and merges read `via` the slot index or a scan of every object,
+/// counted by every node (`basalt_split_keys_read_total`).
+async fn read_via(cluster: &TestCluster, via: &str) -> f64 {
+    let mut n = 0.0;
+    for i in 0..cluster.nodes.len() {
+        let name = format!("basalt_split_keys_read_total{{via=\"{via}\"}}");
+        n += cluster.metric(i, &name).await;
+    }
+    n
+}
+
+/// Waits until the node running the timed work reports every data group's slot index
+/// complete (`basalt_slot_index_pending_groups 0`).
+async fn wait_indexed(cluster: &TestCluster) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut done = false;
+        for i in 0..cluster.nodes.len() {
+            let text = cluster.client(i).metrics().await.unwrap_or_default();
+            done |= text
+                .lines()
+                .any(|l| l == "basalt_slot_index_pending_groups 0");
+        }
+        if done {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the slot indexes were not complete within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
 /// Each of `want` is among `got` exactly once.
 fn each_once(got: &[String], want: &BTreeSet<String>, what: &str) {
     for w in want {
@@ -180,8 +224,8 @@ fn each_once(got: &[String], want: &BTreeSet<String>, what: &str) {
 }
 
 /// Story — a split under writes (3 nodes, 2 data groups of 256 slots each): while writers
-/// create objects through every node, group 1 splits in 4 batches of 32 slots
-/// (`--batch-slots 32`); the new group 3 holds half its slots, the split ends, no write fails
+/// create objects through every node, group 1 splits in 4 batches of 32 slots (`--batch-slots
+/// 32`), each read through the group's slot index; the new group 3 holds half its slots, the split ends, no write fails
 /// (one to a frozen slot waits out its batch's copy), every
 /// acknowledged object is read through every node and listed and counted exactly once, and
 /// objects written afterwards are counted too; a live query opened before the split hears of
@@ -197,6 +241,9 @@ async fn a_group_splits_under_writes_and_every_object_is_counted_once() {
             .into_iter()
             .collect();
     let mut ids = first.clone();
+    // Every group's slot index is complete (the node running the timed work saw to it)
+    // before the split: its batches are copied through it.
+    wait_indexed(&cluster).await;
     // A live query from before the split, and its cursor (one position per group: 0, 1, 2).
     let (live, ack) = subscribe_items(&cluster, 2, None).await;
     let old_cursor = ack["cursor"].as_str().expect("cursor").to_string();
@@ -214,6 +261,10 @@ async fn a_group_splits_under_writes_and_every_object_is_counted_once() {
     assert_eq!(view["splits"], json!([]), "{view}");
     assert_eq!(view["epoch"], json!(4), "one epoch a batch: {view}");
     assert!(batches(&cluster).await >= 4.0, "four batches counted");
+    assert!(
+        read_via(&cluster, "index").await > 0.0 && read_via(&cluster, "scan").await == 0.0,
+        "the batches were read through the slot index"
+    );
     assert_eq!(
         view["groups"],
         json!({"1": 128, "2": 256, "3": 128}),
@@ -857,5 +908,50 @@ async fn a_child_merges_back_into_its_parent_and_is_retired() {
             .await;
     }
     assert!(small >= 1.0, "counted as a merge of a small group");
+    each_counted_once(&cluster, "Item", &ids).await;
+}
+
+/// Story — a cluster whose build keeps no slot index (`BASALT_TESTING_WITHOUT_FEATURES=
+/// slot-index`) stores 200 objects; rolled to this build, the feature turns on and the node
+/// running the timed work enters every stored object into its group's slot index; group 1
+/// then splits in batches read through it (no key read by a scan of the group), and every
+/// object is read, listed and counted once through every node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_slot_index_is_built_for_objects_stored_before_it() {
+    let without = [("BASALT_TESTING_WITHOUT_FEATURES", "slot-index")];
+    let mut cluster = TestCluster::start_with_env(3, &["--shards", "2"], &[], &without).await;
+    crate::wait_slots_feature(&cluster).await;
+    let ids: BTreeSet<String> =
+        crate::create_numbered(&cluster.client(0), "Item", 200, |i| json!({"n": i}))
+            .await
+            .into_iter()
+            .collect();
+    assert_eq!(entered(&cluster).await, 0.0, "no index before the feature");
+    for i in 0..3 {
+        cluster.stop(i);
+        cluster.set_env(i, &[]);
+        cluster.restart(i).await;
+        cluster.wait_healthy(i, Duration::from_secs(60)).await;
+    }
+    wait_indexed(&cluster).await;
+    assert!(
+        entered(&cluster).await >= 200.0,
+        "every stored object entered: {}",
+        entered(&cluster).await
+    );
+    let view: Value = serde_json::from_str(&cluster.admin(
+        1,
+        &["split", "1", "--wait-secs", "120", "--batch-slots", "64"],
+    ))
+    .expect("split json");
+    assert_eq!(
+        view["groups"],
+        json!({"1": 128, "2": 256, "3": 128}),
+        "{view}"
+    );
+    assert!(
+        read_via(&cluster, "index").await > 0.0 && read_via(&cluster, "scan").await == 0.0,
+        "the batches were read through the slot index"
+    );
     each_counted_once(&cluster, "Item", &ids).await;
 }
