@@ -683,6 +683,8 @@ pub async fn round(replicas: &Replicas, switched: &Switched, auto: &AutoSplits) 
         if map != saved {
             save(replicas, before, &map).await?;
             before = Some(serde_json::to_value(&map)?);
+            // Counted once saved: a step done again after a failed save counts once.
+            count_finished(&split, &map);
         }
         // Past the budget, a batch just copied is still switched, and one just switched
         // adopted, at once: writes to its objects wait meanwhile.
@@ -808,7 +810,6 @@ async fn step(
             if left {
                 return Ok(Step::Wait);
             }
-            metrics::counter!("basalt_split_batches_total").increment(1);
             let now_ms = crate::replicas::now_ms().max(0) as u64;
             if map.finish(split.child, now_ms) == Finished::Batched {
                 tracing::info!(parent = %split.parent, child = %split.child, batch = split.batch, "batch done");
@@ -819,16 +820,32 @@ async fn step(
                 if map.retired.contains(&split.parent) {
                     unplace(replicas, split.parent).await?;
                 }
-                metrics::counter!("basalt_merges_total").increment(1);
                 tracing::info!(source = %split.parent, target = %split.child, "merge done");
             } else {
-                metrics::counter!("basalt_splits_total").increment(1);
                 tracing::info!(parent = %split.parent, child = %split.child, "split done");
             }
             return Ok(Step::Wait);
         }
     }
     Ok(Step::Next)
+}
+
+/// Counts what saving `map` finished of `split` (as it was before the step): its batch, and
+/// the split or merge when that was its last.
+fn count_finished(split: &SplitInProgress, map: &SlotMap) {
+    if split.phase != SplitPhase::Switched {
+        return;
+    }
+    let now = map.splits.iter().find(|s| s.child == split.child);
+    if now.is_some_and(|s| s.batch == split.batch) {
+        return;
+    }
+    metrics::counter!("basalt_split_batches_total").increment(1);
+    match (now, split.kind) {
+        (Some(_), _) => {}
+        (None, MoveKind::Merge) => metrics::counter!("basalt_merges_total").increment(1),
+        (None, MoveKind::Split) => metrics::counter!("basalt_splits_total").increment(1),
+    }
 }
 
 /// Freezes the split's or merge's slots in its source (`FreezeSlots`): from then on their
