@@ -41,7 +41,11 @@ fn run(store: &Store, group: GroupId, cmd: Command) -> CommandResult {
 }
 
 fn create(id: &str, n: i64) -> Command {
-    let body = json!({"n": n, "tag": format!("t{}", n % 5)});
+    create_with(id, n, json!({"n": n, "tag": format!("t{}", n % 5)}))
+}
+
+/// The create of object `id` of class `C` holding `body`, at time `1_000 + n`.
+fn create_with(id: &str, n: i64, body: Value) -> Command {
     Command::CreateObject {
         app: "a".into(),
         class: "C".into(),
@@ -615,14 +619,7 @@ fn a_splits_second_batch_goes_into_the_sealed_child() {
 
 /// An object of about 20 KB: fifty make more than one copy page.
 fn padded(id: &str, n: i64) -> Command {
-    let body = json!({"n": n, "pad": "x".repeat(20_000)});
-    Command::CreateObject {
-        app: "a".into(),
-        class: "C".into(),
-        object_id: id.into(),
-        now_ms: 1_000 + n,
-        updates: parse_updates(body.as_object().expect("body")).expect("updates"),
-    }
+    create_with(id, n, json!({"n": n, "pad": "x".repeat(20_000)}))
 }
 
 fn remove(id: &str) -> Command {

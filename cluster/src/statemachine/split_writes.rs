@@ -377,7 +377,7 @@ pub(super) fn apply_drop_slots(
         let next = f
             .dropped_through
             .as_deref()
-            .and_then(|k| keys::object_of_slot_entry(k).or_else(|| Some(k.to_vec())))
+            .map(|k| keys::object_of_slot_entry(k).unwrap_or_else(|| k.to_vec()))
             .as_deref()
             .and_then(keys::parse_object_key)
             .map_or_else(String::new, |(_, _, id)| id);

@@ -162,34 +162,34 @@ fn spawn_writers(
         .collect()
 }
 
-/// Batches of splits and merges done, counted by every node (`basalt_split_batches_total`).
-async fn batches(cluster: &TestCluster) -> f64 {
+/// A metric (`name`, labels included) summed over every node.
+async fn summed(cluster: &TestCluster, name: &str) -> f64 {
     let mut n = 0.0;
-    for i in 0..3 {
-        n += cluster.metric(i, "basalt_split_batches_total").await;
+    for i in 0..cluster.nodes.len() {
+        n += cluster.metric(i, name).await;
     }
     n
 }
 
-/// Objects entered into the groups' slot indexes as they were built, counted by every node
+/// Batches of splits and merges done (`basalt_split_batches_total`).
+async fn batches(cluster: &TestCluster) -> f64 {
+    summed(cluster, "basalt_split_batches_total").await
+}
+
+/// Objects entered into the groups' slot indexes as they were built
 /// (`basalt_slot_index_entered_total`).
 async fn entered(cluster: &TestCluster) -> f64 {
-    let mut n = 0.0;
-    for i in 0..cluster.nodes.len() {
-        n += cluster.metric(i, "basalt_slot_index_entered_total").await;
-    }
-    n
+    summed(cluster, "basalt_slot_index_entered_total").await
 }
 
-/// Keys the copies of splits and merges read `via` the slot index or a scan of every object,
-/// counted by every node (`basalt_split_keys_read_total`).
+/// Keys the copies of splits and merges read `via` the slot index or a scan of every object
+/// (`basalt_split_keys_read_total`).
 async fn read_via(cluster: &TestCluster, via: &str) -> f64 {
-    let mut n = 0.0;
-    for i in 0..cluster.nodes.len() {
-        let name = format!("basalt_split_keys_read_total{{via=\"{via}\"}}");
-        n += cluster.metric(i, &name).await;
-    }
-    n
+    summed(
+        cluster,
+        &format!("basalt_split_keys_read_total{{via=\"{via}\"}}"),
+    )
+    .await
 }
 
 /// Waits until the node running the timed work reports every data group's slot index
