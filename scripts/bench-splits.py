@@ -11,7 +11,8 @@ CONCURRENCY clients for PEAK_SECONDS (10) to find the peak, then at half of it
 FRACTION (0.35) of the median group's size on its leader's disk — every group passes it, its
 halves too, its quarters do not — so that the groups split by themselves, one at a time, until
 at least WANT_GROUPS (64) data groups hold slots and no split runs (limit SPLIT_LIMIT_SECONDS,
-3600); steady. Then a count through haproxy must find every object once.
+3600); steady. Then a count through haproxy must find every object once. MOVE_KB_PER_S sets
+the splits' move rate (`--move-kb-per-s`; unset: the cluster's default, 1024).
 
 Prints the peak, each window's requests, failures and p99, the time to WANT_GROUPS groups and
 the splits made, the p99 while splitting against the steady windows around it, and the
@@ -42,6 +43,8 @@ SETTLE_SECS = int(os.environ.get("SETTLE_SECONDS", "10"))
 WANT_GROUPS = int(os.environ.get("WANT_GROUPS", "64"))
 FRACTION = float(os.environ.get("FRACTION", "0.35"))
 SPLIT_LIMIT = int(os.environ.get("SPLIT_LIMIT_SECONDS", "3600"))
+# The splits' move rate (`basalt admin slots --move-kb-per-s`); unset: the cluster's default.
+MOVE_RATE = os.environ.get("MOVE_KB_PER_S")
 
 
 def admin(node, *args, timeout=60):
@@ -78,8 +81,9 @@ def count(url, creds):
 
 def main():
     machine = prepare("bench-splits")
+    rate = "default" if MOVE_RATE is None else MOVE_RATE
     print(f"# Splitting groups under load ({machine}; {OBJECTS} objects of one class, "
-          f"{SHARDS} shards)")
+          f"{SHARDS} shards; move rate {rate} KiB/s)")
     root = tempfile.mkdtemp(prefix="basalt-splits-")
     try:
         run(root)
@@ -105,6 +109,8 @@ def run(root):
         wait("the slots feature is on", lambda: "slots" in json.loads(
             admin(nodes[0], "upgrade", "status"))["features"], 60)
         admin(nodes[0], "slots", "--split-above-mb", "0", "--split-above-writes-per-s", "0")
+        if MOVE_RATE is not None:
+            admin(nodes[0], "slots", "--move-kb-per-s", MOVE_RATE)
         wait("haproxy has every node up", lambda: all(proxy.up(x) for x in nodes), 30)
         url = f"http://127.0.0.1:{proxy.port}"
         creds = os.path.join(nodes[0].dir, "credentials.json")

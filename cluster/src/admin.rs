@@ -283,6 +283,10 @@ pub struct SplitSettings {
     /// (writes to a batch's slots wait for its copy); 0: all at once.
     #[serde(default = "default_move_batch_kb")]
     pub move_batch_kb: u32,
+    /// A split or merge copies and drops at most about this many KiB of objects a second on
+    /// average (0: as fast as it can), and its batches hold at most a second of it.
+    #[serde(default = "default_move_kb_per_s")]
+    pub move_kb_per_s: u32,
 }
 
 impl SplitSettings {
@@ -311,6 +315,8 @@ pub struct SplitSettingsChange {
     pub settle_secs: Option<u32>,
     #[serde(default)]
     pub move_batch_kb: Option<u32>,
+    #[serde(default)]
+    pub move_kb_per_s: Option<u32>,
 }
 
 impl SplitSettingsChange {
@@ -336,6 +342,9 @@ impl SplitSettingsChange {
         if let Some(v) = self.move_batch_kb {
             settings.move_batch_kb = v;
         }
+        if let Some(v) = self.move_kb_per_s {
+            settings.move_kb_per_s = v;
+        }
         settings
     }
 }
@@ -350,6 +359,10 @@ fn default_settle_secs() -> u32 {
 
 fn default_move_batch_kb() -> u32 {
     2048
+}
+
+fn default_move_kb_per_s() -> u32 {
+    1024
 }
 
 fn default_split_mb() -> u32 {
@@ -368,6 +381,7 @@ impl Default for SplitSettings {
             merge_below_mb: default_merge_mb(),
             settle_secs: default_settle_secs(),
             move_batch_kb: default_move_batch_kb(),
+            move_kb_per_s: default_move_kb_per_s(),
         }
     }
 }

@@ -154,7 +154,8 @@ pub enum AdminCommand {
         batch_slots: Option<u32>,
     },
     /// Print the slot map: its epoch, the slots each data group holds, the split under way,
-    /// and when groups split by themselves (`auto`); the options change that first (0: never).
+    /// and when groups split by themselves (`auto`); the options change that first (0: never,
+    /// except as said).
     Slots {
         /// Split a data group whose state passes this many MiB on disk (default 256).
         #[arg(long)]
@@ -171,10 +172,17 @@ pub enum AdminCommand {
         /// (default 600).
         #[arg(long)]
         settle_secs: Option<u32>,
-        /// Move a split's or merge's slots in batches of about this many KiB of the group
-        /// (writes to a batch's slots wait for its copy; default 2048; 0: all at once).
+        /// Move a split's or merge's slots in batches of about this many KiB of the group, at
+        /// most a second of `--move-kb-per-s` (writes to a batch's slots wait for its copy;
+        /// default 2048; 0: all at once). For splits and merges begun afterwards.
         #[arg(long)]
         move_batch_kb: Option<u32>,
+        /// Copy and drop a split's or merge's objects at most about this many KiB a second on
+        /// average, leaving the CPUs and disks to requests (default 1024; 0: no limit, as fast
+        /// as the nodes can). Batches of splits and merges begun afterwards hold at most a
+        /// second of it.
+        #[arg(long)]
+        move_kb_per_s: Option<u32>,
     },
     /// Make the cluster's certificates: a CA, nodes', administrators'.
     Certs {
@@ -682,6 +690,7 @@ pub async fn run(rpc: &str, certs_dir: Option<&Path>, cmd: AdminCommand) -> anyh
             merge_below_mb,
             settle_secs,
             move_batch_kb,
+            move_kb_per_s,
         } => {
             let change = SplitSettingsChange {
                 split_above_mb,
@@ -689,6 +698,7 @@ pub async fn run(rpc: &str, certs_dir: Option<&Path>, cmd: AdminCommand) -> anyh
                 merge_below_mb,
                 settle_secs,
                 move_batch_kb,
+                move_kb_per_s,
             };
             let req = if change.is_empty() {
                 AdminRequest::Slots
@@ -696,6 +706,13 @@ pub async fn run(rpc: &str, certs_dir: Option<&Path>, cmd: AdminCommand) -> anyh
                 AdminRequest::SplitSettings(change)
             };
             let view = slots_answer(admin_at(rpc, req, TIMEOUT, tls_ref).await?)?;
+            // A node of a build without the setting takes the rest and drops it.
+            if move_kb_per_s.is_some() && view["auto"].get("moveKbPerS").is_none() {
+                eprintln!(
+                    "warning: the cluster's metadata leader runs a build without --move-kb-per-s: \
+                     the rate is not kept (upgrade every node first)"
+                );
+            }
             println!("{}", serde_json::to_string_pretty(&view)?);
         }
         AdminCommand::Upgrade { command } => {

@@ -102,7 +102,7 @@ pub struct PeerRouter {
     /// failed lately (`failed_within`).
     failures: Arc<Mutex<HashMap<NodeId, Instant>>>,
     /// The pace of the snapshots this node sends, over all peers and groups.
-    snapshot_pace: Arc<super::pace::SnapshotPace>,
+    snapshot_pace: Arc<super::pace::BytePace>,
     /// Local address outgoing peer connections are made from (None: the system's choice).
     source_ip: Option<IpAddr>,
     /// Mutual TLS of peer links (None: plaintext).

@@ -4,7 +4,7 @@
 //! starts the child with them (`AdminRequest::StartGroup` to one of them: `start_here`),
 //! freezes the slots in the parent, copies their objects to the child in pages of at most
 //! `command::MAX_IMPORT_BYTES`, seals the child's imports, switches the map, and drops the
-//! copies from the parent — saving how far it got in the record, so that a new metadata
+//! copies from the parent — the copy and the drop at `moveKbPerS` (`split_pace`) — saving how far it got in the record, so that a new metadata
 //! leader goes on where the last one stopped. A merge (`begin_merge`) runs the same phases the
 //! other way, into a group that holds slots already (`OpenImports`, freeze, copy, switch,
 //! `AdoptSlots`, drop), and retires a split-off source. `AutoSplits` begins either by itself.
@@ -19,12 +19,13 @@ use openraft::BasicNode;
 use serde_json::{json, Value};
 
 use crate::admin::{AdminRequest, AdminResponse, SplitSettings, SplitSettingsChange};
-use crate::command::{Command, CommandResult, ReadRequest, ReadResponse};
+use crate::command::{Command, CommandResult, ReadRequest, ReadResponse, MAX_IMPORT_BYTES};
 use crate::error::{Error, Result};
 use crate::ids::{GroupId, NodeId, META_GROUP};
 use crate::namespace::Namespace;
 use crate::replicas::{unexpected, Replicas};
 use crate::services::rebalance;
+use crate::services::split_pace::{self, MovePace};
 use crate::slots::{
     Finished, Frozen, Incoming, MoveKind, SlotMap, SplitInProgress, SplitPhase, SLOTS_KEY,
 };
@@ -574,7 +575,8 @@ pub async fn begin_merge(
 
 /// How many slots a split or merge of `group` moves at a time (none: all at once, and always
 /// until `slot-batches` is finalized): `asked` (0: all at once), else about `moveBatchKb` of
-/// the group's bytes on its leader's disk (`batch_slots`).
+/// the group's bytes on its leader's disk, at most a second of `moveKbPerS`
+/// (`split_pace::batch_kb`, `batch_slots`).
 async fn batch_of(
     replicas: &Replicas,
     map: &SlotMap,
@@ -591,14 +593,21 @@ async fn batch_of(
     if let Some(n) = asked {
         return Ok((n > 0).then_some(n));
     }
-    let settings = replicas
-        .local_meta_record(Namespace::Cluster, SETTINGS_KEY)?
-        .and_then(|v| SplitSettings::from_stored(v).ok())
-        .unwrap_or_default();
+    let settings = local_settings(replicas)?;
     let (statuses, _) = replicas.member_statuses(STATUS_WAIT, false).await;
     let bytes = statuses.get(&group).map_or(0, |s| s.bytes);
     let held = map.slots_of(group).len() as u64;
-    Ok(batch_slots(bytes, held, settings.move_batch_kb))
+    let batch_kb = split_pace::batch_kb(settings.move_batch_kb, settings.move_kb_per_s);
+    Ok(batch_slots(bytes, held, batch_kb))
+}
+
+/// The splits' settings as this node's replica of the metadata group holds them (the defaults
+/// when none are set or they do not read).
+fn local_settings(replicas: &Replicas) -> Result<SplitSettings> {
+    Ok(replicas
+        .local_meta_record(Namespace::Cluster, SETTINGS_KEY)?
+        .and_then(|v| SplitSettings::from_stored(v).ok())
+        .unwrap_or_default())
 }
 
 /// Slots of a group of `bytes` in `held` slots that hold about `batch_kb` KiB (at least one;
@@ -663,7 +672,12 @@ enum Step {
 /// further — a batch frozen, copied (for up to `FROZEN_BUDGET`), switched and adopted in one
 /// round, so that writes to its slots wait for no round in between — saving the map after
 /// each; or, with none under way, the automatic splits look at the groups.
-pub async fn round(replicas: &Replicas, switched: &Switched, auto: &AutoSplits) -> Result<()> {
+pub async fn round(
+    replicas: &Replicas,
+    switched: &Switched,
+    auto: &AutoSplits,
+    pace: &MovePace,
+) -> Result<()> {
     let (mut before, mut map) = current(replicas)?;
     if map.splits.is_empty() {
         if !auto.index_slots(replicas, &map).await? {
@@ -671,6 +685,7 @@ pub async fn round(replicas: &Replicas, switched: &Switched, auto: &AutoSplits) 
         }
         return auto.round(replicas, &map).await;
     }
+    pace.set_rate_kb(local_settings(replicas)?.move_kb_per_s);
     let started = Instant::now();
     while let Some(split) = map.splits.first().cloned() {
         // A batch is frozen only with most of the round left for its copy.
@@ -679,7 +694,7 @@ pub async fn round(replicas: &Replicas, switched: &Switched, auto: &AutoSplits) 
         }
         let saved = map.clone();
         // A step that fails saves nothing: the next round does it again.
-        let next = step(replicas, switched, auto, &mut map, &split, started).await?;
+        let next = step(replicas, switched, auto, pace, &mut map, &split, started).await?;
         if map != saved {
             save(replicas, before, &map).await?;
             before = Some(serde_json::to_value(&map)?);
@@ -702,11 +717,22 @@ async fn step(
     replicas: &Replicas,
     switched: &Switched,
     auto: &AutoSplits,
+    pace: &MovePace,
     map: &mut SlotMap,
     split: &SplitInProgress,
     started: Instant,
 ) -> Result<Step> {
     let merge = split.kind == MoveKind::Merge;
+    // A batch is frozen only once what was moved before is spent at the rate: its copy then
+    // takes no more than its share.
+    let freezing =
+        split.phase == SplitPhase::Begun && (split.into_held() || !split.voters.is_empty());
+    if freezing {
+        if pace.free_in() > Duration::ZERO {
+            return Ok(Step::Wait);
+        }
+        pace.start_batch();
+    }
     match split.phase {
         SplitPhase::Begun if split.into_held() => {
             // The target takes imports of the batch's slots (and refuses writes to them), then
@@ -744,7 +770,7 @@ async fn step(
             let mut cursor = split.cursor.as_deref().map(decode_cursor).transpose()?;
             let mut phase = SplitPhase::Frozen;
             while started.elapsed() < FROZEN_BUDGET {
-                let (next, copied) = copy_page(replicas, split, cursor.clone()).await?;
+                let (next, copied) = copy_page(replicas, split, cursor.clone(), pace).await?;
                 metrics::counter!("basalt_split_objects_copied_total").increment(copied);
                 crate::failpoints::pause("split-copied-page").await;
                 match next {
@@ -789,20 +815,30 @@ async fn step(
                 return Ok(Step::Wait);
             }
             let mut left = true;
+            let limit = pace.drop_limit(DROP_PAGE);
             while left && started.elapsed() < ROUND_BUDGET {
+                // Nothing waits for the drop but the next batch: a page goes once what was
+                // moved before is spent at the rate (a later round goes on; the job does not
+                // sleep, the scheduler's other jobs wait for it).
+                if pace.free_in() > Duration::ZERO {
+                    break;
+                }
                 let purged = replicas
                     .propose(
                         split.parent,
                         Command::DropSlots {
                             child: split.child,
-                            limit: DROP_PAGE,
+                            limit,
                             epoch: Some(split.epoch),
                         },
                     )
                     .await?
                     .result;
                 left = match purged {
-                    CommandResult::Purged { next, .. } => next.is_some(),
+                    CommandResult::Purged { next, count } => {
+                        pace.charge(pace.dropped_bytes(count));
+                        next.is_some()
+                    }
                     other => return Err(refusal(other)),
                 };
                 crate::failpoints::pause("split-dropped-page").await;
@@ -1042,12 +1078,13 @@ pub async fn start_here(
 }
 
 /// Copies one page of the parent's frozen objects (with the classes' index declarations on
-/// the first) to the child: the cursor to go on from, `None` once every object was copied,
-/// and how many it copied.
+/// the first) to the child, in imports of the pace's pieces (counted against it): the cursor
+/// to go on from, `None` once every object was copied, and how many it copied.
 async fn copy_page(
     replicas: &Replicas,
     split: &SplitInProgress,
     after: Option<Vec<u8>>,
+    pace: &MovePace,
 ) -> Result<(Option<Vec<u8>>, u64)> {
     let first = after.is_none();
     let page = replicas
@@ -1065,8 +1102,10 @@ async fn copy_page(
         propose_done(replicas, split.child, Command::ImportIndexMeta(metas)).await?;
     }
     let copied = objects.len() as u64;
-    if !objects.is_empty() {
-        propose_done(replicas, split.child, Command::ImportObjects(objects)).await?;
+    // As fast as it goes (writes to the batch wait), counted against the pace.
+    for piece in pace.pieces(objects, MAX_IMPORT_BYTES as u64) {
+        pace.charge(piece.iter().map(|o| o.stored.len() as u64).sum());
+        propose_done(replicas, split.child, Command::ImportObjects(piece)).await?;
     }
     Ok((next, copied))
 }

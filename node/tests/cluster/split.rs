@@ -542,7 +542,7 @@ async fn a_group_under_sustained_load_splits_by_itself() {
     .expect("slots json");
     assert_eq!(
         set["auto"],
-        json!({"splitAboveMb": 0, "splitAboveWritesPerS": 2, "mergeBelowMb": 64, "settleSecs": 600, "moveBatchKb": 2048}),
+        json!({"splitAboveMb": 0, "splitAboveWritesPerS": 2, "mergeBelowMb": 64, "settleSecs": 600, "moveBatchKb": 2048, "moveKbPerS": 1024}),
         "{set}"
     );
     let mut ids = Vec::new();

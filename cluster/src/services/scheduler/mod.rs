@@ -52,6 +52,7 @@ fn jobs(every: Intervals) -> Vec<Box<dyn Job>> {
             every: SPLITS_ROUND,
             switched: Default::default(),
             auto: Default::default(),
+            pace: Default::default(),
         }),
     ];
     if let Some(every) = every.consistency_check {
