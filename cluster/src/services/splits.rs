@@ -4,8 +4,9 @@
 //! starts the child with them (`AdminRequest::StartGroup` to one of them: `start_here`),
 //! freezes the slots in the parent, copies their objects to the child in pages of at most
 //! `command::MAX_IMPORT_BYTES`, seals the child's imports, switches the map, and drops the
-//! copies from the parent — the copy and the drop at `moveKbPerS` (`split_pace`) — saving how far it got in the record, so that a new metadata
-//! leader goes on where the last one stopped. A merge (`begin_merge`) runs the same phases the
+//! copies from the parent — the copy and the drop at `moveKbPerS` (`split_pace`) — saving
+//! how far it got in the record, so that a new metadata leader goes on where the last one
+//! stopped. A merge (`begin_merge`) runs the same phases the
 //! other way, into a group that holds slots already (`OpenImports`, freeze, copy, switch,
 //! `AdoptSlots`, drop), and retires a split-off source. `AutoSplits` begins either by itself.
 //! Neighbours: `slots` (the map), `statemachine::split_writes`
@@ -818,8 +819,8 @@ async fn step(
             let limit = pace.drop_limit(DROP_PAGE);
             while left && started.elapsed() < ROUND_BUDGET {
                 // Nothing waits for the drop but the next batch: a page goes once what was
-                // moved before is spent at the rate (a later round goes on; the job does not
-                // sleep, the scheduler's other jobs wait for it).
+                // moved before is spent at the rate, else a later round goes on (the job never
+                // sleeps: the scheduler runs its jobs one after another).
                 if pace.free_in() > Duration::ZERO {
                     break;
                 }
