@@ -20,6 +20,8 @@ Goal: balanced within 10 minutes, p99 at most 2x steady, no failed request.
 
 Bounded: every wait has a limit, the load windows end by themselves, every process started is
 stopped at the end (KEEP=1 keeps the data dirs).
+RATE fixes the paced rate (ops/s) instead of half the peak and BASALT_BIN runs another build,
+so that two builds compare under one load.
 """
 
 import json
@@ -97,7 +99,7 @@ def run(root):
         peak_out = os.path.join(root, "peak.txt")
         bench(url, creds, "3 nodes, peak", peak_out, ["--seconds", str(PEAK_SECS)]).wait()
         peak = float(row(peak_out)["ops/s"])
-        rate = max(1, int(peak / 2))
+        rate = int(os.environ.get("RATE") or max(1, int(peak / 2)))
         paced = ["--target-rate", str(rate)]
         bench(url, creds, "settling", os.path.join(root, "settle.txt"),
               paced + ["--seconds", str(SETTLE_SECS)]).wait()

@@ -19,6 +19,8 @@ requests, p99 during a rolling restart at most 2x steady.
 
 Bounded: every wait has a limit, the load windows end by themselves, every process started is
 stopped at the end (KEEP=1 keeps the data dirs).
+RATE fixes the paced rate (ops/s) instead of half the peak and BASALT_BIN runs another build,
+so that two builds compare under one load.
 """
 
 import os
@@ -86,7 +88,7 @@ def run_size(n, root):
         peak_out = os.path.join(root, "peak.txt")
         bench(url, creds, f"{n} nodes, peak", peak_out, ["--seconds", str(PEAK_SECS)]).wait()
         peak = float(row(peak_out)["ops/s"])
-        rate = max(1, int(peak / 2))
+        rate = int(os.environ.get("RATE") or max(1, int(peak / 2)))
         paced = ["--target-rate", str(rate)]
 
         # The flat-out run leaves compactions behind: a window at the paced rate lets them

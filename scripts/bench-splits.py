@@ -12,7 +12,9 @@ FRACTION (0.35) of the median group's size on its leader's disk — every group 
 halves too, its quarters do not — so that the groups split by themselves, one at a time, until
 at least WANT_GROUPS (64) data groups hold slots and no split runs (limit SPLIT_LIMIT_SECONDS,
 3600); steady. Then a count through haproxy must find every object once. MOVE_KB_PER_S sets
-the splits' move rate (`--move-kb-per-s`; unset: the cluster's default, 1024).
+the splits' move rate (`--move-kb-per-s`; unset: the cluster's default, 1024). RATE fixes the
+paced rate (ops/s) instead of half the peak, so that runs of two builds (BASALT_BIN) compare
+under one load.
 
 Prints the peak, each window's requests, failures and p99, the time to WANT_GROUPS groups and
 the splits made, the p99 while splitting against the steady windows around it, and the
@@ -125,7 +127,7 @@ def run(root):
         peak_out = os.path.join(root, "peak.txt")
         bench(url, creds, "3 nodes, peak", peak_out, ["--seconds", str(PEAK_SECS)]).wait()
         peak = float(row(peak_out)["ops/s"])
-        rate = max(1, int(peak / 2))
+        rate = int(os.environ.get("RATE") or max(1, int(peak / 2)))
         paced = ["--target-rate", str(rate)]
         bench(url, creds, "settling", os.path.join(root, "settle.txt"),
               paced + ["--seconds", str(SETTLE_SECS)]).wait()

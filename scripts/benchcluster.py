@@ -17,7 +17,8 @@ import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "release")
-BASALT = os.path.join(TARGET, "basalt")
+# BASALT_BIN runs another build of the server (an A/B of two builds with one bench).
+BASALT = os.environ.get("BASALT_BIN", os.path.join(TARGET, "basalt"))
 BENCH = os.path.join(TARGET, "basalt-bench")
 CONC = int(os.environ.get("CONCURRENCY", "32"))
 WORKLOAD = os.environ.get("WORKLOAD", "mixed")

@@ -118,6 +118,8 @@ struct Inner {
     departed: std::sync::Mutex<std::collections::BTreeSet<GroupId>>,
     /// The digests this node's replicas made for consistency checks.
     checks: crate::statemachine::check::StateChecks,
+    /// A compaction of the Raft log column family runs (`compact`): none other starts meanwhile.
+    log_compacting: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// What serves a read from a replica's state (`local_read::serve_read`): given to `open`, so
@@ -221,6 +223,7 @@ impl Replicas {
                 draining: Default::default(),
                 departed: Default::default(),
                 checks,
+                log_compacting: Default::default(),
             }),
         })
     }
@@ -887,7 +890,10 @@ impl Replicas {
     }
 
     /// Snapshots every local group whose log grew past a threshold since its last snapshot,
-    /// then compacts the Raft log column family.
+    /// then starts a compaction of the Raft log column family, unless one still runs. The
+    /// compaction is not waited for: RocksDB runs it in its compaction threads, at the lowest
+    /// priority (`storage::store`), which may take long on a busy node; the scheduler's other
+    /// jobs must not wait behind it.
     pub async fn compact(&self) {
         for (g, raft) in self.groups() {
             let m = raft.metrics().borrow_watched().clone();
@@ -899,12 +905,18 @@ impl Replicas {
                 }
             }
         }
+        let running = Arc::clone(&self.inner.log_compacting);
+        if running.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            return;
+        }
         let store = Arc::clone(&self.inner.store);
-        let _ = tokio::task::spawn_blocking(move || {
+        tokio::task::spawn_blocking(move || {
             let cf = crate::storage::keys::CF_RAFT_LOG;
-            store.compact_range(cf, &[0u8; 4], &[0xffu8; 5])
-        })
-        .await;
+            if let Err(e) = store.compact_range(cf, &[0u8; 4], &[0xffu8; 5]) {
+                tracing::warn!("compacting the Raft log: {e}");
+            }
+            running.store(false, std::sync::atomic::Ordering::Release);
+        });
     }
 }
 

@@ -117,10 +117,21 @@ impl Replicas {
         }
     }
 
-    /// Waits (`MOVED_WAIT` at most) until this node routes by a slot map of `epoch` or newer:
-    /// whether it does. A bulk read a group refused `Moved{epoch}` is then read again.
-    pub async fn wait_slot_map(&self, epoch: u64) -> bool {
+    /// `read` (a bulk read by the slot map this node routes by), again by each newer map while
+    /// a group refuses it `Moved` (a split switched its slots meanwhile, decisions/0038), for
+    /// `MOVED_WAIT` in all: several of a split's batches may switch during one long read.
+    pub async fn by_newest_map<T, F, Fut>(&self, read: F) -> Result<T>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
         let deadline = Instant::now() + MOVED_WAIT;
+        retry_moved(deadline, read, |epoch| self.wait_slot_map(epoch, deadline)).await
+    }
+
+    /// Waits (until `deadline`) until this node routes by a slot map of `epoch` or newer:
+    /// whether it does.
+    async fn wait_slot_map(&self, epoch: u64, deadline: Instant) -> bool {
         loop {
             if self.inner.slot_map.load().epoch >= epoch {
                 return true;
@@ -277,12 +288,8 @@ impl Replicas {
         app: &AppId,
         class: &ClassName,
     ) -> Result<Vec<(String, StoredObject)>> {
-        match self.scan_stored_objects_once(app, class).await {
-            Err(Error::Moved { epoch }) if self.wait_slot_map(epoch).await => {
-                self.scan_stored_objects_once(app, class).await
-            }
-            other => other,
-        }
+        self.by_newest_map(|| self.scan_stored_objects_once(app, class))
+            .await
     }
 
     /// `scan_stored_objects` by the map this node routes by now.
@@ -570,5 +577,67 @@ impl Replicas {
             ReadResponse::Records(r) => Ok(r),
             other => Err(unexpected(other)),
         }
+    }
+}
+
+/// `read` until it is not refused `Moved`, each time once `newer(epoch)` says this node routes
+/// by the map the refusal named, or until `deadline`: then the refusal is the answer. A
+/// refusal names an epoch newer than the read's, so each attempt reads by a newer map than the
+/// last: no busy loop.
+async fn retry_moved<T, F, Fut, W, WF>(deadline: Instant, read: F, newer: W) -> Result<T>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+    W: Fn(u64) -> WF,
+    WF: std::future::Future<Output = bool>,
+{
+    loop {
+        match read().await {
+            Err(Error::Moved { epoch }) if Instant::now() < deadline && newer(epoch).await => {}
+            other => return other,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use super::*;
+
+    /// A read refused `Moved` by each of `refusals` maps in turn, then answered.
+    async fn read_after(refusals: u64, tries: &AtomicU64) -> Result<u64> {
+        let n = tries.fetch_add(1, Ordering::SeqCst);
+        match n < refusals {
+            true => Err(Error::Moved { epoch: n + 2 }),
+            false => Ok(n),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_read_follows_every_newer_map_until_it_is_answered() {
+        let tries = AtomicU64::new(0);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let answer = retry_moved(deadline, || read_after(3, &tries), |_| async { true }).await;
+        assert_eq!(answer.ok(), Some(3), "three refusals, then the answer");
+        assert_eq!(tries.load(Ordering::SeqCst), 4);
+    }
+
+    #[tokio::test]
+    async fn a_refusal_is_the_answer_once_no_newer_map_comes_or_time_is_up() {
+        let tries = AtomicU64::new(0);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let answer = retry_moved(deadline, || read_after(5, &tries), |_| async { false }).await;
+        assert!(
+            matches!(answer, Err(Error::Moved { epoch: 2 })),
+            "{answer:?}"
+        );
+        assert_eq!(tries.load(Ordering::SeqCst), 1);
+
+        let tries = AtomicU64::new(0);
+        let past = Instant::now();
+        let answer = retry_moved(past, || read_after(5, &tries), |_| async { true }).await;
+        assert!(matches!(answer, Err(Error::Moved { .. })), "{answer:?}");
+        assert_eq!(tries.load(Ordering::SeqCst), 1);
     }
 }

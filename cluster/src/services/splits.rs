@@ -641,22 +641,49 @@ async fn unplace(replicas: &Replicas, group: GroupId) -> Result<()> {
 }
 
 /// When the split of each child was switched, as this metadata leader saw it (a new leader
-/// waits the grace again).
+/// waits the grace again), and whether the child has adopted its slots since (a new leader
+/// asks it again: adopting is idempotent).
 #[derive(Default)]
-pub struct Switched(Mutex<BTreeMap<(GroupId, u64), Instant>>);
+pub struct Switched(Mutex<BTreeMap<(GroupId, u64), SwitchSeen>>);
+
+/// What this metadata leader saw of one switch.
+struct SwitchSeen {
+    at: Instant,
+    adopted: bool,
+}
 
 impl Switched {
-    /// How long ago the map switched for `child` at `epoch` (a merge's target may take in
-    /// slots again at a later epoch); what is older is forgotten.
-    fn since(&self, child: GroupId, epoch: u64) -> Duration {
-        let mut at = match self.0.lock() {
+    /// The switch of `child` at `epoch` as seen (first seen now); what is older is forgotten
+    /// (a merge's target may take in slots again at a later epoch).
+    fn seen<T>(&self, child: GroupId, epoch: u64, f: impl FnOnce(&mut SwitchSeen) -> T) -> T {
+        let mut all = match self.0.lock() {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
         };
-        at.retain(|&(_, e), _| e >= epoch);
-        at.entry((child, epoch))
-            .or_insert_with(Instant::now)
-            .elapsed()
+        all.retain(|&(_, e), _| e >= epoch);
+        let seen = all.entry((child, epoch)).or_insert_with(|| SwitchSeen {
+            at: Instant::now(),
+            adopted: false,
+        });
+        f(seen)
+    }
+
+    /// How long ago the map switched for `child` at `epoch`.
+    fn since(&self, child: GroupId, epoch: u64) -> Duration {
+        self.seen(child, epoch, |s| s.at.elapsed())
+    }
+
+    /// Whether `child` adopted the slots of its switch at `epoch` since this leader saw it.
+    fn adopted(&self, child: GroupId, epoch: u64) -> bool {
+        self.seen(child, epoch, |s| s.adopted)
+    }
+
+    /// `child` adopted its slots: the switch's grace counts from now.
+    fn set_adopted(&self, child: GroupId, epoch: u64) {
+        self.seen(child, epoch, |s| {
+            s.adopted = true;
+            s.at = Instant::now();
+        });
     }
 }
 
@@ -802,15 +829,17 @@ async fn step(
             tracing::info!(parent = %split.parent, child = %split.child, epoch = split.epoch, batch = split.batch, kind = ?split.kind, "split: the map names the child");
         }
         SplitPhase::Switched => {
-            if split.into_held() {
+            if split.into_held() && !switched.adopted(split.child, split.epoch) {
                 // The map names the target: it takes writes to the slots (a writer refused
                 // meanwhile tries again a moment later) and no more imports. Done already is
                 // done; a node routing by a map older than the split it once made is refused.
+                // Asked once per switch by this leader, not each round of the grace and drop.
                 let adopt = Command::AdoptSlots {
                     from: split.parent,
                     epoch: split.epoch,
                 };
                 propose_done(replicas, split.child, adopt).await?;
+                switched.set_adopted(split.child, split.epoch);
             }
             if switched.since(split.child, split.epoch) < SWITCH_GRACE {
                 return Ok(Step::Wait);
@@ -1144,6 +1173,21 @@ mod tests {
         assert_eq!(batch_slots(48 << 20, 256, 0), None);
         assert_eq!(batch_slots(0, 256, 2048), None);
         assert_eq!(batch_slots(1 << 20, 0, 2048), None);
+    }
+
+    #[test]
+    fn a_switch_is_adopted_once_per_leader_and_forgotten_by_a_later_epoch() {
+        let switched = Switched::default();
+        let child = GroupId::new(17);
+        assert!(!switched.adopted(child, 5));
+        switched.set_adopted(child, 5);
+        assert!(switched.adopted(child, 5));
+        // The grace counts from the adoption.
+        assert!(switched.since(child, 5) < SWITCH_GRACE);
+        // The same target taking in slots again, at a later epoch, is asked again; the
+        // earlier switch is forgotten.
+        assert!(!switched.adopted(child, 7));
+        assert!(!switched.adopted(child, 5));
     }
 
     #[test]

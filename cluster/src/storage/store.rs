@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rocksdb::{
-    BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, Direction,
+    BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, Direction, Env,
     IngestExternalFileOptions, IteratorMode, Options, ReadOptions, SstFileWriter, WriteBatch,
     WriteOptions, DB,
 };
@@ -332,6 +332,16 @@ impl Store {
         opts.create_if_missing(true);
         opts.create_missing_column_families(true);
         opts.set_max_background_jobs(2);
+        // Compactions run at the lowest CPU priority (nice 19): on a small machine one rewrites
+        // a whole level in seconds of a CPU, and the requests the node serves meanwhile come
+        // first (on a CPU the requests keep busy, RocksDB's write slowdown at 20 flushed tables
+        // leaves the compactions room). Flushes (the high-priority pool) keep the normal
+        // priority, so writes are never held up behind a full memtable waiting for a CPU. Their
+        // I/O keeps its class: an idle one could starve them, or a log's fsync could wait on
+        // their data. The default environment is the process's: its pools serve every store.
+        let mut env = Env::new()?;
+        env.lower_thread_pool_cpu_priority();
+        opts.set_env(&env);
         opts.set_keep_log_file_num(4);
         // The write-ahead log is cut once it holds this much (the column families it still
         // needs are flushed): left alone, a column family written rarely (Raft metadata) keeps

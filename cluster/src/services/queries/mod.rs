@@ -73,7 +73,8 @@ impl Coordinator {
     /// Asks every group of `class` for its part of `req` (`scatter_groups`).
     /// The groups are those of the slot map this node routes by, and the read carries its
     /// epoch; a group that dropped objects this map still routes to it (a split's,
-    /// decisions/0038) refuses it `Moved`, and it is asked again by the newer map.
+    /// decisions/0038) refuses it `Moved`, and it is asked again by each newer map
+    /// (`Replicas::by_newest_map`).
     async fn scatter(&self, class: &str, req: ReadRequest) -> Result<Vec<ReadResponse>> {
         let once = || async {
             let (epoch, groups) = self.replicas.class_groups_at(class);
@@ -81,10 +82,7 @@ impl Coordinator {
             let answers = self.scatter_groups(groups, |_| req.clone()).await?;
             Ok::<_, Error>(answers.into_iter().map(|a| a.response).collect())
         };
-        match once().await {
-            Err(Error::Moved { epoch }) if self.replicas.wait_slot_map(epoch).await => once().await,
-            other => other,
-        }
+        self.replicas.by_newest_map(once).await
     }
 
     /// Asks `groups` for their parts, concurrently: the groups one node leads (as this node
@@ -163,17 +161,12 @@ impl Coordinator {
     /// more of it, and its groups are asked again for the whole page (rarely: the share has
     /// a margin of three standard deviations).
     pub async fn scan(&self, req: ScanRequest) -> Result<(Vec<serde_json::Value>, u64)> {
-        match self.scan_once(&req).await {
-            Err(Error::Moved { epoch }) if self.replicas.wait_slot_map(epoch).await => {
-                self.scan_once(&req).await
-            }
-            other => other,
-        }
+        self.replicas.by_newest_map(|| self.scan_once(&req)).await
     }
 
     /// `scan` by the slot map this node routes by now: a group that dropped objects this map
     /// still routes to it (a split's, decisions/0038) refuses the read `Moved`, and `scan`
-    /// reads again by the newer map.
+    /// reads again by each newer map (`Replicas::by_newest_map`).
     async fn scan_once(&self, req: &ScanRequest) -> Result<(Vec<serde_json::Value>, u64)> {
         let (epoch, groups) = self.replicas.class_groups_at(&req.class);
         let all = groups.len();
