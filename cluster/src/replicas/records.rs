@@ -617,10 +617,19 @@ mod tests {
     #[tokio::test]
     async fn a_read_follows_every_newer_map_until_it_is_answered() {
         let tries = AtomicU64::new(0);
+        let waited = std::sync::Mutex::new(Vec::new());
         let deadline = Instant::now() + Duration::from_secs(10);
-        let answer = retry_moved(deadline, || read_after(3, &tries), |_| async { true }).await;
+        let newer = |epoch| {
+            if let Ok(mut w) = waited.lock() {
+                w.push(epoch);
+            }
+            async { true }
+        };
+        let answer = retry_moved(deadline, || read_after(3, &tries), newer).await;
         assert_eq!(answer.ok(), Some(3), "three refusals, then the answer");
         assert_eq!(tries.load(Ordering::SeqCst), 4);
+        // Each attempt waited for the map its refusal named.
+        assert_eq!(*waited.lock().expect("lock"), vec![2, 3, 4]);
     }
 
     #[tokio::test]
