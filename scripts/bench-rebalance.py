@@ -33,7 +33,7 @@ import tempfile
 import time
 
 from benchcluster import (BASALT, BENCH, CONC, WORKLOAD, Haproxy, Node, bench, failures,
-                          prepare, row, stop_all, wait)
+                          paced_rate, prepare, row, stop_all, wait)
 
 SHARDS = os.environ.get("SHARDS", "16")
 OBJECTS = int(os.environ.get("OBJECTS", "1000000"))
@@ -99,7 +99,7 @@ def run(root):
         peak_out = os.path.join(root, "peak.txt")
         bench(url, creds, "3 nodes, peak", peak_out, ["--seconds", str(PEAK_SECS)]).wait()
         peak = float(row(peak_out)["ops/s"])
-        rate = int(os.environ.get("RATE") or max(1, int(peak / 2)))
+        rate = paced_rate(peak)
         paced = ["--target-rate", str(rate)]
         bench(url, creds, "settling", os.path.join(root, "settle.txt"),
               paced + ["--seconds", str(SETTLE_SECS)]).wait()

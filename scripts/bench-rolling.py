@@ -32,8 +32,8 @@ import sys
 import tempfile
 import time
 
-from benchcluster import (CONC, WORKLOAD, Haproxy, Node, bench, failures, prepare, row,
-                          stop_all, wait)
+from benchcluster import (CONC, WORKLOAD, Haproxy, Node, bench, failures, paced_rate, prepare,
+                          row, stop_all, wait)
 
 SIZES = [int(n) for n in os.environ.get("NODES", "3 5").split()]
 PEAK_SECS = int(os.environ.get("PEAK_SECONDS", "10"))
@@ -88,7 +88,7 @@ def run_size(n, root):
         peak_out = os.path.join(root, "peak.txt")
         bench(url, creds, f"{n} nodes, peak", peak_out, ["--seconds", str(PEAK_SECS)]).wait()
         peak = float(row(peak_out)["ops/s"])
-        rate = int(os.environ.get("RATE") or max(1, int(peak / 2)))
+        rate = paced_rate(peak)
         paced = ["--target-rate", str(rate)]
 
         # The flat-out run leaves compactions behind: a window at the paced rate lets them

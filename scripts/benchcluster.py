@@ -23,6 +23,12 @@ BENCH = os.path.join(TARGET, "basalt-bench")
 CONC = int(os.environ.get("CONCURRENCY", "32"))
 WORKLOAD = os.environ.get("WORKLOAD", "mixed")
 DRAIN_WAIT = os.environ.get("DRAIN_WAIT", "5")
+# RATE fixes the paced rate (ops/s) of every window after the peak, so that two builds
+# (BASALT_BIN) compare under one load; unset, half the peak. Read at once: a bad value stops
+# the run before anything starts.
+FIXED_RATE = int(float(os.environ.get("RATE") or 0))
+if FIXED_RATE < 0:
+    raise SystemExit("RATE must be a positive number of ops/s")
 # A development machine's disk is often fuller than a node's would be: below its low mark
 # (10 % free by default) a node compacts what deletes free within seconds and is spared new
 # replicas, which a benchmark should not measure by accident. DISK_LOW=10 measures that too.
@@ -134,6 +140,11 @@ backend nodes
             if len(cells) > 5 and cells[3] == f"n{node.i}":
                 return cells[5] == "2"
         return False
+
+
+def paced_rate(peak):
+    """The paced rate after a flat-out run of `peak` ops/s: RATE, else half the peak."""
+    return FIXED_RATE or max(1, int(peak / 2))
 
 
 def bench(url, creds, label, out, extra):
