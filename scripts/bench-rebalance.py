@@ -15,7 +15,8 @@ for PEAK_SECONDS (10) to find the peak, then at half of it (`--target-rate`):
 The rebalancer runs with its default limits (LIMITS, e.g. "--replica-moves-per-node 2",
 changes them first). Prints the peak, each window's requests, failures and p99, the time to
 balanced and the moves made, each node's share after growing, the p99 of each change against
-the steady windows around it, and the grow window second by second with the moves in flight.
+the steady windows around it, the grow window second by second with the moves in flight, and
+each node's data dir on disk at the end of the steady windows (a moved replica is erased).
 Goal: balanced within 10 minutes, p99 at most 2x steady, no failed request.
 
 Bounded: every wait has a limit, the load windows end by themselves, every process started is
@@ -81,6 +82,7 @@ def run(root):
     proxy = Haproxy(root, nodes)
     load = None
     windows = []
+    disk = {}
     try:
         wait("the rebalancer balanced", lambda: rebalance_status(nodes[0])["balanced"], 120)
         if LIMITS:
@@ -128,6 +130,7 @@ def run(root):
             return out, secs, result
 
         steady("steady before growing")
+        disk["before growing"] = {n.i: dir_bytes(n.dir) for n in nodes[:3]}
         # The two new nodes join with the rebalancer paused: they serve (forwarding every
         # request) but hold nothing, which measures what two more processes cost on this
         # machine apart from the moves.
@@ -157,6 +160,7 @@ def run(root):
 
         grown, grow_secs, balanced = under_load("growing 3 to 5", grow)
         steady("steady at 5 nodes")
+        disk["at 5 nodes"] = {n.i: dir_bytes(n.dir) for n in nodes}
 
         def shrink():
             for node in (nodes[4], nodes[3]):
@@ -166,6 +170,7 @@ def run(root):
 
         _, shrink_secs, _ = under_load("shrinking 5 to 3", shrink)
         steady("steady at 3 nodes")
+        disk["at 3 nodes"] = {n.i: dir_bytes(n.dir) for n in nodes[:3]}
     finally:
         stop_all(load, proxy, nodes)
 
@@ -200,6 +205,13 @@ def run(root):
     for n in balanced["nodes"]:
         print(f"| {n['node']} | {n['replicas']} | {n['bytes'] / 1e6:.0f} | {n['weighted']} | "
               f"{n['preferredLeaders']} | {n['leaders']} |")
+    print("\nEach node's data dir (MB on disk) at the end of the steady windows: a replica "
+          "moved off a node is erased there\n")
+    print("| node | " + " | ".join(disk) + " |")
+    print("|---|" + "---|" * len(disk))
+    for i in sorted({i for sizes in disk.values() for i in sizes}):
+        cells = [f"{sizes[i] / 1e6:.0f}" if i in sizes else "" for sizes in disk.values()]
+        print(f"| {i} | " + " | ".join(cells) + " |")
     print("\nGrowing, second by second (Unix seconds; moves in flight and left as "
           "`rebalance status` said in that second):\n")
     print("| from | requests | failed | p50 ms | p99 ms | max ms | in flight | left |")
@@ -212,6 +224,18 @@ def run(root):
         f, q = by_sec.get(int(float(sec)), ("", ""))
         print(f"| {sec} | {reqs} | {bad} | {p50} | {p99v} | {mx} | {f} | {q} |")
     sys.stdout.flush()
+
+
+def dir_bytes(path):
+    """Bytes the files under `path` take on disk."""
+    total = 0
+    for top, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(top, f)).st_blocks * 512
+            except FileNotFoundError:
+                pass
+    return total
 
 
 if __name__ == "__main__":

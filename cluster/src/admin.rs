@@ -671,6 +671,10 @@ pub struct GroupStatus {
     pub purged: u64,
     pub voters: Vec<NodeId>,
     pub learners: Vec<NodeId>,
+    /// The log index of the entry that holds the configuration (`voters`, `learners`): once
+    /// the leader has applied it (`applied`), it is committed. `None` from an older node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_at: Option<u64>,
     /// Approximate bytes of the group's state in this node's files (not its memtables).
     #[serde(default)]
     pub bytes: u64,

@@ -147,6 +147,7 @@ mod tests {
             purged: 0,
             voters: [1, 2, 3].map(NodeId::new).to_vec(),
             learners: vec![],
+            config_at: Some(1),
             bytes: 0,
             halted: None,
             current: false,

@@ -2,7 +2,8 @@
 //! addressed group's local replica (the replication stream of pipelined appends of all groups
 //! is served by `raft_stream`), noting each accepted append as contact with the leader
 //! (`replicas::freshness`). A node that started within a leader lease refuses votes until the
-//! lease is over (decisions/0015).
+//! lease is over (decisions/0015), and a replica erased after its removal until it is a voter
+//! again (`replicas::erase`).
 
 use futures::StreamExt;
 use openraft::raft::{
@@ -29,16 +30,18 @@ pub struct RaftServiceImpl {
 impl RaftServiceImpl {
     /// Refuses votes and pre-votes while this node's vote hold after its start lasts
     /// (`RaftTuning::vote_hold`): the candidate sees an unreachable voter and tries again.
-    fn vote_allowed(&self) -> Result<()> {
-        match self.replicas.may_vote() {
-            true => Ok(()),
-            false => {
-                metrics::counter!("basalt_raft_votes_refused_total").increment(1);
-                Err(Error::Unavailable(
-                    "this node started within a leader lease and does not vote yet".into(),
-                ))
-            }
-        }
+    /// Refuses them too in a group whose replica here was erased after its removal and is not
+    /// a voter again since (`Replicas::may_vote_in`).
+    fn vote_allowed(&self, group: GroupId) -> Result<()> {
+        let refused = if !self.replicas.may_vote() {
+            "this node started within a leader lease and does not vote yet".to_string()
+        } else if !self.replicas.may_vote_in(group) {
+            format!("this node's replica of group {group} was removed and is not a voter again")
+        } else {
+            return Ok(());
+        };
+        metrics::counter!("basalt_raft_votes_refused_total").increment(1);
+        Err(Error::Unavailable(refused))
     }
 
     async fn install_snapshot_stream(
@@ -135,13 +138,13 @@ impl RaftService for RaftServiceImpl {
         let sender = self.auth.node(&req, "ask for votes")?;
         let msg = req.into_inner();
         let result = async {
-            self.vote_allowed()?;
+            self.vote_allowed(GroupId::new(msg.group))?;
             let rpc: VoteRequest<TypeConfig> = decode(&msg.payload)?;
             check_sender(sender, &rpc.vote)?;
-            self.replicas
-                .peer_group(GroupId::new(msg.group))
-                .await?
-                .vote(rpc)
+            let raft = self.replicas.peer_group(GroupId::new(msg.group)).await?;
+            // Again: the replica may have been erased (and made anew) meanwhile.
+            self.vote_allowed(GroupId::new(msg.group))?;
+            raft.vote(rpc)
                 .await
                 .map_err(|e| Error::Unavailable(e.to_string()))
         }
@@ -153,13 +156,13 @@ impl RaftService for RaftServiceImpl {
         let sender = self.auth.node(&req, "ask for votes")?;
         let msg = req.into_inner();
         let result = async {
-            self.vote_allowed()?;
+            self.vote_allowed(GroupId::new(msg.group))?;
             let rpc: VoteRequest<TypeConfig> = decode(&msg.payload)?;
             check_sender(sender, &rpc.vote)?;
-            self.replicas
-                .peer_group(GroupId::new(msg.group))
-                .await?
-                .pre_vote(rpc)
+            let raft = self.replicas.peer_group(GroupId::new(msg.group)).await?;
+            // Again: the replica may have been erased (and made anew) meanwhile.
+            self.vote_allowed(GroupId::new(msg.group))?;
+            raft.pre_vote(rpc)
                 .await
                 .map_err(|e| Error::Unavailable(e.to_string()))
         }

@@ -11,6 +11,7 @@
 
 mod app_share;
 mod create_lane;
+mod erase;
 pub(crate) mod fence;
 mod freshness;
 mod group_maker;
@@ -51,6 +52,7 @@ use crate::storage::records::{live_record, records_with_prefix, ReplicaState, St
 use crate::storage::Store;
 use meta_reads::MetaRead;
 
+pub use erase::Removal;
 pub use routing::Attempts;
 
 /// Most threads `--bulk-read-threads` may ask for.
@@ -70,9 +72,16 @@ struct Inner {
     settings: ClusterSettings,
     store: Arc<Store>,
     /// A cell per group id up to the cluster's cap (`ClusterSettings::group_cap`), holding
-    /// this node's replica of the group once it has one: the initial groups and those the
-    /// store holds state of from the start, others when they are created (`ensure_group`).
-    groups: Vec<tokio::sync::OnceCell<GroupRaft>>,
+    /// this node's replica of the group while it has one: the initial groups and those the
+    /// store holds state of from the start, others when they are made (`ensure_group`);
+    /// emptied when the replica is erased (`erase`).
+    groups: Vec<arc_swap::ArcSwapOption<group_maker::Replica>>,
+    /// A lock per group id, held while its replica is made or erased, so that the two never
+    /// overlap and a replica is made once.
+    making: Vec<tokio::sync::Mutex<()>>,
+    /// Per group id, the state machine of a replica stopped and taken away
+    /// (`erase::stop_replica`): no replica is made while it may still write.
+    settling: Vec<std::sync::Mutex<std::sync::Weak<()>>>,
     /// A flag per group id: this node retired the group (merged away, `retire`).
     retired: Vec<std::sync::atomic::AtomicBool>,
     /// What a group's Raft is made of.
@@ -175,17 +184,21 @@ impl Replicas {
         };
         let cap = settings.group_cap();
         let slots = cap as usize + 1;
-        let groups: Vec<tokio::sync::OnceCell<GroupRaft>> =
-            (0..slots).map(|_| tokio::sync::OnceCell::new()).collect();
+        let groups: Vec<arc_swap::ArcSwapOption<group_maker::Replica>> = (0..slots)
+            .map(|_| arc_swap::ArcSwapOption::empty())
+            .collect();
         let mut opened: std::collections::BTreeSet<GroupId> =
             GroupId::all(settings.shards).collect();
         opened.extend(group_maker::stored_groups(&store, cap)?);
         for group in opened {
-            let raft = maker
+            if group_maker::only_erased(&store, group)? {
+                continue;
+            }
+            let replica = maker
                 .make(node_id, group, &settings, &store, &router)
                 .await?;
             if let Some(cell) = groups.get(group.get() as usize) {
-                let _ = cell.set(raft);
+                cell.store(Some(Arc::new(replica)));
             }
         }
         let (shutdown, _) = watch::channel(false);
@@ -195,6 +208,8 @@ impl Replicas {
                 settings,
                 store,
                 groups,
+                making: (0..slots).map(|_| tokio::sync::Mutex::new(())).collect(),
+                settling: (0..slots).map(|_| Default::default()).collect(),
                 retired: (0..slots)
                     .map(|_| std::sync::atomic::AtomicBool::new(false))
                     .collect(),
@@ -352,57 +367,86 @@ impl Replicas {
     /// This node's replica of `group`. A group this node holds no replica of answers as a
     /// replica that knows no leader (`NotLeader`: the request goes to the members in turn); an
     /// id above the cluster's cap is no group.
-    pub(crate) fn group(&self, group: GroupId) -> Result<&GroupRaft> {
+    pub(crate) fn group(&self, group: GroupId) -> Result<GroupRaft> {
         if self.is_retired(group) {
             return Err(self.retired_error(group));
         }
-        let cell = self
-            .inner
-            .groups
-            .get(group.get() as usize)
-            .ok_or_else(|| Error::InvalidOperation(format!("no group {group}")))?;
-        cell.get().ok_or(Error::NotLeader {
-            group,
-            leader: None,
-            leader_addr: None,
-        })
+        self.group_cell(group)?
+            .0
+            .load()
+            .as_deref()
+            .map(|r| r.raft.clone())
+            .ok_or(Error::NotLeader {
+                group,
+                leader: None,
+                leader_addr: None,
+            })
+    }
+
+    /// The cell of `group`'s replica on this node, and the lock held while it is made or
+    /// erased; an id above the cluster's cap is no group.
+    fn group_cell(
+        &self,
+        group: GroupId,
+    ) -> Result<(
+        &arc_swap::ArcSwapOption<group_maker::Replica>,
+        &tokio::sync::Mutex<()>,
+    )> {
+        let i = group.get() as usize;
+        match (self.inner.groups.get(i), self.inner.making.get(i)) {
+            (Some(cell), Some(making)) => Ok((cell, making)),
+            _ => Err(Error::InvalidOperation(format!("no group {group}"))),
+        }
     }
 
     /// This node's replica of `group`, made now when it has none (a group split off at run
-    /// time, decisions/0038): for a peer's message to a group the cluster has.
-    pub(crate) async fn ensure_group(&self, group: GroupId) -> Result<&GroupRaft> {
+    /// time, decisions/0038; a replica erased and added back, `erase`): for a peer's message
+    /// to a group the cluster has.
+    pub(crate) async fn ensure_group(&self, group: GroupId) -> Result<GroupRaft> {
         let inner = &*self.inner;
-        let cell = inner
-            .groups
-            .get(group.get() as usize)
-            .ok_or_else(|| Error::InvalidOperation(format!("no group {group}")))?;
+        let (cell, making) = self.group_cell(group)?;
         if self.is_retired(group) {
             return Err(self.retired_error(group));
         }
-        cell.get_or_try_init(|| async {
-            // None is made once the node stops (`shutdown` would not stop it).
-            if *inner.shutdown.borrow() {
-                return Err(Error::Unavailable("this node is stopping".into()));
-            }
-            tracing::info!(%group, "making this node's replica of a new group");
-            inner
-                .maker
-                .make(
-                    inner.node_id,
-                    group,
-                    &inner.settings,
-                    &inner.store,
-                    &inner.router,
-                )
-                .await
-        })
-        .await
+        if let Some(replica) = cell.load().as_deref() {
+            return Ok(replica.raft.clone());
+        }
+        let _making = making.lock().await;
+        if let Some(replica) = cell.load().as_deref() {
+            return Ok(replica.raft.clone());
+        }
+        if self.is_retired(group) {
+            return Err(self.retired_error(group));
+        }
+        if self.settling(group) {
+            return Err(Error::Unavailable(format!(
+                "this node's replica of group {group} is still stopping"
+            )));
+        }
+        // None is made once the node stops (`shutdown` would not stop it).
+        if *inner.shutdown.borrow() {
+            return Err(Error::Unavailable("this node is stopping".into()));
+        }
+        tracing::info!(%group, "making this node's replica of a group");
+        let replica = inner
+            .maker
+            .make(
+                inner.node_id,
+                group,
+                &inner.settings,
+                &inner.store,
+                &inner.router,
+            )
+            .await?;
+        let raft = replica.raft.clone();
+        cell.store(Some(Arc::new(replica)));
+        Ok(raft)
     }
 
     /// This node's replica of `group` for a peer's message to it: made now when the cluster
     /// has the group (`SlotMap::known_groups`: a split's child too) and this node has none
     /// yet.
-    pub(crate) async fn peer_group(&self, group: GroupId) -> Result<&GroupRaft> {
+    pub(crate) async fn peer_group(&self, group: GroupId) -> Result<GroupRaft> {
         match self.group(group) {
             Err(Error::NotLeader { .. })
                 if self.inner.slot_map.load().known_groups().contains(&group) =>
@@ -414,13 +458,15 @@ impl Replicas {
     }
 
     /// The groups this node holds a replica of.
-    pub(crate) fn groups(&self) -> impl Iterator<Item = (GroupId, &GroupRaft)> {
+    pub(crate) fn groups(&self) -> impl Iterator<Item = (GroupId, GroupRaft)> + '_ {
         self.inner
             .groups
             .iter()
             .enumerate()
-            .filter_map(|(g, cell)| Some((GroupId::new(g as u32), cell.get()?)))
-            .filter(|&(g, _)| !self.is_retired(g))
+            .filter_map(|(g, cell)| {
+                Some((GroupId::new(g as u32), cell.load().as_deref()?.raft.clone()))
+            })
+            .filter(|(g, _)| !self.is_retired(*g))
     }
 
     /// A receiver that turns true when the node shuts down.
@@ -505,7 +551,7 @@ impl Replicas {
             Some((app, bytes)) => Some(self.inner.app_shares.hold(group, app, bytes).await?),
             None => None,
         };
-        let proposal = self.inner.proposals.propose(raft, group, cmd.clone());
+        let proposal = self.inner.proposals.propose(&raft, group, cmd.clone());
         tokio::time::timeout(FORWARD_TIMEOUT, proposal)
             .await
             .map_err(|_| Error::Timeout(format!("proposal to group {group}")))?
@@ -592,7 +638,7 @@ impl Replicas {
                 ))),
             };
         };
-        ensure_linearizable(raft, group, LinearizerOption::new(Some(age), true)).await
+        ensure_linearizable(&raft, group, LinearizerOption::new(Some(age), true)).await
     }
 
     /// Whether this node may vote yet: not within `RaftTuning::vote_hold` of its start.
@@ -844,7 +890,7 @@ impl Replicas {
                     current: self.replica_is_current(g),
                     leader_heard_ms: self.leader_heard(g).map(|d| d.as_millis() as u64),
                     bytes: self.group_bytes(g),
-                    ..group_status(g, raft)
+                    ..group_status(g, &raft)
                 })
                 .collect(),
         }
@@ -857,7 +903,7 @@ impl Replicas {
             current: self.replica_is_current(group),
             leader_heard_ms: self.leader_heard(group).map(|d| d.as_millis() as u64),
             bytes: self.group_bytes(group),
-            ..group_status(group, raft)
+            ..group_status(group, &raft)
         })
     }
 
@@ -956,6 +1002,7 @@ fn group_status(group: GroupId, raft: &GroupRaft) -> GroupStatus {
         purged: m.purged.map(|l| l.index).unwrap_or(0),
         voters: membership.voter_ids().collect(),
         learners: membership.learner_ids().collect(),
+        config_at: m.membership_config.log_id().as_ref().map(|l| l.index),
         bytes: 0,
         halted: m.running_state.as_ref().err().map(|e| e.to_string()),
         current: false,

@@ -40,17 +40,18 @@ impl Replicas {
             if flag.swap(true, Ordering::AcqRel) {
                 continue;
             }
-            let raft = self
-                .inner
-                .groups
-                .get(group.get() as usize)
-                .and_then(|c| c.get());
-            let Some(raft) = raft else {
+            let Ok((cell, making)) = self.group_cell(group) else {
+                continue;
+            };
+            let _making = making.lock().await;
+            let Some(replica) = cell.load_full() else {
                 // No replica here: nothing to erase (a node started after it was erased).
                 continue;
             };
-            if let Err(e) = raft.shutdown().await {
-                tracing::warn!(%group, "stopping a retired group: {e}");
+            if let Err(e) = self.stop_replica(group, cell, &replica).await {
+                // Its state stays until the next start erases it.
+                tracing::error!(%group, "stopping a retired group: {e}");
+                continue;
             }
             let store = self.store();
             let snapshots = self.inner.maker.snapshots_dir.join(format!("g{group}"));

@@ -59,6 +59,10 @@ pub struct ShardStateMachine {
     changes_kept: u64,
     /// Where the digests of consistency checks go (`check`).
     checks: check::StateChecks,
+    /// Held by the state machine and all the work it starts (snapshot builds, installs):
+    /// once every holder is gone nothing writes the group's state any more
+    /// (`ShardStateMachine::alive`).
+    alive: Arc<()>,
 }
 
 impl ShardStateMachine {
@@ -79,7 +83,16 @@ impl ShardStateMachine {
             applied,
             changes_kept: crate::changes::KEPT_ENTRIES,
             checks: check::StateChecks::default(),
+            alive: Arc::new(()),
         })
+    }
+
+    /// What tells whether this state machine, or work it started, may still write the
+    /// group's state: it cannot once this no longer upgrades (the Raft stopped, its state
+    /// machine worker and snapshot builds ended). What erases a replica waits for that
+    /// (`replicas::erase`).
+    pub fn alive(&self) -> std::sync::Weak<()> {
+        Arc::downgrade(&self.alive)
     }
 
     /// The state machine handing its consistency checks' digests to `checks`.
@@ -246,6 +259,7 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
             Arc::clone(&self.store),
             self.snapshot_dir.clone(),
         )
+        .holding(Arc::clone(&self.alive))
     }
 
     async fn install_snapshot(
@@ -259,7 +273,9 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
             self.snapshot_dir.clone(),
             meta.clone(),
         );
+        let alive = Arc::clone(&self.alive);
         let applied = tokio::task::spawn_blocking(move || {
+            let _alive = alive;
             snapshot::install(group, &store, &dir, &meta, snapshot)
         })
         .await

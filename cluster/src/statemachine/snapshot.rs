@@ -42,11 +42,25 @@ pub struct ShardSnapshotBuilder {
     group: GroupId,
     store: Arc<Store>,
     dir: PathBuf,
+    /// The state machine's liveness token (`ShardStateMachine::alive`), held until the
+    /// build's files are written.
+    alive: Arc<()>,
 }
 
 impl ShardSnapshotBuilder {
     pub fn new(group: GroupId, store: Arc<Store>, dir: PathBuf) -> Self {
-        ShardSnapshotBuilder { group, store, dir }
+        ShardSnapshotBuilder {
+            group,
+            store,
+            dir,
+            alive: Arc::new(()),
+        }
+    }
+
+    /// The builder holding `alive` (its state machine's token) while it works.
+    pub fn holding(mut self, alive: Arc<()>) -> Self {
+        self.alive = alive;
+        self
     }
 }
 
@@ -58,10 +72,14 @@ impl RaftSnapshotBuilder<TypeConfig> for ShardSnapshotBuilder {
     ) -> std::result::Result<SnapshotOf<TypeConfig, SnapshotFile>, std::io::Error> {
         let (group, store, dir) = (self.group, Arc::clone(&self.store), self.dir.clone());
         let started = std::time::Instant::now();
-        let snap = tokio::task::spawn_blocking(move || build_when_room(group, &store, &dir))
-            .await
-            .map_err(std::io::Error::other)?
-            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        let alive = Arc::clone(&self.alive);
+        let snap = tokio::task::spawn_blocking(move || {
+            let _alive = alive;
+            build_when_room(group, &store, &dir)
+        })
+        .await
+        .map_err(std::io::Error::other)?
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
         metrics::histogram!("basalt_raft_snapshot_build_seconds")
             .record(started.elapsed().as_secs_f64());
         Ok(snap)

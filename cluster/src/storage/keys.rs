@@ -9,6 +9,7 @@
 //! |               | group · `c`                              | committed log id           |
 //! |               | group · `p`                              | last purged log id         |
 //! |               | group · `i`                              | snapshot-install marker    |
+//! |               | group · `e`                              | erased after removal (`replicas::erase`) |
 //! | `sm`          | group · `a`                              | applied log id, membership |
 //! |               | group · `o` · app 0 class 0 objectId     | object                     |
 //! |               | group · `r` · ns 0 key                   | record                     |
@@ -33,6 +34,9 @@ pub const META_VOTE: u8 = b'v';
 pub const META_COMMITTED: u8 = b'c';
 pub const META_PURGED: u8 = b'p';
 pub const META_INSTALLING: u8 = b'i';
+/// The replica was erased after its removal from the group (`replicas::erase`): it grants no
+/// vote until a configuration it holds makes it a voter again.
+pub const META_ERASED: u8 = b'e';
 
 pub const SM_APPLIED: u8 = b'a';
 pub const SM_OBJECT: u8 = b'o';

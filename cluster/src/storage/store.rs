@@ -766,16 +766,52 @@ impl Store {
             batch.delete_range_cf(self.cf(cf)?, from.clone(), to.clone());
         }
         self.write(batch, true)?;
+        self.compact_group(group)
+    }
+
+    /// Erases every key of `group`'s replica (its state, Raft log, vote and marks) and writes
+    /// `keep` (tag, value) pairs of its Raft meta in their place, in one synced batch: a
+    /// replica removed from its group (`replicas::erase`). The space is taken back by
+    /// [`Store::compact_group`].
+    pub fn erase_replica(&self, group: crate::ids::GroupId, keep: &[(u8, Vec<u8>)]) -> Result<()> {
+        let (from, to) = (
+            super::keys::group_prefix(group).to_vec(),
+            super::keys::group_end(group),
+        );
+        let mut batch = WriteBatch::default();
+        for cf in [CF_SM, CF_RAFT_LOG, CF_RAFT_META] {
+            batch.delete_range_cf(self.cf(cf)?, from.clone(), to.clone());
+        }
+        for (tag, value) in keep {
+            batch.put_cf(
+                self.cf(CF_RAFT_META)?,
+                super::keys::meta_key(group, *tag),
+                value,
+            );
+        }
+        self.write(batch, true)
+    }
+
+    /// Compacts what held `group`'s state and Raft log (erased), taking the space back.
+    pub fn compact_group(&self, group: crate::ids::GroupId) -> Result<()> {
+        let (from, to) = (
+            super::keys::group_prefix(group).to_vec(),
+            super::keys::group_end(group),
+        );
         for cf in [CF_SM, CF_RAFT_LOG] {
             self.compact_range(cf, &from, &to)?;
         }
         Ok(())
     }
 
-    /// Flushes memtables and compacts the range of one column family.
+    /// Flushes memtables and compacts the range of one column family. Not exclusive: the
+    /// automatic compactions go on meanwhile (an exclusive one holds them back, and writes
+    /// stall behind the level-0 files that pile up).
     pub fn compact_range(&self, cf: &str, start: &[u8], end: &[u8]) -> Result<()> {
+        let mut opts = rocksdb::CompactOptions::default();
+        opts.set_exclusive_manual_compaction(false);
         self.db
-            .compact_range_cf(self.cf(cf)?, Some(start), Some(end));
+            .compact_range_cf_opt(self.cf(cf)?, Some(start), Some(end), &opts);
         Ok(())
     }
 

@@ -1,7 +1,7 @@
 //! The rebalancer (`basalt admin rebalance`): replicas move to new nodes a move at a time
 //! within the limits, and off removed ones.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -33,7 +33,9 @@ fn voters_per_node(p: &Value) -> BTreeMap<u64, u32> {
 /// limit, sampled all along) until every node is within ±1 of the mean, in replicas and
 /// in preferred leaders; limits changed at once through three nodes all hold, limits out of
 /// range are refused; removing the two nodes moves their
-/// replicas back (the second while it leads groups); every object is readable throughout.
+/// replicas back (the second while it leads groups); every object is readable throughout. A
+/// replica moved off a node is erased there (one erasure each), and one added back where it
+/// was erased catches up (a consistency check passes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_move_to_new_nodes_within_the_limits_and_back_off_removed_ones() {
     let mut cluster = TestCluster::start(3, &["--shards", "8"], &[]).await;
@@ -116,6 +118,29 @@ async fn replicas_move_to_new_nodes_within_the_limits_and_back_off_removed_ones(
     assert_eq!(counts.values().sum::<u32>(), 27, "{counts:?}");
     assert!(counts.values().all(|&c| (4..=7).contains(&c)), "{counts:?}");
     assert!(status["movesBegun"].as_u64().unwrap_or(0) >= 6, "{status}");
+    // A replica moved away is stopped and erased where it was: each of the first three nodes
+    // keeps only the groups the leaders place on it.
+    let mut left = (BTreeSet::new(), BTreeSet::new());
+    TestCluster::eventually(Duration::from_secs(60), "moved replicas erased", || {
+        let placement = cluster.placement(0);
+        (0..3).all(|i| {
+            left = (
+                local_data_groups(&cluster, i),
+                placed_on(&placement, i as u64 + 1),
+            );
+            left.0 == left.1
+        })
+    })
+    .await;
+    let mut erased = 0.0;
+    for i in 0..3 {
+        erased += cluster.metric(i, "basalt_replicas_erased_total").await;
+    }
+    let kept: usize = (0..3).map(|i| local_data_groups(&cluster, i).len()).sum();
+    assert!(
+        erased as usize >= 24 - kept && erased > 0.0,
+        "an erasure per replica moved off the first three nodes: {erased}, {kept} kept ({left:?})"
+    );
     for id in &ids {
         assert!(
             cluster
@@ -214,6 +239,18 @@ async fn replicas_move_to_new_nodes_within_the_limits_and_back_off_removed_ones(
         BTreeMap::from([(1, 9), (2, 9), (3, 9)]),
         "every group back on the three nodes"
     );
+    // The replicas added back where they were erased caught up: every group's three replicas
+    // hold the same state at one committed index.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_basalt"))
+        .args(["admin", "--rpc", &cluster.nodes[0].rpc, "check"])
+        .output()
+        .expect("run basalt admin check");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    assert!(out.status.success(), "{report}");
+    for g in report["groups"].as_array().expect("groups") {
+        assert_eq!(g["digests"].as_array().map(Vec::len), Some(3), "{g}");
+        assert_eq!(g["differing"], json!([]), "{g}");
+    }
     for id in &ids {
         assert!(
             cluster
@@ -407,6 +444,27 @@ async fn single_replica_groups_moved_off_a_removed_node_are_served_through_every
         .await
         .expect("count");
     assert_eq!(listed["count"], json!(30), "{after}");
+}
+
+/// The data groups node `i` holds a replica of (`basalt admin status`).
+fn local_data_groups(cluster: &TestCluster, i: usize) -> BTreeSet<u64> {
+    cluster
+        .data_group_field(i, "applied")
+        .into_iter()
+        .map(|(g, _)| g)
+        .collect()
+}
+
+/// The data groups whose voters or learners (as their leaders report) include node `id`.
+fn placed_on(placement: &Value, id: u64) -> BTreeSet<u64> {
+    placement
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(_, g)| has_node(&g["voters"], id) || has_node(&g["learners"], id))
+        .filter_map(|(group, _)| group.parse().ok())
+        .filter(|&g: &u64| g != 0)
+        .collect()
 }
 
 fn has_node(list: &Value, id: u64) -> bool {
