@@ -19,7 +19,7 @@ use crate::storage::Store;
 /// This node's replica of a group: its Raft, and what tells whether its state machine (or a
 /// snapshot build it started) may still write the group's state (`ShardStateMachine::alive`).
 pub(super) struct Replica {
-    pub raft: super::GroupRaft,
+    pub raft: openraft::Raft<TypeConfig, ShardStateMachine>,
     pub state_machine: std::sync::Weak<()>,
 }
 
