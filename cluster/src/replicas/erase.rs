@@ -41,7 +41,8 @@ pub struct Removal {
     pub term: u64,
     /// The log index of the leader's configuration without this node (committed).
     pub config_at: u64,
-    /// The replica's term and last log index when the removal was seen.
+    /// The replica's term and last log index when its removal was last confirmed (the look
+    /// that decided to erase it).
     pub seen_term: u64,
     pub seen_last_log: u64,
 }
@@ -110,6 +111,7 @@ impl Replicas {
         let confirmed = led.get(&group).is_some_and(still_removed);
         if !confirmed || !removal.still_holds(&replica.raft.metrics().borrow_watched()) {
             tracing::info!(%group, "a removed replica may have been added back as it stopped: kept");
+            self.remake(group, cell).await?;
             return Ok(false);
         }
         let vote = crate::encoding::encode(&removal.leader_vote())?;
@@ -118,11 +120,17 @@ impl Replicas {
         let snapshots = self.inner.maker.snapshots_dir.join(format!("g{group}"));
         // The snapshot files first: a crash before the state is erased leaves a replica whose
         // state is whole (and still marked), erased again by a later look.
-        blocking(move || {
+        let erased = blocking(move || {
             remove_dir_synced(&snapshots)?;
             store.erase_replica(group, &[(META_VOTE, vote), (META_ERASED, mark)])
         })
-        .await?;
+        .await;
+        if let Err(e) = erased {
+            // Nothing of the state was erased (one batch): the replica runs again, for a later
+            // look to erase.
+            self.remake(group, cell).await?;
+            return Err(e);
+        }
         tracing::info!(
             %group,
             leader = %removal.leader,
@@ -173,6 +181,29 @@ impl Replicas {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        Ok(())
+    }
+
+    /// Makes `group`'s replica again from the state the store holds, into `cell` (an erasure
+    /// given up after the replica stopped: it is watched again, and erased by a later look
+    /// when it is still removed). The caller holds the group's lock.
+    async fn remake(
+        &self,
+        group: GroupId,
+        cell: &arc_swap::ArcSwapOption<super::group_maker::Replica>,
+    ) -> Result<()> {
+        let inner = &*self.inner;
+        let replica = inner
+            .maker
+            .make(
+                inner.node_id,
+                group,
+                &inner.settings,
+                &inner.store,
+                &inner.router,
+            )
+            .await?;
+        cell.store(Some(std::sync::Arc::new(replica)));
         Ok(())
     }
 

@@ -29,7 +29,8 @@ impl Replicas {
     }
 
     /// Stops and erases this node's replica of every group the slot map lists as retired that
-    /// it has not retired yet (the erasing runs on a blocking thread, not awaited). A node that
+    /// it has not retired yet: the replica's stop is awaited (its state machine's work too,
+    /// `erase::stop_replica`), the erasing runs on a blocking thread, not awaited. A node that
     /// starts with a retired group's state (it was down during the merge) erases it here too.
     pub async fn retire_merged(&self) {
         let map = self.slot_map();

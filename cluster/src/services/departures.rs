@@ -45,8 +45,9 @@ fn committed(status: &GroupStatus) -> bool {
     status.config_at.is_some_and(|at| at <= status.applied)
 }
 
-/// Watches this node's silent replicas until shutdown; `silent` is how long a replica may go
-/// without hearing from its leader before its leader is looked for.
+/// Watches this node's silent replicas, and those its own configuration leaves out, until
+/// shutdown; `silent` is how long a replica may go without hearing from its leader before its
+/// leader is looked for.
 pub async fn run(replicas: Replicas, silent: Duration) {
     let mut shutdown = replicas.shutdown_signal();
     metrics::gauge!("basalt_departed_replicas").set(0.0);
@@ -149,8 +150,14 @@ pub async fn run(replicas: Replicas, silent: Duration) {
                         departed.remove(&group);
                         removal_seen.remove(&group);
                     }
-                    Ok(false) => {}
-                    Err(e) => tracing::warn!(%group, "erasing a removed replica: {e}"),
+                    // Kept (or given up): looked at again after `ERASE_AFTER`, not every tick.
+                    Ok(false) => {
+                        removal_seen.insert(group, Instant::now());
+                    }
+                    Err(e) => {
+                        removal_seen.insert(group, Instant::now());
+                        tracing::warn!(%group, "erasing a removed replica: {e}");
+                    }
                 }
             }
         }
