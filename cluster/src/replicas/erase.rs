@@ -111,7 +111,7 @@ impl Replicas {
         let confirmed = led.get(&group).is_some_and(still_removed);
         if !confirmed || !removal.still_holds(&replica.raft.metrics().borrow_watched()) {
             tracing::info!(%group, "a removed replica may have been added back as it stopped: kept");
-            self.remake(group, cell).await?;
+            self.make_into(group, cell).await?;
             return Ok(false);
         }
         let vote = crate::encoding::encode(&removal.leader_vote())?;
@@ -128,7 +128,7 @@ impl Replicas {
         if let Err(e) = erased {
             // Nothing of the state was erased (one batch): the replica runs again, for a later
             // look to erase.
-            self.remake(group, cell).await?;
+            self.make_into(group, cell).await?;
             return Err(e);
         }
         tracing::info!(
@@ -181,29 +181,6 @@ impl Replicas {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        Ok(())
-    }
-
-    /// Makes `group`'s replica again from the state the store holds, into `cell` (an erasure
-    /// given up after the replica stopped: it is watched again, and erased by a later look
-    /// when it is still removed). The caller holds the group's lock.
-    async fn remake(
-        &self,
-        group: GroupId,
-        cell: &arc_swap::ArcSwapOption<super::group_maker::Replica>,
-    ) -> Result<()> {
-        let inner = &*self.inner;
-        let replica = inner
-            .maker
-            .make(
-                inner.node_id,
-                group,
-                &inner.settings,
-                &inner.store,
-                &inner.router,
-            )
-            .await?;
-        cell.store(Some(std::sync::Arc::new(replica)));
         Ok(())
     }
 

@@ -428,6 +428,17 @@ impl Replicas {
             return Err(Error::Unavailable("this node is stopping".into()));
         }
         tracing::info!(%group, "making this node's replica of a group");
+        self.make_into(group, cell).await
+    }
+
+    /// Makes `group`'s replica from the state the store holds, into `cell`; its Raft. The
+    /// caller holds the group's lock (`group_cell`).
+    async fn make_into(
+        &self,
+        group: GroupId,
+        cell: &arc_swap::ArcSwapOption<group_maker::Replica>,
+    ) -> Result<GroupRaft> {
+        let inner = &*self.inner;
         let replica = inner
             .maker
             .make(

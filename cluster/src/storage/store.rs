@@ -757,15 +757,7 @@ impl Store {
     /// Erases every key of `group` (its state, Raft log and vote) in one synced batch and
     /// compacts what held them: a group merged away (`replicas::retire`).
     pub fn erase_group(&self, group: crate::ids::GroupId) -> Result<()> {
-        let (from, to) = (
-            super::keys::group_prefix(group).to_vec(),
-            super::keys::group_end(group),
-        );
-        let mut batch = WriteBatch::default();
-        for cf in [CF_SM, CF_RAFT_LOG, CF_RAFT_META] {
-            batch.delete_range_cf(self.cf(cf)?, from.clone(), to.clone());
-        }
-        self.write(batch, true)?;
+        self.erase_replica(group, &[])?;
         self.compact_group(group)
     }
 
